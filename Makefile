@@ -1,0 +1,91 @@
+# Tern — build with `make` (after scripts/setup.sh). Outputs go to build/ (or build-san/ with SAN=1).
+#   make            library, CLI, unit-test binaries, examples
+#   make test       everything, then the whole test suite (pytest: C unit tests + peer tests)
+#   make SAN=1 test-c   the C unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz       libFuzzer targets (clang)
+CC      ?= gcc
+CXX     ?= g++
+SAN     ?= 0
+ARCH    ?= -march=x86-64-v3
+OPT     ?= -O3
+BUILD   ?= $(if $(filter 1,$(SAN)),build-san,build)
+
+WARN     = -Wall -Wextra -Werror -Wno-unused-parameter
+CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
+CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
+CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
+LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz \
+           -lstdc++ -lgomp -lpthread -lm
+ifeq ($(SAN),1)
+  SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+  CFLAGS   += $(SANFLAGS)
+  CXXFLAGS += $(SANFLAGS)
+  LDFLAGS  += $(SANFLAGS)
+  OPT      = -O1
+endif
+
+LIB_C   := $(sort $(wildcard src/*/*.c))
+LIB_CXX := $(sort $(wildcard src/*/*.cc))
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
+CLI_C   := $(sort $(wildcard tools/*.c))
+CLI_OBJ := $(CLI_C:%.c=$(BUILD)/%.o)
+TEST_C  := $(sort $(wildcard tests/c/test_*.c))
+TEST_BIN:= $(TEST_C:tests/c/%.c=$(BUILD)/tests/%)
+EX_C    := $(sort $(wildcard examples/*.c))
+EX_BIN  := $(EX_C:examples/%.c=$(BUILD)/examples/%)
+BENCH_C := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_C:bench/%.c=$(BUILD)/bench/%)
+
+all: $(BUILD)/libtern.a $(BUILD)/tern $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libtern.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tern: $(CLI_OBJ) $(BUILD)/libtern.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtern.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libtern.a tests/c/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libtern.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtern.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+
+# Fuzz targets: fuzz/fuzz_*.c, built with clang's libFuzzer + ASan/UBSan.
+FUZZ_C   := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
+fuzz: $(FUZZ_BIN)
+build-fuzz/%: fuzz/%.c $(LIB_C) $(LIB_CXX)
+	@mkdir -p build-fuzz
+	$(MAKE) --no-print-directory BUILD=build-fuzz-lib CC=clang CXX=clang++ SAN=1 \
+	  SANFLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" build-fuzz-lib/libtern.a
+	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=address,undefined,fuzzer -fopenmp -o $@ $< \
+	  build-fuzz-lib/libtern.a $(LDLIBS)
+
+test: all
+	.venv/bin/python -m pytest -q tests
+
+test-c: $(TEST_BIN)
+	@fail=0; pass=0; for t in $(TEST_BIN); do \
+	  if $$t >/tmp/tern-test.log 2>&1; then pass=$$((pass+1)); else fail=$$((fail+1)); echo "FAIL $$t"; tail -20 /tmp/tern-test.log; fi; \
+	done; echo "$$pass passed, $$fail failed"; [ $$fail -eq 0 ]
+
+clean:
+	rm -rf build build-san build-fuzz build-fuzz-lib
+
+.PHONY: all test test-c clean fuzz
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything Tern needs to build and test, on a fresh Debian 12 machine.
+# Debian packages for the build; a Python virtual environment (.venv) for the test-time peers
+# (ctranslate2, sacrebleu, numpy, pytest, sentencepiece). Idempotent: safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PKGS=(build-essential pkg-config python3-venv
+  libdnnl-dev libopenblas-dev
+  libsentencepiece-dev sentencepiece
+  libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev)
+
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "${TERN_NO_PYTHON:-0}" != 1 ]; then
+  PY=${PYTHON:-python3}
+  if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+  fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+fi

@@ -1,0 +1,50 @@
+/* base.h — internal basics shared by every module: errors, logging, files, timing. */
+#ifndef TERN_BASE_H
+#define TERN_BASE_H
+
+#include "tern.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define TERN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define TERN_PRINTF(a, b)
+#endif
+
+/* Sets this thread's last error message (printf-style) and returns status, so that library code
+ * can write `return tern_error(TERN_ERR_FORMAT, "%s: tensor %s: ...", path, name);`. */
+tern_status_t tern_error(tern_status_t status, const char *fmt, ...) TERN_PRINTF(2, 3);
+/* Prefixes the current last error with more context ("loading model X: <old message>"). */
+tern_status_t tern_error_prefix(tern_status_t status, const char *fmt, ...) TERN_PRINTF(2, 3);
+
+/* Logging to stderr, filtered by tern_set_log_level(). */
+void tern_log(tern_log_level_t level, const char *fmt, ...) TERN_PRINTF(2, 3);
+#define TERN_WARN(...) tern_log(TERN_LOG_WARN, __VA_ARGS__)
+#define TERN_INFO(...) tern_log(TERN_LOG_INFO, __VA_ARGS__)
+
+/* A read-only view of a whole file: memory-mapped when possible, read into memory otherwise. */
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+    int is_mmap;
+} mapped_file_t;
+tern_status_t file_map(mapped_file_t *f, const char *path);
+void file_unmap(mapped_file_t *f);
+/* Reads a whole file into a NUL-terminated malloc'd buffer. */
+tern_status_t file_read_all(const char *path, char **data, size_t *size);
+int file_exists(const char *path);
+/* path_join(buf, n, dir, name): "dir/name" into buf; returns buf. */
+char *path_join(char *buf, size_t n, const char *dir, const char *name);
+
+/* Allocation helpers: aligned to 64 bytes, NULL on failure (never abort). */
+void *aligned_alloc64(size_t bytes);
+void aligned_free(void *p);
+
+/* Monotonic seconds. */
+double time_now(void);
+
+#define TERN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TERN_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

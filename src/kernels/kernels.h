@@ -1,0 +1,128 @@
+/*
+ * kernels.h — CPU compute kernels.
+ *
+ * Legend of dimension letters: M rows of activations (batch × time flattened), N output features,
+ * K input features, C channels, H heads, T/S target/source lengths, V vocabulary.
+ * All matrices are row-major float32 unless stated otherwise. Weights are stored [N, K]
+ * (out, in), as CTranslate2 and PyTorch store them.
+ *
+ * Every kernel has a scalar reference in kernels_ref.c (the specification, names ending in _ref);
+ * the fast versions are tested against them in tests/c/test_kernels.c.
+ * No kernel allocates: callers pass workspace.
+ */
+#ifndef TERN_KERNELS_H
+#define TERN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------ GEMM (oneDNN / OpenBLAS) */
+
+/* C[M,N] = alpha * op(A) · op(B) + beta * C, row-major, op(X) = X or X^T (trans != 0).
+ * lda/ldb/ldc are the row strides of A, B, C as stored. */
+void gemm_f32(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+
+/* Batched: for b in [0, batch): the same gemm on A + b*strideA, B + b*strideB, C + b*strideC. */
+void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                      int lda, size_t strideA, const float *B, int ldb, size_t strideB, float beta,
+                      float *C, int ldc, size_t strideC, int batch);
+
+/* ------------------------------------------------------------ linear layers */
+
+typedef enum { WEIGHT_F32 = 0, WEIGHT_S8 = 1 } weight_kind_t;
+
+/* A linear layer's weight as run: float32 [N, K], or int8 [N, K] with per-row scales
+ * (q = round(w * scale), scale = 127 / max|row|, as CTranslate2 stores them). */
+typedef struct {
+    weight_kind_t kind;
+    int N, K;
+    const float *w;      /* (N, K) float32, kind == WEIGHT_F32 */
+    const int8_t *q;     /* (N, K) int8, kind == WEIGHT_S8 */
+    const float *scale;  /* (N) per-row scale, kind == WEIGHT_S8 */
+    const int32_t *comp; /* (N) compensation for the u8s8s32 GEMM (see linear_prepare_s8), or NULL */
+    const float *bias;   /* (N) or NULL */
+} linear_t;
+
+/* Fills comp[n] = -128 * sum_k q[n,k]: with activations shifted to u8 (a + 128), the int32
+ * result of u8 · s8 plus comp equals the signed s8 · s8 product exactly. */
+void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K);
+
+/* Bytes of workspace linear_forward needs for M rows (0 for float32 weights). */
+size_t linear_workspace_size(const linear_t *lin, int M);
+
+/* out[M, N] = inp[M, K] · W^T + bias. int8 weights: each row of inp is quantized to int8 with its
+ * own scale (127 / max|row|, round to nearest), multiplied in int32 and dequantized with the bias
+ * fused in: out = acc / (scale_a[m] * scale_w[n]) + bias[n]. ws: linear_workspace_size() bytes,
+ * 64-byte aligned. */
+void linear_forward(float *out, const float *inp, const linear_t *lin, int M, void *ws);
+
+/* Quantization helpers (exposed for tests and for loading float weights as int8). */
+/* Per-row symmetric int8: scale[m] = 127 / max|x[m,:]| (1 when the row is all zero),
+ * q = round-half-away-from-zero(x * scale) clamped to [-127, 127]. */
+void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K);
+
+/* ------------------------------------------------------------ elementwise and row ops */
+
+/* LayerNorm over the last dimension: out = (x - mean) / sqrt(var + eps) * gamma + beta.
+ * mean/rstd (M) may be NULL; when given they are saved for the backward pass. out may alias inp. */
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *gamma,
+                       const float *beta, int M, int C, float eps);
+
+/* Row-wise softmax and log-softmax over C columns (numerically stable). out may alias inp. */
+void softmax_forward(float *out, const float *inp, int M, int C);
+void log_softmax_forward(float *out, const float *inp, int M, int C);
+/* Softmax of rows where only the first len[m] columns count (the rest get probability 0). */
+void softmax_masked_forward(float *out, const float *inp, const int *len, int M, int C);
+
+typedef enum {
+    ACT_RELU = 0,        /* max(x, 0) */
+    ACT_GELU_TANH = 1,   /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    ACT_SWISH = 2,       /* x * sigmoid(x) */
+    ACT_GELU = 3,        /* 0.5 x (1 + erf(x / sqrt(2))) */
+    ACT_GELU_SIGMOID = 4,/* x * sigmoid(1.702 x) */
+    ACT_TANH = 5
+} activation_t;          /* numbering equals CTranslate2's common_spec.Activation */
+
+/* In place over n values. */
+void activation_forward(float *x, size_t n, activation_t act);
+
+/* y[i] += x[i]; y[i] *= a; y[i] = x[i] * a + y[i]. */
+void add_inplace(float *y, const float *x, size_t n);
+void scale_inplace(float *y, float a, size_t n);
+void axpy(float *y, float a, const float *x, size_t n);
+/* Adds bias (C) to every row of x (M, C). */
+void add_bias_rows(float *x, const float *bias, int M, int C);
+
+/* Index of the largest value of each row (first one on ties): out[m] for x (M, C). */
+void argmax_rows(int *out, float *max_value, const float *x, int M, int C);
+
+/* The k largest values of x[0..n) with their indices, sorted descending (ties: lower index first). */
+void topk(float *values, int *indices, const float *x, int n, int k);
+
+/* ------------------------------------------------------------ conversions */
+
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);        /* round to nearest even */
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);        /* round to nearest even */
+void half_to_float_array(float *out, const uint16_t *in, size_t n);
+void bf16_to_float_array(float *out, const uint16_t *in, size_t n);
+
+/* ------------------------------------------------------------ threads */
+
+/* Intra-op threads used by the GEMM library on the calling thread (OpenMP/OpenBLAS). */
+void kernels_set_num_threads(int n);
+
+/* ------------------------------------------------------------ scalar references */
+
+void gemm_f32_ref(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc);
+void linear_forward_ref(float *out, const float *inp, const linear_t *lin, int M);
+void layernorm_forward_ref(float *out, const float *inp, const float *gamma, const float *beta,
+                           int M, int C, float eps);
+void softmax_forward_ref(float *out, const float *inp, int M, int C);
+void log_softmax_forward_ref(float *out, const float *inp, int M, int C);
+void activation_forward_ref(float *x, size_t n, activation_t act);
+
+#endif

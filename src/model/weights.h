@@ -1,0 +1,64 @@
+/*
+ * weights.h — named tensors read from model files (CTranslate2 model.bin, safetensors).
+ *
+ * A weights_t is a read-only table of tensors. Tensor data points into the memory-mapped file
+ * when it is suitably aligned, else into an aligned copy owned by the table. Aliases (tied
+ * weights in model.bin) resolve to their target. Loaders check every length and offset against
+ * the file size: a truncated or corrupt file gives TERN_ERR_FORMAT with a message naming the file
+ * and the tensor, never a crash.
+ */
+#ifndef TERN_WEIGHTS_H
+#define TERN_WEIGHTS_H
+
+#include "../base/base.h"
+
+typedef enum {
+    DT_F32 = 0, DT_I8 = 1, DT_I16 = 2, DT_I32 = 3, DT_F16 = 4, DT_BF16 = 5
+} dtype_t; /* numbering equals CTranslate2's model.bin dtype byte */
+
+size_t dtype_size(dtype_t dt);
+const char *dtype_name(dtype_t dt);
+
+#define TENSOR_MAX_RANK 8
+
+typedef struct {
+    const char *name;
+    dtype_t dtype;
+    int rank;                       /* 0 for scalars */
+    int64_t shape[TENSOR_MAX_RANK];
+    int64_t numel;                  /* product of shape (1 for scalars) */
+    const void *data;               /* numel * dtype_size(dtype) bytes, aligned to the dtype */
+    size_t nbytes;
+} tensor_t;
+
+typedef struct weights weights_t;
+
+/* CTranslate2 model.bin, binary versions 1..6. */
+tern_status_t weights_load_ct2(weights_t **out, const char *path);
+/* safetensors (F32, F16, BF16, I8, I16, I32 tensors). */
+tern_status_t weights_load_safetensors(weights_t **out, const char *path);
+void weights_free(weights_t *w);
+
+/* Tensor by name (aliases resolved), or NULL. */
+const tensor_t *weights_get(const weights_t *w, const char *name);
+int weights_count(const weights_t *w);
+const tensor_t *weights_at(const weights_t *w, int i);
+/* The file it was loaded from, and for model.bin the spec name, revision and binary version. */
+const char *weights_path(const weights_t *w);
+const char *weights_spec_name(const weights_t *w);   /* "" for safetensors */
+int weights_spec_revision(const weights_t *w);
+int weights_binary_version(const weights_t *w);
+/* Metadata of a safetensors header's "__metadata__" (string values), or NULL. */
+const char *weights_metadata(const weights_t *w, const char *key);
+
+/* Scalar helpers: read a rank-0 (or 1-element) tensor of any integer/float dtype.
+ * Return 0 and leave *v unchanged when the tensor is absent. */
+int weights_get_int(const weights_t *w, const char *name, int64_t *v);
+int weights_get_float(const weights_t *w, const char *name, double *v);
+
+/* Writes tensors as a safetensors file (atomically: tmp file + rename), with optional
+ * metadata (n_meta key/value pairs). Used by `tern convert` and training checkpoints. */
+tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n,
+                                const char *const *meta_keys, const char *const *meta_values, int n_meta);
+
+#endif

@@ -1,0 +1,49 @@
+/* tern.c — entry point of the `tern` CLI: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tern.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    {"translate", cmd_translate, "translate text with a model (greedy or beam search)"},
+    {"rescore", cmd_rescore, "force-decode: log-probability of given translations"},
+    {"info", cmd_info, "print a model's shape, vocabulary sizes and format"},
+    {"score", cmd_score, "corpus BLEU / chrF / GLEU, sacreBLEU-exact"},
+    {"filter", cmd_filter, "clean a parallel corpus (empty, long, ratio, copies, duplicates)"},
+    {"convert", cmd_convert, "convert a CTranslate2 model to Tern's format (safetensors)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "tern %s — neural machine translation\n\nusage: tern COMMAND [options]\n\ncommands:\n",
+            TERN_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`tern COMMAND --help` documents each command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tern %s\n", TERN_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "tern: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
