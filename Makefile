@@ -10,7 +10,7 @@ ARCH    ?= -march=x86-64-v3
 OPT     ?= -O3
 BUILD   ?= $(if $(filter 1,$(SAN)),build-san,build)
 
-WARN     = -Wall -Wextra -Werror -Wno-unused-parameter
+WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
