@@ -1,0 +1,251 @@
+/*
+ * stream.c — tern_translate_stream(): translates a text stream in constant memory.
+ *
+ * Lines are read ahead in chunks (read_ahead × the batch token budget), tokenized, sorted by
+ * length and cut into batches by the token budget; `workers` translators, each with its own
+ * state and intra-op threads but one shared read-only model, take batches from the chunk; the
+ * chunk is written back in the input's order. One output line per input line, always.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "translator.h"
+
+typedef struct {
+    int start, count; /* into order[] */
+} batch_t;
+
+typedef struct {
+    const tern_model_t *model;
+    const tern_translate_options_t *opt;
+    int **ids;
+    int *len;
+    int *order;         /* sentence indices sorted by length, longest first */
+    batch_t *batches;
+    int n_batches, next;
+    search_result_t *res;
+    pthread_mutex_t mu;
+    tern_status_t status;
+    char error[1024];
+} work_t;
+
+typedef struct {
+    work_t *w;
+    tern_translator_t *tr;
+} worker_arg_t;
+
+static void *worker_main(void *p) {
+    worker_arg_t *a = p;
+    work_t *w = a->w;
+    translator_set_threads(w->opt);
+    int **bsrc = NULL;
+    int *blen = NULL;
+    search_result_t *bres = NULL;
+    int cap = 0;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        int b = w->status == TERN_OK && w->next < w->n_batches ? w->next++ : -1;
+        pthread_mutex_unlock(&w->mu);
+        if (b < 0) break;
+        batch_t *bt = &w->batches[b];
+        if (bt->count > cap) {
+            cap = bt->count;
+            free(bsrc), free(blen), free(bres);
+            bsrc = malloc((size_t)cap * sizeof(int *));
+            blen = malloc((size_t)cap * sizeof(int));
+            bres = calloc((size_t)cap, sizeof *bres);
+        }
+        tern_status_t st;
+        if (!bsrc || !blen || !bres) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        else {
+            for (int k = 0; k < bt->count; k++) {
+                int i = w->order[bt->start + k];
+                bsrc[k] = w->ids[i];
+                blen[k] = w->len[i];
+            }
+            st = translator_translate_ids(a->tr, bsrc, blen, bt->count, bres);
+            if (!st)
+                for (int k = 0; k < bt->count; k++) w->res[w->order[bt->start + k]] = bres[k];
+        }
+        if (st) {
+            pthread_mutex_lock(&w->mu);
+            if (w->status == TERN_OK) {
+                w->status = st;
+                snprintf(w->error, sizeof w->error, "%s", tern_last_error());
+            }
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+    }
+    free(bsrc), free(blen), free(bres);
+    return NULL;
+}
+
+static int *g_sort_len; /* qsort has no context argument: guarded by the single caller thread */
+static int cmp_order(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (g_sort_len[x] != g_sort_len[y]) return g_sort_len[y] - g_sort_len[x];
+    return x - y;
+}
+
+static tern_status_t write_results(const tern_model_t *m, const tern_translate_options_t *o, FILE *out,
+                                   search_result_t *res, int n, long line0, long *tokens_out) {
+    for (int i = 0; i < n; i++) {
+        int nh = o->num_hypotheses;
+        for (int k = 0; k < nh; k++) {
+            char *text = NULL;
+            float score = 0;
+            if (k < res[i].n) {
+                hypothesis_t *h = &res[i].hyps[k];
+                tern_status_t st = model_decode_target(m, h->tokens, h->length, o->keep_unk, &text);
+                if (st) return st;
+                score = h->score;
+                *tokens_out += h->length;
+            }
+            int ok;
+            if (nh == 1) ok = fprintf(out, "%s\n", text ? text : "") >= 0;
+            else ok = fprintf(out, "%ld ||| %s ||| %.6f\n", line0 + i, text ? text : "", score) >= 0;
+            free(text);
+            if (!ok) return tern_error(TERN_ERR_IO, "cannot write the output");
+        }
+    }
+    return TERN_OK;
+}
+
+tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
+                                    const tern_translate_options_t *options, tern_progress_fn progress,
+                                    void *user_data) {
+    tern_translate_options_t o = options ? *options : tern_translate_default_options();
+    if (o.workers <= 0) o.workers = 1;
+    tern_status_t st = TERN_OK;
+    int W = o.workers;
+    tern_translator_t **trs = calloc((size_t)W, sizeof *trs);
+    if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < W; k++)
+        if ((st = tern_translator_create(&trs[k], model, &o))) goto cleanup;
+
+    long budget = (long)o.read_ahead * o.max_batch_tokens;
+    if (budget < 1) budget = 1;
+    int cap = 1024, n = 0;
+    int **ids = malloc((size_t)cap * sizeof(int *));
+    int *len = malloc((size_t)cap * sizeof(int));
+    char *line = NULL;
+    size_t line_cap = 0;
+    long line_no = 0, written = 0, tokens_out = 0;
+    double t0 = time_now();
+    if (!ids || !len) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    int eof = 0;
+    while (!eof) {
+        /* read a chunk */
+        long toks = 0;
+        n = 0;
+        while (toks < budget) {
+            ssize_t r = getline(&line, &line_cap, in);
+            if (r < 0) {
+                eof = 1;
+                break;
+            }
+            line_no++;
+            while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) r--;
+            if (n == cap) {
+                cap *= 2;
+                int **ni = realloc(ids, (size_t)cap * sizeof(int *));
+                if (ni) ids = ni;
+                int *nl = realloc(len, (size_t)cap * sizeof(int));
+                if (nl) len = nl;
+                if (!ni || !nl) {
+                    st = tern_error(TERN_ERR_NOMEM, "out of memory");
+                    goto done;
+                }
+            }
+            int trunc = 0;
+            if ((st = model_encode_source(model, line, (size_t)r, o.max_input_length, &ids[n], &len[n], &trunc))) {
+                tern_error_prefix(st, "input line %ld", line_no);
+                goto done;
+            }
+            if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", line_no, o.max_input_length);
+            toks += len[n] > 0 ? len[n] : 1;
+            n++;
+        }
+        if (n == 0) break;
+        /* sort and cut into batches */
+        int *order = malloc((size_t)n * sizeof(int));
+        batch_t *batches = malloc((size_t)n * sizeof(batch_t));
+        search_result_t *res = calloc((size_t)n, sizeof *res);
+        if (!order || !batches || !res) {
+            free(order), free(batches), free(res);
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) order[i] = i;
+        g_sort_len = len;
+        qsort(order, (size_t)n, sizeof(int), cmp_order);
+        int nb = 0;
+        for (int a = 0; a < n;) {
+            int width = len[order[a]] > 0 ? len[order[a]] : 1, b = 0;
+            while (a + b < n && (b == 0 || (long)(b + 1) * width <= o.max_batch_tokens) &&
+                   (o.max_batch_size <= 0 || b < o.max_batch_size))
+                b++;
+            batches[nb++] = (batch_t){a, b};
+            a += b;
+        }
+        work_t w;
+        memset(&w, 0, sizeof w);
+        w.model = model;
+        w.opt = &o;
+        w.ids = ids;
+        w.len = len;
+        w.order = order;
+        w.batches = batches;
+        w.n_batches = nb;
+        w.res = res;
+        pthread_mutex_init(&w.mu, NULL);
+        int nthreads = W < nb ? W : nb;
+        if (nthreads <= 1) {
+            worker_arg_t a = {&w, trs[0]};
+            worker_main(&a);
+        } else {
+            pthread_t *th = malloc((size_t)nthreads * sizeof *th);
+            worker_arg_t *args = malloc((size_t)nthreads * sizeof *args);
+            int started = 0;
+            if (th && args)
+                for (int k = 0; k < nthreads; k++) {
+                    args[k] = (worker_arg_t){&w, trs[k]};
+                    if (pthread_create(&th[k], NULL, worker_main, &args[k]) == 0) started++;
+                    else break;
+                }
+            if (started == 0) {
+                worker_arg_t a = {&w, trs[0]};
+                worker_main(&a);
+            }
+            for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+            free(th), free(args);
+        }
+        pthread_mutex_destroy(&w.mu);
+        st = w.status;
+        if (st) tern_error(st, "%s", w.error);
+        else st = write_results(model, &o, out, res, n, written, &tokens_out);
+        for (int i = 0; i < n; i++) {
+            search_result_free(&res[i]);
+            free(ids[i]);
+            ids[i] = NULL;
+        }
+        free(order), free(batches), free(res);
+        n = 0;
+        if (st) goto done;
+        written = line_no;
+        if (progress) progress(written, tokens_out, time_now() - t0, user_data);
+    }
+    if (fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
+done:
+    for (int i = 0; i < n; i++) free(ids[i]);
+    free(ids), free(len), free(line);
+cleanup:
+    for (int k = 0; k < W; k++) tern_translator_free(trs[k]);
+    free(trs);
+    return st;
+}

@@ -1,0 +1,332 @@
+/*
+ * translator.c — tern_translator_t: sorted token-budget batches over the Transformer and the
+ * search, batch translation of strings, and force decoding (scoring).
+ */
+#include "translator.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+tern_translate_options_t tern_translate_default_options(void) {
+    tern_translate_options_t o;
+    memset(&o, 0, sizeof o);
+    o.beam_size = 4;
+    o.num_hypotheses = 1;
+    o.length_penalty = 0.0f;
+    o.length_norm = TERN_LENPEN_PLAIN;
+    o.coverage_penalty = 0.0f;
+    o.eos_policy = TERN_EOS_COMMON;
+    o.early_stop = 1;
+    o.max_length_a = 0.0f;
+    o.max_length_b = 0;
+    o.max_decoding_length = 256;
+    o.min_length = 0;
+    o.max_input_length = 1024;
+    o.return_scores = 1;
+    o.max_batch_tokens = 4096;
+    o.max_batch_size = 0;
+    o.read_ahead = 16;
+    o.workers = 0;
+    o.threads_per_worker = 0;
+    o.keep_unk = 1;
+    return o;
+}
+
+int tern_num_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void translator_set_threads(const tern_translate_options_t *opt) {
+    int workers = opt->workers > 0 ? opt->workers : 1;
+    int threads = opt->threads_per_worker;
+    if (threads <= 0) threads = tern_num_cores() / workers > 0 ? tern_num_cores() / workers : 1;
+    kernels_set_num_threads(threads);
+}
+
+static tern_status_t check_options(const tern_translate_options_t *o) {
+    if (o->beam_size < 1) return tern_error(TERN_ERR_INVALID_ARG, "beam size must be >= 1 (got %d)", o->beam_size);
+    if (o->num_hypotheses < 1 || o->num_hypotheses > o->beam_size)
+        return tern_error(TERN_ERR_INVALID_ARG, "number of hypotheses must be in 1..beam size (got %d)",
+                          o->num_hypotheses);
+    if (o->max_decoding_length < 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "max decoding length must be >= 1");
+    if (o->min_length < 0 || o->min_length > o->max_decoding_length)
+        return tern_error(TERN_ERR_INVALID_ARG, "min length must be in 0..max decoding length");
+    if (o->max_batch_tokens < 1) return tern_error(TERN_ERR_INVALID_ARG, "batch token budget must be >= 1");
+    if (o->length_penalty < 0 || o->coverage_penalty < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "penalties must be >= 0");
+    return TERN_OK;
+}
+
+tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t *model,
+                                     const tern_translate_options_t *options) {
+    *out = NULL;
+    tern_translate_options_t o = options ? *options : tern_translate_default_options();
+    tern_status_t st = check_options(&o);
+    if (st) return st;
+    tern_translator_t *tr = calloc(1, sizeof *tr);
+    if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    tr->model = model;
+    tr->opt = o;
+    tr->state = transformer_state_new(&model->tf);
+    if (!tr->state) {
+        free(tr);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    *out = tr;
+    return TERN_OK;
+}
+
+void tern_translator_free(tern_translator_t *tr) {
+    if (!tr) return;
+    transformer_state_free(tr->state);
+    free(tr);
+}
+
+static tern_status_t iface_step(void *self, const int *tokens, int t, float *logits, float *attn) {
+    return transformer_step(self, tokens, t, logits, attn);
+}
+static tern_status_t iface_set_rows(void *self, const int *parent, const int *sent, int R) {
+    return transformer_set_rows(self, parent, sent, R);
+}
+
+static int max_output_len(const tern_translate_options_t *o, int src_len) {
+    int lim = o->max_decoding_length;
+    if (o->max_length_a > 0 || o->max_length_b > 0) {
+        int l = (int)floorf(o->max_length_a * (float)src_len) + o->max_length_b;
+        if (l < 1) l = 1;
+        if (l < lim) lim = l;
+    }
+    return lim;
+}
+
+/* Decodes one batch of non-empty sources. */
+static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len, int n,
+                                  search_result_t *res) {
+    const tern_model_t *m = tr->model;
+    const tern_translate_options_t *o = &tr->opt;
+    tern_status_t st = transformer_encode(tr->state, (const int *const *)src, len, n);
+    if (st) return st;
+    int *max_len = malloc((size_t)n * sizeof(int));
+    if (!max_len) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        max_len[i] = max_output_len(o, len[i]);
+        if (max_len[i] > m->tf.dec_max_pos) max_len[i] = m->tf.dec_max_pos;
+    }
+    decoder_iface_t dec = {tr->state, m->tf.tgt_vocab, transformer_source_len(tr->state), iface_step, iface_set_rows};
+    search_options_t so = {0};
+    so.beam_size = o->beam_size;
+    so.num_hypotheses = o->num_hypotheses;
+    so.length_penalty = o->length_penalty;
+    so.length_norm = o->length_norm;
+    so.coverage_penalty = o->coverage_penalty;
+    so.eos_policy = o->eos_policy;
+    so.early_stop = o->early_stop;
+    so.min_length = o->min_length;
+    so.need_scores = o->return_scores || o->length_penalty != 0 || o->coverage_penalty != 0;
+    so.bos = m->tgt_start;
+    so.eos = m->tgt_eos;
+    st = o->beam_size == 1 ? greedy_search(&dec, n, max_len, &so, res) : beam_search(&dec, n, max_len, &so, res);
+    free(max_len);
+    return st;
+}
+
+typedef struct {
+    int len, idx;
+} len_idx_t;
+
+static int cmp_len_desc(const void *a, const void *b) {
+    const len_idx_t *x = a, *y = b;
+    if (x->len != y->len) return y->len - x->len;
+    return x->idx - y->idx;
+}
+
+tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
+                                       search_result_t *res) {
+    const tern_translate_options_t *o = &tr->opt;
+    tern_status_t st = TERN_OK;
+    len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
+    int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
+    search_result_t *bres = calloc((size_t)(n ? n : 1), sizeof *bres);
+    if (!order || !bsrc || !blen || !bres) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        res[i].n = 0;
+        res[i].hyps = NULL;
+        if (len[i] > 0) order[m++] = (len_idx_t){len[i], i};
+        else { /* empty input: one empty hypothesis */
+            res[i].hyps = calloc(1, sizeof(hypothesis_t));
+            if (!res[i].hyps) {
+                st = tern_error(TERN_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            res[i].n = 1;
+        }
+    }
+    qsort(order, (size_t)m, sizeof *order, cmp_len_desc);
+    for (int a = 0; a < m;) {
+        /* longest first: the first length is the padded width of the batch */
+        int width = order[a].len, b = 0;
+        while (a + b < m && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
+               (o->max_batch_size <= 0 || b < o->max_batch_size))
+            b++;
+        for (int k = 0; k < b; k++) {
+            bsrc[k] = src[order[a + k].idx];
+            blen[k] = order[a + k].len;
+        }
+        if ((st = decode_batch(tr, bsrc, blen, b, bres))) goto done;
+        for (int k = 0; k < b; k++) res[order[a + k].idx] = bres[k];
+        a += b;
+    }
+done:
+    free(order), free(bsrc), free(blen), free(bres);
+    return st;
+}
+
+void tern_result_free(tern_result_t *r) {
+    if (!r) return;
+    for (int i = 0; i < r->num_hypotheses; i++) free(r->hypotheses[i]);
+    free(r->hypotheses);
+    free(r->scores);
+    memset(r, 0, sizeof *r);
+}
+
+tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sources, int n,
+                                   tern_result_t *results) {
+    const tern_model_t *m = tr->model;
+    tern_status_t st = TERN_OK;
+    int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
+    int *len = calloc((size_t)(n ? n : 1), sizeof(int));
+    search_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
+    if (!ids || !len || !res) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    memset(results, 0, (size_t)n * sizeof *results);
+    translator_set_threads(&tr->opt);
+    for (int i = 0; i < n; i++) {
+        int trunc = 0;
+        const char *s = sources[i] ? sources[i] : "";
+        if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &ids[i], &len[i], &trunc)))
+            goto done;
+        if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, tr->opt.max_input_length);
+    }
+    if ((st = translator_translate_ids(tr, ids, len, n, res))) goto done;
+    for (int i = 0; i < n; i++) {
+        tern_result_t *r = &results[i];
+        r->num_hypotheses = res[i].n;
+        r->hypotheses = calloc((size_t)(res[i].n ? res[i].n : 1), sizeof(char *));
+        r->scores = tr->opt.return_scores ? calloc((size_t)(res[i].n ? res[i].n : 1), sizeof(float)) : NULL;
+        if (!r->hypotheses || (tr->opt.return_scores && !r->scores)) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int k = 0; k < res[i].n; k++) {
+            hypothesis_t *h = &res[i].hyps[k];
+            if ((st = model_decode_target(m, h->tokens, h->length, tr->opt.keep_unk, &r->hypotheses[k]))) goto done;
+            if (r->scores) r->scores[k] = h->score;
+        }
+    }
+done:
+    for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
+    for (int i = 0; i < n && ids; i++) free(ids[i]);
+    free(ids), free(len), free(res);
+    if (st)
+        for (int i = 0; i < n; i++) tern_result_free(&results[i]);
+    return st;
+}
+
+/* ------------------------------------------------------------------ force decoding */
+
+tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
+                               int n, float **token_logprobs, int *token_counts) {
+    const tern_model_t *m = tr->model;
+    int V = m->tf.tgt_vocab;
+    tern_status_t st = TERN_OK;
+    int **sids = calloc((size_t)(n ? n : 1), sizeof(int *)), **tids = calloc((size_t)(n ? n : 1), sizeof(int *));
+    int *slen = calloc((size_t)(n ? n : 1), sizeof(int)), *tlen = calloc((size_t)(n ? n : 1), sizeof(int));
+    int *rows = malloc((size_t)(n ? n : 1) * sizeof(int)), *sent = malloc((size_t)(n ? n : 1) * sizeof(int));
+    int *parent = malloc((size_t)(n ? n : 1) * sizeof(int)), *tok = malloc((size_t)(n ? n : 1) * sizeof(int));
+    int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
+    int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
+    float *logits = NULL;
+    if (!sids || !tids || !slen || !tlen || !rows || !sent || !parent || !tok || !bsrc || !blen) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    translator_set_threads(&tr->opt);
+    for (int i = 0; i < n; i++) {
+        token_logprobs[i] = NULL;
+        token_counts[i] = 0;
+    }
+    int ns = 0;
+    for (int i = 0; i < n; i++) {
+        int trunc;
+        const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
+        if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &sids[i], &slen[i], &trunc))) goto done;
+        if ((st = model_encode_target(m, t, strlen(t), &tids[i], &tlen[i]))) goto done;
+        if (tlen[i] + 1 > m->tf.dec_max_pos) tlen[i] = m->tf.dec_max_pos - 1;
+        token_counts[i] = slen[i] > 0 ? tlen[i] + 1 : 0;
+        token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float));
+        if (!token_logprobs[i]) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        if (slen[i] > 0) {
+            bsrc[ns] = sids[i];
+            blen[ns] = slen[i];
+            rows[ns++] = i;
+        }
+    }
+    if (ns == 0) goto done;
+    /* one batch: the caller sizes it (the CLI feeds batches by the token budget) */
+    if ((st = transformer_encode(tr->state, (const int *const *)bsrc, blen, ns))) goto done;
+    logits = aligned_alloc64((size_t)ns * V * sizeof(float));
+    if (!logits) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int r = 0; r < ns; r++) {
+        sent[r] = r;
+        tok[r] = m->tgt_start;
+    }
+    int R = ns;
+    for (int t = 0; R > 0; t++) {
+        if ((st = transformer_step(tr->state, tok, t, logits, NULL))) goto done;
+        log_softmax_forward(logits, logits, R, V);
+        int R2 = 0;
+        for (int r = 0; r < R; r++) {
+            int i = rows[sent[r]];
+            int y = t < tlen[i] ? tids[i][t] : m->tgt_eos;
+            token_logprobs[i][t] = logits[(size_t)r * V + y];
+            if (t < tlen[i]) {
+                parent[R2] = r;
+                sent[R2] = sent[r];
+                tok[R2] = y;
+                R2++;
+            }
+        }
+        if (R2 == 0) break;
+        if (R2 != R && (st = transformer_set_rows(tr->state, parent, sent, R2))) goto done;
+        R = R2;
+    }
+done:
+    for (int i = 0; i < n; i++) {
+        if (sids) free(sids[i]);
+        if (tids) free(tids[i]);
+        if (st && token_logprobs[i]) {
+            free(token_logprobs[i]);
+            token_logprobs[i] = NULL;
+        }
+    }
+    free(sids), free(tids), free(slen), free(tlen), free(rows), free(sent), free(parent), free(tok), free(bsrc), free(blen);
+    aligned_free(logits);
+    return st;
+}

@@ -1,0 +1,24 @@
+/* translator.h — per-thread translation state and the id-level entry points shared by the batch
+ * API and the streaming file translator. */
+#ifndef TERN_TRANSLATOR_H
+#define TERN_TRANSLATOR_H
+
+#include "model/model.h"
+#include "search/search.h"
+
+struct tern_translator {
+    const tern_model_t *model;
+    tern_translate_options_t opt;
+    transformer_state_t *state;
+};
+
+/* Translates n token-id sources (empty ones give one empty hypothesis without decoding):
+ * sorts them by length, cuts batches by the token budget, restores the order in res (n). */
+tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
+                                       search_result_t *res);
+
+/* Sets the calling thread's intra-op threads from the options (0: all cores / workers). */
+void translator_set_threads(const tern_translate_options_t *opt);
+int tern_num_cores(void);
+
+#endif

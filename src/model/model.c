@@ -1,0 +1,272 @@
+/*
+ * model.c — tern_model_load(): finds the model's files, loads the weights (CTranslate2 model.bin
+ * or Tern's model.safetensors), builds the Transformer, loads vocabularies and SentencePiece,
+ * and checks that they agree. Text <-> token id conversion for both sides.
+ */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+tern_model_options_t tern_model_default_options(void) {
+    tern_model_options_t o;
+    memset(&o, 0, sizeof o);
+    o.compute_type = TERN_COMPUTE_AUTO;
+    o.use_spm = -1;
+    return o;
+}
+
+static const char *find_file(char *buf, size_t n, const char *dir, const char *const *names) {
+    for (int i = 0; names[i]; i++) {
+        path_join(buf, n, dir, names[i]);
+        if (file_exists(buf)) return buf;
+    }
+    return NULL;
+}
+
+static tern_status_t load_vocab_pair(tern_model_t *m) {
+    char p[2048];
+    tern_status_t st;
+    static const char *shared[] = {"shared_vocabulary.json", "shared_vocabulary.txt", NULL};
+    static const char *src[] = {"source_vocabulary.json", "source_vocabulary.txt", NULL};
+    static const char *tgt[] = {"target_vocabulary.json", "target_vocabulary.txt", NULL};
+    if (find_file(p, sizeof p, m->dir, shared)) {
+        if ((st = vocab_load(&m->src_vocab, p))) return st;
+        m->tgt_vocab = m->src_vocab;
+        return TERN_OK;
+    }
+    if (!find_file(p, sizeof p, m->dir, src))
+        return tern_error(TERN_ERR_IO, "%s: no vocabulary found (shared_vocabulary.json, or "
+                          "source_vocabulary.json and target_vocabulary.json)", m->dir);
+    if ((st = vocab_load(&m->src_vocab, p))) return st;
+    if (!find_file(p, sizeof p, m->dir, tgt))
+        return tern_error(TERN_ERR_IO, "%s: source_vocabulary found but no target_vocabulary", m->dir);
+    return vocab_load(&m->tgt_vocab, p);
+}
+
+static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
+    char p[2048], q[2048];
+    tern_status_t st;
+    static const char *src[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model", NULL};
+    static const char *tgt[] = {"target.spm", "target.model", NULL};
+    if (o->use_spm == 0) return TERN_OK;
+    const char *sp = o->source_spm ? o->source_spm : find_file(p, sizeof p, m->dir, src);
+    const char *tp = o->target_spm ? o->target_spm : find_file(q, sizeof q, m->dir, tgt);
+    if (!tp) tp = sp;
+    if (!sp && tp) sp = tp;
+    if (!sp) {
+        if (o->use_spm == 1)
+            return tern_error(TERN_ERR_IO, "%s: no SentencePiece model found (source.spm, "
+                              "sentencepiece.model, spm.model); give one with --spm", m->dir);
+        return TERN_OK;
+    }
+    if ((st = spm_load(&m->src_spm, sp))) return st;
+    if (tp == sp || !strcmp(tp, sp)) {
+        m->tgt_spm = m->src_spm;
+        return TERN_OK;
+    }
+    return spm_load(&m->tgt_spm, tp);
+}
+
+void tern_model_free(tern_model_t *m) {
+    if (!m) return;
+    transformer_free(&m->tf);
+    weights_free(m->weights);
+    if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
+    vocab_free(m->src_vocab);
+    if (m->tgt_spm != m->src_spm) spm_free(m->tgt_spm);
+    spm_free(m->src_spm);
+    free(m);
+}
+
+tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_model_options_t *options) {
+    *out = NULL;
+    tern_model_options_t o = options ? *options : tern_model_default_options();
+    if (!dir) return tern_error(TERN_ERR_INVALID_ARG, "no model directory given");
+    tern_model_t *m = calloc(1, sizeof *m);
+    if (!m) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    char p[2048];
+    tern_status_t st;
+    model_config_defaults(&m->cfg);
+    path_join(p, sizeof p, dir, "config.json");
+    if (file_exists(p) && (st = model_config_load(&m->cfg, p))) goto fail;
+    path_join(p, sizeof p, dir, "model.safetensors");
+    if (file_exists(p)) {
+        strcpy(m->format, "tern");
+        if ((st = weights_load_safetensors(&m->weights, p))) goto fail;
+    } else {
+        path_join(p, sizeof p, dir, "model.bin");
+        if (!file_exists(p)) {
+            st = tern_error(TERN_ERR_IO, "%s: no model.safetensors or model.bin in this directory", dir);
+            goto fail;
+        }
+        strcpy(m->format, "ctranslate2");
+        if ((st = weights_load_ct2(&m->weights, p))) goto fail;
+    }
+    if ((st = transformer_build(&m->tf, m->weights, o.compute_type, m->cfg.layer_norm_epsilon))) goto fail;
+    if ((st = load_vocab_pair(m))) goto fail;
+    if (vocab_size(m->src_vocab) != m->tf.src_vocab) {
+        st = tern_error(TERN_ERR_MISMATCH, "%s: source vocabulary has %d tokens but the encoder "
+                        "embeddings have %d rows", dir, vocab_size(m->src_vocab), m->tf.src_vocab);
+        goto fail;
+    }
+    if (vocab_size(m->tgt_vocab) != m->tf.tgt_vocab) {
+        st = tern_error(TERN_ERR_MISMATCH, "%s: target vocabulary has %d tokens but the decoder "
+                        "embeddings have %d rows", dir, vocab_size(m->tgt_vocab), m->tf.tgt_vocab);
+        goto fail;
+    }
+    m->src_bos = vocab_lookup(m->src_vocab, m->cfg.bos_token);
+    m->src_eos = vocab_lookup(m->src_vocab, m->cfg.eos_token);
+    m->src_unk = vocab_lookup(m->src_vocab, m->cfg.unk_token);
+    m->tgt_start = vocab_lookup(m->tgt_vocab, m->cfg.decoder_start_token);
+    m->tgt_eos = vocab_lookup(m->tgt_vocab, m->cfg.eos_token);
+    m->tgt_unk = vocab_lookup(m->tgt_vocab, m->cfg.unk_token);
+    if (m->tgt_start < 0 || m->tgt_eos < 0) {
+        st = tern_error(TERN_ERR_MISMATCH, "%s: the target vocabulary lacks the decoder start token "
+                        "'%s' or the end token '%s'", dir, m->cfg.decoder_start_token, m->cfg.eos_token);
+        goto fail;
+    }
+    if ((m->cfg.add_source_bos && m->src_bos < 0) || (m->cfg.add_source_eos && m->src_eos < 0)) {
+        st = tern_error(TERN_ERR_MISMATCH, "%s: the source vocabulary lacks '%s' or '%s'", dir,
+                        m->cfg.bos_token, m->cfg.eos_token);
+        goto fail;
+    }
+    if ((st = load_spm(m, &o))) goto fail;
+    *out = m;
+    return TERN_OK;
+fail:
+    tern_model_free(m);
+    return st;
+}
+
+tern_model_info_t tern_model_info(const tern_model_t *m) {
+    tern_model_info_t i;
+    memset(&i, 0, sizeof i);
+    i.encoder_layers = m->tf.enc_layers;
+    i.decoder_layers = m->tf.dec_layers;
+    i.d_model = m->tf.d;
+    i.num_heads = m->tf.H;
+    i.ffn_dim = m->tf.F;
+    i.source_vocab_size = m->tf.src_vocab;
+    i.target_vocab_size = m->tf.tgt_vocab;
+    i.pre_norm = m->tf.pre_norm;
+    i.int8 = m->tf.int8;
+    i.has_spm = m->src_spm != NULL;
+    i.weight_bytes = m->tf.weight_bytes;
+    i.format = m->format;
+    return i;
+}
+
+/* Splits pre-tokenized text on ASCII whitespace into a pieces block like spm_encode's. */
+static tern_status_t split_pieces(const char *text, size_t len, char ***pieces, int *n) {
+    int count = 0;
+    for (size_t i = 0; i < len;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+        if (i >= len) break;
+        count++;
+        while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+    }
+    char **block = malloc((size_t)(count + 1) * sizeof(char *) + len + 1);
+    if (!block) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    char *s = (char *)(block + count + 1);
+    int k = 0;
+    for (size_t i = 0; i < len;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+        if (i >= len) break;
+        block[k++] = s;
+        while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) *s++ = text[i++];
+        *s++ = 0;
+    }
+    block[k] = NULL;
+    *pieces = block;
+    *n = count;
+    return TERN_OK;
+}
+
+static tern_status_t text_to_ids(const vocab_t *v, const spm_t *sp, int unk, const char *text, size_t len,
+                                 int extra, int **ids, int *n) {
+    char **pieces = NULL;
+    int np = 0;
+    tern_status_t st = sp ? spm_encode(sp, text, len, &pieces, &np) : split_pieces(text, len, &pieces, &np);
+    if (st) return st;
+    int *out = malloc((size_t)(np + extra + 1) * sizeof(int));
+    if (!out) {
+        free(pieces);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < np; i++) {
+        int id = vocab_lookup(v, pieces[i]);
+        out[i] = id >= 0 ? id : (unk >= 0 ? unk : 0);
+    }
+    free(pieces);
+    *ids = out;
+    *n = np;
+    return TERN_OK;
+}
+
+tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
+                                  int **ids, int *n, int *truncated) {
+    int *tok, nt;
+    *truncated = 0;
+    tern_status_t st = text_to_ids(m->src_vocab, m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
+    if (st) return st;
+    if (nt == 0) { /* empty input: no tokens at all, even with bos/eos configured */
+        *ids = tok;
+        *n = 0;
+        return TERN_OK;
+    }
+    int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0);
+    if (max_len > m->tf.enc_max_pos) max_len = m->tf.enc_max_pos;
+    if (max_len > 0 && nt + extra > max_len) {
+        nt = max_len - extra > 1 ? max_len - extra : 1;
+        *truncated = 1;
+    }
+    if (m->cfg.add_source_bos) {
+        memmove(tok + 1, tok, (size_t)nt * sizeof(int));
+        tok[0] = m->src_bos;
+        nt++;
+    }
+    if (m->cfg.add_source_eos) tok[nt++] = m->src_eos;
+    *ids = tok;
+    *n = nt;
+    return TERN_OK;
+}
+
+tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_t len, int **ids, int *n) {
+    return text_to_ids(m->tgt_vocab, m->tgt_spm, m->tgt_unk, text, len, 0, ids, n);
+}
+
+tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, int keep_unk, char **text) {
+    const char **pieces = malloc((size_t)(n + 1) * sizeof(char *));
+    if (!pieces) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    int k = 0;
+    size_t total = 1;
+    for (int i = 0; i < n; i++) {
+        if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm) continue;
+        const char *p = vocab_token(m->tgt_vocab, ids[i]);
+        if (!p) p = "";
+        pieces[k++] = p;
+        total += strlen(p) + 1;
+    }
+    tern_status_t st = TERN_OK;
+    if (m->tgt_spm) {
+        st = spm_decode(m->tgt_spm, pieces, k, text);
+    } else {
+        char *s = malloc(total);
+        if (!s) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        else {
+            char *w = s;
+            for (int i = 0; i < k; i++) {
+                size_t l = strlen(pieces[i]);
+                if (i) *w++ = ' ';
+                memcpy(w, pieces[i], l);
+                w += l;
+            }
+            *w = 0;
+            *text = s;
+        }
+    }
+    free(pieces);
+    return st;
+}

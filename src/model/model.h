@@ -1,0 +1,32 @@
+/* model.h — the loaded model behind tern_model_t: weights, Transformer, vocabularies, tokenizers. */
+#ifndef TERN_MODEL_H
+#define TERN_MODEL_H
+
+#include "text/spm.h"
+#include "text/vocab.h"
+#include "transformer.h"
+#include "weights.h"
+
+struct tern_model {
+    char dir[1024];
+    char format[16];             /* "ctranslate2" or "tern" */
+    weights_t *weights;
+    transformer_t tf;
+    vocab_t *src_vocab, *tgt_vocab; /* may be the same object */
+    spm_t *src_spm, *tgt_spm;       /* NULL: pre-tokenized input/output */
+    model_config_t cfg;
+    int src_bos, src_eos, src_unk;  /* ids in the source vocabulary (-1: absent) */
+    int tgt_start, tgt_eos, tgt_unk;
+};
+
+/* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,
+ * bos/eos added as the config says), truncated to max_len with *truncated set.
+ * *ids is malloc'd (free it); *n may be 0 for an empty line. */
+tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
+                                  int **ids, int *n, int *truncated);
+/* Target token ids -> text (SentencePiece decoding or pieces joined by spaces), malloc'd. */
+tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, int keep_unk, char **text);
+/* Target text -> ids (for force decoding), without start/end tokens. */
+tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_t len, int **ids, int *n);
+
+#endif

@@ -1,0 +1,478 @@
+/*
+ * transformer.c — Transformer forward pass for inference: encoder over a packed batch, decoder
+ * one step at a time with a tree-shaped self-attention cache.
+ *
+ * Legend: N sentences, R decoder rows, P packed source tokens (sum of lengths), S padded source
+ * length, T steps, d width, H heads, dh = d / H, F feed-forward width, V target vocabulary.
+ */
+#include "transformer.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct transformer_state {
+    const transformer_t *m;
+    /* batch */
+    int N, S, P;
+    int *src_len, *src_off;    /* (N) */
+    float **cross_kv;          /* [dec_layers] (P, 2d) */
+    size_t cross_cap;          /* floats per layer allocated */
+    /* rows */
+    int R, t;                  /* live rows, steps done */
+    int rows_cap, t_cap;
+    int *row_sent;             /* (rows_cap) */
+    int *path, *path_tmp;      /* (rows_cap, t_cap) slot ids */
+    int *tmp_sent;
+    /* self-attention cache: slots of (d) keys and values per layer */
+    float **k_cache, **v_cache;
+    int n_slots, slot_cap;
+    /* workspace */
+    float *x, *h, *big, *ctx, *scores;
+    size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
+    void *lin_ws;
+    size_t lin_ws_cap;
+};
+
+/* ------------------------------------------------------------------ small helpers */
+
+static int grow(void **buf, size_t *cap, size_t need_bytes) {
+    if (need_bytes <= *cap) return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need_bytes) n *= 2;
+    void *p = aligned_alloc64(n);
+    if (!p) return -1;
+    aligned_free(*buf);
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* Grow keeping the contents. */
+static int grow_keep(void **buf, size_t *cap, size_t need_bytes, size_t used_bytes) {
+    if (need_bytes <= *cap) return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need_bytes) n *= 2;
+    void *p = aligned_alloc64(n);
+    if (!p) return -1;
+    if (*buf && used_bytes) memcpy(p, *buf, used_bytes);
+    aligned_free(*buf);
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+#define GROW_F(st, field, nfloats)                                                                 \
+    do {                                                                                           \
+        size_t _capb = (st)->field##_cap * sizeof(float);                                          \
+        if (grow((void **)&(st)->field, &_capb, (size_t)(nfloats) * sizeof(float)))                \
+            return tern_error(TERN_ERR_NOMEM, "transformer workspace: out of memory");             \
+        (st)->field##_cap = _capb / sizeof(float);                                                 \
+    } while (0)
+
+static inline float dot(const float *a, const float *b, int n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc0 = _mm256_add_ps(acc0, acc1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float r = _mm_cvtss_f32(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+static inline void axpy_n(float *y, float a, const float *x, int n) {
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+static void softmax_inplace(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin, int M) {
+    size_t need = linear_workspace_size(lin, M);
+    if (grow(&st->lin_ws, &st->lin_ws_cap, need))
+        return tern_error(TERN_ERR_NOMEM, "linear workspace: out of memory");
+    return TERN_OK;
+}
+
+static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin, int M) {
+    tern_status_t s = ensure_lin_ws(st, lin, M);
+    if (s) return s;
+    linear_forward(out, inp, lin, M, st->lin_ws);
+    return TERN_OK;
+}
+
+static void embed_row(float *out, const embedding_t *e, int id, float scale) {
+    if (e->w) {
+        const float *r = e->w + (size_t)id * e->d;
+        for (int i = 0; i < e->d; i++) out[i] = r[i] * scale;
+    } else {
+        const int8_t *r = e->q + (size_t)id * e->d;
+        float s = scale / e->scale[id];
+        for (int i = 0; i < e->d; i++) out[i] = (float)r[i] * s;
+    }
+}
+
+static void layernorm(float *out, const float *inp, const layernorm_t *ln, int M, int d, float eps) {
+    layernorm_forward(out, NULL, NULL, inp, ln->gamma, ln->beta, M, d, eps);
+}
+
+/* ------------------------------------------------------------------ state */
+
+transformer_state_t *transformer_state_new(const transformer_t *m) {
+    transformer_state_t *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->m = m;
+    st->cross_kv = calloc((size_t)m->dec_layers, sizeof(float *));
+    st->k_cache = calloc((size_t)m->dec_layers, sizeof(float *));
+    st->v_cache = calloc((size_t)m->dec_layers, sizeof(float *));
+    if (!st->cross_kv || !st->k_cache || !st->v_cache) {
+        transformer_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void transformer_state_free(transformer_state_t *st) {
+    if (!st) return;
+    for (int l = 0; st->m && l < st->m->dec_layers; l++) {
+        if (st->cross_kv) aligned_free(st->cross_kv[l]);
+        if (st->k_cache) aligned_free(st->k_cache[l]);
+        if (st->v_cache) aligned_free(st->v_cache[l]);
+    }
+    free(st->cross_kv);
+    free(st->k_cache);
+    free(st->v_cache);
+    free(st->src_len);
+    free(st->src_off);
+    free(st->row_sent);
+    free(st->path);
+    free(st->path_tmp);
+    free(st->tmp_sent);
+    aligned_free(st->x);
+    aligned_free(st->h);
+    aligned_free(st->big);
+    aligned_free(st->ctx);
+    aligned_free(st->scores);
+    aligned_free(st->lin_ws);
+    free(st);
+}
+
+int transformer_rows(const transformer_state_t *st) { return st->R; }
+int transformer_source_len(const transformer_state_t *st) { return st->S; }
+
+static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
+    if (R <= st->rows_cap && T <= st->t_cap) return TERN_OK;
+    int rc = R > st->rows_cap ? R : st->rows_cap;
+    int tc = st->t_cap ? st->t_cap : 64;
+    while (tc < T) tc *= 2;
+    int *path = malloc((size_t)rc * tc * sizeof(int));
+    int *tmp = malloc((size_t)rc * tc * sizeof(int));
+    int *sent = malloc((size_t)rc * sizeof(int));
+    int *tsent = malloc((size_t)rc * sizeof(int));
+    if (!path || !tmp || !sent || !tsent) {
+        free(path), free(tmp), free(sent), free(tsent);
+        return tern_error(TERN_ERR_NOMEM, "decoder rows: out of memory");
+    }
+    for (int r = 0; r < st->R; r++) {
+        memcpy(path + (size_t)r * tc, st->path + (size_t)r * st->t_cap, (size_t)st->t * sizeof(int));
+        sent[r] = st->row_sent[r];
+    }
+    free(st->path), free(st->path_tmp), free(st->row_sent), free(st->tmp_sent);
+    st->path = path;
+    st->path_tmp = tmp;
+    st->row_sent = sent;
+    st->tmp_sent = tsent;
+    st->rows_cap = rc;
+    st->t_cap = tc;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ encoder */
+
+/* Multi-head self-attention over each sentence of a packed batch: qkv (P, 3d) -> ctx (P, d). */
+static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, const float *qkv) {
+    const transformer_t *m = st->m;
+    int d = m->d, H = m->H, dh = d / H;
+    float alpha = 1.0f / sqrtf((float)dh);
+    GROW_F(st, scores, (size_t)st->S * st->S);
+    for (int n = 0; n < st->N; n++) {
+        int L = st->src_len[n], off = st->src_off[n];
+        const float *base = qkv + (size_t)off * 3 * d;
+        for (int h = 0; h < H; h++) {
+            const float *Q = base + h * dh, *K = base + d + h * dh, *Vv = base + 2 * d + h * dh;
+            gemm_f32(0, 1, L, L, dh, alpha, Q, 3 * d, K, 3 * d, 0.0f, st->scores, L);
+            softmax_forward(st->scores, st->scores, L, L);
+            gemm_f32(0, 0, L, dh, L, 1.0f, st->scores, L, Vv, 3 * d, 0.0f, ctx + (size_t)off * d + h * dh, d);
+        }
+    }
+    return TERN_OK;
+}
+
+tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len, int N) {
+    const transformer_t *m = st->m;
+    int d = m->d, F = m->F;
+    tern_status_t s;
+    free(st->src_len);
+    free(st->src_off);
+    st->src_len = malloc((size_t)(N ? N : 1) * sizeof(int));
+    st->src_off = malloc((size_t)(N ? N : 1) * sizeof(int));
+    if (!st->src_len || !st->src_off) return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
+    st->N = N;
+    st->S = 0;
+    st->P = 0;
+    for (int n = 0; n < N; n++) {
+        if (src_len[n] < 1 || src_len[n] > m->enc_max_pos)
+            return tern_error(TERN_ERR_INVALID_ARG, "encoder: source %d has length %d (must be 1..%d)",
+                              n, src_len[n], m->enc_max_pos);
+        st->src_len[n] = src_len[n];
+        st->src_off[n] = st->P;
+        st->P += src_len[n];
+        if (src_len[n] > st->S) st->S = src_len[n];
+    }
+    int P = st->P;
+    size_t wide = (size_t)P * (size_t)(3 * d > F ? 3 * d : F);
+    GROW_F(st, x, (size_t)P * d);
+    GROW_F(st, h, (size_t)P * d);
+    GROW_F(st, ctx, (size_t)P * d);
+    GROW_F(st, big, wide);
+    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big;
+    float emb_scale = m->enc_scale_emb ? sqrtf((float)d) : 1.0f;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < src_len[n]; i++) {
+            int id = src[n][i];
+            if (id < 0 || id >= m->src_vocab)
+                return tern_error(TERN_ERR_INVALID_ARG, "encoder: token id %d out of range [0, %d)", id, m->src_vocab);
+            float *row = x + (size_t)(st->src_off[n] + i) * d;
+            embed_row(row, &m->enc_emb, id, emb_scale);
+            add_inplace(row, m->enc_pos + (size_t)i * d, (size_t)d);
+        }
+    for (int l = 0; l < m->enc_layers; l++) {
+        const enc_layer_t *L = &m->enc[l];
+        /* self-attention */
+        const float *in = x;
+        if (m->pre_norm) {
+            layernorm(h, x, &L->ln_attn, P, d, m->eps);
+            in = h;
+        }
+        if ((s = linear(st, big, in, &L->qkv, P))) return s;
+        if ((s = encoder_attention(st, ctx, big))) return s;
+        if ((s = linear(st, h, ctx, &L->attn_out, P))) return s;
+        add_inplace(x, h, (size_t)P * d);
+        if (!m->pre_norm) layernorm(x, x, &L->ln_attn, P, d, m->eps);
+        /* feed-forward */
+        in = x;
+        if (m->pre_norm) {
+            layernorm(h, x, &L->ln_ffn, P, d, m->eps);
+            in = h;
+        }
+        if ((s = linear(st, big, in, &L->ffn1, P))) return s;
+        activation_forward(big, (size_t)P * F, m->act);
+        if ((s = linear(st, h, big, &L->ffn2, P))) return s;
+        add_inplace(x, h, (size_t)P * d);
+        if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
+    }
+    if (m->enc_ln.gamma) layernorm(x, x, &m->enc_ln, P, d, m->eps);
+    /* Cross-attention keys and values of every decoder layer, projected once. */
+    size_t need = (size_t)P * 2 * d;
+    if (need > st->cross_cap) {
+        size_t cap = need * 2;
+        for (int l = 0; l < m->dec_layers; l++) {
+            aligned_free(st->cross_kv[l]);
+            st->cross_kv[l] = aligned_alloc64(cap * sizeof(float));
+            if (!st->cross_kv[l]) {
+                st->cross_cap = 0;
+                return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
+            }
+        }
+        st->cross_cap = cap;
+    }
+    for (int l = 0; l < m->dec_layers; l++)
+        if ((s = linear(st, st->cross_kv[l], x, &m->dec[l].cross_kv, P))) return s;
+    /* One decoder row per sentence. */
+    st->t = 0;
+    st->n_slots = 0;
+    st->R = 0;
+    if ((s = ensure_rows(st, N, 64))) return s;
+    for (int n = 0; n < N; n++) st->row_sent[n] = n;
+    st->R = N;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ decoder */
+
+tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R) {
+    tern_status_t s = ensure_rows(st, R, st->t + 1);
+    if (s) return s;
+    int tc = st->t_cap, t = st->t;
+    for (int i = 0; i < R; i++) {
+        if (parent[i] < 0 || parent[i] >= st->R || sent[i] < 0 || sent[i] >= st->N)
+            return tern_error(TERN_ERR_INTERNAL, "set_rows: bad parent %d or sentence %d", parent[i], sent[i]);
+        memcpy(st->path_tmp + (size_t)i * tc, st->path + (size_t)parent[i] * tc, (size_t)t * sizeof(int));
+        st->tmp_sent[i] = sent[i];
+    }
+    int *p = st->path;
+    st->path = st->path_tmp;
+    st->path_tmp = p;
+    p = st->row_sent;
+    st->row_sent = st->tmp_sent;
+    st->tmp_sent = p;
+    st->R = R;
+    return TERN_OK;
+}
+
+static tern_status_t ensure_slots(transformer_state_t *st, int need) {
+    if (need <= st->slot_cap) return TERN_OK;
+    const transformer_t *m = st->m;
+    int cap = st->slot_cap ? st->slot_cap : 256;
+    while (cap < need) cap *= 2;
+    size_t d = (size_t)m->d;
+    for (int l = 0; l < m->dec_layers; l++) {
+        size_t capb_k = (size_t)st->slot_cap * d * sizeof(float), capb_v = capb_k;
+        size_t used = (size_t)st->n_slots * d * sizeof(float);
+        if (grow_keep((void **)&st->k_cache[l], &capb_k, (size_t)cap * d * sizeof(float), used) ||
+            grow_keep((void **)&st->v_cache[l], &capb_v, (size_t)cap * d * sizeof(float), used))
+            return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
+    }
+    st->slot_cap = cap;
+    return TERN_OK;
+}
+
+tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
+    const transformer_t *m = st->m;
+    int d = m->d, F = m->F, H = m->H, dh = d / H, R = st->R;
+    tern_status_t s;
+    if (t != st->t) return tern_error(TERN_ERR_INTERNAL, "decoder step %d, expected %d", t, st->t);
+    if (t >= m->dec_max_pos)
+        return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", t, m->dec_max_pos);
+    if ((s = ensure_rows(st, R, t + 1))) return s;
+    if ((s = ensure_slots(st, st->n_slots + R))) return s;
+    size_t wide = (size_t)R * (size_t)(3 * d > F ? 3 * d : F);
+    GROW_F(st, x, (size_t)R * d);
+    GROW_F(st, h, (size_t)R * d);
+    GROW_F(st, ctx, (size_t)R * d);
+    GROW_F(st, big, wide);
+    GROW_F(st, scores, (size_t)(t + 1 > st->S ? t + 1 : st->S) * 2);
+    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big, *sc = st->scores;
+    float emb_scale = m->dec_scale_emb ? sqrtf((float)d) : 1.0f;
+    float qscale = 1.0f / sqrtf((float)dh);
+    int tc = st->t_cap, base = st->n_slots;
+
+    for (int r = 0; r < R; r++) {
+        float *row = x + (size_t)r * d;
+        if (tokens[r] < 0 || tokens[r] >= m->tgt_vocab)
+            return tern_error(TERN_ERR_INVALID_ARG, "decoder: token id %d out of range [0, %d)", tokens[r], m->tgt_vocab);
+        if (t == 0 && m->dec_zero_start) memset(row, 0, (size_t)d * sizeof(float));
+        else embed_row(row, &m->dec_emb, tokens[r], emb_scale);
+        add_inplace(row, m->dec_pos + (size_t)t * d, (size_t)d);
+        st->path[(size_t)r * tc + t] = base + r;
+    }
+    if (attn) memset(attn, 0, (size_t)R * st->S * sizeof(float));
+
+    for (int l = 0; l < m->dec_layers; l++) {
+        const dec_layer_t *L = &m->dec[l];
+        /* masked self-attention over the cached path of each row */
+        const float *in = x;
+        if (m->pre_norm) {
+            layernorm(h, x, &L->ln_self, R, d, m->eps);
+            in = h;
+        }
+        if ((s = linear(st, big, in, &L->qkv, R))) return s;
+        float *K = st->k_cache[l], *Vc = st->v_cache[l];
+        for (int r = 0; r < R; r++) {
+            memcpy(K + (size_t)(base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+            memcpy(Vc + (size_t)(base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
+        }
+        for (int r = 0; r < R; r++) {
+            const int *path = st->path + (size_t)r * tc;
+            float *q = big + (size_t)r * 3 * d;
+            for (int i = 0; i < d; i++) q[i] *= qscale;
+            for (int hh = 0; hh < H; hh++) {
+                const float *qh = q + hh * dh;
+                for (int tau = 0; tau <= t; tau++) sc[tau] = dot(qh, K + (size_t)path[tau] * d + hh * dh, dh);
+                softmax_inplace(sc, t + 1);
+                float *c = ctx + (size_t)r * d + hh * dh;
+                memset(c, 0, (size_t)dh * sizeof(float));
+                for (int tau = 0; tau <= t; tau++) axpy_n(c, sc[tau], Vc + (size_t)path[tau] * d + hh * dh, dh);
+            }
+        }
+        if ((s = linear(st, h, ctx, &L->self_out, R))) return s;
+        add_inplace(x, h, (size_t)R * d);
+        if (!m->pre_norm) layernorm(x, x, &L->ln_self, R, d, m->eps);
+
+        /* cross-attention over the sentence's encoder output */
+        in = x;
+        if (m->pre_norm) {
+            layernorm(h, x, &L->ln_cross, R, d, m->eps);
+            in = h;
+        }
+        if ((s = linear(st, big, in, &L->cross_q, R))) return s;
+        const float *kv = st->cross_kv[l];
+        int want_attn = attn && l == m->alignment_layer;
+        int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
+        for (int r = 0; r < R; r++) {
+            int n = st->row_sent[r], Ln = st->src_len[n], off = st->src_off[n];
+            float *q = big + (size_t)r * d;
+            for (int i = 0; i < d; i++) q[i] *= qscale;
+            for (int hh = 0; hh < H; hh++) {
+                const float *qh = q + hh * dh;
+                const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
+                const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
+                for (int j = 0; j < Ln; j++) sc[j] = dot(qh, Kb + (size_t)j * 2 * d, dh);
+                softmax_inplace(sc, Ln);
+                float *c = ctx + (size_t)r * d + hh * dh;
+                memset(c, 0, (size_t)dh * sizeof(float));
+                for (int j = 0; j < Ln; j++) axpy_n(c, sc[j], Vb + (size_t)j * 2 * d, dh);
+                if (want_attn && hh < nheads_avg) {
+                    float *a = attn + (size_t)r * st->S;
+                    float wgt = 1.0f / (float)nheads_avg;
+                    for (int j = 0; j < Ln; j++) a[j] += wgt * sc[j];
+                }
+            }
+        }
+        if ((s = linear(st, h, ctx, &L->cross_out, R))) return s;
+        add_inplace(x, h, (size_t)R * d);
+        if (!m->pre_norm) layernorm(x, x, &L->ln_cross, R, d, m->eps);
+
+        /* feed-forward */
+        in = x;
+        if (m->pre_norm) {
+            layernorm(h, x, &L->ln_ffn, R, d, m->eps);
+            in = h;
+        }
+        if ((s = linear(st, big, in, &L->ffn1, R))) return s;
+        activation_forward(big, (size_t)R * F, m->act);
+        if ((s = linear(st, h, big, &L->ffn2, R))) return s;
+        add_inplace(x, h, (size_t)R * d);
+        if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, R, d, m->eps);
+    }
+    const float *out = x;
+    if (m->dec_ln.gamma) {
+        layernorm(h, x, &m->dec_ln, R, d, m->eps);
+        out = h;
+    }
+    if ((s = linear(st, logits, out, &m->proj, R))) return s;
+    st->n_slots += R;
+    st->t = t + 1;
+    return TERN_OK;
+}

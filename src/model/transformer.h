@@ -1,0 +1,109 @@
+/*
+ * transformer.h — the Transformer encoder-decoder used for inference (and, later, training).
+ *
+ * Legend: N sentences in a batch, R decoder rows (sentences × beams, flattened), S source
+ * length (padded to the batch maximum), T decoded steps so far, d model width (C), H heads,
+ * dh = d / H, F feed-forward width, V vocabulary.
+ *
+ * The weights (transformer_t) are read-only after loading and shared by every thread. The
+ * per-thread state (transformer_state_t) holds the encoder output, the cross-attention keys and
+ * values (projected once per batch) and the decoder self-attention cache. The cache is a tree:
+ * every decoder step appends one key/value slot per live row, and each row keeps the path of
+ * slot ids it descends from, so reordering beams copies a few ints instead of the cached keys.
+ */
+#ifndef TERN_TRANSFORMER_H
+#define TERN_TRANSFORMER_H
+
+#include "../kernels/kernels.h"
+#include "weights.h"
+
+typedef struct {
+    const float *gamma, *beta; /* (d) */
+} layernorm_t;
+
+/* An embedding table: float32 rows, or int8 rows with per-row scales. */
+typedef struct {
+    int V, d;
+    const float *w;      /* (V, d) */
+    const int8_t *q;     /* (V, d) */
+    const float *scale;  /* (V) */
+} embedding_t;
+
+typedef struct {
+    layernorm_t ln_attn;  /* pre-norm: before self-attention; post-norm: after the residual */
+    linear_t qkv;         /* (3d, d) fused Q, K, V */
+    linear_t attn_out;    /* (d, d) */
+    layernorm_t ln_ffn;
+    linear_t ffn1;        /* (F, d) */
+    linear_t ffn2;        /* (d, F) */
+} enc_layer_t;
+
+typedef struct {
+    layernorm_t ln_self;
+    linear_t qkv;         /* (3d, d) */
+    linear_t self_out;    /* (d, d) */
+    layernorm_t ln_cross;
+    linear_t cross_q;     /* (d, d) */
+    linear_t cross_kv;    /* (2d, d) fused K, V */
+    linear_t cross_out;   /* (d, d) */
+    layernorm_t ln_ffn;
+    linear_t ffn1;        /* (F, d) */
+    linear_t ffn2;        /* (d, F) */
+} dec_layer_t;
+
+typedef struct {
+    /* shape */
+    int enc_layers, dec_layers, d, H, F;
+    int pre_norm;             /* 1 pre-norm, 0 post-norm */
+    activation_t act;
+    float eps;                /* layer norm epsilon */
+    int enc_scale_emb, dec_scale_emb; /* multiply embeddings by sqrt(d) */
+    int dec_zero_start;       /* decoder step 0 uses a zero embedding */
+    int alignment_layer;      /* decoder layer whose cross-attention is returned (>= 0) */
+    int alignment_heads;      /* heads averaged for it (0: all) */
+    /* weights */
+    embedding_t enc_emb, dec_emb;
+    const float *enc_pos, *dec_pos; /* (max_pos, d): learned, or a generated sinusoidal table */
+    int enc_max_pos, dec_max_pos;
+    enc_layer_t *enc;         /* (enc_layers) */
+    dec_layer_t *dec;         /* (dec_layers) */
+    layernorm_t enc_ln, dec_ln; /* final layer norms (pre-norm models); gamma NULL when absent */
+    linear_t proj;            /* (V, d) output projection */
+    int src_vocab, tgt_vocab;
+    int int8;                 /* linear weights run in int8 */
+    size_t weight_bytes;      /* bytes of weights as run */
+    /* memory owned by the model (converted/quantized tensors, tables) */
+    void **owned;
+    int n_owned, cap_owned;
+} transformer_t;
+
+/* Builds the model from CTranslate2 TransformerSpec variables (model.bin or Tern's safetensors).
+ * compute: TERN_COMPUTE_AUTO / FLOAT32 / INT8 (see tern.h). eps < 0: default 1e-6. */
+tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
+                                float eps);
+void transformer_free(transformer_t *m);
+
+typedef struct transformer_state transformer_state_t;
+
+transformer_state_t *transformer_state_new(const transformer_t *m);
+void transformer_state_free(transformer_state_t *st);
+
+/* Encodes N sentences (token ids; lengths >= 1) and prepares decoding with one row per sentence
+ * (row i -> sentence i). Projects the cross-attention keys/values of every layer once. */
+tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len,
+                                 int N);
+
+/* One decoder step for the current rows: tokens (R) are the previous tokens, t the step
+ * (0 for the start token). Writes logits (R, V). When attn is not NULL, also writes the
+ * alignment layer's cross-attention (R, S) (zeros past each sentence's length). */
+tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits,
+                               float *attn);
+
+/* Sets the next rows: new row i continues old row parent[i] (its cache path) and belongs to
+ * sentence sent[i]. R may grow (beam expansion after step 0) or shrink (finished sentences). */
+tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R);
+
+int transformer_rows(const transformer_state_t *st);
+int transformer_source_len(const transformer_state_t *st); /* padded S of the batch */
+
+#endif

@@ -1,0 +1,399 @@
+/*
+ * transformer_load.c — builds a transformer_t from CTranslate2 TransformerSpec variables.
+ *
+ * The same variable names serve CTranslate2's model.bin and Tern's model.safetensors. Weights are
+ * used in place when their dtype is the one run (float32, or int8 run as int8); otherwise they
+ * are converted once here (float16/bfloat16 -> float32, int8 -> float32, float32 -> int8).
+ */
+#include "transformer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SINUSOID_MAX_POS 2048
+
+static void *own(transformer_t *m, void *p) {
+    if (!p) return NULL;
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) {
+            aligned_free(p);
+            return NULL;
+        }
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+static void *own_alloc(transformer_t *m, size_t bytes) { return own(m, aligned_alloc64(bytes)); }
+
+static tern_status_t shape_error(const weights_t *w, const char *name, const tensor_t *t,
+                                 int64_t d0, int64_t d1) {
+    char got[128] = "[";
+    for (int i = 0; i < t->rank; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        strncat(got, b, sizeof got - strlen(got) - 2);
+    }
+    strcat(got, "]");
+    if (d1 >= 0)
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%lld, %lld], got %s",
+                          weights_path(w), name, (long long)d0, (long long)d1, got);
+    return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%lld], got %s",
+                      weights_path(w), name, (long long)d0, got);
+}
+
+/* Fetches a tensor and checks its shape ([d0] when d1 < 0, else [d0, d1]). */
+static tern_status_t get_checked(const weights_t *w, const char *name, int64_t d0, int64_t d1,
+                                 int optional, const tensor_t **out) {
+    const tensor_t *t = weights_get(w, name);
+    *out = t;
+    if (!t) {
+        if (optional) return TERN_OK;
+        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), name);
+    }
+    if (d1 < 0) {
+        if (t->rank != 1 || t->shape[0] != d0) return shape_error(w, name, t, d0, d1);
+    } else if (t->rank != 2 || t->shape[0] != d0 || t->shape[1] != d1) {
+        return shape_error(w, name, t, d0, d1);
+    }
+    return TERN_OK;
+}
+
+/* float32 view of a floating tensor (converted copy when stored as float16/bfloat16). */
+static tern_status_t as_f32(transformer_t *m, const weights_t *w, const tensor_t *t, const float **out) {
+    switch (t->dtype) {
+    case DT_F32:
+        *out = t->data;
+        return TERN_OK;
+    case DT_F16:
+    case DT_BF16: {
+        float *p = own_alloc(m, (size_t)t->numel * sizeof(float));
+        if (!p) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+        if (t->dtype == DT_F16) half_to_float_array(p, t->data, (size_t)t->numel);
+        else bf16_to_float_array(p, t->data, (size_t)t->numel);
+        *out = p;
+        return TERN_OK;
+    }
+    default:
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s",
+                          weights_path(w), t->name, dtype_name(t->dtype));
+    }
+}
+
+/* A weight matrix (N, K) as float32 or int8 + per-row scales, depending on how it is stored and
+ * on the compute type. */
+typedef struct {
+    const float *w;
+    const int8_t *q;
+    const float *scale;
+} matrix_t;
+
+static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const char *name, int64_t N,
+                                 int64_t K, tern_compute_type_t compute, int want_int8_ok,
+                                 matrix_t *out) {
+    memset(out, 0, sizeof *out);
+    const tensor_t *t;
+    tern_status_t st = get_checked(w, name, N, K, 0, &t);
+    if (st) return st;
+    int run_int8 = want_int8_ok && (compute == TERN_COMPUTE_INT8 ||
+                                    (compute == TERN_COMPUTE_AUTO && (t->dtype == DT_I8 || t->dtype == DT_I16)));
+    char sname[512];
+    snprintf(sname, sizeof sname, "%s_scale", name); /* "<prefix>/weight_scale" */
+    if (t->dtype == DT_I8 || t->dtype == DT_I16) {
+        const tensor_t *s = weights_get(w, sname);
+        if (!s) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is %s but '%s' is missing",
+                                  weights_path(w), name, dtype_name(t->dtype), sname);
+        const float *scale;
+        if ((st = as_f32(m, w, s, &scale))) return st;
+        int per_row = (s->numel == N);
+        if (!per_row && s->numel != 1)
+            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected %lld scales or 1, got %lld",
+                              weights_path(w), sname, (long long)N, (long long)s->numel);
+        if (t->dtype == DT_I8 && per_row && run_int8) {
+            out->q = t->data;
+            out->scale = scale;
+            return TERN_OK;
+        }
+        /* Dequantize to float32 (and requantize per row below if int8 is wanted). */
+        float *f = own_alloc(m, (size_t)(N * K) * sizeof(float));
+        if (!f) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
+        for (int64_t n = 0; n < N; n++) {
+            float inv = 1.0f / scale[per_row ? n : 0];
+            for (int64_t k = 0; k < K; k++) {
+                float v = t->dtype == DT_I8 ? (float)((const int8_t *)t->data)[n * K + k]
+                                            : (float)((const int16_t *)t->data)[n * K + k];
+                f[n * K + k] = v * inv;
+            }
+        }
+        out->w = f;
+    } else {
+        if ((st = as_f32(m, w, t, &out->w))) return st;
+    }
+    if (run_int8) {
+        int8_t *q = own_alloc(m, (size_t)(N * K));
+        float *scale = own_alloc(m, (size_t)N * sizeof(float));
+        if (!q || !scale) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
+        quantize_rows_s8(q, scale, out->w, (int)N, (int)K);
+        out->q = q;
+        out->scale = scale;
+        out->w = NULL;
+    }
+    return TERN_OK;
+}
+
+static tern_status_t load_linear(transformer_t *m, const weights_t *w, const char *prefix, int N,
+                                 int K, tern_compute_type_t compute, linear_t *lin) {
+    char name[512];
+    matrix_t mat;
+    memset(lin, 0, sizeof *lin);
+    snprintf(name, sizeof name, "%s/weight", prefix);
+    tern_status_t st = load_matrix(m, w, name, N, K, compute, 1, &mat);
+    if (st) return st;
+    lin->N = N;
+    lin->K = K;
+    if (mat.q) {
+        lin->kind = WEIGHT_S8;
+        lin->q = mat.q;
+        lin->scale = mat.scale;
+        int32_t *comp = own_alloc(m, (size_t)N * sizeof(int32_t));
+        if (!comp) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
+        linear_prepare_s8(comp, mat.q, N, K);
+        lin->comp = comp;
+        m->weight_bytes += (size_t)N * K + (size_t)N * 8;
+    } else {
+        lin->kind = WEIGHT_F32;
+        lin->w = mat.w;
+        m->weight_bytes += (size_t)N * K * 4;
+    }
+    snprintf(name, sizeof name, "%s/bias", prefix);
+    const tensor_t *b;
+    if ((st = get_checked(w, name, N, -1, 1, &b))) return st;
+    if (b) {
+        if ((st = as_f32(m, w, b, &lin->bias))) return st;
+        m->weight_bytes += (size_t)N * 4;
+    }
+    return TERN_OK;
+}
+
+static tern_status_t load_ln(transformer_t *m, const weights_t *w, const char *prefix, int d,
+                             int optional, layernorm_t *ln) {
+    char name[512];
+    const tensor_t *g, *b;
+    memset(ln, 0, sizeof *ln);
+    snprintf(name, sizeof name, "%s/gamma", prefix);
+    tern_status_t st = get_checked(w, name, d, -1, optional, &g);
+    if (st || !g) return st;
+    snprintf(name, sizeof name, "%s/beta", prefix);
+    if ((st = get_checked(w, name, d, -1, 0, &b))) return st;
+    if ((st = as_f32(m, w, g, &ln->gamma))) return st;
+    if ((st = as_f32(m, w, b, &ln->beta))) return st;
+    m->weight_bytes += (size_t)d * 8;
+    return TERN_OK;
+}
+
+static tern_status_t load_embedding(transformer_t *m, const weights_t *w, const char *name,
+                                    tern_compute_type_t compute, embedding_t *e) {
+    const tensor_t *t = weights_get(w, name);
+    if (!t) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), name);
+    if (t->rank != 2 || t->shape[1] != m->d)
+        return shape_error(w, name, t, t->rank >= 1 ? t->shape[0] : 0, m->d);
+    e->V = (int)t->shape[0];
+    e->d = m->d;
+    matrix_t mat;
+    tern_status_t st = load_matrix(m, w, name, e->V, e->d, compute, 1, &mat);
+    if (st) return st;
+    e->w = mat.w;
+    e->q = mat.q;
+    e->scale = mat.scale;
+    m->weight_bytes += mat.q ? (size_t)e->V * e->d + (size_t)e->V * 4 : (size_t)e->V * e->d * 4;
+    return TERN_OK;
+}
+
+static int count_layers(const weights_t *w, const char *side) {
+    int n = 0;
+    char prefix[64];
+    for (;;) {
+        snprintf(prefix, sizeof prefix, "%s/layer_%d/", side, n);
+        size_t pl = strlen(prefix);
+        int found = 0;
+        for (int i = 0; i < weights_count(w) && !found; i++)
+            if (!strncmp(weights_at(w, i)->name, prefix, pl)) found = 1;
+        if (!found) return n;
+        n++;
+    }
+}
+
+static int64_t scalar_or(const weights_t *w, const char *name, int64_t dflt) {
+    int64_t v = dflt;
+    weights_get_int(w, name, &v);
+    return v;
+}
+
+/* CTranslate2's sinusoidal table: position p (0-based) holds sin/cos((p + 1) * timescale_i),
+ * timescale_i = exp(-i * log(10000) / (d/2 - 1)), sines in the first half, cosines in the second. */
+static float *sinusoid_table(transformer_t *m, int max_pos, int d) {
+    float *p = own_alloc(m, (size_t)max_pos * d * sizeof(float));
+    if (!p) return NULL;
+    int half = d / 2;
+    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
+    for (int pos = 0; pos < max_pos; pos++) {
+        for (int i = 0; i < half; i++) {
+            float ts = expf(-inc * (float)i);
+            float v = (float)(pos + 1) * ts;
+            p[(size_t)pos * d + i] = sinf(v);
+            p[(size_t)pos * d + half + i] = cosf(v);
+        }
+    }
+    return p;
+}
+
+static tern_status_t load_positions(transformer_t *m, const weights_t *w, const char *side,
+                                    const float **table, int *max_pos) {
+    char name[128];
+    snprintf(name, sizeof name, "%s/position_encodings/encodings", side);
+    const tensor_t *t = weights_get(w, name);
+    if (t) {
+        if (t->rank != 2 || t->shape[1] != m->d) return shape_error(w, name, t, t->shape[0], m->d);
+        *max_pos = (int)t->shape[0];
+        tern_status_t st = as_f32(m, w, t, table);
+        m->weight_bytes += (size_t)t->numel * 4;
+        return st;
+    }
+    *max_pos = SINUSOID_MAX_POS;
+    *table = sinusoid_table(m, SINUSOID_MAX_POS, m->d);
+    return *table ? TERN_OK : tern_error(TERN_ERR_NOMEM, "position table: out of memory");
+}
+
+static tern_status_t check_unsupported(const weights_t *w) {
+    static const char *flags[] = {"decoder/alibi", "encoder/multi_query_attention",
+                                  "decoder/multi_query_attention"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (scalar_or(w, flags[i], 0))
+            return tern_error(TERN_ERR_UNSUPPORTED, "%s: '%s' is set: not supported by Tern yet",
+                              weights_path(w), flags[i]);
+    static const char *parts[] = {"rotary", "relative_position", "input_layer_norm", "/rms",
+                                  "layer_scalar", "embeddings_1/"};
+    for (int i = 0; i < weights_count(w); i++) {
+        const char *n = weights_at(w, i)->name;
+        for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)
+            if (strstr(n, parts[j]))
+                return tern_error(TERN_ERR_UNSUPPORTED,
+                                  "%s: tensor '%s': this Transformer variant is not supported by Tern yet",
+                                  weights_path(w), n);
+    }
+    return TERN_OK;
+}
+
+tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
+                                float eps) {
+    memset(m, 0, sizeof *m);
+    tern_status_t st;
+    char p[256];
+    if ((st = check_unsupported(w))) return st;
+
+    /* Shape from the variables. */
+    const char *enc_emb_name = weights_get(w, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight"
+                                                                               : "encoder/embeddings/weight";
+    const tensor_t *ee = weights_get(w, enc_emb_name);
+    if (!ee || ee->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/embeddings_0/weight' "
+                          "(not a Transformer encoder-decoder model?)", weights_path(w));
+    m->d = (int)ee->shape[1];
+    m->enc_layers = count_layers(w, "encoder");
+    m->dec_layers = count_layers(w, "decoder");
+    if (m->enc_layers == 0 || m->dec_layers == 0)
+        return tern_error(TERN_ERR_FORMAT, "%s: no encoder or decoder layers found", weights_path(w));
+    const char *spec = weights_spec_name(w);
+    int64_t heads_default = !strcmp(spec, "TransformerBig") ? 16 : !strcmp(spec, "TransformerBase") ? 8 : 0;
+    m->H = (int)scalar_or(w, "encoder/num_heads", scalar_or(w, "num_heads", heads_default));
+    if (m->H <= 0 || m->d % m->H)
+        return tern_error(TERN_ERR_FORMAT, "%s: bad number of heads %d for width %d", weights_path(w), m->H, m->d);
+    int dec_heads = (int)scalar_or(w, "decoder/num_heads", m->H);
+    if (dec_heads != m->H)
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder head counts differ (%d, %d)",
+                          weights_path(w), m->H, dec_heads);
+    const tensor_t *f1 = weights_get(w, "encoder/layer_0/ffn/linear_0/weight");
+    if (!f1 || f1->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/layer_0/ffn/linear_0/weight'", weights_path(w));
+    m->F = (int)f1->shape[0];
+    m->pre_norm = (int)scalar_or(w, "encoder/pre_norm", 1);
+    if (scalar_or(w, "decoder/pre_norm", m->pre_norm) != m->pre_norm)
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder norms differ", weights_path(w));
+    m->act = (activation_t)scalar_or(w, "encoder/activation", ACT_RELU);
+    if (m->act < ACT_RELU || m->act > ACT_TANH)
+        return tern_error(TERN_ERR_FORMAT, "%s: unknown activation %d", weights_path(w), (int)m->act);
+    m->enc_scale_emb = (int)scalar_or(w, "encoder/scale_embeddings", 1);
+    m->dec_scale_emb = (int)scalar_or(w, "decoder/scale_embeddings", 1);
+    m->dec_zero_start = (int)scalar_or(w, "decoder/start_from_zero_embedding", 0);
+    int al = (int)scalar_or(w, "decoder/alignment_layer", -1);
+    m->alignment_layer = al < 0 ? m->dec_layers + al : al;
+    if (m->alignment_layer < 0 || m->alignment_layer >= m->dec_layers) m->alignment_layer = m->dec_layers - 1;
+    m->alignment_heads = (int)scalar_or(w, "decoder/alignment_heads", 1);
+    if (m->alignment_heads > m->H || m->alignment_heads < 0) m->alignment_heads = 0;
+    m->eps = eps > 0 ? eps : 1e-6f;
+    m->int8 = compute == TERN_COMPUTE_INT8 ||
+              (compute == TERN_COMPUTE_AUTO && weights_get(w, "encoder/layer_0/ffn/linear_0/weight")->dtype == DT_I8);
+    int d = m->d, F = m->F;
+
+    /* Embeddings and positions. */
+    if ((st = load_embedding(m, w, enc_emb_name, compute, &m->enc_emb))) return st;
+    if ((st = load_embedding(m, w, "decoder/embeddings/weight", compute, &m->dec_emb))) return st;
+    m->src_vocab = m->enc_emb.V;
+    m->tgt_vocab = m->dec_emb.V;
+    if ((st = load_positions(m, w, "encoder", &m->enc_pos, &m->enc_max_pos))) return st;
+    if ((st = load_positions(m, w, "decoder", &m->dec_pos, &m->dec_max_pos))) return st;
+
+    m->enc = calloc((size_t)m->enc_layers, sizeof *m->enc);
+    m->dec = calloc((size_t)m->dec_layers, sizeof *m->dec);
+    if (!m->enc || !m->dec) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < m->enc_layers; l++) {
+        enc_layer_t *L = &m->enc[l];
+#define LIN(field, fmt, N, K) do { snprintf(p, sizeof p, fmt, l); \
+        if ((st = load_linear(m, w, p, N, K, compute, &L->field))) return st; } while (0)
+#define LN(field, fmt) do { snprintf(p, sizeof p, fmt, l); \
+        if ((st = load_ln(m, w, p, d, 0, &L->field))) return st; } while (0)
+        LN(ln_attn, "encoder/layer_%d/self_attention/layer_norm");
+        LIN(qkv, "encoder/layer_%d/self_attention/linear_0", 3 * d, d);
+        LIN(attn_out, "encoder/layer_%d/self_attention/linear_1", d, d);
+        LN(ln_ffn, "encoder/layer_%d/ffn/layer_norm");
+        LIN(ffn1, "encoder/layer_%d/ffn/linear_0", F, d);
+        LIN(ffn2, "encoder/layer_%d/ffn/linear_1", d, F);
+    }
+    for (int l = 0; l < m->dec_layers; l++) {
+        dec_layer_t *L = &m->dec[l];
+        LN(ln_self, "decoder/layer_%d/self_attention/layer_norm");
+        LIN(qkv, "decoder/layer_%d/self_attention/linear_0", 3 * d, d);
+        LIN(self_out, "decoder/layer_%d/self_attention/linear_1", d, d);
+        LN(ln_cross, "decoder/layer_%d/attention/layer_norm");
+        LIN(cross_q, "decoder/layer_%d/attention/linear_0", d, d);
+        LIN(cross_kv, "decoder/layer_%d/attention/linear_1", 2 * d, d);
+        LIN(cross_out, "decoder/layer_%d/attention/linear_2", d, d);
+        LN(ln_ffn, "decoder/layer_%d/ffn/layer_norm");
+        LIN(ffn1, "decoder/layer_%d/ffn/linear_0", F, d);
+        LIN(ffn2, "decoder/layer_%d/ffn/linear_1", d, F);
+#undef LIN
+#undef LN
+    }
+    if ((st = load_ln(m, w, "encoder/layer_norm", d, 1, &m->enc_ln))) return st;
+    if ((st = load_ln(m, w, "decoder/layer_norm", d, 1, &m->dec_ln))) return st;
+    if (m->pre_norm && (!m->enc_ln.gamma || !m->dec_ln.gamma))
+        return tern_error(TERN_ERR_FORMAT, "%s: pre-norm model without final layer norms "
+                          "('encoder/layer_norm', 'decoder/layer_norm')", weights_path(w));
+    if ((st = load_linear(m, w, "decoder/projection", m->tgt_vocab, d, compute, &m->proj))) return st;
+    return TERN_OK;
+}
+
+void transformer_free(transformer_t *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) aligned_free(m->owned[i]);
+    free(m->owned);
+    free(m->enc);
+    free(m->dec);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,308 @@
+/*
+ * beam.c — batched beam search (Iglesias et al., Algorithm 1): the batch is N sentences × up to
+ * B beams, flattened into rows grouped by sentence. Each step takes the top candidates of each
+ * sentence over its rows × V log-probs, moves EOS candidates to the sentence's finished set,
+ * reorders the model state with one set_rows() call, and drops finished sentences at once.
+ *
+ * EOS policies: TERN_EOS_COMMON takes 2B candidates and keeps B live hypotheses, replacing each
+ * finished one with the next non-EOS candidate (CTranslate2, fairseq); TERN_EOS_PAPER takes B
+ * candidates and an EOS candidate uses up its slot for that step (the paper).
+ * Backoff: when a sentence ends without any hypothesis that ended in EOS, the best EOS candidate
+ * that fell out of the beam on the way is returned first instead of a truncated hypothesis.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+#include "search.h"
+
+typedef struct {
+    hypothesis_t *h;
+    int n, cap;
+    int registered;     /* hypotheses registered so far (pruned ones included) */
+    int eos_finished;   /* some hypothesis ended with EOS */
+    int top_finished;   /* the best candidate of some step was EOS */
+    int done;
+    hypothesis_t fallen; /* best EOS candidate that fell out of the beam (tokens NULL: none) */
+} finished_t;
+
+typedef struct {
+    int *tok, *par;     /* step log: token and parent entry (-1: start) */
+    int n, cap;
+} steplog_t;
+
+static int log_push(steplog_t *L, int tok, int par) {
+    if (L->n == L->cap) {
+        int cap = L->cap ? L->cap * 2 : 1024;
+        int *t = realloc(L->tok, (size_t)cap * sizeof(int));
+        if (!t) return -1;
+        L->tok = t;
+        int *p = realloc(L->par, (size_t)cap * sizeof(int));
+        if (!p) return -1;
+        L->par = p;
+        L->cap = cap;
+    }
+    L->tok[L->n] = tok;
+    L->par[L->n] = par;
+    return L->n++;
+}
+
+/* Tokens of the path ending at entry e (length len), plus extra (if >= 0), into a new array. */
+static int *backtrack(const steplog_t *L, int e, int len, int extra, int *out_len) {
+    int n = len + (extra >= 0);
+    int *t = malloc((size_t)(n ? n : 1) * sizeof(int));
+    if (!t) return NULL;
+    if (extra >= 0) t[len] = extra;
+    for (int i = len - 1; i >= 0; i--) {
+        t[i] = L->tok[e];
+        e = L->par[e];
+    }
+    *out_len = n;
+    return t;
+}
+
+static int add_finished(finished_t *f, hypothesis_t h, int keep) {
+    if (f->n == f->cap) {
+        int cap = f->cap ? f->cap * 2 : 8;
+        hypothesis_t *n = realloc(f->h, (size_t)cap * sizeof *n);
+        if (!n) return -1;
+        f->h = n;
+        f->cap = cap;
+    }
+    f->h[f->n++] = h;
+    f->registered++;
+    /* keep the list short: drop the worst beyond 2 * keep */
+    if (f->n > 2 * keep) {
+        int worst = 0;
+        for (int i = 1; i < f->n; i++)
+            if (f->h[i].score < f->h[worst].score) worst = i;
+        free(f->h[worst].tokens);
+        f->h[worst] = f->h[--f->n];
+    }
+    return 0;
+}
+
+static int cmp_hyp(const void *a, const void *b) {
+    const hypothesis_t *x = a, *y = b;
+    if (x->score > y->score) return -1;
+    if (x->score < y->score) return 1;
+    return 0;
+}
+
+/* Score of the k-th best finished hypothesis (k from 1), or -inf. */
+static float kth_best(const finished_t *f, int k) {
+    if (f->n < k) return -INFINITY;
+    /* small lists: selection by repeated max */
+    float prev = INFINITY;
+    int prev_count = 0;
+    float v = -INFINITY;
+    for (int r = 0; r < k; r++) {
+        v = -INFINITY;
+        for (int i = 0; i < f->n; i++) {
+            float s = f->h[i].score;
+            if (s < prev || (s == prev && r < prev_count)) v = s > v ? s : v;
+        }
+        prev = v;
+        prev_count = r + 1;
+    }
+    return v;
+}
+
+tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
+                          const search_options_t *opt, search_result_t *results) {
+    const int V = dec->vocab_size, S = dec->source_len, B = opt->beam_size;
+    const int common = opt->eos_policy == TERN_EOS_COMMON;
+    const int K = common ? 2 * B : B; /* candidates taken per sentence */
+    const int nhyp = opt->num_hypotheses < 1 ? 1 : opt->num_hypotheses;
+    const int keep = nhyp > B ? nhyp : B;
+    const int use_cov = opt->coverage_penalty != 0.0f;
+    const int ct2_exit = opt->length_penalty == 0.0f && !use_cov;
+    const size_t maxR = (size_t)N * B;
+    tern_status_t st = TERN_OK;
+
+    float *logits = aligned_alloc64(maxR * V * sizeof(float));
+    float *attn = use_cov ? aligned_alloc64(maxR * (S ? S : 1) * sizeof(float)) : NULL;
+    float *cov = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
+    float *cov2 = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
+    float *cand_v = malloc((size_t)K * sizeof(float));
+    int *cand_i = malloc((size_t)K * sizeof(int));
+    int *tokens = malloc(maxR * sizeof(int)), *tokens2 = malloc(maxR * sizeof(int));
+    int *sent = malloc(maxR * sizeof(int)), *sent2 = malloc(maxR * sizeof(int));
+    int *parent = malloc(maxR * sizeof(int));
+    float *score = malloc(maxR * sizeof(float)), *score2 = malloc(maxR * sizeof(float));
+    int *entry = malloc(maxR * sizeof(int)), *entry2 = malloc(maxR * sizeof(int));
+    int *eos_taken = calloc(maxR, sizeof(int));
+    finished_t *fin = calloc((size_t)N, sizeof *fin);
+    steplog_t L = {0};
+    if (!logits || (use_cov && (!attn || !cov || !cov2)) || !cand_v || !cand_i || !tokens || !tokens2 ||
+        !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin) {
+        st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+        goto done;
+    }
+    for (int n = 0; n < N; n++) {
+        tokens[n] = opt->bos;
+        sent[n] = n;
+        score[n] = 0.0f;
+        entry[n] = -1;
+        results[n].n = 0;
+        results[n].hyps = NULL;
+    }
+    int R = N;
+#define NOMEM() do { st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory"); goto done; } while (0)
+    for (int t = 0; R > 0; t++) {
+        if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
+        if (t < opt->min_length)
+            for (int r = 0; r < R; r++) logits[(size_t)r * V + opt->eos] = -INFINITY;
+        log_softmax_forward(logits, logits, R, V);
+        for (int r = 0; r < R; r++) {
+            float *row = logits + (size_t)r * V;
+            float s = score[r];
+            for (int v = 0; v < V; v++) row[v] += s;
+            eos_taken[r] = 0;
+        }
+        int R2 = 0;
+        for (int a = 0; a < R;) {
+            int n = sent[a], b = 0;
+            while (a + b < R && sent[a + b] == n) b++;
+            finished_t *f = &fin[n];
+            int last = t + 1 >= max_len[n];
+            int kc = K < b * V ? K : b * V;
+            topk(cand_v, cand_i, logits + (size_t)a * V, b * V, kc);
+            int sec = common ? B : kc;
+            int first_new = R2;
+            int take = B < kc ? B : kc;
+            for (int k = 0; k < take; k++) {
+                float cv = cand_v[k];
+                int ci = cand_i[k];
+                if (cv == -INFINITY) break;
+                int r = a + ci / V, tok = ci % V;
+                int is_eos = tok == opt->eos;
+                if (is_eos || last) {
+                    hypothesis_t h = {0};
+                    h.tokens = backtrack(&L, entry[r], t, is_eos ? -1 : tok, &h.length);
+                    if (!h.tokens) NOMEM();
+                    h.raw = cv;
+                    h.score = cv / search_length_penalty(h.length, opt->length_penalty, opt->length_norm);
+                    if (use_cov) {
+                        float *c = cov + (size_t)r * S;
+                        if (!is_eos)
+                            for (int j = 0; j < S; j++) c[j] += attn[(size_t)r * S + j];
+                        h.score += search_coverage_penalty(c, S, opt->coverage_penalty);
+                        if (!is_eos)
+                            for (int j = 0; j < S; j++) c[j] -= attn[(size_t)r * S + j];
+                    }
+                    if (add_finished(f, h, keep)) NOMEM();
+                    if (is_eos) {
+                        f->eos_finished = 1;
+                        eos_taken[r] = 1;
+                        if (k == 0) f->top_finished = 1;
+                    }
+                    if (last) continue;
+                    /* replace it by the next non-EOS candidate (common policy) */
+                    int j = sec;
+                    while (j < kc && (cand_i[j] % V == opt->eos || cand_v[j] == -INFINITY)) j++;
+                    if (j >= kc) continue;
+                    sec = j + 1;
+                    cv = cand_v[j];
+                    ci = cand_i[j];
+                    r = a + ci / V;
+                    tok = ci % V;
+                }
+                parent[R2] = r;
+                sent2[R2] = n;
+                tokens2[R2] = tok;
+                score2[R2] = cv;
+                R2++;
+            }
+            /* backoff candidates: EOS extensions that were not taken */
+            for (int r = a; r < a + b; r++) {
+                float e = logits[(size_t)r * V + opt->eos];
+                if (eos_taken[r] || e == -INFINITY) continue;
+                float sc = e / search_length_penalty(t, opt->length_penalty, opt->length_norm);
+                if (use_cov) sc += search_coverage_penalty(cov + (size_t)r * S, S, opt->coverage_penalty);
+                if (f->fallen.tokens && sc <= f->fallen.score) continue;
+                hypothesis_t h = {0};
+                h.tokens = backtrack(&L, entry[r], t, -1, &h.length);
+                if (!h.tokens) NOMEM();
+                h.raw = e;
+                h.score = sc;
+                free(f->fallen.tokens);
+                f->fallen = h;
+            }
+            /* is the sentence finished? */
+            int finished = last || R2 == first_new;
+            if (!finished && ct2_exit && f->top_finished && f->registered >= nhyp) finished = 1;
+            if (!finished && !ct2_exit && opt->early_stop && f->registered >= B && f->registered >= nhyp)
+                finished = 1;
+            if (!finished && !use_cov && f->eos_finished && f->n >= nhyp) {
+                /* exact bound: no live hypothesis can reach the n-th best finished score */
+                float best_live = -INFINITY;
+                for (int i = first_new; i < R2; i++) best_live = score2[i] > best_live ? score2[i] : best_live;
+                float bound = best_live / search_length_penalty(max_len[n], opt->length_penalty, opt->length_norm);
+                if (opt->length_penalty == 0.0f) bound = best_live;
+                if (kth_best(f, nhyp) >= bound) finished = 1;
+            }
+            if (finished) {
+                R2 = first_new; /* its rows leave the batch */
+                f->done = 1;
+            }
+            a += b;
+        }
+        if (R2 == 0) break;
+        /* step log entries and state of the new rows */
+        for (int i = 0; i < R2; i++) {
+            int e = log_push(&L, tokens2[i], entry[parent[i]]);
+            if (e < 0) NOMEM();
+            entry2[i] = e;
+        }
+        if (use_cov)
+            for (int i = 0; i < R2; i++)
+                for (int j = 0; j < S; j++)
+                    cov2[(size_t)i * S + j] = cov[(size_t)parent[i] * S + j] + attn[(size_t)parent[i] * S + j];
+        if ((st = dec->set_rows(dec->self, parent, sent2, R2))) goto done;
+        int *ti;
+        float *tf;
+        ti = tokens, tokens = tokens2, tokens2 = ti;
+        ti = sent, sent = sent2, sent2 = ti;
+        ti = entry, entry = entry2, entry2 = ti;
+        tf = score, score = score2, score2 = tf;
+        if (use_cov) tf = cov, cov = cov2, cov2 = tf;
+        R = R2;
+    }
+    /* results: sorted finished hypotheses, with the backoff when none ended with EOS */
+    for (int n = 0; n < N; n++) {
+        finished_t *f = &fin[n];
+        qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
+        int use_fallen = !f->eos_finished && f->fallen.tokens;
+        int total = f->n + use_fallen;
+        int cnt = total < nhyp ? total : nhyp;
+        results[n].hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));
+        if (!results[n].hyps) NOMEM();
+        int k = 0;
+        if (use_fallen && k < cnt) {
+            results[n].hyps[k++] = f->fallen;
+            f->fallen.tokens = NULL;
+        }
+        for (int i = 0; k < cnt; i++) {
+            results[n].hyps[k++] = f->h[i];
+            f->h[i].tokens = NULL;
+        }
+        results[n].n = cnt;
+    }
+#undef NOMEM
+done:
+    for (int n = 0; fin && n < N; n++) {
+        for (int i = 0; i < fin[n].n; i++) free(fin[n].h[i].tokens);
+        free(fin[n].h);
+        free(fin[n].fallen.tokens);
+    }
+    free(fin);
+    free(L.tok), free(L.par);
+    aligned_free(logits);
+    aligned_free(attn);
+    free(cov), free(cov2), free(cand_v), free(cand_i), free(tokens), free(tokens2), free(sent), free(sent2);
+    free(parent), free(score), free(score2), free(entry), free(entry2), free(eos_taken);
+    return st;
+}

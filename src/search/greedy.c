@@ -1,0 +1,118 @@
+/*
+ * greedy.c — greedy search: argmax over the logits at each step (no softmax unless scores or a
+ * length penalty are asked for); finished sentences leave the batch at once.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+#include "search.h"
+
+float search_length_penalty(int length, float alpha, tern_length_norm_t norm) {
+    if (alpha == 0.0f) return 1.0f;
+    if (norm == TERN_LENPEN_GNMT) return powf((5.0f + (float)length) / 6.0f, alpha);
+    return powf((float)length, alpha); /* CTranslate2: length 0 gives 0 (score -> -inf) */
+}
+
+float search_coverage_penalty(const float *coverage, int S, float beta) {
+    float p = 0;
+    for (int j = 0; j < S; j++)
+        if (coverage[j] > 0) p += logf(coverage[j] < 1.0f ? coverage[j] : 1.0f);
+    return beta * p;
+}
+
+void search_result_free(search_result_t *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) free(r->hyps[i].tokens);
+    free(r->hyps);
+    r->hyps = NULL;
+    r->n = 0;
+}
+
+/* log-sum-exp of a row (for the log-probability of the chosen token). */
+static float row_logsumexp(const float *x, int V, float mx) {
+    double s = 0;
+    for (int v = 0; v < V; v++) s += exp((double)(x[v] - mx));
+    return mx + (float)log(s);
+}
+
+tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
+                            const search_options_t *opt, search_result_t *results) {
+    int V = dec->vocab_size, S = dec->source_len;
+    int need_attn = opt->coverage_penalty != 0.0f;
+    int max_T = 0;
+    for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
+    tern_status_t st = TERN_OK;
+    int *tokens = malloc((size_t)N * sizeof(int));
+    int *sent = malloc((size_t)N * sizeof(int));
+    int *parent = malloc((size_t)N * sizeof(int));
+    int *best = malloc((size_t)N * sizeof(int));
+    float *bestv = malloc((size_t)N * sizeof(float));
+    float *score = calloc((size_t)N, sizeof(float));
+    int *hyp = malloc((size_t)N * (size_t)(max_T > 0 ? max_T : 1) * sizeof(int));
+    int *hlen = calloc((size_t)N, sizeof(int));
+    float *logits = aligned_alloc64((size_t)N * V * sizeof(float));
+    float *attn = need_attn ? aligned_alloc64((size_t)N * (S ? S : 1) * sizeof(float)) : NULL;
+    float *cov = need_attn ? calloc((size_t)N * (S ? S : 1), sizeof(float)) : NULL;
+    if (!tokens || !sent || !parent || !best || !bestv || !score || !hyp || !hlen || !logits ||
+        (need_attn && (!attn || !cov))) {
+        st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+        goto done;
+    }
+    for (int n = 0; n < N; n++) {
+        results[n].n = 0;
+        results[n].hyps = NULL;
+        tokens[n] = opt->bos;
+        sent[n] = n;
+    }
+    int R = N;
+    for (int t = 0; R > 0; t++) {
+        if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
+        if (t < opt->min_length)
+            for (int r = 0; r < R; r++) logits[(size_t)r * V + opt->eos] = -INFINITY;
+        argmax_rows(best, bestv, logits, R, V);
+        int R2 = 0;
+        for (int r = 0; r < R; r++) {
+            int n = sent[r], tok = best[r];
+            if (opt->need_scores) score[n] += bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
+            if (need_attn)
+                for (int j = 0; j < S; j++) cov[(size_t)n * S + j] += attn[(size_t)r * S + j];
+            int is_eos = tok == opt->eos;
+            if (!is_eos) hyp[(size_t)n * max_T + hlen[n]++] = tok;
+            if (is_eos || t + 1 >= max_len[n]) {
+                hypothesis_t *h = calloc(1, sizeof *h);
+                int *tk = malloc((size_t)(hlen[n] ? hlen[n] : 1) * sizeof(int));
+                if (!h || !tk) {
+                    free(h), free(tk);
+                    st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+                    goto done;
+                }
+                memcpy(tk, hyp + (size_t)n * max_T, (size_t)hlen[n] * sizeof(int));
+                h->tokens = tk;
+                h->length = hlen[n];
+                h->raw = score[n];
+                h->score = score[n] / search_length_penalty(hlen[n], opt->length_penalty, opt->length_norm);
+                if (need_attn) h->score += search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty);
+                results[n].hyps = h;
+                results[n].n = 1;
+            } else {
+                parent[R2] = r;
+                sent[R2] = n;
+                tokens[R2] = tok;
+                R2++;
+            }
+        }
+        if (R2 == 0) break;
+        /* rows keep their order: only when some left does the model compact its state */
+        if (R2 != R && (st = dec->set_rows(dec->self, parent, sent, R2))) goto done;
+        R = R2;
+    }
+done:
+    free(tokens), free(sent), free(parent), free(best), free(bestv), free(score), free(hyp), free(hlen);
+    aligned_free(logits);
+    aligned_free(attn);
+    free(cov);
+    return st;
+}

@@ -1,0 +1,64 @@
+/*
+ * search.h — greedy and beam search, transparent to the model.
+ *
+ * A model is seen through decoder_iface_t only: step() gives the logits of the current rows,
+ * set_rows() reorders/expands/compacts the rows (the paper's GETMATRIXBYROWS). Sentences that
+ * finish leave the batch at once. Legend: N sentences, B beam size, R rows, V vocabulary,
+ * S padded source length.
+ */
+#ifndef TERN_SEARCH_H
+#define TERN_SEARCH_H
+
+#include "tern.h"
+
+typedef struct {
+    void *self;
+    int vocab_size;
+    int source_len;  /* S of the current batch (for attention rows) */
+    /* logits (R, V) for the current rows; attn (R, S) when not NULL */
+    tern_status_t (*step)(void *self, const int *tokens, int t, float *logits, float *attn);
+    /* new row i continues old row parent[i] and belongs to sentence sent[i] */
+    tern_status_t (*set_rows)(void *self, const int *parent, const int *sent, int R);
+} decoder_iface_t;
+
+typedef struct {
+    int beam_size;            /* 1: greedy */
+    int num_hypotheses;       /* n-best kept per sentence */
+    float length_penalty;     /* alpha */
+    tern_length_norm_t length_norm;
+    float coverage_penalty;   /* beta */
+    tern_eos_policy_t eos_policy;
+    int early_stop;           /* 1: stop at B finished hypotheses (CT2/fairseq); 0: until no live
+                                 hypothesis can beat the n-best finished ones */
+    int min_length;
+    int need_scores;          /* greedy: compute log-probs (else argmax of the logits) */
+    int bos, eos;             /* start token, end token */
+} search_options_t;
+
+/* One finished hypothesis. */
+typedef struct {
+    int *tokens;   /* without the start token and without EOS */
+    int length;
+    float score;   /* normalized (length/coverage penalties applied) */
+    float raw;     /* sum of token log-probs (EOS included when it ended with EOS) */
+} hypothesis_t;
+
+typedef struct {
+    int n;
+    hypothesis_t *hyps; /* (n) best first */
+} search_result_t;
+
+void search_result_free(search_result_t *r);
+
+/* Decodes N sentences whose rows (one per sentence, row i -> sentence i) are ready in the model.
+ * max_len (N): maximum output tokens per sentence. results (N) are filled. */
+tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
+                            const search_options_t *opt, search_result_t *results);
+tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
+                          const search_options_t *opt, search_result_t *results);
+
+/* Length normalization and coverage penalty as applied to finished hypotheses. */
+float search_length_penalty(int length, float alpha, tern_length_norm_t norm);
+float search_coverage_penalty(const float *coverage, int S, float beta);
+
+#endif
