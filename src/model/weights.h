@@ -61,4 +61,12 @@ int weights_get_float(const weights_t *w, const char *name, double *v);
 tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n,
                                 const char *const *meta_keys, const char *const *meta_values, int n_meta);
 
+/* Aliases (i < weights_alias_count): returns the alias name and sets *target to the name of the
+ * tensor it resolves to. */
+int weights_alias_count(const weights_t *w);
+const char *weights_alias_at(const weights_t *w, int i, const char **target);
+
+/* Element i of a tensor of any dtype, as float. */
+float tensor_get_f32(const tensor_t *t, int64_t i);
+
 #endif

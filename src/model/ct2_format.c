@@ -1,0 +1,211 @@
+/*
+ * ct2_format.c — reads CTranslate2's model.bin (binary versions 1..6), little-endian:
+ *   u32 version; [v>=2: string spec_name, u32 revision]; u32 n_variables;
+ *   n x { string name, u8 rank, u32 dims[rank],
+ *         v>=4: u8 dtype, u32 n_bytes | v<4: u8 item_size, u32 n_elements; bytes data }
+ *   [v>=3: u32 n_aliases; n x { string alias, string target }]
+ * A string is a u16 length counting a terminating NUL, then the bytes and the NUL.
+ * Every length, count, rank and size is checked against the bytes left in the file.
+ */
+#include "weights_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const uint8_t *p;
+    size_t left;
+} cursor_t;
+
+static int rd_u8(cursor_t *c, uint32_t *v) {
+    if (c->left < 1) return -1;
+    *v = c->p[0];
+    c->p += 1;
+    c->left -= 1;
+    return 0;
+}
+
+static int rd_u16(cursor_t *c, uint32_t *v) {
+    if (c->left < 2) return -1;
+    *v = (uint32_t)c->p[0] | (uint32_t)c->p[1] << 8;
+    c->p += 2;
+    c->left -= 2;
+    return 0;
+}
+
+static int rd_u32(cursor_t *c, uint32_t *v) {
+    if (c->left < 4) return -1;
+    *v = (uint32_t)c->p[0] | (uint32_t)c->p[1] << 8 | (uint32_t)c->p[2] << 16 | (uint32_t)c->p[3] << 24;
+    c->p += 4;
+    c->left -= 4;
+    return 0;
+}
+
+/* A string: on success *s points at the bytes (not NUL-terminated in general: the stored NUL is
+ * checked) and *len excludes the NUL. Returns an error text or NULL. */
+static const char *rd_string(cursor_t *c, const char **s, size_t *len) {
+    uint32_t n;
+    if (rd_u16(c, &n)) return "truncated string length";
+    if (n == 0) return "string length 0 (must count the terminating NUL)";
+    if (c->left < n) return "string runs past the end of the file";
+    if (c->p[n - 1] != 0) return "string is not NUL-terminated";
+    *s = (const char *)c->p;
+    *len = n - 1;
+    if (memchr(*s, 0, *len)) return "string contains a NUL byte";
+    c->p += n;
+    c->left -= n;
+    return NULL;
+}
+
+static dtype_t dtype_from_item_size(uint32_t item) {
+    return item == 4 ? DT_F32 : item == 2 ? DT_I16 : DT_I8;
+}
+
+tern_status_t weights_load_ct2(weights_t **out, const char *path) {
+    *out = NULL;
+    weights_t *w = weights_new(path);
+    if (!w) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    tern_status_t st = file_map(&w->file, path);
+    if (st) {
+        weights_free(w);
+        return st;
+    }
+    cursor_t c = {w->file.data, w->file.size};
+    const char *err = NULL;
+    char name[1024];
+    uint32_t version, revision = 0, count;
+#define HEADER_FAIL(...) do { st = tern_error(TERN_ERR_FORMAT, "%s: header: " __VA_ARGS__); goto fail; } while (0)
+    if (rd_u32(&c, &version)) HEADER_FAIL("%s", path, "truncated binary version");
+    if (version < 1 || version > 6)
+        HEADER_FAIL("%s", path, version > 6 ? "binary version is newer than 6 (not supported)"
+                                            : "binary version 0 is invalid (not a CTranslate2 model.bin?)");
+    w->binary_version = (int)version;
+    if (version >= 2) {
+        const char *s;
+        size_t len;
+        if ((err = rd_string(&c, &s, &len))) HEADER_FAIL("%s", path, "spec name: truncated or invalid");
+        char *sn = malloc(len + 1);
+        if (!sn) {
+            st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+            goto fail;
+        }
+        memcpy(sn, s, len);
+        sn[len] = 0;
+        free(w->spec_name);
+        w->spec_name = sn;
+        if (rd_u32(&c, &revision)) HEADER_FAIL("%s", path, "truncated spec revision");
+        w->spec_revision = (int)revision;
+    }
+    if (rd_u32(&c, &count)) HEADER_FAIL("%s", path, "truncated number of variables");
+    /* Each variable takes at least 2 (length) + 1 (NUL) + 1 (rank) + 1 + 4 bytes. */
+    if ((uint64_t)count * 9 > c.left)
+        HEADER_FAIL("%s", path, "number of variables exceeds what the file can hold");
+#undef HEADER_FAIL
+
+    snprintf(name, sizeof name, "(first)");
+    for (uint32_t k = 0; k < count; k++) {
+        const char *s;
+        size_t len;
+        if ((err = rd_string(&c, &s, &len))) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: tensor #%u (after '%s'): name: %s", path, k, name, err);
+            goto fail;
+        }
+        snprintf(name, sizeof name, "%.*s", (int)TERN_MIN(len, sizeof name - 1), s);
+#define TFAIL(msg) do { st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %s", path, name, msg); goto fail; } while (0)
+        uint32_t rank, dim, tag, size;
+        int64_t shape[TENSOR_MAX_RANK];
+        if (rd_u8(&c, &rank)) TFAIL("truncated rank");
+        if (rank > TENSOR_MAX_RANK) TFAIL("rank exceeds 8");
+        uint64_t numel = 1;
+        int overflow = 0;
+        for (uint32_t i = 0; i < rank; i++) {
+            if (rd_u32(&c, &dim)) TFAIL("truncated shape");
+            shape[i] = dim;
+            if (dim && numel > UINT64_MAX / 2 / dim) overflow = 1;
+            numel *= dim;
+        }
+        if (overflow) TFAIL("shape is too large");
+        dtype_t dt;
+        uint64_t nbytes;
+        if (version >= 4) {
+            if (rd_u8(&c, &tag)) TFAIL("truncated dtype");
+            if (tag > DT_BF16) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': unknown dtype id %u", path, name, tag);
+                goto fail;
+            }
+            dt = (dtype_t)tag;
+            if (rd_u32(&c, &size)) TFAIL("truncated byte count");
+            nbytes = size;
+            if (nbytes != numel * dtype_size(dt)) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %llu bytes stored but its shape "
+                                "and dtype %s need %llu", path, name, (unsigned long long)nbytes,
+                                dtype_name(dt), (unsigned long long)(numel * dtype_size(dt)));
+                goto fail;
+            }
+        } else {
+            if (rd_u8(&c, &tag)) TFAIL("truncated item size");
+            if (tag != 1 && tag != 2 && tag != 4) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': item size %u (expected 1, 2 or 4)",
+                                path, name, tag);
+                goto fail;
+            }
+            dt = dtype_from_item_size(tag);
+            if (rd_u32(&c, &size)) TFAIL("truncated element count");
+            if (size != numel) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %u elements stored but its shape "
+                                "holds %llu", path, name, size, (unsigned long long)numel);
+                goto fail;
+            }
+            nbytes = numel * tag;
+        }
+        if (nbytes > c.left) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': data truncated (%llu bytes needed, "
+                            "%zu left in the file)", path, name, (unsigned long long)nbytes, c.left);
+            goto fail;
+        }
+        if ((st = weights_add(w, s, len, dt, (int)rank, shape, c.p, (size_t)nbytes, 1)))
+            goto fail;
+        c.p += nbytes;
+        c.left -= nbytes;
+#undef TFAIL
+    }
+
+    if (version >= 3) {
+        uint32_t n_alias;
+        if (rd_u32(&c, &n_alias)) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: header: truncated number of aliases", path);
+            goto fail;
+        }
+        if ((uint64_t)n_alias * 6 > c.left) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: header: number of aliases exceeds what the file "
+                            "can hold", path);
+            goto fail;
+        }
+        for (uint32_t k = 0; k < n_alias; k++) {
+            const char *a, *t;
+            size_t al, tl;
+            char an[1024], tn[1024];
+            if ((err = rd_string(&c, &a, &al))) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: alias #%u: name: %s", path, k, err);
+                goto fail;
+            }
+            snprintf(an, sizeof an, "%.*s", (int)TERN_MIN(al, sizeof an - 1), a);
+            if ((err = rd_string(&c, &t, &tl))) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: alias '%s': target: %s", path, an, err);
+                goto fail;
+            }
+            if (al >= sizeof an || tl >= sizeof tn) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: alias '%s': name too long", path, an);
+                goto fail;
+            }
+            snprintf(tn, sizeof tn, "%.*s", (int)tl, t);
+            if ((st = weights_add_alias(w, an, tn))) goto fail;
+        }
+    }
+    *out = w;
+    return TERN_OK;
+fail:
+    weights_free(w);
+    return st;
+}

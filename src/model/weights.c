@@ -1,0 +1,325 @@
+/*
+ * weights.c — the table of named tensors shared by the model.bin and safetensors loaders:
+ * dtype helpers, a hash map from names (and aliases) to tensors, metadata, scalar helpers.
+ */
+#include "weights_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t dtype_size(dtype_t dt) {
+    switch (dt) {
+    case DT_F32: return 4;
+    case DT_I8: return 1;
+    case DT_I16: return 2;
+    case DT_I32: return 4;
+    case DT_F16: return 2;
+    case DT_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *dtype_name(dtype_t dt) {
+    switch (dt) {
+    case DT_F32: return "float32";
+    case DT_I8: return "int8";
+    case DT_I16: return "int16";
+    case DT_I32: return "int32";
+    case DT_F16: return "float16";
+    case DT_BF16: return "bfloat16";
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------------------ hash map of names */
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static const char *slot_name(const weights_t *w, int code) {
+    return code > 0 ? w->tensors[code - 1].name : w->aliases[-code - 1].name;
+}
+
+/* Slot index holding name, or the empty slot where it would go. */
+static size_t slot_find(const weights_t *w, const char *name) {
+    size_t mask = w->n_slots - 1, i = (size_t)hash_name(name) & mask;
+    while (w->slots[i] != 0 && strcmp(slot_name(w, w->slots[i]), name) != 0) i = (i + 1) & mask;
+    return i;
+}
+
+static int slots_grow(weights_t *w) {
+    size_t used = (size_t)w->n + (size_t)w->n_alias + 1;
+    if (w->slots && used * 2 <= w->n_slots) return 0;
+    size_t ns = w->n_slots ? w->n_slots * 2 : 64;
+    while (used * 2 > ns) ns *= 2;
+    int *old = w->slots;
+    size_t on = w->n_slots;
+    w->slots = calloc(ns, sizeof *w->slots);
+    if (!w->slots) {
+        w->slots = old;
+        return -1;
+    }
+    w->n_slots = ns;
+    for (size_t i = 0; i < on; i++)
+        if (old[i]) w->slots[slot_find(w, slot_name(w, old[i]))] = old[i];
+    free(old);
+    return 0;
+}
+
+static int lookup_code(const weights_t *w, const char *name) {
+    if (!w || !w->slots || !name) return 0;
+    return w->slots[slot_find(w, name)];
+}
+
+int weights_find_tensor(const weights_t *w, const char *name) {
+    int c = lookup_code(w, name);
+    return c > 0 ? c - 1 : -1;
+}
+
+/* ------------------------------------------------------------------ building */
+
+weights_t *weights_new(const char *path) {
+    weights_t *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->path = strdup(path ? path : "");
+    w->spec_name = strdup("");
+    if (!w->path || !w->spec_name) {
+        weights_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static int grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype_t dt, int rank,
+                          const int64_t *shape, const void *src, size_t nbytes, int may_point) {
+    char *nm = malloc(name_len + 1);
+    if (!nm) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    memcpy(nm, name, name_len);
+    nm[name_len] = 0;
+    if (memchr(nm, 0, name_len)) {
+        tern_status_t st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': name contains a NUL byte",
+                                      w->path, nm);
+        free(nm);
+        return st;
+    }
+    if (lookup_code(w, nm)) {
+        tern_status_t st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': duplicate name", w->path, nm);
+        free(nm);
+        return st;
+    }
+    if (rank < 0 || rank > TENSOR_MAX_RANK) {
+        tern_status_t st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': rank %d exceeds %d",
+                                      w->path, nm, rank, TENSOR_MAX_RANK);
+        free(nm);
+        return st;
+    }
+    int cap2 = w->cap;
+    if (grow((void **)&w->owned, &cap2, w->n + 1, sizeof *w->owned) ||
+        grow((void **)&w->tensors, &w->cap, w->n + 1, sizeof *w->tensors) || slots_grow(w)) {
+        free(nm);
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    tensor_t *t = &w->tensors[w->n];
+    memset(t, 0, sizeof *t);
+    t->name = nm;
+    t->dtype = dt;
+    t->rank = rank;
+    t->numel = 1;
+    for (int i = 0; i < rank; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    t->nbytes = nbytes;
+    w->owned[w->n] = NULL;
+    size_t es = dtype_size(dt);
+    if (may_point && ((uintptr_t)src % (es ? es : 1)) == 0) {
+        t->data = src;
+    } else {
+        void *copy = aligned_alloc64(nbytes);
+        if (!copy) {
+            free(nm);
+            return tern_error(TERN_ERR_NOMEM, "%s: tensor '%s': cannot allocate %zu bytes", w->path,
+                              t->name, nbytes);
+        }
+        if (nbytes) memcpy(copy, src, nbytes);
+        w->owned[w->n] = copy;
+        t->data = copy;
+    }
+    w->n++;
+    w->slots[slot_find(w, nm)] = w->n; /* code = index + 1 */
+    return TERN_OK;
+}
+
+tern_status_t weights_add_alias(weights_t *w, const char *alias, const char *target) {
+    int code = lookup_code(w, target);
+    if (code == 0)
+        return tern_error(TERN_ERR_FORMAT, "%s: alias '%s' -> unknown '%s'", w->path, alias, target);
+    int idx = code > 0 ? code - 1 : w->aliases[-code - 1].target; /* alias of an alias */
+    if (lookup_code(w, alias))
+        return tern_error(TERN_ERR_FORMAT, "%s: alias '%s': name already used", w->path, alias);
+    if (grow((void **)&w->aliases, &w->cap_alias, w->n_alias + 1, sizeof *w->aliases) || slots_grow(w))
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    char *nm = strdup(alias);
+    if (!nm) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    w->aliases[w->n_alias].name = nm;
+    w->aliases[w->n_alias].target = idx;
+    w->n_alias++;
+    w->slots[slot_find(w, nm)] = -w->n_alias;
+    return TERN_OK;
+}
+
+tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value) {
+    int c1 = w->cap_meta, c2 = w->cap_meta;
+    if (grow((void **)&w->meta_keys, &c1, w->n_meta + 1, sizeof(char *)) ||
+        grow((void **)&w->meta_values, &c2, w->n_meta + 1, sizeof(char *)))
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    w->cap_meta = TERN_MIN(c1, c2);
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    w->meta_keys[w->n_meta] = k;
+    w->meta_values[w->n_meta] = v;
+    w->n_meta++;
+    return TERN_OK;
+}
+
+void weights_free(weights_t *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) {
+        free((void *)w->tensors[i].name);
+        aligned_free(w->owned[i]);
+    }
+    for (int i = 0; i < w->n_alias; i++) free(w->aliases[i].name);
+    for (int i = 0; i < w->n_meta; i++) {
+        free(w->meta_keys[i]);
+        free(w->meta_values[i]);
+    }
+    free(w->tensors);
+    free(w->owned);
+    free(w->aliases);
+    free(w->meta_keys);
+    free(w->meta_values);
+    free(w->slots);
+    file_unmap(&w->file);
+    free(w->path);
+    free(w->spec_name);
+    free(w);
+}
+
+/* ------------------------------------------------------------------ queries */
+
+const tensor_t *weights_get(const weights_t *w, const char *name) {
+    int c = lookup_code(w, name);
+    if (c > 0) return &w->tensors[c - 1];
+    if (c < 0) return &w->tensors[w->aliases[-c - 1].target];
+    return NULL;
+}
+
+int weights_count(const weights_t *w) { return w ? w->n : 0; }
+
+const tensor_t *weights_at(const weights_t *w, int i) {
+    return (w && i >= 0 && i < w->n) ? &w->tensors[i] : NULL;
+}
+
+const char *weights_path(const weights_t *w) { return w ? w->path : ""; }
+const char *weights_spec_name(const weights_t *w) { return w ? w->spec_name : ""; }
+int weights_spec_revision(const weights_t *w) { return w ? w->spec_revision : 0; }
+int weights_binary_version(const weights_t *w) { return w ? w->binary_version : 0; }
+
+const char *weights_metadata(const weights_t *w, const char *key) {
+    if (!w || !key) return NULL;
+    for (int i = 0; i < w->n_meta; i++)
+        if (!strcmp(w->meta_keys[i], key)) return w->meta_values[i];
+    return NULL;
+}
+
+int weights_alias_count(const weights_t *w) { return w ? w->n_alias : 0; }
+
+const char *weights_alias_at(const weights_t *w, int i, const char **target) {
+    if (!w || i < 0 || i >= w->n_alias) return NULL;
+    if (target) *target = w->tensors[w->aliases[i].target].name;
+    return w->aliases[i].name;
+}
+
+/* float16 / bfloat16 -> float */
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) {
+                man <<= 1;
+                exp--;
+            }
+            man &= 0x3ff;
+            bits = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float tensor_get_f32(const tensor_t *t, int64_t i) {
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case DT_F32: return ((const float *)p)[i];
+    case DT_I8: return (float)((const int8_t *)p)[i];
+    case DT_I16: return (float)((const int16_t *)p)[i];
+    case DT_I32: return (float)((const int32_t *)p)[i];
+    case DT_F16: return f16_to_f32(((const uint16_t *)p)[i]);
+    case DT_BF16: return bf16_to_float(((const uint16_t *)p)[i]);
+    }
+    return 0.0f;
+}
+
+int weights_get_int(const weights_t *w, const char *name, int64_t *v) {
+    const tensor_t *t = weights_get(w, name);
+    if (!t || t->numel != 1) return 0;
+    const uint8_t *p = t->data;
+    switch (t->dtype) {
+    case DT_I8: *v = ((const int8_t *)p)[0]; break;
+    case DT_I16: *v = ((const int16_t *)p)[0]; break;
+    case DT_I32: *v = ((const int32_t *)p)[0]; break;
+    default: *v = (int64_t)tensor_get_f32(t, 0); break;
+    }
+    return 1;
+}
+
+int weights_get_float(const weights_t *w, const char *name, double *v) {
+    const tensor_t *t = weights_get(w, name);
+    if (!t || t->numel != 1) return 0;
+    *v = (double)tensor_get_f32(t, 0);
+    return 1;
+}
