@@ -119,6 +119,8 @@ typedef struct {
     int workers;                /* translators running in parallel (file mode); 0: auto */
     int threads_per_worker;     /* intra-op threads of each translator; 0: auto */
     int keep_unk;               /* 1: keep <unk> tokens in the output text */
+    int print_scores;           /* stream mode: "LINE ||| HYPOTHESIS ||| SCORE" lines even for
+                                   one hypothesis per input */
 } tern_translate_options_t;
 
 tern_translate_options_t tern_translate_default_options(void);

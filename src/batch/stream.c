@@ -104,7 +104,7 @@ static tern_status_t write_results(const tern_model_t *m, const tern_translate_o
                 *tokens_out += h->length;
             }
             int ok;
-            if (nh == 1) ok = fprintf(out, "%s\n", text ? text : "") >= 0;
+            if (nh == 1 && !o->print_scores) ok = fprintf(out, "%s\n", text ? text : "") >= 0;
             else ok = fprintf(out, "%ld ||| %s ||| %.6f\n", line0 + i, text ? text : "", score) >= 0;
             free(text);
             if (!ok) return tern_error(TERN_ERR_IO, "cannot write the output");
