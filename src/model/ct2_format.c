@@ -203,6 +203,7 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
             if ((st = weights_add_alias(w, an, tn))) goto fail;
         }
     }
+    if ((st = weights_derive_scale_aliases(w))) goto fail;
     *out = w;
     return TERN_OK;
 fail:

@@ -162,6 +162,7 @@ tern_status_t weights_load_safetensors(weights_t **out, const char *path) {
                 goto fail;
     }
 #undef TFAIL
+    if ((st = weights_derive_scale_aliases(w))) goto fail;
     cJSON_Delete(root);
     free(spans);
     *out = w;

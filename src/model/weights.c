@@ -178,9 +178,41 @@ tern_status_t weights_add_alias(weights_t *w, const char *alias, const char *tar
     if (!nm) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
     w->aliases[w->n_alias].name = nm;
     w->aliases[w->n_alias].target = idx;
+    w->aliases[w->n_alias].derived = 0;
     w->n_alias++;
     w->slots[slot_find(w, nm)] = -w->n_alias;
     return TERN_OK;
+}
+
+tern_status_t weights_derive_scale_aliases(weights_t *w) {
+    int n = w->n_alias;
+    for (int i = 0; i < n; i++) {
+        const char *a = w->aliases[i].name, *t = w->tensors[w->aliases[i].target].name;
+        size_t la = strlen(a), lt = strlen(t);
+        char *as = malloc(la + 7), *ts = malloc(lt + 7);
+        if (!as || !ts) {
+            free(as);
+            free(ts);
+            return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+        }
+        memcpy(as, a, la);
+        memcpy(as + la, "_scale", 7);
+        memcpy(ts, t, lt);
+        memcpy(ts + lt, "_scale", 7);
+        tern_status_t st = TERN_OK;
+        if (!lookup_code(w, as) && lookup_code(w, ts)) {
+            st = weights_add_alias(w, as, ts);
+            if (!st) w->aliases[w->n_alias - 1].derived = 1;
+        }
+        free(as);
+        free(ts);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
+int weights_alias_is_derived(const weights_t *w, int i) {
+    return (w && i >= 0 && i < w->n_alias) ? w->aliases[i].derived : 0;
 }
 
 tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value) {

@@ -65,6 +65,9 @@ tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n
  * tensor it resolves to. */
 int weights_alias_count(const weights_t *w);
 const char *weights_alias_at(const weights_t *w, int i, const char **target);
+/* 1 when alias i was not stored in the file but derived by the loader: for an alias A -> T whose
+ * target has a quantization scale T_scale, the loader adds A_scale -> T_scale (as CTranslate2). */
+int weights_alias_is_derived(const weights_t *w, int i);
 
 /* Element i of a tensor of any dtype, as float. */
 float tensor_get_f32(const tensor_t *t, int64_t i);

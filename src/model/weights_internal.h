@@ -11,6 +11,7 @@
 typedef struct {
     char *name;
     int target;          /* index into tensors */
+    int derived;         /* added by weights_derive_scale_aliases, not stored in the file */
 } weights_alias_t;
 
 struct weights {
@@ -45,6 +46,9 @@ tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype
 /* Adds alias -> target (target must be a tensor already added). */
 tern_status_t weights_add_alias(weights_t *w, const char *alias, const char *target);
 tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value);
+/* For every alias A -> T where T_scale exists and A_scale does not, adds A_scale -> T_scale
+ * (as CTranslate2 does: tied int8 weights share their scales). Loaders call it last. */
+tern_status_t weights_derive_scale_aliases(weights_t *w);
 /* Index of a tensor name (aliases not resolved), or -1. */
 int weights_find_tensor(const weights_t *w, const char *name);
 
