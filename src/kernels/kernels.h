@@ -59,7 +59,9 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 
 /* Quantization helpers (exposed for tests and for loading float weights as int8). */
 /* Per-row symmetric int8: scale[m] = 127 / max|x[m,:]| (1 when the row is all zero),
- * q = round-half-away-from-zero(x * scale) clamped to [-127, 127]. */
+ * q = round-half-to-even(float(x * scale)) clamped to [-127, 127] -- what CTranslate2 does both
+ * at conversion (numpy.rint in specs/model_spec.py) and at load time (nearbyint in quantize_s8);
+ * max|x| is clamped below at 127/FLT_MAX as model_spec.py does, so the scale stays finite. */
 void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K);
 
 /* ------------------------------------------------------------ elementwise and row ops */
@@ -124,5 +126,33 @@ void layernorm_forward_ref(float *out, const float *inp, const float *gamma, con
 void softmax_forward_ref(float *out, const float *inp, int M, int C);
 void log_softmax_forward_ref(float *out, const float *inp, int M, int C);
 void activation_forward_ref(float *x, size_t n, activation_t act);
+
+/* ------------------------------------------------------------ additions (kernels engineer) */
+
+/* Threads set by kernels_set_num_threads() on the calling thread (OpenMP's default when never set). */
+int kernels_get_num_threads(void);
+
+/* "oneDNN" or "OpenBLAS": the library gemm_f32 uses for this shape on the calling thread. */
+const char *gemm_f32_backend_name(int transA, int transB, int M, int N, int K);
+
+/* Activation quantization exactly as CTranslate2 4.x does on CPU with a oneDNN/MKL int8 backend
+ * (src/cpu/kernels.cc quantize_s8 with shift_to_uint8 = round_before_cast = true):
+ * scale[m] = 127 / max|x[m,:]| (1 for an all-zero row), q = nearbyint(float(x * scale) + 128)
+ * (round half to even, two float roundings, no fused multiply-add), i.e. the int8 value + 128. */
+void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K);
+
+/* Bytes of workspace a WEIGHT_S8 linear_forward needs, without a linear_t at hand. */
+size_t linear_workspace_size_s8(int M, int N, int K, int have_comp);
+
+/* Scalar references of the additions and of the kernels that had none (tests/c/test_kernels.c). */
+void quantize_rows_s8_ref(int8_t *q, float *scale, const float *x, int M, int K);
+void quantize_rows_u8_ref(uint8_t *q, float *scale, const float *x, int M, int K);
+void softmax_masked_forward_ref(float *out, const float *inp, const int *len, int M, int C);
+void argmax_rows_ref(int *out, float *max_value, const float *x, int M, int C);
+void topk_ref(float *values, int *indices, const float *x, int n, int k);
+float half_to_float_ref(uint16_t h);
+uint16_t float_to_half_ref(float f);
+float bf16_to_float_ref(uint16_t b);
+uint16_t float_to_bf16_ref(float f);
 
 #endif

@@ -1,0 +1,205 @@
+/* bench_gemm.c — GFLOP/s of oneDNN (dnnl_sgemm) and OpenBLAS (cblas_sgemm) on the shapes a
+ * Transformer-base translation model runs at inference, with 1 and 2 threads, plus the batched
+ * attention gemms (loop of gemms vs oneDNN's batched matmul primitive) and the int8 u8s8s32 gemm.
+ *
+ *   build-<x>/bench/bench_gemm [seconds_per_case]      (default 0.15)
+ *
+ * Linear layers: out[M,N] = inp[M,K] · W[N,K]^T (transB = 1), M = rows (batch × time).
+ * Attention: batch = 8 heads; scores[L,L] = Q[L,64] · K[L,64]^T and ctx[L,64] = P[L,L] · V[L,64].
+ * The last column says which library gemm_f32 (the dispatcher) picks for the shape. */
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/kernels.h"
+
+static double budget = 0.15;
+
+static void fill(float *x, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+    }
+}
+
+typedef void (*gemm_fn)(int tA, int tB, int M, int N, int K, const float *A, int lda, const float *B,
+                        int ldb, float *C, int ldc);
+
+static void run_dnnl(int tA, int tB, int M, int N, int K, const float *A, int lda, const float *B,
+                     int ldb, float *C, int ldc) {
+    dnnl_sgemm(tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
+static void run_blas(int tA, int tB, int M, int N, int K, const float *A, int lda, const float *B,
+                     int ldb, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, M, N, K,
+                1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
+static void run_tern(int tA, int tB, int M, int N, int K, const float *A, int lda, const float *B,
+                     int ldb, float *C, int ldc) {
+    gemm_f32(tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
+
+/* Seconds per call, repeated until `budget` seconds have passed (after one warm-up call). */
+static double time_gemm(gemm_fn f, int tB, int M, int N, int K, const float *A, const float *B, float *C) {
+    f(0, tB, M, N, K, A, K, B, tB ? K : N, C, N);
+    int reps = 0;
+    double t0 = time_now(), t;
+    do {
+        f(0, tB, M, N, K, A, K, B, tB ? K : N, C, N);
+        reps++;
+        t = time_now() - t0;
+    } while (t < budget);
+    return t / reps;
+}
+
+/* ---- batched attention: loop vs oneDNN matmul primitive ---- */
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+
+static void batched_dnnl_matmul(int tB, int M, int N, int K, const float *A, const float *B, float *C, int batch) {
+    /* A (batch, M, K), B (batch, K, N) or (batch, N, K) when tB, C (batch, M, N); dense. */
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_dims_t ad = {batch, M, K}, bd = {batch, K, N}, cd = {batch, M, N};
+    dnnl_dims_t as = {(dnnl_dim_t)M * K, K, 1}, cs = {(dnnl_dim_t)M * N, N, 1};
+    dnnl_dims_t bs;
+    if (tB) { bs[0] = (dnnl_dim_t)N * K; bs[1] = 1; bs[2] = K; }
+    else { bs[0] = (dnnl_dim_t)K * N; bs[1] = N; bs[2] = 1; }
+    dnnl_memory_desc_init_by_strides(&a_md, 3, ad, dnnl_f32, as);
+    dnnl_memory_desc_init_by_strides(&b_md, 3, bd, dnnl_f32, bs);
+    dnnl_memory_desc_init_by_strides(&c_md, 3, cd, dnnl_f32, cs);
+    dnnl_matmul_desc_t desc;
+    dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md);
+    dnnl_primitive_desc_t pd;
+    if (dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL) != dnnl_success) abort();
+    dnnl_primitive_t prim;
+    dnnl_primitive_create(&prim, pd);
+    dnnl_memory_t am, bm, cm;
+    dnnl_memory_create(&am, &a_md, engine, (void *)A);
+    dnnl_memory_create(&bm, &b_md, engine, (void *)B);
+    dnnl_memory_create(&cm, &c_md, engine, C);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    dnnl_primitive_execute(prim, stream, 3, args);
+    dnnl_stream_wait(stream);
+    dnnl_memory_destroy(am);
+    dnnl_memory_destroy(bm);
+    dnnl_memory_destroy(cm);
+    dnnl_primitive_destroy(prim);
+    dnnl_primitive_desc_destroy(pd);
+}
+
+static void batched_loop(gemm_fn f, int tB, int M, int N, int K, const float *A, const float *B, float *C, int batch) {
+    for (int b = 0; b < batch; b++)
+        f(0, tB, M, N, K, A + (size_t)b * M * K, K, B + (size_t)b * K * N, tB ? K : N, C + (size_t)b * M * N, N);
+}
+
+static void batched_tern(int tB, int M, int N, int K, const float *A, const float *B, float *C, int batch) {
+    gemm_f32_batched(0, tB, M, N, K, 1.0f, A, K, (size_t)M * K, B, tB ? K : N, (size_t)K * N, 0.0f, C, N,
+                     (size_t)M * N, batch);
+}
+
+static double time_batched(int which, int tB, int M, int N, int K, const float *A, const float *B, float *C, int batch) {
+    int reps = 0;
+    double t0 = 0, t = 0;
+    for (int warm = 1; ; warm = 0) {
+        if (!warm && reps == 0) t0 = time_now();
+        switch (which) {
+        case 0: batched_loop(run_dnnl, tB, M, N, K, A, B, C, batch); break;
+        case 1: batched_loop(run_blas, tB, M, N, K, A, B, C, batch); break;
+        case 2: batched_dnnl_matmul(tB, M, N, K, A, B, C, batch); break;
+        default: batched_tern(tB, M, N, K, A, B, C, batch); break;
+        }
+        if (warm) continue;
+        reps++;
+        t = time_now() - t0;
+        if (t >= budget) break;
+    }
+    return t / reps;
+}
+
+static void set_threads(int n) {
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+    kernels_set_num_threads(n);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) budget = atof(argv[1]);
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return 1;
+    if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) return 1;
+    const int Ms[] = {1, 4, 16, 64, 128, 256};
+    const int NK[][2] = {{512, 512}, {1536, 512}, {2048, 512}, {512, 2048}, {32000, 512}};
+    size_t maxA = 256 * 2048, maxB = 32000 * 512, maxC = 256 * 32000;
+    float *A = aligned_alloc64(maxA * 4), *B = aligned_alloc64(maxB * 4), *C = aligned_alloc64(maxC * 4);
+    if (!A || !B || !C) return 1;
+    fill(A, maxA, 1);
+    fill(B, maxB, 2);
+    printf("# %s\n", openblas_get_config());
+    const dnnl_version_t *v = dnnl_version();
+    printf("# oneDNN %d.%d.%d, budget %.2fs per case; GFLOP/s (higher is better)\n", v->major, v->minor, v->patch, budget);
+    for (int threads = 1; threads <= 2; threads++) {
+        set_threads(threads);
+        printf("\n## linear layers, threads=%d: out[M,N] = inp[M,K] . W[N,K]^T\n", threads);
+        printf("%5s %6s %5s | %9s %9s | %s\n", "M", "N", "K", "oneDNN", "OpenBLAS", "gemm_f32 (dispatch)");
+        for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+                int M = Ms[m], N = NK[s][0], K = NK[s][1];
+                double fl = 2.0 * M * N * K * 1e-9;
+                double td = time_gemm(run_dnnl, 1, M, N, K, A, B, C);
+                double tb = time_gemm(run_blas, 1, M, N, K, A, B, C);
+                double tt = time_gemm(run_tern, 1, M, N, K, A, B, C);
+                printf("%5d %6d %5d | %9.1f %9.1f | %9.1f %s\n", M, N, K, fl / td, fl / tb, fl / tt,
+                       gemm_f32_backend_name(0, 1, M, N, K));
+            }
+        }
+        printf("\n## attention, threads=%d, batch=8 heads, head dim 64 (GFLOP/s)\n", threads);
+        printf("%-22s | %9s %9s %11s | %s\n", "shape", "loop dnnl", "loop blas", "dnnl matmul", "gemm_f32_batched");
+        const int Ls[] = {1, 8, 16, 32, 64};
+        for (size_t l = 0; l < sizeof Ls / sizeof Ls[0]; l++) {
+            int L = Ls[l];
+            for (int kind = 0; kind < 2; kind++) {
+                /* kind 0: QK^T (M=1 or L query rows x N=L keys, K=64, tB=1); kind 1: PV (M, N=64, K=L). */
+                int M = L, N = kind ? 64 : L, K = kind ? L : 64, tB = kind ? 0 : 1;
+                double fl = 2.0 * 8 * M * N * K * 1e-9;
+                char name[64];
+                snprintf(name, sizeof name, "%s 8x%dx%dx%d", kind ? "PV " : "QKt", M, N, K);
+                double t0 = time_batched(0, tB, M, N, K, A, B, C, 8);
+                double t1 = time_batched(1, tB, M, N, K, A, B, C, 8);
+                double t2 = time_batched(2, tB, M, N, K, A, B, C, 8);
+                double t3 = time_batched(3, tB, M, N, K, A, B, C, 8);
+                printf("%-22s | %9.2f %9.2f %11.2f | %9.2f\n", name, fl / t0, fl / t1, fl / t2, fl / t3);
+            }
+        }
+        printf("\n## int8 linear (linear_forward, u8s8s32 oneDNN + quantize + dequantize), threads=%d\n", threads);
+        printf("%5s %6s %5s | %9s %9s\n", "M", "N", "K", "int8", "float32");
+        for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m += 2) {
+                int M = Ms[m], N = NK[s][0], K = NK[s][1];
+                int8_t *q = aligned_alloc64((size_t)N * K);
+                float *scale = aligned_alloc64((size_t)N * 4);
+                int32_t *comp = aligned_alloc64((size_t)N * 4);
+                quantize_rows_s8(q, scale, B, N, K);
+                linear_prepare_s8(comp, q, N, K);
+                linear_t ls = {.kind = WEIGHT_S8, .N = N, .K = K, .q = q, .scale = scale, .comp = comp};
+                linear_t lf = {.kind = WEIGHT_F32, .N = N, .K = K, .w = B};
+                void *ws = aligned_alloc64(linear_workspace_size(&ls, M) + 64);
+                double fl = 2.0 * M * N * K * 1e-9, ts[2];
+                for (int w = 0; w < 2; w++) {
+                    const linear_t *lin = w ? &lf : &ls;
+                    linear_forward(C, A, lin, M, ws);
+                    int reps = 0;
+                    double t0 = time_now(), t;
+                    do { linear_forward(C, A, lin, M, ws); reps++; t = time_now() - t0; } while (t < budget);
+                    ts[w] = t / reps;
+                }
+                printf("%5d %6d %5d | %9.1f %9.1f\n", M, N, K, fl / ts[0], fl / ts[1]);
+                aligned_free(q); aligned_free(scale); aligned_free(comp); aligned_free(ws);
+            }
+        }
+    }
+    aligned_free(A); aligned_free(B); aligned_free(C);
+    return 0;
+}

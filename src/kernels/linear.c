@@ -1,0 +1,163 @@
+/* linear.c — linear layers: float32 (gemm + bias) and int8 the way CTranslate2 4.x runs them on
+ * CPU with oneDNN: activations quantized per row and shifted to u8, dnnl_gemm_u8s8s32 with a
+ * per-column compensation, int32 result dequantized with the bias fused in. docs/kernels.md cites
+ * the CTranslate2 sources this reproduces.
+ *
+ * Legend: M rows of activations, N output features, K input features. */
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+/* ------------------------------------------------------------ quantization */
+
+static float row_amax(const float *x, int K) {
+    __m256 sign = _mm256_set1_ps(-0.0f), acc = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) acc = _mm256_max_ps(acc, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    float amax = _mm_cvtss_f32(h);
+    for (; k < K; k++) {
+        float a = fabsf(x[k]);
+        if (a > amax) amax = a;
+    }
+    return amax;
+}
+
+void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K) {
+    for (int m = 0; m < M; m++) {
+        const float *row = x + (size_t)m * K;
+        int8_t *out = q + (size_t)m * K;
+        float amax = row_amax(row, K);
+        float s = 1.0f;
+        if (amax != 0.0f) {
+            if (amax < 127.0f / FLT_MAX) amax = 127.0f / FLT_MAX;
+            s = 127.0f / amax;
+        }
+        scale[m] = s;
+        __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + k), vs);
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+            __m256i i32 = _mm256_cvtps_epi32(v);
+            __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+            _mm_storel_epi64((__m128i *)(out + k), _mm_packs_epi16(i16, i16));
+        }
+        for (; k < K; k++) {
+            float r = nearbyintf(row[k] * s);
+            out[k] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        }
+    }
+}
+
+void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
+    for (int m = 0; m < M; m++) {
+        const float *row = x + (size_t)m * K;
+        uint8_t *out = q + (size_t)m * K;
+        float amax = row_amax(row, K);
+        float s = amax != 0.0f ? 127.0f / amax : 1.0f;
+        scale[m] = s;
+        __m256 vs = _mm256_set1_ps(s), shift = _mm256_set1_ps(128.0f);
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + k), vs);
+            v = _mm256_add_ps(v, shift); /* separate add: no FMA, as CTranslate2 */
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i i32 = _mm256_cvtps_epi32(v);
+            __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+            _mm_storel_epi64((__m128i *)(out + k), _mm_packus_epi16(i16, i16));
+        }
+        for (; k < K; k++) {
+            float v = row[k] * s;
+            v = v + 128.0f;
+            float r = nearbyintf(v);
+            out[k] = (uint8_t)(r < 0.0f ? 0.0f : r > 255.0f ? 255.0f : r);
+        }
+    }
+}
+
+void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K) {
+    for (int n = 0; n < N; n++) {
+        const int8_t *r = q + (size_t)n * K;
+        int32_t sum = 0;
+        for (int k = 0; k < K; k++) sum += r[k];
+        comp[n] = -128 * sum;
+    }
+}
+
+/* ------------------------------------------------------------ linear */
+
+/* Workspace layout (each part 64-byte aligned): u8 activations (M, K) | scale_a (M) | int32 acc
+ * (M, N) | compensation (N), the last only when the linear_t has none. */
+size_t linear_workspace_size_s8(int M, int N, int K, int have_comp) {
+    if (M <= 0) return 0;
+    return ALIGN64((size_t)M * K) + ALIGN64((size_t)M * sizeof(float)) +
+           ALIGN64((size_t)M * N * sizeof(int32_t)) + (have_comp ? 0 : ALIGN64((size_t)N * sizeof(int32_t)));
+}
+
+size_t linear_workspace_size(const linear_t *lin, int M) {
+    if (lin->kind != WEIGHT_S8) return 0;
+    return linear_workspace_size_s8(M, lin->N, lin->K, lin->comp != NULL);
+}
+
+/* out[m, :] = acc[m, :] * (1 / scale_a[m]) / scale_w + bias, in CTranslate2's order of operations
+ * (src/cpu/kernels.cc dequantize_gemm_output_row): three separately rounded float operations. */
+static void dequantize_rows(float *out, const int32_t *acc, const float *scale_a, const float *scale_w,
+                            const float *bias, int M, int N) {
+    for (int m = 0; m < M; m++) {
+        const int32_t *c = acc + (size_t)m * N;
+        float *y = out + (size_t)m * N;
+        float r = 1.0f / scale_a[m];
+        __m256 vr = _mm256_set1_ps(r);
+        int n = 0;
+        for (; n + 8 <= N; n += 8) {
+            __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(c + n)));
+            v = _mm256_mul_ps(v, vr);
+            v = _mm256_div_ps(v, _mm256_loadu_ps(scale_w + n));
+            if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + n));
+            _mm256_storeu_ps(y + n, v);
+        }
+        for (; n < N; n++) {
+            float v = (float)c[n] * r;
+            v = v / scale_w[n];
+            if (bias) v = v + bias[n];
+            y[n] = v;
+        }
+    }
+}
+
+void linear_forward(float *out, const float *inp, const linear_t *lin, int M, void *ws) {
+    int N = lin->N, K = lin->K;
+    if (M <= 0 || N <= 0) return;
+    if (lin->kind == WEIGHT_F32) {
+        gemm_f32(0, 1, M, N, K, 1.0f, inp, K, lin->w, K, 0.0f, out, N);
+        if (lin->bias) add_bias_rows(out, lin->bias, M, N);
+        return;
+    }
+    uint8_t *qa = ws;
+    float *scale_a = (float *)((char *)ws + ALIGN64((size_t)M * K));
+    int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
+    const int32_t *comp = lin->comp;
+    if (!comp) {
+        int32_t *c = (int32_t *)((char *)acc + ALIGN64((size_t)M * N * sizeof(int32_t)));
+        linear_prepare_s8(c, lin->q, N, K);
+        comp = c;
+    }
+    quantize_rows_u8(qa, scale_a, inp, M, K);
+    if (K > 0) {
+        /* acc = (qa) · q^T + comp[n]: 'R' applies comp per column n of the row-major C. */
+        dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, qa, K, 0, lin->q, K, 0, 0.0f, acc, N, comp);
+    } else {
+        memset(acc, 0, (size_t)M * N * sizeof(int32_t));
+    }
+    dequantize_rows(out, acc, scale_a, lin->scale, lin->bias, M, N);
+}
