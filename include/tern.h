@@ -110,7 +110,7 @@ typedef struct {
     float max_length_a;         /* max output length = a * source length + b ... */
     int max_length_b;           /* ... (b alone when a = 0), never above max_decoding_length */
     int max_decoding_length;    /* hard cap on output tokens (default 256) */
-    int min_length;             /* no EOS before this many output tokens */
+    int min_length;             /* no EOS before this many output tokens (default 1, as CTranslate2) */
     int max_input_length;       /* longer inputs are truncated with a warning (default 1024) */
     int return_scores;          /* 1: fill scores in the results */
     int max_batch_tokens;       /* token budget of one batch (source tokens, padded) */

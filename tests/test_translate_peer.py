@@ -24,7 +24,7 @@ import make_models  # noqa: E402
 
 TERN = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
 N_INPUTS = 200
-SHAPES = list(make_models.SHAPES)
+SHAPES = list(make_models.SHAPES_BY_NAME)
 
 
 def tern(args, stdin=None):
@@ -56,7 +56,7 @@ def model(request, tmp_path_factory):
     make_models.make_model(shape, d, quantization=None if quant == "float32" else quant)
     ct2 = ctranslate2.Translator(d, device="cpu", compute_type="default", intra_threads=1)
     return {"dir": d, "shape": shape, "quant": quant, "ct2": ct2,
-            "inputs": make_inputs(d, seed=hash(shape) % 1000)}
+            "inputs": make_inputs(d, seed=sum(map(ord, shape)))}
 
 
 def write_inputs(tmp_path, inputs):
@@ -118,16 +118,19 @@ def test_beam_length_penalty_score_not_worse(model, tmp_path):
     assert len(out) == len(inputs)
     ok = 0
     worse = []
+    # int8: both engines quantize activations at run time, so tiny float differences before a
+    # rounding step move scores by quantization noise; their scores are compared within 0.05.
+    tol = 1e-4 if model["quant"] == "float32" else 0.05
     for i, (line, r) in enumerate(zip(out, ref)):
         idx, hyp, score = line.split(" ||| ")
         assert int(idx) == i
-        if float(score) >= r.scores[0] - 1e-4:
+        if float(score) >= r.scores[0] - tol:
             ok += 1
         else:
             worse.append((i, float(score), r.scores[0]))
     rate = ok / len(inputs)
     print(f"\n{model['shape']}/{model['quant']} beam4 lp1 not-worse rate {rate:.4f}; worse: {worse[:5]}")
-    assert rate >= (0.99 if model["quant"] == "float32" else 0.90)
+    assert rate >= (0.99 if model["quant"] == "float32" else 0.95)
 
 
 def test_force_decoding_logprobs(model, tmp_path):
@@ -142,12 +145,28 @@ def test_force_decoding_logprobs(model, tmp_path):
     tgt.write_text("".join(" ".join(t) + "\n" for t in targets))
     out = tern(["rescore", "-m", model["dir"], "--pretokenized", "-s", src, "--target", str(tgt)]).split("\n")[:-1]
     assert len(out) == len(inputs)
-    tol = 1e-4 if model["quant"] == "float32" else 0.05
-    worst = 0.0
+    diffs = []
     for line, r in zip(out, ref):
         ours = np.array([float(x) for x in line.split(" ||| ")[0].split()])
         want = np.array(r.log_probs)
         assert ours.shape == want.shape
-        worst = max(worst, float(np.max(np.abs(ours - want))))
-    print(f"\n{model['shape']}/{model['quant']} force-decoding max |diff| {worst:.2e}")
-    assert worst <= tol
+        diffs.append(np.abs(ours - want))
+    diffs = np.concatenate(diffs)
+    worst, median = float(diffs.max()), float(np.median(diffs))
+    if model["quant"] == "float32":
+        print(f"\n{model['shape']}/float32 force-decoding max |diff| {worst:.2e}")
+        assert worst <= 1e-4
+    else:
+        # int8: activations are quantized per row at run time (round(x * 127 / max|x|)), so a
+        # float difference of one ulp before quantization can move a value by one step and the
+        # log-probs downstream by quantization noise. Bars: the median position agrees as float32
+        # does (1e-4), and the worst stays within twice the distance between CT2's own int8 and
+        # float32 runs of the same weights (CT2's quantization noise, measured here).
+        f32 = ctranslate2.Translator(model["dir"], device="cpu", compute_type="float32", intra_threads=1)
+        ref32 = f32.score_batch(inputs, targets, max_batch_size=32)
+        noise = max(float(np.max(np.abs(np.array(a.log_probs) - np.array(b.log_probs))))
+                    for a, b in zip(ref, ref32))
+        print(f"\n{model['shape']}/int8 force-decoding median |diff| {median:.2e}, max {worst:.2e}; "
+              f"CT2 int8 vs float32 max {noise:.2e}")
+        assert median <= 1e-4
+        assert worst <= 2 * noise

@@ -1,10 +1,220 @@
-/* cmd_translate.c — `tern translate` (not implemented yet). */
-#include <stdio.h>
+/* cmd_translate.c — `tern translate`: translate a text file or stdin with a model. A thin user of
+ * tern_translate_stream(). */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli.h"
 
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: tern translate -m MODEL [options] [INPUT [OUTPUT]]\n"
+"\n"
+"Translates INPUT (default: stdin) into OUTPUT (default: stdout), one output line per input line,\n"
+"in the input's order. An empty input line gives an empty output line; a line longer than\n"
+"--max-input-length tokens is truncated with a warning naming its line.\n"
+"\n"
+"model:\n"
+"  -m, --model DIR             model directory: Tern (config.json + model.safetensors) or\n"
+"                              CTranslate2 (model.bin + config.json + vocabularies)\n"
+"  --compute-type TYPE         auto (as stored; default), float32, int8\n"
+"  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
+"  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
+"  --pretokenized              input and output are space-separated vocabulary pieces\n"
+"                              (no SentencePiece even when the model ships one)\n"
+"\n"
+"search:\n"
+"  -b, --beam-size N           1: greedy search (argmax, no softmax); >1: beam search (default 4)\n"
+"  -n, --num-hypotheses N      n-best list of N hypotheses per input (<= beam size; default 1).\n"
+"                              With N > 1 each input line i (counted from 0) gives N lines\n"
+"                              \"i ||| HYPOTHESIS ||| SCORE\", best first\n"
+"  --length-penalty A          length normalization exponent alpha (default 0: none)\n"
+"  --length-norm NAME          plain: score / |Y|^A (CTranslate2, default);\n"
+"                              gnmt: score / ((5 + |Y|) / 6)^A (Wu et al.)\n"
+"  --coverage-penalty B        GNMT coverage penalty beta (default 0)\n"
+"  --eos-policy NAME           common: finished hypotheses leave the beam and B live ones go on\n"
+"                              (CTranslate2, fairseq; default); paper: an EOS candidate takes one\n"
+"                              of the B slots (Iglesias et al., Algorithm 1)\n"
+"  --no-early-stop             with penalties, decode until no live hypothesis can beat the\n"
+"                              finished ones (default: stop once B hypotheses finished)\n"
+"  --max-length-a A, --max-length-b B\n"
+"                              maximum output length A * source length + B (default: only\n"
+"                              --max-decoding-length)\n"
+"  --max-decoding-length N     hard cap on output tokens (default 256)\n"
+"  --min-length N              no end of sentence before N output tokens (default 1, as\n"
+"                              CTranslate2: a non-empty input never gets an empty translation)\n"
+"  --max-input-length N        longer inputs are truncated with a warning (default 1024)\n"
+"  --scores                    print \"i ||| HYPOTHESIS ||| SCORE\" lines even for one hypothesis\n"
+"  --drop-unk                  remove unknown tokens from the output\n"
+"\n"
+"throughput:\n"
+"  --max-batch-tokens N        token budget of a batch: sentences x longest source (default 4096)\n"
+"  --max-batch-size N          cap on sentences per batch (default 0: none)\n"
+"  --read-ahead N              batches read ahead and sorted by length together (default 16)\n"
+"  -w, --workers N             translators running in parallel, sharing one model (default 1)\n"
+"  -t, --threads N             intra-op threads of each translator (default: cores / workers)\n"
+"\n"
+"other:\n"
+"  -q, --quiet                 no progress and no warnings on stderr\n"
+"  -v, --verbose               informational messages on stderr\n"
+"  --progress                  show progress (sentences, tokens/s) even when stderr is not a\n"
+"                              terminal (default: only on a terminal)\n"
+"  -h, --help                  this help\n");
+}
+
+enum {
+    O_COMPUTE = 1000, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
+    O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
+    O_PROGRESS
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, 'm'},
+    {"compute-type", required_argument, 0, O_COMPUTE},
+    {"source-spm", required_argument, 0, O_SRC_SPM},
+    {"target-spm", required_argument, 0, O_TGT_SPM},
+    {"pretokenized", no_argument, 0, O_PRETOK},
+    {"beam-size", required_argument, 0, 'b'},
+    {"num-hypotheses", required_argument, 0, 'n'},
+    {"length-penalty", required_argument, 0, O_LP},
+    {"length-norm", required_argument, 0, O_LNORM},
+    {"coverage-penalty", required_argument, 0, O_CP},
+    {"eos-policy", required_argument, 0, O_EOS},
+    {"no-early-stop", no_argument, 0, O_NO_EARLY},
+    {"max-length-a", required_argument, 0, O_MAXA},
+    {"max-length-b", required_argument, 0, O_MAXB},
+    {"max-decoding-length", required_argument, 0, O_MAXDEC},
+    {"min-length", required_argument, 0, O_MINLEN},
+    {"max-input-length", required_argument, 0, O_MAXIN},
+    {"scores", no_argument, 0, O_SCORES},
+    {"drop-unk", no_argument, 0, O_DROP_UNK},
+    {"max-batch-tokens", required_argument, 0, O_MBT},
+    {"max-batch-size", required_argument, 0, O_MBS},
+    {"read-ahead", required_argument, 0, O_READ_AHEAD},
+    {"workers", required_argument, 0, 'w'},
+    {"threads", required_argument, 0, 't'},
+    {"quiet", no_argument, 0, 'q'},
+    {"verbose", no_argument, 0, 'v'},
+    {"progress", no_argument, 0, O_PROGRESS},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+static void show_progress(long sentences, long tokens, double seconds, void *user_data) {
+    (void)user_data;
+    fprintf(stderr, "\rtern translate: %ld sentences, %ld target tokens, %.1f tokens/s   ", sentences, tokens,
+            seconds > 0 ? (double)tokens / seconds : 0.0);
+    fflush(stderr);
+}
+
 int cmd_translate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "tern translate: not implemented yet\n");
-    return 1;
+    const char *C = "translate";
+    const char *model_dir = NULL;
+    tern_model_options_t mo = tern_model_default_options();
+    tern_translate_options_t o = tern_translate_default_options();
+    o.workers = 1;
+    int quiet = 0, verbose = 0, progress = 0, ok = 1, c;
+    optind = 1;
+    while (ok && (c = getopt_long(argc, argv, "m:b:n:w:t:qvh", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case O_COMPUTE:
+            if (!strcmp(optarg, "auto") || !strcmp(optarg, "default")) mo.compute_type = TERN_COMPUTE_AUTO;
+            else if (!strcmp(optarg, "float32")) mo.compute_type = TERN_COMPUTE_FLOAT32;
+            else if (!strcmp(optarg, "int8")) mo.compute_type = TERN_COMPUTE_INT8;
+            else {
+                fprintf(stderr, "tern translate: --compute-type is auto, float32 or int8, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_SRC_SPM: mo.source_spm = optarg; break;
+        case O_TGT_SPM: mo.target_spm = optarg; break;
+        case O_PRETOK: mo.use_spm = 0; break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
+        case 'n': ok = cli_int(C, "--num-hypotheses", optarg, 1, 1024, &o.num_hypotheses); break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty); break;
+        case O_LNORM:
+            if (!strcmp(optarg, "plain")) o.length_norm = TERN_LENPEN_PLAIN;
+            else if (!strcmp(optarg, "gnmt")) o.length_norm = TERN_LENPEN_GNMT;
+            else {
+                fprintf(stderr, "tern translate: --length-norm is plain or gnmt, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_CP: ok = cli_float(C, "--coverage-penalty", optarg, 0, 100, &o.coverage_penalty); break;
+        case O_EOS:
+            if (!strcmp(optarg, "common")) o.eos_policy = TERN_EOS_COMMON;
+            else if (!strcmp(optarg, "paper")) o.eos_policy = TERN_EOS_PAPER;
+            else {
+                fprintf(stderr, "tern translate: --eos-policy is common or paper, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_NO_EARLY: o.early_stop = 0; break;
+        case O_MAXA: ok = cli_float(C, "--max-length-a", optarg, 0, 1000, &o.max_length_a); break;
+        case O_MAXB: ok = cli_int(C, "--max-length-b", optarg, 0, 1 << 20, &o.max_length_b); break;
+        case O_MAXDEC: ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &o.max_decoding_length); break;
+        case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length); break;
+        case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &o.max_input_length); break;
+        case O_SCORES: o.print_scores = 1; break;
+        case O_DROP_UNK: o.keep_unk = 0; break;
+        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &o.max_batch_tokens); break;
+        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &o.max_batch_size); break;
+        case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &o.read_ahead); break;
+        case 'w': ok = cli_int(C, "--workers", optarg, 1, 256, &o.workers); break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.threads_per_worker); break;
+        case 'q': quiet = 1; break;
+        case 'v': verbose = 1; break;
+        case O_PROGRESS: progress = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: ok = 0; break;
+        }
+    }
+    if (!ok) {
+        fprintf(stderr, "see tern translate --help\n");
+        return 2;
+    }
+    if (!model_dir) {
+        fprintf(stderr, "tern translate: no model (-m DIR); see tern translate --help\n");
+        return 2;
+    }
+    if (argc - optind > 2) {
+        fprintf(stderr, "tern translate: at most two file arguments: INPUT [OUTPUT]\n");
+        return 2;
+    }
+    if (o.num_hypotheses > o.beam_size) {
+        fprintf(stderr, "tern translate: --num-hypotheses (%d) cannot exceed --beam-size (%d)\n",
+                o.num_hypotheses, o.beam_size);
+        return 2;
+    }
+    tern_set_log_level(quiet ? TERN_LOG_ERROR : verbose ? TERN_LOG_INFO : TERN_LOG_WARN);
+    const char *in_path = optind < argc ? argv[optind] : NULL;
+    const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;
+
+    tern_model_t *model = NULL;
+    tern_status_t st = tern_model_load(&model, model_dir, &mo);
+    if (st) return cli_fail(C, st);
+    FILE *in = cli_open(C, in_path, "r");
+    FILE *out = in ? cli_open(C, out_path, "w") : NULL;
+    int rc = 1;
+    if (in && out) {
+        int show = !quiet && (progress || isatty(fileno(stderr)));
+        st = tern_translate_stream(model, in, out, &o, show ? show_progress : NULL, NULL);
+        if (show) fputc('\n', stderr);
+        if (st) {
+            const char *where = in_path && strcmp(in_path, "-") ? in_path : "stdin";
+            fprintf(stderr, "tern translate: %s: %s: %s\n", where, tern_status_string(st), tern_last_error());
+        } else if (out != stdout && fclose(out) != 0) {
+            fprintf(stderr, "tern translate: cannot write '%s'\n", out_path);
+            out = NULL;
+        } else {
+            if (out != stdout) out = NULL;
+            rc = 0;
+        }
+    }
+    cli_close(in);
+    cli_close(out);
+    tern_model_free(model);
+    return rc;
 }

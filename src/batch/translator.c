@@ -22,7 +22,7 @@ tern_translate_options_t tern_translate_default_options(void) {
     o.max_length_a = 0.0f;
     o.max_length_b = 0;
     o.max_decoding_length = 256;
-    o.min_length = 0;
+    o.min_length = 1;
     o.max_input_length = 1024;
     o.return_scores = 1;
     o.max_batch_tokens = 4096;

@@ -184,7 +184,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                     h.tokens = backtrack(&L, entry[r], t, is_eos ? -1 : tok, &h.length);
                     if (!h.tokens) NOMEM();
                     h.raw = cv;
-                    h.score = cv / search_length_penalty(h.length, opt->length_penalty, opt->length_norm);
+                    /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
+                    h.score = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                     if (use_cov) {
                         float *c = cov + (size_t)r * S;
                         if (!is_eos)
@@ -220,7 +221,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             for (int r = a; r < a + b; r++) {
                 float e = logits[(size_t)r * V + opt->eos];
                 if (eos_taken[r] || e == -INFINITY) continue;
-                float sc = e / search_length_penalty(t, opt->length_penalty, opt->length_norm);
+                float sc = e / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                 if (use_cov) sc += search_coverage_penalty(cov + (size_t)r * S, S, opt->coverage_penalty);
                 if (f->fallen.tokens && sc <= f->fallen.score) continue;
                 hypothesis_t h = {0};

@@ -93,7 +93,7 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                 h->tokens = tk;
                 h->length = hlen[n];
                 h->raw = score[n];
-                h->score = score[n] / search_length_penalty(hlen[n], opt->length_penalty, opt->length_norm);
+                h->score = score[n] / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                 if (need_attn) h->score += search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty);
                 results[n].hyps = h;
                 results[n].n = 1;

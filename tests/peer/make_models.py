@@ -215,6 +215,21 @@ def make_model(shape, out_dir, quantization=None, seed=1234):
     return out_dir
 
 
+def read_vocabulary(model_dir, side):
+    """The token list of a saved CTranslate2 model's side ("source" or "target")."""
+    for name in ("shared_vocabulary.json", f"{side}_vocabulary.json"):
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+    for name in ("shared_vocabulary.txt", f"{side}_vocabulary.txt"):
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                return [line.rstrip("\n") for line in f]
+    raise FileNotFoundError(f"no {side} vocabulary in {model_dir}")
+
+
 def spec_variables(spec):
     """(variables, aliases) of an optimized spec as model.bin stores them: variables is a sorted
     list of (name, numpy array), aliases a list of (alias, target)."""
