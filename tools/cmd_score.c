@@ -43,10 +43,13 @@ static void usage(FILE *f) {
 "                          SYSTEM; prints both scores, their bootstrap means and 95%% intervals,\n"
 "                          and the p-value of the difference (sacreBLEU's definition)\n"
 "  --paired-bs-n N         bootstrap samples (default 1000)\n"
-"  --seed N                seed of the resampling (default 12345; tern's own generator, so the\n"
-"                          resamples differ from sacreBLEU's numpy ones)\n"
+"  --seed N                seed of the resampling (default 12345, sacreBLEU's): the resamples are\n"
+"                          numpy.random.default_rng(N).choice(lines, (samples, lines)), drawn\n"
+"                          with numpy's own generator (PCG64, SeedSequence) reimplemented, so the\n"
+"                          p-value, means and intervals equal sacrebleu --paired-bs's with\n"
+"                          SACREBLEU_SEED=N\n"
 "  --bs-indices FILE       use these resamples instead: whitespace-separated 0-based line\n"
-"                          indices, N per sample (for checks against sacreBLEU's resamples)\n"
+"                          indices, N per sample (the sample count is taken from the file)\n"
 "  -w, --width N           decimals of printed scores (default 2)\n"
 "  -b, --score-only        print the score(s) only\n"
 "  --json                  machine-readable output (full-precision numbers)\n"
@@ -173,6 +176,17 @@ typedef struct {
     int width, score_only, json;
 } out_opts_t;
 
+/* cJSON prints numbers with 15 significant digits when they read back within one ulp, which loses
+ * the last bit; scores are printed here with 17 (always round-trip exact), integers as integers. */
+static void add_num(cJSON *obj, const char *key, double v) {
+    char buf[64];
+    if (v != v || v - v != 0) snprintf(buf, sizeof buf, "null"); /* NaN, inf: not JSON numbers */
+    else if (v == (double)(long long)v && v > -1e15 && v < 1e15) snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else snprintf(buf, sizeof buf, "%.17g", v);
+    if (cJSON_IsArray(obj)) cJSON_AddItemToArray(obj, cJSON_CreateRaw(buf));
+    else cJSON_AddRawToObject(obj, key, buf);
+}
+
 static void add_signature_fields(cJSON *obj, const char *sig) {
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s", sig);
@@ -187,21 +201,21 @@ static void add_signature_fields(cJSON *obj, const char *sig) {
 static cJSON *bleu_json(const bleu_result_t *r, const bleu_stats_t *st, const char *sig, const char *verbose) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", "BLEU");
-    cJSON_AddNumberToObject(o, "score", r->score);
+    add_num(o, "score", r->score);
     cJSON_AddStringToObject(o, "signature", sig);
     cJSON_AddStringToObject(o, "verbose_score", verbose);
     cJSON *p = cJSON_AddArrayToObject(o, "precisions");
     cJSON *c = cJSON_AddArrayToObject(o, "counts");
     cJSON *t = cJSON_AddArrayToObject(o, "totals");
     for (int n = 0; n < r->max_order; n++) {
-        cJSON_AddItemToArray(p, cJSON_CreateNumber(r->precisions[n]));
-        cJSON_AddItemToArray(c, cJSON_CreateNumber((double)st->correct[n]));
-        cJSON_AddItemToArray(t, cJSON_CreateNumber((double)st->total[n]));
+        add_num(p, NULL, r->precisions[n]);
+        add_num(c, NULL, (double)st->correct[n]);
+        add_num(t, NULL, (double)st->total[n]);
     }
-    cJSON_AddNumberToObject(o, "bp", r->bp);
-    cJSON_AddNumberToObject(o, "ratio", r->ratio);
-    cJSON_AddNumberToObject(o, "hyp_len", (double)r->hyp_len);
-    cJSON_AddNumberToObject(o, "ref_len", (double)r->ref_len);
+    add_num(o, "bp", r->bp);
+    add_num(o, "ratio", r->ratio);
+    add_num(o, "hyp_len", (double)r->hyp_len);
+    add_num(o, "ref_len", (double)r->ref_len);
     add_signature_fields(o, sig);
     return o;
 }
@@ -209,7 +223,7 @@ static cJSON *bleu_json(const bleu_result_t *r, const bleu_stats_t *st, const ch
 static cJSON *plain_json(const char *name, double score, const char *sig) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", name);
-    cJSON_AddNumberToObject(o, "score", score);
+    add_num(o, "score", score);
     cJSON_AddStringToObject(o, "signature", sig);
     add_signature_fields(o, sig);
     return o;
@@ -410,7 +424,8 @@ static int run_paired(int metrics, const out_opts_t *oo, lines_t *sys2, lines_t 
         if (!rc) {
             const void *ud = m == MET_BLEU ? (const void *)&oo->bleu : (const void *)&oo->chrf;
             score_stats_fn fn = m == MET_BLEU ? bleu_stats_score : chrf_stats_score;
-            if (paired_bootstrap(&res, st[0], st[1], idx, fn, ud, seed, N, K, S)) {
+            score_resample_fn rfn = m == MET_BLEU ? bleu_resample_score : chrf_resample_score;
+            if (paired_bootstrap(&res, st[0], st[1], idx, fn, rfn, ud, seed, N, K, S)) {
                 fprintf(stderr, "tern score: %s\n", tern_last_error());
                 rc = 1;
             }
@@ -431,16 +446,16 @@ static int run_paired(int metrics, const out_opts_t *oo, lines_t *sys2, lines_t 
             cJSON_AddStringToObject(o, "signature", sig);
             cJSON *b = cJSON_AddObjectToObject(o, "baseline");
             cJSON_AddStringToObject(b, "file", sys2[0].path);
-            cJSON_AddNumberToObject(b, "score", res.base_score);
-            cJSON_AddNumberToObject(b, "mean", res.base_mean);
-            cJSON_AddNumberToObject(b, "ci", res.base_ci);
+            add_num(b, "score", res.base_score);
+            add_num(b, "mean", res.base_mean);
+            add_num(b, "ci", res.base_ci);
             cJSON *y = cJSON_AddObjectToObject(o, "system");
             cJSON_AddStringToObject(y, "file", sys2[1].path);
-            cJSON_AddNumberToObject(y, "score", res.sys_score);
-            cJSON_AddNumberToObject(y, "mean", res.sys_mean);
-            cJSON_AddNumberToObject(y, "ci", res.sys_ci);
-            cJSON_AddNumberToObject(o, "p_value", res.p_value);
-            cJSON_AddNumberToObject(o, "samples", S);
+            add_num(y, "score", res.sys_score);
+            add_num(y, "mean", res.sys_mean);
+            add_num(y, "ci", res.sys_ci);
+            add_num(o, "p_value", res.p_value);
+            add_num(o, "samples", S);
             cJSON_AddItemToArray(arr, o);
         } else {
             printf("%s|%s\n", name, sig);

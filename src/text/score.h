@@ -262,26 +262,54 @@ double gleu_sentence_score(const gleu_stats_t *st); /* 0..100 */
 
 /* ---------------------------------------------------------------- paired bootstrap */
 
-/* The score of summed stats (K int64 per sentence): bleu_stats_score / chrf_stats_score take
- * their options as user_data. */
+/* The score of summed stats (K int64 per sentence), exactly as sacreBLEU scores a corpus:
+ * bleu_stats_score / chrf_stats_score take their options as user_data. */
 typedef double (*score_stats_fn)(const int64_t *stats, const void *user_data);
 double bleu_stats_score(const int64_t *stats, const void *user_data);
 double chrf_stats_score(const int64_t *stats, const void *user_data);
 
+/* The score of one bootstrap resample as sacreBLEU 2.x computes it: it sums the per-sentence
+ * statistics as numpy float32 and, under numpy >= 2's promotion rules (NEP 50), part of the formula
+ * then runs in float32 (BLEU: the precisions; chrF: all of it). These functions reproduce that
+ * arithmetic operation for operation. *is_f32 is set to 1 when sacreBLEU's value is a numpy
+ * float32 (chrF, except its degenerate 0.0 / all-epsilon cases), 0 when it is a Python float. */
+typedef double (*score_resample_fn)(const float *stats, const void *user_data, int *is_f32);
+double bleu_resample_score(const float *stats, const void *user_data, int *is_f32);
+double chrf_resample_score(const float *stats, const void *user_data, int *is_f32);
+
+/* numpy's default random generator, bit for bit: PCG64 (XSL-RR 128/64) seeded through
+ * SeedSequence(seed), as numpy.random.default_rng(seed). */
 typedef struct {
-    double base_score, sys_score;  /* actual corpus scores */
-    double p_value;                /* sacreBLEU's: (#{|d_s| - mean|d| > |real diff|} + 1) / (S + 1) */
+    uint64_t state_hi, state_lo, inc_hi, inc_lo; /* the 128-bit LCG state and increment */
+    int has_u32;                                 /* a buffered upper half for next_u32 */
+    uint32_t u32;
+} np_pcg64_t;
+void np_pcg64_seed(np_pcg64_t *g, uint64_t seed);
+uint64_t np_pcg64_next_u64(np_pcg64_t *g);
+uint32_t np_pcg64_next_u32(np_pcg64_t *g); /* low half of a 64-bit draw, then the high half */
+/* One draw of Generator.integers(0, n) for 1 <= n <= 2^32 (numpy's buffered Lemire method). */
+uint32_t np_pcg64_below(np_pcg64_t *g, uint64_t n);
+
+/* numpy.random.default_rng(seed).choice(N, size=(S, N), replace=True), row-major: the resamples
+ * sacreBLEU's paired bootstrap draws with SACREBLEU_SEED=seed (default 12345). N <= 2^32. */
+void bootstrap_indices(uint32_t *idx, uint64_t seed, size_t N, int S);
+
+typedef struct {
+    double base_score, sys_score;  /* actual corpus scores (exact, from integer stats) */
+    double p_value;                /* (#{s : d_s - mean(d) > |real diff|} + 1) / (S + 1), d_s = |sys_s - base_s| */
     double base_mean, base_ci;     /* mean of resampled scores, half-width of the 95% interval */
     double sys_mean, sys_ci;
     int samples;
 } paired_bs_result_t;
 
-/* Paired bootstrap resampling (Koehn 2004; sacreBLEU's --paired-bs). base and sys are [N, K]
- * row-major per-sentence stats. idx: [S, N] resample indices, or NULL to draw them from a
- * xoshiro256** generator seeded with `seed` (sacreBLEU seeds numpy with 12345; its draws are not
- * reproduced, pass idx to use given ones). */
+/* Paired bootstrap resampling (Koehn 2004) with sacreBLEU 2.x's statistic, p-value, means and
+ * intervals (significance.py: _paired_bs_test, estimate_ci), reproducing its arithmetic: resample
+ * scores by `resample`, float32 or float64 arrays as numpy would hold them, numpy's pairwise
+ * summation for means. base and sys are [N, K] row-major per-sentence stats. idx: [S, N] resample
+ * indices, or NULL to draw them as bootstrap_indices(seed) does (so the default seed 12345 gives
+ * sacreBLEU's own resamples and p-value). `exact` gives the actual scores. */
 tern_status_t paired_bootstrap(paired_bs_result_t *res, const int64_t *base, const int64_t *sys,
-                               const uint32_t *idx, score_stats_fn fn, const void *user_data,
-                               uint64_t seed, size_t N, int K, int S);
+                               const uint32_t *idx, score_stats_fn exact, score_resample_fn resample,
+                               const void *user_data, uint64_t seed, size_t N, int K, int S);
 
 #endif
