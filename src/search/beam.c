@@ -7,8 +7,10 @@
  * EOS policies: TERN_EOS_COMMON takes 2B candidates and keeps B live hypotheses, replacing each
  * finished one with the next non-EOS candidate (CTranslate2, fairseq); TERN_EOS_PAPER takes B
  * candidates and an EOS candidate uses up its slot for that step (the paper).
- * Backoff: when a sentence ends without any hypothesis that ended in EOS, the best EOS candidate
- * that fell out of the beam on the way is returned first instead of a truncated hypothesis.
+ * Backoff (paper policy only): when a sentence ends without any hypothesis that ended in EOS, the
+ * best EOS candidate that fell out of the beam on the way is returned first instead of a
+ * truncated hypothesis. The common policy returns the hypotheses cut at the maximum length, as
+ * CTranslate2 does.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -217,8 +219,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 score2[R2] = cv;
                 R2++;
             }
-            /* backoff candidates: EOS extensions that were not taken */
-            for (int r = a; r < a + b; r++) {
+            /* backoff candidates (paper policy): EOS extensions that were not taken */
+            for (int r = a; !common && r < a + b; r++) {
                 float e = logits[(size_t)r * V + opt->eos];
                 if (eos_taken[r] || e == -INFINITY) continue;
                 float sc = e / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
@@ -276,7 +278,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     for (int n = 0; n < N; n++) {
         finished_t *f = &fin[n];
         qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
-        int use_fallen = !f->eos_finished && f->fallen.tokens;
+        int use_fallen = !common && !f->eos_finished && f->fallen.tokens;
         int total = f->n + use_fallen;
         int cnt = total < nhyp ? total : nhyp;
         results[n].hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));

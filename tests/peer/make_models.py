@@ -71,6 +71,8 @@ SHAPES_BY_NAME = {s["name"]: s for s in SHAPES}
 
 
 def vocabularies(shape):
+    if "tokens" in shape:  # a given shared vocabulary (e.g. a SentencePiece model's pieces)
+        return shape["tokens"], shape["tokens"]
     src = make_tokens(shape["src_vocab"])
     tgt = src if shape["shared_vocab"] else make_tokens(shape["tgt_vocab"], offset=7)
     return src, tgt
