@@ -128,6 +128,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     float *attn = use_cov ? aligned_alloc64(maxR * (S ? S : 1) * sizeof(float)) : NULL;
     float *cov = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
     float *cov2 = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
+    float *cov_tmp = use_cov ? calloc((size_t)(S ? S : 1), sizeof(float)) : NULL;
     float *cand_v = malloc((size_t)K * sizeof(float));
     int *cand_i = malloc((size_t)K * sizeof(int));
     int *tokens = malloc(maxR * sizeof(int)), *tokens2 = malloc(maxR * sizeof(int));
@@ -138,7 +139,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     int *eos_taken = calloc(maxR, sizeof(int));
     finished_t *fin = calloc((size_t)N, sizeof *fin);
     steplog_t L = {0};
-    if (!logits || (use_cov && (!attn || !cov || !cov2)) || !cand_v || !cand_i || !tokens || !tokens2 ||
+    if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cand_v || !cand_i || !tokens || !tokens2 ||
         !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin) {
         st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
         goto done;
@@ -189,12 +190,11 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                     /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
                     h.score = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                     if (use_cov) {
-                        float *c = cov + (size_t)r * S;
-                        if (!is_eos)
-                            for (int j = 0; j < S; j++) c[j] += attn[(size_t)r * S + j];
-                        h.score += search_coverage_penalty(c, S, opt->coverage_penalty);
-                        if (!is_eos)
-                            for (int j = 0; j < S; j++) c[j] -= attn[(size_t)r * S + j];
+                        /* coverage over every step of the hypothesis, the end token's included
+                         * (as its length is) */
+                        float *c = cov + (size_t)r * S, *tmp = cov_tmp;
+                        for (int j = 0; j < S; j++) tmp[j] = c[j] + attn[(size_t)r * S + j];
+                        h.score += search_coverage_penalty(tmp, S, opt->coverage_penalty);
                     }
                     if (add_finished(f, h, keep)) NOMEM();
                     if (is_eos) {
@@ -224,7 +224,10 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 float e = logits[(size_t)r * V + opt->eos];
                 if (eos_taken[r] || e == -INFINITY) continue;
                 float sc = e / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
-                if (use_cov) sc += search_coverage_penalty(cov + (size_t)r * S, S, opt->coverage_penalty);
+                if (use_cov) {
+                    for (int j = 0; j < S; j++) cov_tmp[j] = cov[(size_t)r * S + j] + attn[(size_t)r * S + j];
+                    sc += search_coverage_penalty(cov_tmp, S, opt->coverage_penalty);
+                }
                 if (f->fallen.tokens && sc <= f->fallen.score) continue;
                 hypothesis_t h = {0};
                 h.tokens = backtrack(&L, entry[r], t, -1, &h.length);
@@ -305,7 +308,7 @@ done:
     free(L.tok), free(L.par);
     aligned_free(logits);
     aligned_free(attn);
-    free(cov), free(cov2), free(cand_v), free(cand_i), free(tokens), free(tokens2), free(sent), free(sent2);
+    free(cov), free(cov2), free(cov_tmp), free(cand_v), free(cand_i), free(tokens), free(tokens2), free(sent), free(sent2);
     free(parent), free(score), free(score2), free(entry), free(entry2), free(eos_taken);
     return st;
 }
