@@ -170,9 +170,12 @@ void activation_forward_ref(float *x, size_t n, activation_t act) {
         double v = x[i], y;
         switch (act) {
         case ACT_RELU: y = v > 0 ? v : 0; break;
-        case ACT_GELU_TANH: y = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); break;
+        /* 0.5 v (1 + tanh(u)) written as v / (1 + exp(-2u)) and 0.5 v (1 + erf(z)) as 0.5 v erfc(-z):
+         * the same functions without the cancellation of 1 + tanh / 1 + erf for negative v (which
+         * left no correct digit below v = -6 even in double). */
+        case ACT_GELU_TANH: y = v / (1 + exp(-2 * 0.7978845608028654 * (v + 0.044715 * v * v * v))); break;
         case ACT_SWISH: y = v / (1 + exp(-v)); break;
-        case ACT_GELU: y = 0.5 * v * (1 + erf(v * 0.7071067811865476)); break;
+        case ACT_GELU: y = 0.5 * v * erfc(-v * 0.7071067811865476); break;
         case ACT_GELU_SIGMOID: y = v / (1 + exp(-1.702 * v)); break;
         case ACT_TANH: y = tanh(v); break;
         default: y = v; break;

@@ -1,0 +1,1014 @@
+/*
+ * test_kernels.c — every kernel of src/kernels/kernels.h against its scalar reference
+ * (src/kernels/kernels_ref.c, or a one-line scalar loop here for the kernels that are a single
+ * IEEE operation per element), at shapes that exercise the vector bodies and their tails
+ * (1, 3, 7, 17, 33, 64, 100 and 1000+), with a stated tolerance per kernel:
+ *
+ *   gemm_f32, gemm_f32_batched   |c - ref| <= 1e-5 * (|alpha| sum_k |a_mk b_kn| + |beta c0|)
+ *                                (relative to the magnitude of the exact sum), both backends
+ *                                (oneDNN dnnl_sgemm, OpenBLAS cblas_sgemm), all four transposes,
+ *                                padded leading dimensions, alpha/beta, K = 0; 1 vs 2 threads.
+ *                                gemm.c's rule picks oneDNN for every shape today, so OpenBLAS is
+ *                                tested by calling cblas_sgemm exactly as gemm.c calls it
+ *   linear_forward float32       as gemm: 1e-5 relative to sum_k |a_k w_nk| + |bias|
+ *   linear_forward int8          bit-exact against linear_forward_ref (the int32 product is
+ *                                exact, the dequantization the same three float operations);
+ *                                the int32 product itself checked exactly (scales 1); against
+ *                                the float32 product within the quantization error bound
+ *                                sum_k (0.501/sa |w^_nk| + 0.5/sw_n |a_k|) + 1e-5 sum_k |a_k w_nk|;
+ *                                1 vs 2 threads bit-identical
+ *   quantize_rows_s8 / _u8       bit-exact (values and scales), rounding ties included
+ *   linear_prepare_s8            exact
+ *   layernorm_forward            |y - ref| <= 5e-6 (1 + |ref|); mean and rstd 1e-6 relative
+ *   softmax / masked softmax     |p - ref| <= (1e-6 + 1.2e-7 |x - max|) ref + 1e-37: 1e-6 relative,
+ *                                plus the float rounding of x - max that exp amplifies, plus an
+ *                                absolute floor for results below FLT_MIN
+ *   log_softmax                  |y - ref| <= 5e-7 (1 + |ref|); -inf exactly where ref is -inf
+ *   activations                  relu exact; tanh 2e-7 relative; swish, gelu_sigmoid 2e-7, gelu
+ *                                5e-7 relative, plus the rounding of the exp argument t
+ *                                (2.4e-7 |t| relative); gelu_tanh 2e-7 relative + 1.2e-7 |x|
+ *                                absolute (its float 1 + tanh cancels for x < 0): act_tol()
+ *   add_inplace, scale_inplace, axpy, add_bias_rows   bit-exact (one rounding per element; axpy
+ *                                is a fused multiply-add in body and tail)
+ *   argmax_rows, topk            exact indices and values, ties to the lower index
+ *   float16 / bfloat16           bit-exact both ways against the bit-arithmetic references, on
+ *                                all 65,536 halves / bfloat16s and on a sweep of floats with every
+ *                                exponent, rounding ties (even and odd), the overflow threshold,
+ *                                subnormals, infinities and NaN payloads; plus anchor values
+ *                                computed by hand
+ * Elementwise kernels are also checked not to write past n (guard values after the end).
+ */
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "check.h"
+#include "kernels/kernels.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_u64(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static uint32_t rng_u32(void) { return (uint32_t)(rng_u64() >> 32); }
+
+/* uniform in [lo, hi) */
+static float rng_uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_u64() >> 11) / 9007199254740992.0);
+}
+
+static float rng_normal(void) {
+    double u1 = ((double)(rng_u64() >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (double)(rng_u64() >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void fill_normal(float *x, size_t n, float scale, float offset) {
+    for (size_t i = 0; i < n; i++) x[i] = offset + scale * rng_normal();
+}
+
+static uint32_t fbits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+static float bitsf(uint32_t b) {
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static float *falloc(size_t n) {
+    float *p = aligned_alloc64((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+#define GUARD 8
+#define GUARD_VALUE 12345.678f
+
+/* ------------------------------------------------------------ GEMM */
+
+/* The reference with |A|, |B|, |alpha|, |beta|, |C0|: the magnitude the error is relative to. */
+static void gemm_abs_scale(float *S, int transA, int transB, int M, int N, int K, float alpha,
+                           const float *A, int lda, size_t nA, const float *B, int ldb, size_t nB,
+                           float beta, const float *C0, int ldc) {
+    float *aA = falloc(nA), *aB = falloc(nB);
+    for (size_t i = 0; i < nA; i++) aA[i] = fabsf(A[i]);
+    for (size_t i = 0; i < nB; i++) aB[i] = fabsf(B[i]);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) S[(size_t)m * ldc + n] = fabsf(C0[(size_t)m * ldc + n]);
+    gemm_f32_ref(transA, transB, M, N, K, fabsf(alpha), aA, lda, aB, ldb, fabsf(beta), S, ldc);
+    aligned_free(aA);
+    aligned_free(aB);
+}
+
+typedef enum { VIA_DISPATCH = 0, VIA_ONEDNN = 1, VIA_OPENBLAS = 2 } gemm_via_t;
+static const char *via_name[] = {"gemm_f32", "dnnl_sgemm", "cblas_sgemm"};
+
+/* The two libraries called exactly as gemm.c calls them (row-major, 'N'/'T'). */
+static void gemm_via(gemm_via_t via, int tA, int tB, int M, int N, int K, float alpha, const float *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (via == VIA_DISPATCH) gemm_f32(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else if (via == VIA_ONEDNN) dnnl_sgemm(tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, M, N, K,
+                     alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+#define GEMM_RTOL 1e-5
+static double gemm_worst = 0; /* largest |c - ref| / scale seen */
+
+/* One gemm case: returns the number of failing elements. */
+static int gemm_case(gemm_via_t via, int tA, int tB, int M, int N, int K, float alpha, float beta, int pad) {
+    int rowsA = tA ? K : M, colsA = tA ? M : K, rowsB = tB ? N : K, colsB = tB ? K : N;
+    int lda = colsA + pad, ldb = colsB + pad, ldc = N + pad;
+    size_t nA = (size_t)rowsA * lda, nB = (size_t)rowsB * ldb, nC = (size_t)M * ldc;
+    float *A = falloc(nA), *B = falloc(nB), *C = falloc(nC), *R = falloc(nC), *S = falloc(nC), *C0 = falloc(nC);
+    fill_normal(A, nA, 1.0f, 0.0f);
+    fill_normal(B, nB, 1.0f, 0.25f);
+    fill_normal(C0, nC, 1.0f, 0.0f);
+    memcpy(C, C0, nC * sizeof(float));
+    memcpy(R, C0, nC * sizeof(float));
+    gemm_via(via, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_f32_ref(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    gemm_abs_scale(S, tA, tB, M, N, K, alpha, A, lda, nA, B, ldb, nB, beta, C0, ldc);
+    int bad = 0;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < ldc; n++) {
+            size_t i = (size_t)m * ldc + n;
+            if (n >= N) { /* padding columns of C are never written */
+                if (fbits(C[i]) != fbits(C0[i])) bad++;
+                continue;
+            }
+            double err = fabs((double)C[i] - R[i]), scale = S[i] > 0 ? S[i] : 1e-30;
+            if (err / scale > gemm_worst) gemm_worst = err / scale;
+            if (!(err <= GEMM_RTOL * scale + 1e-30)) {
+                if (bad < 3)
+                    fprintf(stderr, "%s tA=%d tB=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d: C[%d,%d] = %.9g, "
+                            "ref %.9g, scale %.3g\n", via_name[via], tA, tB, M, N, K, alpha, beta, pad, m, n,
+                            C[i], R[i], S[i]);
+                bad++;
+            }
+        }
+    }
+    aligned_free(A);
+    aligned_free(B);
+    aligned_free(C);
+    aligned_free(R);
+    aligned_free(S);
+    aligned_free(C0);
+    return bad;
+}
+
+static const int gemm_shapes[][3] = {
+    {1, 1, 1},    {1, 3, 7},    {3, 7, 17},  {7, 17, 33},   {17, 33, 64}, {33, 64, 100}, {64, 100, 3},
+    {100, 1, 64}, {2, 1031, 17}, {3, 17, 1500}, {1003, 3, 7}, {8, 8, 8},   {16, 24, 40},
+};
+
+static void test_gemm(void) {
+    int nshapes = (int)(sizeof gemm_shapes / sizeof gemm_shapes[0]);
+    kernels_set_num_threads(1);
+    for (int via = VIA_DISPATCH; via <= VIA_OPENBLAS; via++) {
+        for (int s = 0; s < nshapes; s++) {
+            int M = gemm_shapes[s][0], N = gemm_shapes[s][1], K = gemm_shapes[s][2];
+            for (int t = 0; t < 4; t++) {
+                int tA = t & 1, tB = t >> 1;
+                CHECK_MSG(gemm_case(via, tA, tB, M, N, K, 1.0f, 0.0f, 0) == 0, "%s %dx%dx%d", via_name[via], M, N, K);
+                CHECK_MSG(gemm_case(via, tA, tB, M, N, K, -0.75f, 1.5f, 3) == 0, "%s %dx%dx%d ab", via_name[via], M, N, K);
+            }
+        }
+    }
+    /* The dispatch names one of the two libraries for every shape. */
+    for (int s = 0; s < nshapes; s++) {
+        const char *b = gemm_f32_backend_name(0, 1, gemm_shapes[s][0], gemm_shapes[s][1], gemm_shapes[s][2]);
+        CHECK(b && (!strcmp(b, "oneDNN") || !strcmp(b, "OpenBLAS")));
+    }
+    /* K = 0: C = beta C (and exactly 0 for beta 0, even over NaN garbage); M = 0, N = 0: no-op. */
+    float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {7}, B[1] = {9};
+    gemm_f32(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 0.5f, C, 3);
+    for (int i = 0; i < 6; i++) CHECK(C[i] == 0.5f * (float)(i + 1));
+    for (int i = 0; i < 6; i++) C[i] = NAN;
+    gemm_f32(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+    for (int i = 0; i < 6; i++) CHECK(C[i] == 0.0f && !signbit(C[i]));
+    C[0] = 42.0f;
+    gemm_f32(0, 0, 0, 3, 5, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+    gemm_f32(0, 0, 2, 0, 5, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+    CHECK(C[0] == 42.0f);
+    /* alpha = 0: C = beta C without touching A, B. */
+    for (int i = 0; i < 6; i++) C[i] = (float)i;
+    gemm_f32(0, 0, 2, 3, 4, 0.0f, NULL, 4, NULL, 3, 2.0f, C, 3);
+    for (int i = 0; i < 6; i++) CHECK(C[i] == 2.0f * (float)i);
+    printf("gemm: worst |c - ref| / scale = %.3g (tolerance %.0e)\n", gemm_worst, GEMM_RTOL);
+}
+
+/* Multi-threaded gemm agrees with the reference and with the single-threaded result. */
+static void test_gemm_threads(void) {
+    const int M = 192, N = 160, K = 288;
+    float *A = falloc((size_t)M * K), *B = falloc((size_t)N * K), *C1 = falloc((size_t)M * N),
+          *C2 = falloc((size_t)M * N), *R = falloc((size_t)M * N), *S = falloc((size_t)M * N);
+    fill_normal(A, (size_t)M * K, 1.0f, 0.0f);
+    fill_normal(B, (size_t)N * K, 1.0f, 0.0f);
+    memset(R, 0, (size_t)M * N * sizeof(float));
+    memset(S, 0, (size_t)M * N * sizeof(float));
+    gemm_f32_ref(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, R, N);
+    gemm_abs_scale(S, 0, 1, M, N, K, 1.0f, A, K, (size_t)M * K, B, K, (size_t)N * K, 0.0f, S, N);
+    kernels_set_num_threads(1);
+    CHECK_EQ_INT(kernels_get_num_threads(), 1);
+    gemm_f32(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C1, N);
+    kernels_set_num_threads(2);
+    CHECK_EQ_INT(kernels_get_num_threads(), 2);
+    gemm_f32(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C2, N);
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        if (!(fabs((double)C1[i] - R[i]) <= GEMM_RTOL * S[i])) bad++;
+        if (!(fabs((double)C2[i] - R[i]) <= GEMM_RTOL * S[i])) bad++;
+        if (!(fabs((double)C2[i] - C1[i]) <= 2 * GEMM_RTOL * S[i])) bad++;
+    }
+    CHECK_MSG(bad == 0, "%d elements of the 1- and 2-thread gemm disagree", bad);
+    kernels_set_num_threads(0); /* below 1: one thread */
+    CHECK_EQ_INT(kernels_get_num_threads(), 1);
+    aligned_free(A);
+    aligned_free(B);
+    aligned_free(C1);
+    aligned_free(C2);
+    aligned_free(R);
+    aligned_free(S);
+}
+
+static void test_gemm_batched(void) {
+    static const int cases[][5] = { /* M, N, K, batch, transposes (bit 0 A, bit 1 B) */
+        {1, 7, 17, 8, 2}, {7, 7, 16, 3, 0}, {33, 17, 64, 5, 2}, {3, 33, 7, 4, 1},
+        {17, 100, 8, 3, 3}, {64, 64, 64, 2, 2}, {1, 1003, 5, 3, 0}, {300, 300, 80, 2, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int M = cases[c][0], N = cases[c][1], K = cases[c][2], batch = cases[c][3];
+        int tA = cases[c][4] & 1, tB = cases[c][4] >> 1;
+        int lda = (tA ? M : K) + 1, ldb = (tB ? K : N) + 2, ldc = N + 1;
+        size_t sA = (size_t)(tA ? K : M) * lda + 5, sB = (size_t)(tB ? N : K) * ldb + 3, sC = (size_t)M * ldc + 7;
+        float *A = falloc(sA * batch), *B = falloc(sB * batch), *C0 = falloc(sC * batch), *R = falloc(sC * batch),
+              *S = falloc(sC * batch), *C1 = falloc(sC * batch), *C2 = falloc(sC * batch);
+        fill_normal(A, sA * batch, 1.0f, 0.0f);
+        fill_normal(B, sB * batch, 1.0f, 0.0f);
+        fill_normal(C0, sC * batch, 1.0f, 0.0f);
+        memcpy(R, C0, sC * batch * sizeof(float));
+        memcpy(C1, C0, sC * batch * sizeof(float));
+        memcpy(C2, C0, sC * batch * sizeof(float));
+        for (int b = 0; b < batch; b++) {
+            gemm_f32_ref(tA, tB, M, N, K, 0.5f, A + b * sA, lda, B + b * sB, ldb, -1.0f, R + b * sC, ldc);
+            gemm_abs_scale(S + b * sC, tA, tB, M, N, K, 0.5f, A + b * sA, lda, sA, B + b * sB, ldb, sB, -1.0f,
+                           C0 + b * sC, ldc);
+        }
+        kernels_set_num_threads(1);
+        gemm_f32_batched(tA, tB, M, N, K, 0.5f, A, lda, sA, B, ldb, sB, -1.0f, C1, ldc, sC, batch);
+        kernels_set_num_threads(2);
+        gemm_f32_batched(tA, tB, M, N, K, 0.5f, A, lda, sA, B, ldb, sB, -1.0f, C2, ldc, sC, batch);
+        int bad = 0, untouched = 0;
+        for (int b = 0; b < batch; b++)
+            for (size_t i = 0; i < sC; i++) {
+                size_t j = b * sC + i;
+                int m = (int)(i / ldc), n = (int)(i % ldc);
+                if (m >= M || n >= N) { /* outside the M x N view: never written */
+                    untouched += fbits(C1[j]) != fbits(C0[j]) || fbits(C2[j]) != fbits(C0[j]);
+                    continue;
+                }
+                bad += !(fabs((double)C1[j] - R[j]) <= GEMM_RTOL * S[j]);
+                bad += !(fabs((double)C2[j] - R[j]) <= GEMM_RTOL * S[j]);
+            }
+        CHECK_MSG(bad == 0, "batched %dx%dx%d x%d: %d elements off", M, N, K, batch, bad);
+        CHECK_MSG(untouched == 0, "batched %dx%dx%d x%d: %d elements outside C written", M, N, K, batch, untouched);
+        aligned_free(A);
+        aligned_free(B);
+        aligned_free(C0);
+        aligned_free(R);
+        aligned_free(S);
+        aligned_free(C1);
+        aligned_free(C2);
+    }
+    kernels_set_num_threads(1);
+}
+
+/* ------------------------------------------------------------ quantization and linear */
+
+static void fill_quant_rows(float *x, int M, int K) {
+    for (int m = 0; m < M; m++) {
+        float *r = x + (size_t)m * K;
+        switch (m % 6) {
+        case 0: fill_normal(r, K, 1.0f, 0.0f); break;
+        case 1: for (int k = 0; k < K; k++) r[k] = 0.0f; break;              /* all zero: scale 1 */
+        case 2: /* max 127 -> scale 1: rounding ties at x.5 (half to even) */
+            for (int k = 0; k < K; k++) r[k] = (float)((int)(rng_u32() % 255) - 127) + ((k & 1) ? 0.5f : 0.0f);
+            r[0] = 127.0f;
+            break;
+        case 3: fill_normal(r, K, 1e-30f, 0.0f); break;                       /* tiny but normal */
+        case 4: fill_normal(r, K, 1.0f, 0.0f); r[K / 2] = 1e4f; break;        /* one outlier */
+        default: fill_normal(r, K, 1000.0f, 50.0f); break;
+        }
+    }
+}
+
+static void test_quantize(void) {
+    static const int Ks[] = {1, 3, 7, 8, 9, 17, 33, 64, 100, 1031};
+    for (size_t i = 0; i < sizeof Ks / sizeof Ks[0]; i++) {
+        int K = Ks[i], M = 7;
+        float *x = falloc((size_t)M * K), s1[7], s2[7];
+        int8_t *q1 = malloc((size_t)M * K), *q2 = malloc((size_t)M * K);
+        uint8_t *u1 = malloc((size_t)M * K), *u2 = malloc((size_t)M * K);
+        fill_quant_rows(x, M, K);
+        quantize_rows_s8(q1, s1, x, M, K);
+        quantize_rows_s8_ref(q2, s2, x, M, K);
+        CHECK_MSG(!memcmp(q1, q2, (size_t)M * K) && !memcmp(s1, s2, sizeof s1), "quantize_rows_s8 K=%d", K);
+        quantize_rows_u8(u1, s1, x, M, K);
+        quantize_rows_u8_ref(u2, s2, x, M, K);
+        CHECK_MSG(!memcmp(u1, u2, (size_t)M * K) && !memcmp(s1, s2, sizeof s1), "quantize_rows_u8 K=%d", K);
+        free(q1);
+        free(q2);
+        free(u1);
+        free(u2);
+        aligned_free(x);
+    }
+    /* Worked example: max 127 -> scale 1; ties round half to even. */
+    float x[8] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, -127.0f}, s;
+    int8_t q[8];
+    uint8_t u[8];
+    static const int8_t q_want[8] = {127, 0, 2, 2, 0, -2, -2, -127};
+    static const uint8_t u_want[8] = {255, 128, 130, 130, 128, 126, 126, 1};
+    quantize_rows_s8(q, &s, x, 1, 8);
+    CHECK(s == 1.0f);
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(q[i], q_want[i]);
+    quantize_rows_u8(u, &s, x, 1, 8);
+    CHECK(s == 1.0f);
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(u[i], u_want[i]);
+    /* A subnormal row: the s8 scale is clamped to stay finite (127 / (127 / FLT_MAX) = FLT_MAX). */
+    float tiny[3] = {1e-40f, -1e-41f, 0.0f};
+    quantize_rows_s8(q, &s, tiny, 1, 3);
+    CHECK(isfinite(s) && s == 127.0f / (127.0f / FLT_MAX));
+    float s_ref;
+    int8_t q_ref[3];
+    quantize_rows_s8_ref(q_ref, &s_ref, tiny, 1, 3);
+    CHECK(!memcmp(q, q_ref, 3) && s == s_ref);
+}
+
+static void test_prepare_s8(void) {
+    static const int shapes[][2] = {{1, 1}, {3, 7}, {17, 33}, {5, 1031}, {64, 100}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int N = shapes[c][0], K = shapes[c][1];
+        int8_t *q = malloc((size_t)N * K);
+        int32_t *comp = malloc((size_t)N * sizeof(int32_t));
+        for (int i = 0; i < N * K; i++) q[i] = (int8_t)((int)(rng_u32() % 255) - 127);
+        if (c == 3) memset(q, 127, (size_t)K); /* extreme row: -128 * 127 * K */
+        linear_prepare_s8(comp, q, N, K);
+        for (int n = 0; n < N; n++) {
+            int64_t sum = 0;
+            for (int k = 0; k < K; k++) sum += q[(size_t)n * K + k];
+            CHECK_EQ_INT(comp[n], -128 * sum);
+        }
+        free(q);
+        free(comp);
+    }
+}
+
+typedef struct {
+    float *w, *wq_scale, *bias;
+    int8_t *q;
+    int32_t *comp;
+} linear_buf_t;
+
+static void linear_make(linear_buf_t *b, int N, int K, int with_bias) {
+    b->w = falloc((size_t)N * K);
+    b->wq_scale = falloc((size_t)N);
+    b->bias = with_bias ? falloc((size_t)N) : NULL;
+    b->q = aligned_alloc64((size_t)N * K);
+    b->comp = aligned_alloc64((size_t)N * sizeof(int32_t));
+    fill_normal(b->w, (size_t)N * K, 1.0f / sqrtf((float)K), 0.0f);
+    if (with_bias) fill_normal(b->bias, (size_t)N, 0.5f, 0.0f);
+    quantize_rows_s8_ref(b->q, b->wq_scale, b->w, N, K);
+    linear_prepare_s8(b->comp, b->q, N, K);
+}
+
+static void linear_release(linear_buf_t *b) {
+    aligned_free(b->w);
+    aligned_free(b->wq_scale);
+    aligned_free(b->bias);
+    aligned_free(b->q);
+    aligned_free(b->comp);
+}
+
+static double linear_int8_worst = 0; /* largest |int8 - f32| / bound */
+
+static void linear_case(int M, int N, int K, int with_bias, int with_comp) {
+    linear_buf_t b;
+    linear_make(&b, N, K, with_bias);
+    float *x = falloc((size_t)M * K), *y = falloc((size_t)M * N), *r = falloc((size_t)M * N),
+          *y2 = falloc((size_t)M * N);
+    fill_quant_rows(x, M, K);
+    for (int m = 0; m < M; m++) /* rows of magnitude ~1 or larger (tiny rows lose all bits in f32 here) */
+        if (m % 6 == 3) fill_normal(x + (size_t)m * K, K, 1.0f, 0.0f);
+
+    /* float32 */
+    linear_t lf = {.kind = WEIGHT_F32, .N = N, .K = K, .w = b.w, .bias = b.bias};
+    CHECK(linear_workspace_size(&lf, M) == 0);
+    linear_forward(y, x, &lf, M, NULL);
+    linear_forward_ref(r, x, &lf, M);
+    int bad = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double scale = with_bias ? fabs(b.bias[n]) : 0;
+            for (int k = 0; k < K; k++) scale += fabs((double)x[(size_t)m * K + k] * b.w[(size_t)n * K + k]);
+            if (!(fabs((double)y[(size_t)m * N + n] - r[(size_t)m * N + n]) <= GEMM_RTOL * scale + 1e-30)) bad++;
+        }
+    CHECK_MSG(bad == 0, "linear f32 M=%d N=%d K=%d: %d off", M, N, K, bad);
+
+    /* int8: bit-exact against the reference */
+    linear_t lq = {.kind = WEIGHT_S8, .N = N, .K = K, .q = b.q, .scale = b.wq_scale,
+                   .comp = with_comp ? b.comp : NULL, .bias = b.bias};
+    size_t wsz = linear_workspace_size(&lq, M);
+    CHECK(wsz == linear_workspace_size_s8(M, N, K, with_comp));
+    CHECK(wsz >= (size_t)M * K + (size_t)M * 4 + (size_t)M * N * 4);
+    void *ws = aligned_alloc64(wsz);
+    linear_forward(y, x, &lq, M, ws);
+    linear_forward_ref(r, x, &lq, M);
+    bad = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++)
+        if (fbits(y[i]) != fbits(r[i])) {
+            if (bad < 3) fprintf(stderr, "linear int8 M=%d N=%d K=%d [%zu]: %.9g vs ref %.9g\n", M, N, K, i, y[i], r[i]);
+            bad++;
+        }
+    CHECK_MSG(bad == 0, "linear int8 M=%d N=%d K=%d comp=%d: %d elements differ from the reference", M, N, K,
+              with_comp, bad);
+
+    /* int8 against the float32 product, within the quantization error bound */
+    float *xs = falloc((size_t)M);
+    uint8_t *xq = malloc((size_t)M * K);
+    quantize_rows_u8_ref(xq, xs, x, M, K);
+    linear_forward_ref(y2, x, &lf, M);
+    bad = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double bound = 0, mag = with_bias ? fabs(b.bias[n]) : 0;
+            for (int k = 0; k < K; k++) {
+                double a = x[(size_t)m * K + k], wh = b.q[(size_t)n * K + k] / (double)b.wq_scale[n];
+                bound += 0.501 / xs[m] * fabs(wh) + 0.5 / b.wq_scale[n] * fabs(a);
+                mag += fabs(a * b.w[(size_t)n * K + k]);
+            }
+            bound += GEMM_RTOL * mag + 1e-30;
+            double err = fabs((double)y[(size_t)m * N + n] - y2[(size_t)m * N + n]);
+            if (err / bound > linear_int8_worst) linear_int8_worst = err / bound;
+            if (!(err <= bound)) bad++;
+        }
+    CHECK_MSG(bad == 0, "linear int8 vs float32 M=%d N=%d K=%d: %d outside the quantization bound", M, N, K, bad);
+
+    /* threads: int8 bit-identical, float32 within tolerance */
+    kernels_set_num_threads(2);
+    linear_forward(y2, x, &lq, M, ws);
+    CHECK_MSG(!memcmp(y, y2, (size_t)M * N * sizeof(float)), "linear int8 M=%d N=%d K=%d: 2 threads differ", M, N, K);
+    kernels_set_num_threads(1);
+
+    aligned_free(ws);
+    aligned_free(xs);
+    free(xq);
+    aligned_free(x);
+    aligned_free(y);
+    aligned_free(y2);
+    aligned_free(r);
+    linear_release(&b);
+}
+
+/* The int32 product exactly: integer inputs with max |x| = 127 (activation scale 1) and weight
+ * scales 1, so out = (float)(sum_k x_k q_nk) exactly (|sum| < 2^24). Includes the extreme products
+ * (255 * -127 pairs after the u8 shift) where a non-VNNI u8s8 GEMM saturates int16. */
+static void test_linear_int32_exact(void) {
+    static const int shapes[][3] = {{1, 1, 1}, {3, 7, 17}, {7, 17, 64}, {5, 33, 1031}, {17, 100, 33}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+        float *x = falloc((size_t)M * K), *y = falloc((size_t)M * N), *ones = falloc((size_t)N);
+        int8_t *q = aligned_alloc64((size_t)N * K);
+        for (int i = 0; i < M * K; i++) x[i] = (float)((int)(rng_u32() % 255) - 127);
+        for (int i = 0; i < N * K; i++) q[i] = (int8_t)((int)(rng_u32() % 255) - 127);
+        for (int m = 0; m < M; m++) x[(size_t)m * K] = 127.0f;
+        if (M > 1) for (int k = 0; k < K; k++) x[(size_t)1 * K + k] = 127.0f;      /* all +127 */
+        if (N > 1) for (int k = 0; k < K; k++) q[(size_t)1 * K + k] = -127;        /* against all -127 */
+        if (N > 2) for (int k = 0; k < K; k++) q[(size_t)2 * K + k] = 127;
+        for (int n = 0; n < N; n++) ones[n] = 1.0f;
+        linear_t lq = {.kind = WEIGHT_S8, .N = N, .K = K, .q = q, .scale = ones};
+        void *ws = aligned_alloc64(linear_workspace_size(&lq, M));
+        linear_forward(y, x, &lq, M, ws);
+        int bad = 0;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                int64_t acc = 0;
+                for (int k = 0; k < K; k++) acc += (int64_t)x[(size_t)m * K + k] * q[(size_t)n * K + k];
+                if ((double)y[(size_t)m * N + n] != (double)acc) {
+                    if (bad < 3) fprintf(stderr, "int32 product M=%d N=%d K=%d [%d,%d]: %.1f vs exact %lld\n", M, N,
+                                         K, m, n, y[(size_t)m * N + n], (long long)acc);
+                    bad++;
+                }
+            }
+        CHECK_MSG(bad == 0, "u8s8s32 product %dx%dx%d not exact in int32 (%d elements)", M, N, K, bad);
+        aligned_free(ws);
+        aligned_free(x);
+        aligned_free(y);
+        aligned_free(ones);
+        aligned_free(q);
+    }
+}
+
+static void test_linear(void) {
+    static const int shapes[][3] = {{1, 1, 1}, {3, 7, 17}, {7, 33, 64}, {17, 100, 33}, {5, 1003, 7},
+                                    {2, 3, 1031}, {100, 64, 100}, {12, 8, 8}};
+    kernels_set_num_threads(1);
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        linear_case(shapes[c][0], shapes[c][1], shapes[c][2], 1, 1);
+        linear_case(shapes[c][0], shapes[c][1], shapes[c][2], c & 1, 0);
+    }
+    printf("linear int8 vs float32: worst error / quantization bound = %.3g\n", linear_int8_worst);
+}
+
+/* ------------------------------------------------------------ row ops */
+
+static const int row_lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 64, 100, 1000, 1031};
+#define N_ROW_LENS ((int)(sizeof row_lens / sizeof row_lens[0]))
+
+#define LN_TOL 5e-6
+static void test_layernorm(void) {
+    double worst = 0;
+    for (int i = 0; i < N_ROW_LENS; i++) {
+        int C = row_lens[i], M = 4;
+        float *x = falloc((size_t)M * C), *y = falloc((size_t)M * C), *r = falloc((size_t)M * C),
+              *g = falloc(C), *be = falloc(C), mean[4], rstd[4];
+        for (int m = 0; m < M; m++) fill_normal(x + (size_t)m * C, C, m == 3 ? 0.01f : 1.0f + m, m == 2 ? 30.0f : 0.0f);
+        fill_normal(g, C, 0.2f, 1.0f);
+        fill_normal(be, C, 0.2f, 0.0f);
+        float eps = (i & 1) ? 1e-5f : 1e-6f;
+        layernorm_forward(y, mean, rstd, x, g, be, M, C, eps);
+        layernorm_forward_ref(r, x, g, be, M, C, eps);
+        int bad = 0;
+        for (size_t k = 0; k < (size_t)M * C; k++) {
+            double e = fabs((double)y[k] - r[k]) / (1 + fabs(r[k]));
+            if (e > worst) worst = e;
+            bad += !(e <= LN_TOL);
+        }
+        CHECK_MSG(bad == 0, "layernorm C=%d: %d off", C, bad);
+        for (int m = 0; m < M; m++) {
+            double mu = 0, var = 0;
+            for (int c = 0; c < C; c++) mu += x[(size_t)m * C + c];
+            mu /= C;
+            for (int c = 0; c < C; c++) var += (x[(size_t)m * C + c] - mu) * (x[(size_t)m * C + c] - mu);
+            var /= C;
+            CHECK_NEAR(mean[m], mu, 1e-6 * (fabs(mu) + 1e-3), 1e-6);
+            CHECK_NEAR(rstd[m], 1.0 / sqrt(var + eps), 0, 1e-5);
+        }
+        /* in place gives the same bits; NULL mean/rstd accepted */
+        memcpy(r, x, (size_t)M * C * sizeof(float));
+        layernorm_forward(r, NULL, NULL, r, g, be, M, C, eps);
+        CHECK_MSG(!memcmp(r, y, (size_t)M * C * sizeof(float)), "layernorm C=%d in place", C);
+        aligned_free(x);
+        aligned_free(y);
+        aligned_free(r);
+        aligned_free(g);
+        aligned_free(be);
+    }
+    printf("layernorm: worst |y - ref| / (1 + |ref|) = %.3g (tolerance %.0e)\n", worst, LN_TOL);
+}
+
+#define SOFTMAX_RTOL 1e-6
+#define SOFTMAX_ATOL 1e-37
+/* exp(x - max) is taken of the float difference x - max, rounded to 2^-24 relative: that error,
+ * |x - max| 2^-24, is amplified into the relative error of the probability. So the bound is
+ * relative 1e-6 + 1.2e-7 |x - max| (1e-6 for every probability above e^-8 = 3e-4). */
+static double softmax_tol(double ref, double x, double mx) {
+    double d = isinf(x) ? 0 : fabs(x - mx);
+    return SOFTMAX_ATOL + (SOFTMAX_RTOL + 1.2e-7 * d) * ref;
+}
+
+static float row_max_of(const float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+#define LOGSOFTMAX_TOL 5e-7
+
+/* Rows: normal logits, large spread (exp underflows), -inf entries, all -inf, big offsets, ties. */
+static void fill_logit_rows(float *x, int M, int C) {
+    for (int m = 0; m < M; m++) {
+        float *r = x + (size_t)m * C;
+        switch (m % 6) {
+        case 0: fill_normal(r, C, 3.0f, 0.0f); break;
+        case 1: fill_normal(r, C, 40.0f, 0.0f); break;
+        case 2: fill_normal(r, C, 2.0f, 0.0f); for (int c = 0; c < C; c += 3) r[c] = -INFINITY; break;
+        case 3: for (int c = 0; c < C; c++) r[c] = -INFINITY; break;
+        case 4: fill_normal(r, C, 1.0f, 1e4f); break;
+        default: for (int c = 0; c < C; c++) r[c] = (float)(c % 3); break;
+        }
+    }
+}
+
+static void test_softmax(void) {
+    double worst_p = 0, worst_l = 0;
+    for (int i = 0; i < N_ROW_LENS; i++) {
+        int C = row_lens[i], M = 6;
+        size_t n = (size_t)M * C;
+        float *x = falloc(n), *y = falloc(n), *r = falloc(n);
+        fill_logit_rows(x, M, C);
+        softmax_forward(y, x, M, C);
+        softmax_forward_ref(r, x, M, C);
+        int bad = 0;
+        for (size_t k = 0; k < n; k++) {
+            double e = fabs((double)y[k] - r[k]), mx = row_max_of(x + k / C * C, C);
+            if (r[k] > 1e-30 && x[k] - mx > -8 && e / r[k] > worst_p) worst_p = e / r[k];
+            if (!(e <= softmax_tol(r[k], x[k], mx))) {
+                if (bad < 3) fprintf(stderr, "softmax C=%d [%zu] x=%.9g: %.9g vs ref %.9g\n", C, k, x[k], y[k], r[k]);
+                bad++;
+            }
+        }
+        CHECK_MSG(bad == 0, "softmax C=%d: %d off", C, bad);
+        for (int m = 0; m < M; m++) { /* rows sum to 1 (0 for the all -inf row) */
+            double s = 0;
+            for (int c = 0; c < C; c++) s += y[(size_t)m * C + c];
+            double want = row_max_of(x + (size_t)m * C, C) == -INFINITY ? 0.0 : 1.0; /* 0 for an all -inf row */
+            CHECK_MSG(fabs(s - want) <= 1e-5, "softmax C=%d row %d sums to %.9g", C, m, s);
+        }
+        memcpy(r, x, n * sizeof(float));
+        softmax_forward(r, r, M, C);
+        CHECK_MSG(!memcmp(r, y, n * sizeof(float)), "softmax C=%d in place", C);
+
+        log_softmax_forward(y, x, M, C);
+        log_softmax_forward_ref(r, x, M, C);
+        bad = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (isinf(r[k]) || isinf(y[k])) {
+                bad += !(y[k] == r[k]);
+                continue;
+            }
+            double e = fabs((double)y[k] - r[k]) / (1 + fabs(r[k]));
+            if (e > worst_l) worst_l = e;
+            bad += !(e <= LOGSOFTMAX_TOL);
+        }
+        CHECK_MSG(bad == 0, "log_softmax C=%d: %d off", C, bad);
+        memcpy(r, x, n * sizeof(float));
+        log_softmax_forward(r, r, M, C);
+        CHECK_MSG(!memcmp(r, y, n * sizeof(float)), "log_softmax C=%d in place", C);
+
+        /* masked: lengths 0, 1, C/2, C, > C, < 0 */
+        int len[6] = {0, 1, C / 2, C, C + 5, -3};
+        for (int m = 0; m < M; m++) fill_normal(x + (size_t)m * C, C, 3.0f, 0.0f);
+        for (size_t k = 0; k < n; k++) y[k] = r[k] = GUARD_VALUE;
+        softmax_masked_forward(y, x, len, M, C);
+        softmax_masked_forward_ref(r, x, len, M, C);
+        bad = 0;
+        for (int m = 0; m < M; m++)
+            for (int c = 0; c < C; c++) {
+                size_t k = (size_t)m * C + c;
+                int live = c < (len[m] < 0 ? 0 : len[m]);
+                if (!live) bad += y[k] != 0.0f; /* probability exactly 0 past the length */
+                int live_n = len[m] < 0 ? 0 : len[m] > C ? C : len[m];
+                double tol = live ? softmax_tol(r[k], x[k], row_max_of(x + (size_t)m * C, live_n)) : 0.0;
+                bad += !(fabs((double)y[k] - r[k]) <= tol);
+            }
+        CHECK_MSG(bad == 0, "softmax_masked C=%d: %d off", C, bad);
+        aligned_free(x);
+        aligned_free(y);
+        aligned_free(r);
+    }
+    printf("softmax: worst relative error of p > e^-8 max %.3g (tolerance %.0e); log_softmax: %.3g (tolerance %.0e)\n",
+           worst_p, SOFTMAX_RTOL, worst_l, LOGSOFTMAX_TOL);
+}
+
+/* Tolerance per activation for input x and reference value ref. The fast versions compute
+ * exp(t) of a float argument t (t = -x, -1.702 x, -x^2/2 after two or three roundings): its
+ * rounding, about |t| 2^-24 per operation, is a relative error of the result, which is why the
+ * bound grows with |t| (it only matters where the result is already tiny). */
+static double act_tol(activation_t act, double x, double ref) {
+    double ax = fabs(x), ar = fabs(ref);
+    switch (act) {
+    case ACT_RELU: return 0.0;                                   /* exact */
+    case ACT_TANH: return 2e-7 * ar + 1e-37;                     /* ~2 ulp */
+    case ACT_SWISH:                                              /* exp(-x); clamped below -88: |x| e^-88 */
+        return (2e-7 + 2.4e-7 * ax) * ar + 1e-37 + 1e-38 * ax;
+    case ACT_GELU_SIGMOID:                                       /* exp(-1.702 x) */
+        return (2e-7 + 2.4e-7 * 1.702 * ax) * ar + 1e-37 + 1e-38 * ax;
+    case ACT_GELU:                   /* erfc fit (1.2e-7) of exp(-x^2 / 2) and a division: 5e-7 */
+        return (5e-7 + 2.4e-7 * 0.5 * ax * ax) * ar + 1e-37;
+    case ACT_GELU_TANH:
+        /* 0.5 x (1 + tanh(u)) in float, as the formula is written: for x < 0, 1 + tanh(u) cancels
+         * to an absolute error of about one float ulp of 1, times 0.5 |x|. */
+        return 2e-7 * ar + 1.2e-7 * ax + 1e-37;
+    }
+    return 0.0;
+}
+
+static const struct {
+    activation_t act;
+    const char *name;
+} ACTS[] = {{ACT_RELU, "relu"}, {ACT_GELU_TANH, "gelu_tanh"}, {ACT_SWISH, "swish"},
+            {ACT_GELU, "gelu"}, {ACT_GELU_SIGMOID, "gelu_sigmoid"}, {ACT_TANH, "tanh"}};
+
+static void test_activations(void) {
+    static const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-40f, 1e-20f, -1e-20f, 0.625f, -0.625f,
+                                     0.6249999f, 1.0f, -1.0f, 5.0f, -5.0f, 9.0f, -9.0f, 15.0f, -15.0f,
+                                     30.0f, -30.0f, 87.0f, -87.0f, 89.0f, -89.0f, 100.0f, -100.0f,
+                                     1e4f, -1e4f, 1e20f, -1e20f};
+    const int ns = (int)(sizeof specials / sizeof specials[0]);
+    for (size_t a = 0; a < sizeof ACTS / sizeof ACTS[0]; a++) {
+        double worst = 0, worst_x = 0, worst_rel = 0;
+        for (int i = 0; i < N_ROW_LENS + 1; i++) {
+            int n = i < N_ROW_LENS ? row_lens[i] : 4096 + ns;
+            float *x = falloc((size_t)n + GUARD), *r = falloc((size_t)n), *xin = falloc((size_t)n);
+            for (int k = 0; k < n; k++) x[k] = rng_uniform(-12.0f, 12.0f);
+            if (i == N_ROW_LENS) { /* a dense sweep of [-12, 12] and the special values */
+                for (int k = 0; k < 4096; k++) x[k] = -12.0f + 24.0f * (float)k / 4095.0f;
+                memcpy(x + 4096, specials, sizeof specials);
+            }
+            for (int k = n; k < n + GUARD; k++) x[k] = GUARD_VALUE;
+            memcpy(r, x, (size_t)n * sizeof(float));
+            memcpy(xin, x, (size_t)n * sizeof(float));
+            activation_forward(x, (size_t)n, ACTS[a].act);
+            activation_forward_ref(r, (size_t)n, ACTS[a].act);
+            int bad = 0;
+            for (int k = 0; k < n; k++) {
+                double err = fabs((double)x[k] - r[k]), tol = act_tol(ACTS[a].act, xin[k], r[k]);
+                if (tol > 0 && err / tol > worst) {
+                    worst = err / tol;
+                    worst_x = xin[k];
+                }
+                if (fabs(xin[k]) <= 5 && fabs(r[k]) > 1e-3 && err / fabs(r[k]) > worst_rel) worst_rel = err / fabs(r[k]);
+                if (!(err <= tol) && !(isnan(x[k]) && isnan(r[k]))) {
+                    if (bad < 3) fprintf(stderr, "%s(%.9g) = %.9g, ref %.9g\n", ACTS[a].name, xin[k], x[k], r[k]);
+                    bad++;
+                }
+            }
+            for (int k = n; k < n + GUARD; k++) bad += x[k] != GUARD_VALUE;
+            CHECK_MSG(bad == 0, "%s n=%d: %d off", ACTS[a].name, n, bad);
+            aligned_free(x);
+            aligned_free(r);
+            aligned_free(xin);
+        }
+        printf("%s: worst error / tolerance %.3g (at x = %.7g); worst relative error on |x| <= 5 %.3g\n",
+               ACTS[a].name, worst, worst_x, worst_rel);
+    }
+}
+
+static void elementwise_reset(float *y, float *r, int n) {
+    fill_normal(y, (size_t)n, 1.0f, 0.0f);
+    for (int k = n; k < n + GUARD; k++) y[k] = GUARD_VALUE;
+    memcpy(r, y, (size_t)n * sizeof(float));
+}
+
+/* y (n values + GUARD guards) bit-equal to r, guards untouched. */
+static void elementwise_compare(const char *what, const float *y, const float *r, int n) {
+    int bad = 0;
+    for (int k = 0; k < n; k++) bad += fbits(y[k]) != fbits(r[k]);
+    for (int k = n; k < n + GUARD; k++) bad += y[k] != GUARD_VALUE;
+    CHECK_MSG(bad == 0, "%s n=%d: %d off", what, n, bad);
+}
+
+static void test_elementwise(void) {
+    for (int i = 0; i < N_ROW_LENS; i++) {
+        int n = row_lens[i];
+        float *x = falloc((size_t)n), *y = falloc((size_t)n + GUARD), *r = falloc((size_t)n);
+        fill_normal(x, (size_t)n, 1.0f, 0.0f);
+        float a = rng_normal();
+        elementwise_reset(y, r, n);
+        add_inplace(y, x, (size_t)n);
+        for (int k = 0; k < n; k++) r[k] = r[k] + x[k];
+        elementwise_compare("add_inplace", y, r, n);
+        elementwise_reset(y, r, n);
+        scale_inplace(y, a, (size_t)n);
+        for (int k = 0; k < n; k++) r[k] = r[k] * a;
+        elementwise_compare("scale_inplace", y, r, n);
+        elementwise_reset(y, r, n);
+        axpy(y, a, x, (size_t)n);
+        for (int k = 0; k < n; k++) r[k] = fmaf(x[k], a, r[k]);
+        elementwise_compare("axpy", y, r, n);
+        aligned_free(x);
+        aligned_free(y);
+        aligned_free(r);
+    }
+    /* add_bias_rows over (M, C) */
+    static const int shapes[][2] = {{1, 1}, {3, 7}, {5, 17}, {2, 100}, {3, 1031}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int M = shapes[c][0], C = shapes[c][1];
+        size_t n = (size_t)M * C;
+        float *x = falloc(n + GUARD), *r = falloc(n), *b = falloc(C);
+        fill_normal(x, n, 1.0f, 0.0f);
+        fill_normal(b, C, 1.0f, 0.0f);
+        for (size_t k = n; k < n + GUARD; k++) x[k] = GUARD_VALUE;
+        for (size_t k = 0; k < n; k++) r[k] = x[k];
+        add_bias_rows(x, b, M, C);
+        int bad = 0;
+        for (size_t k = 0; k < n; k++) bad += fbits(x[k]) != fbits(r[k] + b[k % C]);
+        for (size_t k = n; k < n + GUARD; k++) bad += x[k] != GUARD_VALUE;
+        CHECK_MSG(bad == 0, "add_bias_rows %dx%d: %d off", M, C, bad);
+        aligned_free(x);
+        aligned_free(r);
+        aligned_free(b);
+    }
+}
+
+static void test_argmax_topk(void) {
+    for (int i = 0; i < N_ROW_LENS; i++) {
+        int C = row_lens[i], M = 5;
+        float *x = falloc((size_t)M * C), v1[5], v2[5];
+        int o1[5], o2[5];
+        for (int m = 0; m < M; m++) {
+            float *r = x + (size_t)m * C;
+            switch (m) {
+            case 0: fill_normal(r, C, 1.0f, 0.0f); break;
+            case 1: for (int c = 0; c < C; c++) r[c] = (float)(rng_u32() % 4); break; /* many ties */
+            case 2: for (int c = 0; c < C; c++) r[c] = -INFINITY; break;
+            case 3: fill_normal(r, C, 1.0f, 0.0f); r[C - 1] = 100.0f; break;        /* max in the tail */
+            default: fill_normal(r, C, 1.0f, -1e30f); r[C / 2] = -INFINITY; break;
+            }
+        }
+        argmax_rows(o1, v1, x, M, C);
+        argmax_rows_ref(o2, v2, x, M, C);
+        for (int m = 0; m < M; m++) {
+            CHECK_EQ_INT(o1[m], o2[m]);
+            CHECK(fbits(v1[m]) == fbits(v2[m]));
+        }
+        argmax_rows(o1, NULL, x, M, C); /* max_value may be NULL */
+        for (int m = 0; m < M; m++) CHECK_EQ_INT(o1[m], o2[m]);
+
+        static const int ks[] = {1, 2, 3, 4, 5, 8, 10, 17};
+        for (int m = 0; m < M; m++)
+            for (size_t j = 0; j < sizeof ks / sizeof ks[0]; j++) {
+                int k = ks[j], kk = k < C ? k : C;
+                float tv1[17], tv2[17];
+                int ti1[17], ti2[17];
+                topk(tv1, ti1, x + (size_t)m * C, C, k);
+                topk_ref(tv2, ti2, x + (size_t)m * C, C, k);
+                int bad = 0;
+                for (int t = 0; t < kk; t++) bad += ti1[t] != ti2[t] || fbits(tv1[t]) != fbits(tv2[t]);
+                CHECK_MSG(bad == 0, "topk C=%d k=%d row %d: %d entries differ", C, k, m, bad);
+            }
+        aligned_free(x);
+    }
+    /* Worked example: ties go to the lower index. */
+    float x[7] = {1, 3, 2, 3, -1, 3, 2}, v[4];
+    int idx[4], am;
+    topk(v, idx, x, 7, 4);
+    CHECK(idx[0] == 1 && idx[1] == 3 && idx[2] == 5 && idx[3] == 2 && v[3] == 2.0f);
+    argmax_rows(&am, NULL, x, 1, 7);
+    CHECK_EQ_INT(am, 1);
+}
+
+/* ------------------------------------------------------------ conversions */
+
+static void test_half_bf16_to_float(void) {
+    static uint16_t all[65536];
+    static float out[65536];
+    for (int i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    int bad_h = 0, bad_b = 0;
+    for (int i = 0; i < 65536; i++) {
+        bad_h += fbits(half_to_float(all[i])) != fbits(half_to_float_ref(all[i]));
+        bad_b += fbits(bf16_to_float(all[i])) != fbits(bf16_to_float_ref(all[i]));
+    }
+    CHECK_MSG(bad_h == 0, "half_to_float: %d of 65536 differ from the reference", bad_h);
+    CHECK_MSG(bad_b == 0, "bf16_to_float: %d of 65536 differ from the reference", bad_b);
+    /* arrays, at every start offset mod 8 and lengths with tails */
+    static const int lens[] = {0, 1, 3, 7, 8, 9, 17, 33, 100, 1031, 65536 - 7};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+        for (int off = 0; off < 8 && off + lens[l] <= 65536; off += 3) {
+            int n = lens[l], bh = 0, bb = 0;
+            out[n < 65536 ? n : 0] = GUARD_VALUE;
+            half_to_float_array(out, all + off, (size_t)n);
+            for (int i = 0; i < n; i++) bh += fbits(out[i]) != fbits(half_to_float_ref(all[off + i]));
+            if (n < 65536) bh += out[n] != GUARD_VALUE;
+            bf16_to_float_array(out, all + off, (size_t)n);
+            for (int i = 0; i < n; i++) bb += fbits(out[i]) != fbits(bf16_to_float_ref(all[off + i]));
+            if (n < 65536) bb += out[n] != GUARD_VALUE;
+            CHECK_MSG(bh == 0 && bb == 0, "conversion arrays n=%d offset=%d: %d half, %d bf16 off", n, off, bh, bb);
+        }
+    /* anchors */
+    CHECK(half_to_float(0x3c00) == 1.0f);
+    CHECK(half_to_float(0x7bff) == 65504.0f);
+    CHECK(half_to_float(0x0001) == 0x1p-24f);
+    CHECK(half_to_float(0x03ff) == 1023 * 0x1p-24f);
+    CHECK(half_to_float(0x0400) == 0x1p-14f);
+    CHECK(half_to_float(0xfc00) == -INFINITY);
+    CHECK(fbits(half_to_float(0x8000)) == 0x80000000u);
+    CHECK(isnan(half_to_float(0x7e00)) && isnan(half_to_float(0x7c01)));
+    CHECK(bf16_to_float(0x3f80) == 1.0f);
+    CHECK(bf16_to_float(0x0001) == 0x1p-133f);
+    CHECK(bf16_to_float(0x7f7f) == 0x1.fep127f);
+    CHECK(bf16_to_float(0xff80) == -INFINITY);
+    CHECK(isnan(bf16_to_float(0x7fc0)) && isnan(bf16_to_float(0x7f81)));
+}
+
+static int conv_bad_h = 0, conv_bad_b = 0;
+
+static void conv_check(float f) {
+    uint16_t h = float_to_half(f), hr = float_to_half_ref(f);
+    uint16_t b = float_to_bf16(f), br = float_to_bf16_ref(f);
+    if (h != hr) {
+        if (conv_bad_h < 3) fprintf(stderr, "float_to_half(%a, 0x%08x) = 0x%04x, ref 0x%04x\n", f, fbits(f), h, hr);
+        conv_bad_h++;
+    }
+    if (b != br) {
+        if (conv_bad_b < 3) fprintf(stderr, "float_to_bf16(%a, 0x%08x) = 0x%04x, ref 0x%04x\n", f, fbits(f), b, br);
+        conv_bad_b++;
+    }
+}
+
+static void test_float_to_half_bf16(void) {
+    long n = 0;
+    /* every exponent and sign, with mantissas at and around the rounding points of both formats */
+    static const uint32_t mants[] = {0,        1,        2,        0x7fffff, 0x400000, 0x7fe000, 0x001000,
+                                     0x000fff, 0x001001, 0x002000, 0x003000, 0x005000, 0x7ff000, 0x7fefff,
+                                     0x008000, 0x018000, 0x007fff, 0x008001, 0x010000, 0x7f8000, 0x7f7fff,
+                                     0x7f0000, 0x00ffff, 0x3fffff, 0x600000, 0x7fa000, 0x7fb000, 0x7fd000};
+    for (uint32_t sign = 0; sign < 2; sign++)
+        for (uint32_t e = 0; e < 256; e++) {
+            for (size_t i = 0; i < sizeof mants / sizeof mants[0]; i++, n++)
+                conv_check(bitsf(sign << 31 | e << 23 | mants[i]));
+            for (int i = 0; i < 64; i++, n++) conv_check(bitsf(sign << 31 | e << 23 | (rng_u32() & 0x7fffff)));
+            /* ties at every shift (half subnormals round at bit 13..23 plus the exponent gap) */
+            for (int s = 1; s < 23; s++)
+                for (uint32_t lsb = 0; lsb < 2; lsb++) {
+                    uint32_t m = (1u << (s - 1)) | (lsb << s) | (rng_u32() & ~((2u << s) - 1) & 0x7fffff);
+                    conv_check(bitsf(sign << 31 | e << 23 | (m & 0x7fffff)));
+                    conv_check(bitsf(sign << 31 | e << 23 | ((m + 1) & 0x7fffff)));
+                    conv_check(bitsf(sign << 31 | e << 23 | ((m - 1) & 0x7fffff)));
+                    n += 3;
+                }
+        }
+    /* every float in the half range's critical binades at a prime stride, and random bits */
+    for (uint32_t bits = 0x32800000u; bits < 0x47800000u; bits += 4099, n += 2) {
+        conv_check(bitsf(bits));
+        conv_check(bitsf(bits | 0x80000000u));
+    }
+    for (int i = 0; i < 1000000; i++, n++) conv_check(bitsf(rng_u32()));
+    CHECK_MSG(conv_bad_h == 0, "float_to_half: %d of %ld differ from the reference", conv_bad_h, n);
+    CHECK_MSG(conv_bad_b == 0, "float_to_bf16: %d of %ld differ from the reference", conv_bad_b, n);
+
+    /* anchors (hand-computed): ties to even, overflow threshold, subnormals, infinities, NaN */
+    static const struct { float f; uint16_t h; } H[] = {
+        {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff}, {65519.996f, 0x7bff}, {65520.0f, 0x7c00},
+        {1e10f, 0x7c00}, {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000}, {0x1.8p-25f, 0x0001}, {0x1.8p-24f, 0x0002},
+        {0x1p-14f, 0x0400}, {0x1.ffcp-15f, 0x0400}, {1.0f + 0x1p-11f, 0x3c00}, {1.0f + 0x1.8p-10f, 0x3c02},
+        {1.0f + 0x1p-10f, 0x3c01}, {-0.0f, 0x8000}, {INFINITY, 0x7c00}, {-INFINITY, 0xfc00}, {1e-30f, 0x0000},
+        {0x1.002p0f, 0x3c00}, {0x1.006p0f, 0x3c02}};
+    for (size_t i = 0; i < sizeof H / sizeof H[0]; i++) {
+        CHECK_MSG(float_to_half(H[i].f) == H[i].h, "float_to_half(%a) = 0x%04x, want 0x%04x", H[i].f,
+                  float_to_half(H[i].f), H[i].h);
+        CHECK_MSG(float_to_half_ref(H[i].f) == H[i].h, "float_to_half_ref(%a) = 0x%04x, want 0x%04x", H[i].f,
+                  float_to_half_ref(H[i].f), H[i].h);
+    }
+    static const struct { float f; uint16_t b; } B[] = {
+        {1.0f, 0x3f80}, {1.0f + 0x1p-8f, 0x3f80}, {1.0f + 0x1.8p-7f, 0x3f82}, {1.0f + 0x1p-7f, 0x3f81},
+        {0x1.fep127f, 0x7f7f}, {FLT_MAX, 0x7f80}, {-FLT_MAX, 0xff80}, {0x1p-133f, 0x0001}, {0x1p-134f, 0x0000},
+        {0x1.8p-134f, 0x0001}, {0x1p-149f, 0x0000}, {0x1p-126f, 0x0080}, {-0.0f, 0x8000}, {INFINITY, 0x7f80},
+        {-INFINITY, 0xff80}};
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        CHECK_MSG(float_to_bf16(B[i].f) == B[i].b, "float_to_bf16(%a) = 0x%04x, want 0x%04x", B[i].f,
+                  float_to_bf16(B[i].f), B[i].b);
+        CHECK_MSG(float_to_bf16_ref(B[i].f) == B[i].b, "float_to_bf16_ref(%a) = 0x%04x, want 0x%04x", B[i].f,
+                  float_to_bf16_ref(B[i].f), B[i].b);
+    }
+    /* NaN: stays NaN, quiet, sign and top payload kept */
+    CHECK_EQ_INT(float_to_half(bitsf(0x7fc00000u)), 0x7e00);
+    CHECK_EQ_INT(float_to_half(bitsf(0xff800001u)), 0xfe00);
+    CHECK_EQ_INT(float_to_half(bitsf(0x7fa02000u)), 0x7e01 | 0x100);
+    CHECK_EQ_INT(float_to_bf16(bitsf(0x7f800001u)), 0x7fc0);
+    CHECK_EQ_INT(float_to_bf16(bitsf(0xffa10000u)), 0xffe1);
+    /* round trips: every finite half and bfloat16 survives float and back */
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        uint16_t u = (uint16_t)i;
+        if ((u & 0x7c00) != 0x7c00) bad += float_to_half(half_to_float(u)) != u;
+        if ((u & 0x7f80) != 0x7f80) bad += float_to_bf16(bf16_to_float(u)) != u;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+int main(void) {
+    test_gemm();
+    test_gemm_threads();
+    test_gemm_batched();
+    test_quantize();
+    test_prepare_s8();
+    test_linear_int32_exact();
+    test_linear();
+    test_layernorm();
+    test_softmax();
+    test_activations();
+    test_elementwise();
+    test_argmax_topk();
+    test_half_bf16_to_float();
+    test_float_to_half_bf16();
+    return check_report("test_kernels");
+}
