@@ -59,8 +59,10 @@ static void usage(FILE *f) {
 "  BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tern-" TERN_VERSION " = 34.56 65.2/40.1/27.0/19.0\n"
 "  (BP = 1.000 ratio = 1.023 hyp_len = 1000 ref_len = 978)\n"
 "The signature names tern's version where sacreBLEU names its own; the numbers are sacreBLEU's.\n"
-"GLEU is GNMT's (min of n-gram precision and recall, 1..4-grams, per sentence), corpus = mean,\n"
-"printed in percent.\n",
+"GLEU is GNMT's (Wu et al. 2016; NLTK's sentence_gleu): per sentence, min of n-gram precision\n"
+"and recall over 1..4-grams pooled = matches / max(hyp n-grams, ref n-grams); the corpus score is\n"
+"the mean of the sentence scores, in percent; the pooled ratio sum(matches) / sum(max(...))\n"
+"(NLTK's corpus_gleu) is printed beside it.\n",
             MAX_REFS);
 }
 
@@ -289,7 +291,11 @@ static int run_sentence(int metric, const out_opts_t *oo, lines_t *hyp, lines_t 
                 score = gleu_sentence_score(&st);
                 snprintf(name, sizeof name, "GLEU");
                 gleu_signature(sig, sizeof sig, &oo->bleu, R);
-                if (oo->json) j = plain_json(name, score, sig);
+                if (oo->json) {
+                    j = plain_json(name, score, sig);
+                    add_num(j, "match", (double)st.match);
+                    add_num(j, "all", (double)st.all);
+                }
             }
         }
         if (s) {
@@ -336,11 +342,19 @@ static int run_corpus(int metrics, const out_opts_t *oo, lines_t *hyp, lines_t *
         count++;
     }
     if (metrics & MET_GLEU) {
-        double score;
-        if (gleu_corpus(&score, NULL, hh, rr, &oo->bleu, hyp->n, R)) goto fail;
+        gleu_result_t g;
+        if (gleu_corpus(&g, NULL, hh, rr, &oo->bleu, hyp->n, R)) goto fail;
         gleu_signature(sig, sizeof sig, &oo->bleu, R);
-        if (oo->json) cJSON_AddItemToArray(arr, plain_json("GLEU", score, sig));
-        else print_line(oo, "GLEU", sig, score, NULL);
+        if (oo->json) {
+            cJSON *j = plain_json("GLEU", g.mean, sig);
+            add_num(j, "pooled", g.pooled);
+            add_num(j, "match", (double)g.match);
+            add_num(j, "all", (double)g.all);
+            cJSON_AddItemToArray(arr, j);
+        } else {
+            snprintf(verbose, sizeof verbose, "(mean of sentence GLEU; pooled = %.*f)", oo->width, g.pooled);
+            print_line(oo, "GLEU", sig, g.mean, verbose);
+        }
         count++;
     }
     if (oo->json) print_json(count == 1 ? cJSON_GetArrayItem(arr, 0) : arr, 0);

@@ -1,7 +1,8 @@
 /* gleu.c — GNMT's GLEU (Wu et al. 2016, as NLTK's sentence_gleu): per sentence, all 1..4-grams
  * of hypothesis and reference pooled; GLEU = min(precision, recall) = matches / max(hypothesis
  * n-grams, reference n-grams); with several references the best one. Corpus GLEU here is the mean
- * of the sentence scores. Tokenization and lowercasing as BLEU's options say. */
+ * of the sentence scores (the issue's definition); the pooled ratio (NLTK's corpus_gleu) comes
+ * with it. Tokenization and lowercasing as BLEU's options say. */
 #include "score.h"
 
 #include <stdlib.h>
@@ -46,10 +47,10 @@ tern_status_t gleu_sentence_stats(gleu_stats_t *st, bleu_workspace_t *ws, const 
 }
 
 double gleu_sentence_score(const gleu_stats_t *st) {
-    return st->all ? 100.0 * (double)st->match / (double)st->all : 0.0;
+    return st->all ? 100.0 * ((double)st->match / (double)st->all) : 0.0;
 }
 
-tern_status_t gleu_corpus(double *mean, gleu_stats_t *per_sentence, const char *const *hyps,
+tern_status_t gleu_corpus(gleu_result_t *res, gleu_stats_t *per_sentence, const char *const *hyps,
                           const char *const *const *refs, const bleu_options_t *o, size_t N, int R) {
     bleu_workspace_t ws;
     memset(&ws, 0, sizeof ws);
@@ -57,6 +58,7 @@ tern_status_t gleu_corpus(double *mean, gleu_stats_t *per_sentence, const char *
     if (!rr) return tern_error(TERN_ERR_NOMEM, "GLEU: out of memory");
     tern_status_t s = TERN_OK;
     double sum = 0.0;
+    memset(res, 0, sizeof *res);
     for (size_t i = 0; i < N; i++) {
         for (int r = 0; r < R; r++) rr[r] = refs[r][i];
         gleu_stats_t st;
@@ -66,9 +68,12 @@ tern_status_t gleu_corpus(double *mean, gleu_stats_t *per_sentence, const char *
         }
         if (per_sentence) per_sentence[i] = st;
         sum += st.all ? (double)st.match / (double)st.all : 0.0;
+        res->match += st.match;
+        res->all += st.all;
     }
     free(rr);
     bleu_workspace_free(&ws);
-    *mean = N ? 100.0 * sum / (double)N : 0.0;
+    res->mean = N ? 100.0 * sum / (double)N : 0.0;
+    res->pooled = res->all ? 100.0 * ((double)res->match / (double)res->all) : 0.0;
     return s;
 }

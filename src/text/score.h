@@ -246,19 +246,29 @@ void chrf_signature(char *buf, size_t size, const chrf_options_t *o, int R);
 
 /* ---------------------------------------------------------------- GLEU (Wu et al. 2016) */
 
-/* Sentence GLEU = min(precision, recall) over all 1..max_order-grams pooled = match / max(hyp
- * n-grams, ref n-grams); with several references the best one. Corpus GLEU = mean over
- * sentences (a sentence with no n-grams on either side scores 0). Tokenization as BLEU's. */
+/* Sentence GLEU (GNMT's, as NLTK's sentence_gleu) = min(precision, recall) over all
+ * 1..max_order-grams pooled = matches / max(hypothesis n-grams, reference n-grams); with several
+ * references the first one with the highest ratio; 0 when neither side has an n-gram.
+ * Tokenization and lowercasing as BLEU's options say.
+ * Corpus GLEU, as the issue defines it and `tern score` prints it: the mean of the sentence scores,
+ * 100 * (g_1 + ... + g_N) / N. The pooled ratio of Wu et al.'s e-mail (NLTK's corpus_gleu),
+ * 100 * sum(matches) / sum(max(...)), comes with it. */
 typedef struct {
     int64_t match, all; /* of the chosen reference; all = 0: no n-grams */
 } gleu_stats_t;
 
+typedef struct {
+    double mean;          /* 0..100: mean of sentence GLEU */
+    double pooled;        /* 0..100: sum(match) / sum(all) (NLTK corpus_gleu) */
+    int64_t match, all;   /* the sums */
+} gleu_result_t;
+
 tern_status_t gleu_sentence_stats(gleu_stats_t *st, bleu_workspace_t *ws, const char *hyp,
                                   const char *const *refs, const bleu_options_t *o, int R);
-/* per_sentence may be NULL; *mean gets the corpus GLEU in 0..100. */
-tern_status_t gleu_corpus(double *mean, gleu_stats_t *per_sentence, const char *const *hyps,
+/* per_sentence may be NULL. */
+tern_status_t gleu_corpus(gleu_result_t *res, gleu_stats_t *per_sentence, const char *const *hyps,
                           const char *const *const *refs, const bleu_options_t *o, size_t N, int R);
-double gleu_sentence_score(const gleu_stats_t *st); /* 0..100 */
+double gleu_sentence_score(const gleu_stats_t *st); /* 0..100: 100 * (match / all) */
 
 /* ---------------------------------------------------------------- paired bootstrap */
 
