@@ -1,9 +1,12 @@
 """Shared pytest fixtures: paths to the repository, the tern binary and the shared data."""
 import os
+import sys
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERN = os.path.join(ROOT, "build", "tern")
+sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
 DATA = os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
 
@@ -18,3 +21,35 @@ def data_dir():
     if not os.path.isdir(DATA):
         pytest.skip(f"shared data not found at {DATA} (set TERN_DATA)")
     return DATA
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory, data_dir):
+    """A SentencePiece unigram model (600 pieces) trained on Multi30k en+de, and a random-weight
+    CTranslate2 Transformer whose shared vocabulary is its pieces (sentencepiece.model beside it)."""
+    make_models = pytest.importorskip("make_models")
+    spm = pytest.importorskip("sentencepiece")
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    d = tmp_path_factory.mktemp("spm")
+    text = d / "train.txt"
+    lines = []
+    for lang in ("en", "de"):
+        with open(os.path.join(data_dir, "multi30k", f"train.{lang}"), encoding="utf-8") as f:
+            lines += [next(f) for _ in range(3000)]
+    text.write_text("".join(lines), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(d / "sp"), vocab_size=600,
+                                   model_type="unigram", character_coverage=1.0, num_threads=1,
+                                   minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(d / "sp.model"))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    assert pieces[:3] == ["<unk>", "<s>", "</s>"]
+    shape = dict(name="spm-shared", enc_layers=2, dec_layers=2, heads=4, d=32, ff=64, pre_norm=True,
+                 activation="relu", src_vocab=len(pieces), tgt_vocab=len(pieces), shared_vocab=True,
+                 tie_output=True, share_embeddings=False, learned_pos=False, scale_embeddings=True,
+                 eps=None, tokens=pieces)
+    model_dir = str(d / "model")
+    make_models.make_model(shape, model_dir)
+    with open(d / "sp.model", "rb") as f, open(os.path.join(model_dir, "sentencepiece.model"), "wb") as g:
+        g.write(f.read())
+    ct2 = ctranslate2.Translator(model_dir, device="cpu", intra_threads=1)
+    return {"dir": model_dir, "sp": sp, "ct2": ct2, "tmp": d}

@@ -161,13 +161,14 @@ tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, c
         res[i].n = 0;
         res[i].hyps = NULL;
         if (len[i] > 0) order[m++] = (len_idx_t){len[i], i};
-        else { /* empty input: one empty hypothesis */
-            res[i].hyps = calloc(1, sizeof(hypothesis_t));
+        else { /* empty input: num_hypotheses empty hypotheses of score 0, without decoding */
+            int nh = o->num_hypotheses > 0 ? o->num_hypotheses : 1;
+            res[i].hyps = calloc((size_t)nh, sizeof(hypothesis_t));
             if (!res[i].hyps) {
                 st = tern_error(TERN_ERR_NOMEM, "out of memory");
                 goto done;
             }
-            res[i].n = 1;
+            res[i].n = nh;
         }
     }
     qsort(order, (size_t)m, sizeof *order, cmp_len_desc);

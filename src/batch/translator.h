@@ -12,7 +12,7 @@ struct tern_translator {
     transformer_state_t *state;
 };
 
-/* Translates n token-id sources (empty ones give one empty hypothesis without decoding):
+/* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):
  * sorts them by length, cuts batches by the token budget, restores the order in res (n). */
 tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
                                        search_result_t *res);
