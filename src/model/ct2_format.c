@@ -77,14 +77,21 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
     uint32_t version, revision = 0, count;
 #define HEADER_FAIL(...) do { st = tern_error(TERN_ERR_FORMAT, "%s: header: " __VA_ARGS__); goto fail; } while (0)
     if (rd_u32(&c, &version)) HEADER_FAIL("%s", path, "truncated binary version");
-    if (version < 1 || version > 6)
-        HEADER_FAIL("%s", path, version > 6 ? "binary version is newer than 6 (not supported)"
-                                            : "binary version 0 is invalid (not a CTranslate2 model.bin?)");
+    if (version > 6 && version < 256) { /* a plausible later version: say so */
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: header: binary version %u is newer than 6 (not supported; "
+                        "convert the model with CTranslate2 <= 4.x)", path, version);
+        goto fail;
+    }
+    if (version < 1 || version > 6) {
+        st = tern_error(TERN_ERR_FORMAT, "%s: header: binary version %u is invalid (not a CTranslate2 "
+                        "model.bin?)", path, version);
+        goto fail;
+    }
     w->binary_version = (int)version;
     if (version >= 2) {
         const char *s;
         size_t len;
-        if ((err = rd_string(&c, &s, &len))) HEADER_FAIL("%s", path, "spec name: truncated or invalid");
+        if ((err = rd_string(&c, &s, &len))) HEADER_FAIL("spec name: %s", path, err);
         char *sn = malloc(len + 1);
         if (!sn) {
             st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
@@ -98,9 +105,9 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
         w->spec_revision = (int)revision;
     }
     if (rd_u32(&c, &count)) HEADER_FAIL("%s", path, "truncated number of variables");
-    /* Each variable takes at least 2 (length) + 1 (NUL) + 1 (rank) + 1 + 4 bytes. */
-    if ((uint64_t)count * 9 > c.left)
-        HEADER_FAIL("%s", path, "number of variables exceeds what the file can hold");
+    /* No check of count against the file size here: each variable takes at least 9 bytes, so a
+     * count too large for the file ends at the first variable that runs past the end, and that
+     * error names the variable (what a truncated file needs). Nothing is allocated by count. */
 #undef HEADER_FAIL
 
     snprintf(name, sizeof name, "(first)");
@@ -117,15 +124,21 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
         int64_t shape[TENSOR_MAX_RANK];
         if (rd_u8(&c, &rank)) TFAIL("truncated rank");
         if (rank > TENSOR_MAX_RANK) TFAIL("rank exceeds 8");
+        /* numel is capped at 2^40 while it is multiplied (a file cannot hold more elements than
+         * bytes, so anything above its size is an error below), which keeps numel * dtype size
+         * from wrapping around: dims [2^31, 2^31] of float32 must not pass as 0 bytes. */
         uint64_t numel = 1;
-        int overflow = 0;
+        int too_large = 0;
         for (uint32_t i = 0; i < rank; i++) {
             if (rd_u32(&c, &dim)) TFAIL("truncated shape");
             shape[i] = dim;
-            if (dim && numel > UINT64_MAX / 2 / dim) overflow = 1;
             numel *= dim;
+            if (numel > (UINT64_C(1) << 40)) {
+                too_large = 1;
+                numel = UINT64_C(1) << 40;
+            }
         }
-        if (overflow) TFAIL("shape is too large");
+        if (too_large && numel != 0) TFAIL("shape is too large"); /* (a zero dim makes numel 0) */
         dtype_t dt;
         uint64_t nbytes;
         if (version >= 4) {
@@ -174,12 +187,8 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
     if (version >= 3) {
         uint32_t n_alias;
         if (rd_u32(&c, &n_alias)) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: header: truncated number of aliases", path);
-            goto fail;
-        }
-        if ((uint64_t)n_alias * 6 > c.left) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: header: number of aliases exceeds what the file "
-                            "can hold", path);
+            st = tern_error(TERN_ERR_FORMAT, "%s: aliases: truncated number of aliases (after the "
+                            "last tensor '%s')", path, name);
             goto fail;
         }
         for (uint32_t k = 0; k < n_alias; k++) {
@@ -187,7 +196,7 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
             size_t al, tl;
             char an[1024], tn[1024];
             if ((err = rd_string(&c, &a, &al))) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: alias #%u: name: %s", path, k, err);
+                st = tern_error(TERN_ERR_FORMAT, "%s: alias #%u of %u: name: %s", path, k, n_alias, err);
                 goto fail;
             }
             snprintf(an, sizeof an, "%.*s", (int)TERN_MIN(al, sizeof an - 1), a);

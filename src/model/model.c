@@ -24,12 +24,14 @@ static const char *find_file(char *buf, size_t n, const char *dir, const char *c
     return NULL;
 }
 
+static const char *const vocab_shared[] = {"shared_vocabulary.json", "shared_vocabulary.txt", NULL};
+static const char *const vocab_src[] = {"source_vocabulary.json", "source_vocabulary.txt", NULL};
+static const char *const vocab_tgt[] = {"target_vocabulary.json", "target_vocabulary.txt", NULL};
+
 static tern_status_t load_vocab_pair(tern_model_t *m) {
     char p[2048];
     tern_status_t st;
-    static const char *shared[] = {"shared_vocabulary.json", "shared_vocabulary.txt", NULL};
-    static const char *src[] = {"source_vocabulary.json", "source_vocabulary.txt", NULL};
-    static const char *tgt[] = {"target_vocabulary.json", "target_vocabulary.txt", NULL};
+    const char *const *shared = vocab_shared, *const *src = vocab_src, *const *tgt = vocab_tgt;
     if (find_file(p, sizeof p, m->dir, shared)) {
         if ((st = vocab_load(&m->src_vocab, p))) return st;
         m->tgt_vocab = m->src_vocab;
@@ -106,14 +108,19 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     }
     if ((st = transformer_build(&m->tf, m->weights, o.compute_type, m->cfg.layer_norm_epsilon))) goto fail;
     if ((st = load_vocab_pair(m))) goto fail;
-    if (vocab_size(m->src_vocab) != m->tf.src_vocab) {
-        st = tern_error(TERN_ERR_MISMATCH, "%s: source vocabulary has %d tokens but the encoder "
-                        "embeddings have %d rows", dir, vocab_size(m->src_vocab), m->tf.src_vocab);
-        goto fail;
-    }
-    if (vocab_size(m->tgt_vocab) != m->tf.tgt_vocab) {
-        st = tern_error(TERN_ERR_MISMATCH, "%s: target vocabulary has %d tokens but the decoder "
-                        "embeddings have %d rows", dir, vocab_size(m->tgt_vocab), m->tf.tgt_vocab);
+    if (vocab_size(m->src_vocab) != m->tf.src_vocab || vocab_size(m->tgt_vocab) != m->tf.tgt_vocab) {
+        /* Name the vocabulary file and the embedding tensor (in its weights file) that disagree. */
+        int target = vocab_size(m->src_vocab) == m->tf.src_vocab;
+        char vp[2048];
+        const char *vf = find_file(vp, sizeof vp, dir, vocab_shared);
+        if (!vf) vf = find_file(vp, sizeof vp, dir, target ? vocab_tgt : vocab_src);
+        const char *tensor = target ? "decoder/embeddings/weight"
+                             : weights_get(m->weights, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight"
+                                                                                        : "encoder/embeddings/weight";
+        st = tern_error(TERN_ERR_MISMATCH, "%s: %s vocabulary has %d tokens but tensor '%s' in %s has %d rows",
+                        vf ? vf : dir, target ? "target" : "source",
+                        vocab_size(target ? m->tgt_vocab : m->src_vocab), tensor, weights_path(m->weights),
+                        target ? m->tf.tgt_vocab : m->tf.src_vocab);
         goto fail;
     }
     m->src_bos = vocab_lookup(m->src_vocab, m->cfg.bos_token);

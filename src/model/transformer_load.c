@@ -265,6 +265,9 @@ static tern_status_t load_positions(transformer_t *m, const weights_t *w, const 
         m->weight_bytes += (size_t)t->numel * 4;
         return st;
     }
+    if (m->d % 2) /* sines in one half, cosines in the other */
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: no tensor '%s': sinusoidal position encodings need an "
+                          "even model width, got %d", weights_path(w), name, m->d);
     *max_pos = SINUSOID_MAX_POS;
     *table = sinusoid_table(m, SINUSOID_MAX_POS, m->d);
     return *table ? TERN_OK : tern_error(TERN_ERR_NOMEM, "position table: out of memory");
@@ -301,9 +304,15 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
     const char *enc_emb_name = weights_get(w, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight"
                                                                                : "encoder/embeddings/weight";
     const tensor_t *ee = weights_get(w, enc_emb_name);
-    if (!ee || ee->rank != 2)
+    if (!ee)
         return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/embeddings_0/weight' "
                           "(not a Transformer encoder-decoder model?)", weights_path(w));
+    /* The width comes from this tensor: at least one row, so that d is bounded by the file size. */
+    if (ee->rank != 2 || ee->shape[0] < 1 || ee->shape[1] < 1 || ee->shape[1] > (1 << 20))
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [vocabulary >= 1, width "
+                          "1..%d], got rank %d [%lld, %lld]", weights_path(w), enc_emb_name, 1 << 20,
+                          ee->rank, (long long)(ee->rank > 0 ? ee->shape[0] : 0),
+                          (long long)(ee->rank > 1 ? ee->shape[1] : 0));
     m->d = (int)ee->shape[1];
     m->enc_layers = count_layers(w, "encoder");
     m->dec_layers = count_layers(w, "decoder");
@@ -311,23 +320,31 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
         return tern_error(TERN_ERR_FORMAT, "%s: no encoder or decoder layers found", weights_path(w));
     const char *spec = weights_spec_name(w);
     int64_t heads_default = !strcmp(spec, "TransformerBig") ? 16 : !strcmp(spec, "TransformerBase") ? 8 : 0;
-    m->H = (int)scalar_or(w, "encoder/num_heads", scalar_or(w, "num_heads", heads_default));
-    if (m->H <= 0 || m->d % m->H)
-        return tern_error(TERN_ERR_FORMAT, "%s: bad number of heads %d for width %d", weights_path(w), m->H, m->d);
+    const char *heads_name = weights_get(w, "encoder/num_heads") ? "encoder/num_heads" : "num_heads";
+    int64_t heads = scalar_or(w, "encoder/num_heads", scalar_or(w, "num_heads", heads_default));
+    if (heads <= 0 || heads > m->d || m->d % heads)
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': %lld heads do not divide the width %d of '%s'",
+                          weights_path(w), heads_name, (long long)heads, m->d, enc_emb_name);
+    m->H = (int)heads;
     int dec_heads = (int)scalar_or(w, "decoder/num_heads", m->H);
     if (dec_heads != m->H)
-        return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder head counts differ (%d, %d)",
-                          weights_path(w), m->H, dec_heads);
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor 'decoder/num_heads': encoder and decoder head "
+                          "counts differ (%d, %d)", weights_path(w), m->H, dec_heads);
     const tensor_t *f1 = weights_get(w, "encoder/layer_0/ffn/linear_0/weight");
     if (!f1 || f1->rank != 2)
         return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/layer_0/ffn/linear_0/weight'", weights_path(w));
+    if (f1->shape[0] < 1 || f1->shape[0] > (1 << 24))
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor 'encoder/layer_0/ffn/linear_0/weight': feed-forward "
+                          "width %lld out of range", weights_path(w), (long long)f1->shape[0]);
     m->F = (int)f1->shape[0];
     m->pre_norm = (int)scalar_or(w, "encoder/pre_norm", 1);
     if (scalar_or(w, "decoder/pre_norm", m->pre_norm) != m->pre_norm)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder norms differ", weights_path(w));
-    m->act = (activation_t)scalar_or(w, "encoder/activation", ACT_RELU);
-    if (m->act < ACT_RELU || m->act > ACT_TANH)
-        return tern_error(TERN_ERR_FORMAT, "%s: unknown activation %d", weights_path(w), (int)m->act);
+    int64_t act = scalar_or(w, "encoder/activation", ACT_RELU);
+    if (act < ACT_RELU || act > ACT_TANH)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor 'encoder/activation': unknown activation %lld",
+                          weights_path(w), (long long)act);
+    m->act = (activation_t)act;
     m->enc_scale_emb = (int)scalar_or(w, "encoder/scale_embeddings", 1);
     m->dec_scale_emb = (int)scalar_or(w, "decoder/scale_embeddings", 1);
     m->dec_zero_start = (int)scalar_or(w, "decoder/start_from_zero_embedding", 0);
