@@ -1,0 +1,430 @@
+/*
+ * layers.c — forward and backward of the training layers (see layers.h for the conventions).
+ *
+ * Legend: B sentences, T/Tq query length, S/Tk key length, C channels, H heads, D = C / H,
+ * F feed-forward width, V vocabulary, M rows, K/N input/output features, n elements.
+ */
+#include "layers.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Below this many elements an elementwise loop runs on one thread (OpenMP start-up costs more). */
+#define PAR_MIN 32768
+
+/* ------------------------------------------------------------ random numbers */
+
+uint64_t rng_mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t dropout_key(uint64_t seed, uint64_t step, uint64_t site) {
+    return rng_mix64(rng_mix64(rng_mix64(seed) ^ step) ^ site);
+}
+
+/* Chris Wellons' lowbias32: a bijective 32-bit integer hash with low bias. */
+static inline uint32_t hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline uint32_t bits32(uint32_t k0, uint32_t k1, uint32_t i) {
+    return hash32(hash32(i + k0) ^ k1);
+}
+
+uint32_t rng_bits32(uint64_t key, uint32_t i) { return bits32((uint32_t)key, (uint32_t)(key >> 32), i); }
+
+double rng_uniform(uint64_t key, uint64_t i) {
+    return (double)(rng_mix64(key + rng_mix64(i)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double rng_normal(uint64_t key, uint64_t i) {
+    double u1 = rng_uniform(key, 2 * i), u2 = rng_uniform(key, 2 * i + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+/* The threshold under which 32 random bits mean "dropped" (probability p). */
+static inline uint32_t drop_threshold(float p) {
+    double t = (double)p * 4294967296.0;
+    return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* acc[n] += sum over rows m of x[m, n], x (M, N); column blocks in parallel, double sums. */
+static void colsum_acc(float *acc, const float *x, int M, int N) {
+    int nblk = (N + 15) / 16;
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 16, c1 = c0 + 16 < N ? c0 + 16 : N;
+        double s[16] = {0};
+        for (int m = 0; m < M; m++) {
+            const float *r = x + (size_t)m * N;
+            for (int c = c0; c < c1; c++) s[c - c0] += r[c];
+        }
+        for (int c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
+    }
+}
+
+/* ------------------------------------------------------------ embedding */
+
+void nn_embedding_forward(float *out, const int *tokens, const float *wte, const float *pos, int B,
+                          int T, int C, float scale, int pad_id) {
+    int BT = B * T;
+#pragma omp parallel for schedule(static) if ((size_t)BT * C >= PAR_MIN)
+    for (int bt = 0; bt < BT; bt++) {
+        float *o = out + (size_t)bt * C;
+        int tok = tokens[bt], t = bt % T;
+        if (tok == pad_id) {
+            memset(o, 0, (size_t)C * sizeof(float));
+            continue;
+        }
+        const float *e = wte + (size_t)tok * C;
+        if (pos) {
+            const float *p = pos + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = scale * e[c] + p[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = scale * e[c];
+        }
+    }
+}
+
+void nn_embedding_backward(float *dwte, float *dpos, const float *dout, const int *tokens, int B,
+                           int T, int C, float scale, int pad_id) {
+    int BT = B * T, nblk = (C + 63) / 64;
+    /* Each thread owns a block of channels: repeated tokens never race. */
+#pragma omp parallel for schedule(static) if ((size_t)BT * C >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 64, c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int bt = 0; bt < BT; bt++) {
+            int tok = tokens[bt];
+            if (tok == pad_id) continue;
+            const float *g = dout + (size_t)bt * C;
+            float *e = dwte + (size_t)tok * C;
+            for (int c = c0; c < c1; c++) e[c] += scale * g[c];
+            if (dpos) {
+                float *p = dpos + (size_t)(bt % T) * C;
+                for (int c = c0; c < c1; c++) p[c] += g[c];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ layer normalization */
+
+void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *g,
+                          const float *b, int M, int C, float eps) {
+    if ((size_t)M * C < PAR_MIN) {
+        layernorm_forward(out, mean, rstd, inp, g, b, M, C, eps);
+        return;
+    }
+    /* The kernel is row-wise: split the rows between threads. */
+#pragma omp parallel
+    {
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int m0 = (int)((long long)M * id / n), m1 = (int)((long long)M * (id + 1) / n);
+        if (m1 > m0)
+            layernorm_forward(out + (size_t)m0 * C, mean + m0, rstd + m0, inp + (size_t)m0 * C, g, b,
+                              m1 - m0, C, eps);
+    }
+}
+
+void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout, const float *inp,
+                           const float *g, const float *mean, const float *rstd, int M, int C) {
+    /* dinp: rows in parallel. */
+#pragma omp parallel for schedule(static) if ((size_t)M * C >= PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        const float *x = inp + (size_t)m * C, *dy = dout + (size_t)m * C;
+        float mu = mean[m], rs = rstd[m];
+        double s1 = 0, s2 = 0;
+        for (int c = 0; c < C; c++) {
+            float dn = dy[c] * g[c];
+            s1 += dn;
+            s2 += dn * (x[c] - mu) * rs;
+        }
+        float m1 = (float)(s1 / C), m2 = (float)(s2 / C);
+        float *dx = dinp + (size_t)m * C;
+        for (int c = 0; c < C; c++) {
+            float xh = (x[c] - mu) * rs;
+            dx[c] += (dy[c] * g[c] - m1 - xh * m2) * rs;
+        }
+    }
+    /* dg, db: column blocks in parallel, double sums. */
+    int nblk = (C + 15) / 16;
+#pragma omp parallel for schedule(static) if ((size_t)M * C >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
+        double sg[16] = {0}, sb[16] = {0};
+        for (int m = 0; m < M; m++) {
+            const float *x = inp + (size_t)m * C, *dy = dout + (size_t)m * C;
+            float mu = mean[m], rs = rstd[m];
+            for (int c = c0; c < c1; c++) {
+                sg[c - c0] += dy[c] * ((x[c] - mu) * rs);
+                sb[c - c0] += dy[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            dg[c] += (float)sg[c - c0];
+            db[c] += (float)sb[c - c0];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ linear */
+
+void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K,
+                       int N) {
+    gemm_f32(0, 1, M, N, K, 1.0f, inp, K, w, K, 0.0f, out, N);
+    if (b) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+        for (int m = 0; m < M; m++) add_inplace(out + (size_t)m * N, b, (size_t)N);
+    }
+}
+
+void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, int M, int K, int N) {
+    if (dinp) gemm_f32(0, 0, M, K, N, 1.0f, dout, N, w, K, 1.0f, dinp, K);
+    gemm_f32(1, 0, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
+    if (db) colsum_acc(db, dout, M, N);
+}
+
+/* ------------------------------------------------------------ activations */
+
+void nn_activation_forward(float *out, const float *inp, size_t n, activation_t act) {
+    if (out != inp) memcpy(out, inp, n * sizeof(float));
+    if (n < PAR_MIN) {
+        activation_forward(out, n, act);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        size_t i0 = n * id / nt / 8 * 8, i1 = id + 1 == nt ? n : n * (id + 1) / nt / 8 * 8;
+        if (i1 > i0) activation_forward(out + i0, i1 - i0, act);
+    }
+}
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void nn_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
+                            activation_t act) {
+    const float k_tanh = 0.7978845608028654f;     /* sqrt(2 / pi) */
+    const float k_pdf = 0.3989422804014327f;      /* 1 / sqrt(2 pi) */
+    const float k_erf = 0.7071067811865476f;      /* 1 / sqrt(2) */
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) {
+        float x = inp[i], d;
+        switch (act) {
+        case ACT_RELU: d = x > 0.0f ? 1.0f : 0.0f; break;
+        case ACT_GELU: d = 0.5f * (1.0f + erff(x * k_erf)) + x * k_pdf * expf(-0.5f * x * x); break;
+        case ACT_GELU_TANH: {
+            float u = k_tanh * (x + 0.044715f * x * x * x), t = tanhf(u);
+            d = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k_tanh * (1.0f + 3.0f * 0.044715f * x * x);
+            break;
+        }
+        case ACT_SWISH: {
+            float s = sigmoidf_(x);
+            d = s + x * s * (1.0f - s);
+            break;
+        }
+        case ACT_GELU_SIGMOID: {
+            float s = sigmoidf_(1.702f * x);
+            d = s + 1.702f * x * s * (1.0f - s);
+            break;
+        }
+        case ACT_TANH: {
+            float t = tanhf(x);
+            d = 1.0f - t * t;
+            break;
+        }
+        default: d = 1.0f; break;
+        }
+        dinp[i] += d * dout[i];
+    }
+}
+
+/* ------------------------------------------------------------ residual and dropout */
+
+void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) out[i] = a[i] + b[i];
+}
+
+void nn_residual_backward(float *da, float *db, const float *dout, size_t n) {
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key) {
+    if (p <= 0.0f) {
+        if (out != inp) memcpy(out, inp, n * sizeof(float));
+        return;
+    }
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = 1.0f / (1.0f - p);
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) out[i] = bits32(k0, k1, (uint32_t)i) >= thr ? inp[i] * inv : 0.0f;
+}
+
+void nn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
+    long long nn = (long long)n;
+    if (p <= 0.0f) {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (long long i = 0; i < nn; i++) dinp[i] += dout[i];
+        return;
+    }
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) dinp[i] += bits32(k0, k1, (uint32_t)i) >= thr ? dout[i] * inv : 0.0f;
+}
+
+/* ------------------------------------------------------------ multi-head attention */
+
+void nn_attention_forward(float *out, float *att, float *scratch, const float *q, int ldq,
+                          const float *k, const float *v, int ldkv, const int *klen, int B, int Tq,
+                          int Tk, int C, int H, int causal, float p_drop, uint64_t key) {
+    int D = C / H, BH = B * H;
+    float scale = 1.0f / sqrtf((float)D);
+    uint32_t thr = drop_threshold(p_drop), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = p_drop > 0.0f ? 1.0f / (1.0f - p_drop) : 1.0f;
+    /* One (sentence, head) per iteration; the small gemms run single-threaded inside. */
+#pragma omp parallel for schedule(dynamic, 1) if (BH > 1)
+    for (int bh = 0; bh < BH; bh++) {
+        int b = bh / H, h = bh % H;
+        size_t a0 = (size_t)bh * Tq * Tk;
+        float *A = att + a0;
+        const float *qh = q + (size_t)b * Tq * ldq + h * D;
+        const float *kh = k + (size_t)b * Tk * ldkv + h * D;
+        const float *vh = v + (size_t)b * Tk * ldkv + h * D;
+        int kl = klen ? klen[b] : Tk;
+        gemm_f32(0, 1, Tq, Tk, D, scale, qh, ldq, kh, ldkv, 0.0f, A, Tk);
+        for (int i = 0; i < Tq; i++) {
+            int len = causal && i + 1 < kl ? i + 1 : kl;
+            softmax_masked_forward(A + (size_t)i * Tk, A + (size_t)i * Tk, &len, 1, Tk);
+        }
+        const float *P = A;
+        if (p_drop > 0.0f) {
+            float *Sd = scratch + a0;
+            size_t n = (size_t)Tq * Tk;
+            for (size_t j = 0; j < n; j++)
+                Sd[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? A[j] * inv : 0.0f;
+            P = Sd;
+        }
+        gemm_f32(0, 0, Tq, D, Tk, 1.0f, P, Tk, vh, ldkv, 0.0f, out + (size_t)b * Tq * C + h * D, C);
+    }
+}
+
+void nn_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                           const float *q, int ldq, const float *k, const float *v, int ldkv,
+                           const float *att, int B, int Tq, int Tk, int C, int H, float p_drop,
+                           uint64_t key) {
+    int D = C / H, BH = B * H;
+    float scale = 1.0f / sqrtf((float)D);
+    uint32_t thr = drop_threshold(p_drop), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = p_drop > 0.0f ? 1.0f / (1.0f - p_drop) : 1.0f;
+#pragma omp parallel for schedule(dynamic, 1) if (BH > 1)
+    for (int bh = 0; bh < BH; bh++) {
+        int b = bh / H, h = bh % H;
+        size_t a0 = (size_t)bh * Tq * Tk, n = (size_t)Tq * Tk;
+        const float *P = att + a0;
+        float *Sc = scratch + a0;
+        const float *qh = q + (size_t)b * Tq * ldq + h * D;
+        const float *kh = k + (size_t)b * Tk * ldkv + h * D;
+        const float *vh = v + (size_t)b * Tk * ldkv + h * D;
+        float *dqh = dq + (size_t)b * Tq * ldq + h * D;
+        float *dkh = dk + (size_t)b * Tk * ldkv + h * D;
+        float *dvh = dv + (size_t)b * Tk * ldkv + h * D;
+        const float *doh = dout + (size_t)b * Tq * C + h * D;
+        /* dV += dropout(P)^T dO */
+        const float *Pd = P;
+        if (p_drop > 0.0f) {
+            for (size_t j = 0; j < n; j++) Sc[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? P[j] * inv : 0.0f;
+            Pd = Sc;
+        }
+        gemm_f32(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, doh, C, 1.0f, dvh, ldkv);
+        /* dP = dO V^T (through the dropout mask) */
+        gemm_f32(0, 1, Tq, Tk, D, 1.0f, doh, C, vh, ldkv, 0.0f, Sc, Tk);
+        if (p_drop > 0.0f)
+            for (size_t j = 0; j < n; j++) Sc[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? Sc[j] * inv : 0.0f;
+        /* softmax backward: dS = P * (dP - sum_j P dP) */
+        for (int i = 0; i < Tq; i++) {
+            const float *p = P + (size_t)i * Tk;
+            float *s = Sc + (size_t)i * Tk;
+            double dot = 0;
+            for (int j = 0; j < Tk; j++) dot += (double)p[j] * s[j];
+            float fd = (float)dot;
+            for (int j = 0; j < Tk; j++) s[j] = p[j] * (s[j] - fd);
+        }
+        /* dQ += scale dS K; dK += scale dS^T Q */
+        gemm_f32(0, 0, Tq, D, Tk, scale, Sc, Tk, kh, ldkv, 1.0f, dqh, ldq);
+        gemm_f32(1, 0, Tk, D, Tq, scale, Sc, Tk, qh, ldq, 1.0f, dkh, ldkv);
+    }
+}
+
+/* ------------------------------------------------------------ loss */
+
+int nn_crossentropy_forward(float *probs, float *losses, float *nlls, double *loss_sum,
+                            double *nll_sum, const float *logits, const int *targets, int M, int V,
+                            float eps, int pad_id) {
+    double ls = 0, ns = 0;
+    int count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : ls, ns, count) if ((size_t)M * V >= PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        float *p = probs + (size_t)m * V;
+        const float *x = logits + (size_t)m * V;
+        int y = targets[m];
+        if (y == pad_id) {
+            losses[m] = 0.0f;
+            if (nlls) nlls[m] = 0.0f;
+            memset(p, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        log_softmax_forward(p, x, 1, V); /* p holds log-probabilities for now */
+        double sum_lp = 0;
+        for (int j = 0; j < V; j++) sum_lp += p[j];
+        double nll = -(double)p[y];
+        double loss = (1.0 - eps) * nll - (double)eps / V * sum_lp;
+        losses[m] = (float)loss;
+        if (nlls) nlls[m] = (float)nll;
+        ls += loss;
+        ns += nll;
+        count++;
+        softmax_forward(p, p, 1, V); /* softmax of log-probabilities = probabilities */
+    }
+    if (loss_sum) *loss_sum = ls;
+    if (nll_sum) *nll_sum = ns;
+    return count;
+}
+
+void nn_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int M, int V,
+                              float eps, int pad_id, float grad_scale) {
+    float u = eps / (float)V;
+#pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        float *d = dlogits + (size_t)m * V;
+        const float *p = probs + (size_t)m * V;
+        int y = targets[m];
+        if (y == pad_id) {
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        for (int j = 0; j < V; j++) d[j] = grad_scale * (p[j] - u);
+        d[y] -= grad_scale * (1.0f - eps);
+    }
+}

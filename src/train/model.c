@@ -1,0 +1,894 @@
+/*
+ * model.c — the training Transformer: parameter layout and names, initialization, loading,
+ * and the forward and backward passes of a batch (see model.h).
+ *
+ * Legend: B sentences, S source length, T target length, C channels, H heads, F feed-forward
+ * width, Vs/Vt vocabularies, Le/Ld layers, P position rows, Ms = B·S, Mt = B·T rows.
+ *
+ * A sublayer (self-attention, cross-attention, feed-forward) f with input x is, in
+ *   pre-norm:  ln = LN(x);  sum = x + dropout(f(ln));  output sum
+ *   post-norm:               sum = x + dropout(f(x));   ln = LN(sum);  output ln
+ * The workspace keeps ln (with its mean and rstd), sum, and f's own activations per layer.
+ * The backward pass keeps one gradient buffer for the residual stream of each side (g_res_*)
+ * into which every branch accumulates (all backward layers add, never assign).
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ configuration */
+
+tmodel_config_t tmodel_default_config(void) {
+    tmodel_config_t c;
+    memset(&c, 0, sizeof c);
+    c.src_vocab = c.tgt_vocab = 8000;
+    c.d = 512;
+    c.heads = 8;
+    c.ff = 2048;
+    c.enc_layers = c.dec_layers = 6;
+    c.max_pos = 1024;
+    c.pre_norm = 1;
+    c.act = ACT_RELU;
+    c.eps = 1e-6f;
+    c.learned_pos = 0;
+    c.scale_emb = 1;
+    c.share_emb = 1;
+    c.tie_proj = 1;
+    c.proj_bias = 0;
+    c.pad_id = 0;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.0f;
+    c.act_dropout = 0.0f;
+    c.label_smoothing = 0.1f;
+    return c;
+}
+
+static tern_status_t check_config(const tmodel_config_t *c) {
+    if (c->d <= 0 || c->heads <= 0 || c->d % c->heads || c->ff <= 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: width %d, heads %d, ff %d (width must be a "
+                          "positive multiple of heads)", c->d, c->heads, c->ff);
+    if (c->enc_layers < 1 || c->dec_layers < 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: %d encoder and %d decoder layers (need >= 1)",
+                          c->enc_layers, c->dec_layers);
+    if (c->src_vocab < 2 || c->tgt_vocab < 2 || c->max_pos < 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: vocabularies %d/%d, positions %d",
+                          c->src_vocab, c->tgt_vocab, c->max_pos);
+    if (c->share_emb && c->src_vocab != c->tgt_vocab)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: shared embeddings need equal vocabularies "
+                          "(%d, %d)", c->src_vocab, c->tgt_vocab);
+    if (c->pad_id < 0 || c->pad_id >= c->src_vocab || c->pad_id >= c->tgt_vocab)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: pad id %d outside the vocabularies", c->pad_id);
+    if (c->act < ACT_RELU || c->act > ACT_TANH)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: unknown activation %d", (int)c->act);
+    if (!(c->eps > 0.0f))
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: layer norm epsilon must be > 0");
+    float drops[3] = {c->dropout, c->attn_dropout, c->act_dropout};
+    for (int i = 0; i < 3; i++)
+        if (!(drops[i] >= 0.0f && drops[i] < 1.0f))
+            return tern_error(TERN_ERR_INVALID_ARG, "model config: dropout %g outside [0, 1)", drops[i]);
+    if (!(c->label_smoothing >= 0.0f && c->label_smoothing < 1.0f))
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: label smoothing %g outside [0, 1)", c->label_smoothing);
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+/* Points every field of p into base (NULL: only counts) and returns the number of floats. */
+static size_t assign(const tmodel_config_t *c, float *base, tparams_t *p) {
+    size_t off = 0;
+    size_t C = (size_t)c->d, F = (size_t)c->ff, Le = (size_t)c->enc_layers, Ld = (size_t)c->dec_layers;
+    size_t P = (size_t)c->max_pos;
+    memset(p, 0, sizeof *p);
+#define A(field, n) do { p->field = base ? base + off : NULL; off += (n); } while (0)
+    A(enc_emb, (size_t)c->src_vocab * C);
+    if (!c->share_emb) A(dec_emb, (size_t)c->tgt_vocab * C);
+    else p->dec_emb = p->enc_emb;
+    if (c->learned_pos) {
+        A(enc_pos, P * C);
+        A(dec_pos, P * C);
+    }
+    A(e_ln1_g, Le * C); A(e_ln1_b, Le * C);
+    A(e_qkv_w, Le * 3 * C * C); A(e_qkv_b, Le * 3 * C);
+    A(e_o_w, Le * C * C); A(e_o_b, Le * C);
+    A(e_ln2_g, Le * C); A(e_ln2_b, Le * C);
+    A(e_fc1_w, Le * F * C); A(e_fc1_b, Le * F);
+    A(e_fc2_w, Le * C * F); A(e_fc2_b, Le * C);
+    if (c->pre_norm) { A(e_lnf_g, C); A(e_lnf_b, C); }
+    A(d_ln1_g, Ld * C); A(d_ln1_b, Ld * C);
+    A(d_qkv_w, Ld * 3 * C * C); A(d_qkv_b, Ld * 3 * C);
+    A(d_so_w, Ld * C * C); A(d_so_b, Ld * C);
+    A(d_ln2_g, Ld * C); A(d_ln2_b, Ld * C);
+    A(d_cq_w, Ld * C * C); A(d_cq_b, Ld * C);
+    A(d_ckv_w, Ld * 2 * C * C); A(d_ckv_b, Ld * 2 * C);
+    A(d_co_w, Ld * C * C); A(d_co_b, Ld * C);
+    A(d_ln3_g, Ld * C); A(d_ln3_b, Ld * C);
+    A(d_fc1_w, Ld * F * C); A(d_fc1_b, Ld * F);
+    A(d_fc2_w, Ld * C * F); A(d_fc2_b, Ld * C);
+    if (c->pre_norm) { A(d_lnf_g, C); A(d_lnf_b, C); }
+    if (!c->tie_proj) A(proj_w, (size_t)c->tgt_vocab * C);
+    else p->proj_w = p->dec_emb;
+    if (c->proj_bias) A(proj_b, (size_t)c->tgt_vocab);
+#undef A
+    return off;
+}
+
+static void add_tensor(tmodel_t *m, int *n, const float *ptr, int rows, int cols, const char *fmt, int l) {
+    if (m->tensors) {
+        tmodel_tensor_t *t = &m->tensors[*n];
+        snprintf(t->name, sizeof t->name, fmt, l);
+        t->rank = cols > 0 ? 2 : 1;
+        t->shape[0] = rows;
+        t->shape[1] = cols > 0 ? cols : 0;
+        t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+        t->offset = (size_t)(ptr - m->params);
+    }
+    (*n)++;
+}
+
+/* Lists the tensors in buffer order (counts them when m->tensors is NULL). */
+static int list_tensors(tmodel_t *m) {
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    int C = c->d, F = c->ff, n = 0;
+    add_tensor(m, &n, p->enc_emb, c->src_vocab, C, "encoder/embeddings_0/weight", 0);
+    if (!c->share_emb) add_tensor(m, &n, p->dec_emb, c->tgt_vocab, C, "decoder/embeddings/weight", 0);
+    if (c->learned_pos) {
+        add_tensor(m, &n, p->enc_pos, c->max_pos, C, "encoder/position_encodings/encodings", 0);
+        add_tensor(m, &n, p->dec_pos, c->max_pos, C, "decoder/position_encodings/encodings", 0);
+    }
+    /* Stacked fields: one tensor per layer; listed field by field (buffer order). */
+#define PER(field, L, rows, cols, fmt)                                                             \
+    for (int l = 0; l < (L); l++)                                                                  \
+        add_tensor(m, &n, p->field + (size_t)l * (size_t)(rows) * (size_t)((cols) > 0 ? (cols) : 1), \
+                   rows, cols, fmt, l)
+    int Le = c->enc_layers, Ld = c->dec_layers;
+    PER(e_ln1_g, Le, C, 0, "encoder/layer_%d/self_attention/layer_norm/gamma");
+    PER(e_ln1_b, Le, C, 0, "encoder/layer_%d/self_attention/layer_norm/beta");
+    PER(e_qkv_w, Le, 3 * C, C, "encoder/layer_%d/self_attention/linear_0/weight");
+    PER(e_qkv_b, Le, 3 * C, 0, "encoder/layer_%d/self_attention/linear_0/bias");
+    PER(e_o_w, Le, C, C, "encoder/layer_%d/self_attention/linear_1/weight");
+    PER(e_o_b, Le, C, 0, "encoder/layer_%d/self_attention/linear_1/bias");
+    PER(e_ln2_g, Le, C, 0, "encoder/layer_%d/ffn/layer_norm/gamma");
+    PER(e_ln2_b, Le, C, 0, "encoder/layer_%d/ffn/layer_norm/beta");
+    PER(e_fc1_w, Le, F, C, "encoder/layer_%d/ffn/linear_0/weight");
+    PER(e_fc1_b, Le, F, 0, "encoder/layer_%d/ffn/linear_0/bias");
+    PER(e_fc2_w, Le, C, F, "encoder/layer_%d/ffn/linear_1/weight");
+    PER(e_fc2_b, Le, C, 0, "encoder/layer_%d/ffn/linear_1/bias");
+    if (c->pre_norm) {
+        add_tensor(m, &n, p->e_lnf_g, C, 0, "encoder/layer_norm/gamma", 0);
+        add_tensor(m, &n, p->e_lnf_b, C, 0, "encoder/layer_norm/beta", 0);
+    }
+    PER(d_ln1_g, Ld, C, 0, "decoder/layer_%d/self_attention/layer_norm/gamma");
+    PER(d_ln1_b, Ld, C, 0, "decoder/layer_%d/self_attention/layer_norm/beta");
+    PER(d_qkv_w, Ld, 3 * C, C, "decoder/layer_%d/self_attention/linear_0/weight");
+    PER(d_qkv_b, Ld, 3 * C, 0, "decoder/layer_%d/self_attention/linear_0/bias");
+    PER(d_so_w, Ld, C, C, "decoder/layer_%d/self_attention/linear_1/weight");
+    PER(d_so_b, Ld, C, 0, "decoder/layer_%d/self_attention/linear_1/bias");
+    PER(d_ln2_g, Ld, C, 0, "decoder/layer_%d/attention/layer_norm/gamma");
+    PER(d_ln2_b, Ld, C, 0, "decoder/layer_%d/attention/layer_norm/beta");
+    PER(d_cq_w, Ld, C, C, "decoder/layer_%d/attention/linear_0/weight");
+    PER(d_cq_b, Ld, C, 0, "decoder/layer_%d/attention/linear_0/bias");
+    PER(d_ckv_w, Ld, 2 * C, C, "decoder/layer_%d/attention/linear_1/weight");
+    PER(d_ckv_b, Ld, 2 * C, 0, "decoder/layer_%d/attention/linear_1/bias");
+    PER(d_co_w, Ld, C, C, "decoder/layer_%d/attention/linear_2/weight");
+    PER(d_co_b, Ld, C, 0, "decoder/layer_%d/attention/linear_2/bias");
+    PER(d_ln3_g, Ld, C, 0, "decoder/layer_%d/ffn/layer_norm/gamma");
+    PER(d_ln3_b, Ld, C, 0, "decoder/layer_%d/ffn/layer_norm/beta");
+    PER(d_fc1_w, Ld, F, C, "decoder/layer_%d/ffn/linear_0/weight");
+    PER(d_fc1_b, Ld, F, 0, "decoder/layer_%d/ffn/linear_0/bias");
+    PER(d_fc2_w, Ld, C, F, "decoder/layer_%d/ffn/linear_1/weight");
+    PER(d_fc2_b, Ld, C, 0, "decoder/layer_%d/ffn/linear_1/bias");
+#undef PER
+    if (c->pre_norm) {
+        add_tensor(m, &n, p->d_lnf_g, C, 0, "decoder/layer_norm/gamma", 0);
+        add_tensor(m, &n, p->d_lnf_b, C, 0, "decoder/layer_norm/beta", 0);
+    }
+    if (!c->tie_proj) add_tensor(m, &n, p->proj_w, c->tgt_vocab, C, "decoder/projection/weight", 0);
+    if (c->proj_bias) add_tensor(m, &n, p->proj_b, c->tgt_vocab, 0, "decoder/projection/bias", 0);
+    return n;
+}
+
+void tmodel_sinusoids(float *table, int P, int C) {
+    /* As src/model/transformer_load.c (CTranslate2): sines in the first half, cosines in the
+     * second, position p at (p + 1) · exp(-i · log(10000) / (C/2 - 1)). Same float operations. */
+    int half = C / 2;
+    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
+    for (int pos = 0; pos < P; pos++) {
+        float *row = table + (size_t)pos * C;
+        for (int i = 0; i < half; i++) {
+            float ts = expf(-inc * (float)i);
+            float v = (float)(pos + 1) * ts;
+            row[i] = sinf(v);
+            row[half + i] = cosf(v);
+        }
+        if (C % 2) row[C - 1] = 0.0f;
+    }
+}
+
+tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
+    memset(m, 0, sizeof *m);
+    tern_status_t st = check_config(cfg);
+    if (st) return st;
+    m->cfg = *cfg;
+    tparams_t tmp;
+    m->n_params = assign(cfg, NULL, &tmp);
+    m->params = aligned_alloc64(m->n_params * sizeof(float));
+    m->grads = aligned_alloc64(m->n_params * sizeof(float));
+    if (!m->params || !m->grads) {
+        tmodel_free(m);
+        return tern_error(TERN_ERR_NOMEM, "model: out of memory for %zu parameters", m->n_params);
+    }
+    memset(m->params, 0, m->n_params * sizeof(float));
+    memset(m->grads, 0, m->n_params * sizeof(float));
+    assign(cfg, m->params, &m->p);
+    assign(cfg, m->grads, &m->g);
+    m->n_tensors = list_tensors(m);
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    if (!m->tensors) {
+        tmodel_free(m);
+        return tern_error(TERN_ERR_NOMEM, "model: out of memory");
+    }
+    list_tensors(m);
+    if (cfg->learned_pos) {
+        m->enc_pos_table = m->p.enc_pos;
+        m->dec_pos_table = m->p.dec_pos;
+    } else {
+        m->sinusoids = aligned_alloc64((size_t)cfg->max_pos * cfg->d * sizeof(float));
+        if (!m->sinusoids) {
+            tmodel_free(m);
+            return tern_error(TERN_ERR_NOMEM, "model: out of memory");
+        }
+        tmodel_sinusoids(m->sinusoids, cfg->max_pos, cfg->d);
+        m->enc_pos_table = m->dec_pos_table = m->sinusoids;
+    }
+    const char *dec_emb_name = cfg->share_emb ? "encoder/embeddings_0/weight" : "decoder/embeddings/weight";
+    if (cfg->share_emb) {
+        m->alias_name[m->n_aliases] = "decoder/embeddings/weight";
+        m->alias_target[m->n_aliases++] = "encoder/embeddings_0/weight";
+    }
+    if (cfg->tie_proj) {
+        m->alias_name[m->n_aliases] = "decoder/projection/weight";
+        m->alias_target[m->n_aliases++] = dec_emb_name;
+    }
+    return TERN_OK;
+}
+
+void tmodel_free(tmodel_t *m) {
+    if (!m) return;
+    aligned_free(m->params);
+    aligned_free(m->grads);
+    aligned_free(m->sinusoids);
+    free(m->tensors);
+    memset(m, 0, sizeof *m);
+}
+
+void tmodel_zero_grad(tmodel_t *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
+
+const tmodel_tensor_t *tmodel_find(const tmodel_t *m, const char *name) {
+    for (int i = 0; i < m->n_aliases; i++)
+        if (!strcmp(name, m->alias_name[i])) name = m->alias_target[i];
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const tmodel_tensor_t *t = &m->tensors[i];
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].name = t->name;
+        out[i].dtype = DT_F32;
+        out[i].rank = t->rank;
+        out[i].shape[0] = t->shape[0];
+        out[i].shape[1] = t->shape[1];
+        out[i].numel = (int64_t)t->numel;
+        out[i].data = buf + t->offset;
+        out[i].nbytes = t->numel * sizeof(float);
+    }
+}
+
+tern_status_t tmodel_load(tmodel_t *m, const weights_t *w) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const tmodel_tensor_t *t = &m->tensors[i];
+        const tensor_t *src = weights_get(w, t->name);
+        if (!src) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), t->name);
+        int ok = src->rank == t->rank && src->shape[0] == t->shape[0] && (t->rank == 1 || src->shape[1] == t->shape[1]);
+        if (!ok)
+            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%d, %d] (rank %d), got rank %d "
+                              "[%lld, %lld]", weights_path(w), t->name, t->shape[0], t->shape[1], t->rank, src->rank,
+                              (long long)(src->rank > 0 ? src->shape[0] : 0), (long long)(src->rank > 1 ? src->shape[1] : 0));
+        if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s",
+                              weights_path(w), t->name, dtype_name(src->dtype));
+        float *dst = m->params + t->offset;
+        if (src->dtype == DT_F32) memcpy(dst, src->data, t->numel * sizeof(float));
+        else for (size_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
+    }
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ initialization */
+
+static void fill_normal(float *x, size_t n, float std, uint64_t key) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(std * rng_normal(key, i));
+}
+
+static void fill_xavier(float *x, int rows, int cols, float gain, uint64_t key) {
+    double bound = gain * sqrt(6.0 / (double)(rows + cols));
+    for (size_t i = 0; i < (size_t)rows * cols; i++) x[i] = (float)((2.0 * rng_uniform(key, i) - 1.0) * bound);
+}
+
+static void fill_const(float *x, size_t n, float v) {
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+
+void tmodel_init_params(tmodel_t *m, uint64_t seed) {
+    const tmodel_config_t *c = &m->cfg;
+    int C = c->d;
+    float std = 1.0f / sqrtf((float)C), g_qkv = 1.0f / sqrtf(2.0f);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const tmodel_tensor_t *t = &m->tensors[i];
+        float *x = m->params + t->offset;
+        uint64_t key = rng_mix64(seed ^ rng_mix64((uint64_t)i + 1));
+        const char *n = t->name;
+        if (strstr(n, "embeddings") || strstr(n, "position_encodings") || strstr(n, "projection/weight")) {
+            fill_normal(x, t->numel, std, key);
+            if (strstr(n, "embeddings")) memset(x + (size_t)c->pad_id * C, 0, (size_t)C * sizeof(float));
+            if (strstr(n, "position_encodings")) continue;
+        } else if (strstr(n, "gamma")) {
+            fill_const(x, t->numel, 1.0f);
+        } else if (t->rank == 1) {
+            fill_const(x, t->numel, 0.0f); /* biases, betas */
+        } else if (strstr(n, "self_attention/linear_0") || strstr(n, "attention/linear_0") ||
+                   strstr(n, "attention/linear_1/weight")) {
+            /* Q, K, V projections: each (C, C) block Xavier-uniform with gain 1/sqrt(2). A cross-attention
+             * linear_1 is the fused K, V; a self-attention linear_1 is the output (handled below). */
+            int self_out = strstr(n, "self_attention/linear_1") != NULL;
+            if (self_out) {
+                fill_xavier(x, t->shape[0], t->shape[1], 1.0f, key);
+            } else {
+                for (int blk = 0; blk < t->shape[0] / C; blk++)
+                    fill_xavier(x + (size_t)blk * C * C, C, C, g_qkv, rng_mix64(key + (uint64_t)blk));
+            }
+        } else {
+            fill_xavier(x, t->shape[0], t->shape[1], 1.0f, key);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ workspace */
+
+struct tmodel_ws {
+    int cap_ms, cap_mt, max_S, max_T;
+    float *mem;
+    size_t n_floats;
+    /* per-layer strides (floats) */
+    size_t s_msc, s_ms, s_ms3c, s_msf, s_eatt, s_mtc, s_mt, s_mt3c, s_mtf, s_datt, s_catt, s_kv;
+    /* encoder activations (stacked over Le) */
+    float *e_x0;                       /* (Ms, C) embeddings after dropout */
+    float *e_ln1, *e_ln1_mean, *e_ln1_rstd; /* (Le, Ms, C), (Le, Ms), (Le, Ms) */
+    float *e_qkv;                      /* (Le, Ms, 3C) */
+    float *e_att;                      /* (Le, B, H, S, S) */
+    float *e_ctx;                      /* (Le, Ms, C) */
+    float *e_sum1;                     /* (Le, Ms, C) */
+    float *e_ln2, *e_ln2_mean, *e_ln2_rstd;
+    float *e_fc;                       /* (Le, Ms, F) before the activation */
+    float *e_h;                        /* (Le, Ms, F) after activation and dropout */
+    float *e_sum2;                     /* (Le, Ms, C) */
+    float *e_lnf, *e_lnf_mean, *e_lnf_rstd; /* (Ms, C), (Ms), (Ms): pre-norm encoder output */
+    /* decoder activations (stacked over Ld) */
+    float *d_x0;                       /* (Mt, C) */
+    float *d_ln1, *d_ln1_mean, *d_ln1_rstd;
+    float *d_qkv;                      /* (Ld, Mt, 3C) */
+    float *d_att;                      /* (Ld, B, H, T, T) */
+    float *d_ctx, *d_sum1;             /* (Ld, Mt, C) */
+    float *d_ln2, *d_ln2_mean, *d_ln2_rstd;
+    float *d_q;                        /* (Ld, Mt, C) cross-attention queries */
+    float *d_kv;                       /* (Ld, Ms, 2C) cross-attention keys, values */
+    float *d_catt;                     /* (Ld, B, H, T, S) */
+    float *d_cctx, *d_sum2;            /* (Ld, Mt, C) */
+    float *d_ln3, *d_ln3_mean, *d_ln3_rstd;
+    float *d_fc, *d_h;                 /* (Ld, Mt, F) */
+    float *d_sum3;                     /* (Ld, Mt, C) */
+    float *d_lnf, *d_lnf_mean, *d_lnf_rstd; /* (Mt, C), (Mt), (Mt) */
+    float *probs;                      /* (Mt, Vt) logits, then probabilities, then their gradient */
+    float *losses, *nlls;              /* (Mt) */
+    /* backward scratch */
+    float *g_res_e;                    /* (Ms, C) gradient of the encoder residual stream */
+    float *g_res_d;                    /* (Mt, C) gradient of the decoder residual stream */
+    float *g_enc;                      /* (Ms, C) gradient of the encoder output */
+    float *g_a, *g_b, *g_ctx;          /* (max(Ms, Mt), C) */
+    float *g_big1, *g_big2;            /* (max(Ms, Mt), max(3C, F)) */
+    float *g_kv;                       /* (Ms, 2C) */
+    float *g_att;                      /* the largest attention (B, H, Tq, Tk); dropout scratch too */
+    /* the batch of the last forward */
+    int *src, *tgt_in, *tgt_out;       /* (Ms), (Mt), (Mt) */
+    int *src_len;                      /* (max(Ms, 1)) */
+    int B, S, T, train, ready;
+    uint64_t seed, step;
+};
+
+tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_tokens, int max_tgt_tokens,
+                            int max_S, int max_T) {
+    *out = NULL;
+    const tmodel_config_t *c = &m->cfg;
+    if (max_src_tokens < 1 || max_tgt_tokens < 1 || max_S < 1 || max_T < 1 || max_S > c->max_pos ||
+        max_T > c->max_pos)
+        return tern_error(TERN_ERR_INVALID_ARG, "training workspace: bad capacity (%d source tokens, %d target "
+                          "tokens, lengths %d/%d; positions %d)", max_src_tokens, max_tgt_tokens, max_S, max_T,
+                          c->max_pos);
+    tmodel_ws_t *ws = calloc(1, sizeof *ws);
+    if (!ws) return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
+    size_t C = (size_t)c->d, F = (size_t)c->ff, H = (size_t)c->heads, Le = (size_t)c->enc_layers,
+           Ld = (size_t)c->dec_layers, Vt = (size_t)c->tgt_vocab;
+    size_t Ms = (size_t)max_src_tokens, Mt = (size_t)max_tgt_tokens, S = (size_t)max_S, T = (size_t)max_T;
+    size_t Mx = Ms > Mt ? Ms : Mt, W = 3 * C > F ? 3 * C : F;
+    ws->cap_ms = max_src_tokens;
+    ws->cap_mt = max_tgt_tokens;
+    ws->max_S = max_S;
+    ws->max_T = max_T;
+    ws->s_msc = Ms * C; ws->s_ms = Ms; ws->s_ms3c = Ms * 3 * C; ws->s_msf = Ms * F; ws->s_eatt = H * Ms * S;
+    ws->s_mtc = Mt * C; ws->s_mt = Mt; ws->s_mt3c = Mt * 3 * C; ws->s_mtf = Mt * F; ws->s_datt = H * Mt * T;
+    ws->s_catt = H * Mt * S; ws->s_kv = Ms * 2 * C;
+    size_t att_max = ws->s_eatt;
+    if (ws->s_datt > att_max) att_max = ws->s_datt;
+    if (ws->s_catt > att_max) att_max = ws->s_catt;
+    /* Two passes: count, then point (each block rounded to 16 floats = 64 bytes). */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+#define W_(field, n) do { ws->field = pass ? ws->mem + off : NULL; off += ((n) + 15) / 16 * 16; } while (0)
+        W_(e_x0, Ms * C);
+        W_(e_ln1, Le * Ms * C); W_(e_ln1_mean, Le * Ms); W_(e_ln1_rstd, Le * Ms);
+        W_(e_qkv, Le * Ms * 3 * C); W_(e_att, Le * ws->s_eatt); W_(e_ctx, Le * Ms * C); W_(e_sum1, Le * Ms * C);
+        W_(e_ln2, Le * Ms * C); W_(e_ln2_mean, Le * Ms); W_(e_ln2_rstd, Le * Ms);
+        W_(e_fc, Le * Ms * F); W_(e_h, Le * Ms * F); W_(e_sum2, Le * Ms * C);
+        if (c->pre_norm) { W_(e_lnf, Ms * C); W_(e_lnf_mean, Ms); W_(e_lnf_rstd, Ms); }
+        W_(d_x0, Mt * C);
+        W_(d_ln1, Ld * Mt * C); W_(d_ln1_mean, Ld * Mt); W_(d_ln1_rstd, Ld * Mt);
+        W_(d_qkv, Ld * Mt * 3 * C); W_(d_att, Ld * ws->s_datt); W_(d_ctx, Ld * Mt * C); W_(d_sum1, Ld * Mt * C);
+        W_(d_ln2, Ld * Mt * C); W_(d_ln2_mean, Ld * Mt); W_(d_ln2_rstd, Ld * Mt);
+        W_(d_q, Ld * Mt * C); W_(d_kv, Ld * Ms * 2 * C); W_(d_catt, Ld * ws->s_catt);
+        W_(d_cctx, Ld * Mt * C); W_(d_sum2, Ld * Mt * C);
+        W_(d_ln3, Ld * Mt * C); W_(d_ln3_mean, Ld * Mt); W_(d_ln3_rstd, Ld * Mt);
+        W_(d_fc, Ld * Mt * F); W_(d_h, Ld * Mt * F); W_(d_sum3, Ld * Mt * C);
+        if (c->pre_norm) { W_(d_lnf, Mt * C); W_(d_lnf_mean, Mt); W_(d_lnf_rstd, Mt); }
+        W_(probs, Mt * Vt); W_(losses, Mt); W_(nlls, Mt);
+        W_(g_res_e, Ms * C); W_(g_res_d, Mt * C); W_(g_enc, Ms * C);
+        W_(g_a, Mx * C); W_(g_b, Mx * C); W_(g_ctx, Mx * C);
+        W_(g_big1, Mx * W); W_(g_big2, Mx * W); W_(g_kv, Ms * 2 * C); W_(g_att, att_max);
+#undef W_
+        if (!pass) {
+            ws->n_floats = off;
+            ws->mem = aligned_alloc64(off * sizeof(float));
+            if (!ws->mem) {
+                free(ws);
+                return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory (%.1f MB)",
+                                  (double)off * 4 / 1e6);
+            }
+        }
+    }
+    ws->src = malloc(Ms * sizeof(int));
+    ws->tgt_in = malloc(Mt * sizeof(int));
+    ws->tgt_out = malloc(Mt * sizeof(int));
+    ws->src_len = malloc(Ms * sizeof(int));
+    if (!ws->src || !ws->tgt_in || !ws->tgt_out || !ws->src_len) {
+        tmodel_ws_free(ws);
+        return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
+    }
+    *out = ws;
+    return TERN_OK;
+}
+
+void tmodel_ws_free(tmodel_ws_t *ws) {
+    if (!ws) return;
+    aligned_free(ws->mem);
+    free(ws->src);
+    free(ws->tgt_in);
+    free(ws->tgt_out);
+    free(ws->src_len);
+    free(ws);
+}
+
+size_t tmodel_ws_bytes(const tmodel_ws_t *ws) { return ws->n_floats * sizeof(float); }
+
+/* ------------------------------------------------------------------ sublayer helpers */
+
+enum { SITE_EMB = 0, SITE_ATT = 1, SITE_ATT_OUT = 2, SITE_CATT = 3, SITE_CATT_OUT = 4, SITE_ACT = 5,
+       SITE_FFN_OUT = 6 };
+
+static uint64_t site_key(const tmodel_ws_t *ws, int decoder, int layer, int kind) {
+    uint64_t site = ((uint64_t)decoder << 32) | ((uint64_t)(layer + 1) << 8) | (uint64_t)kind;
+    return dropout_key(ws->seed, ws->step, site);
+}
+
+typedef struct {
+    const float *g, *b;   /* layer norm parameters (C) */
+    float *dg, *db;       /* their gradients */
+    float *ln, *mean, *rstd; /* saved: LN output (M, C), statistics (M) */
+    float *sum;           /* saved: x + dropout(f) (M, C) */
+} sub_t;
+
+/* The input of the sublayer's transformation. */
+static const float *sub_pre(const tmodel_t *m, const sub_t *s, const float *x, int M) {
+    if (!m->cfg.pre_norm) return x;
+    nn_layernorm_forward(s->ln, s->mean, s->rstd, x, s->g, s->b, M, m->cfg.d, m->cfg.eps);
+    return s->ln;
+}
+
+/* s->sum holds f's output: dropout, residual, (post-norm) layer norm. Returns the sublayer output. */
+static const float *sub_post(const tmodel_t *m, const sub_t *s, const float *x, int M, float p, uint64_t key) {
+    size_t n = (size_t)M * m->cfg.d;
+    nn_dropout_forward(s->sum, s->sum, n, p, key);
+    nn_residual_forward(s->sum, s->sum, x, n);
+    if (m->cfg.pre_norm) return s->sum;
+    nn_layernorm_forward(s->ln, s->mean, s->rstd, s->sum, s->g, s->b, M, m->cfg.d, m->cfg.eps);
+    return s->ln;
+}
+
+/* dres holds the gradient of the sublayer output. Returns the gradient of f's output, and leaves in
+ * dres the residual path's part of the gradient of x. */
+static const float *sub_post_backward(const tmodel_t *m, tmodel_ws_t *ws, const sub_t *s, float *dres, int M,
+                                      float p, uint64_t key) {
+    size_t n = (size_t)M * m->cfg.d;
+    const float *dsum = dres;
+    if (!m->cfg.pre_norm) {
+        memset(ws->g_b, 0, n * sizeof(float));
+        nn_layernorm_backward(ws->g_b, s->dg, s->db, dres, s->sum, s->g, s->mean, s->rstd, M, m->cfg.d);
+        memcpy(dres, ws->g_b, n * sizeof(float));
+        dsum = ws->g_b;
+    }
+    if (p <= 0.0f) return dsum;
+    memset(ws->g_a, 0, n * sizeof(float));
+    nn_dropout_backward(ws->g_a, dsum, n, p, key);
+    return ws->g_a;
+}
+
+/* Where f's backward accumulates the gradient of its input. */
+static float *sub_in_grad(const tmodel_t *m, tmodel_ws_t *ws, float *dres, int M) {
+    if (!m->cfg.pre_norm) return dres;
+    memset(ws->g_b, 0, (size_t)M * m->cfg.d * sizeof(float));
+    return ws->g_b;
+}
+
+static void sub_pre_backward(const tmodel_t *m, tmodel_ws_t *ws, const sub_t *s, float *dres, const float *x,
+                             int M) {
+    if (!m->cfg.pre_norm) return;
+    nn_layernorm_backward(dres, s->dg, s->db, ws->g_b, x, s->g, s->mean, s->rstd, M, m->cfg.d);
+}
+
+/* The sublayers of encoder layer l (k = 0 self-attention, 1 feed-forward). */
+static sub_t enc_sub(const tmodel_t *m, const tmodel_ws_t *ws, int l, int k) {
+    size_t C = (size_t)m->cfg.d;
+    sub_t s;
+    if (k == 0) {
+        s.g = m->p.e_ln1_g + l * C; s.b = m->p.e_ln1_b + l * C;
+        s.dg = m->g.e_ln1_g + l * C; s.db = m->g.e_ln1_b + l * C;
+        s.ln = ws->e_ln1 + l * ws->s_msc; s.mean = ws->e_ln1_mean + l * ws->s_ms; s.rstd = ws->e_ln1_rstd + l * ws->s_ms;
+        s.sum = ws->e_sum1 + l * ws->s_msc;
+    } else {
+        s.g = m->p.e_ln2_g + l * C; s.b = m->p.e_ln2_b + l * C;
+        s.dg = m->g.e_ln2_g + l * C; s.db = m->g.e_ln2_b + l * C;
+        s.ln = ws->e_ln2 + l * ws->s_msc; s.mean = ws->e_ln2_mean + l * ws->s_ms; s.rstd = ws->e_ln2_rstd + l * ws->s_ms;
+        s.sum = ws->e_sum2 + l * ws->s_msc;
+    }
+    return s;
+}
+
+/* The sublayers of decoder layer l (k = 0 self-attention, 1 cross-attention, 2 feed-forward). */
+static sub_t dec_sub(const tmodel_t *m, const tmodel_ws_t *ws, int l, int k) {
+    size_t C = (size_t)m->cfg.d;
+    sub_t s;
+    const float *g[3] = {m->p.d_ln1_g, m->p.d_ln2_g, m->p.d_ln3_g}, *b[3] = {m->p.d_ln1_b, m->p.d_ln2_b, m->p.d_ln3_b};
+    float *dg[3] = {m->g.d_ln1_g, m->g.d_ln2_g, m->g.d_ln3_g}, *db[3] = {m->g.d_ln1_b, m->g.d_ln2_b, m->g.d_ln3_b};
+    float *ln[3] = {ws->d_ln1, ws->d_ln2, ws->d_ln3}, *mean[3] = {ws->d_ln1_mean, ws->d_ln2_mean, ws->d_ln3_mean};
+    float *rstd[3] = {ws->d_ln1_rstd, ws->d_ln2_rstd, ws->d_ln3_rstd}, *sum[3] = {ws->d_sum1, ws->d_sum2, ws->d_sum3};
+    s.g = g[k] + l * C; s.b = b[k] + l * C; s.dg = dg[k] + l * C; s.db = db[k] + l * C;
+    s.ln = ln[k] + l * ws->s_mtc; s.mean = mean[k] + l * ws->s_mt; s.rstd = rstd[k] + l * ws->s_mt;
+    s.sum = sum[k] + l * ws->s_mtc;
+    return s;
+}
+
+/* The output of a sublayer (the input of the next one). */
+static const float *sub_out(const tmodel_t *m, const sub_t *s) { return m->cfg.pre_norm ? s->sum : s->ln; }
+
+/* ------------------------------------------------------------------ forward */
+
+static tern_status_t check_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in,
+                                 const int *tgt_out, int B, int S, int T) {
+    const tmodel_config_t *c = &m->cfg;
+    if (B < 1 || S < 1 || T < 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "training batch: bad shape B %d, S %d, T %d", B, S, T);
+    if ((long long)B * S > ws->cap_ms || (long long)B * T > ws->cap_mt || S > ws->max_S || T > ws->max_T)
+        return tern_error(TERN_ERR_INVALID_ARG, "training batch: B %d x S %d / T %d exceeds the workspace "
+                          "(%d source tokens, %d target tokens, lengths %d/%d)", B, S, T, ws->cap_ms,
+                          ws->cap_mt, ws->max_S, ws->max_T);
+    int pad = c->pad_id;
+    for (int b = 0; b < B; b++) {
+        int len = 0;
+        while (len < S && src[b * S + len] != pad) len++;
+        if (len == 0) return tern_error(TERN_ERR_INVALID_ARG, "training batch: source sentence %d is empty", b);
+        for (int i = 0; i < S; i++) {
+            int tok = src[b * S + i];
+            if (tok < 0 || tok >= c->src_vocab)
+                return tern_error(TERN_ERR_INVALID_ARG, "training batch: source token %d of sentence %d is %d, "
+                                  "outside [0, %d)", i, b, tok, c->src_vocab);
+            if (i > len && tok != pad)
+                return tern_error(TERN_ERR_INVALID_ARG, "training batch: source sentence %d is not right-padded", b);
+        }
+        ws->src_len[b] = len;
+        for (int t = 0; t < T; t++) {
+            int a = tgt_in[b * T + t], y = tgt_out[b * T + t];
+            if (a < 0 || a >= c->tgt_vocab || y < 0 || y >= c->tgt_vocab)
+                return tern_error(TERN_ERR_INVALID_ARG, "training batch: target token %d of sentence %d "
+                                  "(%d -> %d) outside [0, %d)", t, b, a, y, c->tgt_vocab);
+        }
+    }
+    memcpy(ws->src, src, (size_t)B * S * sizeof(int));
+    memcpy(ws->tgt_in, tgt_in, (size_t)B * T * sizeof(int));
+    memcpy(ws->tgt_out, tgt_out, (size_t)B * T * sizeof(int));
+    return TERN_OK;
+}
+
+tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in, const int *tgt_out,
+                             int B, int S, int T, int train, uint64_t seed, uint64_t step, tmodel_loss_t *loss) {
+    ws->ready = 0;
+    tern_status_t st = check_batch(m, ws, src, tgt_in, tgt_out, B, S, T);
+    if (st) return st;
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    int C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
+    size_t C1 = (size_t)C;
+    ws->B = B; ws->S = S; ws->T = T; ws->train = train; ws->seed = seed; ws->step = step;
+    float drop = train ? c->dropout : 0.0f, adrop = train ? c->attn_dropout : 0.0f, hdrop = train ? c->act_dropout : 0.0f;
+    float escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
+
+    /* encoder */
+    nn_embedding_forward(ws->e_x0, ws->src, p->enc_emb, m->enc_pos_table, B, S, C, escale, c->pad_id);
+    nn_dropout_forward(ws->e_x0, ws->e_x0, (size_t)Ms * C, drop, site_key(ws, 0, -1, SITE_EMB));
+    const float *x = ws->e_x0;
+    for (int l = 0; l < c->enc_layers; l++) {
+        sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
+        float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt, *ctx = ws->e_ctx + l * ws->s_msc;
+        const float *in = sub_pre(m, &s0, x, Ms);
+        nn_linear_forward(qkv, in, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, Ms, C, 3 * C);
+        nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, ws->src_len, B, S, S, C,
+                             H, 0, adrop, site_key(ws, 0, l, SITE_ATT));
+        nn_linear_forward(s0.sum, ctx, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, Ms, C, C);
+        x = sub_post(m, &s0, x, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
+
+        float *fc = ws->e_fc + l * ws->s_msf, *h = ws->e_h + l * ws->s_msf;
+        in = sub_pre(m, &s1, x, Ms);
+        nn_linear_forward(fc, in, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, Ms, C, F);
+        nn_activation_forward(h, fc, (size_t)Ms * F, c->act);
+        nn_dropout_forward(h, h, (size_t)Ms * F, hdrop, site_key(ws, 0, l, SITE_ACT));
+        nn_linear_forward(s1.sum, h, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, Ms, F, C);
+        x = sub_post(m, &s1, x, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+    }
+    const float *enc_out = x;
+    if (c->pre_norm) {
+        nn_layernorm_forward(ws->e_lnf, ws->e_lnf_mean, ws->e_lnf_rstd, x, p->e_lnf_g, p->e_lnf_b, Ms, C, c->eps);
+        enc_out = ws->e_lnf;
+    }
+
+    /* decoder */
+    nn_embedding_forward(ws->d_x0, ws->tgt_in, p->dec_emb, m->dec_pos_table, B, T, C, escale, c->pad_id);
+    nn_dropout_forward(ws->d_x0, ws->d_x0, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
+    x = ws->d_x0;
+    for (int l = 0; l < c->dec_layers; l++) {
+        sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
+        /* causal self-attention */
+        float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt, *ctx = ws->d_ctx + l * ws->s_mtc;
+        const float *in = sub_pre(m, &s0, x, Mt);
+        nn_linear_forward(qkv, in, p->d_qkv_w + l * 3 * C1 * C1, p->d_qkv_b + l * 3 * C1, Mt, C, 3 * C);
+        nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, T, C, H, 1,
+                             adrop, site_key(ws, 1, l, SITE_ATT));
+        nn_linear_forward(s0.sum, ctx, p->d_so_w + l * C1 * C1, p->d_so_b + l * C1, Mt, C, C);
+        x = sub_post(m, &s0, x, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
+        /* cross-attention */
+        float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
+        float *cctx = ws->d_cctx + l * ws->s_mtc;
+        in = sub_pre(m, &s1, x, Mt);
+        nn_linear_forward(q, in, p->d_cq_w + l * C1 * C1, p->d_cq_b + l * C1, Mt, C, C);
+        nn_linear_forward(kv, enc_out, p->d_ckv_w + l * 2 * C1 * C1, p->d_ckv_b + l * 2 * C1, Ms, C, 2 * C);
+        nn_attention_forward(cctx, catt, ws->g_att, q, C, kv, kv + C, 2 * C, ws->src_len, B, T, S, C, H, 0, adrop,
+                             site_key(ws, 1, l, SITE_CATT));
+        nn_linear_forward(s1.sum, cctx, p->d_co_w + l * C1 * C1, p->d_co_b + l * C1, Mt, C, C);
+        x = sub_post(m, &s1, x, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
+        /* feed-forward */
+        float *fc = ws->d_fc + l * ws->s_mtf, *h = ws->d_h + l * ws->s_mtf;
+        in = sub_pre(m, &s2, x, Mt);
+        nn_linear_forward(fc, in, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, Mt, C, F);
+        nn_activation_forward(h, fc, (size_t)Mt * F, c->act);
+        nn_dropout_forward(h, h, (size_t)Mt * F, hdrop, site_key(ws, 1, l, SITE_ACT));
+        nn_linear_forward(s2.sum, h, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, Mt, F, C);
+        x = sub_post(m, &s2, x, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
+    }
+    const float *dec_out = x;
+    if (c->pre_norm) {
+        nn_layernorm_forward(ws->d_lnf, ws->d_lnf_mean, ws->d_lnf_rstd, x, p->d_lnf_g, p->d_lnf_b, Mt, C, c->eps);
+        dec_out = ws->d_lnf;
+    }
+    nn_linear_forward(ws->probs, dec_out, p->proj_w, p->proj_b, Mt, C, Vt);
+    double ls = 0, ns = 0;
+    int count = nn_crossentropy_forward(ws->probs, ws->losses, ws->nlls, &ls, &ns, ws->probs, ws->tgt_out, Mt, Vt,
+                                        c->label_smoothing, c->pad_id);
+    if (loss) {
+        loss->loss = ls;
+        loss->nll = ns;
+        loss->ntokens = count;
+    }
+    ws->ready = 1;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* Feed-forward backward: dsub the gradient of f's output; accumulates into din. */
+static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
+                         const float *fc, const float *h, const float *w1, const float *w2, float *dw1, float *db1,
+                         float *dw2, float *db2, int M, float hdrop, uint64_t key) {
+    int C = m->cfg.d, F = m->cfg.ff;
+    size_t n = (size_t)M * F;
+    memset(ws->g_big1, 0, n * sizeof(float));
+    nn_linear_backward(ws->g_big1, dw2, db2, dsub, h, w2, M, F, C);
+    float *dact = ws->g_big1, *dfc = ws->g_big2;
+    if (hdrop > 0.0f) {
+        memset(ws->g_big2, 0, n * sizeof(float));
+        nn_dropout_backward(ws->g_big2, ws->g_big1, n, hdrop, key);
+        dact = ws->g_big2;
+        dfc = ws->g_big1;
+    }
+    memset(dfc, 0, n * sizeof(float));
+    nn_activation_backward(dfc, dact, fc, n, m->cfg.act);
+    nn_linear_backward(din, dw1, db1, dfc, in, w1, M, C, F);
+}
+
+/* The input of a sublayer's transformation, as the forward saw it. */
+static const float *sub_input(const tmodel_t *m, const sub_t *s, const float *x) {
+    return m->cfg.pre_norm ? s->ln : x;
+}
+
+tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
+    if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    tparams_t *g = &m->g;
+    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
+    size_t C1 = (size_t)C;
+    float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
+    float hdrop = ws->train ? c->act_dropout : 0.0f;
+    float escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
+    int Le = c->enc_layers, Ld = c->dec_layers;
+    const float *enc_last = c->pre_norm ? ws->e_sum2 + (Le - 1) * ws->s_msc : ws->e_ln2 + (Le - 1) * ws->s_msc;
+    const float *enc_out = c->pre_norm ? ws->e_lnf : enc_last;
+    const float *dec_last = c->pre_norm ? ws->d_sum3 + (Ld - 1) * ws->s_mtc : ws->d_ln3 + (Ld - 1) * ws->s_mtc;
+
+    /* loss and output projection */
+    float *dlogits = ws->probs;
+    nn_crossentropy_backward(dlogits, ws->probs, ws->tgt_out, Mt, Vt, c->label_smoothing, c->pad_id, grad_scale);
+    float *gd = ws->g_res_d;
+    memset(gd, 0, (size_t)Mt * C * sizeof(float));
+    if (c->pre_norm) {
+        memset(ws->g_b, 0, (size_t)Mt * C * sizeof(float));
+        nn_linear_backward(ws->g_b, g->proj_w, g->proj_b, dlogits, ws->d_lnf, p->proj_w, Mt, C, Vt);
+        nn_layernorm_backward(gd, g->d_lnf_g, g->d_lnf_b, ws->g_b, dec_last, p->d_lnf_g, ws->d_lnf_mean,
+                              ws->d_lnf_rstd, Mt, C);
+    } else {
+        nn_linear_backward(gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
+    }
+
+    /* decoder layers, top down */
+    memset(ws->g_enc, 0, (size_t)Ms * C * sizeof(float));
+    for (int l = Ld - 1; l >= 0; l--) {
+        sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
+        const float *x_in0 = ws->d_x0;
+        if (l > 0) {
+            sub_t prev = dec_sub(m, ws, l - 1, 2);
+            x_in0 = sub_out(m, &prev);
+        }
+        const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
+
+        /* feed-forward */
+        const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
+        float *din = sub_in_grad(m, ws, gd, Mt);
+        ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
+                     p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
+                     g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
+                     site_key(ws, 1, l, SITE_ACT));
+        sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
+
+        /* cross-attention */
+        float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
+        dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
+        din = sub_in_grad(m, ws, gd, Mt);
+        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
+        nn_linear_backward(ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+                           p->d_co_w + l * C1 * C1, Mt, C, C);
+        float *dq = ws->g_big1;
+        memset(dq, 0, (size_t)Mt * C * sizeof(float));
+        memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
+        nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
+                              C, H, adrop, site_key(ws, 1, l, SITE_CATT));
+        nn_linear_backward(din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
+                           p->d_cq_w + l * C1 * C1, Mt, C, C);
+        nn_linear_backward(ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
+                           p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
+        sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
+
+        /* causal self-attention */
+        float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt;
+        dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
+        din = sub_in_grad(m, ws, gd, Mt);
+        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
+        nn_linear_backward(ws->g_ctx, g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, dsub, ws->d_ctx + l * ws->s_mtc,
+                           p->d_so_w + l * C1 * C1, Mt, C, C);
+        float *dqkv = ws->g_big1;
+        memset(dqkv, 0, (size_t)Mt * 3 * C * sizeof(float));
+        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
+                              3 * C, att, B, T, T, C, H, adrop, site_key(ws, 1, l, SITE_ATT));
+        nn_linear_backward(din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
+                           p->d_qkv_w + l * 3 * C1 * C1, Mt, C, 3 * C);
+        sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+    }
+    /* decoder embeddings */
+    const float *demb = gd;
+    if (drop > 0.0f) {
+        memset(ws->g_a, 0, (size_t)Mt * C * sizeof(float));
+        nn_dropout_backward(ws->g_a, gd, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
+        demb = ws->g_a;
+    }
+    nn_embedding_backward(g->dec_emb, c->learned_pos ? g->dec_pos : NULL, demb, ws->tgt_in, B, T, C, escale, c->pad_id);
+
+    /* encoder output */
+    float *ge = ws->g_enc;
+    if (c->pre_norm) {
+        ge = ws->g_res_e;
+        memset(ge, 0, (size_t)Ms * C * sizeof(float));
+        nn_layernorm_backward(ge, g->e_lnf_g, g->e_lnf_b, ws->g_enc, enc_last, p->e_lnf_g, ws->e_lnf_mean,
+                              ws->e_lnf_rstd, Ms, C);
+    }
+    /* encoder layers, top down */
+    for (int l = Le - 1; l >= 0; l--) {
+        sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
+        const float *x_in0 = ws->e_x0;
+        if (l > 0) {
+            sub_t prev = enc_sub(m, ws, l - 1, 1);
+            x_in0 = sub_out(m, &prev);
+        }
+        const float *x_in1 = sub_out(m, &s0);
+        /* feed-forward */
+        const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+        float *din = sub_in_grad(m, ws, ge, Ms);
+        ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
+                     p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
+                     g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
+                     site_key(ws, 0, l, SITE_ACT));
+        sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
+        /* self-attention */
+        float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt;
+        dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
+        din = sub_in_grad(m, ws, ge, Ms);
+        memset(ws->g_ctx, 0, (size_t)Ms * C * sizeof(float));
+        nn_linear_backward(ws->g_ctx, g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, dsub, ws->e_ctx + l * ws->s_msc,
+                           p->e_o_w + l * C1 * C1, Ms, C, C);
+        float *dqkv = ws->g_big1;
+        memset(dqkv, 0, (size_t)Ms * 3 * C * sizeof(float));
+        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
+                              3 * C, att, B, S, S, C, H, adrop, site_key(ws, 0, l, SITE_ATT));
+        nn_linear_backward(din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
+                           p->e_qkv_w + l * 3 * C1 * C1, Ms, C, 3 * C);
+        sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+    }
+    const float *eemb = ge;
+    if (drop > 0.0f) {
+        memset(ws->g_a, 0, (size_t)Ms * C * sizeof(float));
+        nn_dropout_backward(ws->g_a, ge, (size_t)Ms * C, drop, site_key(ws, 0, -1, SITE_EMB));
+        eemb = ws->g_a;
+    }
+    nn_embedding_backward(g->enc_emb, c->learned_pos ? g->enc_pos : NULL, eemb, ws->src, B, S, C, escale, c->pad_id);
+    ws->ready = 0; /* the probabilities now hold their gradient */
+    return TERN_OK;
+}

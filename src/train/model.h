@@ -1,0 +1,168 @@
+/*
+ * model.h — the Transformer encoder-decoder for training: forward and backward of a whole batch
+ * with teacher forcing, on the layers of layers.h.
+ *
+ * Legend: B sentences in a batch, S source length, T target length (both padded), C channels
+ * (model width), H heads, D = C / H, F feed-forward width, Vs/Vt source/target vocabulary,
+ * Le/Ld encoder/decoder layers, P rows of the position tables (longest sentence),
+ * Ms = B·S and Mt = B·T rows.
+ *
+ * The parameters are those of CTranslate2's TransformerSpec, with its names and shapes
+ * (fused QKV [3C, C] in self-attention, cross-attention Q [C, C] and fused KV [2C, C]), so that a
+ * checkpoint loads in `tern translate`: tmodel_tensor() names every tensor. Parameters,
+ * gradients (and the optimizer's moments) each live in ONE contiguous float buffer of n_params
+ * floats; tparams_t points into it, the same layout for each buffer (a tensor's offset is the
+ * same in all of them). Per-layer tensors are stacked: field (L, N, K) holds layer l at
+ * l·N·K.
+ *
+ * The workspace (activations saved for the backward pass, gradient scratch) is sized once for
+ * the largest batch and reused: no allocation per batch.
+ */
+#ifndef TERN_TRAIN_MODEL_H
+#define TERN_TRAIN_MODEL_H
+
+#include "../base/base.h"
+#include "../model/weights.h"
+#include "layers.h"
+
+typedef struct {
+    int src_vocab, tgt_vocab;   /* Vs, Vt */
+    int d, heads, ff;           /* C, H, F */
+    int enc_layers, dec_layers; /* Le, Ld */
+    int max_pos;                /* P: rows of the position tables = longest S or T accepted */
+    int pre_norm;               /* 1: x + f(LN(x)) with final layer norms; 0: LN(x + f(x)) */
+    activation_t act;           /* feed-forward activation (ACT_RELU, ACT_GELU, ACT_GELU_TANH...) */
+    float eps;                  /* layer norm epsilon */
+    int learned_pos;            /* 1: learned position tables; 0: CTranslate2's sinusoids */
+    int scale_emb;              /* multiply token embeddings by sqrt(C) */
+    int share_emb;              /* encoder and decoder embeddings are one tensor (Vs == Vt) */
+    int tie_proj;               /* the output projection is the decoder embedding */
+    int proj_bias;              /* the output projection has a bias */
+    int pad_id;                 /* padding token (both sides) */
+    float dropout;              /* on embeddings and on every sublayer output before the residual */
+    float attn_dropout;         /* on attention weights */
+    float act_dropout;          /* on the feed-forward activation */
+    float label_smoothing;      /* eps of the label-smoothed cross-entropy */
+} tmodel_config_t;
+
+/* Base-like defaults: C 512, H 8, F 2048, 6 + 6 layers, pre-norm ReLU, eps 1e-6, sinusoids,
+ * scaled embeddings, shared and tied embeddings, pad 0, P 1024, dropouts 0.1/0/0,
+ * label smoothing 0.1. */
+tmodel_config_t tmodel_default_config(void);
+
+/* Pointers into one buffer (parameters, gradients, or a moment). */
+typedef struct {
+    float *enc_emb;   /* (Vs, C) encoder/embeddings_0/weight */
+    float *dec_emb;   /* (Vt, C) decoder/embeddings/weight (== enc_emb when shared) */
+    float *enc_pos;   /* (P, C) encoder/position_encodings/encodings, learned only, else NULL */
+    float *dec_pos;   /* (P, C) decoder/position_encodings/encodings, learned only, else NULL */
+    /* encoder layers: encoder/layer_l/... */
+    float *e_ln1_g, *e_ln1_b; /* (Le, C) self_attention/layer_norm/{gamma,beta} */
+    float *e_qkv_w;   /* (Le, 3C, C) self_attention/linear_0/weight */
+    float *e_qkv_b;   /* (Le, 3C) self_attention/linear_0/bias */
+    float *e_o_w;     /* (Le, C, C) self_attention/linear_1/weight */
+    float *e_o_b;     /* (Le, C) self_attention/linear_1/bias */
+    float *e_ln2_g, *e_ln2_b; /* (Le, C) ffn/layer_norm/{gamma,beta} */
+    float *e_fc1_w;   /* (Le, F, C) ffn/linear_0/weight */
+    float *e_fc1_b;   /* (Le, F) ffn/linear_0/bias */
+    float *e_fc2_w;   /* (Le, C, F) ffn/linear_1/weight */
+    float *e_fc2_b;   /* (Le, C) ffn/linear_1/bias */
+    float *e_lnf_g, *e_lnf_b; /* (C) encoder/layer_norm/{gamma,beta}, pre-norm only, else NULL */
+    /* decoder layers: decoder/layer_l/... */
+    float *d_ln1_g, *d_ln1_b; /* (Ld, C) self_attention/layer_norm */
+    float *d_qkv_w;   /* (Ld, 3C, C) self_attention/linear_0/weight */
+    float *d_qkv_b;   /* (Ld, 3C) */
+    float *d_so_w;    /* (Ld, C, C) self_attention/linear_1/weight */
+    float *d_so_b;    /* (Ld, C) */
+    float *d_ln2_g, *d_ln2_b; /* (Ld, C) attention/layer_norm */
+    float *d_cq_w;    /* (Ld, C, C) attention/linear_0/weight (cross Q) */
+    float *d_cq_b;    /* (Ld, C) */
+    float *d_ckv_w;   /* (Ld, 2C, C) attention/linear_1/weight (cross K, V) */
+    float *d_ckv_b;   /* (Ld, 2C) */
+    float *d_co_w;    /* (Ld, C, C) attention/linear_2/weight (cross output) */
+    float *d_co_b;    /* (Ld, C) */
+    float *d_ln3_g, *d_ln3_b; /* (Ld, C) ffn/layer_norm */
+    float *d_fc1_w;   /* (Ld, F, C) ffn/linear_0/weight */
+    float *d_fc1_b;   /* (Ld, F) */
+    float *d_fc2_w;   /* (Ld, C, F) ffn/linear_1/weight */
+    float *d_fc2_b;   /* (Ld, C) */
+    float *d_lnf_g, *d_lnf_b; /* (C) decoder/layer_norm, pre-norm only, else NULL */
+    float *proj_w;    /* (Vt, C) decoder/projection/weight (== dec_emb when tied) */
+    float *proj_b;    /* (Vt) decoder/projection/bias, or NULL */
+} tparams_t;
+
+/* One named tensor of the layout. */
+typedef struct {
+    char name[96];     /* CTranslate2 TransformerSpec name */
+    int rank;          /* 1 or 2 */
+    int shape[2];
+    size_t numel;
+    size_t offset;     /* floats from the start of the buffer (params, grads and moments alike) */
+} tmodel_tensor_t;
+
+typedef struct {
+    tmodel_config_t cfg;
+    size_t n_params;          /* floats in each buffer */
+    float *params;            /* (n_params) */
+    float *grads;             /* (n_params) */
+    tparams_t p, g;           /* pointers into params / grads */
+    const float *enc_pos_table, *dec_pos_table; /* (P, C): p.enc_pos/p.dec_pos, or the sinusoids */
+    float *sinusoids;         /* (P, C) owned, when not learned */
+    int n_tensors;
+    tmodel_tensor_t *tensors; /* (n_tensors) every stored tensor, each once */
+    int n_aliases;            /* tied names: alias_name[i] is the tensor alias_target[i] */
+    const char *alias_name[2], *alias_target[2];
+} tmodel_t;
+
+/* Allocates the buffers (parameters zero) for a configuration; checks it. */
+tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg);
+void tmodel_free(tmodel_t *m);
+
+/* fairseq's initialization: embeddings N(0, C^-1/2) with the padding row 0, attention Q/K/V
+ * weights Xavier-uniform with gain 1/sqrt(2), other linear weights Xavier-uniform, untied
+ * projection N(0, C^-1/2), biases 0, layer norms (1, 0). Deterministic in seed. */
+void tmodel_init_params(tmodel_t *m, uint64_t seed);
+
+/* Parameters from named tensors (CTranslate2 names; any float dtype is converted). Every tensor
+ * of the layout must be present with its shape. */
+tern_status_t tmodel_load(tmodel_t *m, const weights_t *w);
+/* Fills out[0..n_tensors) with views of buf (m->params, m->grads or a moment) for
+ * safetensors_write. */
+void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out);
+/* The tensor with this name (aliases resolved), or NULL. */
+const tmodel_tensor_t *tmodel_find(const tmodel_t *m, const char *name);
+
+void tmodel_zero_grad(tmodel_t *m);
+
+/* ------------------------------------------------------------ workspace and steps */
+
+typedef struct tmodel_ws tmodel_ws_t;
+
+/* A workspace for batches with B·S <= max_src_tokens, B·T <= max_tgt_tokens, S <= max_S,
+ * T <= max_T (max_S, max_T <= P). */
+tern_status_t tmodel_ws_new(tmodel_ws_t **ws, const tmodel_t *m, int max_src_tokens,
+                            int max_tgt_tokens, int max_S, int max_T);
+void tmodel_ws_free(tmodel_ws_t *ws);
+size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
+
+typedef struct {
+    double loss;   /* sum over target tokens of the label-smoothed loss */
+    double nll;    /* sum over target tokens of -log p(y) */
+    int ntokens;   /* non-padding target tokens */
+} tmodel_loss_t;
+
+/* Forward pass with teacher forcing. src (B, S), tgt_in (B, T) decoder inputs (starting with the
+ * decoder start token), tgt_out (B, T) targets; right-padded with pad_id (src: each sentence at
+ * least 1 token; tgt_out: pad where no loss). train != 0 applies dropout with the masks of
+ * dropout_key(seed, step, site). Saves what the backward pass needs in ws. */
+tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in,
+                             const int *tgt_out, int B, int S, int T, int train, uint64_t seed,
+                             uint64_t step, tmodel_loss_t *loss);
+/* Backward pass of the last forward: m->grads += d(grad_scale · loss.loss)/dθ (grad_scale is
+ * typically 1 / ntokens of the whole update, times the loss scale). */
+tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale);
+
+/* The sinusoidal table CTranslate2 (and the inference) uses: row p = sin/cos((p + 1) · ts_i). */
+void tmodel_sinusoids(float *table, int P, int C);
+
+#endif

@@ -1,0 +1,163 @@
+/*
+ * optim.c — Adam, SGD, gradient norm and clipping, learning-rate schedules, loss scaling
+ * (see optim.h). Legend: n parameters, t updates done.
+ */
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+
+#define PAR_MIN 32768
+
+adam_config_t adam_default_config(void) {
+    adam_config_t c = {0.9f, 0.98f, 1e-8f, 0.0f, 1};
+    return c;
+}
+
+tern_status_t adam_init(adam_t *a, size_t n, const adam_config_t *cfg) {
+    memset(a, 0, sizeof *a);
+    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f && cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f && cfg->eps > 0.0f &&
+          cfg->weight_decay >= 0.0f))
+        return tern_error(TERN_ERR_INVALID_ARG, "adam: betas (%g, %g) must be in [0, 1), eps %g > 0, weight decay "
+                          "%g >= 0", cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
+    a->cfg = *cfg;
+    a->n = n;
+    a->m = aligned_alloc64((n ? n : 1) * sizeof(float));
+    a->v = aligned_alloc64((n ? n : 1) * sizeof(float));
+    if (!a->m || !a->v) {
+        adam_free(a);
+        return tern_error(TERN_ERR_NOMEM, "adam: out of memory for %zu moments", n);
+    }
+    memset(a->m, 0, n * sizeof(float));
+    memset(a->v, 0, n * sizeof(float));
+    return TERN_OK;
+}
+
+void adam_free(adam_t *a) {
+    aligned_free(a->m);
+    aligned_free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+void adam_step(adam_t *a, float *params, const float *grads, float lr) {
+    a->t++;
+    const float b1 = a->cfg.beta1, b2 = a->cfg.beta2, eps = a->cfg.eps, wd = a->cfg.weight_decay;
+    const int decoupled = a->cfg.decoupled;
+    double bc1 = 1.0 - pow((double)b1, (double)a->t), bc2 = 1.0 - pow((double)b2, (double)a->t);
+    const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    const float decay = 1.0f - lr * wd;
+    float *m = a->m, *v = a->v;
+    long long n = (long long)a->n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < n; i++) {
+        float g = grads[i], p = params[i];
+        if (wd != 0.0f) {
+            if (decoupled) p *= decay;
+            else g += wd * p;
+        }
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+void sgd_step(float *params, const float *grads, size_t n, float lr, float weight_decay) {
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) params[i] -= lr * (grads[i] + weight_decay * params[i]);
+}
+
+double grad_global_norm(const float *g, size_t n) {
+    double s = 0;
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) reduction(+ : s) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+void grad_scale(float *g, size_t n, float a) {
+    long long nn = (long long)n;
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long i = 0; i < nn; i++) g[i] *= a;
+}
+
+double clip_grad_norm(float *g, size_t n, float max_norm) {
+    double norm = grad_global_norm(g, n);
+    if (max_norm > 0.0f && isfinite(norm) && norm > max_norm) grad_scale(g, n, (float)(max_norm / (norm + 1e-6)));
+    return norm;
+}
+
+/* ------------------------------------------------------------ schedules */
+
+double lr_at(const lr_schedule_t *s, long t) {
+    if (t < 0) t = 0;
+    switch (s->kind) {
+    case LR_CONSTANT: return s->lr;
+    case LR_INVERSE_SQRT:
+        if (t < s->warmup) return s->warmup_init_lr + (double)t * ((double)s->lr - s->warmup_init_lr) / s->warmup;
+        return (double)s->lr * sqrt((double)s->warmup) / sqrt((double)t);
+    case LR_GNMT: {
+        if (t < s->sgd_start) return s->lr;
+        long k = 0;
+        if (t >= s->decay_start) {
+            k = (t - s->decay_start) / s->decay_interval + 1;
+            if (k > s->decay_times) k = s->decay_times;
+        }
+        return ldexp((double)s->sgd_lr, (int)-k);
+    }
+    }
+    return s->lr;
+}
+
+int lr_use_sgd(const lr_schedule_t *s, long t) { return s->kind == LR_GNMT && t >= s->sgd_start; }
+
+tern_status_t lr_schedule_check(const lr_schedule_t *s) {
+    if (!(s->lr > 0.0f)) return tern_error(TERN_ERR_INVALID_ARG, "learning rate must be > 0 (got %g)", s->lr);
+    switch (s->kind) {
+    case LR_CONSTANT: return TERN_OK;
+    case LR_INVERSE_SQRT:
+        if (s->warmup < 1 || !(s->warmup_init_lr >= 0.0f))
+            return tern_error(TERN_ERR_INVALID_ARG, "inverse_sqrt: warm-up %d must be >= 1 and its initial rate "
+                              "%g >= 0", s->warmup, s->warmup_init_lr);
+        return TERN_OK;
+    case LR_GNMT:
+        if (s->sgd_start < 0 || !(s->sgd_lr > 0.0f) || s->decay_interval < 1 || s->decay_times < 0 ||
+            s->decay_start < s->sgd_start)
+            return tern_error(TERN_ERR_INVALID_ARG, "gnmt schedule: need SGD start >= 0, SGD rate > 0, decay start "
+                              ">= SGD start, decay interval >= 1, halvings >= 0");
+        return TERN_OK;
+    }
+    return tern_error(TERN_ERR_INVALID_ARG, "unknown learning-rate schedule %d", (int)s->kind);
+}
+
+/* ------------------------------------------------------------ loss scaling */
+
+void loss_scaler_init(loss_scaler_t *ls, float init_scale, int window) {
+    memset(ls, 0, sizeof *ls);
+    ls->scale = init_scale > 0.0f ? init_scale : 65536.0f;
+    ls->factor = 2.0f;
+    ls->window = window > 0 ? window : 2000;
+    ls->min_scale = 1e-4f;
+    ls->max_scale = 16777216.0f;
+}
+
+tern_status_t loss_scaler_update(loss_scaler_t *ls, int overflow, int *apply) {
+    if (overflow) {
+        *apply = 0;
+        ls->overflows++;
+        ls->clean = 0;
+        ls->scale /= ls->factor;
+        if (ls->scale < ls->min_scale)
+            return tern_error(TERN_ERR_INPUT, "loss scale fell to %g (below %g): the gradients keep "
+                              "overflowing, training has diverged", ls->scale, ls->min_scale);
+        return TERN_OK;
+    }
+    *apply = 1;
+    if (++ls->clean >= ls->window) {
+        ls->clean = 0;
+        if (ls->scale * ls->factor <= ls->max_scale) ls->scale *= ls->factor;
+    }
+    return TERN_OK;
+}
