@@ -1,0 +1,331 @@
+"""`tern filter`: exact kept lines and report counts on hand-made inputs, and on Multi30k train
+(29,000 pairs) the same outcome, pair by pair, as an independent Python re-implementation of the
+documented rules (below, `py_filter`). The binary is $TERN_BIN when set, else build/tern."""
+import os
+import random
+import resource
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
+RULES = ["invalid_utf8", "empty", "too_many_words", "too_many_tokens", "ratio", "few_letters",
+         "copy", "duplicate"]
+
+
+@pytest.fixture(scope="module")
+def tern():
+    assert os.path.exists(TERN), f"{TERN} is missing: run make (or set TERN_BIN)"
+    return TERN
+
+
+def run_filter(tern, tmp_path, src, tgt, *opts, check=True):
+    """src/tgt: bytes of the two files. Returns (rc, kept src lines, kept tgt lines, report dict,
+    removed [(line, rule)], stderr)."""
+    sp, tp = tmp_path / "in.src", tmp_path / "in.tgt"
+    sp.write_bytes(src)
+    tp.write_bytes(tgt)
+    so, to, rep, rem = (tmp_path / n for n in ("out.src", "out.tgt", "report.txt", "removed.tsv"))
+    for p in (so, to, rep, rem):
+        if p.exists():
+            p.unlink()
+    r = subprocess.run([tern, "filter", str(sp), str(tp), str(so), str(to), "--report", str(rep),
+                        "--removed", str(rem), *opts], capture_output=True, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+    if r.returncode:
+        return r.returncode, None, None, None, None, r.stderr.decode(errors="replace")
+    report = {}
+    for line in rep.read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        name, count = line.split()[:2]
+        report[name] = int(count)
+    removed = [(int(a), b) for a, b in (l.split("\t") for l in rem.read_text().splitlines())]
+    return (r.returncode, split_lines(so.read_bytes()), split_lines(to.read_bytes()), report, removed,
+            r.stderr.decode())
+
+
+def split_lines(data):
+    """Lines as tern reads them: split on b'\\n' only; a last line without '\\n' counts."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The independent re-implementation of the documented rules.
+
+def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=0.0, copies=True,
+              duplicates=True, pieces=None):
+    """src, tgt: lists of byte lines. pieces: None or a function str -> number of SentencePiece
+    pieces (one model for both sides). Returns (kept indices, [(line, rule)], counts)."""
+    seen = set()
+    kept, removed = [], []
+    counts = {r: 0 for r in RULES}
+    for i, (sb, tb) in enumerate(zip(src, tgt), 1):
+        rule = None
+        try:
+            s, t = sb.decode("utf-8"), tb.decode("utf-8")
+        except UnicodeDecodeError:
+            rule = "invalid_utf8"
+        if rule is None:
+            ws, wt = s.split(), t.split()
+            toks = (len(pieces(s)), len(pieces(t))) if pieces else (len(ws), len(wt))
+            lens = toks if pieces else (len(ws), len(wt))
+
+            def few(x):
+                chars = [c for c in x if not c.isspace()]
+                return sum(c.isalpha() for c in chars) / len(chars) < min_letters
+
+            if not ws or not wt:
+                rule = "empty"
+            elif max_words and (len(ws) > max_words or len(wt) > max_words):
+                rule = "too_many_words"
+            elif max_tokens and (toks[0] > max_tokens or toks[1] > max_tokens):
+                rule = "too_many_tokens"
+            elif max_ratio and (lens[0] / lens[1] > max_ratio or lens[1] / lens[0] > max_ratio):
+                rule = "ratio"
+            elif min_letters and (few(s) or few(t)):
+                rule = "few_letters"
+            elif copies and ws == wt:
+                rule = "copy"
+            elif duplicates and (sb, tb) in seen:
+                rule = "duplicate"
+            elif duplicates:
+                seen.add((sb, tb))
+        if rule is None:
+            kept.append(i - 1)
+        else:
+            counts[rule] += 1
+            removed.append((i, rule))
+    return kept, removed, counts
+
+
+def check_against_python(tern, tmp_path, src_bytes, tgt_bytes, opts, **kw):
+    rc, ks, kt, report, removed, _ = run_filter(tern, tmp_path, src_bytes, tgt_bytes, *opts)
+    src, tgt = split_lines(src_bytes), split_lines(tgt_bytes)
+    kept, exp_removed, counts = py_filter(src, tgt, **kw)
+    assert removed == exp_removed
+    assert ks == [src[i] for i in kept] and kt == [tgt[i] for i in kept]
+    assert report == {"read": len(src), **counts, "kept": len(kept)}
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-made inputs with hand-derived expectations.
+
+HAND_SRC = [
+    b"Hello world .",                     # 1 kept
+    b"",                                  # 2 empty (source)
+    b"   \t ",                            # 3 empty: whitespace only
+    b"Good morning",                      # 4 empty (target is U+3000 + NBSP only)
+    b"one two three four five six seven", # 5 too_many_words (7 > 6) and also ratio: words first
+    b"a",                                 # 6 ratio: 1 vs 4 words > 3
+    b"12345 678 !!!",                     # 7 few_letters
+    b"Same  text\there",                  # 8 copy: same words after whitespace normalization
+    b"Hello world .",                     # 9 duplicate of 1
+    b"bad \xff byte",                     # 10 invalid_utf8 (source)
+    b"fine",                              # 11 invalid_utf8 (target), although also a copy
+    b"Hello world .",                     # 12 kept: same source, other target
+    b"caf\xc3\xa9 \xc3\xbcber",           # 13 kept (non-ASCII letters)
+    b"x\x00y",                            # 14 kept: NUL is a character like any other
+    b"crlf line\r",                       # 15 kept, '\r' kept in the output
+    b"",                                  # 16 empty both: empty (before copy)
+    b"Hello world .",                     # 17 duplicate of 1 again
+    b"last line no newline",              # 18 kept: the final line counts without '\n'
+]
+HAND_TGT = [
+    b"Hallo Welt .",
+    b"nicht leer",
+    b"auch nicht",
+    "\u3000\u00a0".encode(),
+    b"eins",
+    b"a b c d",
+    b"12345 678 !!!x",
+    b"Same text here",
+    b"Hallo Welt .",
+    b"ok",
+    b"fi\xe2\x82",
+    b"Hallo  Welt .",
+    "Caf\u00e9 \u00fcber".encode(),
+    b"x y",
+    b"CRLF Zeile\r",
+    b"",
+    b"Hallo Welt .",
+    b"letzte Zeile",
+]
+
+
+def hand_files():
+    return (b"\n".join(HAND_SRC) + b"\n", b"\n".join(HAND_TGT))  # the target ends without '\n'
+
+
+def test_hand_made_exact(tern, tmp_path):
+    src, tgt = hand_files()
+    rc, ks, kt, report, removed, stderr = run_filter(
+        tern, tmp_path, src, tgt, "--max-words", "6", "--max-ratio", "3", "--min-letters", "0.5")
+    assert removed == [(2, "empty"), (3, "empty"), (4, "empty"), (5, "too_many_words"), (6, "ratio"),
+                       (7, "few_letters"), (8, "copy"), (9, "duplicate"), (10, "invalid_utf8"),
+                       (11, "invalid_utf8"), (16, "empty"), (17, "duplicate")]
+    assert ks == [HAND_SRC[i - 1] for i in (1, 12, 13, 14, 15, 18)]
+    assert kt == [HAND_TGT[i - 1] for i in (1, 12, 13, 14, 15, 18)]
+    assert report == {"read": 18, "invalid_utf8": 2, "empty": 4, "too_many_words": 1,
+                      "too_many_tokens": 0, "ratio": 1, "few_letters": 1, "copy": 1, "duplicate": 2,
+                      "kept": 6}
+    assert stderr == ""
+
+
+def test_hand_made_rules_off(tern, tmp_path):
+    """Defaults (250 words, ratio 9, no letter rule) and copies/duplicates turned off."""
+    src, tgt = hand_files()
+    _, ks, _, report, removed, _ = run_filter(tern, tmp_path, src, tgt, "--keep-copies",
+                                              "--keep-duplicates")
+    assert removed == [(2, "empty"), (3, "empty"), (4, "empty"), (10, "invalid_utf8"),
+                       (11, "invalid_utf8"), (16, "empty")]
+    assert len(ks) == 12 and report["kept"] == 12 and report["copy"] == 0 and report["duplicate"] == 0
+    _, ks, _, report, removed, _ = run_filter(tern, tmp_path, src, tgt, "--max-words", "0",
+                                              "--max-ratio", "0")
+    assert removed == [(2, "empty"), (3, "empty"), (4, "empty"), (8, "copy"), (9, "duplicate"),
+                       (10, "invalid_utf8"), (11, "invalid_utf8"), (16, "empty"), (17, "duplicate")]
+
+
+def test_hand_made_tokens_are_words_without_spm(tern, tmp_path):
+    src, tgt = hand_files()
+    _, _, _, report, removed, _ = run_filter(tern, tmp_path, src, tgt, "--max-tokens", "3",
+                                             "--max-ratio", "0")
+    assert [l for l, r in removed if r == "too_many_tokens"] == [5, 6, 18]
+    assert report["too_many_tokens"] == 3
+
+
+def test_hand_made_matches_python(tern, tmp_path):
+    src, tgt = hand_files()
+    for opts, kw in [((), {}),
+                     (("--max-words", "4", "--max-ratio", "1.5", "--min-letters", "0.9"),
+                      dict(max_words=4, max_ratio=1.5, min_letters=0.9)),
+                     (("--max-tokens", "2", "--keep-copies"), dict(max_tokens=2, copies=False))]:
+        check_against_python(tern, tmp_path, src, tgt, opts, **kw)
+
+
+def test_line_count_mismatch(tern, tmp_path):
+    rc, *_, stderr = run_filter(tern, tmp_path, b"a\nb\nc\n", b"a\nb\n", check=False)
+    assert rc == 1
+    assert stderr == (f"tern filter: line counts differ: source {tmp_path / 'in.src'} has 3 lines, "
+                      f"target {tmp_path / 'in.tgt'} has 2\n")
+    assert not (tmp_path / "out.src").exists() and not (tmp_path / "out.tgt").exists()
+    rc, *_, stderr = run_filter(tern, tmp_path, b"a\n", b"a\nb\nc\nd", check=False)
+    assert rc == 1
+    assert stderr == (f"tern filter: line counts differ: source {tmp_path / 'in.src'} has 1 lines, "
+                      f"target {tmp_path / 'in.tgt'} has 4\n")
+
+
+def test_usage_errors(tern, tmp_path):
+    for args, msg in [
+        (["a", "b", "c"], "tern filter: needs SRC TGT SRC_OUT TGT_OUT; see tern filter --help\n"),
+        (["--min-letters", "2", "a", "b", "c", "d"], "tern filter: --min-letters needs a number in 0..1 (got '2')\n"),
+        (["--max-words", "-1", "a", "b", "c", "d"], "tern filter: --max-words needs a non-negative integer (got '-1')\n"),
+        (["--bogus", "a", "b", "c", "d"], "tern filter: unknown option '--bogus' (see tern filter --help)\n"),
+    ]:
+        r = subprocess.run([tern, "filter", *args], capture_output=True)
+        assert (r.returncode, r.stderr.decode()) == (2, msg)
+    r = subprocess.run([tern, "filter", str(tmp_path / "nope"), str(tmp_path / "nope2"),
+                        str(tmp_path / "o1"), str(tmp_path / "o2")], capture_output=True)
+    assert r.returncode == 1
+    assert r.stderr.decode() == f"tern filter: cannot open {tmp_path / 'nope'}: No such file or directory\n"
+    r = subprocess.run([tern, "filter", "a", "b", "c", "d", "--spm", str(tmp_path / "no.model")],
+                       capture_output=True)
+    assert r.returncode == 1 and "cannot load SentencePiece model" in r.stderr.decode()
+
+
+def test_help_documents_every_option(tern):
+    out = subprocess.run([tern, "filter", "--help"], capture_output=True, text=True).stdout
+    src = open(os.path.join(ROOT, "tools", "cmd_filter.c")).read()
+    import re
+    parsed = set(re.findall(r'!strcmp\(a, "(--?[a-z-]+)"\)', src))
+    assert parsed >= {"--max-words", "--max-tokens", "--max-ratio", "--min-letters", "--spm", "--report"}
+    for opt in parsed:
+        assert f"  {opt}" in out or f", {opt}" in out, opt
+    for i, rule in enumerate(RULES, 1):
+        assert f"  {i} {rule}" in out  # the documented order
+
+
+def test_random_bytes_never_crash(tern, tmp_path):
+    rng = random.Random(3)
+    for _ in range(20):
+        n = rng.randint(0, 30)
+        src = b"\n".join(bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))).replace(b"\n", b" ")
+                         for _ in range(n))
+        tgt = b"\n".join(bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))).replace(b"\n", b" ")
+                         for _ in range(n))
+        if n and (not src.split(b"\n")[-1] or not tgt.split(b"\n")[-1]):
+            continue  # a last empty line without '\n' is no line: counts could differ
+        check_against_python(tern, tmp_path, src + b"\n" if n else src, tgt + b"\n" if n else tgt,
+                             ("--min-letters", "0.3"), min_letters=0.3)
+
+
+def test_streams_in_constant_memory(tern, tmp_path):
+    """Peak memory does not grow with the corpus when duplicates are off (and grows by the hash set
+    only when on): 20,000 vs 400,000 pairs."""
+    def peak(n, *opts):
+        sp, tp = tmp_path / f"s{n}", tmp_path / f"t{n}"
+        if not sp.exists():
+            sp.write_bytes(b"".join(b"source sentence number %d here\n" % i for i in range(n)))
+            tp.write_bytes(b"".join(b"Zielsatz Nummer %d hier\n" % i for i in range(n)))
+        code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+                "stderr=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+        r = subprocess.run([sys.executable, "-c", code, tern, "filter", str(sp), str(tp),
+                            str(tmp_path / "o1"), str(tmp_path / "o2"), *opts],
+                           capture_output=True, text=True, check=True)
+        return int(r.stdout)  # KiB
+    small, big = peak(20000, "--keep-duplicates"), peak(400000, "--keep-duplicates")
+    assert big - small < 2048, (small, big)
+    big_dedup = peak(400000)
+    assert big_dedup - small < 2048 + 400000 * 32 // 1024, (small, big_dedup)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi30k train: tern against the Python re-implementation.
+
+@pytest.fixture(scope="module")
+def multi30k(data_dir):
+    d = os.path.join(data_dir, "multi30k")
+    src = open(os.path.join(d, "train.en"), "rb").read()
+    tgt = open(os.path.join(d, "train.de"), "rb").read()
+    assert len(split_lines(src)) == 29000 == len(split_lines(tgt))
+    return src, tgt
+
+
+@pytest.mark.parametrize("opts,kw", [
+    ((), {}),
+    (("--max-words", "15", "--max-ratio", "1.5", "--min-letters", "0.9"),
+     dict(max_words=15, max_ratio=1.5, min_letters=0.9)),
+    (("--max-words", "30", "--max-tokens", "12", "--max-ratio", "2", "--keep-copies"),
+     dict(max_words=30, max_tokens=12, max_ratio=2.0, copies=False)),
+])
+def test_multi30k_matches_python(tern, tmp_path, multi30k, opts, kw):
+    report = check_against_python(tern, tmp_path, multi30k[0], multi30k[1], opts, **kw)
+    print(f"multi30k train {' '.join(opts) or '(defaults)'}: {report}")
+    assert report["read"] == 29000
+
+
+def test_multi30k_with_sentencepiece(tern, tmp_path, multi30k):
+    spm = pytest.importorskip("sentencepiece")
+    sample = tmp_path / "sample.txt"
+    lines = split_lines(multi30k[0])[:3000] + split_lines(multi30k[1])[:3000]
+    sample.write_bytes(b"\n".join(lines) + b"\n")
+    prefix = tmp_path / "m"
+    spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(prefix), vocab_size=800,
+                                   model_type="unigram", character_coverage=1.0,
+                                   minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+    texts = sorted({l.decode() for l in split_lines(multi30k[0]) + split_lines(multi30k[1])})
+    n_pieces = dict(zip(texts, (len(p) for p in sp.encode(texts, out_type=str))))
+    report = check_against_python(
+        tern, tmp_path, multi30k[0], multi30k[1],
+        ("--spm", str(prefix) + ".model", "--max-tokens", "30", "--max-ratio", "1.6"),
+        max_tokens=30, max_ratio=1.6, pieces=lambda s: range(n_pieces[s]))
+    print(f"multi30k train --spm --max-tokens 30 --max-ratio 1.6: {report}")
+    assert report["too_many_tokens"] > 0 and report["ratio"] > 0
