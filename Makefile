@@ -65,6 +65,15 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtern.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
 
+# Test drivers (tests/tools/*.c): small programs the pytest suite runs, e.g. train_driver, which
+# runs the training step for tests/test_train_torch.py (compared with PyTorch).
+TOOL_C   := $(sort $(wildcard tests/tools/*.c))
+TOOL_BIN := $(TOOL_C:tests/tools/%.c=$(BUILD)/tests/tools/%)
+all: $(TOOL_BIN)
+$(BUILD)/tests/tools/%: tests/tools/%.c $(BUILD)/libtern.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+
 # Fuzz targets: fuzz/fuzz_*.c, built with clang's libFuzzer + ASan/UBSan.
 FUZZ_C   := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_BIN := $(FUZZ_C:fuzz/%.c=build-fuzz/%)

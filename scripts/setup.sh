@@ -10,6 +10,16 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libsentencepiece-dev sentencepiece
   libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev)
 
+# --- training tests (issue 3) -------------------------------------------------------------------
+# tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch
+# (1.13, for Debian's /usr/bin/python3 -- the tests run it there, not in .venv, whose pyenv Python
+# has no torch) on OpenBLAS: libopenblas0-pthread provides the libblas.so.3 alternative that
+# Debian's torch calls (without it, the reference BLAS: ~13x slower). PyPI's torch would pull
+# gigabytes of CUDA wheels. TERN_NO_TORCH=1 skips it (the comparison then skips, or fails in CI).
+if [ "${TERN_NO_TORCH:-0}" != 1 ]; then
+  DEB_PKGS+=(python3-torch libopenblas0-pthread)
+fi
+
 missing=()
 for p in "${DEB_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

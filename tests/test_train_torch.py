@@ -1,0 +1,231 @@
+"""Tern's training step against PyTorch, on the same weights and batches (dropout off).
+
+* One step (tests/tools/train_driver.c `step` vs tests/tools/train_torch_ref.py `step`, which is
+  built from PyTorch's own nn.TransformerEncoderLayer / nn.TransformerDecoderLayer and
+  F.cross_entropy(label_smoothing=...)): the loss and nll sums within 1e-5 relative, and EVERY
+  parameter gradient within 1e-4 relative, where the error of a tensor is
+      max |g_tern - g_torch| / max |g_torch|      (over the tensor's elements).
+  Four configurations cover pre-/post-norm, ReLU / GELU (erf) / GELU (tanh), shared / tied /
+  separate embeddings, sinusoidal / learned positions, projection bias, label smoothing 0 / 0.1
+  and padded sources and targets.
+* A 200-update trajectory of a tiny model on a learnable toy task with AdamW (decoupled weight
+  decay), fairseq's inverse_sqrt schedule with warm-up from 1e-7, and clipping at norm 1: the
+  per-update mean losses stay within TRAJ_TOL (relative) of PyTorch's at every update, and the
+  loss falls below half its start.
+
+PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides),
+because the test virtual environment has no torch; scripts/setup.sh installs it.
+"""
+import json
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
+
+BUILD = os.environ.get("TERN_BUILD", "build")
+DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "train_driver")
+REF = os.path.join(ROOT, "tests", "tools", "train_torch_ref.py")
+TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
+
+GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor
+LOSS_TOL = 1e-5   # relative, loss and nll sums of one step
+TRAJ_TOL = 1e-4   # relative, per-update loss over 200 updates (measured: 3e-6)
+
+
+@pytest.fixture(scope="module")
+def torch_python():
+    try:
+        r = subprocess.run([TORCH_PY, REF, "info"], capture_output=True, text=True, timeout=120)
+    except OSError as e:
+        r = None
+        err = str(e)
+    if r is None or r.returncode != 0:
+        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): " + \
+              (err if r is None else r.stderr[-500:])
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    info = json.loads(r.stdout)
+    print(f"PyTorch {info['torch']} ({info['blas_info']}), BLAS libraries mapped: {info['blas_libraries']}")
+    return TORCH_PY
+
+
+@pytest.fixture(scope="module")
+def driver():
+    assert os.path.exists(DRIVER), f"{DRIVER} is missing: run make"
+    return DRIVER
+
+
+def tensor_shapes(c):
+    """The parameters of Tern's training model (src/train/model.c), canonical names only."""
+    C, F, Vs, Vt, P = c["d"], c["ff"], c["src_vocab"], c["tgt_vocab"], c["max_pos"]
+    out = {"encoder/embeddings_0/weight": (Vs, C)}
+    if not c["share_emb"]:
+        out["decoder/embeddings/weight"] = (Vt, C)
+    if c["learned_pos"]:
+        out["encoder/position_encodings/encodings"] = (P, C)
+        out["decoder/position_encodings/encodings"] = (P, C)
+    ffn = {"ffn/layer_norm/gamma": (C,), "ffn/layer_norm/beta": (C,), "ffn/linear_0/weight": (F, C),
+           "ffn/linear_0/bias": (F,), "ffn/linear_1/weight": (C, F), "ffn/linear_1/bias": (C,)}
+    sa = {"self_attention/layer_norm/gamma": (C,), "self_attention/layer_norm/beta": (C,),
+          "self_attention/linear_0/weight": (3 * C, C), "self_attention/linear_0/bias": (3 * C,),
+          "self_attention/linear_1/weight": (C, C), "self_attention/linear_1/bias": (C,)}
+    ca = {"attention/layer_norm/gamma": (C,), "attention/layer_norm/beta": (C,),
+          "attention/linear_0/weight": (C, C), "attention/linear_0/bias": (C,),
+          "attention/linear_1/weight": (2 * C, C), "attention/linear_1/bias": (2 * C,),
+          "attention/linear_2/weight": (C, C), "attention/linear_2/bias": (C,)}
+    for l in range(c["enc_layers"]):
+        for k, s in {**sa, **ffn}.items():
+            out[f"encoder/layer_{l}/{k}"] = s
+    for l in range(c["dec_layers"]):
+        for k, s in {**sa, **ca, **ffn}.items():
+            out[f"decoder/layer_{l}/{k}"] = s
+    if c["pre_norm"]:
+        for side in ("encoder", "decoder"):
+            out[f"{side}/layer_norm/gamma"] = (C,)
+            out[f"{side}/layer_norm/beta"] = (C,)
+    if not c["tie_proj"]:
+        out["decoder/projection/weight"] = (Vt, C)
+    if c["proj_bias"]:
+        out["decoder/projection/bias"] = (Vt,)
+    return out
+
+
+def random_weights(c, rng):
+    w = {}
+    for name, shape in tensor_shapes(c).items():
+        if name.endswith("gamma"):
+            v = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif len(shape) == 1:
+            v = 0.1 * rng.standard_normal(shape)
+        elif "embeddings" in name or "position" in name or "projection" in name:
+            v = rng.standard_normal(shape) / np.sqrt(c["d"])
+        else:
+            v = rng.standard_normal(shape) / np.sqrt(shape[1])
+        w[name] = v.astype(np.float32)
+    return w
+
+
+def random_batch(c, rng, B, S, T, lens_src, lens_tgt):
+    pad = c["pad_id"]
+    lo = max(pad + 1, 1)
+    src = np.full((B, S), pad, np.int32)
+    tin = np.full((B, T), pad, np.int32)
+    tout = np.full((B, T), pad, np.int32)
+    for b in range(B):
+        src[b, :lens_src[b]] = rng.integers(lo, c["src_vocab"], lens_src[b])
+        y = rng.integers(lo, c["tgt_vocab"], lens_tgt[b])
+        tin[b, 0] = lo
+        tin[b, 1:lens_tgt[b]] = y[:-1]
+        tout[b, :lens_tgt[b]] = y
+    return src[None], tin[None], tout[None]
+
+
+def base_config(**kw):
+    c = dict(src_vocab=37, tgt_vocab=37, d=32, heads=4, ff=64, enc_layers=2, dec_layers=2, max_pos=16,
+             pre_norm=1, act=0, eps=1e-6, learned_pos=0, scale_emb=1, share_emb=1, tie_proj=1, proj_bias=0,
+             pad_id=0, label_smoothing=0.1)
+    c.update(kw)
+    return c
+
+
+def write_input(path, c, weights, batch, extra=None):
+    src, tin, tout = batch
+    tensors = dict(weights)
+    tensors.update({"batch/src": src, "batch/tgt_in": tin, "batch/tgt_out": tout})
+    meta = dict(c)
+    meta.update(extra or {})
+    st_write(path, tensors, meta)
+
+
+def run_both(mode, tmp_path, driver, torch_python, c, weights, batch, extra=None):
+    inp, out_c, out_t = (str(tmp_path / n) for n in ("in.safetensors", "c.safetensors", "t.npz"))
+    write_input(inp, c, weights, batch, extra)
+    r = subprocess.run([driver, mode, inp, out_c], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([torch_python, REF, mode, inp, out_t], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    tern, meta = st_read(out_c)
+    ref = dict(np.load(out_t))
+    return tern, meta, ref
+
+
+STEP_CONFIGS = {
+    "prenorm-relu-shared-tied-sinusoid": base_config(),
+    "postnorm-gelu-untied-learned-bias": base_config(pre_norm=0, act=3, share_emb=0, tie_proj=0, learned_pos=1,
+                                                     proj_bias=1, scale_emb=0, tgt_vocab=41, pad_id=1),
+    "prenorm-gelutanh-tiedonly-learned": base_config(act=1, share_emb=0, tie_proj=1, learned_pos=1,
+                                                     src_vocab=29, tgt_vocab=43, eps=1e-5),
+    "postnorm-relu-shared-untied-ls0": base_config(pre_norm=0, share_emb=1, tie_proj=0, label_smoothing=0.0,
+                                                   enc_layers=1, dec_layers=3),
+}
+
+
+@pytest.mark.parametrize("name", list(STEP_CONFIGS))
+def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
+    c = STEP_CONFIGS[name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    weights = random_weights(c, rng)
+    batch = random_batch(c, rng, B=4, S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
+    tern, meta, ref = run_both("step", tmp_path, driver, torch_python, c, weights, batch)
+    assert int(meta["ntokens"]) == int(ref["ntokens"]) == 17
+    for key in ("loss_sum", "nll_sum"):
+        a, b = float(meta[key]), float(ref[key])
+        assert abs(a - b) <= LOSS_TOL * abs(b), f"{key}: tern {a} vs torch {b}"
+    names = tensor_shapes(c)
+    assert set(tern) == set(names), "the driver wrote other tensors than the layout"
+    worst, worst_name = 0.0, ""
+    for n in names:
+        g, r = tern[n], ref["grad/" + n]
+        assert g.shape == r.shape, n
+        scale = np.abs(r).max()
+        assert scale > 0, f"{n}: PyTorch gradient is all zero (test would be vacuous)"
+        err = np.abs(g - r).max() / scale
+        if err > worst:
+            worst, worst_name = err, n
+        assert err <= GRAD_TOL, f"{n}: gradient rel err {err:.3e} > {GRAD_TOL}"
+    print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
+          f"{len(names)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
+
+
+def toy_batches(c, rng, NB, B, S, T):
+    """A learnable task: the target is the source reversed, each token mapped by a fixed permutation."""
+    pad, bos, eos, lo = 0, 1, 2, 3
+    perm = rng.permutation(np.arange(lo, c["tgt_vocab"]))
+    src = np.full((NB, B, S), pad, np.int32)
+    tin = np.full((NB, B, T), pad, np.int32)
+    tout = np.full((NB, B, T), pad, np.int32)
+    for k in range(NB):
+        for b in range(B):
+            n = int(rng.integers(3, S + 1))
+            s = rng.integers(lo, c["src_vocab"], n)
+            y = np.concatenate([perm[s[::-1] - lo], [eos]])
+            src[k, b, :n] = s
+            tin[k, b, :n + 1] = np.concatenate([[bos], y[:-1]])
+            tout[k, b, :n + 1] = y
+    return src, tin, tout
+
+
+def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
+    c = base_config(src_vocab=24, tgt_vocab=24, max_pos=12)
+    rng = np.random.default_rng(2024)
+    weights = random_weights(c, rng)
+    batch = toy_batches(c, rng, NB=8, B=8, S=9, T=10)
+    opt = dict(updates=200, lr=3e-3, warmup=40, warmup_init_lr=1e-7, beta1=0.9, beta2=0.98, adam_eps=1e-8,
+               weight_decay=1e-4, decoupled=1, clip_norm=1.0)
+    tern, _, ref = run_both("train", tmp_path, driver, torch_python, c, weights, batch, opt)
+    np.testing.assert_allclose(tern["lrs"], ref["lrs"], rtol=1e-6)
+    lc, lt = tern["losses"].astype(np.float64), ref["losses"]
+    rel = np.abs(lc - lt) / np.abs(lt)
+    print(f"trajectory: loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
+          f"max rel gap {rel.max():.2e} at update {rel.argmax()}, gap at 200: {rel[-1]:.2e}; "
+          f"grad norm gap {np.abs(tern['grad_norms'] - ref['grad_norms']).max():.2e}")
+    assert rel.max() <= TRAJ_TOL, f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
+    assert lt[-1] < 0.5 * lt[0], "the toy task was not learned: the trajectory check would be weak"

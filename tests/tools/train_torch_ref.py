@@ -1,0 +1,305 @@
+"""PyTorch reference for Tern's training step (tests/test_train_torch.py runs it).
+
+    python3 train_torch_ref.py step  IN.safetensors OUT.npz
+    python3 train_torch_ref.py train IN.safetensors OUT.npz
+    python3 train_torch_ref.py info                       # torch version and BLAS, as JSON
+
+It reads the same input file as tests/tools/train_driver.c (parameters under CTranslate2
+TransformerSpec names, int32 batches, configuration as metadata), builds the model from PyTorch's
+own nn.TransformerEncoderLayer / nn.TransformerDecoderLayer (fused in_proj [3C, C] = Tern's
+QKV; the cross-attention in_proj = Tern's Q [C, C] stacked over its KV [2C, C]), and writes the
+loss and every gradient (step) or the loss trajectory under Adam(W) + fairseq's inverse_sqrt
+schedule + clip_grad_norm_ (train), under the same names, as .npz.
+
+It needs torch and numpy only (Debian's python3-torch under /usr/bin/python3: the test suite's
+virtual environment has no torch, so it runs this file with that interpreter). The safetensors
+helpers below use numpy only, and the test suite imports them too.
+"""
+import json
+import math
+import re
+import struct
+import sys
+
+import numpy as np
+
+_DT = {"F32": np.float32, "I32": np.int32, "F16": np.float16, "I8": np.int8, "I16": np.int16}
+
+
+def st_write(path, tensors, metadata=None):
+    """Writes a safetensors file: tensors {name: ndarray (float32 or int32)}, metadata {str: str}."""
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors.items():
+        arr = np.ascontiguousarray(arr)
+        dt = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[arr.dtype]
+        b = arr.tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def st_read(path):
+    """Reads a safetensors file: ({name: ndarray}, metadata dict)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {}) or {}
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[base + b:base + e], dtype=_DT[info["dtype"]]).reshape(info["shape"]).copy()
+    return out, meta
+
+
+def sinusoids(P, C):
+    """CTranslate2's table (as src/model/transformer_load.c): row p = sin/cos((p + 1) * ts_i)."""
+    half = C // 2
+    inc = math.log(10000.0) / max(half - 1, 1)
+    ts = np.exp(-inc * np.arange(half, dtype=np.float64))
+    v = (np.arange(P, dtype=np.float64)[:, None] + 1.0) * ts[None, :]
+    return np.concatenate([np.sin(v), np.cos(v)], axis=1).astype(np.float32)
+
+
+def _cfg(meta):
+    def g(k, d, f=int):
+        return f(meta[k]) if k in meta else d
+    return dict(src_vocab=g("src_vocab", 0), tgt_vocab=g("tgt_vocab", 0), d=g("d", 0), heads=g("heads", 0),
+                ff=g("ff", 0), enc_layers=g("enc_layers", 0), dec_layers=g("dec_layers", 0),
+                max_pos=g("max_pos", 0), pre_norm=g("pre_norm", 1), act=g("act", 0), eps=g("eps", 1e-6, float),
+                learned_pos=g("learned_pos", 0), scale_emb=g("scale_emb", 1), share_emb=g("share_emb", 1),
+                tie_proj=g("tie_proj", 1), proj_bias=g("proj_bias", 0), pad_id=g("pad_id", 0),
+                label_smoothing=g("label_smoothing", 0.1, float))
+
+
+class RefModel:
+    """The Transformer of Tern's src/train/model.c, in PyTorch's own layers."""
+
+    def __init__(self, cfg, weights):
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        self.torch, self.F, self.cfg = torch, F, cfg
+        C, H, FF, eps = cfg["d"], cfg["heads"], cfg["ff"], cfg["eps"]
+        acts = {0: F.relu, 1: lambda x: F.gelu(x, approximate="tanh"), 2: F.silu, 3: F.gelu,
+                4: lambda x: x * torch.sigmoid(1.702 * x), 5: torch.tanh}
+        act = acts[cfg["act"]]
+        pre = bool(cfg["pre_norm"])
+        t = lambda name: torch.tensor(weights[name])
+        self.params = {}  # canonical CTranslate2 name -> (Parameter, row slice or None)
+
+        def P(name, value):
+            p = nn.Parameter(value)
+            self.params[name] = (p, None)
+            return p
+
+        self.enc_emb = P("encoder/embeddings_0/weight", t("encoder/embeddings_0/weight"))
+        self.dec_emb = self.enc_emb if cfg["share_emb"] else P("decoder/embeddings/weight",
+                                                                t("decoder/embeddings/weight"))
+        if cfg["learned_pos"]:
+            self.enc_pos = P("encoder/position_encodings/encodings", t("encoder/position_encodings/encodings"))
+            self.dec_pos = P("decoder/position_encodings/encodings", t("decoder/position_encodings/encodings"))
+        else:
+            s = torch.tensor(sinusoids(cfg["max_pos"], C))
+            self.enc_pos = self.dec_pos = s
+        self.enc, self.dec = [], []
+        for l in range(cfg["enc_layers"]):
+            L = nn.TransformerEncoderLayer(C, H, FF, dropout=0.0, activation=act, layer_norm_eps=eps,
+                                           batch_first=True, norm_first=pre)
+            p = f"encoder/layer_{l}/"
+            self._set(L.self_attn.in_proj_weight, [p + "self_attention/linear_0/weight"], weights)
+            self._set(L.self_attn.in_proj_bias, [p + "self_attention/linear_0/bias"], weights)
+            self._set(L.self_attn.out_proj.weight, [p + "self_attention/linear_1/weight"], weights)
+            self._set(L.self_attn.out_proj.bias, [p + "self_attention/linear_1/bias"], weights)
+            self._set(L.norm1.weight, [p + "self_attention/layer_norm/gamma"], weights)
+            self._set(L.norm1.bias, [p + "self_attention/layer_norm/beta"], weights)
+            self._ffn(L, p, weights, L.norm2)
+            self.enc.append(L)
+        for l in range(cfg["dec_layers"]):
+            L = nn.TransformerDecoderLayer(C, H, FF, dropout=0.0, activation=act, layer_norm_eps=eps,
+                                           batch_first=True, norm_first=pre)
+            p = f"decoder/layer_{l}/"
+            self._set(L.self_attn.in_proj_weight, [p + "self_attention/linear_0/weight"], weights)
+            self._set(L.self_attn.in_proj_bias, [p + "self_attention/linear_0/bias"], weights)
+            self._set(L.self_attn.out_proj.weight, [p + "self_attention/linear_1/weight"], weights)
+            self._set(L.self_attn.out_proj.bias, [p + "self_attention/linear_1/bias"], weights)
+            self._set(L.norm1.weight, [p + "self_attention/layer_norm/gamma"], weights)
+            self._set(L.norm1.bias, [p + "self_attention/layer_norm/beta"], weights)
+            self._set(L.multihead_attn.in_proj_weight,
+                      [p + "attention/linear_0/weight", p + "attention/linear_1/weight"], weights)
+            self._set(L.multihead_attn.in_proj_bias,
+                      [p + "attention/linear_0/bias", p + "attention/linear_1/bias"], weights)
+            self._set(L.multihead_attn.out_proj.weight, [p + "attention/linear_2/weight"], weights)
+            self._set(L.multihead_attn.out_proj.bias, [p + "attention/linear_2/bias"], weights)
+            self._set(L.norm2.weight, [p + "attention/layer_norm/gamma"], weights)
+            self._set(L.norm2.bias, [p + "attention/layer_norm/beta"], weights)
+            self._ffn(L, p, weights, L.norm3)
+            self.dec.append(L)
+        self.enc_ln = self.dec_ln = None
+        if pre:
+            self.enc_ln = nn.LayerNorm(C, eps=eps)
+            self._set(self.enc_ln.weight, ["encoder/layer_norm/gamma"], weights)
+            self._set(self.enc_ln.bias, ["encoder/layer_norm/beta"], weights)
+            self.dec_ln = nn.LayerNorm(C, eps=eps)
+            self._set(self.dec_ln.weight, ["decoder/layer_norm/gamma"], weights)
+            self._set(self.dec_ln.bias, ["decoder/layer_norm/beta"], weights)
+        self.proj_w = self.dec_emb if cfg["tie_proj"] else P("decoder/projection/weight",
+                                                             t("decoder/projection/weight"))
+        self.proj_b = P("decoder/projection/bias", t("decoder/projection/bias")) if cfg["proj_bias"] else None
+
+    def _set(self, param, names, weights):
+        """Copies Tern's tensors (stacked along rows) into a PyTorch parameter; records the slices."""
+        torch = self.torch
+        vals = [weights[n] for n in names]
+        with torch.no_grad():
+            param.copy_(torch.tensor(np.concatenate(vals, axis=0)))
+        r = 0
+        for n, v in zip(names, vals):
+            self.params[n] = (param, slice(r, r + v.shape[0]))
+            r += v.shape[0]
+
+    def _ffn(self, L, p, weights, norm):
+        self._set(L.linear1.weight, [p + "ffn/linear_0/weight"], weights)
+        self._set(L.linear1.bias, [p + "ffn/linear_0/bias"], weights)
+        self._set(L.linear2.weight, [p + "ffn/linear_1/weight"], weights)
+        self._set(L.linear2.bias, [p + "ffn/linear_1/bias"], weights)
+        self._set(norm.weight, [p + "ffn/layer_norm/gamma"], weights)
+        self._set(norm.bias, [p + "ffn/layer_norm/beta"], weights)
+
+    def unique_params(self):
+        seen, out = set(), []
+        for p, _ in self.params.values():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    def embed(self, tok, E, pos):
+        cfg = self.cfg
+        scale = math.sqrt(cfg["d"]) if cfg["scale_emb"] else 1.0
+        T = tok.shape[1]
+        x = E[tok] * scale + pos[:T].unsqueeze(0)
+        return x * (tok != cfg["pad_id"]).unsqueeze(-1).to(x.dtype)
+
+    def loss(self, src, tin, tout):
+        """Returns (label-smoothed loss sum, nll sum, non-padding targets)."""
+        torch, F, cfg = self.torch, self.F, self.cfg
+        pad = cfg["pad_id"]
+        src, tin, tout = (torch.tensor(a, dtype=torch.long) for a in (src, tin, tout))
+        src_pad = src == pad
+        x = self.embed(src, self.enc_emb, self.enc_pos)
+        for L in self.enc:
+            x = L(x, src_key_padding_mask=src_pad)
+        if self.enc_ln is not None:
+            x = self.enc_ln(x)
+        T = tin.shape[1]
+        causal = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+        y = self.embed(tin, self.dec_emb, self.dec_pos)
+        for L in self.dec:
+            y = L(y, x, tgt_mask=causal, memory_key_padding_mask=src_pad)
+        if self.dec_ln is not None:
+            y = self.dec_ln(y)
+        logits = F.linear(y, self.proj_w, self.proj_b).reshape(-1, cfg["tgt_vocab"])
+        target = tout.reshape(-1)
+        loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=cfg["label_smoothing"],
+                               reduction="sum")
+        nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
+        return loss, nll, int((target != pad).sum())
+
+    def grads(self):
+        out = {}
+        for name, (p, sl) in self.params.items():
+            g = p.grad.detach().numpy()
+            out[name] = (g if sl is None else g[sl]).astype(np.float32)
+        return out
+
+    def values(self):
+        out = {}
+        for name, (p, sl) in self.params.items():
+            v = p.detach().numpy()
+            out[name] = (v if sl is None else v[sl]).astype(np.float32)
+        return out
+
+
+def inverse_sqrt(t, lr, warmup, init):
+    """fairseq's inverse_sqrt: the rate of the update that follows t updates."""
+    if t < warmup:
+        return init + t * (lr - init) / warmup
+    return lr * math.sqrt(warmup) / math.sqrt(t)
+
+
+def run(mode, inp, out):
+    import torch
+    tensors, meta = st_read(inp)
+    cfg = _cfg(meta)
+    model = RefModel(cfg, tensors)
+    src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
+    if mode == "step":
+        loss, nll, ntok = model.loss(src[0], tin[0], tout[0])
+        (loss / ntok).backward()
+        res = {"grad/" + k: v for k, v in model.grads().items()}
+        res.update(loss_sum=np.float64(loss.item()), nll_sum=np.float64(nll.item()), ntokens=np.int64(ntok))
+        np.savez(out, **res)
+        return
+    updates = int(meta.get("updates", 200))
+    lr, warmup, init = float(meta["lr"]), int(meta["warmup"]), float(meta["warmup_init_lr"])
+    clip = float(meta.get("clip_norm", 0))
+    params = model.unique_params()
+    betas = (float(meta.get("beta1", 0.9)), float(meta.get("beta2", 0.98)))
+    wd = float(meta.get("weight_decay", 0))
+    kind = torch.optim.AdamW if int(meta.get("decoupled", 1)) else torch.optim.Adam
+    opt = kind(params, lr=init, betas=betas, eps=float(meta.get("adam_eps", 1e-8)), weight_decay=wd)
+    losses, nlls, norms, lrs = [], [], [], []
+    NB = src.shape[0]
+    for u in range(updates):
+        k = u % NB
+        opt.zero_grad(set_to_none=False)
+        loss, nll, ntok = model.loss(src[k], tin[k], tout[k])
+        (loss / ntok).backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip > 0 else \
+            torch.norm(torch.stack([p.grad.norm() for p in params]))
+        rate = inverse_sqrt(u, lr, warmup, init)
+        for g in opt.param_groups:
+            g["lr"] = rate
+        opt.step()
+        losses.append(loss.item() / ntok)
+        nlls.append(nll.item() / ntok)
+        norms.append(float(norm))
+        lrs.append(rate)
+    res = {"param/" + k: v for k, v in model.values().items()}
+    res.update(losses=np.array(losses), nlls=np.array(nlls), grad_norms=np.array(norms), lrs=np.array(lrs))
+    np.savez(out, **res)
+
+
+def info():
+    import torch
+    cfg = torch.__config__.show()
+    blas = "unknown"
+    try:  # the shared BLAS library this torch process actually mapped
+        with open("/proc/self/maps") as f:
+            libs = sorted({line.split()[-1] for line in f if "blas" in line.lower() and ".so" in line})
+        blas = ", ".join(libs) or "none mapped"
+    except OSError:
+        pass
+    m = re.search(r"BLAS_INFO=(\w+)", cfg)
+    print(json.dumps({"torch": torch.__version__, "blas_libraries": blas,
+                      "blas_info": "BLAS_INFO=" + (m.group(1) if m else "?")}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["info"]:
+        info()
+    elif len(sys.argv) == 4 and sys.argv[1] in ("step", "train"):
+        run(sys.argv[1], sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
