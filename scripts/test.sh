@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs dependencies, builds, runs the C unit tests
-# under ASan/UBSan, runs the fuzzers for a bounded time, then the full pytest suite (C unit tests
-# + peer tests against ctranslate2 and sacrebleu), whose summary line closes the output.
+# under ASan/UBSan, runs the fuzzers for a bounded time, runs the CLI-level tests against a
+# sanitizer build of `tern`, then the full pytest suite (C unit tests + peer tests against
+# ctranslate2, sacreBLEU and the others), whose summary line closes the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 make -j"$(nproc)"
-make -j"$(nproc)" SAN=1 build-san/libtern.a
+make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/tern build-san/examples/translate_api
 make SAN=1 test-c
-if [ -x scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
+if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi
+# Bad input, raw text, formats, the C API example and the scorer/filter under ASan + UBSan.
+san_tests=(tests/test_translate_text.py tests/test_examples.py)
+for t in tests/test_score_peer.py tests/test_filter.py; do [ -f "$t" ] && san_tests+=("$t"); done
+echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider "${san_tests[@]}"
+echo "== full test suite"
 .venv/bin/python -m pytest -q tests

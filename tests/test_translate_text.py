@@ -164,3 +164,32 @@ def test_errors_name_the_file(spm_model, tmp_path):
     assert r.returncode == 2 and "--beam-size" in r.stderr.decode()
     r = run(["translate", "-m", spm_model["dir"], str(tmp_path / "missing.txt")], check=False)
     assert r.returncode == 1 and "missing.txt" in r.stderr.decode()
+
+
+def test_progress_on_a_terminal_only(spm_model, sources, tmp_path):
+    """Translating a file shows progress (sentences, tokens/s) when stderr is a terminal, and
+    nothing when it is not."""
+    import pty
+    src = tmp_path / "src.txt"
+    src.write_text("".join(s + "\n" for s in sources[:50]), encoding="utf-8")
+    out = tmp_path / "out.txt"
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TERN, "translate", "-m", spm_model["dir"], "-b", "1", str(src), str(out)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert p.wait(timeout=300) == 0
+    shown = b"".join(chunks).decode(errors="replace")
+    assert "50 sentences" in shown and "tokens/s" in shown, shown
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 51
+    quiet = run(["translate", "-m", spm_model["dir"], "-b", "1", str(src), str(out)])
+    assert b"tokens/s" not in quiet.stderr
