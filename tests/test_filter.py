@@ -87,7 +87,8 @@ def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=
                 rule = "too_many_words"
             elif max_tokens and (toks[0] > max_tokens or toks[1] > max_tokens):
                 rule = "too_many_tokens"
-            elif max_ratio and (lens[0] / lens[1] > max_ratio or lens[1] / lens[0] > max_ratio):
+            elif max_ratio and min(lens) > 0 and (lens[0] / lens[1] > max_ratio
+                                                  or lens[1] / lens[0] > max_ratio):
                 rule = "ratio"
             elif min_letters and (few(s) or few(t)):
                 rule = "few_letters"

@@ -13,11 +13,12 @@
  *   8 duplicate        the very same (source, target) byte strings were kept before
  * Words are Python's str.split() words: maximal runs of characters that are not Unicode whitespace
  * (str.isspace()). Tokens are SentencePiece pieces of the side's model when one is given, else
- * words; the ratio counts tokens when both sides have a model, else words. Letters are characters
- * of Unicode category L* (Python's str.isalpha()). Duplicates are found by XXH3-64 of
- * "source\ntarget" (lines have no '\n', so the key is unambiguous): with n distinct kept pairs, the
- * probability that any two share a hash (one unique pair wrongly dropped) is about n^2 / 2^65 —
- * 2e-11 for 29,000 pairs, 3e-4 for 10^8.
+ * words; the ratio counts tokens when both sides have a model, else words (a side that
+ * SentencePiece turns into no piece at all, e.g. only zero-width characters, is not judged by the
+ * ratio). Letters are characters of Unicode category L* (Python's str.isalpha()). Duplicates are
+ * found by XXH3-64 of "source\ntarget" (lines have no '\n', so the key is unambiguous): with n
+ * distinct kept pairs, the probability that any two share a hash (one unique pair wrongly dropped)
+ * is about n^2 / 2^65 — 2e-11 for 29,000 pairs, 3e-4 for 10^8.
  */
 #ifndef TERN_FILTER_H
 #define TERN_FILTER_H
