@@ -74,16 +74,29 @@ $(BUILD)/tests/tools/%: tests/tools/%.c $(BUILD)/libtern.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
 
-# Fuzz targets: fuzz/fuzz_*.c, built with clang's libFuzzer + ASan/UBSan.
-FUZZ_C   := $(sort $(wildcard fuzz/fuzz_*.c))
-FUZZ_BIN := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
+# Fuzz targets: fuzz/fuzz_*.c, built with clang's libFuzzer + ASan/UBSan into build-fuzz/, linked
+# with only the library objects the model loaders need, compiled the same way into
+# build-fuzz-lib/. -fopenmp=libgomp: clang ignores the OpenMP pragmas (the loaders run
+# single-threaded) and links libgomp, the runtime oneDNN itself uses (no libomp alongside it).
+# Run them with scripts/fuzz_ci.sh.
+FUZZ_C     := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN   := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
+FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct2_format.c \
+              src/model/safetensors.c src/model/transformer_load.c src/kernels/gemm.c \
+              src/kernels/linear.c src/kernels/ops.c src/kernels/kernels_ref.c
+FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
+FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BIN)
-build-fuzz/%: fuzz/%.c $(LIB_C) $(LIB_CXX)
+build-fuzz-lib/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
-	$(MAKE) --no-print-directory BUILD=build-fuzz-lib CC=clang CXX=clang++ SAN=1 \
-	  SANFLAGS="-fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer" build-fuzz-lib/libtern.a
-	clang $(CPPFLAGS) -std=c11 -O1 -g -fsanitize=address,undefined,fuzzer -fopenmp -o $@ $< \
-	  build-fuzz-lib/libtern.a $(LDLIBS)
+	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
+	  -ldnnl -lopenblas -lcjson -lgomp -lpthread -lm
+-include $(FUZZ_OBJ:.o=.d)
+.SECONDARY: $(FUZZ_OBJ)
 
 test: all
 	.venv/bin/python -m pytest -q tests

@@ -139,10 +139,26 @@ tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype
     t->name = nm;
     t->dtype = dt;
     t->rank = rank;
-    t->numel = 1;
+    /* numel: 0 when any dimension is 0 (whatever the others, which may be huge), else the
+     * product, refused when it does not fit in int64 (the loaders already bound it by the file). */
+    int zero = 0, bad = 0;
+    for (int i = 0; i < rank; i++) {
+        zero |= shape[i] == 0;
+        bad |= shape[i] < 0;
+    }
+    t->numel = zero ? 0 : 1;
     for (int i = 0; i < rank; i++) {
         t->shape[i] = shape[i];
-        t->numel *= shape[i];
+        if (!zero && !bad) {
+            if (t->numel > INT64_MAX / shape[i]) bad = 1;
+            else t->numel *= shape[i];
+        }
+    }
+    if (bad) {
+        tern_status_t st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': shape is too large or negative",
+                                      w->path, nm);
+        free(nm);
+        return st;
     }
     t->nbytes = nbytes;
     w->owned[w->n] = NULL;
@@ -344,7 +360,12 @@ int weights_get_int(const weights_t *w, const char *name, int64_t *v) {
     case DT_I8: *v = ((const int8_t *)p)[0]; break;
     case DT_I16: *v = ((const int16_t *)p)[0]; break;
     case DT_I32: *v = ((const int32_t *)p)[0]; break;
-    default: *v = (int64_t)tensor_get_f32(t, 0); break;
+    default: { /* a float scalar: saturated (NaN -> INT64_MIN), never an out-of-range conversion */
+        float f = tensor_get_f32(t, 0);
+        *v = f != f ? INT64_MIN : f >= 9223372036854775807.0f ? INT64_MAX
+           : f <= -9223372036854775808.0f ? INT64_MIN : (int64_t)f;
+        break;
+    }
     }
     return 1;
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the model-loader fuzz targets (make fuzz: clang + libFuzzer + ASan/UBSan) and runs each
+# for a bounded time on a seed corpus written at run time (tiny valid models, see
+# fuzz/fuzz_common.h), with the format's dictionary. Exits non-zero when a target crashes, leaks,
+# hits undefined behaviour or a timeout; the input that did it is kept in build-fuzz/artifacts/.
+#   TERN_FUZZ_SECONDS   seconds per target (default 60)
+#   TERN_FUZZ_CORPUS    keep the corpus here between runs (default: a temporary directory)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${TERN_FUZZ_SECONDS:-60}
+
+if ! command -v clang >/dev/null; then
+  echo "fuzz_ci.sh: clang is missing (scripts/setup.sh installs it)" >&2
+  exit 1
+fi
+make -j1 --no-print-directory fuzz
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+corpus_root=${TERN_FUZZ_CORPUS:-$work/corpus}
+mkdir -p build-fuzz/artifacts "$corpus_root"
+
+status=0
+for target in build-fuzz/fuzz_*; do
+  [ -x "$target" ] || continue
+  name=$(basename "$target")
+  corpus="$corpus_root/$name"
+  mkdir -p "$corpus"
+  TERN_FUZZ_SEEDS="$corpus" "$target" -runs=0 >/dev/null 2>&1   # writes the seeds
+  dict="fuzz/${name#fuzz_}.dict"
+  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384
+        -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$name-")
+  [ -f "$dict" ] && args+=(-dict="$dict")
+  echo "== $name: ${seconds}s on $(ls "$corpus" | wc -l) seed inputs"
+  if "$target" "${args[@]}" "$corpus" >"$work/$name.log" 2>&1; then
+    grep -E "^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added)" \
+      "$work/$name.log" || true
+  else
+    status=1
+    echo "FAIL $name: see the report below; the input is in build-fuzz/artifacts/" >&2
+    tail -60 "$work/$name.log" >&2
+  fi
+done
+exit $status
