@@ -9,7 +9,8 @@
 # with every fifth word dropped (awk, deterministic), so that the scores are not 100. Each tool runs
 # REPEATS times (default 5) one after the other; the best (minimum) wall time of each is reported,
 # whole process included (start-up, reading, scoring, printing), and also sacreBLEU's in-process
-# time (its Python API, start-up and imports excluded). Both tools must print the same scores.
+# time (its Python API, start-up and imports excluded). Wall and CPU (user + system) times are both
+# reported: CPU time is the steadier one on a shared machine. Both tools must print the same scores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS=${1:-5}
@@ -30,20 +31,27 @@ awk '{ out = ""; for (i = 1; i <= NF; i++) if (i % 5) out = out (out == "" ? "" 
 LINES=$(wc -l < "$REF")
 
 now() { date +%s%N; }
-best() { # best wall seconds of REPEATS runs of "$@" (output to $TMP/out)
-  local b=""
+# best() runs "$@" REPEATS times (output to $TMP/out) and prints "WALL CPU": the minimum wall
+# seconds and the minimum CPU seconds (user + system, from the shell's `times`) over the runs.
+# CPU time is the steadier figure on a shared machine.
+best() {
+  local bw="" bc=""
   for _ in $(seq "$REPEATS"); do
-    local t0 t1
-    t0=$(now); "$@" > "$TMP/out" 2>/dev/null; t1=$(now)
-    local s=$(( t1 - t0 ))
-    if [ -z "$b" ] || [ "$s" -lt "$b" ]; then b=$s; fi
+    local t0 t1 c
+    t0=$(now)
+    c=$( { "$@" > "$TMP/out" 2>/dev/null; times; } | tail -1 |
+         awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); n += a[1] * 60 + a[2] } printf "%d", n * 1e6 }')
+    t1=$(now)
+    local w=$(( (t1 - t0) / 1000 ))
+    if [ -z "$bw" ] || [ "$w" -lt "$bw" ]; then bw=$w; fi
+    if [ -z "$bc" ] || [ "$c" -lt "$bc" ]; then bc=$c; fi
   done
-  awk -v ns="$b" 'BEGIN { printf "%.4f", ns / 1e9 }'
+  awk -v w="$bw" -v c="$bc" 'BEGIN { printf "%.4f %.3f\n", w / 1e6, c / 1e6 }'
 }
 
-T_TERN=$(best "$TERN_BIN" score -r "$REF" "$HYP" -m bleu,chrf -b -w 4)
+read -r T_TERN C_TERN < <(best "$TERN_BIN" score -r "$REF" "$HYP" -m bleu,chrf -b -w 4)
 OUT_TERN=$(grep -o '[0-9][0-9.]*' "$TMP/out" | tr '\n' ' ')
-T_SACRE=$(best "$SACREBLEU" "$REF" -i "$HYP" -m bleu chrf -b -w 4)
+read -r T_SACRE C_SACRE < <(best "$SACREBLEU" "$REF" -i "$HYP" -m bleu chrf -b -w 4)
 OUT_SACRE=$(grep -o '[0-9][0-9.]*' "$TMP/out" | tr '\n' ' ')
 T_API=$("$PYTHON" - "$REF" "$HYP" "$REPEATS" <<'EOF'
 import sys, time
@@ -64,8 +72,9 @@ if [ "$OUT_TERN" != "$OUT_SACRE" ]; then
   exit 1
 fi
 echo "WMT22 en-de, $LINES lines, BLEU + chrF, best of $REPEATS (BLEU chrF2 = ${OUT_TERN% })"
-echo "tern score           ${T_TERN} s"
-echo "sacrebleu CLI        ${T_SACRE} s"
-echo "sacrebleu API        ${T_API} s  (in-process, imports excluded)"
-awk -v a="$T_SACRE" -v b="$T_TERN" -v c="$T_API" \
-  'BEGIN { printf "ratio sacrebleu CLI / tern = %.1fx; sacrebleu API / tern = %.1fx\n", a / b, c / b }'
+echo "                     wall      CPU (user+sys)"
+echo "tern score           ${T_TERN} s  ${C_TERN} s"
+echo "sacrebleu CLI        ${T_SACRE} s  ${C_SACRE} s"
+echo "sacrebleu API        ${T_API} s            (in-process wall time, imports excluded)"
+awk -v a="$T_SACRE" -v b="$T_TERN" -v c="$C_SACRE" -v d="$C_TERN" -v e="$T_API" \
+  'BEGIN { printf "ratio sacrebleu CLI / tern: %.1fx wall, %.1fx CPU; sacrebleu API / tern: %.1fx wall\n", a / b, c / d, e / b }'

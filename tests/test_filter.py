@@ -314,7 +314,7 @@ def test_multi30k_matches_python(tern, tmp_path, multi30k, opts, kw):
 
 
 def test_multi30k_with_sentencepiece(tern, tmp_path, multi30k):
-    spm = pytest.importorskip("sentencepiece")
+    import sentencepiece as spm  # pinned in tests/requirements.txt
     sample = tmp_path / "sample.txt"
     lines = split_lines(multi30k[0])[:3000] + split_lines(multi30k[1])[:3000]
     sample.write_bytes(b"\n".join(lines) + b"\n")
