@@ -93,21 +93,18 @@ static int cmp_hyp(const void *a, const void *b) {
     return 0;
 }
 
-/* Score of the k-th best finished hypothesis (k from 1), or -inf. */
+/* Score of the k-th best finished hypothesis (k from 1, equal scores counted each), or -inf. */
 static float kth_best(const finished_t *f, int k) {
     if (f->n < k) return -INFINITY;
-    /* small lists: selection by repeated max */
-    float prev = INFINITY;
-    int prev_count = 0;
-    float v = -INFINITY;
-    for (int r = 0; r < k; r++) {
-        v = -INFINITY;
-        for (int i = 0; i < f->n; i++) {
-            float s = f->h[i].score;
-            if (s < prev || (s == prev && r < prev_count)) v = s > v ? s : v;
-        }
-        prev = v;
-        prev_count = r + 1;
+    /* small lists: walk down the distinct scores, counting how many hold each */
+    float v = INFINITY;
+    for (int seen = 0; seen < k;) {
+        float next = -INFINITY;
+        for (int i = 0; i < f->n; i++)
+            if (f->h[i].score < v && f->h[i].score > next) next = f->h[i].score;
+        if (next == -INFINITY) return -INFINITY;
+        v = next;
+        for (int i = 0; i < f->n; i++) seen += f->h[i].score == v;
     }
     return v;
 }
@@ -239,7 +236,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             }
             /* is the sentence finished? */
             int finished = last || R2 == first_new;
-            if (!finished && ct2_exit && f->top_finished && f->registered >= nhyp) finished = 1;
+            if (!finished && ct2_exit && opt->early_stop && f->top_finished && f->registered >= nhyp) finished = 1;
             if (!finished && !ct2_exit && opt->early_stop && f->registered >= B && f->registered >= nhyp)
                 finished = 1;
             if (!finished && !use_cov && f->eos_finished && f->n >= nhyp) {
