@@ -105,8 +105,11 @@ typedef struct {
     tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
     float coverage_penalty;     /* beta of GNMT's coverage penalty; 0 disables it */
     tern_eos_policy_t eos_policy; /* what an EOS candidate does to the beam */
-    int early_stop;             /* 1: stop a sentence when no live hypothesis can beat the
-                                   finished ones (always exact when penalties are 0) */
+    int early_stop;             /* 1 (default): stop a sentence as CTranslate2 does -- without
+                                   penalties once the best candidate of a step was EOS and enough
+                                   hypotheses finished (the best one is then exact), with penalties
+                                   once B hypotheses finished; 0: decode until no live hypothesis
+                                   can beat the n-th best finished one (an exact n-best list) */
     float max_length_a;         /* max output length = a * source length + b ... */
     int max_length_b;           /* ... (b alone when a = 0), never above max_decoding_length */
     int max_decoding_length;    /* hard cap on output tokens (default 256) */
