@@ -316,10 +316,10 @@ def test_multi30k_matches_python(tern, tmp_path, multi30k, opts, kw):
 def test_multi30k_with_sentencepiece(tern, tmp_path, multi30k):
     import sentencepiece as spm  # pinned in tests/requirements.txt
     sample = tmp_path / "sample.txt"
-    lines = split_lines(multi30k[0])[:3000] + split_lines(multi30k[1])[:3000]
+    lines = split_lines(multi30k[0])[:2000] + split_lines(multi30k[1])[:2000]
     sample.write_bytes(b"\n".join(lines) + b"\n")
     prefix = tmp_path / "m"
-    spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(prefix), vocab_size=800,
+    spm.SentencePieceTrainer.train(input=str(sample), model_prefix=str(prefix), vocab_size=600,
                                    model_type="unigram", character_coverage=1.0,
                                    minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")

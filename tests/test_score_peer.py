@@ -364,7 +364,7 @@ def test_wmt22_equal_sacrebleu(tern, tmp_path, data_dir, pair, tgt):
     ref = _read(ref_path)
     assert len(ref) == {"en-de": 2037, "de-en": 1984}[pair]
     pert = write_lines(tmp_path / "pert.txt", _perturb(ref, 1))
-    for hyp_path in (pert, src_path):
+    for hyp_path in (pert, src_path) if pair == "en-de" else (pert,):
         hyp = _read(hyp_path)
         got = tern_json(tern, hyp_path, [ref_path], "-m", "bleu,chrf")
         exp_b = BLEU().corpus_score(hyp, [ref])
