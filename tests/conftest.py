@@ -5,7 +5,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TERN = os.path.join(ROOT, "build", "tern")
+TERN = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
 DATA = os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared", "data"))
 
