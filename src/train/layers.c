@@ -132,8 +132,8 @@ void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
         int n = omp_get_num_threads(), id = omp_get_thread_num();
         int m0 = (int)((long long)M * id / n), m1 = (int)((long long)M * (id + 1) / n);
         if (m1 > m0)
-            layernorm_forward(out + (size_t)m0 * C, mean + m0, rstd + m0, inp + (size_t)m0 * C, g, b,
-                              m1 - m0, C, eps);
+            layernorm_forward(out + (size_t)m0 * C, mean ? mean + m0 : NULL, rstd ? rstd + m0 : NULL,
+                              inp + (size_t)m0 * C, g, b, m1 - m0, C, eps);
     }
 }
 

@@ -60,8 +60,8 @@ void nn_embedding_backward(float *dwte, float *dpos, const float *dout, const in
 
 /* ------------------------------------------------------------ layer normalization */
 
-/* out = (inp - mean) * rstd * g + b over rows of C; saves mean (M) and rstd (M).
- * The kernels' layernorm_forward (the inference's own code). */
+/* out = (inp - mean) * rstd * g + b over rows of C; saves mean (M) and rstd (M) (either may be
+ * NULL). The kernels' layernorm_forward (the inference's own code), rows split between threads. */
 void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *g,
                           const float *b, int M, int C, float eps);
 void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout, const float *inp,

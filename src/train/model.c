@@ -61,6 +61,8 @@ static tern_status_t check_config(const tmodel_config_t *c) {
                           "(%d, %d)", c->src_vocab, c->tgt_vocab);
     if (c->pad_id < 0 || c->pad_id >= c->src_vocab || c->pad_id >= c->tgt_vocab)
         return tern_error(TERN_ERR_INVALID_ARG, "model config: pad id %d outside the vocabularies", c->pad_id);
+    if (!c->learned_pos && c->d % 2)
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: sinusoidal positions need an even width (got %d)", c->d);
     if (c->act < ACT_RELU || c->act > ACT_TANH)
         return tern_error(TERN_ERR_INVALID_ARG, "model config: unknown activation %d", (int)c->act);
     if (!(c->eps > 0.0f))
@@ -493,6 +495,8 @@ void tmodel_ws_free(tmodel_ws_t *ws) {
 }
 
 size_t tmodel_ws_bytes(const tmodel_ws_t *ws) { return ws->n_floats * sizeof(float); }
+
+const float *tmodel_ws_probs(const tmodel_ws_t *ws) { return ws->probs; }
 
 /* ------------------------------------------------------------------ sublayer helpers */
 

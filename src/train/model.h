@@ -144,6 +144,9 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **ws, const tmodel_t *m, int max_src_tok
                             int max_tgt_tokens, int max_S, int max_T);
 void tmodel_ws_free(tmodel_ws_t *ws);
 size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
+/* (B·T, Vt) output probabilities of the last forward pass (row b·T + t; rows with a padding
+ * target are 0); valid until tmodel_backward, which overwrites them with their gradient. */
+const float *tmodel_ws_probs(const tmodel_ws_t *ws);
 
 typedef struct {
     double loss;   /* sum over target tokens of the label-smoothed loss */
