@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "model/model_dir.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -69,140 +70,6 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 static int is_float(dtype_t dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
-
-static int copy_file(const char *from, const char *to) {
-    char *data;
-    size_t size;
-    if (file_read_all(from, &data, &size)) return -1;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", to);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fwrite(data, 1, size, f) == size;
-    if (f && fclose(f) != 0) ok = 0;
-    free(data);
-    if (!ok || rename(tmp, to) != 0) {
-        tern_error(TERN_ERR_IO, "%s: cannot write: %s", to, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-static int write_text(const char *path, const char *text) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        tern_error(TERN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-/* Rewrites a vocabulary (.json or legacy .txt) as a JSON list. */
-static int convert_vocab(const char *from, const char *to) {
-    vocab_t *v;
-    if (vocab_load(&v, from)) return -1;
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; arr && i < vocab_size(v); i++) cJSON_AddItemToArray(arr, cJSON_CreateString(vocab_token(v, i)));
-    char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
-    cJSON_Delete(arr);
-    vocab_free(v);
-    if (!s) {
-        tern_error(TERN_ERR_NOMEM, "%s: out of memory", to);
-        return -1;
-    }
-    int r = write_text(to, s);
-    free(s);
-    return r;
-}
-
-static int write_config(const char *from_dir, const char *out_dir) {
-    char p[4096];
-    path_join(p, sizeof p, from_dir, "config.json");
-    cJSON *root = NULL;
-    if (file_exists(p)) {
-        char *text;
-        size_t size;
-        if (file_read_all(p, &text, &size)) return -1;
-        root = cJSON_ParseWithLength(text, size);
-        free(text);
-        if (!root || !cJSON_IsObject(root)) {
-            cJSON_Delete(root);
-            tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", p);
-            return -1;
-        }
-        model_config_t c; /* validates the keys the engine reads */
-        model_config_defaults(&c);
-        if (model_config_load(&c, p)) {
-            cJSON_Delete(root);
-            return -1;
-        }
-    } else {
-        model_config_t c;
-        model_config_defaults(&c);
-        root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "unk_token", c.unk_token);
-        cJSON_AddStringToObject(root, "bos_token", c.bos_token);
-        cJSON_AddStringToObject(root, "eos_token", c.eos_token);
-        cJSON_AddStringToObject(root, "decoder_start_token", c.decoder_start_token);
-        cJSON_AddBoolToObject(root, "add_source_bos", 0);
-        cJSON_AddBoolToObject(root, "add_source_eos", 0);
-        cJSON_AddNullToObject(root, "layer_norm_epsilon");
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "format");
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "format_version");
-    cJSON_AddStringToObject(root, "format", "tern");
-    cJSON_AddNumberToObject(root, "format_version", 1);
-    char *s = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!s) {
-        tern_error(TERN_ERR_NOMEM, "out of memory");
-        return -1;
-    }
-    path_join(p, sizeof p, out_dir, "config.json");
-    int r = write_text(p, s);
-    free(s);
-    return r;
-}
-
-static int copy_side_files(const char *from_dir, const char *out_dir) {
-    char a[4096], b[4096];
-    static const char *vocabs[][2] = {{"shared_vocabulary", NULL}, {"source_vocabulary", NULL},
-                                      {"target_vocabulary", NULL}};
-    int found_shared = 0;
-    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
-        if (i > 0 && found_shared) break;
-        static const char *exts[] = {".json", ".txt"};
-        for (int e = 0; e < 2; e++) {
-            char name[64];
-            snprintf(name, sizeof name, "%s%s", vocabs[i][0], exts[e]);
-            path_join(a, sizeof a, from_dir, name);
-            if (!file_exists(a)) continue;
-            snprintf(name, sizeof name, "%s.json", vocabs[i][0]);
-            path_join(b, sizeof b, out_dir, name);
-            if (convert_vocab(a, b)) return -1;
-            if (i == 0) found_shared = 1;
-            break;
-        }
-    }
-    static const char *spms[] = {"source.spm", "target.spm", "sentencepiece.model", "spm.model",
-                                 "source.model", "target.model"};
-    for (size_t i = 0; i < sizeof spms / sizeof spms[0]; i++) {
-        path_join(a, sizeof a, from_dir, spms[i]);
-        if (!file_exists(a)) continue;
-        path_join(b, sizeof b, out_dir, spms[i]);
-        if (copy_file(a, b)) return -1;
-    }
-    return 0;
-}
-
-static int name_cmp(const void *a, const void *b) {
-    return strcmp(((const tensor_t *)a)->name, ((const tensor_t *)b)->name);
-}
 
 typedef enum { Q_NONE, Q_INT8, Q_F16 } quant_t;
 
@@ -274,7 +141,6 @@ static tern_status_t convert_tensors(const weights_t *w, quant_t q, tensor_t **o
             d->nbytes = (size_t)s->numel * 2;
         }
     }
-    qsort(t, (size_t)k, sizeof *t, name_cmp);
     *n_out = k;
     *n_owned = no;
     return TERN_OK;
@@ -321,61 +187,40 @@ int cmd_convert(int argc, char **argv) {
     weights_t *w = NULL;
     tensor_t *t = NULL;
     void **own = NULL;
-    const char **mk = NULL, **mv = NULL;
+    const char **an = NULL, **at = NULL;
     int n = 0, no = 0, rc = 1;
     if (weights_load_ct2(&w, p)) goto fail;
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        tern_error(TERN_ERR_IO, "%s: cannot create directory: %s", out, strerror(errno));
-        goto fail;
-    }
+    if (model_dir_mkdir(out)) goto fail;
     if (convert_tensors(w, q, &t, &n, &own, &no)) goto fail;
     int na = weights_alias_count(w), nm = 0;
-    mk = calloc((size_t)na + 4, sizeof *mk);
-    mv = calloc((size_t)na + 4, sizeof *mv);
-    if (!mk || !mv) {
+    an = calloc((size_t)na + 1, sizeof *an);
+    at = calloc((size_t)na + 1, sizeof *at);
+    if (!an || !at) {
         tern_error(TERN_ERR_NOMEM, "out of memory");
         goto fail;
+    }
+    for (int i = 0; i < na; i++) {
+        /* Scale aliases derived by the loader are not stored (model.bin does not store them). */
+        if (weights_alias_is_derived(w, i)) continue;
+        an[nm] = weights_alias_at(w, i, &at[nm]);
+        nm++;
     }
     char rev[32], ver[32];
     snprintf(rev, sizeof rev, "%d", weights_spec_revision(w));
     snprintf(ver, sizeof ver, "%d", weights_binary_version(w));
-    mk[nm] = "format", mv[nm++] = "tern";
-    mk[nm] = "ct2_spec", mv[nm++] = weights_spec_name(w);
-    mk[nm] = "ct2_spec_revision", mv[nm++] = rev;
-    mk[nm] = "ct2_binary_version", mv[nm++] = ver;
-    for (int i = 0; i < na; i++) {
-        const char *target, *alias = weights_alias_at(w, i, &target);
-        /* Scale aliases derived by the loader are not stored (model.bin does not store them). */
-        if (weights_alias_is_derived(w, i)) continue;
-        size_t l = strlen(alias) + 7;
-        char *key = malloc(l);
-        if (!key) {
-            tern_error(TERN_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        snprintf(key, l, "alias:%s", alias);
-        mk[nm] = key;
-        mv[nm++] = target;
-        void **g = realloc(own, sizeof *own * (size_t)(no + 1));
-        if (!g) {
-            free(key);
-            tern_error(TERN_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        own = g;
-        own[no++] = key;
-    }
-    path_join(p, sizeof p, out, "model.safetensors");
-    if (safetensors_write(p, t, n, mk, mv, nm)) goto fail;
-    if (write_config(from, out)) goto fail;
-    if (copy_side_files(from, out)) goto fail;
+    const char *mk[] = {"ct2_spec", "ct2_spec_revision", "ct2_binary_version"};
+    const char *mv[] = {weights_spec_name(w), rev, ver};
+    if (model_dir_write_weights(out, t, n, an, at, nm, mk, mv, 3)) goto fail;
+    path_join(p, sizeof p, from, "config.json");
+    if (model_dir_write_config(out, file_exists(p) ? p : NULL, NULL, NULL)) goto fail;
+    if (model_dir_copy_side_files(from, out)) goto fail;
     fprintf(stderr, "tern convert: %s -> %s (%d tensors, %d aliases, quantize %s)\n", from, out, n,
-            nm - 4, quant);
+            nm, quant);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "tern convert: %s\n", tern_last_error());
-    free(mk);
-    free(mv);
+    free(an);
+    free(at);
     free(t);
     free_owned(own, no);
     weights_free(w);

@@ -18,6 +18,8 @@ static const command_t commands[] = {
     {"score", cmd_score, "corpus BLEU / chrF / GLEU, sacreBLEU-exact"},
     {"filter", cmd_filter, "clean a parallel corpus (empty, long, ratio, copies, duplicates)"},
     {"convert", cmd_convert, "convert a CTranslate2 model to Tern's format (safetensors)"},
+    {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
+    {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
 };
 
 static void usage(FILE *f) {

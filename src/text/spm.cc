@@ -121,3 +121,12 @@ extern "C" tern_status_t spm_train(const char *args) {
         return tern_error(TERN_ERR_INTERNAL, "spm_train: unknown exception");
     }
 }
+
+extern "C" int spm_piece_count(const spm_t *s) {
+    return s ? s->sp.GetPieceSize() : 0;
+}
+
+extern "C" const char *spm_id_to_piece(const spm_t *s, int id) {
+    if (!s || id < 0 || id >= s->sp.GetPieceSize()) return nullptr;
+    return s->sp.IdToPiece(id).c_str();
+}

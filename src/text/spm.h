@@ -18,4 +18,32 @@ tern_status_t spm_decode(const spm_t *s, const char *const *pieces, int n, char 
 /* Trains a model (sentencepiece_train); args as SentencePieceTrainer::Train takes them. */
 tern_status_t spm_train(const char *args);
 
+/* The model's pieces: count, and the piece of an id (NULL when out of range; valid while s lives). */
+int spm_piece_count(const spm_t *s);
+const char *spm_id_to_piece(const spm_t *s, int id);
+
+/* Training options of spm_train_files() (src/text/spm_train.cc); start from
+ * spm_train_default_options(), whose values are noted in parentheses. */
+typedef struct {
+    const char *const *inputs;  /* text files, one sentence a line (all read, in order) */
+    int n_inputs;
+    const char *model_prefix;   /* writes PREFIX.model and PREFIX.vocab */
+    int vocab_size;             /* pieces, specials included (8000) */
+    const char *model_type;     /* "unigram", "bpe", "char", "word" ("unigram") */
+    float character_coverage;   /* share of characters covered, the rest map to <unk> (1.0) */
+    long input_sentence_size;   /* 0: every sentence; else a seeded random sample of this many (0) */
+    unsigned seed;              /* SentencePiece's random generator: sampling, shuffling (1) */
+    int threads;                /* trainer threads (1) */
+    int pad_id, unk_id, bos_id, eos_id; /* ids of <pad> <unk> <s> </s>; -1 disables one (0 1 2 3) */
+    const char *user_symbols;   /* comma-separated pieces always kept whole, or NULL (NULL) */
+    int max_sentence_length;    /* bytes; longer sentences are skipped (4192) */
+    int verbose;                /* 1: SentencePiece's progress log on stderr (0) */
+} spm_train_options_t;
+
+spm_train_options_t spm_train_default_options(void);
+
+/* Trains a SentencePiece model through libsentencepiece's trainer, reading the inputs itself
+ * (an unreadable input gives TERN_ERR_IO naming the file). */
+tern_status_t spm_train_files(const spm_train_options_t *o);
+
 #endif

@@ -1,0 +1,1016 @@
+/*
+ * data.c — the training data pipeline (see data.h): vocabularies and special tokens, the binary
+ * token cache (streamed build, mapped reads, staleness by input hash), length filters, batches by
+ * a token budget from length-sorted order, per-epoch seeded shuffles, a restorable iterator.
+ *
+ * Cache layout (little-endian; docs/training-data.md):
+ *   0   char[8] "TERNDATA"      8  u32 version (1)       12 u32 header bytes (128)
+ *   16  u64 input hash          24 u64 pairs (N)         32 u64 index offset (128)
+ *   40  u64 tokens offset (128 + 16 N)                   48 u64 tokens (int32 count)
+ *   56  u64 file size           64 u64 source unk        72 u64 target unk
+ *   80  reserved, zero          120 u64 XXH3-64 of bytes 0..119
+ *   index: N x {u64 first token; u32 source length; u32 target length}, pairs back to back
+ *   tokens: int32 vocabulary ids; pair i = its source ids then its target ids
+ */
+#include "data.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define CACHE_MAGIC "TERNDATA"
+#define CACHE_VERSION 1u
+#define HDR_BYTES 128u
+#define CHUNK 4096 /* line pairs encoded per round of the streaming build */
+
+/* ------------------------------------------------------------ little-endian helpers */
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* splitmix64: the generator of the shuffles and the mixer of the tie-break keys. */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n), n >= 1, without bias (Lemire's multiply-and-reject). */
+static uint64_t rand_below(uint64_t *s, uint64_t n) {
+    uint64_t x = splitmix64(s);
+    __uint128_t m = (__uint128_t)x * n;
+    uint64_t l = (uint64_t)m;
+    if (l < n) {
+        uint64_t t = (0 - n) % n;
+        while (l < t) {
+            x = splitmix64(s);
+            m = (__uint128_t)x * n;
+            l = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+/* ------------------------------------------------------------ vocabularies */
+
+static const char *find_file(char *buf, size_t n, const char *dir, const char *const *names) {
+    for (int i = 0; names[i]; i++) {
+        path_join(buf, n, dir, names[i]);
+        if (file_exists(buf)) return buf;
+    }
+    return NULL;
+}
+
+void data_vocab_free(data_vocab_t *v) {
+    if (!v) return;
+    if (v->tgt_vocab != v->src_vocab) vocab_free(v->tgt_vocab);
+    vocab_free(v->src_vocab);
+    if (v->tgt_spm != v->src_spm) spm_free(v->tgt_spm);
+    spm_free(v->src_spm);
+    memset(v, 0, sizeof *v);
+}
+
+tern_status_t data_vocab_init(data_vocab_t *v, vocab_t *src_vocab, vocab_t *tgt_vocab, const char *src_spm,
+                              const char *tgt_spm, const model_config_t *cfg, const char *pad_token) {
+    memset(v, 0, sizeof *v);
+    v->src_vocab = src_vocab;
+    v->tgt_vocab = tgt_vocab ? tgt_vocab : src_vocab;
+    tern_status_t st;
+    if (!v->src_vocab) {
+        data_vocab_free(v);
+        return tern_error(TERN_ERR_INVALID_ARG, "data_vocab_init: no vocabulary");
+    }
+    if (cfg) v->cfg = *cfg;
+    else model_config_defaults(&v->cfg);
+    snprintf(v->pad_token, sizeof v->pad_token, "%s", pad_token ? pad_token : "<pad>");
+    if (!src_spm) src_spm = tgt_spm;
+    if (!tgt_spm) tgt_spm = src_spm;
+    if (src_spm) {
+        snprintf(v->src_spm_path, sizeof v->src_spm_path, "%s", src_spm);
+        snprintf(v->tgt_spm_path, sizeof v->tgt_spm_path, "%s", tgt_spm);
+        if ((st = spm_load(&v->src_spm, src_spm))) goto fail;
+        if (!strcmp(src_spm, tgt_spm)) v->tgt_spm = v->src_spm;
+        else if ((st = spm_load(&v->tgt_spm, tgt_spm))) goto fail;
+    }
+    v->src_bos = vocab_lookup(v->src_vocab, v->cfg.bos_token);
+    v->src_eos = vocab_lookup(v->src_vocab, v->cfg.eos_token);
+    v->src_unk = vocab_lookup(v->src_vocab, v->cfg.unk_token);
+    v->tgt_start = vocab_lookup(v->tgt_vocab, v->cfg.decoder_start_token);
+    v->tgt_eos = vocab_lookup(v->tgt_vocab, v->cfg.eos_token);
+    v->tgt_unk = vocab_lookup(v->tgt_vocab, v->cfg.unk_token);
+    v->pad_id = vocab_lookup(v->src_vocab, v->pad_token);
+    int tpad = vocab_lookup(v->tgt_vocab, v->pad_token);
+    if (v->tgt_start < 0 || v->tgt_eos < 0) {
+        st = tern_error(TERN_ERR_MISMATCH, "the target vocabulary lacks the decoder start token '%s' or the "
+                        "end token '%s'", v->cfg.decoder_start_token, v->cfg.eos_token);
+        goto fail;
+    }
+    if ((v->cfg.add_source_bos && v->src_bos < 0) || (v->cfg.add_source_eos && v->src_eos < 0)) {
+        st = tern_error(TERN_ERR_MISMATCH, "the source vocabulary lacks '%s' or '%s' (add_source_bos/eos)",
+                        v->cfg.bos_token, v->cfg.eos_token);
+        goto fail;
+    }
+    if (v->pad_id < 0 || tpad != v->pad_id) {
+        st = tern_error(TERN_ERR_MISMATCH, "the padding token '%s' must be in both vocabularies with the same "
+                        "id (source %d, target %d)", v->pad_token, v->pad_id, tpad);
+        goto fail;
+    }
+    return TERN_OK;
+fail:
+    data_vocab_free(v);
+    return st;
+}
+
+tern_status_t data_vocab_load(data_vocab_t *v, const char *dir) {
+    static const char *const shared[] = {"shared_vocabulary.json", "shared_vocabulary.txt", NULL};
+    static const char *const srcv[] = {"source_vocabulary.json", "source_vocabulary.txt", NULL};
+    static const char *const tgtv[] = {"target_vocabulary.json", "target_vocabulary.txt", NULL};
+    static const char *const srcs[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model", NULL};
+    static const char *const tgts[] = {"target.spm", "target.model", NULL};
+    memset(v, 0, sizeof *v);
+    char p[2048], q[2048];
+    tern_status_t st;
+    model_config_t cfg;
+    model_config_defaults(&cfg);
+    char pad[64] = "<pad>";
+    path_join(p, sizeof p, dir, "config.json");
+    if (file_exists(p)) {
+        if ((st = model_config_load(&cfg, p))) return st;
+        char *text;
+        size_t size;
+        if ((st = file_read_all(p, &text, &size))) return st;
+        cJSON *root = cJSON_ParseWithLength(text, size);
+        free(text);
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pad_token");
+        if (pt && !cJSON_IsNull(pt)) {
+            if (!cJSON_IsString(pt) || strlen(pt->valuestring) >= sizeof pad) {
+                cJSON_Delete(root);
+                return tern_error(TERN_ERR_FORMAT, "%s: \"pad_token\" must be a string (< 64 bytes)", p);
+            }
+            snprintf(pad, sizeof pad, "%s", pt->valuestring);
+        }
+        cJSON_Delete(root);
+    }
+    vocab_t *sv = NULL, *tv = NULL;
+    if (find_file(p, sizeof p, dir, shared)) {
+        if ((st = vocab_load(&sv, p))) return st;
+        tv = sv;
+    } else {
+        if (!find_file(p, sizeof p, dir, srcv) || !find_file(q, sizeof q, dir, tgtv))
+            return tern_error(TERN_ERR_IO, "%s: no vocabulary found (shared_vocabulary.json, or "
+                              "source_vocabulary.json and target_vocabulary.json)", dir);
+        if ((st = vocab_load(&sv, p))) return st;
+        if ((st = vocab_load(&tv, q))) {
+            vocab_free(sv);
+            return st;
+        }
+    }
+    char sp[2048], tp[2048];
+    const char *s = find_file(sp, sizeof sp, dir, srcs), *t = find_file(tp, sizeof tp, dir, tgts);
+    if ((st = data_vocab_init(v, sv, tv, s, t, &cfg, pad)) == TERN_ERR_MISMATCH)
+        return tern_error_prefix(st, "%s", dir);
+    return st;
+}
+
+/* Splits on ASCII whitespace and looks pieces up (pre-tokenized text). */
+static tern_status_t lookup_pieces(const vocab_t *vocab, int unk, char **pieces, int np, int32_t **ids, int *n,
+                                   int *n_unk) {
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(np > 0 ? np : 1));
+    if (!out) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    int u = 0;
+    for (int i = 0; i < np; i++) {
+        int id = vocab_lookup(vocab, pieces[i]);
+        if (id < 0) {
+            u++;
+            id = unk >= 0 ? unk : 0;
+        }
+        out[i] = id;
+    }
+    *ids = out;
+    *n = np;
+    *n_unk = u;
+    return TERN_OK;
+}
+
+tern_status_t data_vocab_encode(const data_vocab_t *v, int side, const char *text, size_t len, int32_t **ids,
+                                int *n, int *n_unk) {
+    *ids = NULL;
+    *n = 0;
+    *n_unk = 0;
+    const spm_t *sp = side ? v->tgt_spm : v->src_spm;
+    const vocab_t *vocab = side ? v->tgt_vocab : v->src_vocab;
+    int unk = side ? v->tgt_unk : v->src_unk;
+    char **pieces = NULL;
+    int np = 0;
+    tern_status_t st;
+    if (sp) {
+        if ((st = spm_encode(sp, text, len, &pieces, &np))) return st;
+    } else {
+        int count = 0;
+        for (size_t i = 0; i < len;) {
+            while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+            if (i >= len) break;
+            count++;
+            while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+        }
+        pieces = malloc(sizeof(char *) * (size_t)(count + 1) + len + 1);
+        if (!pieces) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        char *s = (char *)(pieces + count + 1);
+        for (size_t i = 0; i < len;) {
+            while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
+            if (i >= len) break;
+            pieces[np++] = s;
+            while (i < len && !(text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+                *s++ = text[i++];
+            *s++ = 0;
+        }
+        pieces[np] = NULL;
+    }
+    st = lookup_pieces(vocab, unk, pieces, np, ids, n, n_unk);
+    free(pieces);
+    return st;
+}
+
+/* ------------------------------------------------------------ options */
+
+data_options_t data_default_options(void) {
+    data_options_t o;
+    memset(&o, 0, sizeof o);
+    o.max_src_len = 256;
+    o.max_tgt_len = 256;
+    o.max_ratio = 9.0f;
+    o.threads = 0;
+    return o;
+}
+
+data_batching_t data_default_batching(void) {
+    data_batching_t b;
+    memset(&b, 0, sizeof b);
+    b.max_tokens = 4096;
+    b.shuffle = 1;
+    b.seed = 1;
+    b.rank = 0;
+    b.world = 1;
+    return b;
+}
+
+/* ------------------------------------------------------------ input hash */
+
+static tern_status_t hash_file_bytes(XXH3_state_t *h, const char *path) {
+    mapped_file_t f;
+    tern_status_t st = file_map(&f, path);
+    if (st) return st;
+    uint64_t d = XXH3_64bits(f.data, f.size), size = f.size;
+    XXH3_64bits_update(h, &size, sizeof size);
+    XXH3_64bits_update(h, &d, sizeof d);
+    file_unmap(&f);
+    return TERN_OK;
+}
+
+static void hash_vocab(XXH3_state_t *h, const vocab_t *v) {
+    int64_t n = vocab_size(v);
+    XXH3_64bits_update(h, &n, sizeof n);
+    for (int i = 0; i < n; i++) {
+        const char *t = vocab_token(v, i);
+        XXH3_64bits_update(h, t, strlen(t) + 1);
+    }
+}
+
+static tern_status_t input_hash(const char *src, const char *tgt, const data_vocab_t *v, uint64_t *out) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    XXH3_64bits_reset(h);
+    static const char tag[] = "tern-data-cache-1";
+    XXH3_64bits_update(h, tag, sizeof tag);
+    const char *files[2] = {src, tgt};
+    tern_status_t st = TERN_OK;
+    for (int i = 0; i < 2; i++) {
+        struct stat s;
+        if (stat(files[i], &s) != 0 || !S_ISREG(s.st_mode)) {
+            st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", files[i],
+                            errno ? strerror(errno) : "not a regular file");
+            goto done;
+        }
+        int64_t f[3] = {(int64_t)s.st_size, (int64_t)s.st_mtim.tv_sec, (int64_t)s.st_mtim.tv_nsec};
+        XXH3_64bits_update(h, f, sizeof f);
+    }
+    for (int side = 0; side < 2; side++) {
+        const char *sp = side ? v->tgt_spm_path : v->src_spm_path;
+        int32_t has = sp[0] != 0;
+        XXH3_64bits_update(h, &has, sizeof has);
+        if (has && (st = hash_file_bytes(h, sp))) goto done;
+        hash_vocab(h, side ? v->tgt_vocab : v->src_vocab);
+    }
+    *out = XXH3_64bits_digest(h);
+done:
+    XXH3_freeState(h);
+    return st;
+}
+
+/* ------------------------------------------------------------ cache build (streaming) */
+
+static tern_status_t count_lines(const char *path, int64_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    static const size_t BUF = 1 << 20;
+    char *buf = malloc(BUF);
+    if (!buf) {
+        fclose(f);
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    }
+    int64_t lines = 0;
+    char last = '\n';
+    size_t r;
+    while ((r = fread(buf, 1, BUF, f)) > 0) {
+        for (const char *p = buf, *e = buf + r; (p = memchr(p, '\n', (size_t)(e - p))); p++) lines++;
+        last = buf[r - 1];
+    }
+    int err = ferror(f);
+    fclose(f);
+    free(buf);
+    if (err) return tern_error(TERN_ERR_IO, "%s: read failed", path);
+    *n = lines + (last != '\n');
+    return TERN_OK;
+}
+
+static tern_status_t pwrite_all(int fd, const void *data, size_t n, uint64_t off, const char *path) {
+    const uint8_t *p = data;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return tern_error(TERN_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return TERN_OK;
+}
+
+/* Reads one line (without "\n" / "\r\n") into *buf; -1 at EOF. */
+static ssize_t read_line(char **buf, size_t *cap, FILE *f) {
+    ssize_t r = getline(buf, cap, f);
+    if (r < 0) return -1;
+    while (r > 0 && ((*buf)[r - 1] == '\n' || (*buf)[r - 1] == '\r')) r--;
+    (*buf)[r] = 0;
+    return r;
+}
+
+typedef struct {
+    char *line[2];
+    size_t cap[2];
+    ssize_t len[2];
+    int32_t *ids[2];
+    int n[2], unk[2];
+} slot_t;
+
+static tern_status_t build_cache(const char *cache_path, const char *src_path, const char *tgt_path,
+                                 const data_vocab_t *v, uint64_t hash, int threads) {
+    int64_t ns, nt;
+    tern_status_t st;
+    if ((st = count_lines(src_path, &ns)) || (st = count_lines(tgt_path, &nt))) return st;
+    if (ns != nt)
+        return tern_error(TERN_ERR_INPUT, "%s has %lld lines but %s has %lld", src_path, (long long)ns, tgt_path,
+                          (long long)nt);
+    size_t pl = strlen(cache_path) + 32;
+    char *tmp = malloc(pl);
+    slot_t *slots = calloc(CHUNK, sizeof *slots);
+    uint8_t *index = malloc((size_t)CHUNK * 16);
+    int32_t *tok = NULL;
+    size_t tok_cap = 0;
+    FILE *fs = NULL, *ft = NULL;
+    int fd = -1;
+    if (!tmp || !slots || !index) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", cache_path);
+        goto done;
+    }
+    snprintf(tmp, pl, "%s.tmp.%ld", cache_path, (long)getpid());
+    fs = fopen(src_path, "rb");
+    if (!fs) {
+        st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", src_path, strerror(errno));
+        goto done;
+    }
+    ft = fopen(tgt_path, "rb");
+    if (!ft) {
+        st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", tgt_path, strerror(errno));
+        goto done;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        st = tern_error(TERN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    const uint64_t tokens_off = HDR_BYTES + 16 * (uint64_t)ns;
+    uint64_t n_tokens = 0, unk[2] = {0, 0};
+    int64_t line = 0;
+    int nth = threads > 0 ? threads : omp_get_max_threads();
+    while (line < ns) {
+        int cnt = 0;
+        while (cnt < CHUNK && line + cnt < ns) {
+            slot_t *s = &slots[cnt];
+            s->len[0] = read_line(&s->line[0], &s->cap[0], fs);
+            s->len[1] = read_line(&s->line[1], &s->cap[1], ft);
+            if (s->len[0] < 0 || s->len[1] < 0) {
+                st = tern_error(TERN_ERR_INPUT, "%s: ended at line %lld while encoding (changed while read?)",
+                                s->len[0] < 0 ? src_path : tgt_path, (long long)(line + cnt + 1));
+                goto done;
+            }
+            cnt++;
+        }
+        tern_status_t err = TERN_OK;
+        char msg[768] = "";
+        int64_t base = line;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 16)
+        for (int i = 0; i < cnt; i++) {
+            tern_status_t e;
+#pragma omp atomic read
+            e = err;
+            if (e) continue;
+            slot_t *s = &slots[i];
+            for (int side = 0; side < 2; side++) {
+                e = data_vocab_encode(v, side, s->line[side], (size_t)s->len[side], &s->ids[side], &s->n[side],
+                                      &s->unk[side]);
+                if (e) {
+#pragma omp critical(data_build_error)
+                    if (!err) {
+                        snprintf(msg, sizeof msg, "%s:%lld: %s", side ? tgt_path : src_path,
+                                 (long long)(base + i + 1), tern_last_error());
+                        err = e;
+                    }
+                    break;
+                }
+            }
+        }
+        if (err) {
+            st = tern_error(err, "%s", msg);
+            goto done;
+        }
+        size_t chunk_tokens = 0;
+        for (int i = 0; i < cnt; i++) chunk_tokens += (size_t)slots[i].n[0] + (size_t)slots[i].n[1];
+        if (chunk_tokens > tok_cap) {
+            int32_t *nt2 = realloc(tok, chunk_tokens * sizeof *tok);
+            if (!nt2) {
+                st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", cache_path);
+                goto done;
+            }
+            tok = nt2;
+            tok_cap = chunk_tokens;
+        }
+        size_t k = 0;
+        for (int i = 0; i < cnt; i++) {
+            slot_t *s = &slots[i];
+            put_u64(index + 16 * i, n_tokens + k);
+            put_u32(index + 16 * i + 8, (uint32_t)s->n[0]);
+            put_u32(index + 16 * i + 12, (uint32_t)s->n[1]);
+            for (int side = 0; side < 2; side++) {
+                memcpy(tok + k, s->ids[side], sizeof *tok * (size_t)s->n[side]);
+                k += (size_t)s->n[side];
+                unk[side] += (uint64_t)s->unk[side];
+                free(s->ids[side]);
+                s->ids[side] = NULL;
+            }
+        }
+        if ((st = pwrite_all(fd, index, (size_t)cnt * 16, HDR_BYTES + 16 * (uint64_t)line, tmp))) goto done;
+        if ((st = pwrite_all(fd, tok, k * sizeof *tok, tokens_off + 4 * n_tokens, tmp))) goto done;
+        n_tokens += k;
+        line += cnt;
+    }
+    {
+        uint8_t h[HDR_BYTES];
+        memset(h, 0, sizeof h);
+        memcpy(h, CACHE_MAGIC, 8);
+        put_u32(h + 8, CACHE_VERSION);
+        put_u32(h + 12, HDR_BYTES);
+        put_u64(h + 16, hash);
+        put_u64(h + 24, (uint64_t)ns);
+        put_u64(h + 32, HDR_BYTES);
+        put_u64(h + 40, tokens_off);
+        put_u64(h + 48, n_tokens);
+        put_u64(h + 56, tokens_off + 4 * n_tokens);
+        put_u64(h + 64, unk[0]);
+        put_u64(h + 72, unk[1]);
+        put_u64(h + 120, XXH3_64bits(h, 120));
+        if ((st = pwrite_all(fd, h, sizeof h, 0, tmp))) goto done;
+        if (ftruncate(fd, (off_t)(tokens_off + 4 * n_tokens)) != 0 || fsync(fd) != 0) {
+            st = tern_error(TERN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+            goto done;
+        }
+        int rc = close(fd);
+        fd = -1;
+        if (rc != 0 || rename(tmp, cache_path) != 0) {
+            st = tern_error(TERN_ERR_IO, "%s: cannot write: %s", cache_path, strerror(errno));
+            goto done;
+        }
+    }
+done:
+    if (fd >= 0) close(fd);
+    if (st && tmp) unlink(tmp);
+    if (fs) fclose(fs);
+    if (ft) fclose(ft);
+    for (int i = 0; slots && i < CHUNK; i++)
+        for (int side = 0; side < 2; side++) {
+            free(slots[i].line[side]);
+            free(slots[i].ids[side]);
+        }
+    free(slots);
+    free(index);
+    free(tok);
+    free(tmp);
+    return st;
+}
+
+/* ------------------------------------------------------------ corpus: mapping and filters */
+
+struct data_corpus {
+    char path[1024];
+    mapped_file_t file;
+    int64_t n;                 /* pairs */
+    const uint8_t *index;      /* (n, 16 bytes) */
+    const int32_t *tokens;
+    uint64_t n_tokens;
+    int add_bos, add_eos;      /* source special tokens */
+    int src_bos, src_eos, tgt_start, tgt_eos, pad_id;
+    int src_vocab, tgt_vocab;  /* sizes, to check ids */
+    uint32_t *kept;            /* (n_kept) line numbers of the kept pairs, ascending */
+    int64_t n_kept;
+    uint8_t *kept_bits;        /* (n / 8 + 1) */
+};
+
+static void pair_at(const data_corpus_t *c, int64_t i, uint64_t *first, uint32_t *ns, uint32_t *nt) {
+    const uint8_t *e = c->index + 16 * i;
+    *first = get_u64(e);
+    *ns = get_u32(e + 8);
+    *nt = get_u32(e + 12);
+}
+
+/* Maps and checks the cache; 0 with *why set when it is stale or corrupt (to be rebuilt). */
+static int map_cache(data_corpus_t *c, uint64_t hash, char *why, size_t nw, uint64_t unk[2]) {
+    if (file_map(&c->file, c->path)) {
+        snprintf(why, nw, "%s", tern_last_error());
+        return 0;
+    }
+    const uint8_t *h = c->file.data;
+    uint64_t size = c->file.size;
+    if (size < HDR_BYTES || memcmp(h, CACHE_MAGIC, 8)) {
+        snprintf(why, nw, "not a Tern data cache");
+        return 0;
+    }
+    if (get_u32(h + 8) != CACHE_VERSION || get_u32(h + 12) != HDR_BYTES) {
+        snprintf(why, nw, "cache version %u (this build writes %u)", get_u32(h + 8), CACHE_VERSION);
+        return 0;
+    }
+    if (get_u64(h + 120) != XXH3_64bits(h, 120)) {
+        snprintf(why, nw, "header checksum mismatch");
+        return 0;
+    }
+    if (get_u64(h + 16) != hash) {
+        snprintf(why, nw, "the text files, SentencePiece models or vocabularies changed");
+        return 0;
+    }
+    uint64_t n = get_u64(h + 24), io = get_u64(h + 32), to = get_u64(h + 40), nt = get_u64(h + 48);
+    if (io != HDR_BYTES || n > (size - HDR_BYTES) / 16 || to != HDR_BYTES + 16 * n || nt > (size - to) / 4 ||
+        to + 4 * nt != size || get_u64(h + 56) != size) {
+        snprintf(why, nw, "sizes in the header disagree with the file (%llu bytes)", (unsigned long long)size);
+        return 0;
+    }
+    c->n = (int64_t)n;
+    c->index = h + io;
+    c->tokens = (const int32_t *)(h + to);
+    c->n_tokens = nt;
+    unk[0] = get_u64(h + 64);
+    unk[1] = get_u64(h + 72);
+    return 1;
+}
+
+/* The filter pass: also checks that the pairs are back to back (0 with *why when not). */
+static int apply_filters(data_corpus_t *c, const data_options_t *o, data_stats_t *s, char *why, size_t nw) {
+    free(c->kept);
+    free(c->kept_bits);
+    c->kept = malloc(sizeof *c->kept * (size_t)(c->n > 0 ? c->n : 1));
+    c->kept_bits = calloc((size_t)(c->n / 8 + 1), 1);
+    if (!c->kept || !c->kept_bits) {
+        snprintf(why, nw, "out of memory");
+        return -1;
+    }
+    uint64_t next = 0;
+    c->n_kept = 0;
+    int extra = c->add_bos + c->add_eos;
+    for (int64_t i = 0; i < c->n; i++) {
+        uint64_t first;
+        uint32_t ns, nt;
+        pair_at(c, i, &first, &ns, &nt);
+        if (first != next || (uint64_t)ns + nt > c->n_tokens - first) {
+            snprintf(why, nw, "index entry %lld is inconsistent", (long long)i);
+            return 0;
+        }
+        next = first + ns + nt;
+        int64_t S = (int64_t)ns + extra, T = (int64_t)nt + 1;
+        if (ns == 0 || nt == 0) s->empty++;
+        else if (S > o->max_src_len || T > o->max_tgt_len) s->too_long++;
+        else if (o->max_ratio > 0 && (double)TERN_MAX(ns, nt) > (double)o->max_ratio * (double)TERN_MIN(ns, nt))
+            s->bad_ratio++;
+        else {
+            c->kept[c->n_kept++] = (uint32_t)i;
+            c->kept_bits[i / 8] |= (uint8_t)(1u << (i % 8));
+            s->src_tokens += S;
+            s->tgt_tokens += T;
+        }
+    }
+    if (next != c->n_tokens) {
+        snprintf(why, nw, "the index covers %llu of %llu tokens", (unsigned long long)next,
+                 (unsigned long long)c->n_tokens);
+        return 0;
+    }
+    s->kept = c->n_kept;
+    s->pairs = c->n;
+    return 1;
+}
+
+void data_corpus_free(data_corpus_t *c) {
+    if (!c) return;
+    file_unmap(&c->file);
+    free(c->kept);
+    free(c->kept_bits);
+    free(c);
+}
+
+tern_status_t data_corpus_open(data_corpus_t **out, const char *cache_path, const char *src_path,
+                               const char *tgt_path, const data_vocab_t *v, const data_options_t *opt,
+                               data_stats_t *stats) {
+    *out = NULL;
+    data_options_t o = opt ? *opt : data_default_options();
+    if (o.max_src_len < 1 || o.max_tgt_len < 2 || o.max_src_len > 65535 || o.max_tgt_len > 65535 ||
+        o.max_ratio < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "data: max_src_len must be in 1..65535, max_tgt_len in "
+                          "2..65535 and max_ratio >= 0 (got %d, %d, %g)", o.max_src_len, o.max_tgt_len,
+                          (double)o.max_ratio);
+    if (strlen(cache_path) >= sizeof((data_corpus_t *)0)->path)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: path too long", cache_path);
+    uint64_t hash = 0;
+    tern_status_t st = input_hash(src_path, tgt_path, v, &hash);
+    if (st) return st;
+    data_corpus_t *c = calloc(1, sizeof *c);
+    if (!c) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    snprintf(c->path, sizeof c->path, "%s", cache_path);
+    c->add_bos = v->cfg.add_source_bos != 0;
+    c->add_eos = v->cfg.add_source_eos != 0;
+    c->src_bos = v->src_bos;
+    c->src_eos = v->src_eos;
+    c->tgt_start = v->tgt_start;
+    c->tgt_eos = v->tgt_eos;
+    c->pad_id = v->pad_id;
+    c->src_vocab = vocab_size(v->src_vocab);
+    c->tgt_vocab = vocab_size(v->tgt_vocab);
+    data_stats_t s;
+    char why[512] = "";
+    uint64_t unk[2];
+    double build_seconds = -1;
+    for (int attempt = 0;; attempt++) {
+        memset(&s, 0, sizeof s);
+        int ok = map_cache(c, hash, why, sizeof why, unk);
+        if (ok) {
+            ok = apply_filters(c, &o, &s, why, sizeof why);
+            if (ok < 0) {
+                st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", cache_path);
+                goto fail;
+            }
+        }
+        if (ok) break;
+        file_unmap(&c->file);
+        if (attempt > 0) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: the cache just built does not read back: %s", cache_path, why);
+            goto fail;
+        }
+        if (file_exists(cache_path)) TERN_INFO("%s: rebuilding the data cache: %s", cache_path, why);
+        double t0 = time_now();
+        if ((st = build_cache(cache_path, src_path, tgt_path, v, hash, o.threads))) goto fail;
+        build_seconds = time_now() - t0;
+    }
+    if (c->n > (int64_t)UINT32_MAX) {
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: %lld pairs: at most 2^32 - 1 are supported", cache_path,
+                        (long long)c->n);
+        goto fail;
+    }
+    s.rebuilt = build_seconds >= 0;
+    s.build_seconds = build_seconds >= 0 ? build_seconds : 0;
+    s.src_unk = (int64_t)unk[0];
+    s.tgt_unk = (int64_t)unk[1];
+    s.cache_bytes = c->file.size;
+    if (stats) *stats = s;
+    *out = c;
+    return TERN_OK;
+fail:
+    data_corpus_free(c);
+    return st;
+}
+
+int64_t data_corpus_pairs(const data_corpus_t *c) { return c->n; }
+
+void data_corpus_pair(const data_corpus_t *c, int64_t i, const int32_t **src, int *ns, const int32_t **tgt,
+                      int *nt) {
+    uint64_t first;
+    uint32_t a, b;
+    pair_at(c, i, &first, &a, &b);
+    *src = c->tokens + first;
+    *ns = (int)a;
+    *tgt = c->tokens + first + a;
+    *nt = (int)b;
+}
+
+int data_corpus_kept(const data_corpus_t *c, int64_t i) {
+    return i >= 0 && i < c->n && (c->kept_bits[i / 8] >> (i % 8)) & 1;
+}
+
+/* ------------------------------------------------------------ batches */
+
+struct data_iter {
+    const data_corpus_t *c;
+    data_batching_t opt;
+    uint32_t *order;        /* (n_kept) pairs in length order */
+    int64_t *bstart;        /* (n_batches + 1) batch b = order[bstart[b] .. bstart[b + 1]) */
+    int64_t n_batches;
+    int64_t epoch_len;      /* n_batches / world */
+    int64_t *perm;          /* (n_batches) this epoch's batch order */
+    data_iter_state_t st;
+    uint64_t rng_next;      /* generator state after this epoch's shuffle */
+    int max_B, max_S, max_T, max_src_tokens, max_tgt_tokens;
+    int32_t *src, *src_len, *tgt_in, *tgt_out, *tgt_len;
+    int64_t *ids;
+    data_batch_t batch;
+};
+
+typedef struct {
+    uint64_t key;
+    uint32_t idx;
+} sort_rec_t;
+
+static int rec_cmp(const void *a, const void *b) {
+    const sort_rec_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static void pair_shape(const data_corpus_t *c, uint32_t i, int *S, int *T) {
+    uint64_t first;
+    uint32_t ns, nt;
+    pair_at(c, i, &first, &ns, &nt);
+    *S = (int)ns + c->add_bos + c->add_eos;
+    *T = (int)nt + 1;
+}
+
+static void shuffle_epoch(data_iter_t *it) {
+    for (int64_t i = 0; i < it->n_batches; i++) it->perm[i] = i;
+    uint64_t r = it->st.rng;
+    if (it->opt.shuffle)
+        for (int64_t i = it->n_batches - 1; i > 0; i--) {
+            int64_t j = (int64_t)rand_below(&r, (uint64_t)i + 1);
+            int64_t t = it->perm[i];
+            it->perm[i] = it->perm[j];
+            it->perm[j] = t;
+        }
+    it->rng_next = r;
+}
+
+void data_iter_free(data_iter_t *it) {
+    if (!it) return;
+    free(it->order);
+    free(it->bstart);
+    free(it->perm);
+    free(it->src);
+    free(it->src_len);
+    free(it->tgt_in);
+    free(it->tgt_out);
+    free(it->tgt_len);
+    free(it->ids);
+    free(it);
+}
+
+tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b) {
+    *out = NULL;
+    data_batching_t o = b ? *b : data_default_batching();
+    if (o.max_tokens < 1 || o.max_sentences < 0 || o.world < 1 || o.rank < 0 || o.rank >= o.world)
+        return tern_error(TERN_ERR_INVALID_ARG, "data: max_tokens must be >= 1, max_sentences >= 0 and "
+                          "0 <= rank < world (got %d, %d, %d, %d)", o.max_tokens, o.max_sentences, o.rank, o.world);
+    data_iter_t *it = calloc(1, sizeof *it);
+    if (!it) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    it->c = c;
+    it->opt = o;
+    tern_status_t st = TERN_OK;
+    int64_t n = c->n_kept;
+    sort_rec_t *rec = malloc(sizeof *rec * (size_t)(n > 0 ? n : 1));
+    it->order = malloc(sizeof *it->order * (size_t)(n > 0 ? n : 1));
+    it->bstart = malloc(sizeof *it->bstart * (size_t)(n + 1));
+    if (!rec || !it->order || !it->bstart) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
+        goto fail;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t i = c->kept[j];
+        int S, T;
+        pair_shape(c, i, &S, &T);
+        if (S > o.max_tokens || T > o.max_tokens) {
+            st = tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
+                            "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
+                            o.max_tokens);
+            goto fail;
+        }
+        uint64_t r = o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)i + 1));
+        rec[j].key = (uint64_t)S << 48 | (uint64_t)T << 32 | (splitmix64(&r) >> 32);
+        rec[j].idx = i;
+    }
+    qsort(rec, (size_t)n, sizeof *rec, rec_cmp);
+    for (int64_t j = 0; j < n; j++) it->order[j] = rec[j].idx;
+    free(rec);
+    rec = NULL;
+    /* Greedy cut, as fairseq's batch_by_size: a batch grows while (B + 1) * max(S, T) fits. */
+    int64_t nb = 0, start = 0;
+    int mS = 0, mT = 0;
+    for (int64_t j = 0; j <= n; j++) {
+        int S = 0, T = 0;
+        if (j < n) pair_shape(c, it->order[j], &S, &T);
+        int nS = TERN_MAX(mS, S), nT = TERN_MAX(mT, T);
+        int64_t cnt = j - start + 1;
+        int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o.max_tokens ||
+                                         (o.max_sentences > 0 && cnt > o.max_sentences)));
+        if (cut && j > start) {
+            int B = (int)(j - start);
+            it->bstart[nb++] = start;
+            it->max_B = TERN_MAX(it->max_B, B);
+            it->max_S = TERN_MAX(it->max_S, mS);
+            it->max_T = TERN_MAX(it->max_T, mT);
+            it->max_src_tokens = TERN_MAX(it->max_src_tokens, B * mS);
+            it->max_tgt_tokens = TERN_MAX(it->max_tgt_tokens, B * mT);
+            start = j;
+            mS = S;
+            mT = T;
+        } else {
+            mS = nS;
+            mT = nT;
+        }
+    }
+    it->bstart[nb] = n;
+    it->n_batches = nb;
+    it->epoch_len = nb / o.world;
+    if (it->epoch_len < 1) {
+        st = tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
+                        c->path, (long long)n, (long long)nb, o.world);
+        goto fail;
+    }
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, it->order, sizeof *it->order * (size_t)n);
+    XXH3_64bits_update(h, it->bstart, sizeof *it->bstart * (size_t)(nb + 1));
+    it->st.plan_hash = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    it->st.seed = o.seed;
+    it->st.epoch = 0;
+    it->st.pos = 0;
+    it->st.rng = o.seed;
+    it->st.n_batches = nb;
+    size_t sb = (size_t)it->max_src_tokens, tb = (size_t)it->max_tgt_tokens, B = (size_t)it->max_B;
+    it->perm = malloc(sizeof *it->perm * (size_t)nb);
+    it->src = malloc(sizeof(int32_t) * sb);
+    it->tgt_in = malloc(sizeof(int32_t) * tb);
+    it->tgt_out = malloc(sizeof(int32_t) * tb);
+    it->src_len = malloc(sizeof(int32_t) * B);
+    it->tgt_len = malloc(sizeof(int32_t) * B);
+    it->ids = malloc(sizeof(int64_t) * B);
+    if (!it->perm || !it->src || !it->tgt_in || !it->tgt_out || !it->src_len || !it->tgt_len || !it->ids) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory for batch buffers", c->path);
+        goto fail;
+    }
+    shuffle_epoch(it);
+    *out = it;
+    return TERN_OK;
+fail:
+    free(rec);
+    data_iter_free(it);
+    return st;
+}
+
+static tern_status_t fill_batch(data_iter_t *it, int64_t b) {
+    const data_corpus_t *c = it->c;
+    int64_t s0 = it->bstart[b], s1 = it->bstart[b + 1];
+    int B = (int)(s1 - s0), S = 0, T = 0;
+    for (int64_t j = s0; j < s1; j++) {
+        int s, t;
+        pair_shape(c, it->order[j], &s, &t);
+        S = TERN_MAX(S, s);
+        T = TERN_MAX(T, t);
+    }
+    data_batch_t *bt = &it->batch;
+    bt->B = B;
+    bt->S = S;
+    bt->T = T;
+    bt->pad_id = c->pad_id;
+    bt->n_src_tokens = bt->n_tgt_tokens = 0;
+    for (int r = 0; r < B; r++) {
+        uint32_t i = it->order[s0 + r];
+        const int32_t *sx, *tx;
+        int ns, nt;
+        data_corpus_pair(c, i, &sx, &ns, &tx, &nt);
+        int32_t *srow = it->src + (size_t)r * S, *in = it->tgt_in + (size_t)r * T, *o = it->tgt_out + (size_t)r * T;
+        int k = 0;
+        if (c->add_bos) srow[k++] = c->src_bos;
+        for (int q = 0; q < ns; q++) {
+            if ((uint32_t)sx[q] >= (uint32_t)c->src_vocab)
+                return tern_error(TERN_ERR_FORMAT, "%s: line %u: source id %d out of the vocabulary (%d)", c->path,
+                                  i + 1, sx[q], c->src_vocab);
+            srow[k++] = sx[q];
+        }
+        if (c->add_eos) srow[k++] = c->src_eos;
+        it->src_len[r] = k;
+        bt->n_src_tokens += k;
+        for (; k < S; k++) srow[k] = c->pad_id;
+        in[0] = c->tgt_start;
+        for (int q = 0; q < nt; q++) {
+            if ((uint32_t)tx[q] >= (uint32_t)c->tgt_vocab)
+                return tern_error(TERN_ERR_FORMAT, "%s: line %u: target id %d out of the vocabulary (%d)", c->path,
+                                  i + 1, tx[q], c->tgt_vocab);
+            in[q + 1] = tx[q];
+            o[q] = tx[q];
+        }
+        o[nt] = c->tgt_eos;
+        for (k = nt + 1; k < T; k++) in[k] = o[k] = c->pad_id;
+        it->tgt_len[r] = nt + 1;
+        bt->n_tgt_tokens += nt + 1;
+        it->ids[r] = i;
+    }
+    bt->src = it->src;
+    bt->src_len = it->src_len;
+    bt->tgt_in = it->tgt_in;
+    bt->tgt_out = it->tgt_out;
+    bt->tgt_len = it->tgt_len;
+    bt->ids = it->ids;
+    return TERN_OK;
+}
+
+tern_status_t data_iter_next(data_iter_t *it, const data_batch_t **batch) {
+    *batch = NULL;
+    if (it->st.pos >= it->epoch_len) {
+        it->st.epoch++;
+        it->st.pos = 0;
+        it->st.rng = it->rng_next;
+        shuffle_epoch(it);
+        return TERN_OK;
+    }
+    int64_t b = it->perm[it->st.pos * it->opt.world + it->opt.rank];
+    tern_status_t st = fill_batch(it, b);
+    if (st) return st;
+    it->st.pos++;
+    *batch = &it->batch;
+    return TERN_OK;
+}
+
+data_iter_state_t data_iter_state(const data_iter_t *it) { return it->st; }
+
+tern_status_t data_iter_restore(data_iter_t *it, const data_iter_state_t *s) {
+    if (s->seed != it->st.seed || s->n_batches != it->st.n_batches || s->plan_hash != it->st.plan_hash)
+        return tern_error(TERN_ERR_MISMATCH, "%s: the saved data state does not match this corpus and batching "
+                          "(seed %llu vs %llu, %lld vs %lld batches, plan %016llx vs %016llx): the data, length "
+                          "limits or max_tokens changed", it->c->path, (unsigned long long)s->seed,
+                          (unsigned long long)it->st.seed, (long long)s->n_batches, (long long)it->st.n_batches,
+                          (unsigned long long)s->plan_hash, (unsigned long long)it->st.plan_hash);
+    if (s->epoch < 0 || s->pos < 0 || s->pos > it->epoch_len)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: saved data state out of range (epoch %lld, position %lld of %lld)",
+                          it->c->path, (long long)s->epoch, (long long)s->pos, (long long)it->epoch_len);
+    it->st = *s;
+    shuffle_epoch(it);
+    return TERN_OK;
+}
+
+int64_t data_iter_batches_per_epoch(const data_iter_t *it) { return it->epoch_len; }
+
+void data_iter_max_shape(const data_iter_t *it, int *max_B, int *max_S, int *max_T, int *max_src_tokens,
+                         int *max_tgt_tokens) {
+    if (max_B) *max_B = it->max_B;
+    if (max_S) *max_S = it->max_S;
+    if (max_T) *max_T = it->max_T;
+    if (max_src_tokens) *max_src_tokens = it->max_src_tokens;
+    if (max_tgt_tokens) *max_tgt_tokens = it->max_tgt_tokens;
+}
