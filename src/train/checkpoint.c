@@ -536,6 +536,16 @@ tern_status_t ckpt_average(const char *out_dir, const char *const *dirs, int n) 
         st = tern_error(TERN_ERR_NOMEM, "average: out of memory");
         goto done;
     }
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < weights_count(w[k]); i++) {
+            const tensor_t *q = weights_at(w[k], i);
+            if (q->rank > 0 && (q->dtype == DT_I8 || q->dtype == DT_I16)) {
+                st = tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s): quantized models cannot be "
+                                "averaged (average float checkpoints, then quantize)", weights_path(w[k]), q->name,
+                                dtype_name(q->dtype));
+                goto done;
+            }
+        }
     for (int k = 1; k < n; k++)
         if (weights_count(w[k]) != nt) {
             st = tern_error(TERN_ERR_MISMATCH, "%s has %d tensors but %s has %d", weights_path(w[k]),
@@ -553,9 +563,8 @@ tern_status_t ckpt_average(const char *out_dir, const char *const *dirs, int n) 
                 goto done;
             }
             if (!is_float_dt(a->dtype) && (b->dtype != a->dtype || memcmp(a->data, b->data, a->nbytes))) {
-                st = tern_error(TERN_ERR_MISMATCH, "%s: integer tensor '%s' differs from %s's%s", weights_path(w[k]),
-                                a->name, weights_path(w[0]), a->rank ? " (quantized weights cannot be averaged: "
-                                                                       "average float checkpoints, then quantize)" : "");
+                st = tern_error(TERN_ERR_MISMATCH, "%s: integer tensor '%s' differs from %s's", weights_path(w[k]),
+                                a->name, weights_path(w[0]));
                 goto done;
             }
         }

@@ -104,6 +104,9 @@ tern_status_t vocab_train_model_dir(const char *dir, const char *const *src_inpu
     if (n_src < 1 || n_tgt < 1)
         return tern_error(TERN_ERR_INVALID_ARG, "%s: a model directory's vocabulary needs source and target files",
                           dir);
+    if (t.pad_id < 0 || t.unk_id < 0 || t.bos_id < 0 || t.eos_id < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: a model directory needs the padding, unknown, begin and end "
+                          "pieces (ids %d %d %d %d; -1 disables one)", dir, t.pad_id, t.unk_id, t.bos_id, t.eos_id);
     tern_status_t st = model_dir_mkdir(dir);
     if (st) return st;
     char model_path[4096];
