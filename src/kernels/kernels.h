@@ -61,7 +61,8 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 /* Per-row symmetric int8: scale[m] = 127 / max|x[m,:]| (1 when the row is all zero),
  * q = round-half-to-even(float(x * scale)) clamped to [-127, 127] -- what CTranslate2 does both
  * at conversion (numpy.rint in specs/model_spec.py) and at load time (nearbyint in quantize_s8);
- * max|x| is clamped below at 127/FLT_MAX as model_spec.py does, so the scale stays finite. */
+ * max|x| is clamped below at 127/FLT_MAX as model_spec.py does, so the scale stays finite.
+ * NaNs do not count in max|x| and quantize to -127 (as do infinities, whose scale is 0). */
 void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K);
 
 /* ------------------------------------------------------------ elementwise and row ops */
@@ -138,7 +139,8 @@ const char *gemm_f32_backend_name(int transA, int transB, int M, int N, int K);
 /* Activation quantization exactly as CTranslate2 4.x does on CPU with a oneDNN/MKL int8 backend
  * (src/cpu/kernels.cc quantize_s8 with shift_to_uint8 = round_before_cast = true):
  * scale[m] = 127 / max|x[m,:]| (1 for an all-zero row), q = nearbyint(float(x * scale) + 128)
- * (round half to even, two float roundings, no fused multiply-add), i.e. the int8 value + 128. */
+ * (round half to even, two float roundings, no fused multiply-add), i.e. the int8 value + 128.
+ * NaNs do not count in max|x| and quantize to 0. */
 void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K);
 
 /* Bytes of workspace a WEIGHT_S8 linear_forward needs, without a linear_t at hand. */

@@ -55,7 +55,7 @@ void quantize_rows_s8_ref(int8_t *q, float *scale, const float *x, int M, int K)
             float v = row[k] * s;         /* float32 product, as numpy's `value *= scale` */
             float r = nearbyintf(v);      /* half to even, as numpy.rint */
             if (r > 127.0f) r = 127.0f;
-            if (r < -127.0f) r = -127.0f;
+            if (!(r >= -127.0f)) r = -127.0f; /* also NaN (from NaN or inf * 0): -127 */
             q[(size_t)m * K + k] = (int8_t)r;
         }
     }
@@ -71,7 +71,7 @@ void quantize_rows_u8_ref(uint8_t *q, float *scale, const float *x, int M, int K
             float v = row[k] * s;   /* rounded to float */
             v = v + 128.0f;         /* rounded to float again (no fused multiply-add) */
             float r = nearbyintf(v); /* half to even */
-            if (r < 0.0f) r = 0.0f;
+            if (!(r >= 0.0f)) r = 0.0f; /* also NaN: 0 */
             if (r > 255.0f) r = 255.0f;
             q[(size_t)m * K + k] = (uint8_t)r;
         }
@@ -103,7 +103,7 @@ void linear_forward_ref(float *out, const float *inp, const linear_t *lin, int M
                 float v = row[k] * sa;
                 v = v + 128.0f;
                 float r = nearbyintf(v);
-                if (r < 0.0f) r = 0.0f;
+                if (!(r >= 0.0f)) r = 0.0f; /* also NaN */
                 if (r > 255.0f) r = 255.0f;
                 acc += (int64_t)((int)r - 128) * lin->q[(size_t)n * K + k];
             }

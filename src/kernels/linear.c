@@ -19,7 +19,9 @@
 static float row_amax(const float *x, int K) {
     __m256 sign = _mm256_set1_ps(-0.0f), acc = _mm256_setzero_ps();
     int k = 0;
-    for (; k + 8 <= K; k += 8) acc = _mm256_max_ps(acc, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    /* max(|x|, acc): maxps returns its second operand when either is NaN, so NaNs are skipped
+     * (as the scalar `a > amax` skips them) instead of poisoning a lane. */
+    for (; k + 8 <= K; k += 8) acc = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), acc);
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
@@ -52,9 +54,10 @@ void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K) {
             __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
             _mm_storel_epi64((__m128i *)(out + k), _mm_packs_epi16(i16, i16));
         }
-        for (; k < K; k++) {
+        for (; k < K; k++) { /* as the vector body: max(r, -127) gives -127 for NaN, then min(., 127) */
             float r = nearbyintf(row[k] * s);
-            out[k] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+            r = r >= -127.0f ? r : -127.0f;
+            out[k] = (int8_t)(r > 127.0f ? 127.0f : r);
         }
     }
 }
@@ -79,8 +82,8 @@ void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
         for (; k < K; k++) {
             float v = row[k] * s;
             v = v + 128.0f;
-            float r = nearbyintf(v);
-            out[k] = (uint8_t)(r < 0.0f ? 0.0f : r > 255.0f ? 255.0f : r);
+            float r = nearbyintf(v); /* NaN -> 0, as the vector body's saturating packs give */
+            out[k] = (uint8_t)(!(r >= 0.0f) ? 0.0f : r > 255.0f ? 255.0f : r);
         }
     }
 }

@@ -215,18 +215,33 @@ static tern_status_t load_embedding(transformer_t *m, const weights_t *w, const 
     return TERN_OK;
 }
 
-static int count_layers(const weights_t *w, const char *side) {
-    int n = 0;
-    char prefix[64];
-    for (;;) {
-        snprintf(prefix, sizeof prefix, "%s/layer_%d/", side, n);
-        size_t pl = strlen(prefix);
-        int found = 0;
-        for (int i = 0; i < weights_count(w) && !found; i++)
-            if (!strncmp(weights_at(w, i)->name, prefix, pl)) found = 1;
-        if (!found) return n;
-        n++;
+/* The N of a name "side/layer_N/...", capped at cap (N >= cap gives cap), or -1 for other names. */
+static long layer_index(const char *name, const char *side, size_t sl, long cap) {
+    if (strncmp(name, side, sl) || strncmp(name + sl, "/layer_", 7)) return -1;
+    const char *p = name + sl + 7, *digits = p;
+    long idx = 0;
+    for (; *p >= '0' && *p <= '9'; p++) idx = idx < cap ? idx * 10 + (*p - '0') : cap;
+    if (p == digits || *p != '/' || (p - digits > 1 && *digits == '0')) return -1;
+    return idx < cap ? idx : cap;
+}
+
+/* Number of layers side/layer_0/ .. side/layer_{n-1}/, in two passes over the names; *beyond is
+ * set to a tensor of a layer past a gap (layer_2 without layer_1), or NULL. */
+static int count_layers(const weights_t *w, const char *side, const char **beyond) {
+    int count = weights_count(w), n = 0;
+    *beyond = NULL;
+    unsigned char *seen = calloc((size_t)count + 1, 1);
+    if (!seen) return 0;
+    size_t sl = strlen(side);
+    for (int i = 0; i < count; i++) {
+        long idx = layer_index(weights_at(w, i)->name, side, sl, count);
+        if (idx >= 0) seen[idx] = 1;
     }
+    while (n < count && seen[n]) n++;
+    for (int i = 0; i < count && !*beyond; i++)
+        if (layer_index(weights_at(w, i)->name, side, sl, count) >= n) *beyond = weights_at(w, i)->name;
+    free(seen);
+    return n;
 }
 
 static int64_t scalar_or(const weights_t *w, const char *name, int64_t dflt) {
@@ -314,8 +329,12 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
                           ee->rank, (long long)(ee->rank > 0 ? ee->shape[0] : 0),
                           (long long)(ee->rank > 1 ? ee->shape[1] : 0));
     m->d = (int)ee->shape[1];
-    m->enc_layers = count_layers(w, "encoder");
-    m->dec_layers = count_layers(w, "decoder");
+    const char *gap_e, *gap_d;
+    m->enc_layers = count_layers(w, "encoder", &gap_e);
+    m->dec_layers = count_layers(w, "decoder", &gap_d);
+    if (gap_e || gap_d)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s', but no tensors of layer %d before it (missing "
+                          "layers?)", weights_path(w), gap_e ? gap_e : gap_d, gap_e ? m->enc_layers : m->dec_layers);
     if (m->enc_layers == 0 || m->dec_layers == 0)
         return tern_error(TERN_ERR_FORMAT, "%s: no encoder or decoder layers found", weights_path(w));
     const char *spec = weights_spec_name(w);
@@ -363,8 +382,6 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
     if ((st = load_embedding(m, w, "decoder/embeddings/weight", compute, &m->dec_emb))) return st;
     m->src_vocab = m->enc_emb.V;
     m->tgt_vocab = m->dec_emb.V;
-    if ((st = load_positions(m, w, "encoder", &m->enc_pos, &m->enc_max_pos))) return st;
-    if ((st = load_positions(m, w, "decoder", &m->dec_pos, &m->dec_max_pos))) return st;
 
     m->enc = calloc((size_t)m->enc_layers, sizeof *m->enc);
     m->dec = calloc((size_t)m->dec_layers, sizeof *m->dec);
@@ -403,6 +420,11 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
         return tern_error(TERN_ERR_FORMAT, "%s: pre-norm model without final layer norms "
                           "('encoder/layer_norm', 'decoder/layer_norm')", weights_path(w));
     if ((st = load_linear(m, w, "decoder/projection", m->tgt_vocab, d, compute, &m->proj))) return st;
+    /* Positions last: the sinusoidal table (2048 x d floats) is only built once the layers have
+     * shown that the file really holds weights of width d (a corrupt few-byte tensor could claim
+     * any width). */
+    if ((st = load_positions(m, w, "encoder", &m->enc_pos, &m->enc_max_pos))) return st;
+    if ((st = load_positions(m, w, "decoder", &m->dec_pos, &m->dec_max_pos))) return st;
     return TERN_OK;
 }
 

@@ -17,7 +17,7 @@
  *                                the float32 product within the quantization error bound
  *                                sum_k (0.501/sa |w^_nk| + 0.5/sw_n |a_k|) + 1e-5 sum_k |a_k w_nk|;
  *                                1 vs 2 threads bit-identical
- *   quantize_rows_s8 / _u8       bit-exact (values and scales), rounding ties included
+ *   quantize_rows_s8 / _u8       bit-exact (values and scales), rounding ties, NaN and inf included
  *   linear_prepare_s8            exact
  *   layernorm_forward            |y - ref| <= 5e-6 (1 + |ref|); mean and rstd 1e-6 relative
  *   softmax / masked softmax     |p - ref| <= (1e-6 + 1.2e-7 |x - max|) ref + 1e-37: 1e-6 relative,
@@ -324,11 +324,17 @@ static void fill_quant_rows(float *x, int M, int K) {
 static void test_quantize(void) {
     static const int Ks[] = {1, 3, 7, 8, 9, 17, 33, 64, 100, 1031};
     for (size_t i = 0; i < sizeof Ks / sizeof Ks[0]; i++) {
-        int K = Ks[i], M = 7;
-        float *x = falloc((size_t)M * K), s1[7], s2[7];
+        int K = Ks[i], M = 10;
+        float *x = falloc((size_t)M * K), s1[10], s2[10];
         int8_t *q1 = malloc((size_t)M * K), *q2 = malloc((size_t)M * K);
         uint8_t *u1 = malloc((size_t)M * K), *u2 = malloc((size_t)M * K);
         fill_quant_rows(x, M, K);
+        /* rows 7-9: NaNs (skipped by max|x|, quantized to -127 / 0), infinities, all NaN */
+        for (int k = 0; k < K; k++) {
+            if (k % 5 == 2 || k == K - 1) x[(size_t)7 * K + k] = NAN;
+            if (k % 7 == 3 || k == 0) x[(size_t)8 * K + k] = k & 1 ? INFINITY : -INFINITY;
+            x[(size_t)9 * K + k] = -NAN;
+        }
         quantize_rows_s8(q1, s1, x, M, K);
         quantize_rows_s8_ref(q2, s2, x, M, K);
         CHECK_MSG(!memcmp(q1, q2, (size_t)M * K) && !memcmp(s1, s2, sizeof s1), "quantize_rows_s8 K=%d", K);

@@ -708,6 +708,15 @@ SHAPE_MUTATION(mut_int8_no_scale, s->int8 = 1, mm_remove(m, "encoder/layer_0/ffn
 SHAPE_MUTATION(mut_int8_scale_len, s->int8 = 1, resize(m, "decoder/layer_0/ffn/linear_1/weight_scale", 1, 3, 0, 0))
 SHAPE_MUTATION(mut_int8_scale_dtype, s->int8 = 1,
                { mm_var_t *v = mm_find(m, "decoder/layer_0/ffn/linear_1/weight_scale"); v->dt = DT_I32; })
+static void mut_layer_gap(mm_model_t *m, mm_shape_t *s) { /* layers 0 and 2, no layer 1 */
+    if (!m) {
+        s->enc_layers = 3;
+        return;
+    }
+    for (int i = m->n - 1; i >= 0; i--)
+        if (!strncmp(m->v[i].name, "encoder/layer_1/", 16)) mm_remove(m, m->v[i].name);
+}
+
 static void mut_int16_no_scale(mm_model_t *m, mm_shape_t *s) {
     if (!m) {
         s->int8 = 1;
@@ -768,6 +777,8 @@ static void test_mismatch(void) {
                  "tensor 'decoder/layer_0/ffn/linear_1/weight_scale': expected 4 scales or 1, got 3", NULL);
     expect_model("int8 scale dtype", mut_int8_scale_dtype, TERN_ERR_FORMAT,
                  "tensor 'decoder/layer_0/ffn/linear_1/weight_scale'", "floating-point");
+    expect_model("layer gap", mut_layer_gap, TERN_ERR_FORMAT, "tensor 'encoder/layer_2/",
+                 "no tensors of layer 1 before it");
     expect_model("int16 without scale", mut_int16_no_scale, TERN_ERR_FORMAT,
                  "'encoder/layer_0/ffn/linear_0/weight_scale' is missing", "int16");
 
