@@ -31,8 +31,9 @@ typedef struct {
     int vocab_size;             /* pieces, specials included (8000) */
     const char *model_type;     /* "unigram", "bpe", "char", "word" ("unigram") */
     float character_coverage;   /* share of characters covered, the rest map to <unk> (1.0) */
-    long input_sentence_size;   /* 0: every sentence; else a seeded random sample of this many (0) */
-    unsigned seed;              /* SentencePiece's random generator: sampling, shuffling (1) */
+    long input_sentence_size;   /* 0: every line; else a uniform random sample of this many lines,
+                                   drawn with seed (by the shim: the library's ignores its seed) (0) */
+    unsigned seed;              /* the sample, and SentencePiece's random generator (1) */
     int threads;                /* trainer threads (1) */
     int pad_id, unk_id, bos_id, eos_id; /* ids of <pad> <unk> <s> </s>; -1 disables one (0 1 2 3) */
     const char *user_symbols;   /* comma-separated pieces always kept whole, or NULL (NULL) */

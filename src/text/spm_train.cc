@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <new>
+#include <random>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 extern "C" {
 #include "spm.h"
@@ -23,7 +26,11 @@ namespace {
 // Lines of several files, in order.
 class FilesIterator : public sentencepiece::SentenceIterator {
   public:
-    FilesIterator(const char *const *paths, int n) : paths_(paths), n_(n) { Advance(); }
+    // keep: sorted line numbers (over all files) to yield, or nullptr for every line.
+    FilesIterator(const char *const *paths, int n, const std::vector<long> *keep = nullptr)
+        : paths_(paths), n_(n), keep_(keep) {
+        Advance();
+    }
     ~FilesIterator() override {
         if (f_) std::fclose(f_);
         std::free(buf_);
@@ -51,9 +58,17 @@ class FilesIterator : public sentencepiece::SentenceIterator {
             }
             ssize_t r = getline(&buf_, &cap_, f_);
             if (r >= 0) {
+                long line = lines_++;
+                if (keep_) {
+                    if (next_keep_ >= keep_->size()) {
+                        done_ = true;
+                        return;
+                    }
+                    if ((*keep_)[next_keep_] != line) continue;
+                    next_keep_++;
+                }
                 while (r > 0 && (buf_[r - 1] == '\n' || buf_[r - 1] == '\r')) r--;
                 value_.assign(buf_, static_cast<size_t>(r));
-                lines_++;
                 return;
             }
             bool err = std::ferror(f_) != 0;
@@ -72,6 +87,8 @@ class FilesIterator : public sentencepiece::SentenceIterator {
 
     const char *const *paths_;
     int n_;
+    const std::vector<long> *keep_;
+    size_t next_keep_ = 0;
     int next_ = 0;
     const char *cur_ = "";
     std::FILE *f_ = nullptr;
@@ -82,6 +99,35 @@ class FilesIterator : public sentencepiece::SentenceIterator {
     long lines_ = 0;
     sentencepiece::util::Status status_;
 };
+
+// Lines of the files (as FilesIterator counts them); -1 with *err set on a read error.
+long CountLines(const char *const *paths, int n, std::string *err) {
+    FilesIterator it(paths, n);
+    long k = 0;
+    for (; !it.done(); it.Next()) k++;
+    if (!it.status().ok()) {
+        *err = it.status().error_message();
+        return -1;
+    }
+    return k;
+}
+
+// k of n line numbers, uniformly, seeded; sorted.
+std::vector<long> SampleLines(long n, long k, unsigned seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<long> keep;
+    keep.reserve(static_cast<size_t>(std::min(n, k)));
+    for (long i = 0; i < n; i++) {
+        if (i < k) {
+            keep.push_back(i);
+        } else {
+            long j = static_cast<long>(std::uniform_int_distribution<long>(0, i)(rng));
+            if (j < k) keep[static_cast<size_t>(j)] = i;
+        }
+    }
+    std::sort(keep.begin(), keep.end());
+    return keep;
+}
 
 }  // namespace
 
@@ -121,8 +167,7 @@ extern "C" tern_status_t spm_train_files(const spm_train_options_t *o) {
         kw["vocab_size"] = num(o->vocab_size);
         kw["model_type"] = o->model_type ? o->model_type : "unigram";
         kw["character_coverage"] = num(o->character_coverage);
-        kw["input_sentence_size"] = num(static_cast<double>(o->input_sentence_size));
-        kw["shuffle_input_sentence"] = "true";
+        kw["input_sentence_size"] = "0"; /* sampled below */
         kw["num_threads"] = num(o->threads > 0 ? o->threads : 1);
         kw["pad_id"] = num(o->pad_id);
         kw["unk_id"] = num(o->unk_id);
@@ -132,7 +177,14 @@ extern "C" tern_status_t spm_train_files(const spm_train_options_t *o) {
         if (o->user_symbols && *o->user_symbols) kw["user_defined_symbols"] = o->user_symbols;
         kw["minloglevel"] = o->verbose ? "0" : "2";
         sentencepiece::SetRandomGeneratorSeed(o->seed);
-        FilesIterator it(o->inputs, o->n_inputs);
+        std::vector<long> keep;
+        if (o->input_sentence_size > 0) {
+            std::string err;
+            long n = CountLines(o->inputs, o->n_inputs, &err);
+            if (n < 0) return tern_error(TERN_ERR_IO, "%s", err.c_str());
+            if (n > o->input_sentence_size) keep = SampleLines(n, o->input_sentence_size, o->seed);
+        }
+        FilesIterator it(o->inputs, o->n_inputs, keep.empty() ? nullptr : &keep);
         auto status = sentencepiece::SentencePieceTrainer::Train(kw, &it);
         if (!it.status().ok())
             return tern_error(TERN_ERR_IO, "%s", it.status().error_message());
