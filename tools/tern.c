@@ -20,6 +20,7 @@ static const command_t commands[] = {
     {"convert", cmd_convert, "convert a CTranslate2 model to Tern's format (safetensors)"},
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
+    {"train", cmd_train, "train a Transformer translation model on parallel text"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,1006 @@
+/*
+ * trainer.c — the training loop of `tern train` (see trainer.h).
+ *
+ * Legend: k = update_freq (batches per update), B/S/T a batch's sentences and padded source /
+ * target lengths, n_params the floats of the model's parameter buffer.
+ *
+ * The loop, per update: take up to k batches of the epoch (copied into k preallocated slots, so
+ * that the update's target-token count is known before the first backward pass), zero the
+ * gradients, forward + backward of each with grad_scale = 1 / (target tokens of the update), clip,
+ * step Adam (or SGD after GNMT's switch) at lr_at(updates). An epoch that ends inside a group
+ * ends the update with the batches it has (as fairseq's grouped iterator does). Then, in this
+ * order: the curve row and the log line; at an epoch end, checkpoint + validation + BLEU (the
+ * checkpoint is written again after BLEU so that it carries the early-stopping state); every
+ * valid_interval_updates a validation, every save_interval_updates a checkpoint.
+ *
+ * Nothing is allocated per batch: the slots, the model workspace (sized for the largest batch of
+ * both plans) and the optimizer state are allocated once.
+ */
+#include "trainer.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../batch/translator.h"
+#include "../kernels/kernels.h"
+#include "../model/model_dir.h"
+#include "../text/score.h"
+#include "checkpoint.h"
+
+#define NO_LOSS 1e300 /* "no validation yet" (finite, so that it round-trips through %.17g) */
+
+trainer_options_t trainer_default_options(void) {
+    trainer_options_t o;
+    memset(&o, 0, sizeof o);
+    o.model = tmodel_default_config();
+    o.seed = 1;
+    o.data = data_default_options();
+    o.max_tokens = 4096;
+    o.shuffle = 1;
+    o.adam = adam_default_config();
+    o.sched.kind = LR_INVERSE_SQRT;
+    o.sched.lr = 5e-4f;
+    o.sched.warmup = 4000;
+    o.sched.warmup_init_lr = 1e-7f;
+    o.update_freq = 1;
+    o.keep_last = 10;
+    o.bleu = 1;
+    o.bleu_beam = 5;
+    o.log_interval = 100;
+    o.progress = -1;
+    o.plot = 1;
+    return o;
+}
+
+/* ------------------------------------------------------------ state */
+
+typedef struct {
+    int B, S, T, ntok;
+    int32_t *src, *tin, *tout; /* (B, S), (B, T), (B, T) with room for the largest batch */
+} slot_t;
+
+typedef struct {
+    const trainer_options_t *o;
+    int threads;
+    data_vocab_t vocab;
+    int vocab_ok;
+    data_corpus_t *train_c, *valid_c;
+    data_iter_t *train_it, *valid_it;
+    tmodel_t m;
+    int m_ok;
+    tmodel_ws_t *ws;
+    adam_t adam;
+    int adam_ok;
+    slot_t *slots;
+    tensor_t *pv, *mv, *vv; /* (n_tensors) views of params, Adam m, Adam v */
+
+    /* what a checkpoint carries */
+    long updates;
+    uint64_t micro;          /* micro-batches done: the dropout step key */
+    double best_loss, best_bleu, last_loss, last_nll, last_bleu;
+    long validated_at;       /* update of the last validation loss (-1: none) */
+    int bad;                 /* validations without improvement */
+    double acc_loss, acc_nll, acc_gnorm, acc_time; /* since the last log line */
+    int64_t acc_tok;
+    int acc_n;
+    double elapsed0;         /* elapsed seconds of the runs before this one */
+
+    /* this run */
+    double t_start;
+    double run_train_time;
+    int64_t run_tokens;
+    long saved_at;
+    int dirty;               /* state changed since the last checkpoint */
+    int64_t cur_epoch;       /* epoch of the batches of the current update */
+    FILE *log, *tcurve, *vcurve;
+    int progress;
+    int bar_shown;
+    double bar_time;
+    char last_ckpt[1024];
+
+    /* BLEU */
+    char *vsrc_buf, *vref_buf;
+    char **vsrc, **vref;
+    int n_bleu;
+} trainer_t;
+
+static double elapsed(const trainer_t *t) { return t->elapsed0 + (time_now() - t->t_start); }
+
+static void fmt_hms(char *buf, size_t n, double s) {
+    long x = (long)s;
+    snprintf(buf, n, "%ld:%02ld:%02ld", x / 3600, (x / 60) % 60, x % 60);
+}
+
+static void bar_clear(trainer_t *t) {
+    if (t->bar_shown) {
+        fputs("\r\033[K", stderr);
+        t->bar_shown = 0;
+    }
+}
+
+/* A log line: stderr (unless quiet) and train.log, with a time stamp. */
+static void tlog(trainer_t *t, const char *fmt, ...) TERN_PRINTF(2, 3);
+static void tlog(trainer_t *t, const char *fmt, ...) {
+    char msg[2048], stamp[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    if (!t->o->quiet) {
+        bar_clear(t);
+        fprintf(stderr, "[%s] %s\n", stamp, msg);
+        fflush(stderr);
+    }
+    if (t->log) {
+        fprintf(t->log, "[%s] %s\n", stamp, msg);
+        fflush(t->log);
+    }
+}
+
+static void progress_bar(trainer_t *t, double loss) {
+    if (!t->progress) return;
+    double now = time_now();
+    if (now - t->bar_time < 0.25) return;
+    t->bar_time = now;
+    data_iter_state_t s = data_iter_state(t->train_it);
+    int64_t nb = data_iter_batches_per_epoch(t->train_it);
+    int width = 30, fill = nb > 0 ? (int)(width * (double)s.pos / (double)nb) : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = 0;
+    char el[32];
+    fmt_hms(el, sizeof el, elapsed(t));
+    double tps = t->acc_time > 0 ? (double)t->acc_tok / t->acc_time : 0;
+    fprintf(stderr, "\r\033[Kepoch %lld [%s] %lld/%lld | update %ld | loss %.3f | %.0f tok/s | %s",
+            (long long)t->cur_epoch + 1, bar, (long long)s.pos, (long long)nb, t->updates, loss, tps, el);
+    fflush(stderr);
+    t->bar_shown = 1;
+}
+
+/* ------------------------------------------------------------ small file helpers */
+
+/* Keeps the comment lines and the rows whose first field is <= max_update. */
+static tern_status_t trim_tsv(const char *path, long max_update) {
+    char *data;
+    size_t size;
+    if (!file_exists(path)) return TERN_OK;
+    tern_status_t st = file_read_all(path, &data, &size);
+    if (st) return st;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(data);
+        return tern_error(TERN_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    }
+    char *p = data;
+    while (*p) {
+        char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int keep = p[0] == '#' || (len > 0 && strtol(p, NULL, 10) <= max_update);
+        if (keep && len > 0) fprintf(f, "%.*s\n", (int)len, p);
+        p += len + (e != NULL);
+    }
+    free(data);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        return tern_error(TERN_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return TERN_OK;
+}
+
+static tern_status_t open_tsv(FILE **f, const char *dir, const char *name, const char *header, int resume,
+                              long max_update) {
+    char p[4096];
+    path_join(p, sizeof p, dir, name);
+    tern_status_t st;
+    if (resume && (st = trim_tsv(p, max_update))) return st;
+    int exists = resume && file_exists(p);
+    *f = fopen(p, exists ? "a" : "w");
+    if (!*f) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    if (!exists) fprintf(*f, "%s\n", header);
+    fflush(*f);
+    return TERN_OK;
+}
+
+/* Reads a text file into lines (trailing "\r" dropped); *buf owns the text. */
+static tern_status_t read_lines(const char *path, char **buf, char ***lines, int *n) {
+    size_t size;
+    tern_status_t st = file_read_all(path, buf, &size);
+    if (st) return st;
+    int cap = 1;
+    for (size_t i = 0; i < size; i++) cap += (*buf)[i] == '\n';
+    *lines = malloc(sizeof **lines * (size_t)cap);
+    if (!*lines) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    int k = 0;
+    char *p = *buf, *end = *buf + size;
+    while (p < end) {
+        char *e = memchr(p, '\n', (size_t)(end - p));
+        if (!e) e = end;
+        *e = 0;
+        if (e > p && e[-1] == '\r') e[-1] = 0;
+        (*lines)[k++] = p;
+        p = e + 1;
+    }
+    *n = k;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ vocabulary */
+
+/* A vocabulary from a SentencePiece model's pieces. */
+static tern_status_t spm_vocab(vocab_t **v, const char *path, int *has_pad) {
+    spm_t *s;
+    tern_status_t st = spm_load(&s, path);
+    if (st) return st;
+    int n = spm_piece_count(s);
+    const char **p = malloc(sizeof *p * (size_t)(n > 0 ? n : 1));
+    if (!p) {
+        spm_free(s);
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    }
+    *has_pad = 0;
+    for (int i = 0; i < n; i++) {
+        p[i] = spm_id_to_piece(s, i);
+        if (p[i] && !strcmp(p[i], "<pad>")) *has_pad = 1;
+    }
+    st = vocab_from_tokens(v, p, n);
+    free(p);
+    spm_free(s);
+    return st;
+}
+
+static tern_status_t load_vocab(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    tern_status_t st;
+    if (o->vocab_dir) {
+        if ((st = data_vocab_load(&t->vocab, o->vocab_dir))) return st;
+        t->vocab_ok = 1;
+        return TERN_OK;
+    }
+    if (!o->src_spm) return tern_error(TERN_ERR_INVALID_ARG, "no vocabulary: give a vocabulary directory or a "
+                                       "SentencePiece model");
+    vocab_t *sv = NULL, *tv = NULL;
+    int pad_s = 0, pad_t = 0;
+    if ((st = spm_vocab(&sv, o->src_spm, &pad_s))) return st;
+    int joint = !o->tgt_spm || !strcmp(o->src_spm, o->tgt_spm);
+    if (joint) tv = sv, pad_t = pad_s;
+    else if ((st = spm_vocab(&tv, o->tgt_spm, &pad_t))) {
+        vocab_free(sv);
+        return st;
+    }
+    if (!pad_s || !pad_t) {
+        vocab_free(sv);
+        if (tv != sv) vocab_free(tv);
+        return tern_error(TERN_ERR_MISMATCH, "%s: the SentencePiece model has no <pad> piece (train it with `tern "
+                          "vocab`, which enables <pad>, <unk>, <s> and </s>)", !pad_s ? o->src_spm : o->tgt_spm);
+    }
+    model_config_t cfg;
+    model_config_defaults(&cfg);
+    cfg.add_source_eos = 1; /* as `tern vocab --model-dir` and fairseq */
+    if ((st = data_vocab_init(&t->vocab, sv, tv, o->src_spm, joint ? NULL : o->tgt_spm, &cfg, "<pad>"))) return st;
+    t->vocab_ok = 1;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+enum { N_MODEL_VALUES = 15 };
+
+static void model_values(const tmodel_config_t *c, ckpt_value_t *v) {
+    const char *names[N_MODEL_VALUES] = {"model:src_vocab", "model:tgt_vocab", "model:d", "model:heads", "model:ff",
+                                         "model:enc_layers", "model:dec_layers", "model:max_pos", "model:pre_norm",
+                                         "model:act", "model:learned_pos", "model:scale_emb", "model:share_emb",
+                                         "model:tie_proj", "model:proj_bias"};
+    int vals[N_MODEL_VALUES] = {c->src_vocab, c->tgt_vocab, c->d, c->heads, c->ff, c->enc_layers, c->dec_layers,
+                                c->max_pos, c->pre_norm, (int)c->act, c->learned_pos, c->scale_emb, c->share_emb,
+                                c->tie_proj, c->proj_bias};
+    for (int i = 0; i < N_MODEL_VALUES; i++) v[i] = (ckpt_value_t){.name = names[i], .type = CKPT_INT, .i = vals[i]};
+}
+
+static tern_status_t save_checkpoint(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    enum { NV = N_MODEL_VALUES + 20 };
+    ckpt_value_t v[NV];
+    int n = 0;
+    model_values(&t->m.cfg, v);
+    n = N_MODEL_VALUES;
+#define VI(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_INT, .i = (int64_t)(x)})
+#define VU(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_UINT, .u = (uint64_t)(x)})
+#define VF(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_FLOAT, .f = (double)(x)})
+    VI("updates", t->updates);
+    VU("micro", t->micro);
+    VI("adam_t", t->adam.t);
+    VU("seed", o->seed);
+    VI("update_freq", o->update_freq);
+    VF("lr", lr_at(&o->sched, t->updates));
+    VF("elapsed", elapsed(t));
+    VF("best_loss", t->best_loss);
+    VF("best_bleu", t->best_bleu);
+    VF("last_loss", t->last_loss);
+    VF("last_nll", t->last_nll);
+    VF("last_bleu", t->last_bleu);
+    VI("validated_at", t->validated_at);
+    VI("bad", t->bad);
+    VF("acc_loss", t->acc_loss);
+    VF("acc_nll", t->acc_nll);
+    VF("acc_gnorm", t->acc_gnorm);
+    VF("acc_time", t->acc_time);
+    VI("acc_tok", t->acc_tok);
+    VI("acc_n", t->acc_n);
+#undef VI
+#undef VU
+#undef VF
+    ckpt_group_t g[2] = {{"adam_m/", t->mv, t->m.n_tensors}, {"adam_v/", t->vv, t->m.n_tensors}};
+    ckpt_spec_t spec = {t->m.cfg.heads, t->m.cfg.pre_norm, (int)t->m.cfg.act, t->m.cfg.scale_emb};
+    data_iter_state_t ds = data_iter_state(t->train_it);
+    ckpt_contents_t c = {0};
+    c.params = t->pv;
+    c.n_params = t->m.n_tensors;
+    c.alias_names = t->m.alias_name;
+    c.alias_targets = t->m.alias_target;
+    c.n_aliases = t->m.n_aliases;
+    c.spec = &spec;
+    c.vocab = &t->vocab;
+    c.layer_norm_epsilon = t->m.cfg.eps;
+    c.groups = g;
+    c.n_groups = 2;
+    c.values = v;
+    c.n_values = n;
+    c.data = &ds;
+    double t0 = time_now();
+    tern_status_t st = ckpt_save(o->save_dir, t->updates, &c, o->keep_last, t->last_ckpt, sizeof t->last_ckpt);
+    if (st) return st;
+    t->saved_at = t->updates;
+    t->dirty = 0;
+    tlog(t, "saved %s (%.1f s)", t->last_ckpt, time_now() - t0);
+    return TERN_OK;
+}
+
+static tern_status_t get_value(const ckpt_t *ck, const char *name, ckpt_type_t type, ckpt_value_t *v) {
+    *v = (ckpt_value_t){.name = name, .type = type};
+    return ckpt_get_value(ck, v);
+}
+
+static tern_status_t resume(trainer_t *t, const char *dir) {
+    ckpt_t *ck;
+    tern_status_t st = ckpt_open(&ck, dir);
+    if (st) return st;
+    ckpt_value_t mv[N_MODEL_VALUES], x;
+    model_values(&t->m.cfg, mv);
+    for (int i = 0; i < N_MODEL_VALUES; i++) {
+        if ((st = get_value(ck, mv[i].name, CKPT_INT, &x))) goto done;
+        if (x.i != mv[i].i) {
+            st = tern_error(TERN_ERR_MISMATCH, "%s: the checkpoint has %s = %lld, this run %lld: resume with the "
+                            "options of the run that wrote it", dir, mv[i].name + 6, (long long)x.i,
+                            (long long)mv[i].i);
+            goto done;
+        }
+    }
+    if ((st = tmodel_load(&t->m, ckpt_model(ck)))) goto done;
+    if ((st = ckpt_read_group(ck, "adam_m/", t->mv, t->m.n_tensors)) ||
+        (st = ckpt_read_group(ck, "adam_v/", t->vv, t->m.n_tensors)))
+        goto done;
+#define GI(nm, dst) do { if ((st = get_value(ck, nm, CKPT_INT, &x))) goto done; dst = x.i; } while (0)
+#define GU(nm, dst) do { if ((st = get_value(ck, nm, CKPT_UINT, &x))) goto done; dst = x.u; } while (0)
+#define GF(nm, dst) do { if ((st = get_value(ck, nm, CKPT_FLOAT, &x))) goto done; dst = x.f; } while (0)
+    GI("updates", t->updates);
+    GU("micro", t->micro);
+    GI("adam_t", t->adam.t);
+    uint64_t seed;
+    GU("seed", seed);
+    if (seed != t->o->seed)
+        tlog(t, "warning: resuming with --seed %llu, the checkpoint was trained with %llu: the run will not "
+             "reproduce an uninterrupted one", (unsigned long long)t->o->seed, (unsigned long long)seed);
+    int64_t uf;
+    GI("update_freq", uf);
+    if (uf != t->o->update_freq)
+        tlog(t, "warning: resuming with --update-freq %d, the checkpoint was trained with %lld",
+             t->o->update_freq, (long long)uf);
+    GF("elapsed", t->elapsed0);
+    GF("best_loss", t->best_loss);
+    GF("best_bleu", t->best_bleu);
+    GF("last_loss", t->last_loss);
+    GF("last_nll", t->last_nll);
+    GF("last_bleu", t->last_bleu);
+    GI("validated_at", t->validated_at);
+    GI("bad", t->bad);
+    GF("acc_loss", t->acc_loss);
+    GF("acc_nll", t->acc_nll);
+    GF("acc_gnorm", t->acc_gnorm);
+    GF("acc_time", t->acc_time);
+    GI("acc_tok", t->acc_tok);
+    GI("acc_n", t->acc_n);
+#undef GI
+#undef GU
+#undef GF
+    data_iter_state_t ds;
+    if ((st = ckpt_get_data_state(ck, &ds)) || (st = data_iter_restore(t->train_it, &ds))) goto done;
+    snprintf(t->last_ckpt, sizeof t->last_ckpt, "%s", dir);
+    t->saved_at = t->updates;
+done:
+    ckpt_close(ck);
+    if (st) return tern_error_prefix(st, "resuming from %s: ", dir);
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ validation and BLEU */
+
+static tern_status_t validate(trainer_t *t, double *loss, double *nll) {
+    double ls = 0, ns = 0;
+    int64_t nt = 0;
+    for (;;) {
+        const data_batch_t *b;
+        tern_status_t st = data_iter_next(t->valid_it, &b);
+        if (st) return st;
+        if (!b) break;
+        tmodel_loss_t L;
+        if ((st = tmodel_forward(&t->m, t->ws, b->src, b->tgt_in, b->tgt_out, b->B, b->S, b->T, 0, 0, 0, &L)))
+            return st;
+        ls += L.loss;
+        ns += L.nll;
+        nt += L.ntokens;
+    }
+    *loss = nt ? ls / (double)nt : 0;
+    *nll = nt ? ns / (double)nt : 0;
+    return TERN_OK;
+}
+
+static tern_status_t bleu_eval(trainer_t *t, const char *model_dir, double *score, char *summary, size_t n) {
+    const trainer_options_t *o = t->o;
+    tern_model_t *model = NULL;
+    tern_translator_t *tr = NULL;
+    tern_result_t *res = NULL;
+    const char **hyps = NULL;
+    tern_status_t st;
+    tern_model_options_t mo = tern_model_default_options();
+    if ((st = tern_model_load(&model, model_dir, &mo))) goto done;
+    tern_translate_options_t to = tern_translate_default_options();
+    to.beam_size = o->bleu_beam;
+    to.num_hypotheses = 1;
+    to.length_penalty = o->bleu_length_penalty;
+    to.workers = 1;
+    to.threads_per_worker = t->threads;
+    if ((st = tern_translator_create(&tr, model, &to))) goto done;
+    res = calloc((size_t)t->n_bleu, sizeof *res);
+    hyps = calloc((size_t)t->n_bleu, sizeof *hyps);
+    if (!res || !hyps) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = tern_translate_batch(tr, (const char *const *)t->vsrc, t->n_bleu, res))) goto done;
+    for (int i = 0; i < t->n_bleu; i++) hyps[i] = res[i].num_hypotheses > 0 ? res[i].hypotheses[0] : "";
+    bleu_options_t bo = bleu_default_options();
+    const char *const *refs[1] = {(const char *const *)t->vref};
+    bleu_result_t br;
+    if ((st = bleu_corpus(&br, hyps, refs, &bo, (size_t)t->n_bleu, 1))) goto done;
+    *score = br.score;
+    bleu_format(summary, n, &br, 2);
+    if (o->bleu_output) {
+        FILE *f = fopen(o->bleu_output, "w");
+        if (!f) {
+            st = tern_error(TERN_ERR_IO, "%s: cannot write: %s", o->bleu_output, strerror(errno));
+            goto done;
+        }
+        for (int i = 0; i < t->n_bleu; i++) fprintf(f, "%s\n", hyps[i]);
+        if (fclose(f) != 0) st = tern_error(TERN_ERR_IO, "%s: cannot write", o->bleu_output);
+    }
+done:
+    for (int i = 0; res && i < t->n_bleu; i++) tern_result_free(&res[i]);
+    free(res);
+    free(hyps);
+    tern_translator_free(tr);
+    tern_model_free(model);
+    kernels_set_num_threads(t->threads);
+    if (st) return tern_error_prefix(st, "BLEU of %s: ", model_dir);
+    return TERN_OK;
+}
+
+/* Early stopping bookkeeping after a validation (is_bleu: a BLEU score, else a loss). Returns 1
+ * when patience ran out. */
+static int judge(trainer_t *t, int is_bleu, double value) {
+    const trainer_options_t *o = t->o;
+    int improved;
+    if (is_bleu) {
+        improved = value > t->best_bleu;
+        if (improved) t->best_bleu = value;
+    } else {
+        improved = value < t->best_loss;
+        if (improved) t->best_loss = value;
+    }
+    if ((o->stop_metric == STOP_ON_BLEU) != is_bleu) return 0;
+    t->bad = improved ? 0 : t->bad + 1;
+    return o->patience > 0 && t->bad >= o->patience;
+}
+
+/* A validation: the loss (unless this update was validated already) and, when model_dir is
+ * given, the BLEU of that checkpoint. *stop says whether patience ran out. */
+static tern_status_t run_validation(trainer_t *t, const char *model_dir, int *stop) {
+    *stop = 0;
+    if (!t->valid_it) return TERN_OK;
+    tern_status_t st;
+    int fresh = t->validated_at != t->updates;
+    if (fresh) {
+        double t0 = time_now(), loss, nll;
+        if ((st = validate(t, &loss, &nll))) return st;
+        double best_before = t->best_loss;
+        *stop = judge(t, 0, loss);
+        t->last_loss = loss;
+        t->last_nll = nll;
+        t->validated_at = t->updates;
+        t->dirty = 1;
+        tlog(t, "valid | epoch %lld | update %ld | loss %.4f | nll %.4f | ppl %.2f | best loss %.4f%s (%.1f s)",
+             (long long)t->cur_epoch + 1, t->updates, loss, nll, exp(nll), t->best_loss,
+             loss < best_before ? " (new best)" : "", time_now() - t0);
+    }
+    double bleu = -1;
+    if (model_dir && t->n_bleu > 0) {
+        char summary[256];
+        double t0 = time_now();
+        if ((st = bleu_eval(t, model_dir, &bleu, summary, sizeof summary))) return st;
+        double best_b = t->best_bleu;
+        if (judge(t, 1, bleu)) *stop = 1;
+        t->last_bleu = bleu;
+        t->dirty = 1;
+        tlog(t, "bleu  | epoch %lld | update %ld | BLEU = %s | beam %d | %d sentences | best %.2f%s (%.1f s)",
+             (long long)t->cur_epoch + 1, t->updates, summary, t->o->bleu_beam, t->n_bleu, t->best_bleu,
+             bleu > best_b ? " (new best)" : "", time_now() - t0);
+    }
+    if (fresh || bleu >= 0) {
+        fprintf(t->vcurve, "%ld\t%lld\t%.9g\t%.9g\t%.9g\t%.4f\n", t->updates, (long long)t->cur_epoch + 1,
+                t->last_loss, t->last_nll, exp(t->last_nll), bleu);
+        fflush(t->vcurve);
+    }
+    if (t->o->patience > 0 && t->bad > 0)
+        tlog(t, "no improvement of the validation %s for %d of %d validation(s)",
+             t->o->stop_metric == STOP_ON_BLEU ? "BLEU" : "loss", t->bad, t->o->patience);
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ one update */
+
+static void copy_batch(slot_t *s, const data_batch_t *b) {
+    s->B = b->B;
+    s->S = b->S;
+    s->T = b->T;
+    s->ntok = b->n_tgt_tokens;
+    memcpy(s->src, b->src, sizeof *s->src * (size_t)b->B * (size_t)b->S);
+    memcpy(s->tin, b->tgt_in, sizeof *s->tin * (size_t)b->B * (size_t)b->T);
+    memcpy(s->tout, b->tgt_out, sizeof *s->tout * (size_t)b->B * (size_t)b->T);
+}
+
+static tern_status_t do_update(trainer_t *t, int nslots) {
+    const trainer_options_t *o = t->o;
+    double t0 = time_now();
+    int64_t ntok = 0;
+    for (int j = 0; j < nslots; j++) ntok += t->slots[j].ntok;
+    float scale = 1.0f / (float)ntok;
+    double loss = 0, nll = 0;
+    tmodel_zero_grad(&t->m);
+    tern_status_t st;
+    for (int j = 0; j < nslots; j++) {
+        const slot_t *s = &t->slots[j];
+        tmodel_loss_t L;
+        if ((st = tmodel_forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed, t->micro, &L)) ||
+            (st = tmodel_backward(&t->m, t->ws, scale)))
+            return tern_error_prefix(st, "update %ld: ", t->updates + 1);
+        t->micro++;
+        loss += L.loss;
+        nll += L.nll;
+    }
+    double gnorm = clip_grad_norm(t->m.grads, t->m.n_params, o->clip_norm);
+    if (!isfinite(gnorm))
+        return tern_error(TERN_ERR_INPUT, "update %ld: the gradient norm is %g: training diverged (lower --lr, "
+                          "raise --warmup, or clip with --clip-norm)", t->updates + 1, gnorm);
+    double lr = lr_at(&o->sched, t->updates);
+    if (lr_use_sgd(&o->sched, t->updates)) sgd_step(t->m.params, t->m.grads, t->m.n_params, (float)lr,
+                                                    o->adam.weight_decay);
+    else adam_step(&t->adam, t->m.params, t->m.grads, (float)lr);
+    t->updates++;
+    t->dirty = 1;
+    double dt = time_now() - t0;
+    t->run_train_time += dt;
+    t->run_tokens += ntok;
+    t->acc_loss += loss;
+    t->acc_nll += nll;
+    t->acc_gnorm += gnorm;
+    t->acc_tok += ntok;
+    t->acc_n++;
+    t->acc_time += dt;
+    double ul = loss / (double)ntok, un = nll / (double)ntok;
+    fprintf(t->tcurve, "%ld\t%lld\t%.17g\t%.17g\t%.9g\t%.9g\t%.9g\t%lld\t%.1f\n", t->updates,
+            (long long)t->cur_epoch + 1, ul, un, exp(un), lr, gnorm, (long long)ntok, elapsed(t));
+    if (o->log_interval > 0 && t->updates % o->log_interval == 0) {
+        char el[32];
+        fmt_hms(el, sizeof el, elapsed(t));
+        double al = t->acc_loss / (double)t->acc_tok, an = t->acc_nll / (double)t->acc_tok;
+        tlog(t, "epoch %lld | update %ld | loss %.4f | nll %.4f | ppl %.2f | lr %.4g | gnorm %.3f | tok/s %.0f | "
+             "elapsed %s", (long long)t->cur_epoch + 1, t->updates, al, an, exp(an), lr_at(&o->sched, t->updates),
+             t->acc_gnorm / t->acc_n, t->acc_time > 0 ? (double)t->acc_tok / t->acc_time : 0.0, el);
+        fflush(t->tcurve);
+        t->acc_loss = t->acc_nll = t->acc_gnorm = t->acc_time = 0;
+        t->acc_tok = 0;
+        t->acc_n = 0;
+    }
+    progress_bar(t, ul);
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ setup */
+
+static tern_status_t open_data(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    const char *cdir = o->cache_dir ? o->cache_dir : o->save_dir;
+    tern_status_t st;
+    if ((st = model_dir_mkdir(cdir))) return st;
+    char cp[4096];
+    data_stats_t s;
+    data_options_t dopt = o->data;
+    if (dopt.threads <= 0) dopt.threads = t->threads;
+    path_join(cp, sizeof cp, cdir, "train.cache");
+    if ((st = data_corpus_open(&t->train_c, cp, o->train_src, o->train_tgt, &t->vocab, &dopt, &s))) return st;
+    tlog(t, "train: %lld pairs, %lld kept (skipped: %lld empty, %lld too long, %lld beyond ratio %g), %lld source "
+         "+ %lld target tokens, unknown pieces %lld + %lld; cache %s (%s%.1f s)", (long long)s.pairs,
+         (long long)s.kept, (long long)s.empty, (long long)s.too_long, (long long)s.bad_ratio, (double)dopt.max_ratio,
+         (long long)s.src_tokens, (long long)s.tgt_tokens, (long long)s.src_unk, (long long)s.tgt_unk, cp,
+         s.rebuilt ? "built in " : "mapped, ", s.rebuilt ? s.build_seconds : 0.0);
+    if (s.kept == 0) return tern_error(TERN_ERR_INPUT, "%s: no training pair left after the length filters",
+                                       o->train_src);
+    data_batching_t b = data_default_batching();
+    b.max_tokens = o->max_tokens;
+    b.max_sentences = o->max_sentences;
+    b.shuffle = o->shuffle;
+    b.seed = o->seed;
+    if ((st = data_iter_new(&t->train_it, t->train_c, &b))) return st;
+    int mB, mS, mT, ms, mt;
+    data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
+    tlog(t, "train: %lld batches per epoch (max tokens %d%s), largest batch %d sentences, S <= %d, T <= %d",
+         (long long)data_iter_batches_per_epoch(t->train_it), o->max_tokens, o->max_sentences ? ", max sentences" : "",
+         mB, mS, mT);
+    if (o->valid_src) {
+        path_join(cp, sizeof cp, cdir, "valid.cache");
+        if ((st = data_corpus_open(&t->valid_c, cp, o->valid_src, o->valid_tgt, &t->vocab, &dopt, &s))) return st;
+        tlog(t, "valid: %lld pairs, %lld kept for the loss (skipped: %lld empty, %lld too long, %lld beyond ratio)",
+             (long long)s.pairs, (long long)s.kept, (long long)s.empty, (long long)s.too_long, (long long)s.bad_ratio);
+        if (s.kept > 0) {
+            data_batching_t vb = data_default_batching();
+            vb.max_tokens = o->valid_max_tokens > 0 ? o->valid_max_tokens : o->max_tokens;
+            vb.shuffle = 0;
+            vb.seed = o->seed;
+            if ((st = data_iter_new(&t->valid_it, t->valid_c, &vb))) return st;
+        }
+    }
+    return TERN_OK;
+}
+
+static tern_status_t setup_model(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    tmodel_config_t c = o->model;
+    if (c.share_emb < 0) c.share_emb = t->vocab.src_vocab == t->vocab.tgt_vocab; /* auto */
+    c.src_vocab = vocab_size(t->vocab.src_vocab);
+    c.tgt_vocab = vocab_size(t->vocab.tgt_vocab);
+    c.pad_id = t->vocab.pad_id;
+    c.max_pos = TERN_MAX(o->data.max_src_len, o->data.max_tgt_len);
+    if (c.share_emb && t->vocab.src_vocab != t->vocab.tgt_vocab)
+        return tern_error(TERN_ERR_INVALID_ARG, "shared embeddings need one joint vocabulary (the vocabulary has a "
+                          "source and a target side)");
+    tern_status_t st = tmodel_init(&t->m, &c);
+    if (st) return st;
+    t->m_ok = 1;
+    tmodel_init_params(&t->m, o->seed);
+    int mB, mS, mT, ms, mt;
+    data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
+    if (t->valid_it) {
+        int vB, vS, vT, vs, vt;
+        data_iter_max_shape(t->valid_it, &vB, &vS, &vT, &vs, &vt);
+        mS = TERN_MAX(mS, vS), mT = TERN_MAX(mT, vT), ms = TERN_MAX(ms, vs), mt = TERN_MAX(mt, vt);
+    }
+    if ((st = tmodel_ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
+    if ((st = adam_init(&t->adam, t->m.n_params, &o->adam))) return st;
+    t->adam_ok = 1;
+    data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
+    t->slots = calloc((size_t)o->update_freq, sizeof *t->slots);
+    if (!t->slots) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < o->update_freq; j++) {
+        slot_t *s = &t->slots[j];
+        s->src = malloc(sizeof *s->src * (size_t)ms);
+        s->tin = malloc(sizeof *s->tin * (size_t)mt);
+        s->tout = malloc(sizeof *s->tout * (size_t)mt);
+        if (!s->src || !s->tin || !s->tout) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    t->pv = calloc((size_t)t->m.n_tensors, sizeof *t->pv);
+    t->mv = calloc((size_t)t->m.n_tensors, sizeof *t->mv);
+    t->vv = calloc((size_t)t->m.n_tensors, sizeof *t->vv);
+    if (!t->pv || !t->mv || !t->vv) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    tmodel_tensor_views(&t->m, t->m.params, t->pv);
+    tmodel_tensor_views(&t->m, t->adam.m, t->mv);
+    tmodel_tensor_views(&t->m, t->adam.v, t->vv);
+    static const char *acts[] = {"relu", "gelu-tanh", "swish", "gelu", "gelu-sigmoid", "tanh"};
+    char voc[64];
+    if (t->vocab.src_vocab == t->vocab.tgt_vocab) snprintf(voc, sizeof voc, "%d joint", c.src_vocab);
+    else snprintf(voc, sizeof voc, "%d/%d", c.src_vocab, c.tgt_vocab);
+    tlog(t, "model: %d+%d layers, d %d, ff %d, %d heads, %s, %s, vocabulary %s, %s embeddings, %.2fM "
+         "parameters; workspace %.1f MB; %d thread(s)", c.enc_layers, c.dec_layers, c.d, c.ff, c.heads,
+         c.pre_norm ? "pre-norm" : "post-norm", (unsigned)c.act < 6 ? acts[c.act] : "?", voc,
+         c.share_emb ? (c.tie_proj ? "shared + tied" : "shared") : (c.tie_proj ? "tied" : "separate"),
+         (double)t->m.n_params / 1e6, (double)tmodel_ws_bytes(t->ws) / 1e6, t->threads);
+    return TERN_OK;
+}
+
+static tern_status_t load_bleu_lines(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    if (!o->bleu || !o->valid_src) return TERN_OK;
+    int ns, nr;
+    tern_status_t st;
+    if ((st = read_lines(o->valid_src, &t->vsrc_buf, &t->vsrc, &ns)) ||
+        (st = read_lines(o->valid_tgt, &t->vref_buf, &t->vref, &nr)))
+        return st;
+    if (ns != nr)
+        return tern_error(TERN_ERR_INPUT, "%s has %d lines, %s %d", o->valid_src, ns, o->valid_tgt, nr);
+    t->n_bleu = o->bleu_max_sentences > 0 && o->bleu_max_sentences < ns ? o->bleu_max_sentences : ns;
+    return TERN_OK;
+}
+
+static tern_status_t check_options(const trainer_options_t *o) {
+    if (!o->save_dir) return tern_error(TERN_ERR_INVALID_ARG, "no save directory");
+    if (!o->train_src || !o->train_tgt) return tern_error(TERN_ERR_INVALID_ARG, "no training files");
+    if (!o->valid_src != !o->valid_tgt)
+        return tern_error(TERN_ERR_INVALID_ARG, "validation needs both a source and a target file");
+    if (o->update_freq < 1) return tern_error(TERN_ERR_INVALID_ARG, "update_freq must be >= 1");
+    if (o->bleu && o->bleu_beam < 1) return tern_error(TERN_ERR_INVALID_ARG, "BLEU beam size must be >= 1");
+    if (o->clip_norm < 0) return tern_error(TERN_ERR_INVALID_ARG, "clip norm must be >= 0");
+    return lr_schedule_check(&o->sched);
+}
+
+static void trainer_free(trainer_t *t) {
+    if (t->slots)
+        for (int j = 0; j < t->o->update_freq; j++) free(t->slots[j].src), free(t->slots[j].tin), free(t->slots[j].tout);
+    free(t->slots);
+    free(t->pv), free(t->mv), free(t->vv);
+    tmodel_ws_free(t->ws);
+    if (t->adam_ok) adam_free(&t->adam);
+    if (t->m_ok) tmodel_free(&t->m);
+    data_iter_free(t->train_it);
+    data_iter_free(t->valid_it);
+    data_corpus_free(t->train_c);
+    data_corpus_free(t->valid_c);
+    if (t->vocab_ok) data_vocab_free(&t->vocab);
+    free(t->vsrc), free(t->vref), free(t->vsrc_buf), free(t->vref_buf);
+    if (t->log) fclose(t->log);
+    if (t->tcurve) fclose(t->tcurve);
+    if (t->vcurve) fclose(t->vcurve);
+}
+
+/* ------------------------------------------------------------ the run */
+
+static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
+    const trainer_options_t *o = t->o;
+    tern_status_t st;
+    const char *reason = NULL;
+    while (!reason) {
+        if (o->max_updates > 0 && t->updates >= o->max_updates) {
+            reason = "max updates";
+            break;
+        }
+        /* one group of update_freq batches */
+        t->cur_epoch = data_iter_state(t->train_it).epoch;
+        int n = 0, ended = 0;
+        while (n < o->update_freq) {
+            const data_batch_t *b;
+            if ((st = data_iter_next(t->train_it, &b))) return st;
+            if (!b) {
+                ended = 1;
+                break;
+            }
+            copy_batch(&t->slots[n++], b);
+        }
+        if (n > 0 && (st = do_update(t, n))) return st;
+        int stop = 0;
+        if (ended) {
+            /* epoch end: checkpoint, validation, BLEU of that checkpoint, the checkpoint again with
+             * the validation's outcome */
+            tlog(t, "end of epoch %lld (update %ld)", (long long)t->cur_epoch + 1, t->updates);
+            int with_bleu = t->valid_it && t->n_bleu > 0;
+            if (with_bleu && (st = save_checkpoint(t))) return st;
+            if (t->valid_it && (st = run_validation(t, with_bleu ? t->last_ckpt : NULL, &stop))) return st;
+            if ((st = save_checkpoint(t))) return st;
+            t->cur_epoch = data_iter_state(t->train_it).epoch;
+            if (o->max_epochs > 0 && t->cur_epoch >= o->max_epochs) reason = "max epochs";
+        }
+        if (n > 0 && o->valid_interval_updates > 0 && t->updates % o->valid_interval_updates == 0 &&
+            t->validated_at != t->updates && t->valid_it) {
+            int s2;
+            if ((st = run_validation(t, NULL, &s2))) return st;
+            stop = stop || s2;
+        }
+        if (stop && !reason) reason = "early stop";
+        if (o->stop && *o->stop && !reason) reason = "interrupted";
+        if (o->max_time > 0 && elapsed(t) >= o->max_time && !reason) reason = "max time";
+        if (n > 0 && !reason && o->save_interval_updates > 0 && t->updates % o->save_interval_updates == 0 &&
+            t->dirty)
+            if ((st = save_checkpoint(t))) return st;
+    }
+    if (t->dirty && (st = save_checkpoint(t))) return st;
+    r->stop_reason = reason;
+    return TERN_OK;
+}
+
+tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) {
+    trainer_result_t dummy;
+    trainer_result_t *r = result ? result : &dummy;
+    memset(r, 0, sizeof *r);
+    tern_status_t st = check_options(o);
+    if (st) return st;
+    trainer_t t;
+    memset(&t, 0, sizeof t);
+    t.o = o;
+    t.t_start = time_now();
+    t.best_loss = NO_LOSS;
+    t.last_loss = t.last_nll = NO_LOSS;
+    t.best_bleu = -1;
+    t.last_bleu = -1;
+    t.validated_at = t.saved_at = -1;
+    t.threads = o->threads > 0 ? o->threads : tern_num_cores();
+    kernels_set_num_threads(t.threads);
+    t.progress = o->progress < 0 ? (!o->quiet && isatty(fileno(stderr))) : o->progress;
+
+    char resume_dir[4096] = "", p[4096];
+    if ((st = model_dir_mkdir(o->save_dir))) return st;
+    if (o->resume_from) {
+        snprintf(resume_dir, sizeof resume_dir, "%s", o->resume_from);
+    } else {
+        int64_t *u;
+        int k;
+        if ((st = ckpt_list(o->save_dir, &u, &k))) return st;
+        if (k > 0) {
+            if (!o->resume) {
+                free(u);
+                return tern_error(TERN_ERR_INVALID_ARG, "%s already holds checkpoints: continue with --resume, or "
+                                  "give another save directory", o->save_dir);
+            }
+            ckpt_path(resume_dir, sizeof resume_dir, o->save_dir, u[k - 1]);
+        }
+        free(u);
+    }
+    path_join(p, sizeof p, o->save_dir, "train.log");
+    t.log = fopen(p, resume_dir[0] ? "a" : "w");
+    if (!t.log) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+
+    if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = load_bleu_lines(&t)))
+        goto done;
+    if (resume_dir[0]) {
+        if ((st = resume(&t, resume_dir))) goto done;
+        data_iter_state_t ds = data_iter_state(t.train_it);
+        tlog(&t, "resumed from %s: update %ld, epoch %lld, batch %lld of the epoch", resume_dir, t.updates,
+             (long long)ds.epoch + 1, (long long)ds.pos);
+    }
+    if ((st = open_tsv(&t.tcurve, o->save_dir, "train_curve.tsv",
+                       "# update\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens\telapsed", resume_dir[0] != 0, t.updates)) ||
+        (st = open_tsv(&t.vcurve, o->save_dir, "valid_curve.tsv", "# update\tepoch\tloss\tnll\tppl\tbleu",
+                       resume_dir[0] != 0, t.updates)))
+        goto done;
+    t.dirty = !resume_dir[0];
+    st = train_loop(&t, r);
+    if (st) {
+        tlog(&t, "error at update %ld: %s", t.updates, tern_last_error());
+        goto done;
+    }
+    bar_clear(&t);
+    char el[32];
+    fmt_hms(el, sizeof el, elapsed(&t));
+    char best[128] = "";
+    if (t.best_loss != NO_LOSS) snprintf(best, sizeof best, "; best validation loss %.4f", t.best_loss);
+    if (t.best_bleu >= 0) snprintf(best + strlen(best), sizeof best - strlen(best), ", best BLEU %.2f", t.best_bleu);
+    tlog(&t, "done (%s) at update %ld, epoch %lld: %lld target tokens in %.1f s of training steps (%.0f tok/s), "
+         "elapsed %s%s; last checkpoint %s", r->stop_reason, t.updates, (long long)t.cur_epoch + 1,
+         (long long)t.run_tokens, t.run_train_time, t.run_train_time > 0 ? (double)t.run_tokens / t.run_train_time : 0.0,
+         el, best, t.last_ckpt);
+    fflush(t.tcurve);
+    fflush(t.vcurve);
+    if (o->plot) {
+        char png[4096];
+        path_join(png, sizeof png, o->save_dir, "curves.png");
+        tern_status_t ps = trainer_plot(o->save_dir, png);
+        if (ps) tlog(&t, "no plot: %s", tern_last_error());
+        else tlog(&t, "plot: %s", png);
+    }
+    r->updates = t.updates;
+    r->epochs = t.cur_epoch;
+    r->best_valid_loss = t.best_loss == NO_LOSS ? INFINITY : t.best_loss;
+    r->best_bleu = t.best_bleu;
+    r->last_valid_loss = t.last_loss == NO_LOSS ? INFINITY : t.last_loss;
+    r->last_bleu = t.last_bleu;
+    r->train_seconds = t.run_train_time;
+    r->train_tokens = t.run_tokens;
+    snprintf(r->last_checkpoint, sizeof r->last_checkpoint, "%s", t.last_ckpt);
+done:
+    bar_clear(&t);
+    trainer_free(&t);
+    return st;
+}
+
+/* ------------------------------------------------------------ plot */
+
+static int in_path(const char *prog) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char buf[4096];
+    while (*path) {
+        const char *e = strchr(path, ':');
+        size_t len = e ? (size_t)(e - path) : strlen(path);
+        if (len > 0 && len < 3000) {
+            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, path, prog);
+            if (access(buf, X_OK) == 0) return 1;
+        }
+        path += len + (e != NULL);
+    }
+    return 0;
+}
+
+/* A gnuplot single-quoted string: quotes doubled. */
+static void gp_quote(char *out, size_t n, const char *s) {
+    size_t k = 0;
+    if (n < 3) return;
+    out[k++] = '\'';
+    for (; *s && k + 3 < n; s++) {
+        if (*s == '\'') out[k++] = '\'';
+        out[k++] = *s;
+    }
+    out[k++] = '\'';
+    out[k] = 0;
+}
+
+tern_status_t trainer_plot(const char *save_dir, const char *out_png) {
+    if (!in_path("gnuplot"))
+        return tern_error(TERN_ERR_UNSUPPORTED, "gnuplot is not installed (Debian: apt-get install gnuplot-nox); the "
+                          "curves are in %s/train_curve.tsv and valid_curve.tsv", save_dir);
+    char tp[4096], vp[4096], qt[8300], qv[8300], qo[8300];
+    path_join(tp, sizeof tp, save_dir, "train_curve.tsv");
+    path_join(vp, sizeof vp, save_dir, "valid_curve.tsv");
+    if (!file_exists(tp)) return tern_error(TERN_ERR_IO, "%s: no training curve", tp);
+    gp_quote(qt, sizeof qt, tp);
+    gp_quote(qv, sizeof qv, vp);
+    gp_quote(qo, sizeof qo, out_png);
+    /* does the validation curve have rows? (gnuplot fails on an empty data file) */
+    int has_valid = 0, has_bleu = 0;
+    FILE *vf = fopen(vp, "r");
+    if (vf) {
+        char line[512];
+        while (fgets(line, sizeof line, vf)) {
+            if (line[0] == '#') continue;
+            has_valid = 1;
+            const char *last = strrchr(line, '\t');
+            if (last && atof(last + 1) >= 0) has_bleu = 1;
+        }
+        fclose(vf);
+    }
+    FILE *g = popen("gnuplot", "w");
+    if (!g) return tern_error(TERN_ERR_IO, "cannot run gnuplot: %s", strerror(errno));
+    fprintf(g, "set terminal pngcairo size 1400,600 font ',10'\nset output %s\n", qo);
+    fprintf(g, "set datafile separator '\\t'\nset grid\nset key top right\nset multiplot layout 1,2\n");
+    fprintf(g, "set title 'loss (nats per target token)'\nset xlabel 'update'\nset ylabel 'loss'\n");
+    fprintf(g, "plot %s using 1:3 with lines lc rgb '#a0c0e0' title 'train (per update)'", qt);
+    if (has_valid)
+        fprintf(g, ", %s using 1:3 with linespoints lc rgb '#d04010' pt 7 ps 0.6 title 'valid loss', "
+                   "%s using 1:4 with linespoints lc rgb '#208040' pt 5 ps 0.5 title 'valid nll'", qv, qv);
+    fprintf(g, "\nset title 'validation BLEU and learning rate'\nset ylabel 'BLEU'\nset y2label 'learning rate'\n"
+               "set y2tics\nset ytics nomirror\n");
+    fprintf(g, "plot %s using 1:6 axes x1y2 with lines lc rgb '#808080' title 'lr'", qt);
+    if (has_bleu)
+        fprintf(g, ", %s using 1:($6 >= 0 ? $6 : 1/0) axes x1y1 with linespoints lc rgb '#6020a0' pt 7 ps 0.7 "
+                   "title 'BLEU'", qv);
+    fprintf(g, "\nunset multiplot\nset output\n");
+    int rc = pclose(g);
+    if (rc != 0) return tern_error(TERN_ERR_IO, "gnuplot failed (exit status %d) writing %s", rc, out_png);
+    return TERN_OK;
+}

@@ -1,0 +1,127 @@
+/*
+ * trainer.h — the training loop of `tern train`: raw parallel text and a vocabulary in, training
+ * checkpoints that `tern translate` loads out.
+ *
+ * One run: vocabulary (a model directory written by `tern vocab --model-dir`, or SentencePiece
+ * model(s)) -> token caches of the training and validation files (data.h) -> token-budget batches
+ * -> updates of --update-freq batches each (forward, backward with grad_scale = 1 / target tokens
+ * of the whole update, clipping by global norm, the schedule's learning rate, Adam or GNMT's SGD)
+ * -> every N updates a log line, a validation (loss, nll, perplexity) and a checkpoint as asked;
+ * at each epoch end a checkpoint, a validation and BLEU with beam search through the public
+ * translator on the checkpoint just written (detokenized output, sacreBLEU's defaults) -> early
+ * stopping with patience -> at the end a last checkpoint and a PNG plot of the curves (gnuplot).
+ *
+ * Files in the save directory:
+ *   checkpoint-NNNNNNNN/   checkpoint.h's directories (the last keep_last kept)
+ *   train.log              the log lines (also on stderr)
+ *   train_curve.tsv        one row per update: update epoch loss nll ppl lr gnorm tokens elapsed
+ *   valid_curve.tsv        one row per validation: update epoch loss nll ppl bleu (-1: not scored)
+ *   curves.png             training and validation curves (gnuplot, when installed)
+ *   train.cache, valid.cache  the token caches (in cache_dir when given)
+ *
+ * Exact resume: a checkpoint holds the parameters, Adam's moments and step, the update count,
+ * the count of micro-batches (which keys the dropout masks), the data iterator's state (epoch,
+ * position, shuffling generator), the early-stopping state, the log line accumulators and the
+ * elapsed time. The learning rate is a function of the update count. A run resumed from a
+ * checkpoint therefore computes the same updates, bit for bit on the same thread count, as the
+ * run that wrote it; the curve files are cut back to the checkpoint's update when it resumes.
+ *
+ * Legend: k = update_freq batches per update.
+ */
+#ifndef TERN_TRAIN_TRAINER_H
+#define TERN_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+
+typedef enum { STOP_ON_LOSS = 0, STOP_ON_BLEU = 1 } trainer_stop_metric_t;
+
+typedef struct {
+    /* ---- model (src_vocab, tgt_vocab, pad_id and max_pos are set from the data; share_emb -1:
+     * shared when the vocabulary is joint) */
+    tmodel_config_t model;
+    uint64_t seed;              /* parameter initialization, batch order, dropout masks (1) */
+
+    /* ---- data */
+    const char *vocab_dir;      /* model directory from `tern vocab --model-dir` (config.json,
+                                   vocabularies, SentencePiece models), or NULL with spm below */
+    const char *src_spm, *tgt_spm; /* SentencePiece model(s) instead of vocab_dir (tgt_spm NULL:
+                                   one joint model); the model must have a <pad> piece */
+    const char *train_src, *train_tgt; /* raw text, one sentence a line */
+    const char *valid_src, *valid_tgt; /* may be NULL: no validation */
+    const char *cache_dir;      /* token caches (NULL: save_dir) */
+    data_options_t data;        /* length limits, ratio filter, encoding threads */
+    int max_tokens;             /* B * max(S, T) <= max_tokens per batch (4096) */
+    int max_sentences;          /* B <= max_sentences (0: no limit) */
+    int valid_max_tokens;       /* validation batches (0: max_tokens) */
+    int shuffle;                /* 1: batch order shuffled every epoch (1) */
+
+    /* ---- optimization */
+    adam_config_t adam;
+    lr_schedule_t sched;
+    float clip_norm;            /* max global gradient norm (0: no clipping) */
+    int update_freq;            /* batches per update (gradient accumulation) (1) */
+    long max_updates;           /* stop after this many updates (0: no limit) */
+    int max_epochs;             /* stop after this many epochs (0: no limit) */
+    double max_time;            /* stop once the run's elapsed seconds (resumes added up) pass this (0: none) */
+    int threads;                /* intra-op threads (0: all cores) */
+
+    /* ---- checkpoints */
+    const char *save_dir;       /* required */
+    int save_interval_updates;  /* also save every N updates (0: at epoch ends and the end only) */
+    int keep_last;              /* keep the last K checkpoints (0: all) (10) */
+    int resume;                 /* 1: continue from the newest checkpoint of save_dir when there is one */
+    const char *resume_from;    /* a checkpoint directory to continue from (implies resume) */
+
+    /* ---- validation and early stopping */
+    int valid_interval_updates; /* also validate every N updates (0: at epoch ends only) */
+    int bleu;                   /* 1: BLEU at every epoch end (1) */
+    int bleu_beam;              /* beam size of that translation (5) */
+    float bleu_length_penalty;  /* its length penalty (0: CTranslate2's default, none) */
+    int bleu_max_sentences;     /* translate the first N validation sentences (0: all) */
+    const char *bleu_output;    /* NULL; else the hypotheses of the last BLEU go to this file */
+    int patience;               /* stop after this many validations without improvement (0: off) */
+    trainer_stop_metric_t stop_metric; /* what "improvement" means: lower loss or higher BLEU */
+
+    /* ---- watching */
+    int log_interval;           /* a log line every N updates (100) */
+    int progress;               /* -1: a progress bar when stderr is a terminal; 0 never; 1 always */
+    int plot;                   /* 1: curves.png with gnuplot at the end (1) */
+    int quiet;                  /* 1: log lines only to train.log, not stderr */
+    volatile sig_atomic_t *stop; /* set (by a signal handler) to stop after the current update,
+                                   with a checkpoint; may be NULL */
+} trainer_options_t;
+
+/* fairseq-like defaults: seed 1, max_tokens 4096, shuffle, Adam (0.9, 0.98, 1e-8), inverse_sqrt
+ * lr 5e-4 warm-up 4000 from 1e-7, no clipping, update_freq 1, keep_last 10, BLEU with beam 5 at
+ * epoch ends, log every 100 updates, plot, the model of tmodel_default_config(). */
+trainer_options_t trainer_default_options(void);
+
+/* Figures of a finished run (for the CLI's summary and the tests). */
+typedef struct {
+    long updates;               /* total updates (including those before a resume) */
+    int64_t epochs;             /* epochs begun */
+    double best_valid_loss;     /* lowest validation loss (per target token; +inf when none) */
+    double best_bleu;           /* highest epoch-end BLEU (-1 when none) */
+    double last_valid_loss;
+    double last_bleu;
+    double train_seconds;       /* seconds of this run in forward/backward/update */
+    int64_t train_tokens;       /* target tokens of this run's updates */
+    const char *stop_reason;    /* "max updates", "max epochs", "max time", "early stop", "interrupted" */
+    char last_checkpoint[1024];
+} trainer_result_t;
+
+/* Runs (or resumes) training as the options say. Writes log lines to stderr (unless quiet) and to
+ * save_dir/train.log. Returns an error naming the file, option or update at fault. */
+tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result);
+
+/* Plots save_dir's train_curve.tsv and valid_curve.tsv into out_png with gnuplot (through popen).
+ * TERN_ERR_UNSUPPORTED when gnuplot is not installed. */
+tern_status_t trainer_plot(const char *save_dir, const char *out_png);
+
+#endif

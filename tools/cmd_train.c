@@ -1,0 +1,411 @@
+/* cmd_train.c — `tern train`: trains a Transformer translation model (src/train/trainer.h). */
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "train/trainer.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: tern train --vocab DIR --train-src F --train-tgt F [--valid-src F --valid-tgt F]\n"
+"                  --save-dir DIR [options]\n"
+"       tern train --plot-only SAVE_DIR\n"
+"\n"
+"Trains a Transformer encoder-decoder on raw parallel text (one sentence a line) and writes\n"
+"checkpoints SAVE_DIR/checkpoint-NNNNNNNN that `tern translate -m` loads as they are.\n"
+"\n"
+"Data:\n"
+"  --vocab DIR                 the vocabulary: a directory written by `tern vocab --model-dir`\n"
+"  --spm FILE                  ... or one joint SentencePiece model (with a <pad> piece)\n"
+"  --src-spm FILE, --tgt-spm FILE  ... or one per side\n"
+"  --train-src F, --train-tgt F    training text\n"
+"  --valid-src F, --valid-tgt F    validation text (loss every --valid-interval-updates and at\n"
+"                              epoch ends; BLEU at epoch ends)\n"
+"  --cache-dir DIR             where the token caches go (default: the save directory)\n"
+"  --max-tokens N              token budget of a batch: sentences x max(S, T) (default 4096)\n"
+"  --max-sentences N           at most N sentences a batch (default: no limit)\n"
+"  --valid-max-tokens N        token budget of validation batches (default: --max-tokens)\n"
+"  --max-len N                 skip pairs longer than N tokens (special tokens included) on either\n"
+"                              side (default 256); --max-source-len, --max-target-len for one side\n"
+"  --max-ratio R               skip pairs whose token counts differ by more than R times\n"
+"                              (default 9; 0: no ratio filter)\n"
+"  --no-shuffle                batches in length order every epoch (for tests)\n"
+"Model:\n"
+"  --layers N                  encoder and decoder layers (default 6); --encoder-layers N,\n"
+"                              --decoder-layers N for one side\n"
+"  --d-model N                 width (default 512)\n"
+"  --ff N                      feed-forward width (default 2048)\n"
+"  --heads N                   attention heads (default 8)\n"
+"  --pre-norm | --post-norm    layer norm placement (default pre-norm)\n"
+"  --activation A              relu (default), gelu, gelu-tanh, swish\n"
+"  --share-embeddings | --no-share-embeddings\n"
+"                              one embedding matrix for encoder and decoder (default: when the\n"
+"                              vocabulary is joint)\n"
+"  --no-tie-projection         an output projection of its own (default: the decoder embedding)\n"
+"  --projection-bias           a bias on the output projection\n"
+"  --learned-positions         learned position embeddings (default: sinusoids)\n"
+"  --no-scale-embeddings       do not multiply embeddings by sqrt(d)\n"
+"  --layer-norm-eps E          (default 1e-6)\n"
+"Optimization:\n"
+"  --lr LR                     peak learning rate (default 5e-4)\n"
+"  --lr-scheduler S            inverse_sqrt (default; fairseq's), constant, gnmt\n"
+"  --warmup N                  inverse_sqrt warm-up updates (default 4000)\n"
+"  --warmup-init-lr LR         rate at update 0 of the warm-up (default 1e-7)\n"
+"  --sgd-start N --sgd-lr LR --decay-start N --decay-interval N --decay-times N\n"
+"                              gnmt: Adam until update N, then SGD at LR halved every interval from\n"
+"                              decay-start, decay-times times at most\n"
+"  --adam-betas B1,B2          (default 0.9,0.98)\n"
+"  --adam-eps E                (default 1e-8)\n"
+"  --weight-decay W            decoupled (AdamW, fairseq's) weight decay (default 0)\n"
+"  --l2                        weight decay as L2 on the gradient instead\n"
+"  --clip-norm C               clip the gradient to global norm C (default 0: off)\n"
+"  --label-smoothing E         (default 0.1)\n"
+"  --dropout P                 on embeddings and sublayer outputs (default 0.1)\n"
+"  --attention-dropout P       on attention weights (default 0)\n"
+"  --activation-dropout P      on the feed-forward activation (default 0)\n"
+"  --update-freq K             accumulate K batches per update (default 1)\n"
+"  --max-updates N             stop after N updates (default: no limit)\n"
+"  --max-epochs N              stop after N epochs (default: no limit)\n"
+"  --max-time T                stop once the run (resumes added up) has lasted T: seconds, or with\n"
+"                              a suffix s, m, h (default: no limit)\n"
+"  --seed N                    initialization, batch order, dropout (default 1)\n"
+"  -t, --threads N             threads (default: all cores)\n"
+"Checkpoints:\n"
+"  --save-dir DIR              where checkpoints, logs and curves go (required)\n"
+"  --save-interval-updates N   also save every N updates (default: at epoch ends and the end)\n"
+"  --keep-last K               keep the K newest checkpoints (default 10; 0: all)\n"
+"  --resume                    continue from the newest checkpoint of the save directory (a fresh\n"
+"                              start when there is none); exact: same losses as without a stop\n"
+"  --resume-from DIR           continue from this checkpoint\n"
+"Validation:\n"
+"  --valid-interval-updates N  validation loss every N updates too (default: epoch ends only)\n"
+"  --no-bleu                   no BLEU at epoch ends\n"
+"  --bleu-beam N               beam size of the BLEU translation (default 5)\n"
+"  --bleu-length-penalty A     its length penalty (default 0)\n"
+"  --bleu-max-sentences N      translate only the first N validation sentences (default: all)\n"
+"  --bleu-output FILE          write the last BLEU translation to FILE\n"
+"  --patience N                stop after N validations without improvement (default: off)\n"
+"  --early-stop-metric M       loss (default) or bleu\n"
+"Watching:\n"
+"  --log-interval N            a log line every N updates (default 100)\n"
+"  --progress | --no-progress  a progress bar (default: when stderr is a terminal)\n"
+"  --no-plot                   no curves.png at the end (gnuplot)\n"
+"  -q, --quiet                 log lines only to SAVE_DIR/train.log\n"
+"  -h, --help                  this help\n"
+"\n"
+"SIGINT/SIGTERM stop after the current update with a checkpoint (a second SIGINT kills).\n"
+"Files in SAVE_DIR: checkpoint-N/, train.log, train_curve.tsv (one row per update),\n"
+"valid_curve.tsv, curves.png, train.cache, valid.cache.\n");
+}
+
+enum {
+    O_VOCAB = 1000, O_SPM, O_SRC_SPM, O_TGT_SPM, O_TRAIN_SRC, O_TRAIN_TGT, O_VALID_SRC, O_VALID_TGT, O_CACHE,
+    O_MAX_TOKENS, O_MAX_SENT, O_VALID_MAX_TOKENS, O_MAX_LEN, O_MAX_SRC_LEN, O_MAX_TGT_LEN, O_MAX_RATIO, O_NO_SHUFFLE,
+    O_LAYERS, O_ENC_LAYERS, O_DEC_LAYERS, O_D, O_FF, O_HEADS, O_PRE, O_POST, O_ACT, O_SHARE, O_NO_SHARE,
+    O_NO_TIE, O_PROJ_BIAS, O_LEARNED_POS, O_NO_SCALE, O_LN_EPS, O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
+    O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP, O_LS,
+    O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
+    O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
+    O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
+    O_NO_PLOT, O_PLOT_ONLY
+};
+
+static const struct option long_opts[] = {
+    {"vocab", required_argument, 0, O_VOCAB},
+    {"spm", required_argument, 0, O_SPM},
+    {"src-spm", required_argument, 0, O_SRC_SPM},
+    {"tgt-spm", required_argument, 0, O_TGT_SPM},
+    {"train-src", required_argument, 0, O_TRAIN_SRC},
+    {"train-tgt", required_argument, 0, O_TRAIN_TGT},
+    {"valid-src", required_argument, 0, O_VALID_SRC},
+    {"valid-tgt", required_argument, 0, O_VALID_TGT},
+    {"cache-dir", required_argument, 0, O_CACHE},
+    {"max-tokens", required_argument, 0, O_MAX_TOKENS},
+    {"max-sentences", required_argument, 0, O_MAX_SENT},
+    {"valid-max-tokens", required_argument, 0, O_VALID_MAX_TOKENS},
+    {"max-len", required_argument, 0, O_MAX_LEN},
+    {"max-source-len", required_argument, 0, O_MAX_SRC_LEN},
+    {"max-target-len", required_argument, 0, O_MAX_TGT_LEN},
+    {"max-ratio", required_argument, 0, O_MAX_RATIO},
+    {"no-shuffle", no_argument, 0, O_NO_SHUFFLE},
+    {"layers", required_argument, 0, O_LAYERS},
+    {"encoder-layers", required_argument, 0, O_ENC_LAYERS},
+    {"decoder-layers", required_argument, 0, O_DEC_LAYERS},
+    {"d-model", required_argument, 0, O_D},
+    {"ff", required_argument, 0, O_FF},
+    {"heads", required_argument, 0, O_HEADS},
+    {"pre-norm", no_argument, 0, O_PRE},
+    {"post-norm", no_argument, 0, O_POST},
+    {"activation", required_argument, 0, O_ACT},
+    {"share-embeddings", no_argument, 0, O_SHARE},
+    {"no-share-embeddings", no_argument, 0, O_NO_SHARE},
+    {"no-tie-projection", no_argument, 0, O_NO_TIE},
+    {"projection-bias", no_argument, 0, O_PROJ_BIAS},
+    {"learned-positions", no_argument, 0, O_LEARNED_POS},
+    {"no-scale-embeddings", no_argument, 0, O_NO_SCALE},
+    {"layer-norm-eps", required_argument, 0, O_LN_EPS},
+    {"lr", required_argument, 0, O_LR},
+    {"lr-scheduler", required_argument, 0, O_SCHED},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"warmup-init-lr", required_argument, 0, O_WARMUP_INIT},
+    {"sgd-start", required_argument, 0, O_SGD_START},
+    {"sgd-lr", required_argument, 0, O_SGD_LR},
+    {"decay-start", required_argument, 0, O_DECAY_START},
+    {"decay-interval", required_argument, 0, O_DECAY_INTERVAL},
+    {"decay-times", required_argument, 0, O_DECAY_TIMES},
+    {"adam-betas", required_argument, 0, O_BETAS},
+    {"adam-eps", required_argument, 0, O_ADAM_EPS},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"l2", no_argument, 0, O_L2},
+    {"clip-norm", required_argument, 0, O_CLIP},
+    {"label-smoothing", required_argument, 0, O_LS},
+    {"dropout", required_argument, 0, O_DROPOUT},
+    {"attention-dropout", required_argument, 0, O_ATTN_DROPOUT},
+    {"activation-dropout", required_argument, 0, O_ACT_DROPOUT},
+    {"update-freq", required_argument, 0, O_UPDATE_FREQ},
+    {"max-updates", required_argument, 0, O_MAX_UPDATES},
+    {"max-epochs", required_argument, 0, O_MAX_EPOCHS},
+    {"max-time", required_argument, 0, O_MAX_TIME},
+    {"seed", required_argument, 0, O_SEED},
+    {"threads", required_argument, 0, 't'},
+    {"save-dir", required_argument, 0, O_SAVE_DIR},
+    {"save-interval-updates", required_argument, 0, O_SAVE_INTERVAL},
+    {"keep-last", required_argument, 0, O_KEEP_LAST},
+    {"resume", no_argument, 0, O_RESUME},
+    {"resume-from", required_argument, 0, O_RESUME_FROM},
+    {"valid-interval-updates", required_argument, 0, O_VALID_INTERVAL},
+    {"no-bleu", no_argument, 0, O_NO_BLEU},
+    {"bleu-beam", required_argument, 0, O_BLEU_BEAM},
+    {"bleu-length-penalty", required_argument, 0, O_BLEU_LP},
+    {"bleu-max-sentences", required_argument, 0, O_BLEU_MAX},
+    {"bleu-output", required_argument, 0, O_BLEU_OUT},
+    {"patience", required_argument, 0, O_PATIENCE},
+    {"early-stop-metric", required_argument, 0, O_STOP_METRIC},
+    {"log-interval", required_argument, 0, O_LOG_INTERVAL},
+    {"progress", no_argument, 0, O_PROGRESS},
+    {"no-progress", no_argument, 0, O_NO_PROGRESS},
+    {"no-plot", no_argument, 0, O_NO_PLOT},
+    {"plot-only", required_argument, 0, O_PLOT_ONLY},
+    {"quiet", no_argument, 0, 'q'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    if (g_stop && sig == SIGINT) {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
+    g_stop = 1;
+}
+
+/* "3600", "90m", "2.5h", "45s" -> seconds. */
+static int parse_time(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0) || !isfinite(v)) return 0;
+    if (!strcmp(end, "h")) v *= 3600;
+    else if (!strcmp(end, "m")) v *= 60;
+    else if (*end && strcmp(end, "s")) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_long(const char *opt, const char *s, long *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 0) {
+        fprintf(stderr, "tern train: %s expects a non-negative integer, got '%s'\n", opt, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *C = "train";
+    trainer_options_t o = trainer_default_options();
+    o.model.share_emb = -1; /* shared when the vocabulary is joint */
+    int ok = 1, c, iv;
+    long lv = 0;
+    const char *plot_only = NULL;
+    const char *scheds[] = {"constant", "inverse_sqrt", "gnmt"};
+    optind = 1;
+    while (ok && (c = getopt_long(argc, argv, "t:qh", long_opts, NULL)) != -1) {
+        switch (c) {
+        case O_VOCAB: o.vocab_dir = optarg; break;
+        case O_SPM: o.src_spm = optarg; o.tgt_spm = NULL; break;
+        case O_SRC_SPM: o.src_spm = optarg; break;
+        case O_TGT_SPM: o.tgt_spm = optarg; break;
+        case O_TRAIN_SRC: o.train_src = optarg; break;
+        case O_TRAIN_TGT: o.train_tgt = optarg; break;
+        case O_VALID_SRC: o.valid_src = optarg; break;
+        case O_VALID_TGT: o.valid_tgt = optarg; break;
+        case O_CACHE: o.cache_dir = optarg; break;
+        case O_MAX_TOKENS: ok = cli_int(C, "--max-tokens", optarg, 1, 1 << 30, &o.max_tokens); break;
+        case O_MAX_SENT: ok = cli_int(C, "--max-sentences", optarg, 0, 1 << 30, &o.max_sentences); break;
+        case O_VALID_MAX_TOKENS: ok = cli_int(C, "--valid-max-tokens", optarg, 1, 1 << 30, &o.valid_max_tokens); break;
+        case O_MAX_LEN:
+            ok = cli_int(C, "--max-len", optarg, 2, 65535, &iv);
+            o.data.max_src_len = o.data.max_tgt_len = iv;
+            break;
+        case O_MAX_SRC_LEN: ok = cli_int(C, "--max-source-len", optarg, 1, 65535, &o.data.max_src_len); break;
+        case O_MAX_TGT_LEN: ok = cli_int(C, "--max-target-len", optarg, 2, 65535, &o.data.max_tgt_len); break;
+        case O_MAX_RATIO: ok = cli_float(C, "--max-ratio", optarg, 0, 1e9f, &o.data.max_ratio); break;
+        case O_NO_SHUFFLE: o.shuffle = 0; break;
+        case O_LAYERS:
+            ok = cli_int(C, "--layers", optarg, 1, 1000, &o.model.enc_layers);
+            o.model.dec_layers = o.model.enc_layers;
+            break;
+        case O_ENC_LAYERS: ok = cli_int(C, "--encoder-layers", optarg, 1, 1000, &o.model.enc_layers); break;
+        case O_DEC_LAYERS: ok = cli_int(C, "--decoder-layers", optarg, 1, 1000, &o.model.dec_layers); break;
+        case O_D: ok = cli_int(C, "--d-model", optarg, 2, 1 << 16, &o.model.d); break;
+        case O_FF: ok = cli_int(C, "--ff", optarg, 1, 1 << 20, &o.model.ff); break;
+        case O_HEADS: ok = cli_int(C, "--heads", optarg, 1, 1024, &o.model.heads); break;
+        case O_PRE: o.model.pre_norm = 1; break;
+        case O_POST: o.model.pre_norm = 0; break;
+        case O_ACT:
+            if (!strcmp(optarg, "relu")) o.model.act = ACT_RELU;
+            else if (!strcmp(optarg, "gelu")) o.model.act = ACT_GELU;
+            else if (!strcmp(optarg, "gelu-tanh")) o.model.act = ACT_GELU_TANH;
+            else if (!strcmp(optarg, "swish")) o.model.act = ACT_SWISH;
+            else {
+                fprintf(stderr, "tern train: --activation must be relu, gelu, gelu-tanh or swish (got '%s')\n",
+                        optarg);
+                ok = 0;
+            }
+            break;
+        case O_SHARE: o.model.share_emb = 1; break;
+        case O_NO_SHARE: o.model.share_emb = 0; break;
+        case O_NO_TIE: o.model.tie_proj = 0; break;
+        case O_PROJ_BIAS: o.model.proj_bias = 1; break;
+        case O_LEARNED_POS: o.model.learned_pos = 1; break;
+        case O_NO_SCALE: o.model.scale_emb = 0; break;
+        case O_LN_EPS: ok = cli_float(C, "--layer-norm-eps", optarg, 0, 1, &o.model.eps); break;
+        case O_LR: ok = cli_float(C, "--lr", optarg, 0, 1e3f, &o.sched.lr); break;
+        case O_SCHED:
+            o.sched.kind = (lr_kind_t)-1;
+            for (int i = 0; i < 3; i++)
+                if (!strcmp(optarg, scheds[i])) o.sched.kind = (lr_kind_t)i;
+            if ((int)o.sched.kind < 0) {
+                fprintf(stderr, "tern train: --lr-scheduler must be inverse_sqrt, constant or gnmt (got '%s')\n",
+                        optarg);
+                ok = 0;
+            }
+            break;
+        case O_WARMUP: ok = cli_int(C, "--warmup", optarg, 0, 1 << 30, &o.sched.warmup); break;
+        case O_WARMUP_INIT: ok = cli_float(C, "--warmup-init-lr", optarg, 0, 1e3f, &o.sched.warmup_init_lr); break;
+        case O_SGD_START: ok = parse_long("--sgd-start", optarg, &o.sched.sgd_start); break;
+        case O_SGD_LR: ok = cli_float(C, "--sgd-lr", optarg, 0, 1e3f, &o.sched.sgd_lr); break;
+        case O_DECAY_START: ok = parse_long("--decay-start", optarg, &o.sched.decay_start); break;
+        case O_DECAY_INTERVAL: ok = parse_long("--decay-interval", optarg, &o.sched.decay_interval); break;
+        case O_DECAY_TIMES: ok = cli_int(C, "--decay-times", optarg, 0, 1000, &o.sched.decay_times); break;
+        case O_BETAS: {
+            char *e;
+            o.adam.beta1 = strtof(optarg, &e);
+            ok = *e == ',';
+            if (ok) {
+                char *e2;
+                o.adam.beta2 = strtof(e + 1, &e2);
+                ok = e2 != e + 1 && !*e2;
+            }
+            ok = ok && o.adam.beta1 >= 0 && o.adam.beta1 < 1 && o.adam.beta2 >= 0 && o.adam.beta2 < 1;
+            if (!ok) fprintf(stderr, "tern train: --adam-betas expects B1,B2 in [0, 1), got '%s'\n", optarg);
+            break;
+        }
+        case O_ADAM_EPS: ok = cli_float(C, "--adam-eps", optarg, 0, 1, &o.adam.eps); break;
+        case O_WD: ok = cli_float(C, "--weight-decay", optarg, 0, 1, &o.adam.weight_decay); break;
+        case O_L2: o.adam.decoupled = 0; break;
+        case O_CLIP: ok = cli_float(C, "--clip-norm", optarg, 0, 1e9f, &o.clip_norm); break;
+        case O_LS: ok = cli_float(C, "--label-smoothing", optarg, 0, 0.999f, &o.model.label_smoothing); break;
+        case O_DROPOUT: ok = cli_float(C, "--dropout", optarg, 0, 0.99f, &o.model.dropout); break;
+        case O_ATTN_DROPOUT: ok = cli_float(C, "--attention-dropout", optarg, 0, 0.99f, &o.model.attn_dropout); break;
+        case O_ACT_DROPOUT: ok = cli_float(C, "--activation-dropout", optarg, 0, 0.99f, &o.model.act_dropout); break;
+        case O_UPDATE_FREQ: ok = cli_int(C, "--update-freq", optarg, 1, 1 << 20, &o.update_freq); break;
+        case O_MAX_UPDATES: ok = parse_long("--max-updates", optarg, &o.max_updates); break;
+        case O_MAX_EPOCHS: ok = cli_int(C, "--max-epochs", optarg, 0, 1 << 30, &o.max_epochs); break;
+        case O_MAX_TIME:
+            ok = parse_time(optarg, &o.max_time);
+            if (!ok) fprintf(stderr, "tern train: --max-time expects seconds or a number with s, m or h, got '%s'\n",
+                             optarg);
+            break;
+        case O_SEED:
+            ok = parse_long("--seed", optarg, &lv);
+            o.seed = (uint64_t)lv;
+            break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 1024, &o.threads); break;
+        case O_SAVE_DIR: o.save_dir = optarg; break;
+        case O_SAVE_INTERVAL: ok = cli_int(C, "--save-interval-updates", optarg, 0, 1 << 30, &o.save_interval_updates); break;
+        case O_KEEP_LAST: ok = cli_int(C, "--keep-last", optarg, 0, 1 << 20, &o.keep_last); break;
+        case O_RESUME: o.resume = 1; break;
+        case O_RESUME_FROM: o.resume_from = optarg; o.resume = 1; break;
+        case O_VALID_INTERVAL:
+            ok = cli_int(C, "--valid-interval-updates", optarg, 0, 1 << 30, &o.valid_interval_updates);
+            break;
+        case O_NO_BLEU: o.bleu = 0; break;
+        case O_BLEU_BEAM: ok = cli_int(C, "--bleu-beam", optarg, 1, 1024, &o.bleu_beam); break;
+        case O_BLEU_LP: ok = cli_float(C, "--bleu-length-penalty", optarg, 0, 100, &o.bleu_length_penalty); break;
+        case O_BLEU_MAX: ok = cli_int(C, "--bleu-max-sentences", optarg, 0, 1 << 30, &o.bleu_max_sentences); break;
+        case O_BLEU_OUT: o.bleu_output = optarg; break;
+        case O_PATIENCE: ok = cli_int(C, "--patience", optarg, 0, 1 << 30, &o.patience); break;
+        case O_STOP_METRIC:
+            if (!strcmp(optarg, "loss")) o.stop_metric = STOP_ON_LOSS;
+            else if (!strcmp(optarg, "bleu")) o.stop_metric = STOP_ON_BLEU;
+            else {
+                fprintf(stderr, "tern train: --early-stop-metric must be loss or bleu (got '%s')\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_LOG_INTERVAL: ok = cli_int(C, "--log-interval", optarg, 0, 1 << 30, &o.log_interval); break;
+        case O_PROGRESS: o.progress = 1; break;
+        case O_NO_PROGRESS: o.progress = 0; break;
+        case O_NO_PLOT: o.plot = 0; break;
+        case O_PLOT_ONLY: plot_only = optarg; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: ok = 0; break;
+        }
+    }
+    if (ok && plot_only) {
+        char png[4096];
+        snprintf(png, sizeof png, "%s/curves.png", plot_only);
+        tern_status_t st = trainer_plot(plot_only, png);
+        if (st) return cli_fail(C, st);
+        fprintf(stderr, "tern train: wrote %s\n", png);
+        return 0;
+    }
+    const char *err = NULL;
+    if (ok) {
+        if (optind < argc) err = "unexpected argument (every input is given by an option)";
+        else if (!o.save_dir) err = "--save-dir is required";
+        else if (!o.train_src || !o.train_tgt) err = "--train-src and --train-tgt are required";
+        else if (!o.valid_src != !o.valid_tgt) err = "give both --valid-src and --valid-tgt, or neither";
+        else if (!o.vocab_dir == !o.src_spm) err = "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and "
+                                                   "--tgt-spm), one of the two";
+        else if (o.tgt_spm && !o.src_spm) err = "--tgt-spm goes with --src-spm";
+        else if (o.model.d % o.model.heads) err = "--d-model must be a multiple of --heads";
+        else if (o.patience && !o.valid_src) err = "--patience needs validation files";
+    }
+    if (!ok || err) {
+        if (err) fprintf(stderr, "tern train: %s\n", err);
+        else usage(stderr);
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o.stop = &g_stop;
+    trainer_result_t r;
+    tern_status_t st = trainer_run(&o, &r);
+    if (st) return cli_fail(C, st);
+    return 0;
+}
