@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 DEB_PKGS=(build-essential pkg-config python3-venv
   libdnnl-dev libopenblas-dev
   libsentencepiece-dev sentencepiece
-  libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev)
+  libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev
+  gnuplot-nox)
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch
