@@ -20,6 +20,9 @@
   relative (measured 2.5e-9), gradient norms within 1e-5 (2e-8), final parameters within 2e-5 of
   each tensor's scale (4.5e-6) — except the attention key biases, whose gradient is zero in exact
   arithmetic, so that Adam turns rounding noise into steps of up to lr: within 2 lr x updates.
+* Other configurations: --spm instead of a vocabulary directory with post-norm GELU; a per-side
+  BPE vocabulary (untied embeddings) with GNMT's Adam -> SGD schedule (the logged rates follow it
+  exactly) and clipping.
 * The checkpoints load in `tern translate` (one output line per input line on the validation set),
   the BLEU the trainer logs at an epoch end equals `tern score` of `tern translate -b 2` on that
   checkpoint (same hypotheses, byte for byte), and `tern average --last 2` of the save directory is
@@ -49,12 +52,13 @@ SMOKE_MAX_VALID_LOSS = 4.30   # measured 4.01 (seed 1), 4.00 (seed 2); margin 0.
 SMOKE_MAX_VALID_NLL = 3.80    # measured 3.45, 3.45
 
 
-def run(*args, timeout=300):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=ENV)
+def run(*args, timeout=300, input=None):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=ENV,
+                          input=input)
 
 
-def ok(*args, timeout=300):
-    r = run(*args, timeout=timeout)
+def ok(*args, timeout=300, input=None):
+    r = run(*args, timeout=timeout, input=input)
     assert r.returncode == 0, f"{args[:2]} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     return r
 
@@ -358,6 +362,37 @@ def test_update_freq_equals_double_max_sentences(work):
     w = compare_accumulation(a, b, 12)
     print(f"\n--update-freq 2 / 8 sentences vs 1 / 16: relative gaps loss {w[0]:.2g}, gnorm {w[1]:.2g}, "
           f"parameters {w[2]:.2g}")
+
+
+# ------------------------------------------------------------------ other configurations
+
+
+def test_variants_spm_separate_vocab_gnmt(work):
+    """--spm (a SentencePiece model instead of a vocabulary directory) with post-norm GELU; a
+    per-side BPE vocabulary (untied encoder/decoder embeddings) with GNMT's Adam -> SGD schedule
+    and clipping: each trains (loss falls), logs the schedule's rates exactly, and translates."""
+    ok(TERN, "vocab", "--model-dir", work / "vsep", "--separate", "--model-type", "bpe", "--source",
+       work / "small.en", "--target", work / "small.de", "--vocab-size", 400, "-t", 1)
+    common = ["--train-src", work / "small.en", "--train-tgt", work / "small.de", "--max-tokens", 800, "--lr", "3e-3",
+              "--warmup", 10, "--max-updates", 40, "--no-bleu"]
+    a, b = work / "v_spm", work / "v_gnmt"
+    ok(TERN, "train", "--spm", work / "vocab" / "sentencepiece.model", "--cache-dir", work / "cache_spm",
+       "--save-dir", a, *TINY, *common, "--post-norm", "--activation", "gelu")
+    ok(TERN, "train", "--vocab", work / "vsep", "--cache-dir", work / "cache_sep", "--save-dir", b, *TINY, *common,
+       "--lr-scheduler", "gnmt", "--sgd-start", 20, "--sgd-lr", 0.5, "--decay-start", 25, "--decay-interval", 5,
+       "--decay-times", 2, "--clip-norm", 1.0)
+    assert "post-norm, gelu, vocabulary 1000 joint, shared + tied" in (a / "train.log").read_text()
+    assert "vocabulary 400/400, tied embeddings" in (b / "train.log").read_text()
+    for save in (a, b):
+        rows = curve(save / "train_curve.tsv")
+        assert np.mean([float(r[2]) for r in rows[-5:]]) < float(rows[0][2]) - 0.8
+        out = ok(TERN, "translate", "-m", save / "checkpoint-00000040", "-b", 2, "-t", 1, "-q",
+                 input="A man rides a bike.\n\nTwo dogs play in the snow.\n").stdout
+        assert out.count("\n") == 3
+    rows = curve(b / "train_curve.tsv")
+    want = [3e-3] * 20 + [0.5] * 5 + [0.25] * 5 + [0.125] * 10  # Adam 20, SGD, halved at 25 and 30
+    assert [float(r[5]) for r in rows] == [np.float32(w) for w in want]
+    assert max(float(r[6]) for r in rows) > 1.0  # gnorm is logged before clipping
 
 
 # ------------------------------------------------------------------ errors
