@@ -20,6 +20,7 @@
   relative (measured 2.5e-9), gradient norms within 1e-5 (2e-8), final parameters within 2e-5 of
   each tensor's scale (4.5e-6) — except the attention key biases, whose gradient is zero in exact
   arithmetic, so that Adam turns rounding noise into steps of up to lr: within 2 lr x updates.
+* Early stopping: --patience 3 on 64 pairs that overfit stops 3 validations after the best.
 * Other configurations: --spm instead of a vocabulary directory with post-norm GELU; a per-side
   BPE vocabulary (untied embeddings) with GNMT's Adam -> SGD schedule (the logged rates follow it
   exactly) and clipping.
@@ -393,6 +394,24 @@ def test_variants_spm_separate_vocab_gnmt(work):
     want = [3e-3] * 20 + [0.5] * 5 + [0.25] * 5 + [0.125] * 10  # Adam 20, SGD, halved at 25 and 30
     assert [float(r[5]) for r in rows] == [np.float32(w) for w in want]
     assert max(float(r[6]) for r in rows) > 1.0  # gnorm is logged before clipping
+
+
+def test_early_stopping(work):
+    """64 training pairs overfit fast: with --patience 3 the run stops at the third validation
+    after the best one, with a checkpoint, and says why."""
+    write_pairs(work, 64)
+    save = work / "early"
+    train(work, save, "--train-src", work / "acc64.en", "--train-tgt", work / "acc64.de",
+          "--valid-src", work / "valid.en", "--valid-tgt", work / "valid.de", "--max-tokens", 1000, "--lr", "3e-3",
+          "--warmup", 20, "--dropout", 0, "--max-updates", 1000, "--valid-interval-updates", 10, "--patience", 3,
+          "--no-bleu")
+    valid = [(int(r[0]), float(r[2])) for r in curve(save / "valid_curve.tsv")]
+    best = min(range(len(valid)), key=lambda i: valid[i][1])
+    assert len(valid) == best + 4 and all(v[1] >= valid[best][1] for v in valid[best + 1:])
+    stop = valid[-1][0]
+    log = (save / "train.log").read_text()
+    assert f"done (early stop) at update {stop} " in log and (save / f"checkpoint-{stop:08d}").is_dir()
+    assert 20 < stop < 1000
 
 
 # ------------------------------------------------------------------ errors

@@ -664,9 +664,10 @@ static tern_status_t open_data(trainer_t *t) {
     if ((st = data_iter_new(&t->train_it, t->train_c, &b))) return st;
     int mB, mS, mT, ms, mt;
     data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
+    char ms_s[48] = "";
+    if (o->max_sentences) snprintf(ms_s, sizeof ms_s, ", max sentences %d", o->max_sentences);
     tlog(t, "train: %lld batches per epoch (max tokens %d%s), largest batch %d sentences, S <= %d, T <= %d",
-         (long long)data_iter_batches_per_epoch(t->train_it), o->max_tokens, o->max_sentences ? ", max sentences" : "",
-         mB, mS, mT);
+         (long long)data_iter_batches_per_epoch(t->train_it), o->max_tokens, ms_s, mB, mS, mT);
     if (o->valid_src) {
         path_join(cp, sizeof cp, cdir, "valid.cache");
         if ((st = data_corpus_open(&t->valid_c, cp, o->valid_src, o->valid_tgt, &t->vocab, &dopt, &s))) return st;
@@ -901,8 +902,10 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
     char best[128] = "";
     if (t.best_loss != NO_LOSS) snprintf(best, sizeof best, "; best validation loss %.4f", t.best_loss);
     if (t.best_bleu >= 0) snprintf(best + strlen(best), sizeof best - strlen(best), ", best BLEU %.2f", t.best_bleu);
-    tlog(&t, "done (%s) at update %ld, epoch %lld: %lld target tokens in %.1f s of training steps (%.0f tok/s), "
-         "elapsed %s%s; last checkpoint %s", r->stop_reason, t.updates, (long long)t.cur_epoch + 1,
+    data_iter_state_t ds = data_iter_state(t.train_it);
+    tlog(&t, "done (%s) at update %ld (%lld epoch(s) and %lld batch(es)): %lld target tokens in %.1f s of training "
+         "steps (%.0f tok/s), elapsed %s%s; last checkpoint %s", r->stop_reason, t.updates, (long long)ds.epoch,
+         (long long)ds.pos,
          (long long)t.run_tokens, t.run_train_time, t.run_train_time > 0 ? (double)t.run_tokens / t.run_train_time : 0.0,
          el, best, t.last_ckpt);
     fflush(t.tcurve);
