@@ -789,10 +789,11 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
     tern_status_t st;
     const char *reason = NULL;
     while (!reason) {
-        if (o->max_updates > 0 && t->updates >= o->max_updates) {
-            reason = "max updates";
-            break;
-        }
+        if (o->max_updates > 0 && t->updates >= o->max_updates) reason = "max updates";
+        else if (o->max_epochs > 0 && data_iter_state(t->train_it).epoch >= o->max_epochs) reason = "max epochs";
+        else if (o->max_time > 0 && elapsed(t) >= o->max_time) reason = "max time";
+        else if (o->stop && *o->stop) reason = "interrupted";
+        if (reason) break;
         /* one group of update_freq batches */
         t->cur_epoch = data_iter_state(t->train_it).epoch;
         int n = 0, ended = 0;
