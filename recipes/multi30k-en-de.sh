@@ -14,7 +14,7 @@
 # the output projection; Adam (0.9, 0.98), decoupled weight decay 1e-4, inverse_sqrt with lr 0.005
 # after 2,000 warm-up updates from 1e-7, no clipping, dropout 0.3, label smoothing 0.1,
 # max-tokens 4096, 8,000 updates (about 59 epochs) or 3 hours of wall time, whichever comes first;
-# the last 10 epoch checkpoints averaged; beam 5.
+# the last 10 epoch checkpoints averaged; beam 5 with the length penalty that is best on val.
 #
 # Resumable: run the script again and training continues exactly where the last checkpoint left
 # it (`--resume`); finished steps are skipped. Results: $WORK/RESULTS.txt, curves in
@@ -63,13 +63,23 @@ echo "multi30k-en-de: training took $(( $(date +%s) - start )) s in this invocat
 # 3. the average of the last 10 checkpoints (one per epoch)
 "$TERN" average -o "$WORK/averaged" --last 10 "$WORK/ckpt"
 
-# 4. test_2016_flickr with beam 5: the last checkpoint and the average
+# 4. the length penalty (0, 0.6 or 1.0; CTranslate2's score / length^alpha) chosen on val with the
+#    averaged model, then test_2016_flickr with beam 5: the last checkpoint and the average
+bleu() { "$TERN" score -r "$1" "$2" | sed -n 's/^.*BLEU[^=]*= \([0-9.]*\).*$/\1/p' | head -1; }
+: > "$WORK/val_lp.txt"
+for lp in 0 0.6 1.0; do
+  "$TERN" translate -m "$WORK/averaged" -b 5 --length-penalty $lp -t "$THREADS" -q "$DATA/val.en" "$WORK/val.lp$lp.de"
+  echo "val, averaged, beam 5, length penalty $lp: BLEU $(bleu "$DATA/val.de" "$WORK/val.lp$lp.de")" | tee -a "$WORK/val_lp.txt"
+done
+best_lp=$(awk '{lp = $7; sub(":", "", lp); if ($9 > best) { best = $9; b = lp } } END { print b }' "$WORK/val_lp.txt")
 last=$(ls -d "$WORK"/ckpt/checkpoint-* | sort | tail -1)
 {
-  echo "Multi30k en-de, test_2016_flickr, beam 5, sacreBLEU defaults (tern score)"
+  echo "Multi30k en-de, test_2016_flickr, beam 5, length penalty $best_lp (best on val), sacreBLEU defaults (tern score)"
   echo "training: $(grep ' done (' "$WORK/ckpt/train.log" | tail -1 | cut -c 23-)"
+  cat "$WORK/val_lp.txt"
   for m in "$last" "$WORK/averaged"; do
-    "$TERN" translate -m "$m" -b 5 -t "$THREADS" -q "$DATA/test_2016_flickr.en" "$WORK/test.$(basename "$m").de"
-    echo "$(basename "$m"): $("$TERN" score -r "$DATA/test_2016_flickr.de" "$WORK/test.$(basename "$m").de")"
+    "$TERN" translate -m "$m" -b 5 --length-penalty "$best_lp" -t "$THREADS" -q "$DATA/test_2016_flickr.en" \
+      "$WORK/test.$(basename "$m").de"
+    echo "test_2016_flickr, $(basename "$m"): $("$TERN" score -r "$DATA/test_2016_flickr.de" "$WORK/test.$(basename "$m").de")"
   done
 } | tee "$WORK/RESULTS.txt"
