@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "kernels/omp_env.h"
 #include "tern.h"
 
 typedef struct {
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    kernels_omp_env_default(argv); /* GOMP_SPINCOUNT unless set: may re-execute (omp_env.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;

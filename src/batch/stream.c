@@ -118,6 +118,9 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
                                     void *user_data) {
     tern_translate_options_t o = options ? *options : tern_translate_default_options();
     if (o.workers <= 0) o.workers = 1;
+    /* Scores reach the output only in n-best lists or with print_scores: otherwise greedy search
+     * needs no log-softmax (the argmax of the logits is the token). */
+    if (o.num_hypotheses <= 1 && !o.print_scores) o.return_scores = 0;
     tern_status_t st = TERN_OK;
     int W = o.workers;
     tern_translator_t **trs = calloc((size_t)W, sizeof *trs);

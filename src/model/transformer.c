@@ -7,8 +7,11 @@
  */
 #include "transformer.h"
 
+#include "kernels/gemm_packed.h"
+
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +37,47 @@ struct transformer_state {
     void *lin_ws;
     size_t lin_ws_cap;
 };
+
+/* ------------------------------------------------------------------ profiling
+ * Built with -DTERN_PROF (e.g. make BUILD=build-prof OPT="-O3 -DTERN_PROF"), the encoder and the
+ * decoder step time their parts (thread CPU time; wall time with TERN_PROFILE_WALL set) and print
+ * the sums at exit. Without it PROF(id, name, stmt) is just stmt. */
+#ifdef TERN_PROF
+#include <stdio.h>
+#include <time.h>
+static double prof_acc[32];
+static const char *prof_name[32];
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(getenv("TERN_PROFILE_WALL") ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+static void prof_dump(void) {
+    for (int i = 0; i < 32; i++)
+        if (prof_name[i]) fprintf(stderr, "prof %-14s %8.3f s\n", prof_name[i], prof_acc[i]);
+}
+static void prof_register(void) {
+    static int done;
+    if (!done) {
+        done = 1;
+        atexit(prof_dump);
+    }
+}
+#define PROF(id, name, stmt)                                                                       \
+    do {                                                                                           \
+        double _t = prof_now();                                                                    \
+        stmt;                                                                                      \
+        prof_acc[id] += prof_now() - _t;                                                           \
+        prof_name[id] = name;                                                                      \
+        prof_register();                                                                           \
+    } while (0)
+#define PROF_BEGIN(var) double var = prof_now()
+#define PROF_END(var, id, name) (prof_acc[id] += prof_now() - var, prof_name[id] = name)
+#else
+#define PROF(id, name, stmt) do { stmt; } while (0)
+#define PROF_BEGIN(var) (void)0
+#define PROF_END(var, id, name) (void)0
+#endif
 
 /* ------------------------------------------------------------------ small helpers */
 
@@ -96,16 +140,10 @@ static inline void axpy_n(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-static void softmax_inplace(float *x, int n) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+/* Threads for a loop of n independent tasks: the intra-op threads of this translator, at most n. */
+static int team_size(int n) {
+    int t = kernels_get_num_threads();
+    return t < n ? (t > 0 ? t : 1) : (n > 0 ? n : 1);
 }
 
 static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin, int M) {
@@ -115,10 +153,26 @@ static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin,
     return TERN_OK;
 }
 
-static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin, int M) {
+/* out (M, N) = inp (M, K) . W^T + bias: the packed weights pk when there are (and a kernel for M),
+ * else linear_forward on the weights as loaded. */
+static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
+                            const void *pk, int M) {
+    if (pk && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
     tern_status_t s = ensure_lin_ws(st, lin, M);
     if (s) return s;
     linear_forward(out, inp, lin, M, st->lin_ws);
+    return TERN_OK;
+}
+
+/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU). */
+static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
+                            const void *pk, int M) {
+    const transformer_t *m = st->m;
+    if (pk && m->ffn1_relu_packed && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
+    tern_status_t s = ensure_lin_ws(st, lin, M);
+    if (s) return s;
+    linear_forward(out, inp, lin, M, st->lin_ws);
+    activation_forward(out, (size_t)M * lin->N, m->act);
     return TERN_OK;
 }
 
@@ -213,18 +267,24 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
 /* Multi-head self-attention over each sentence of a packed batch: qkv (P, 3d) -> ctx (P, d). */
 static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, const float *qkv) {
     const transformer_t *m = st->m;
-    int d = m->d, H = m->H, dh = d / H;
+    int d = m->d, H = m->H, dh = d / H, N = st->N;
     float alpha = 1.0f / sqrtf((float)dh);
-    GROW_F(st, scores, (size_t)st->S * st->S);
-    for (int n = 0; n < st->N; n++) {
+    /* one (sentence, head) pair per task, each thread with its own scores (S, S); the gemms inside
+     * a parallel region run on one thread */
+    int nt = team_size(N * H);
+    size_t stride = ((size_t)st->S * st->S + 15) & ~(size_t)15;
+    GROW_F(st, scores, stride * nt);
+    float *scores = st->scores;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int task = 0; task < N * H; task++) {
+        int n = task / H, h = task % H;
+        float *sc = scores + stride * (size_t)omp_get_thread_num();
         int L = st->src_len[n], off = st->src_off[n];
         const float *base = qkv + (size_t)off * 3 * d;
-        for (int h = 0; h < H; h++) {
-            const float *Q = base + h * dh, *K = base + d + h * dh, *Vv = base + 2 * d + h * dh;
-            gemm_f32(0, 1, L, L, dh, alpha, Q, 3 * d, K, 3 * d, 0.0f, st->scores, L);
-            softmax_forward(st->scores, st->scores, L, L);
-            gemm_f32(0, 0, L, dh, L, 1.0f, st->scores, L, Vv, 3 * d, 0.0f, ctx + (size_t)off * d + h * dh, d);
-        }
+        const float *Q = base + h * dh, *K = base + d + h * dh, *Vv = base + 2 * d + h * dh;
+        gemm_f32(0, 1, L, L, dh, alpha, Q, 3 * d, K, 3 * d, 0.0f, sc, L);
+        softmax_forward(sc, sc, L, L);
+        gemm_f32(0, 0, L, dh, L, 1.0f, sc, L, Vv, 3 * d, 0.0f, ctx + (size_t)off * d + h * dh, d);
     }
     return TERN_OK;
 }
@@ -275,9 +335,12 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
             layernorm(h, x, &L->ln_attn, P, d, m->eps);
             in = h;
         }
-        if ((s = linear(st, big, in, &L->qkv, P))) return s;
-        if ((s = encoder_attention(st, ctx, big))) return s;
-        if ((s = linear(st, h, ctx, &L->attn_out, P))) return s;
+        PROF(0, "enc_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, P));
+        if (s) return s;
+        PROF(1, "enc_attn", s = encoder_attention(st, ctx, big));
+        if (s) return s;
+        PROF(2, "enc_out", s = linear(st, h, ctx, &L->attn_out, L->pk_attn_out, P));
+        if (s) return s;
         add_inplace(x, h, (size_t)P * d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_attn, P, d, m->eps);
         /* feed-forward */
@@ -286,9 +349,10 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
             layernorm(h, x, &L->ln_ffn, P, d, m->eps);
             in = h;
         }
-        if ((s = linear(st, big, in, &L->ffn1, P))) return s;
-        activation_forward(big, (size_t)P * F, m->act);
-        if ((s = linear(st, h, big, &L->ffn2, P))) return s;
+        PROF(3, "enc_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, P));
+        if (s) return s;
+        PROF(4, "enc_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, P));
+        if (s) return s;
         add_inplace(x, h, (size_t)P * d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
     }
@@ -307,8 +371,10 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
         }
         st->cross_cap = cap;
     }
-    for (int l = 0; l < m->dec_layers; l++)
-        if ((s = linear(st, st->cross_kv[l], x, &m->dec[l].cross_kv, P))) return s;
+    for (int l = 0; l < m->dec_layers; l++) {
+        PROF(5, "cross_kv", s = linear(st, st->cross_kv[l], x, &m->dec[l].cross_kv, m->dec[l].pk_cross_kv, P));
+        if (s) return s;
+    }
     /* One decoder row per sentence. */
     st->t = 0;
     st->n_slots = 0;
@@ -358,7 +424,13 @@ static tern_status_t ensure_slots(transformer_state_t *st, int need) {
     return TERN_OK;
 }
 
+static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
 tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
+    tern_status_t s;
+    PROF(15, "step (total)", s = decoder_step(st, tokens, t, logits, attn));
+    return s;
+}
+static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
     const transformer_t *m = st->m;
     int d = m->d, F = m->F, H = m->H, dh = d / H, R = st->R;
     tern_status_t s;
@@ -372,8 +444,11 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
     GROW_F(st, h, (size_t)R * d);
     GROW_F(st, ctx, (size_t)R * d);
     GROW_F(st, big, wide);
-    GROW_F(st, scores, (size_t)(t + 1 > st->S ? t + 1 : st->S) * 2);
-    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big, *sc = st->scores;
+    /* attention rows run in parallel, each thread with its own scores (max(t + 1, S)) */
+    int nt = team_size(R);
+    size_t sc_stride = ((size_t)(t + 1 > st->S ? t + 1 : st->S) + 15) & ~(size_t)15;
+    GROW_F(st, scores, sc_stride * nt);
+    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big, *scores = st->scores;
     float emb_scale = m->dec_scale_emb ? sqrtf((float)d) : 1.0f;
     float qscale = 1.0f / sqrtf((float)dh);
     int tc = st->t_cap, base = st->n_slots;
@@ -397,26 +472,32 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
             layernorm(h, x, &L->ln_self, R, d, m->eps);
             in = h;
         }
-        if ((s = linear(st, big, in, &L->qkv, R))) return s;
+        PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
+        if (s) return s;
+        PROF_BEGIN(t_selfattn);
         float *K = st->k_cache[l], *Vc = st->v_cache[l];
         for (int r = 0; r < R; r++) {
             memcpy(K + (size_t)(base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
             memcpy(Vc + (size_t)(base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
         }
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
         for (int r = 0; r < R; r++) {
+            float *sc = scores + sc_stride * (size_t)omp_get_thread_num();
             const int *path = st->path + (size_t)r * tc;
             float *q = big + (size_t)r * 3 * d;
             for (int i = 0; i < d; i++) q[i] *= qscale;
             for (int hh = 0; hh < H; hh++) {
                 const float *qh = q + hh * dh;
                 for (int tau = 0; tau <= t; tau++) sc[tau] = dot(qh, K + (size_t)path[tau] * d + hh * dh, dh);
-                softmax_inplace(sc, t + 1);
+                softmax_forward(sc, sc, 1, t + 1);
                 float *c = ctx + (size_t)r * d + hh * dh;
                 memset(c, 0, (size_t)dh * sizeof(float));
                 for (int tau = 0; tau <= t; tau++) axpy_n(c, sc[tau], Vc + (size_t)path[tau] * d + hh * dh, dh);
             }
         }
-        if ((s = linear(st, h, ctx, &L->self_out, R))) return s;
+        PROF_END(t_selfattn, 7, "dec_selfattn");
+        PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
+        if (s) return s;
         add_inplace(x, h, (size_t)R * d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_self, R, d, m->eps);
 
@@ -426,11 +507,15 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
             layernorm(h, x, &L->ln_cross, R, d, m->eps);
             in = h;
         }
-        if ((s = linear(st, big, in, &L->cross_q, R))) return s;
+        PROF(9, "dec_crossq", s = linear(st, big, in, &L->cross_q, L->pk_cross_q, R));
+        if (s) return s;
+        PROF_BEGIN(t_crossattn);
         const float *kv = st->cross_kv[l];
         int want_attn = attn && l == m->alignment_layer;
         int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
         for (int r = 0; r < R; r++) {
+            float *sc = scores + sc_stride * (size_t)omp_get_thread_num();
             int n = st->row_sent[r], Ln = st->src_len[n], off = st->src_off[n];
             float *q = big + (size_t)r * d;
             for (int i = 0; i < d; i++) q[i] *= qscale;
@@ -439,7 +524,7 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
                 const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
                 const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
                 for (int j = 0; j < Ln; j++) sc[j] = dot(qh, Kb + (size_t)j * 2 * d, dh);
-                softmax_inplace(sc, Ln);
+                softmax_forward(sc, sc, 1, Ln);
                 float *c = ctx + (size_t)r * d + hh * dh;
                 memset(c, 0, (size_t)dh * sizeof(float));
                 for (int j = 0; j < Ln; j++) axpy_n(c, sc[j], Vb + (size_t)j * 2 * d, dh);
@@ -450,7 +535,9 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
                 }
             }
         }
-        if ((s = linear(st, h, ctx, &L->cross_out, R))) return s;
+        PROF_END(t_crossattn, 10, "dec_crossattn");
+        PROF(11, "dec_crossout", s = linear(st, h, ctx, &L->cross_out, L->pk_cross_out, R));
+        if (s) return s;
         add_inplace(x, h, (size_t)R * d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_cross, R, d, m->eps);
 
@@ -460,9 +547,10 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
             layernorm(h, x, &L->ln_ffn, R, d, m->eps);
             in = h;
         }
-        if ((s = linear(st, big, in, &L->ffn1, R))) return s;
-        activation_forward(big, (size_t)R * F, m->act);
-        if ((s = linear(st, h, big, &L->ffn2, R))) return s;
+        PROF(12, "dec_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, R));
+        if (s) return s;
+        PROF(13, "dec_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, R));
+        if (s) return s;
         add_inplace(x, h, (size_t)R * d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, R, d, m->eps);
     }
@@ -471,8 +559,64 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
         layernorm(h, x, &m->dec_ln, R, d, m->eps);
         out = h;
     }
-    if ((s = linear(st, logits, out, &m->proj, R))) return s;
+    PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, R));
+    if (s) return s;
     st->n_slots += R;
     st->t = t + 1;
     return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ packed weights */
+
+/* Registers p in the model's owned memory (freed by transformer_free). */
+static int own_packed(transformer_t *m, void *p) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? m->cap_owned * 2 : 64;
+        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) return -1;
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+static tern_status_t pack_one(transformer_t *m, const linear_t *lin, int relu, const void **out) {
+    *out = NULL;
+    if (lin->kind != WEIGHT_F32 || !lin->w) return TERN_OK;
+    size_t bytes = gemm_packed_size(lin->N, lin->K);
+    if (!bytes) return TERN_OK;
+    void *buf = aligned_alloc64(bytes);
+    if (!buf || own_packed(m, buf)) {
+        aligned_free(buf);
+        return tern_error(TERN_ERR_NOMEM, "packing weights: out of memory");
+    }
+    if (gemm_pack_linear(buf, lin->w, lin->bias, lin->N, lin->K, relu) == 0) {
+        *out = buf;
+        m->packed_bytes += bytes;
+    }
+    return TERN_OK;
+}
+
+tern_status_t transformer_pack(transformer_t *m) {
+    const char *env = getenv("TERN_GEMM_PACKED");
+    if (env && !strcmp(env, "0")) return TERN_OK;
+    tern_status_t s;
+    int relu = m->act == ACT_RELU;
+    m->ffn1_relu_packed = relu;
+    for (int l = 0; l < m->enc_layers; l++) {
+        enc_layer_t *L = &m->enc[l];
+        if ((s = pack_one(m, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, &L->attn_out, 0, &L->pk_attn_out)) ||
+            (s = pack_one(m, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, &L->ffn2, 0, &L->pk_ffn2)))
+            return s;
+    }
+    for (int l = 0; l < m->dec_layers; l++) {
+        dec_layer_t *L = &m->dec[l];
+        if ((s = pack_one(m, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, &L->self_out, 0, &L->pk_self_out)) ||
+            (s = pack_one(m, &L->cross_q, 0, &L->pk_cross_q)) || (s = pack_one(m, &L->cross_kv, 0, &L->pk_cross_kv)) ||
+            (s = pack_one(m, &L->cross_out, 0, &L->pk_cross_out)) || (s = pack_one(m, &L->ffn1, relu, &L->pk_ffn1)) ||
+            (s = pack_one(m, &L->ffn2, 0, &L->pk_ffn2)))
+            return s;
+    }
+    return pack_one(m, &m->proj, 0, &m->pk_proj);
 }

@@ -36,6 +36,8 @@ typedef struct {
     layernorm_t ln_ffn;
     linear_t ffn1;        /* (F, d) */
     linear_t ffn2;        /* (d, F) */
+    /* the same weights packed for the GEMM kernel (gemm_packed.h), NULL when not packed */
+    const void *pk_qkv, *pk_attn_out, *pk_ffn1, *pk_ffn2;
 } enc_layer_t;
 
 typedef struct {
@@ -49,6 +51,7 @@ typedef struct {
     layernorm_t ln_ffn;
     linear_t ffn1;        /* (F, d) */
     linear_t ffn2;        /* (d, F) */
+    const void *pk_qkv, *pk_self_out, *pk_cross_q, *pk_cross_kv, *pk_cross_out, *pk_ffn1, *pk_ffn2;
 } dec_layer_t;
 
 typedef struct {
@@ -71,6 +74,9 @@ typedef struct {
     linear_t proj;            /* (V, d) output projection */
     int src_vocab, tgt_vocab;
     int int8;                 /* linear weights run in int8 */
+    const void *pk_proj;      /* proj packed (gemm_packed.h), or NULL */
+    int ffn1_relu_packed;     /* packed ffn1 layers apply the ReLU themselves */
+    size_t packed_bytes;      /* bytes of packed weights */
     size_t weight_bytes;      /* bytes of weights as run */
     /* memory owned by the model (converted/quantized tensors, tables) */
     void **owned;
@@ -82,6 +88,12 @@ typedef struct {
 tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
                                 float eps);
 void transformer_free(transformer_t *m);
+
+/* Packs the float32 linear weights for the GEMM kernel (gemm_packed.h): a copy, made once after
+ * transformer_build, that the forward pass uses where it can (the plain weights stay for the rest).
+ * Does nothing where the machine has no such kernel, or when the environment variable
+ * TERN_GEMM_PACKED is "0". Errors only when out of memory. */
+tern_status_t transformer_pack(transformer_t *m);
 
 typedef struct transformer_state transformer_state_t;
 

@@ -1,0 +1,37 @@
+/*
+ * gemm_packed.h — float32 linear layers with weights packed once, at load time, into the blocked
+ * layout of oneDNN's matmul kernel (brgemm), with the bias and an optional ReLU fused.
+ *
+ * Why: dnnl_sgemm packs its B operand on every call. For the few rows (M = 1..128) of a decoder
+ * step that packing is a large part of the work; with the weights packed once the same products
+ * run 1.3-2x faster (bench/bench_gemm.c "packed" column, docs/benchmarks.md).
+ *
+ * Legend: M rows of activations, N output features, K input features.
+ *
+ * A packed layer is one buffer (header + weights) the caller allocates (64-byte aligned, 
+ * gemm_packed_size() bytes) and frees; it is read-only after gemm_pack_linear() and may run on
+ * several threads at once. The matmul kernels (one per M, thread count and shape) are made on
+ * first use and kept for the life of the process.
+ */
+#ifndef TERN_GEMM_PACKED_H
+#define TERN_GEMM_PACKED_H
+
+#include <stddef.h>
+
+/* Bytes of the packed form of an (N, K) weight, or 0 when this machine has no blocked kernel for
+ * the shape (then use gemm_f32 / linear_forward on the plain weight). */
+size_t gemm_packed_size(int N, int K);
+
+/* Packs W (N, K) row-major (out x in) into buf; bias (N) may be NULL and must outlive buf; relu:
+ * apply max(x, 0) after the bias. Returns 0, or -1 (buf unusable) when the kernel is missing. */
+int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K, int relu);
+
+/* out (M, N) = inp (M, K) . W^T + bias, then ReLU when packed with relu. Rows of inp and out are
+ * contiguous (leading dimensions K and N). Returns 0, or -1 when no kernel could be made for this
+ * M (out untouched: fall back to the plain weight). */
+int gemm_packed_forward(float *out, const float *inp, const void *packed, int M);
+
+/* Largest M one kernel call covers; larger M runs in chunks of this many rows. */
+#define GEMM_PACKED_MAX_M 128
+
+#endif
