@@ -142,12 +142,12 @@ static int engine_ready(void) {
     return g_engine_ok;
 }
 
-/* Matmul descriptor of M rows; wmd NULL: let the library choose the weight layout. Only the
- * brgemm kernels count: any other choice (reference, gemm-based) returns -1. */
+/* Matmul descriptor of M rows; wmd NULL: let the library choose the weight layout. */
 static int make_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, const dnnl_memory_desc_t *wmd,
                    int has_bias, int relu) {
     dnnl_dims_t sd = {M, K}, wd = {K, N}, dd = {M, N}, bd = {1, N};
     dnnl_memory_desc_t smd, wany, dmd, bmd;
+    int wmd_given = wmd != NULL;
     if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab) != dnnl_success)
@@ -170,9 +170,12 @@ static int make_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, const dnnl_me
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (!ok) return -1;
+    /* Probing the layout (wmd NULL), only a brgemm kernel makes packing worth it. With the layout
+     * given, any kernel will do: the reference one (if ever picked for some M) is slow but right,
+     * and the plain weights may be gone. */
     const char *impl = NULL;
-    if (dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
-        strncmp(impl, "brg", 3) != 0) {
+    if (!wmd_given && (dnnl_primitive_desc_query(*pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+                       !impl || strncmp(impl, "brg", 3) != 0)) {
         dnnl_primitive_desc_destroy(*pd);
         return -1;
     }

@@ -75,6 +75,10 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 /* Row-wise softmax and log-softmax over C columns (numerically stable). out may alias inp. */
 void softmax_forward(float *out, const float *inp, int M, int C);
 void log_softmax_forward(float *out, const float *inp, int M, int C);
+/* What log_softmax_forward subtracts, without writing the row: max_value[m] and lse[m] such that
+ * log_softmax(x)[m, c] == (x[m, c] - max_value[m]) - lse[m] bit for bit (max_value -inf: the row
+ * is all -inf, lse 0). Lets a search scan log-probabilities without storing them. */
+void log_softmax_stats(float *max_value, float *lse, const float *inp, int M, int C);
 /* Softmax of rows where only the first len[m] columns count (the rest get probability 0). */
 void softmax_masked_forward(float *out, const float *inp, const int *len, int M, int C);
 

@@ -251,6 +251,15 @@ void log_softmax_forward(float *out, const float *inp, int M, int C) {
     }
 }
 
+void log_softmax_stats(float *max_value, float *lse, const float *inp, int M, int C) {
+    for (int m = 0; m < M; m++) {
+        const float *x = inp + (size_t)m * C;
+        float mx = C > 0 ? row_max(x, C) : -INFINITY;
+        max_value[m] = mx;
+        lse[m] = mx == -INFINITY ? 0.0f : (float)log(row_sum_exp(NULL, x, C, mx));
+    }
+}
+
 void softmax_masked_forward(float *out, const float *inp, const int *len, int M, int C) {
     for (int m = 0; m < M; m++) {
         int n = len[m] < 0 ? 0 : len[m] > C ? C : len[m];

@@ -107,7 +107,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         if ((st = weights_load_ct2(&m->weights, p))) goto fail;
     }
     if ((st = transformer_build(&m->tf, m->weights, o.compute_type, m->cfg.layer_norm_epsilon))) goto fail;
-    if ((st = transformer_pack(&m->tf))) goto fail;
+    if ((st = transformer_pack(&m->tf, m->weights))) goto fail;
     if ((st = load_vocab_pair(m))) goto fail;
     if (vocab_size(m->src_vocab) != m->tf.src_vocab || vocab_size(m->tgt_vocab) != m->tf.tgt_vocab) {
         /* Name the vocabulary file and the embedding tensor (in its weights file) that disagree. */

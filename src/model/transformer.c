@@ -12,6 +12,9 @@
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +161,8 @@ static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin,
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     if (pk && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
+    if (lin->kind == WEIGHT_F32 && !lin->w) /* given back after packing: no fallback */
+        return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
     tern_status_t s = ensure_lin_ws(st, lin, M);
     if (s) return s;
     linear_forward(out, inp, lin, M, st->lin_ws);
@@ -169,6 +174,8 @@ static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *in
                             const void *pk, int M) {
     const transformer_t *m = st->m;
     if (pk && m->ffn1_relu_packed && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
+    if (lin->kind == WEIGHT_F32 && !lin->w)
+        return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
     tern_status_t s = ensure_lin_ws(st, lin, M);
     if (s) return s;
     linear_forward(out, inp, lin, M, st->lin_ws);
@@ -581,11 +588,49 @@ static int own_packed(transformer_t *m, void *p) {
     return 0;
 }
 
-static tern_status_t pack_one(transformer_t *m, const linear_t *lin, int relu, const void **out) {
+/* Linear weights that no embedding and no other layer uses: only their layer reads them. */
+static int weight_uses(const transformer_t *m, const float *w) {
+    int n = (m->enc_emb.w == w) + (m->dec_emb.w == w) + (m->proj.w == w);
+    for (int l = 0; l < m->enc_layers; l++) {
+        const enc_layer_t *L = &m->enc[l];
+        n += (L->qkv.w == w) + (L->attn_out.w == w) + (L->ffn1.w == w) + (L->ffn2.w == w);
+    }
+    for (int l = 0; l < m->dec_layers; l++) {
+        const dec_layer_t *L = &m->dec[l];
+        n += (L->qkv.w == w) + (L->self_out.w == w) + (L->cross_q.w == w) + (L->cross_kv.w == w) +
+             (L->cross_out.w == w) + (L->ffn1.w == w) + (L->ffn2.w == w);
+    }
+    return n;
+}
+
+/* Gives back the plain weight of a packed layer: to the weights table, or, for a converted copy
+ * (float16 / bfloat16 / dequantized), to the model's own memory. */
+static void release_plain(transformer_t *m, weights_t *w, linear_t *lin) {
+    for (int i = 0; i < m->n_owned; i++)
+        if (m->owned[i] == (void *)lin->w) {
+            aligned_free(m->owned[i]);
+            m->owned[i] = NULL;
+            lin->w = NULL;
+            return;
+        }
+    weights_release(w, lin->w);
+    lin->w = NULL;
+}
+
+/* Returns freed heap pages to the system (glibc keeps freed chunks below its mmap threshold, which
+ * grows to the size of the tensors freed: without this the released weights stay resident). */
+static void trim_heap(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int relu, const void **out) {
     *out = NULL;
     if (lin->kind != WEIGHT_F32 || !lin->w) return TERN_OK;
     size_t bytes = gemm_packed_size(lin->N, lin->K);
     if (!bytes) return TERN_OK;
+    int alone = weight_uses(m, lin->w) == 1;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
         aligned_free(buf);
@@ -594,11 +639,15 @@ static tern_status_t pack_one(transformer_t *m, const linear_t *lin, int relu, c
     if (gemm_pack_linear(buf, lin->w, lin->bias, lin->N, lin->K, relu) == 0) {
         *out = buf;
         m->packed_bytes += bytes;
+        if (w && alone) {
+            release_plain(m, w, lin);
+            trim_heap();
+        }
     }
     return TERN_OK;
 }
 
-tern_status_t transformer_pack(transformer_t *m) {
+tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
     const char *env = getenv("TERN_GEMM_PACKED");
     if (env && !strcmp(env, "0")) return TERN_OK;
     tern_status_t s;
@@ -606,17 +655,18 @@ tern_status_t transformer_pack(transformer_t *m) {
     m->ffn1_relu_packed = relu;
     for (int l = 0; l < m->enc_layers; l++) {
         enc_layer_t *L = &m->enc[l];
-        if ((s = pack_one(m, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, &L->attn_out, 0, &L->pk_attn_out)) ||
-            (s = pack_one(m, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, &L->ffn2, 0, &L->pk_ffn2)))
+        if ((s = pack_one(m, w, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, w, &L->attn_out, 0, &L->pk_attn_out)) ||
+            (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)))
             return s;
     }
     for (int l = 0; l < m->dec_layers; l++) {
         dec_layer_t *L = &m->dec[l];
-        if ((s = pack_one(m, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, &L->self_out, 0, &L->pk_self_out)) ||
-            (s = pack_one(m, &L->cross_q, 0, &L->pk_cross_q)) || (s = pack_one(m, &L->cross_kv, 0, &L->pk_cross_kv)) ||
-            (s = pack_one(m, &L->cross_out, 0, &L->pk_cross_out)) || (s = pack_one(m, &L->ffn1, relu, &L->pk_ffn1)) ||
-            (s = pack_one(m, &L->ffn2, 0, &L->pk_ffn2)))
+        if ((s = pack_one(m, w, &L->qkv, 0, &L->pk_qkv)) || (s = pack_one(m, w, &L->self_out, 0, &L->pk_self_out)) ||
+            (s = pack_one(m, w, &L->cross_q, 0, &L->pk_cross_q)) ||
+            (s = pack_one(m, w, &L->cross_kv, 0, &L->pk_cross_kv)) ||
+            (s = pack_one(m, w, &L->cross_out, 0, &L->pk_cross_out)) ||
+            (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)))
             return s;
     }
-    return pack_one(m, &m->proj, 0, &m->pk_proj);
+    return pack_one(m, w, &m->proj, 0, &m->pk_proj);
 }

@@ -89,11 +89,13 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
                                 float eps);
 void transformer_free(transformer_t *m);
 
-/* Packs the float32 linear weights for the GEMM kernel (gemm_packed.h): a copy, made once after
- * transformer_build, that the forward pass uses where it can (the plain weights stay for the rest).
- * Does nothing where the machine has no such kernel, or when the environment variable
- * TERN_GEMM_PACKED is "0". Errors only when out of memory. */
-tern_status_t transformer_pack(transformer_t *m);
+/* Packs the float32 linear weights for the GEMM kernel (gemm_packed.h), once, after
+ * transformer_build. When w is given, the plain weight of each packed layer that nothing else uses
+ * (no embedding, no other layer) is given back to it right after (weights_release): the model then
+ * holds one copy of each weight, and the peak stays near the weights' size. Does nothing where the
+ * machine has no such kernel, or when the environment variable TERN_GEMM_PACKED is "0". Errors only
+ * when out of memory. */
+tern_status_t transformer_pack(transformer_t *m, weights_t *w);
 
 typedef struct transformer_state transformer_state_t;
 

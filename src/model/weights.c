@@ -4,9 +4,12 @@
  */
 #include "weights_internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 size_t dtype_size(dtype_t dt) {
     switch (dt) {
@@ -105,6 +108,34 @@ static int grow(void **p, int *cap, int need, size_t elem) {
     return 0;
 }
 
+/* Gives back the resident pages of [p, p + n) when they lie in the file mapping (whole pages only,
+ * large ranges only). The mapping is private and read-only: a page touched again is read again
+ * from the file, so this only returns memory. */
+static void drop_mapped_pages(const weights_t *w, const void *p, size_t n) {
+    if (!w->file.is_mmap || n < (1u << 20)) return;
+    uintptr_t a = (uintptr_t)p, b = a + n, lo = (uintptr_t)w->file.data, hi = lo + w->file.size;
+    if (a < lo || b > hi) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t s = (a + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = b & ~((uintptr_t)pg - 1);
+    if (e > s) madvise((void *)s, e - s, MADV_DONTNEED);
+}
+
+void weights_release(weights_t *w, const void *data) {
+    if (!w || !data) return;
+    for (int i = 0; i < w->n; i++) {
+        tensor_t *t = &w->tensors[i];
+        if (t->data != data) continue;
+        if (w->owned[i]) {
+            aligned_free(w->owned[i]);
+            w->owned[i] = NULL;
+        } else {
+            drop_mapped_pages(w, data, t->nbytes);
+        }
+        t->data = NULL;
+    }
+}
+
 tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype_t dt, int rank,
                           const int64_t *shape, const void *src, size_t nbytes, int may_point) {
     char *nm = malloc(name_len + 1);
@@ -173,6 +204,7 @@ tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype
                               t->name, nbytes);
         }
         if (nbytes) memcpy(copy, src, nbytes);
+        drop_mapped_pages(w, src, nbytes); /* the copy is what counts now */
         w->owned[w->n] = copy;
         t->data = copy;
     }

@@ -69,6 +69,11 @@ const char *weights_alias_at(const weights_t *w, int i, const char **target);
  * target has a quantization scale T_scale, the loader adds A_scale -> T_scale (as CTranslate2). */
 int weights_alias_is_derived(const weights_t *w, int i);
 
+/* Gives back the memory of the tensor(s) whose data is `data`, once nothing reads it any more
+ * (the Transformer packed a copy for its GEMM kernel): a copy made at load is freed, pages of the
+ * mapped file are dropped. Their data becomes NULL. */
+void weights_release(weights_t *w, const void *data);
+
 /* Element i of a tensor of any dtype, as float. */
 float tensor_get_f32(const tensor_t *t, int64_t i);
 

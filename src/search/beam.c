@@ -12,7 +12,9 @@
  * truncated hypothesis. The common policy returns the hypotheses cut at the maximum length, as
  * CTranslate2 does.
  */
+#include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +111,60 @@ static float kth_best(const finished_t *f, int k) {
     return v;
 }
 
+/* The step's candidate scores are never stored: score of row r, token v is
+ * ((x[r, v] - mx[r]) - lse[r]) + score[r], the same float operations, in the same order, as
+ * log_softmax_forward then adding the hypothesis score (so the same values, bit for bit). */
+static inline float cand_score(const float *x, const float *mx, const float *lse, const float *score,
+                               int r, int V, int v) {
+    if (mx[r] == -INFINITY) return -INFINITY;
+    return ((x[(size_t)r * V + v] - mx[r]) - lse[r]) + score[r];
+}
+
+/* Inserts (v, i) into the sorted list of length *len (capacity k); entries come in increasing index
+ * order, so an equal value never goes before an existing one (as topk() in ops.c). */
+static void cand_insert(float *values, int *indices, int *len, int k, float v, int i) {
+    int j = *len < k ? (*len)++ : k - 1;
+    while (j > 0 && values[j - 1] < v) {
+        values[j] = values[j - 1];
+        indices[j] = indices[j - 1];
+        j--;
+    }
+    values[j] = v;
+    indices[j] = i;
+}
+
+/* topk() over the candidate scores of rows [0, b) (index r * V + v), one pass over the logits
+ * without writing them: what topk() gives on the stored log-probabilities plus scores. */
+static void topk_candidates(float *values, int *indices, const float *x, const float *mx, const float *lse,
+                            const float *score, int b, int V, int k) {
+    int len = 0;
+    float tmp[8];
+    for (int r = 0; r < b; r++) {
+        const float *row = x + (size_t)r * V;
+        int v = 0;
+        if (mx[r] == -INFINITY) { /* a row of -inf: only while the list fills */
+            for (; v < V && len < k; v++) cand_insert(values, indices, &len, k, -INFINITY, r * V + v);
+            continue;
+        }
+        for (; v < V && len < k; v++) cand_insert(values, indices, &len, k, cand_score(x, mx, lse, score, r, V, v), r * V + v);
+        __m256 vm = _mm256_set1_ps(mx[r]), vl = _mm256_set1_ps(lse[r]), vs = _mm256_set1_ps(score[r]);
+        for (; v + 8 <= V; v += 8) {
+            __m256 y = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + v), vm), vl), vs);
+            int mask = _mm256_movemask_ps(_mm256_cmp_ps(y, _mm256_set1_ps(values[k - 1]), _CMP_GT_OQ));
+            if (!mask) continue;
+            _mm256_storeu_ps(tmp, y);
+            for (; mask; mask &= mask - 1) {
+                int j = __builtin_ctz((unsigned)mask);
+                if (tmp[j] > values[k - 1]) cand_insert(values, indices, &len, k, tmp[j], r * V + v + j);
+            }
+        }
+        for (; v < V; v++) {
+            float y = cand_score(x, mx, lse, score, r, V, v);
+            if (y > values[k - 1]) cand_insert(values, indices, &len, k, y, r * V + v);
+        }
+    }
+}
+
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                           const search_options_t *opt, search_result_t *results) {
     const int V = dec->vocab_size, S = dec->source_len, B = opt->beam_size;
@@ -126,8 +182,10 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     float *cov = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
     float *cov2 = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
     float *cov_tmp = use_cov ? calloc((size_t)(S ? S : 1), sizeof(float)) : NULL;
-    float *cand_v = malloc((size_t)K * sizeof(float));
-    int *cand_i = malloc((size_t)K * sizeof(int));
+    float *cands_v = malloc((size_t)N * K * sizeof(float)); /* (N, K) top candidates per sentence */
+    int *cands_i = malloc((size_t)N * K * sizeof(int));
+    int *grp = malloc((size_t)(N + 1) * sizeof(int)); /* first row of each sentence's group */
+    float *row_mx = malloc(maxR * sizeof(float)), *row_lse = malloc(maxR * sizeof(float));
     int *tokens = malloc(maxR * sizeof(int)), *tokens2 = malloc(maxR * sizeof(int));
     int *sent = malloc(maxR * sizeof(int)), *sent2 = malloc(maxR * sizeof(int));
     int *parent = malloc(maxR * sizeof(int));
@@ -136,7 +194,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     int *eos_taken = calloc(maxR, sizeof(int));
     finished_t *fin = calloc((size_t)N, sizeof *fin);
     steplog_t L = {0};
-    if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cand_v || !cand_i || !tokens || !tokens2 ||
+    if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cands_v || !cands_i || !grp || !row_mx ||
+        !row_lse || !tokens || !tokens2 ||
         !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin) {
         st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
         goto done;
@@ -155,21 +214,40 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
         if (t < opt->min_length)
             for (int r = 0; r < R; r++) logits[(size_t)r * V + opt->eos] = -INFINITY;
-        log_softmax_forward(logits, logits, R, V);
-        for (int r = 0; r < R; r++) {
-            float *row = logits + (size_t)r * V;
-            float s = score[r];
-            for (int v = 0; v < V; v++) row[v] += s;
-            eos_taken[r] = 0;
+        /* log-softmax statistics of every row, then the top candidates of every sentence (rows
+         * and sentences on the translator's threads) */
+        int G = 0;
+        for (int a = 0; a < R; G++) {
+            grp[G] = a;
+            int n = sent[a];
+            while (a < R && sent[a] == n) a++;
         }
+        grp[G] = R;
+        int nt = kernels_get_num_threads();
+        nt = nt < G ? nt : G;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+            int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
+            log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+            for (int g = 0; g < G; g++) {
+                int b = grp[g + 1] - grp[g];
+                int kc = K < b * V ? K : b * V;
+                topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)grp[g] * V,
+                                row_mx + grp[g], row_lse + grp[g], score + grp[g], b, V, kc);
+            }
+        }
+        for (int r = 0; r < R; r++) eos_taken[r] = 0;
         int R2 = 0;
-        for (int a = 0; a < R;) {
-            int n = sent[a], b = 0;
-            while (a + b < R && sent[a + b] == n) b++;
+        for (int g = 0; g < G; g++) {
+            int a = grp[g], b = grp[g + 1] - grp[g], n = sent[a];
             finished_t *f = &fin[n];
             int last = t + 1 >= max_len[n];
             int kc = K < b * V ? K : b * V;
-            topk(cand_v, cand_i, logits + (size_t)a * V, b * V, kc);
+            const float *cand_v = cands_v + (size_t)g * K;
+            const int *cand_i = cands_i + (size_t)g * K;
             int sec = common ? B : kc;
             int first_new = R2;
             int take = B < kc ? B : kc;
@@ -218,7 +296,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             }
             /* backoff candidates (paper policy): EOS extensions that were not taken */
             for (int r = a; !common && r < a + b; r++) {
-                float e = logits[(size_t)r * V + opt->eos];
+                float e = cand_score(logits, row_mx, row_lse, score, r, V, opt->eos);
                 if (eos_taken[r] || e == -INFINITY) continue;
                 float sc = e / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                 if (use_cov) {
@@ -251,7 +329,6 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 R2 = first_new; /* its rows leave the batch */
                 f->done = 1;
             }
-            a += b;
         }
         if (R2 == 0) break;
         /* step log entries and state of the new rows */
@@ -305,7 +382,8 @@ done:
     free(L.tok), free(L.par);
     aligned_free(logits);
     aligned_free(attn);
-    free(cov), free(cov2), free(cov_tmp), free(cand_v), free(cand_i), free(tokens), free(tokens2), free(sent), free(sent2);
+    free(cov), free(cov2), free(cov_tmp), free(cands_v), free(cands_i), free(grp), free(row_mx), free(row_lse);
+    free(tokens), free(tokens2), free(sent), free(sent2);
     free(parent), free(score), free(score2), free(entry), free(entry2), free(eos_taken);
     return st;
 }
