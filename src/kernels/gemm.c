@@ -30,8 +30,14 @@
  * default against 316 with 3,000 spins; on the same cores idle, 1,000 with either. */
 void kernels_omp_env_default(char **argv) {
     if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return;
+    /* the program's own path (exec'ing "/proc/self/exe" would rename the process "exe") */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || (size_t)n >= sizeof self - 1) return;
+    self[n] = 0;
     if (setenv("GOMP_SPINCOUNT", "3000", 1) != 0) return;
-    execv("/proc/self/exe", argv); /* returns only on failure: go on with libgomp's default */
+    execv(self, argv); /* returns only on failure: go on with libgomp's default */
+    unsetenv("GOMP_SPINCOUNT");
 }
 
 static _Thread_local int tl_threads = 0; /* 0: never set on this thread -> omp_get_max_threads() */

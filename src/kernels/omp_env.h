@@ -5,7 +5,7 @@
  * spins for milliseconds after every parallel region, which costs Tern up to 10x on machines whose
  * cores also run other work (numbers in gemm.c). An executable calls kernels_omp_env_default(argv)
  * first thing in main(): when the user set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY, it sets
- * GOMP_SPINCOUNT=3000 (about 0.1 ms of spinning) and re-executes the program (/proc/self/exe) with
+ * GOMP_SPINCOUNT=3000 (about 0.1 ms of spinning) and re-executes the program (its path read from /proc/self/exe) with
  * the same arguments so that libgomp sees it. It returns only when it did not re-execute (a
  * variable was set, or exec failed). Setting GOMP_SPINCOUNT (any value) turns it off.
  */

@@ -17,6 +17,7 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct transformer_state {
     const transformer_t *m;
@@ -96,18 +97,22 @@ static int grow(void **buf, size_t *cap, size_t need_bytes) {
     return 0;
 }
 
-/* Grow keeping the contents. */
-static int grow_keep(void **buf, size_t *cap, size_t need_bytes, size_t used_bytes) {
-    if (need_bytes <= *cap) return 0;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need_bytes) n *= 2;
-    void *p = aligned_alloc64(n);
-    if (!p) return -1;
-    if (*buf && used_bytes) memcpy(p, *buf, used_bytes);
-    aligned_free(*buf);
-    *buf = p;
-    *cap = n;
-    return 0;
+/* The self-attention cache grows by remapping its pages: no copy, and never two copies at once
+ * (a beam batch's cache reaches hundreds of MB). NULL on failure, p then unchanged. */
+static float *cache_resize(float *p, size_t old_bytes, size_t new_bytes) {
+    void *q = p ? mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE)
+                : mmap(NULL, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return q == MAP_FAILED ? NULL : q;
+}
+
+/* Back from new_bytes to old_bytes (0: unmapped, NULL). Shrinking in place does not fail. */
+static float *cache_shrink(float *p, size_t new_bytes, size_t old_bytes) {
+    if (!old_bytes) {
+        munmap(p, new_bytes);
+        return NULL;
+    }
+    void *q = mremap(p, new_bytes, old_bytes, 0);
+    return q == MAP_FAILED ? p : q;
 }
 
 #define GROW_F(st, field, nfloats)                                                                 \
@@ -218,8 +223,9 @@ void transformer_state_free(transformer_state_t *st) {
     if (!st) return;
     for (int l = 0; st->m && l < st->m->dec_layers; l++) {
         if (st->cross_kv) aligned_free(st->cross_kv[l]);
-        if (st->k_cache) aligned_free(st->k_cache[l]);
-        if (st->v_cache) aligned_free(st->v_cache[l]);
+        size_t bytes = (size_t)st->slot_cap * st->m->d * sizeof(float);
+        if (st->k_cache && st->k_cache[l]) munmap(st->k_cache[l], bytes);
+        if (st->v_cache && st->v_cache[l]) munmap(st->v_cache[l], bytes);
     }
     free(st->cross_kv);
     free(st->k_cache);
@@ -419,13 +425,19 @@ static tern_status_t ensure_slots(transformer_state_t *st, int need) {
     const transformer_t *m = st->m;
     int cap = st->slot_cap ? st->slot_cap : 256;
     while (cap < need) cap *= 2;
-    size_t d = (size_t)m->d;
+    size_t row = (size_t)m->d * sizeof(float), old = (size_t)st->slot_cap * row, new = (size_t)cap * row;
     for (int l = 0; l < m->dec_layers; l++) {
-        size_t capb_k = (size_t)st->slot_cap * d * sizeof(float), capb_v = capb_k;
-        size_t used = (size_t)st->n_slots * d * sizeof(float);
-        if (grow_keep((void **)&st->k_cache[l], &capb_k, (size_t)cap * d * sizeof(float), used) ||
-            grow_keep((void **)&st->v_cache[l], &capb_v, (size_t)cap * d * sizeof(float), used))
+        float *k = cache_resize(st->k_cache[l], old, new);
+        float *v = k ? cache_resize(st->v_cache[l], old, new) : NULL;
+        if (k) st->k_cache[l] = k;
+        if (v) st->v_cache[l] = v;
+        if (!v) { /* undo: every layer keeps slot_cap slots */
+            for (int j = 0; j <= l; j++) {
+                if (j < l || k) st->k_cache[j] = cache_shrink(st->k_cache[j], new, old);
+                if (j < l) st->v_cache[j] = cache_shrink(st->v_cache[j], new, old);
+            }
             return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
+        }
     }
     st->slot_cap = cap;
     return TERN_OK;
@@ -647,9 +659,48 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
     return TERN_OK;
 }
 
+/* Whether the model reads memory p (one of its weights, scales, biases, tables). */
+static int model_uses(const transformer_t *m, const void *p) {
+#define USES_LIN(l) ((l).w == p || (const void *)(l).q == p || (l).scale == p || (const void *)(l).comp == p || (l).bias == p)
+#define USES_LN(n) ((n).gamma == p || (n).beta == p)
+    if (m->enc_emb.w == p || (const void *)m->enc_emb.q == p || m->enc_emb.scale == p || m->dec_emb.w == p ||
+        (const void *)m->dec_emb.q == p || m->dec_emb.scale == p || m->enc_pos == p || m->dec_pos == p ||
+        USES_LN(m->enc_ln) || USES_LN(m->dec_ln) || USES_LIN(m->proj))
+        return 1;
+    for (int l = 0; l < m->enc_layers; l++) {
+        const enc_layer_t *L = &m->enc[l];
+        if (USES_LN(L->ln_attn) || USES_LN(L->ln_ffn) || USES_LIN(L->qkv) || USES_LIN(L->attn_out) ||
+            USES_LIN(L->ffn1) || USES_LIN(L->ffn2))
+            return 1;
+    }
+    for (int l = 0; l < m->dec_layers; l++) {
+        const dec_layer_t *L = &m->dec[l];
+        if (USES_LN(L->ln_self) || USES_LN(L->ln_cross) || USES_LN(L->ln_ffn) || USES_LIN(L->qkv) ||
+            USES_LIN(L->self_out) || USES_LIN(L->cross_q) || USES_LIN(L->cross_kv) || USES_LIN(L->cross_out) ||
+            USES_LIN(L->ffn1) || USES_LIN(L->ffn2))
+            return 1;
+    }
+    return 0;
+#undef USES_LIN
+#undef USES_LN
+}
+
+/* Gives back every large tensor the model does not read: float32 originals of layers packed or
+ * quantized to int8 at load. */
+static void release_unused(const transformer_t *m, weights_t *w) {
+    for (int i = 0; i < weights_count(w); i++) {
+        const tensor_t *t = weights_at(w, i);
+        if (t->data && t->nbytes >= (1u << 20) && !model_uses(m, t->data)) weights_release(w, t->data);
+    }
+    trim_heap();
+}
+
 tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
     const char *env = getenv("TERN_GEMM_PACKED");
-    if (env && !strcmp(env, "0")) return TERN_OK;
+    if (env && !strcmp(env, "0")) {
+        if (w) release_unused(m, w);
+        return TERN_OK;
+    }
     tern_status_t s;
     int relu = m->act == ACT_RELU;
     m->ffn1_relu_packed = relu;
@@ -668,5 +719,7 @@ tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
             (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)))
             return s;
     }
-    return pack_one(m, w, &m->proj, 0, &m->pk_proj);
+    if ((s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;
+    if (w) release_unused(m, w);
+    return TERN_OK;
 }

@@ -92,9 +92,10 @@ void transformer_free(transformer_t *m);
 /* Packs the float32 linear weights for the GEMM kernel (gemm_packed.h), once, after
  * transformer_build. When w is given, the plain weight of each packed layer that nothing else uses
  * (no embedding, no other layer) is given back to it right after (weights_release): the model then
- * holds one copy of each weight, and the peak stays near the weights' size. Does nothing where the
- * machine has no such kernel, or when the environment variable TERN_GEMM_PACKED is "0". Errors only
- * when out of memory. */
+ * holds one copy of each weight, and the peak stays near the weights' size; so is every other large
+ * tensor the model does not read (float32 originals of layers quantized to int8 at load). Packs
+ * nothing where the machine has no such kernel, or when the environment variable TERN_GEMM_PACKED
+ * is "0". Errors only when out of memory. */
 tern_status_t transformer_pack(transformer_t *m, weights_t *w);
 
 typedef struct transformer_state transformer_state_t;
