@@ -6,7 +6,8 @@
  *
  * Linear layers: out[M,N] = inp[M,K] · W[N,K]^T (transB = 1), M = rows (batch × time).
  * Attention: batch = 8 heads; scores[L,L] = Q[L,64] · K[L,64]^T and ctx[L,64] = P[L,L] · V[L,64].
- * The last column says which library gemm_f32 (the dispatcher) picks for the shape. */
+ * The last column says which library gemm_f32 (the dispatcher) picks for the shape; "packed" is
+ * gemm_packed_forward on weights packed once (what the Transformer runs, gemm_packed.h). */
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 static double budget = 0.15;
@@ -50,6 +52,19 @@ static double time_gemm(gemm_fn f, int tB, int M, int N, int K, const float *A, 
     double t0 = time_now(), t;
     do {
         f(0, tB, M, N, K, A, K, B, tB ? K : N, C, N);
+        reps++;
+        t = time_now() - t0;
+    } while (t < budget);
+    return t / reps;
+}
+
+/* Seconds per gemm_packed_forward call (after one warm-up call that also makes the kernel). */
+static double time_packed(const void *pk, int M, const float *A, float *C) {
+    gemm_packed_forward(C, A, pk, M);
+    int reps = 0;
+    double t0 = time_now(), t;
+    do {
+        gemm_packed_forward(C, A, pk, M);
         reps++;
         t = time_now() - t0;
     } while (t < budget);
@@ -143,17 +158,27 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         set_threads(threads);
         printf("\n## linear layers, threads=%d: out[M,N] = inp[M,K] . W[N,K]^T\n", threads);
-        printf("%5s %6s %5s | %9s %9s | %s\n", "M", "N", "K", "oneDNN", "OpenBLAS", "gemm_f32 (dispatch)");
+        printf("%5s %6s %5s | %9s %9s | %9s | %s\n", "M", "N", "K", "oneDNN", "OpenBLAS", "packed",
+               "gemm_f32 (dispatch)");
         for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+            int N = NK[s][0], K = NK[s][1];
+            size_t pbytes = gemm_packed_size(N, K);
+            void *pk = pbytes ? aligned_alloc64(pbytes) : NULL;
+            if (pk && gemm_pack_linear(pk, B, NULL, N, K, 0)) {
+                aligned_free(pk);
+                pk = NULL;
+            }
             for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
-                int M = Ms[m], N = NK[s][0], K = NK[s][1];
+                int M = Ms[m];
                 double fl = 2.0 * M * N * K * 1e-9;
                 double td = time_gemm(run_dnnl, 1, M, N, K, A, B, C);
                 double tb = time_gemm(run_blas, 1, M, N, K, A, B, C);
+                double tp = pk ? time_packed(pk, M, A, C) : 0;
                 double tt = time_gemm(run_tern, 1, M, N, K, A, B, C);
-                printf("%5d %6d %5d | %9.1f %9.1f | %9.1f %s\n", M, N, K, fl / td, fl / tb, fl / tt,
-                       gemm_f32_backend_name(0, 1, M, N, K));
+                printf("%5d %6d %5d | %9.1f %9.1f | %9.1f | %9.1f %s\n", M, N, K, fl / td, fl / tb,
+                       pk ? fl / tp : 0.0, fl / tt, gemm_f32_backend_name(0, 1, M, N, K));
             }
+            aligned_free(pk);
         }
         printf("\n## attention, threads=%d, batch=8 heads, head dim 64 (GFLOP/s)\n", threads);
         printf("%-22s | %9s %9s %11s | %s\n", "shape", "loop dnnl", "loop blas", "dnnl matmul", "gemm_f32_batched");
