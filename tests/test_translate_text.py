@@ -145,6 +145,12 @@ def test_tern_format_roundtrip(spm_model, sources, tmp_path):
         rate = sum(x == y for x, y in zip(got, want)) / len(want)
         print(f"\n{q} Tern-format greedy agreement with float32 CT2: {rate:.3f}")
         assert len(got) == 60 and rate >= min_agree
+    # a Tern directory converts too (e.g. quantizing a checkpoint): same tensors as from CT2
+    q2 = tmp_path / "int8-from-tern"
+    run(["convert", "--from", str(out_dir), "-o", str(q2), "--quantize", "int8"])
+    a = run(["translate", "-m", str(q2), "-b", "4", "--scores", "-q", str(src)]).stdout
+    b = run(["translate", "-m", str(tmp_path / "int8"), "-b", "4", "--scores", "-q", str(src)]).stdout
+    assert a == b and a.count(b"\n") == 60
 
 
 def test_errors_name_the_file(spm_model, tmp_path):

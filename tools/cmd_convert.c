@@ -20,9 +20,11 @@
 #include "text/vocab.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tern convert --from-ct2 DIR -o OUTDIR [--quantize int8|float16|none]\n"
-               "  Converts a CTranslate2 model directory into Tern's format (model.safetensors,\n"
-               "  config.json, vocabularies, SentencePiece models).\n"
+    fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--quantize int8|float16|none]\n"
+               "  Writes a model directory in Tern's format (model.safetensors, config.json,\n"
+               "  vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
+               "  a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
+               "  --from-ct2 DIR is the same as --from DIR.\n"
                "  --quantize int8     weight matrices to int8 with per-row scales (as CTranslate2's\n"
                "                      quantization=\"int8\"); other tensors unchanged\n"
                "  --quantize float16  every floating-point tensor to float16\n");
@@ -158,7 +160,7 @@ int cmd_convert(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--from-ct2") && i + 1 < argc) {
+        } else if ((!strcmp(a, "--from-ct2") || !strcmp(a, "--from")) && i + 1 < argc) {
             from = argv[++i];
         } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
             out = argv[++i];
@@ -183,13 +185,18 @@ int cmd_convert(int argc, char **argv) {
         return 2;
     }
     char p[4096];
-    path_join(p, sizeof p, from, "model.bin");
     weights_t *w = NULL;
     tensor_t *t = NULL;
     void **own = NULL;
     const char **an = NULL, **at = NULL;
     int n = 0, no = 0, rc = 1;
-    if (weights_load_ct2(&w, p)) goto fail;
+    path_join(p, sizeof p, from, "model.safetensors");
+    if (file_exists(p)) {
+        if (weights_load_safetensors(&w, p)) goto fail;
+    } else {
+        path_join(p, sizeof p, from, "model.bin");
+        if (weights_load_ct2(&w, p)) goto fail;
+    }
     if (model_dir_mkdir(out)) goto fail;
     if (convert_tensors(w, q, &t, &n, &own, &no)) goto fail;
     int na = weights_alias_count(w), nm = 0;
