@@ -178,7 +178,11 @@ static tern_status_t linear(transformer_state_t *st, float *out, const float *in
 static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     const transformer_t *m = st->m;
-    if (pk && m->ffn1_relu_packed && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
+    if (pk && gemm_packed_forward(out, inp, pk, M) == 0) {
+        /* ReLU is fused into the packed kernel; other activations run after it */
+        if (!m->ffn1_relu_packed) activation_forward(out, (size_t)M * lin->N, m->act);
+        return TERN_OK;
+    }
     if (lin->kind == WEIGHT_F32 && !lin->w)
         return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
     tern_status_t s = ensure_lin_ws(st, lin, M);
