@@ -407,7 +407,7 @@ def main():
     for r in rows:
         print(f"| {r['config']} | {r['tern_tps']:.1f} | {r['ct2_tps']:.1f} | {r['ratio']:.2f} | "
               f"{r['tern_mb']:.0f} | {r['ct2_mb']:.0f} | {r['tern_tokens']} / {r['ct2_tokens']} | "
-              f"{100.0 * r['agree'] / r['lines']:.1f}% |")
+              f"{r['agree']}/{r['lines']} ({100.0 * r['agree'] / r['lines']:.2f}%) |")
     f32 = [r for r in rows if "float32" in r["config"]]
     if f32:
         print()

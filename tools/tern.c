@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/omp_env.h"
+#include "kernels/process_env.h"
 #include "tern.h"
 
 typedef struct {
@@ -33,7 +33,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    kernels_omp_env_default(argv); /* GOMP_SPINCOUNT unless set: may re-execute (omp_env.h) */
+    kernels_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -9,6 +9,9 @@
  * OpenBLAS 0.3.21 (Debian) has only a process-wide thread count, so it is pinned to 1 thread once
  * and used only where a single thread is wanted (see gemm_use_openblas). */
 #include <cblas.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -20,15 +23,18 @@
 #include "base/base.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
-#include "kernels/omp_env.h"
+#include "kernels/process_env.h"
 
-/* OpenMP waiting (omp_env.h). A libgomp thread that waits for work spins GOMP_SPINCOUNT times
+/* Process defaults (process_env.h). OpenMP waiting: A libgomp thread that waits for work spins GOMP_SPINCOUNT times
  * before it sleeps: 300,000 by default, that is 300,000 `pause` instructions, 10-15 ms on Skylake
  * and later cores. A decoder step opens ~50 short parallel regions (one per GEMM); where the cores
  * also run other work (shared servers, CI) the spinning thread takes the CPU its partner needs.
  * Measured with 2 threads on a 2-core machine busy with other jobs: 23-60 target tokens/s with the
  * default against 316 with 3,000 spins; on the same cores idle, 1,000 with either. */
-void kernels_omp_env_default(char **argv) {
+void kernels_process_defaults(char **argv) {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return;
     /* the program's own path (exec'ing "/proc/self/exe" would rename the process "exe") */
     char self[4096];
