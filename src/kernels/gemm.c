@@ -25,9 +25,9 @@
 #include "kernels/kernels.h"
 #include "kernels/process_env.h"
 
-/* Process defaults (process_env.h). OpenMP waiting: A libgomp thread that waits for work spins GOMP_SPINCOUNT times
- * before it sleeps: 300,000 by default, that is 300,000 `pause` instructions, 10-15 ms on Skylake
- * and later cores. A decoder step opens ~50 short parallel regions (one per GEMM); where the cores
+/* Process defaults (process_env.h). OpenMP waiting: a libgomp thread that waits for work spins
+ * GOMP_SPINCOUNT times before it sleeps: 300,000 by default, that is 300,000 `pause` instructions,
+ * 10-15 ms on Skylake and later cores. A decoder step opens ~50 short parallel regions (one per GEMM); where the cores
  * also run other work (shared servers, CI) the spinning thread takes the CPU its partner needs.
  * Measured with 2 threads on a 2-core machine busy with other jobs: 23-60 target tokens/s with the
  * default against 316 with 3,000 spins; on the same cores idle, 1,000 with either. */
