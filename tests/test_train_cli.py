@@ -434,3 +434,50 @@ def test_errors(work, tmp_path):
     assert r.returncode == 1 and "enc_layers = 2, this run 3" in r.stderr
     r = run(*cmd(tmp_path / "f", d=66))
     assert r.returncode == 2 and "multiple of --heads" in r.stderr
+
+
+# ------------------------------------------------------------------ progress bar
+
+
+def _train_with_stderr_on_pty(work, save, *extra):
+    """Runs a short training with stderr on a pseudo-terminal; returns what the terminal showed."""
+    import pty
+    args = [str(a) for a in (TERN, "train", "--vocab", work / "vocab", "--cache-dir", work / "cache",
+                             "--train-src", work / "small.en", "--train-tgt", work / "small.de",
+                             "--save-dir", save, "--layers", 2, "--d-model", 64, "--ff", 128, "--heads", 4,
+                             "-t", 1, "--no-plot", "--no-bleu", "--max-tokens", 300, "--max-updates", 60,
+                             "--log-interval", 1000, *extra)]
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert p.wait(timeout=300) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bar_on_terminal_only(work):
+    """On a terminal, `tern train` redraws one status line (carriage return + erase line) with the
+    epoch, a bar, batch i/n of the epoch, the update, the loss, tokens/s and the elapsed time; the
+    log file never gets it; --no-progress turns it off on a terminal too."""
+    shown = _train_with_stderr_on_pty(work, work / "bar")
+    bars = re.findall(r"\r\x1b\[Kepoch (\d+) \[([=> ]{30})\] (\d+)/(\d+) \| update (\d+) \| loss ([\d.]+) \| "
+                      r"(\d+) tok/s \| (\d+:\d\d:\d\d)", shown)
+    assert bars, shown[-2000:]
+    per_epoch = {int(b[3]) for b in bars}
+    assert len(per_epoch) == 1 and per_epoch.pop() > 1
+    assert all(1 <= int(b[4]) <= 60 and 0 <= int(b[2]) <= int(b[3]) for b in bars)
+    assert [int(b[4]) for b in bars] == sorted(int(b[4]) for b in bars)
+    assert "done (max updates) at update 60" in shown      # log lines still reach the terminal
+    log = (work / "bar" / "train.log").read_text()
+    assert "\r" not in log and "\x1b" not in log and "done (max updates) at update 60" in log
+    quiet = _train_with_stderr_on_pty(work, work / "nobar", "--no-progress")
+    assert "\x1b[K" not in quiet and "done (max updates) at update 60" in quiet
