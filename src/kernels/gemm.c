@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "kernels/extcheck.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "kernels/process_env.h"
@@ -81,6 +82,10 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
 
 static void gemm_one(int use_blas, int transA, int transB, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    /* op(A) is M x K: stored M x K (K x M when transposed); op(B) K x N: stored K x N (N x K) */
+    extcheck_2d("gemm_f32", "A", A, transA ? K : M, transA ? M : K, lda, sizeof(float));
+    extcheck_2d("gemm_f32", "B", B, transB ? N : K, transB ? K : N, ldb, sizeof(float));
+    extcheck_2d("gemm_f32", "C", C, M, N, ldc, sizeof(float));
     if (use_blas) {
         cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                     M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -447,6 +452,11 @@ int gemm_packed_forward(float *out, const float *inp, const void *packed, int M)
             c->scratch = p;
             c->scratch_cap = cap;
         }
+        extcheck_2d("gemm_packed_forward", "input", inp + (size_t)m0 * h->K, rows, h->K, h->K, sizeof(float));
+        extcheck_2d("gemm_packed_forward", "output", out + (size_t)m0 * h->N, rows, h->N, h->N, sizeof(float));
+        extcheck_2d("gemm_packed_forward", "packed weights", w, 1, h->wbytes, h->wbytes, 1);
+        if (h->bias) extcheck_2d("gemm_packed_forward", "bias", h->bias, 1, h->N, h->N, sizeof(float));
+        if (k->scratch) extcheck_2d("gemm_packed_forward", "scratchpad", c->scratch, 1, k->scratch, k->scratch, 1);
         dnnl_memory_set_data_handle(t->src, (void *)(inp + (size_t)m0 * h->K));
         dnnl_memory_set_data_handle(t->wei, w);
         dnnl_memory_set_data_handle(t->dst, out + (size_t)m0 * h->N);

@@ -10,6 +10,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <string.h>
 
+#include "kernels/extcheck.h"
 #include "kernels/kernels.h"
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
@@ -158,6 +159,10 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
     quantize_rows_u8(qa, scale_a, inp, M, K);
     if (K > 0) {
         /* acc = (qa) · q^T + comp[n]: 'R' applies comp per column n of the row-major C. */
+        extcheck_2d("int8 linear", "A (u8)", qa, M, K, K, 1);
+        extcheck_2d("int8 linear", "B (s8)", lin->q, N, K, K, 1);
+        extcheck_2d("int8 linear", "C (s32)", acc, M, N, N, sizeof(int32_t));
+        extcheck_2d("int8 linear", "compensation", comp, 1, N, N, sizeof(int32_t));
         dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, qa, K, 0, lin->q, K, 0, 0.0f, acc, N, comp);
     } else {
         memset(acc, 0, (size_t)M * N * sizeof(int32_t));
