@@ -70,6 +70,8 @@ typedef struct {
     int max_epochs;             /* stop after this many epochs (0: no limit) */
     double max_time;            /* stop once the run's elapsed seconds (resumes added up) pass this (0: none) */
     int threads;                /* intra-op threads (0: all cores) */
+    double bucket_mb;           /* data-parallel (mpirun): all-reduce buckets of about this many MB (2) */
+    int comm_overlap;           /* 1: all-reduce buckets during the backward pass (1); 0: after it */
 
     /* ---- checkpoints */
     const char *save_dir;       /* required */
