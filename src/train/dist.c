@@ -293,7 +293,15 @@ void dist_grads_finish(dist_grads_t *d) {
             src += d->pieces[p].n;
         }
     }
-    d->stats.wait_seconds += time_now() - t0;
+    double t2 = time_now();
+    /* when did the slowest rank's backward end? (a statistic; one machine: one clock) */
+    double tmax = t0;
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &r);
+    polite_waitall(1, &r);
+    d->stats.wait_seconds += t2 - t0;
+    d->stats.imbalance_seconds += tmax - t0;
+    d->stats.exposed_seconds += t2 - tmax > 0 ? t2 - tmax : 0;
     d->stats.reduce_seconds += t1 - d->t_first;
     d->stats.updates++;
     d->started = d->completed = 0;

@@ -65,6 +65,9 @@ typedef struct {
     long started_in_backward;    /* buckets started before the backward pass returned (all updates) */
     long done_in_backward;       /* ... of which already complete when it returned */
     double wait_seconds;         /* time in dist_grads_finish (start of the rest, wait, copies) */
+    double imbalance_seconds;    /* ... of which until the slowest rank's backward ended (one machine:
+                                    CLOCK_MONOTONIC is shared; exchanged after each update) */
+    double exposed_seconds;      /* ... of which after it: communication not hidden by the backward */
     double reduce_seconds;       /* time from the first bucket's start to the last one's completion */
 } dist_grads_stats_t;
 

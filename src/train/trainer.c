@@ -318,17 +318,10 @@ static void model_values(const tmodel_config_t *c, ckpt_value_t *v) {
 
 static tern_status_t save_checkpoint(trainer_t *t) {
     const trainer_options_t *o = t->o;
-    if (t->world > 1) {
-        /* a collective at every checkpoint: the replicas must be identical */
-        uint64_t h = XXH3_64bits(t->m.params, t->m.n_params * sizeof(float));
-        if (!dist_same_u64(h))
-            return tern_error(TERN_ERR_MISMATCH, "update %ld: the parameters of the %d data-parallel processes "
-                              "differ (rank %d: hash %016llx)", t->updates, t->world, t->rank, (unsigned long long)h);
-        if (t->rank != 0) {
-            t->saved_at = t->updates;
-            t->dirty = 0;
-            return TERN_OK;
-        }
+    if (t->rank != 0) { /* data-parallel: rank 0 writes (no collective here: ranks may differ in dirty) */
+        t->saved_at = t->updates;
+        t->dirty = 0;
+        return TERN_OK;
     }
     enum { NV = N_MODEL_VALUES + 20 };
     ckpt_value_t v[NV];
@@ -958,6 +951,13 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
         goto done;
     t.dirty = !resume_dir[0];
     st = train_loop(&t, r);
+    if (!st && t.world > 1) {
+        /* the replicas must have stayed identical (same gradient, same steps) */
+        uint64_t h = XXH3_64bits(t.m.params, t.m.n_params * sizeof(float));
+        if (!dist_same_u64(h))
+            st = tern_error(TERN_ERR_MISMATCH, "update %ld: the parameters of the %d data-parallel processes differ "
+                            "(rank %d: hash %016llx)", t.updates, t.world, t.rank, (unsigned long long)h);
+    }
     if (st) {
         tlog(&t, "error at update %ld: %s", t.updates, tern_last_error());
         goto done;
@@ -976,14 +976,15 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
          el, best, t.last_ckpt);
     if (t.dg) {
         dist_grads_stats_t ds2 = dist_grads_stats(t.dg);
-        double hidden = ds2.reduce_seconds > 0 ? 1.0 - ds2.wait_seconds / ds2.reduce_seconds : 0;
         tlog(&t, "all-reduce: %ld updates, %d buckets of ~%g MB each (%d wait for the last stage); buckets started "
-             "during the backward pass %ld, of which complete when it returned %ld; waited %.3f s after the "
-             "backward passes (%.2f ms per update) of %.3f s from first bucket start to last completion "
-             "(%.0f%% overlapped)", ds2.updates, ds2.buckets, ds2.bucket_mb, ds2.buckets_last_stage,
+             "during the backward pass %ld, of which complete when it returned %ld; rank 0 waited %.3f s after "
+             "its backward passes (%.2f ms per update): %.3f s for slower ranks, %.3f s (%.2f ms per update) "
+             "of communication not hidden by the backward pass; %.3f s from first bucket start to last "
+             "completion", ds2.updates, ds2.buckets, ds2.bucket_mb, ds2.buckets_last_stage,
              ds2.started_in_backward, ds2.done_in_backward, ds2.wait_seconds,
-             ds2.updates ? 1e3 * ds2.wait_seconds / (double)ds2.updates : 0.0, ds2.reduce_seconds,
-             100.0 * (hidden > 0 ? hidden : 0));
+             ds2.updates ? 1e3 * ds2.wait_seconds / (double)ds2.updates : 0.0, ds2.imbalance_seconds,
+             ds2.exposed_seconds, ds2.updates ? 1e3 * ds2.exposed_seconds / (double)ds2.updates : 0.0,
+             ds2.reduce_seconds);
     }
     if (t.rank == 0) {
         fflush(t.tcurve);
