@@ -17,7 +17,10 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_world = 1, g_inited = 0;
+static int g_rank = 0, g_world = 1;
+#ifdef TERN_MPI
+static int g_inited = 0;
+#endif
 
 int dist_compiled(void) {
 #ifdef TERN_MPI
