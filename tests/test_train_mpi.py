@@ -9,13 +9,14 @@ a tiny Transformer (2+2 layers, d 64) on 2,000 Multi30k pairs, 40 updates across
   same (the same forward, dropout keyed by the global micro-batch index; tolerance 1e-9 relative,
   measured 0) and the gradient norm agrees to float rounding (tolerance 1e-6 relative, measured
   1.4e-8): the two ranks' all-reduced gradient is the single process's accumulated gradient.
-* Training (Adam, lr 5e-3 after 20 warm-up updates): per-update loss within 1e-4 relative
-  (measured 2.4e-5) and the final parameters within 2e-2 of the largest parameter (max|diff| /
-  max|ref| over the model; measured 4e-3). Not tighter: the two runs add the same gradients in a
-  different order (g0 + g1 over ranks vs. the second batch accumulated into the first inside the
-  GEMMs), and Adam's normalization turns those last-bit differences of near-zero gradient entries
-  into steps of up to lr that the training then amplifies (see the gradient check above, which
-  shows the per-update computation agrees to rounding).
+* Training (Adam, lr 1e-3 after 20 warm-up updates, an epoch end with validation and BLEU at
+  update 31): per-update loss and nll within 1e-6 relative (measured 2.7e-9), gradient norm within
+  1e-5 (2.6e-8), final parameters within 5e-4 of the largest parameter (max|diff| / max|ref| over
+  the whole model; measured 4.2e-5), the epoch-end validation loss within 1e-6. The two runs add
+  the same gradients in a different order (g0 + g1 over the ranks vs. the second batch
+  accumulated into the first inside the GEMMs), so they differ in the last bits; at a high
+  learning rate Adam turns such differences of near-zero gradient entries into steps of up to lr
+  and the training amplifies them (lr 5e-3: loss gaps up to 8e-5 after 40 updates).
 * Overlap: the log's all-reduce line says how many buckets were started during the backward pass:
   every update, all buckets but those that wait for the last stage (the shared embedding), > 0;
   with --no-comm-overlap none, and the run is bit for bit the same (same buckets, same reductions).
@@ -92,7 +93,7 @@ def base_args(work, save, *extra):
             "--seed", 3, *extra]
 
 
-TRAIN = ["--lr", "5e-3", "--warmup", 20, "--max-updates", N_UPDATES,
+TRAIN = ["--lr", "1e-3", "--warmup", 20, "--max-updates", N_UPDATES,
          "--valid-src", "VALID.en", "--valid-tgt", "VALID.de", "--bleu-beam", 1, "--log-interval", 10]
 
 
@@ -173,12 +174,12 @@ def test_training_equals_single_process(runs):
     scale = max(float(np.abs(pa[k]).max()) for k in pa)
     print(f"\ntraining: per-update loss/nll gap {loss:.3g}, gnorm {norm:.3g}, parameters max|diff|/max|ref| "
           f"{diff / scale:.3g}")
-    assert loss <= 1e-4, loss
-    assert diff / scale <= 2e-2, diff / scale
+    assert loss <= 1e-6 and norm <= 1e-5, (loss, norm)
+    assert diff / scale <= 5e-4, diff / scale
     # one validation per epoch end, at the same updates
     va, vb = curve(ref / "valid_curve.tsv"), curve(dp / "valid_curve.tsv")
     assert [r[0] for r in va] == [r[0] for r in vb] and len(va) >= 1
-    assert abs(float(va[0][2]) - float(vb[0][2])) <= 1e-3 * float(va[0][2])
+    assert abs(float(va[0][2]) - float(vb[0][2])) <= 1e-6 * float(va[0][2])
 
 
 def test_overlap_happens_and_no_overlap_is_identical(runs):
