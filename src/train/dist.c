@@ -8,6 +8,8 @@
  */
 #include "dist.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +47,17 @@ tern_status_t dist_init(void) {
 #ifdef TERN_MPI
     if (n <= 1 && !getenv("PMIX_RANK")) return TERN_OK;
     int provided = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return tern_error(TERN_ERR_UNSUPPORTED, "MPI_Init_thread failed");
+    /* OpenMPI starts helper threads (PMIx, libevent) in MPI_Init: they inherit a mask that blocks
+     * SIGINT and SIGTERM, so that the trainer's stop signal reaches the main thread and never
+     * interrupts a system call of theirs */
+    sigset_t stop_sigs, old;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, &old);
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != MPI_SUCCESS) return tern_error(TERN_ERR_UNSUPPORTED, "MPI_Init_thread failed");
     g_inited = 1;
     if (provided < MPI_THREAD_FUNNELED)
         return tern_error(TERN_ERR_UNSUPPORTED, "the MPI library does not provide MPI_THREAD_FUNNELED");
