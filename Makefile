@@ -16,6 +16,14 @@ CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz \
            -lstdc++ -lgomp -lpthread -lm
+# MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
+# (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
+# mpirun with more than one process is then refused with a message).
+MPI     ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+ifeq ($(MPI),1)
+  CPPFLAGS += -DTERN_MPI $(shell pkg-config --cflags ompi-c)
+  LDLIBS   += $(shell pkg-config --libs ompi-c)
+endif
 ifeq ($(SAN),1)
   SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   CFLAGS   += $(SANFLAGS)

@@ -9,7 +9,8 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libdnnl-dev libopenblas-dev
   libsentencepiece-dev sentencepiece
   libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev
-  gnuplot-nox)
+  gnuplot-nox
+  libopenmpi-dev openmpi-bin)  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "train/dist.h"
 #include "train/trainer.h"
 
 static void usage(FILE *f) {
@@ -72,7 +73,10 @@ static void usage(FILE *f) {
 "  --max-time T                stop once the run (resumes added up) has lasted T: seconds, or with\n"
 "                              a suffix s, m, h (default: no limit)\n"
 "  --seed N                    initialization, batch order, dropout (default 1)\n"
-"  -t, --threads N             threads (default: all cores)\n"
+"  -t, --threads N             threads (default: all cores; per process under mpirun)\n"
+"Data-parallel (mpirun -np N tern train ...; every process trains on its share of each update):\n"
+"  --bucket-mb M               all-reduce the gradients in buckets of about M MB (default 2)\n"
+"  --no-comm-overlap           all-reduce after the backward pass, not during it (for comparison)\n"
 "Checkpoints:\n"
 "  --save-dir DIR              where checkpoints, logs and curves go (required)\n"
 "  --save-interval-updates N   also save every N updates (default: at epoch ends and the end)\n"
@@ -96,7 +100,11 @@ static void usage(FILE *f) {
 "  -q, --quiet                 log lines only to SAVE_DIR/train.log\n"
 "  -h, --help                  this help\n"
 "\n"
-"SIGINT/SIGTERM stop after the current update with a checkpoint (a second SIGINT kills).\n"
+"SIGINT/SIGTERM stop after the current update with a checkpoint (a second SIGINT kills); under\n"
+"mpirun, a signal to any one process stops them all after the same update.\n"
+"Data-parallel, as root on one machine:\n"
+"  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 tern train -t 1 ...\n"
+"  (an update is then 2 x --update-freq batches; rank 0 writes the logs and checkpoints)\n"
 "Files in SAVE_DIR: checkpoint-N/, train.log, train_curve.tsv (one row per update),\n"
 "valid_curve.tsv, curves.png, train.cache, valid.cache.\n");
 }
@@ -110,7 +118,7 @@ enum {
     O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
-    O_NO_PLOT, O_PLOT_ONLY
+    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP
 };
 
 static const struct option long_opts[] = {
@@ -189,6 +197,8 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, 0, O_NO_PROGRESS},
     {"no-plot", no_argument, 0, O_NO_PLOT},
     {"plot-only", required_argument, 0, O_PLOT_ONLY},
+    {"bucket-mb", required_argument, 0, O_BUCKET_MB},
+    {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -367,6 +377,13 @@ int cmd_train(int argc, char **argv) {
         case O_NO_PROGRESS: o.progress = 0; break;
         case O_NO_PLOT: o.plot = 0; break;
         case O_PLOT_ONLY: plot_only = optarg; break;
+        case O_BUCKET_MB: {
+            float mb;
+            ok = cli_float(C, "--bucket-mb", optarg, 1e-6f, 1e6f, &mb);
+            o.bucket_mb = mb;
+            break;
+        }
+        case O_NO_OVERLAP: o.comm_overlap = 0; break;
         case 'q': o.quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
@@ -397,6 +414,14 @@ int cmd_train(int argc, char **argv) {
         else usage(stderr);
         return 2;
     }
+    /* data-parallel when launched by mpirun (MPI is initialized here only) */
+    tern_status_t st = dist_init();
+    if (st) {
+        cli_fail(C, st);
+        dist_abort(1);
+        dist_finalize();
+        return 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -405,7 +430,17 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     o.stop = &g_stop;
     trainer_result_t r;
-    tern_status_t st = trainer_run(&o, &r);
-    if (st) return cli_fail(C, st);
+    st = trainer_run(&o, &r);
+    if (st) {
+        int rc = cli_fail(C, st);
+        if (dist_world() > 1) {
+            fprintf(stderr, "tern train: rank %d of %d failed: aborting the data-parallel job\n", dist_rank(),
+                    dist_world());
+            dist_abort(rc ? rc : 1);
+        }
+        dist_finalize();
+        return rc;
+    }
+    dist_finalize();
     return 0;
 }

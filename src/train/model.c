@@ -411,6 +411,8 @@ struct tmodel_ws {
     int *src_len;                      /* (max(Ms, 1)) */
     int B, S, T, train, ready;
     uint64_t seed, step;
+    tmodel_backward_hook_t hook;       /* backward progress (dist.h), or NULL */
+    void *hook_user;
 };
 
 tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_tokens, int max_tgt_tokens,
@@ -755,6 +757,27 @@ static const float *sub_input(const tmodel_t *m, const sub_t *s, const float *x)
     return m->cfg.pre_norm ? s->ln : x;
 }
 
+void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, void *user) {
+    ws->hook = hook;
+    ws->hook_user = user;
+}
+
+int tmodel_backward_stages(const tmodel_t *m) { return m->cfg.dec_layers + m->cfg.enc_layers + 4; }
+
+int tmodel_tensor_stage(const tmodel_t *m, int i) {
+    const char *n = m->tensors[i].name;
+    int Ld = m->cfg.dec_layers, Le = m->cfg.enc_layers, l;
+    if (m->tensors[i].offset == (size_t)(m->p.enc_emb - m->params)) return Ld + Le + 3; /* maybe shared */
+    if (sscanf(n, "decoder/layer_%d/", &l) == 1) return 1 + (Ld - 1 - l);
+    if (sscanf(n, "encoder/layer_%d/", &l) == 1) return Ld + 3 + (Le - 1 - l);
+    if (!strncmp(n, "decoder/layer_norm/", 19) || !strncmp(n, "decoder/projection/", 19)) return 0;
+    if (!strncmp(n, "decoder/", 8)) return Ld + 1; /* embeddings (maybe tied), positions */
+    if (!strncmp(n, "encoder/layer_norm/", 19)) return Ld + 2;
+    return Ld + Le + 3;
+}
+
+#define HOOK(stage) do { if (ws->hook) ws->hook(ws->hook_user, (stage)); } while (0)
+
 tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
     const tmodel_config_t *c = &m->cfg;
@@ -783,6 +806,7 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     } else {
         nn_linear_backward(gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
     }
+    HOOK(0);
 
     /* decoder layers, top down */
     memset(ws->g_enc, 0, (size_t)Ms * C * sizeof(float));
@@ -836,6 +860,7 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         nn_linear_backward(din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
                            p->d_qkv_w + l * 3 * C1 * C1, Mt, C, 3 * C);
         sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+        HOOK(1 + (Ld - 1 - l));
     }
     /* decoder embeddings */
     const float *demb = gd;
@@ -845,6 +870,7 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         demb = ws->g_a;
     }
     nn_embedding_backward(g->dec_emb, c->learned_pos ? g->dec_pos : NULL, demb, ws->tgt_in, B, T, C, escale, c->pad_id);
+    HOOK(Ld + 1);
 
     /* encoder output */
     float *ge = ws->g_enc;
@@ -854,6 +880,7 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         nn_layernorm_backward(ge, g->e_lnf_g, g->e_lnf_b, ws->g_enc, enc_last, p->e_lnf_g, ws->e_lnf_mean,
                               ws->e_lnf_rstd, Ms, C);
     }
+    HOOK(Ld + 2);
     /* encoder layers, top down */
     for (int l = Le - 1; l >= 0; l--) {
         sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
@@ -885,6 +912,7 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         nn_linear_backward(din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
                            p->e_qkv_w + l * 3 * C1 * C1, Ms, C, 3 * C);
         sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+        HOOK(Ld + 3 + (Le - 1 - l));
     }
     const float *eemb = ge;
     if (drop > 0.0f) {

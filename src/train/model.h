@@ -165,6 +165,18 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
  * typically 1 / ntokens of the whole update, times the loss scale). */
 tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale);
 
+/* Backward progress, for the data-parallel all-reduce (dist.h): tmodel_backward runs in stages,
+ * 0 the loss, output projection and final decoder layer norm; 1..Ld the decoder layers from the
+ * top (stage 1 + Ld-1-l is layer l); Ld+1 the decoder embeddings; Ld+2 the final encoder layer
+ * norm; Ld+3..Ld+Le+2 the encoder layers from the top; Ld+Le+3 the encoder embeddings (the last).
+ * When a hook is set, it is called with s after stage s, for every stage but the last (the
+ * caller knows when tmodel_backward returned). A tensor's gradient is final after the stage of
+ * tmodel_tensor_stage (a shared or tied embedding: the last stage). */
+typedef void (*tmodel_backward_hook_t)(void *user, int stage);
+void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, void *user);
+int tmodel_backward_stages(const tmodel_t *m);
+int tmodel_tensor_stage(const tmodel_t *m, int i); /* of m->tensors[i] */
+
 /* The sinusoidal table CTranslate2 (and the inference) uses: row p = sin/cos((p + 1) · ts_i). */
 void tmodel_sinusoids(float *table, int P, int C);
 

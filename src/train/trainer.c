@@ -34,6 +34,9 @@
 #include "../model/model_dir.h"
 #include "../text/score.h"
 #include "checkpoint.h"
+#include "dist.h"
+
+#include <xxhash.h>
 
 #define NO_LOSS 1e300 /* "no validation yet" (finite, so that it round-trips through %.17g) */
 
@@ -57,6 +60,8 @@ trainer_options_t trainer_default_options(void) {
     o.log_interval = 100;
     o.progress = -1;
     o.plot = 1;
+    o.bucket_mb = 2.0;
+    o.comm_overlap = 1;
     return o;
 }
 
@@ -81,6 +86,8 @@ typedef struct {
     int adam_ok;
     slot_t *slots;
     tensor_t *pv, *mv, *vv; /* (n_tensors) views of params, Adam m, Adam v */
+    int rank, world;         /* data-parallel (dist.h): rank 0 writes every file; world 1 without mpirun */
+    dist_grads_t *dg;        /* gradient buckets (world > 1) */
 
     /* what a checkpoint carries */
     long updates;
@@ -129,6 +136,7 @@ static void bar_clear(trainer_t *t) {
 /* A log line: stderr (unless quiet) and train.log, with a time stamp. */
 static void tlog(trainer_t *t, const char *fmt, ...) TERN_PRINTF(2, 3);
 static void tlog(trainer_t *t, const char *fmt, ...) {
+    if (t->rank != 0) return;
     char msg[2048], stamp[32];
     va_list ap;
     va_start(ap, fmt);
@@ -310,6 +318,11 @@ static void model_values(const tmodel_config_t *c, ckpt_value_t *v) {
 
 static tern_status_t save_checkpoint(trainer_t *t) {
     const trainer_options_t *o = t->o;
+    if (t->rank != 0) { /* data-parallel: rank 0 writes (no collective here: ranks may differ in dirty) */
+        t->saved_at = t->updates;
+        t->dirty = 0;
+        return TERN_OK;
+    }
     enum { NV = N_MODEL_VALUES + 20 };
     ckpt_value_t v[NV];
     int n = 0;
@@ -527,7 +540,7 @@ static int judge(trainer_t *t, int is_bleu, double value) {
  * given, the BLEU of that checkpoint. *stop says whether patience ran out. */
 static tern_status_t run_validation(trainer_t *t, const char *model_dir, int *stop) {
     *stop = 0;
-    if (!t->valid_it) return TERN_OK;
+    if (!t->valid_it || t->rank != 0) return TERN_OK; /* data-parallel: rank 0 validates, the stop is shared */
     tern_status_t st;
     int fresh = t->validated_at != t->updates;
     if (fresh) {
@@ -579,11 +592,13 @@ static void copy_batch(slot_t *s, const data_batch_t *b) {
     memcpy(s->tout, b->tgt_out, sizeof *s->tout * (size_t)b->B * (size_t)b->T);
 }
 
-static tern_status_t do_update(trainer_t *t, int nslots) {
+/* One update of n batches in all (over the ranks), ntok target tokens in all; this rank holds
+ * nslots of them, the batches [first, first + nslots) of the update. Data-parallel: the gradients
+ * are summed over the ranks in buckets (dist.h), during the backward pass of the rank's last
+ * batch; the loss sums too; every rank then steps on the same gradient. */
+static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64_t ntok) {
     const trainer_options_t *o = t->o;
     double t0 = time_now();
-    int64_t ntok = 0;
-    for (int j = 0; j < nslots; j++) ntok += t->slots[j].ntok;
     float scale = 1.0f / (float)ntok;
     double loss = 0, nll = 0;
     tmodel_zero_grad(&t->m);
@@ -591,12 +606,21 @@ static tern_status_t do_update(trainer_t *t, int nslots) {
     for (int j = 0; j < nslots; j++) {
         const slot_t *s = &t->slots[j];
         tmodel_loss_t L;
-        if ((st = tmodel_forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed, t->micro, &L)) ||
+        if (t->dg && j == nslots - 1) dist_grads_arm(t->dg);
+        /* dropout keyed by the global micro-batch index, as in a single process */
+        if ((st = tmodel_forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed,
+                                 t->micro + (uint64_t)(first + j), &L)) ||
             (st = tmodel_backward(&t->m, t->ws, scale)))
             return tern_error_prefix(st, "update %ld: ", t->updates + 1);
-        t->micro++;
         loss += L.loss;
         nll += L.nll;
+    }
+    t->micro += (uint64_t)n;
+    if (t->dg) {
+        dist_grads_finish(t->dg);
+        double sums[2] = {loss, nll};
+        dist_sum_doubles(sums, 2);
+        loss = sums[0], nll = sums[1];
     }
     double gnorm = clip_grad_norm(t->m.grads, t->m.n_params, o->clip_norm);
     if (!isfinite(gnorm))
@@ -618,7 +642,7 @@ static tern_status_t do_update(trainer_t *t, int nslots) {
     t->acc_n++;
     t->acc_time += dt;
     double ul = loss / (double)ntok, un = nll / (double)ntok;
-    fprintf(t->tcurve, "%ld\t%lld\t%.17g\t%.17g\t%.9g\t%.9g\t%.9g\t%lld\t%.1f\n", t->updates,
+    if (t->tcurve) fprintf(t->tcurve, "%ld\t%lld\t%.17g\t%.17g\t%.9g\t%.9g\t%.9g\t%lld\t%.1f\n", t->updates,
             (long long)t->cur_epoch + 1, ul, un, exp(un), lr, gnorm, (long long)ntok, elapsed(t));
     if (o->log_interval > 0 && t->updates % o->log_interval == 0) {
         char el[32];
@@ -627,7 +651,7 @@ static tern_status_t do_update(trainer_t *t, int nslots) {
         tlog(t, "epoch %lld | update %ld | loss %.4f | nll %.4f | ppl %.2f | lr %.4g | gnorm %.3f | tok/s %.0f | "
              "elapsed %s", (long long)t->cur_epoch + 1, t->updates, al, an, exp(an), lr_at(&o->sched, t->updates),
              t->acc_gnorm / t->acc_n, t->acc_time > 0 ? (double)t->acc_tok / t->acc_time : 0.0, el);
-        fflush(t->tcurve);
+        if (t->tcurve) fflush(t->tcurve);
         t->acc_loss = t->acc_nll = t->acc_gnorm = t->acc_time = 0;
         t->acc_tok = 0;
         t->acc_n = 0;
@@ -642,7 +666,9 @@ static tern_status_t open_data(trainer_t *t) {
     const trainer_options_t *o = t->o;
     const char *cdir = o->cache_dir ? o->cache_dir : o->save_dir;
     tern_status_t st;
-    if ((st = model_dir_mkdir(cdir))) return st;
+    if (t->rank == 0 && (st = model_dir_mkdir(cdir))) return st;
+    /* data-parallel: rank 0 builds (or checks) the caches, then the others map them */
+    if (t->rank != 0) dist_barrier();
     char cp[4096];
     data_stats_t s;
     data_options_t dopt = o->data;
@@ -681,6 +707,7 @@ static tern_status_t open_data(trainer_t *t) {
             if ((st = data_iter_new(&t->valid_it, t->valid_c, &vb))) return st;
         }
     }
+    if (t->rank == 0) dist_barrier(); /* the caches are written (an error above aborts the job) */
     return TERN_OK;
 }
 
@@ -707,6 +734,7 @@ static tern_status_t setup_model(trainer_t *t) {
         mS = TERN_MAX(mS, vS), mT = TERN_MAX(mT, vT), ms = TERN_MAX(ms, vs), mt = TERN_MAX(mt, vt);
     }
     if ((st = tmodel_ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
+    if (t->world > 1 && (st = dist_grads_new(&t->dg, &t->m, t->ws, o->bucket_mb, o->comm_overlap))) return st;
     if ((st = adam_init(&t->adam, t->m.n_params, &o->adam))) return st;
     t->adam_ok = 1;
     data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
@@ -768,6 +796,7 @@ static void trainer_free(trainer_t *t) {
         for (int j = 0; j < t->o->update_freq; j++) free(t->slots[j].src), free(t->slots[j].tin), free(t->slots[j].tout);
     free(t->slots);
     free(t->pv), free(t->mv), free(t->vv);
+    dist_grads_free(t->dg);
     tmodel_ws_free(t->ws);
     if (t->adam_ok) adam_free(&t->adam);
     if (t->m_ok) tmodel_free(&t->m);
@@ -784,29 +813,45 @@ static void trainer_free(trainer_t *t) {
 
 /* ------------------------------------------------------------ the run */
 
+enum { FLAG_INTERRUPT = 1, FLAG_TIME = 2, FLAG_EARLY_STOP = 4 };
+
+/* The stop conditions that differ between data-parallel ranks (a signal, the clock, rank 0's
+ * validation), OR-ed over the ranks so that every rank takes the same decision. */
+static int agreed_flags(trainer_t *t, int early_stop) {
+    const trainer_options_t *o = t->o;
+    int f = (o->stop && *o->stop ? FLAG_INTERRUPT : 0) | (o->max_time > 0 && elapsed(t) >= o->max_time ? FLAG_TIME : 0) |
+            (early_stop ? FLAG_EARLY_STOP : 0);
+    return dist_or_int(f);
+}
+
 static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
     const trainer_options_t *o = t->o;
     tern_status_t st;
     const char *reason = NULL;
     while (!reason) {
+        int flags = agreed_flags(t, 0);
         if (o->max_updates > 0 && t->updates >= o->max_updates) reason = "max updates";
         else if (o->max_epochs > 0 && data_iter_state(t->train_it).epoch >= o->max_epochs) reason = "max epochs";
-        else if (o->max_time > 0 && elapsed(t) >= o->max_time) reason = "max time";
-        else if (o->stop && *o->stop) reason = "interrupted";
+        else if (flags & FLAG_TIME) reason = "max time";
+        else if (flags & FLAG_INTERRUPT) reason = "interrupted";
         if (reason) break;
-        /* one group of update_freq batches */
+        /* one group of world x update_freq batches (every rank reads them all, in the same order);
+         * this rank trains on [rank·k, (rank+1)·k) of them */
         t->cur_epoch = data_iter_state(t->train_it).epoch;
-        int n = 0, ended = 0;
-        while (n < o->update_freq) {
+        int n = 0, ended = 0, mine = 0, k = o->update_freq, first = t->rank * k;
+        int64_t ntok = 0;
+        while (n < k * t->world) {
             const data_batch_t *b;
             if ((st = data_iter_next(t->train_it, &b))) return st;
             if (!b) {
                 ended = 1;
                 break;
             }
-            copy_batch(&t->slots[n++], b);
+            ntok += b->n_tgt_tokens;
+            if (n >= first && n < first + k) copy_batch(&t->slots[mine++], b);
+            n++;
         }
-        if (n > 0 && (st = do_update(t, n))) return st;
+        if (n > 0 && (st = do_update(t, mine, first, n, ntok))) return st;
         int stop = 0;
         if (ended) {
             /* epoch end: checkpoint, validation, BLEU of that checkpoint, the checkpoint again with
@@ -825,9 +870,10 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
             if ((st = run_validation(t, NULL, &s2))) return st;
             stop = stop || s2;
         }
-        if (stop && !reason) reason = "early stop";
-        if (o->stop && *o->stop && !reason) reason = "interrupted";
-        if (o->max_time > 0 && elapsed(t) >= o->max_time && !reason) reason = "max time";
+        flags = agreed_flags(t, stop);
+        if ((flags & FLAG_EARLY_STOP) && !reason) reason = "early stop";
+        if ((flags & FLAG_INTERRUPT) && !reason) reason = "interrupted";
+        if ((flags & FLAG_TIME) && !reason) reason = "max time";
         if (n > 0 && !reason && o->save_interval_updates > 0 && t->updates % o->save_interval_updates == 0 &&
             t->dirty)
             if ((st = save_checkpoint(t))) return st;
@@ -854,10 +900,15 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
     t.validated_at = t.saved_at = -1;
     t.threads = o->threads > 0 ? o->threads : tern_num_cores();
     kernels_set_num_threads(t.threads);
-    t.progress = o->progress < 0 ? (!o->quiet && isatty(fileno(stderr))) : o->progress;
+    t.rank = dist_rank();
+    t.world = dist_world();
+    t.progress = t.rank != 0 ? 0 : o->progress < 0 ? (!o->quiet && isatty(fileno(stderr))) : o->progress;
 
     char resume_dir[4096] = "", p[4096];
-    if ((st = model_dir_mkdir(o->save_dir))) return st;
+    /* data-parallel: rank 0 creates the directories and writes every file (logs, curves,
+     * checkpoints, caches); the others read */
+    if (t.rank == 0 && (st = model_dir_mkdir(o->save_dir))) return st;
+    dist_barrier();
     if (o->resume_from) {
         snprintf(resume_dir, sizeof resume_dir, "%s", o->resume_from);
     } else {
@@ -875,8 +926,14 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
         free(u);
     }
     path_join(p, sizeof p, o->save_dir, "train.log");
-    t.log = fopen(p, resume_dir[0] ? "a" : "w");
-    if (!t.log) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    if (t.rank == 0) {
+        t.log = fopen(p, resume_dir[0] ? "a" : "w");
+        if (!t.log) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    }
+    if (t.world > 1)
+        tlog(&t, "data-parallel: %d processes (MPI), %d thread(s) each; an update is %d x %d batches; all-reduce "
+             "in buckets of %g MB %s", t.world, t.threads, t.world, o->update_freq, o->bucket_mb,
+             o->comm_overlap ? "during the backward pass" : "after the backward pass (--no-comm-overlap)");
 
     if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = load_bleu_lines(&t)))
         goto done;
@@ -886,13 +943,21 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
         tlog(&t, "resumed from %s: update %ld, epoch %lld, batch %lld of the epoch", resume_dir, t.updates,
              (long long)ds.epoch + 1, (long long)ds.pos);
     }
-    if ((st = open_tsv(&t.tcurve, o->save_dir, "train_curve.tsv",
+    if (t.rank == 0 &&
+        ((st = open_tsv(&t.tcurve, o->save_dir, "train_curve.tsv",
                        "# update\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens\telapsed", resume_dir[0] != 0, t.updates)) ||
         (st = open_tsv(&t.vcurve, o->save_dir, "valid_curve.tsv", "# update\tepoch\tloss\tnll\tppl\tbleu",
-                       resume_dir[0] != 0, t.updates)))
+                       resume_dir[0] != 0, t.updates))))
         goto done;
     t.dirty = !resume_dir[0];
     st = train_loop(&t, r);
+    if (!st && t.world > 1) {
+        /* the replicas must have stayed identical (same gradient, same steps) */
+        uint64_t h = XXH3_64bits(t.m.params, t.m.n_params * sizeof(float));
+        if (!dist_same_u64(h))
+            st = tern_error(TERN_ERR_MISMATCH, "update %ld: the parameters of the %d data-parallel processes differ "
+                            "(rank %d: hash %016llx)", t.updates, t.world, t.rank, (unsigned long long)h);
+    }
     if (st) {
         tlog(&t, "error at update %ld: %s", t.updates, tern_last_error());
         goto done;
@@ -909,9 +974,23 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
          (long long)ds.pos,
          (long long)t.run_tokens, t.run_train_time, t.run_train_time > 0 ? (double)t.run_tokens / t.run_train_time : 0.0,
          el, best, t.last_ckpt);
-    fflush(t.tcurve);
-    fflush(t.vcurve);
-    if (o->plot) {
+    if (t.dg) {
+        dist_grads_stats_t ds2 = dist_grads_stats(t.dg);
+        tlog(&t, "all-reduce: %ld updates, %d buckets of ~%g MB each (%d wait for the last stage); buckets started "
+             "during the backward pass %ld, of which complete when it returned %ld; rank 0 waited %.3f s after "
+             "its backward passes (%.2f ms per update): %.3f s for slower ranks, %.3f s (%.2f ms per update) "
+             "of communication not hidden by the backward pass; %.3f s from first bucket start to last "
+             "completion", ds2.updates, ds2.buckets, ds2.bucket_mb, ds2.buckets_last_stage,
+             ds2.started_in_backward, ds2.done_in_backward, ds2.wait_seconds,
+             ds2.updates ? 1e3 * ds2.wait_seconds / (double)ds2.updates : 0.0, ds2.imbalance_seconds,
+             ds2.exposed_seconds, ds2.updates ? 1e3 * ds2.exposed_seconds / (double)ds2.updates : 0.0,
+             ds2.reduce_seconds);
+    }
+    if (t.rank == 0) {
+        fflush(t.tcurve);
+        fflush(t.vcurve);
+    }
+    if (o->plot && t.rank == 0) {
         char png[4096];
         path_join(png, sizeof png, o->save_dir, "curves.png");
         tern_status_t ps = trainer_plot(o->save_dir, png);

@@ -26,6 +26,12 @@
  * checkpoint therefore computes the same updates, bit for bit on the same thread count, as the
  * run that wrote it; the curve files are cut back to the checkpoint's update when it resumes.
  *
+ * Data-parallel (`mpirun -np N tern train`, dist.h): an update is N·k batches of the one shuffled
+ * order, rank r trains on [r·k, (r+1)·k) of them (dropout keyed by the global micro-batch index),
+ * the gradients are summed over the ranks in buckets during the last backward pass, every rank
+ * steps identically; rank 0 alone writes files, validates and scores BLEU; stop decisions are
+ * OR-reduced over the ranks every update.
+ *
  * Legend: k = update_freq batches per update.
  */
 #ifndef TERN_TRAIN_TRAINER_H
@@ -70,6 +76,8 @@ typedef struct {
     int max_epochs;             /* stop after this many epochs (0: no limit) */
     double max_time;            /* stop once the run's elapsed seconds (resumes added up) pass this (0: none) */
     int threads;                /* intra-op threads (0: all cores) */
+    double bucket_mb;           /* data-parallel (mpirun): all-reduce buckets of about this many MB (2) */
+    int comm_overlap;           /* 1: all-reduce buckets during the backward pass (1); 0: after it */
 
     /* ---- checkpoints */
     const char *save_dir;       /* required */
