@@ -1,6 +1,7 @@
 /* cmd_train.c — `tern train`: trains a Transformer translation model (src/train/trainer.h). */
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,13 +207,37 @@ static const struct option long_opts[] = {
 
 static volatile sig_atomic_t g_stop = 0;
 
-static void on_signal(int sig) {
-    if (g_stop && sig == SIGINT) {
-        signal(SIGINT, SIG_DFL);
-        raise(SIGINT);
-        return;
+/* Stop signals. SIGINT and SIGTERM are blocked in the main thread before any other thread exists
+ * (OpenMP's, oneDNN's, OpenMPI's all inherit the mask), and one thread takes them with sigwait:
+ * no compute thread is ever interrupted by a signal handler (no EINTR inside a library, no signal
+ * frame pushed under a JIT kernel's stack), and the trainer sees only the flag, which it reads
+ * between updates. The first SIGINT or SIGTERM asks for a stop after the current update with a
+ * checkpoint; a second SIGINT kills the process the default way. */
+static sigset_t g_stop_sigs;
+
+static void block_stop_signals(void) {
+    sigemptyset(&g_stop_sigs);
+    sigaddset(&g_stop_sigs, SIGINT);
+    sigaddset(&g_stop_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &g_stop_sigs, NULL);
+}
+
+static void *signal_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        int sig;
+        if (sigwait(&g_stop_sigs, &sig) != 0) continue;
+        if (g_stop && sig == SIGINT) {
+            signal(SIGINT, SIG_DFL);
+            sigset_t one;
+            sigemptyset(&one);
+            sigaddset(&one, SIGINT);
+            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+            raise(SIGINT); /* this thread has it unblocked: the default action ends the process */
+        }
+        g_stop = 1;
     }
-    g_stop = 1;
+    return NULL;
 }
 
 /* "3600", "90m", "2.5h", "45s" -> seconds. */
@@ -240,6 +265,7 @@ static int parse_long(const char *opt, const char *s, long *out) {
 
 int cmd_train(int argc, char **argv) {
     const char *C = "train";
+    block_stop_signals(); /* before any thread is started (see signal_thread) */
     trainer_options_t o = trainer_default_options();
     o.model.share_emb = -1; /* shared when the vocabulary is joint */
     int ok = 1, c, iv;
@@ -422,13 +448,15 @@ int cmd_train(int argc, char **argv) {
         dist_finalize();
         return 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    o.stop = &g_stop;
+    pthread_t sig_thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&sig_thread, &attr, signal_thread, NULL) != 0)
+        pthread_sigmask(SIG_UNBLOCK, &g_stop_sigs, NULL); /* no stop flag then: signals kill as usual */
+    else
+        o.stop = &g_stop;
+    pthread_attr_destroy(&attr);
     trainer_result_t r;
     st = trainer_run(&o, &r);
     if (st) {
