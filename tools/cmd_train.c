@@ -207,35 +207,50 @@ static const struct option long_opts[] = {
 
 static volatile sig_atomic_t g_stop = 0;
 
-/* Stop signals. SIGINT and SIGTERM are blocked in the main thread before any other thread exists
- * (OpenMP's, oneDNN's, OpenMPI's all inherit the mask), and one thread takes them with sigwait:
- * no compute thread is ever interrupted by a signal handler (no EINTR inside a library, no signal
- * frame pushed under a JIT kernel's stack), and the trainer sees only the flag, which it reads
- * between updates. The first SIGINT or SIGTERM asks for a stop after the current update with a
- * checkpoint; a second SIGINT kills the process the default way. */
+/* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
+ * checkpoint; a second SIGINT kills the process the default way.
+ *
+ * They are blocked in the main thread before it starts any thread (OpenMP's, oneDNN's and
+ * OpenMPI's threads all inherit the mask), so that no compute thread is ever interrupted by them (no
+ * EINTR inside a library, no signal frame pushed onto a thread inside a JIT kernel). One thread
+ * takes them with sigwait. Threads that libraries started before main (OpenBLAS's idle server
+ * threads) keep them unblocked: there the handler runs, with the same effect. The handler is
+ * installed in any case, so that a signal ignored by the parent (SIGINT for a background job of a
+ * shell) still stops the run, as it did before. */
 static sigset_t g_stop_sigs;
+
+static void on_stop_signal(int sig) {
+    if (g_stop && sig == SIGINT) {
+        signal(SIGINT, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, SIGINT);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+        raise(SIGINT); /* unblocked in this thread: the default action ends the process */
+        return;
+    }
+    g_stop = 1;
+}
 
 static void block_stop_signals(void) {
     sigemptyset(&g_stop_sigs);
     sigaddset(&g_stop_sigs, SIGINT);
     sigaddset(&g_stop_sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &g_stop_sigs, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static void *signal_thread(void *arg) {
     (void)arg;
     for (;;) {
         int sig;
-        if (sigwait(&g_stop_sigs, &sig) != 0) continue;
-        if (g_stop && sig == SIGINT) {
-            signal(SIGINT, SIG_DFL);
-            sigset_t one;
-            sigemptyset(&one);
-            sigaddset(&one, SIGINT);
-            pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-            raise(SIGINT); /* this thread has it unblocked: the default action ends the process */
-        }
-        g_stop = 1;
+        if (sigwait(&g_stop_sigs, &sig) == 0) on_stop_signal(sig);
     }
     return NULL;
 }
