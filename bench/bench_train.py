@@ -45,7 +45,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
     "recipe": dict(layers=4, d=128, ff=512, heads=4, max_tokens=4096, batches=12, warmup=2, updates=10),
-    "big": dict(layers=6, d=512, ff=2048, heads=8, max_tokens=2048, batches=6, warmup=1, updates=4),
+    "big": dict(layers=6, d=512, ff=2048, heads=8, max_tokens=2048, batches=6, warmup=1, updates=3),
 }
 
 
