@@ -172,14 +172,16 @@ def main():
 
     print(f"\nTraining tokens/s (target tokens, median of {a.reps} interleaved runs; ratio = tern / torch); "
           f"load average {os.getloadavg()[0]:.2f} at the end")
-    print("| model | threads | Tern f32 | PyTorch f32 | ratio f32 | Tern bf16 | PyTorch bf16 | ratio bf16 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | threads | Tern f32 | PyTorch f32 | ratio f32 | ratio per round | Tern bf16 | PyTorch bf16 | ratio bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     fmt = lambda v: "not built" if v is None else f"{v:.0f}"
     for r in results:
         rf = r["tern_float32"] / r["torch_float32"]
         tb, pb = r.get("tern_bfloat16"), r.get("torch_bfloat16")
         rb = f"{tb / pb:.2f}" if tb and pb else "-"
+        pairs = [f"{x / y:.2f}" for x, y in zip(r["tern_float32_all"], r["torch_float32_all"])]
         print(f"| {r['config']} | {r['threads']} | {r['tern_float32']:.0f} | {r['torch_float32']:.0f} | {rf:.2f} | "
+              f"{' '.join(pairs)} | "
               f"{fmt(tb) if 'tern_bfloat16' in r else '-'} | {fmt(pb) if 'torch_bfloat16' in r else '-'} | {rb} |")
     if any(r.get("tern_bfloat16", 0) is None for r in results):
         print("tern bf16: not built (this binary has no TERN_HAVE_BF16_TRAIN)")
