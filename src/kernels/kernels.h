@@ -79,6 +79,11 @@ void log_softmax_forward(float *out, const float *inp, int M, int C);
  * log_softmax(x)[m, c] == (x[m, c] - max_value[m]) - lse[m] bit for bit (max_value -inf: the row
  * is all -inf, lse 0). Lets a search scan log-probabilities without storing them. */
 void log_softmax_stats(float *max_value, float *lse, const float *inp, int M, int C);
+/* softmax_forward's probabilities (the same values), plus per row lse[m] = log(sum_c exp(x[m, c]))
+ * and sum_in[m] = sum_c x[m, c], both in double, in three passes over the row (the training
+ * loss: label-smoothed cross-entropy needs log p(y) = x[y] - lse and sum_c log p = sum_in - C lse).
+ * out may alias inp. */
+void softmax_lse_forward(float *out, double *lse, double *sum_in, const float *inp, int M, int C);
 /* Softmax of rows where only the first len[m] columns count (the rest get probability 0). */
 void softmax_masked_forward(float *out, const float *inp, const int *len, int M, int C);
 

@@ -251,6 +251,44 @@ void log_softmax_forward(float *out, const float *inp, int M, int C) {
     }
 }
 
+/* Max and sum (in double) of a row, in one pass. */
+static float row_max_sum(const float *x, int n, double *sum) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        vm = _mm256_max_ps(vm, v);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    float mx = hmax256(vm);
+    double s = hsum256d(_mm256_add_pd(a0, a1));
+    for (; i < n; i++) {
+        mx = x[i] > mx ? x[i] : mx;
+        s += x[i];
+    }
+    *sum = s;
+    return mx;
+}
+
+void softmax_lse_forward(float *out, double *lse, double *sum_in, const float *inp, int M, int C) {
+    for (int m = 0; m < M; m++) {
+        const float *x = inp + (size_t)m * C;
+        float *y = out + (size_t)m * C;
+        if (C <= 0) continue;
+        float mx = row_max_sum(x, C, &sum_in[m]);
+        if (mx == -INFINITY) {
+            fill_row(y, C, 0.0f);
+            lse[m] = -INFINITY;
+            continue;
+        }
+        double sum = row_sum_exp(y, x, C, mx);
+        scale_inplace(y, (float)(1.0 / sum), (size_t)C);
+        lse[m] = (double)mx + log(sum);
+    }
+}
+
 void log_softmax_stats(float *max_value, float *lse, const float *inp, int M, int C) {
     for (int m = 0; m < M; m++) {
         const float *x = inp + (size_t)m * C;

@@ -59,6 +59,36 @@ static inline uint32_t drop_threshold(float p) {
 
 /* ------------------------------------------------------------ helpers */
 
+/* Dropout of n elements whose mask indices start at base: out[j] = keep ? in[j] * inv : 0
+ * (accumulate: out[j] += that). Plain uint32 loops without branches (the kept value is masked
+ * bitwise: +0.0f where dropped, as before), so that the compiler vectorizes the hash; the mask
+ * of element j is bits32(k0, k1, base + j) >= thr, as everywhere. */
+static inline float keep_or_zero(float v, uint32_t bits, uint32_t thr) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    u &= 0u - (uint32_t)(bits >= thr);
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static inline void drop_mul(float *restrict out, const float *restrict in, uint32_t n, uint32_t base, uint32_t k0,
+                            uint32_t k1, uint32_t thr, float inv) {
+    for (uint32_t j = 0; j < n; j++) out[j] = keep_or_zero(in[j] * inv, bits32(k0, k1, base + j), thr);
+}
+
+static inline void drop_mul_acc(float *restrict out, const float *restrict in, uint32_t n, uint32_t base, uint32_t k0,
+                                uint32_t k1, uint32_t thr, float inv) {
+    for (uint32_t j = 0; j < n; j++) out[j] += keep_or_zero(in[j] * inv, bits32(k0, k1, base + j), thr);
+}
+
+/* In place (out == in allowed): same as drop_mul. */
+static inline void drop_mul_inplace(float *x, uint32_t n, uint32_t base, uint32_t k0, uint32_t k1, uint32_t thr,
+                                    float inv) {
+    for (uint32_t j = 0; j < n; j++) x[j] = keep_or_zero(x[j] * inv, bits32(k0, k1, base + j), thr);
+}
+
+#define DROP_BLK 4096
+
 /* acc[n] += sum over rows m of x[m, n], x (M, N); column blocks in parallel, double sums. */
 static void colsum_acc(float *acc, const float *x, int M, int N) {
     int nblk = (N + 15) / 16;
@@ -220,6 +250,11 @@ void nn_activation_backward(float *dinp, const float *dout, const float *inp, si
     const float k_pdf = 0.3989422804014327f;      /* 1 / sqrt(2 pi) */
     const float k_erf = 0.7071067811865476f;      /* 1 / sqrt(2) */
     long long nn = (long long)n;
+    if (act == ACT_RELU) { /* the common case, in a loop the compiler vectorizes */
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (long long i = 0; i < nn; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+        return;
+    }
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (long long i = 0; i < nn; i++) {
         float x = inp[i], d;
@@ -276,9 +311,13 @@ void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_
     }
     uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
     float inv = 1.0f / (1.0f - p);
-    long long nn = (long long)n;
+    long long nblk = (long long)((n + DROP_BLK - 1) / DROP_BLK);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (long long i = 0; i < nn; i++) out[i] = bits32(k0, k1, (uint32_t)i) >= thr ? inp[i] * inv : 0.0f;
+    for (long long blk = 0; blk < nblk; blk++) {
+        size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
+        if (out == inp) drop_mul_inplace(out + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+        else drop_mul(out + i0, inp + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+    }
 }
 
 void nn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key) {
@@ -290,8 +329,12 @@ void nn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint
     }
     uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
     float inv = 1.0f / (1.0f - p);
+    long long nblk = (long long)((n + DROP_BLK - 1) / DROP_BLK);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (long long i = 0; i < nn; i++) dinp[i] += bits32(k0, k1, (uint32_t)i) >= thr ? dout[i] * inv : 0.0f;
+    for (long long blk = 0; blk < nblk; blk++) {
+        size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
+        drop_mul_acc(dinp + i0, dout + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+    }
 }
 
 /* ------------------------------------------------------------ multi-head attention */
@@ -322,8 +365,7 @@ void nn_attention_forward(float *out, float *att, float *scratch, const float *q
         if (p_drop > 0.0f) {
             float *Sd = scratch + a0;
             size_t n = (size_t)Tq * Tk;
-            for (size_t j = 0; j < n; j++)
-                Sd[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? A[j] * inv : 0.0f;
+            drop_mul(Sd, A, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
             P = Sd;
         }
         gemm_f32(0, 0, Tq, D, Tk, 1.0f, P, Tk, vh, ldkv, 0.0f, out + (size_t)b * Tq * C + h * D, C);
@@ -354,14 +396,14 @@ void nn_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
         /* dV += dropout(P)^T dO */
         const float *Pd = P;
         if (p_drop > 0.0f) {
-            for (size_t j = 0; j < n; j++) Sc[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? P[j] * inv : 0.0f;
+            drop_mul(Sc, P, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
             Pd = Sc;
         }
         gemm_f32(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, doh, C, 1.0f, dvh, ldkv);
         /* dP = dO V^T (through the dropout mask) */
         gemm_f32(0, 1, Tq, Tk, D, 1.0f, doh, C, vh, ldkv, 0.0f, Sc, Tk);
         if (p_drop > 0.0f)
-            for (size_t j = 0; j < n; j++) Sc[j] = bits32(k0, k1, (uint32_t)(a0 + j)) >= thr ? Sc[j] * inv : 0.0f;
+            drop_mul_inplace(Sc, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
         /* softmax backward: dS = P * (dP - sum_j P dP) */
         for (int i = 0; i < Tq; i++) {
             const float *p = P + (size_t)i * Tk;
@@ -395,17 +437,18 @@ int nn_crossentropy_forward(float *probs, float *losses, float *nlls, double *lo
             memset(p, 0, (size_t)V * sizeof(float));
             continue;
         }
-        log_softmax_forward(p, x, 1, V); /* p holds log-probabilities for now */
-        double sum_lp = 0;
-        for (int j = 0; j < V; j++) sum_lp += p[j];
-        double nll = -(double)p[y];
+        /* one fused softmax: probabilities, log-sum-exp and the sum of the logits, from which
+         * nll = lse - x[y] and sum_j log p_j = sum_j x_j - V lse (no log-probability row) */
+        double xy = x[y], lse, sum_x;
+        softmax_lse_forward(p, &lse, &sum_x, x, 1, V); /* p may alias x: x[y] read first */
+        double nll = lse - xy;
+        double sum_lp = sum_x - (double)V * lse;
         double loss = (1.0 - eps) * nll - (double)eps / V * sum_lp;
         losses[m] = (float)loss;
         if (nlls) nlls[m] = (float)nll;
         ls += loss;
         ns += nll;
         count++;
-        softmax_forward(p, p, 1, V); /* softmax of log-probabilities = probabilities */
     }
     if (loss_sum) *loss_sum = ls;
     if (nll_sum) *nll_sum = ns;

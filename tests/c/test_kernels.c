@@ -679,6 +679,35 @@ static void test_softmax(void) {
         softmax_forward(r, r, M, C);
         CHECK_MSG(!memcmp(r, y, n * sizeof(float)), "softmax C=%d in place", C);
 
+        /* softmax_lse_forward: softmax_forward's probabilities bit for bit (in place too); lse
+         * against float64 exps with log_softmax's tolerance, |lse - ref| <= LOGSOFTMAX_TOL (1 + |ref|)
+         * (the exps are the float kernel's); the row sum (accumulated in double) within 1e-12 of
+         * the sum of |x|, and equal where infinite; lse -inf for an all -inf row */
+        {
+            double lse[6], sx[6];
+            memcpy(r, x, n * sizeof(float));
+            softmax_lse_forward(r, lse, sx, r, M, C);
+            CHECK_MSG(!memcmp(r, y, n * sizeof(float)), "softmax_lse C=%d: probabilities differ from softmax_forward", C);
+            for (int m = 0; m < M; m++) {
+                const float *xr = x + (size_t)m * C;
+                double mx = row_max_of(xr, C), se = 0, sum = 0, sabs = 0;
+                for (int c = 0; c < C; c++) {
+                    if (mx != -INFINITY) se += exp((double)xr[c] - mx);
+                    sum += xr[c];
+                    sabs += fabs((double)xr[c]);
+                }
+                if (mx == -INFINITY) {
+                    CHECK_MSG(lse[m] == -INFINITY, "softmax_lse C=%d row %d: lse %.17g for an all -inf row", C, m, lse[m]);
+                    continue;
+                }
+                double want = mx + log(se);
+                CHECK_MSG(fabs(lse[m] - want) <= LOGSOFTMAX_TOL * (1 + fabs(want)), "softmax_lse C=%d row %d: lse %.17g vs %.17g",
+                          C, m, lse[m], want);
+                CHECK_MSG(isinf(sum) ? sx[m] == sum : fabs(sx[m] - sum) <= 1e-12 * sabs + 1e-300, "softmax_lse C=%d row %d: sum %.17g vs %.17g", C, m,
+                          sx[m], sum);
+            }
+        }
+
         log_softmax_forward(y, x, M, C);
         log_softmax_forward_ref(r, x, M, C);
         bad = 0;

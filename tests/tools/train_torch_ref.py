@@ -85,11 +85,13 @@ def _cfg(meta):
 class RefModel:
     """The Transformer of Tern's src/train/model.c, in PyTorch's own layers."""
 
-    def __init__(self, cfg, weights):
+    def __init__(self, cfg, weights, dropout=0.0):
+        """dropout: PyTorch's layers' own (attention weights, activation, sublayer outputs), and on
+        the embeddings; Tern's dropout = attn_dropout = act_dropout (bench/bench_train.py)."""
         import torch
         import torch.nn as nn
         import torch.nn.functional as F
-        self.torch, self.F, self.cfg = torch, F, cfg
+        self.torch, self.F, self.cfg, self.dropout = torch, F, cfg, dropout
         C, H, FF, eps = cfg["d"], cfg["heads"], cfg["ff"], cfg["eps"]
         acts = {0: F.relu, 1: lambda x: F.gelu(x, approximate="tanh"), 2: F.silu, 3: F.gelu,
                 4: lambda x: x * torch.sigmoid(1.702 * x), 5: torch.tanh}
@@ -114,7 +116,7 @@ class RefModel:
             self.enc_pos = self.dec_pos = s
         self.enc, self.dec = [], []
         for l in range(cfg["enc_layers"]):
-            L = nn.TransformerEncoderLayer(C, H, FF, dropout=0.0, activation=act, layer_norm_eps=eps,
+            L = nn.TransformerEncoderLayer(C, H, FF, dropout=dropout, activation=act, layer_norm_eps=eps,
                                            batch_first=True, norm_first=pre)
             p = f"encoder/layer_{l}/"
             self._set(L.self_attn.in_proj_weight, [p + "self_attention/linear_0/weight"], weights)
@@ -126,7 +128,7 @@ class RefModel:
             self._ffn(L, p, weights, L.norm2)
             self.enc.append(L)
         for l in range(cfg["dec_layers"]):
-            L = nn.TransformerDecoderLayer(C, H, FF, dropout=0.0, activation=act, layer_norm_eps=eps,
+            L = nn.TransformerDecoderLayer(C, H, FF, dropout=dropout, activation=act, layer_norm_eps=eps,
                                            batch_first=True, norm_first=pre)
             p = f"decoder/layer_{l}/"
             self._set(L.self_attn.in_proj_weight, [p + "self_attention/linear_0/weight"], weights)
@@ -189,10 +191,11 @@ class RefModel:
         scale = math.sqrt(cfg["d"]) if cfg["scale_emb"] else 1.0
         T = tok.shape[1]
         x = E[tok] * scale + pos[:T].unsqueeze(0)
-        return x * (tok != cfg["pad_id"]).unsqueeze(-1).to(x.dtype)
+        x = x * (tok != cfg["pad_id"]).unsqueeze(-1).to(x.dtype)
+        return self.F.dropout(x, self.dropout) if self.dropout > 0 else x
 
-    def loss(self, src, tin, tout):
-        """Returns (label-smoothed loss sum, nll sum, non-padding targets)."""
+    def loss(self, src, tin, tout, with_nll=True):
+        """Returns (label-smoothed loss sum, nll sum (None unless with_nll), non-padding targets)."""
         torch, F, cfg = self.torch, self.F, self.cfg
         pad = cfg["pad_id"]
         src, tin, tout = (torch.tensor(a, dtype=torch.long) for a in (src, tin, tout))
@@ -213,7 +216,7 @@ class RefModel:
         target = tout.reshape(-1)
         loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=cfg["label_smoothing"],
                                reduction="sum")
-        nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
+        nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum") if with_nll else None
         return loss, nll, int((target != pad).sum())
 
     def grads(self):
