@@ -75,7 +75,7 @@ static void layers_only(int M, int C, int F, int V, int reps) {
     for (size_t i = 0; i < big; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f, y[i] = x[i] * 0.1f;
     for (size_t i = 0; i < (size_t)V * C + (size_t)F * C; i++) w[i] = (float)((i * 40503u) % 1000) / 5000.0f - 0.1f;
     lowp_ws_t lw;
-    die(lowp_ws_init(&lw, big));
+    die(lowp_ws_init(&lw, big, big));
     printf("linear layers alone, M = %d rows, %d thread(s): ms per call (f32 / bf16 = speed-up)\n", M,
            omp_get_max_threads());
     printf("  %-5s %5s %5s | %8s %8s %6s | %8s %8s %6s\n", "layer", "K", "N", "fwd f32", "fwd bf16", "x", "bwd f32",

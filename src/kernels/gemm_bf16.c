@@ -68,10 +68,12 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void cvt_avx512(bf
     }
 }
 
-static int g_cvt_fast = -1;
+static pthread_once_t g_cvt_once = PTHREAD_ONCE_INIT;
+static int g_cvt_fast;
+static void cvt_init(void) { g_cvt_fast = cpu_has_avx512bf16(); }
 
 void bf16_from_f32(bf16_t *dst, const float *src, size_t n) {
-    if (g_cvt_fast < 0) g_cvt_fast = cpu_has_avx512bf16();
+    pthread_once(&g_cvt_once, cvt_init);
     const size_t chunk = (size_t)1 << 16;
     if (n <= chunk) {
         if (g_cvt_fast) cvt_avx512(dst, src, n);

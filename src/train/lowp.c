@@ -8,20 +8,23 @@
 
 #define PAR_MIN 32768
 
-tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_elems) {
+tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_in, size_t max_out) {
     memset(ws, 0, sizeof *ws);
     tern_status_t st = bf16_check_cpu();
     if (st) return st;
-    size_t bytes = (max_elems * sizeof(bf16_t) + 63) & ~(size_t)63;
-    ws->a = aligned_alloc64(bytes);
-    ws->g = aligned_alloc64(bytes);
+    ws->a = aligned_alloc64((max_in * sizeof(bf16_t) + 63) & ~(size_t)63);
+    ws->g = aligned_alloc64((max_out * sizeof(bf16_t) + 63) & ~(size_t)63);
     if (!ws->a || !ws->g) {
         lowp_ws_free(ws);
-        return tern_error(TERN_ERR_NOMEM, "bfloat16 workspace: out of memory (%zu bytes)", 2 * bytes);
+        return tern_error(TERN_ERR_NOMEM, "bfloat16 workspace: out of memory (%zu bytes)",
+                          (max_in + max_out) * sizeof(bf16_t));
     }
-    ws->cap = max_elems;
+    ws->cap_in = max_in;
+    ws->cap_out = max_out;
     return TERN_OK;
 }
+
+size_t lowp_ws_bytes(const lowp_ws_t *ws) { return (ws->cap_in + ws->cap_out) * sizeof(bf16_t); }
 
 void lowp_ws_free(lowp_ws_t *ws) {
     if (!ws) return;
@@ -42,16 +45,16 @@ static void keep_error(lowp_ws_t *ws, tern_status_t st) {
     if (st && !ws->st) ws->st = st;
 }
 
-static int fits(lowp_ws_t *ws, size_t n) {
-    if (n <= ws->cap) return 1;
+static int fits(lowp_ws_t *ws, size_t n, size_t cap) {
+    if (n <= cap) return 1;
     keep_error(ws, tern_error(TERN_ERR_INTERNAL, "bfloat16 linear layer: %zu elements exceed the workspace (%zu)", n,
-                              ws->cap));
+                              cap));
     return 0;
 }
 
 void lowp_linear_forward(lowp_ws_t *ws, float *out, const float *inp, const bf16_t *w16, const float *b, int M,
                          int K, int N) {
-    if (!fits(ws, (size_t)M * K)) return;
+    if (!fits(ws, (size_t)M * K, ws->cap_in)) return;
     bf16_from_f32(ws->a, inp, (size_t)M * K);
     keep_error(ws, gemm_bf16(0, 1, M, N, K, ws->a, K, w16, K, 0.0f, out, N));
     if (b) {
@@ -77,7 +80,7 @@ static void colsum_acc(float *acc, const float *x, int M, int N) {
 
 void lowp_linear_backward(lowp_ws_t *ws, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                           const bf16_t *w16, int M, int K, int N) {
-    if (!fits(ws, (size_t)M * N) || !fits(ws, (size_t)M * K)) return;
+    if (!fits(ws, (size_t)M * N, ws->cap_out) || !fits(ws, (size_t)M * K, ws->cap_in)) return;
     bf16_from_f32(ws->g, dout, (size_t)M * N);
     if (dinp) keep_error(ws, gemm_bf16(0, 0, M, K, N, ws->g, N, w16, K, 1.0f, dinp, K));
     bf16_from_f32(ws->a, inp, (size_t)M * K);

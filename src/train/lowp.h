@@ -17,14 +17,17 @@
 #include "../kernels/gemm_bf16.h"
 
 typedef struct {
-    bf16_t *a;        /* (cap) the layer input in bfloat16 */
-    bf16_t *g;        /* (cap) the output gradient in bfloat16 */
-    size_t cap;       /* elements of each: the largest M·K and M·N */
+    bf16_t *a;        /* (cap_in) the layer input in bfloat16 */
+    bf16_t *g;        /* (cap_out) the output gradient in bfloat16 */
+    size_t cap_in;    /* elements of a: the largest M·K */
+    size_t cap_out;   /* elements of g: the largest M·N */
     tern_status_t st; /* first error of a GEMM since lowp_take_error (sticky) */
 } lowp_ws_t;
 
-/* Scratch for layers with M·K and M·N <= max_elems; checks the CPU (bf16_check_cpu). */
-tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_elems);
+/* Scratch for layers with M·K <= max_in and M·N <= max_out; checks the CPU (bf16_check_cpu). */
+tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_in, size_t max_out);
+/* Bytes of its scratch. */
+size_t lowp_ws_bytes(const lowp_ws_t *ws);
 void lowp_ws_free(lowp_ws_t *ws);
 /* The first GEMM error since the last call (TERN_OK if none); clears it. */
 tern_status_t lowp_take_error(lowp_ws_t *ws);

@@ -503,10 +503,11 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
         return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
     }
     if (c->precision == TPREC_BF16) {
-        size_t K = Vt > W ? Vt : W; /* widest input or output of a linear layer: C, 2C, 3C, F or Vt */
+        /* inputs of a linear layer are C or F wide (W >= both); outputs C, 2C, 3C, F or Vt */
+        size_t N = Vt > W ? Vt : W;
         tern_status_t st;
         if (!(ws->lowp = calloc(1, sizeof *ws->lowp))) st = tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
-        else st = lowp_ws_init(ws->lowp, Mx * K);
+        else st = lowp_ws_init(ws->lowp, Mx * W, Mx * N);
         if (st) {
             tmodel_ws_free(ws);
             return st;
@@ -528,7 +529,9 @@ void tmodel_ws_free(tmodel_ws_t *ws) {
     free(ws);
 }
 
-size_t tmodel_ws_bytes(const tmodel_ws_t *ws) { return ws->n_floats * sizeof(float); }
+size_t tmodel_ws_bytes(const tmodel_ws_t *ws) {
+    return ws->n_floats * sizeof(float) + (ws->lowp ? lowp_ws_bytes(ws->lowp) : 0);
+}
 
 const float *tmodel_ws_probs(const tmodel_ws_t *ws) { return ws->probs; }
 

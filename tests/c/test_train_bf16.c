@@ -254,7 +254,7 @@ int main(void) {
         tmodel_t m;
         CHECK(tmodel_init(&m, &c) == TERN_ERR_UNSUPPORTED);
         lowp_ws_t lw;
-        CHECK(lowp_ws_init(&lw, 16) == TERN_ERR_UNSUPPORTED);
+        CHECK(lowp_ws_init(&lw, 16, 16) == TERN_ERR_UNSUPPORTED);
         return check_report("test_train_bf16");
     }
     CHECK(bf16_check_cpu() == TERN_OK);
