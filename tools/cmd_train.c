@@ -51,6 +51,8 @@ static void usage(FILE *f) {
 "  --learned-positions         learned position embeddings (default: sinusoids)\n"
 "  --no-scale-embeddings       do not multiply embeddings by sqrt(d)\n"
 "  --layer-norm-eps E          (default 1e-6)\n"
+"  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
+"                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"
 "Optimization:\n"
 "  --lr LR                     peak learning rate (default 5e-4)\n"
 "  --lr-scheduler S            inverse_sqrt (default; fairseq's), constant, gnmt\n"
@@ -119,7 +121,7 @@ enum {
     O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
-    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP
+    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION
 };
 
 static const struct option long_opts[] = {
@@ -179,6 +181,7 @@ static const struct option long_opts[] = {
     {"max-epochs", required_argument, 0, O_MAX_EPOCHS},
     {"max-time", required_argument, 0, O_MAX_TIME},
     {"seed", required_argument, 0, O_SEED},
+    {"precision", required_argument, 0, O_PRECISION},
     {"threads", required_argument, 0, 't'},
     {"save-dir", required_argument, 0, O_SAVE_DIR},
     {"save-interval-updates", required_argument, 0, O_SAVE_INTERVAL},
@@ -329,6 +332,14 @@ int cmd_train(int argc, char **argv) {
             else {
                 fprintf(stderr, "tern train: --activation must be relu, gelu, gelu-tanh or swish (got '%s')\n",
                         optarg);
+                ok = 0;
+            }
+            break;
+        case O_PRECISION:
+            if (!strcmp(optarg, "float32")) o.model.precision = TPREC_F32;
+            else if (!strcmp(optarg, "bfloat16")) o.model.precision = TPREC_BF16;
+            else {
+                fprintf(stderr, "tern train: --precision must be float32 or bfloat16 (got '%s')\n", optarg);
                 ok = 0;
             }
             break;

@@ -13,6 +13,7 @@
  * into which every branch accumulates (all backward layers add, never assign).
  */
 #include "model.h"
+#include "lowp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -234,6 +235,21 @@ tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
         return tern_error(TERN_ERR_NOMEM, "model: out of memory");
     }
     list_tensors(m);
+    if (cfg->precision == TPREC_BF16) {
+        if ((st = bf16_check_cpu())) {
+            tmodel_free(m);
+            return st;
+        }
+        m->params_bf16 = aligned_alloc64(m->n_params * sizeof(uint16_t));
+        if (!m->params_bf16) {
+            tmodel_free(m);
+            return tern_error(TERN_ERR_NOMEM, "model: out of memory for the bfloat16 weights");
+        }
+        m->bf16_stale = 1;
+    } else if (cfg->precision != TPREC_F32) {
+        tmodel_free(m);
+        return tern_error(TERN_ERR_INVALID_ARG, "model config: unknown precision %d", (int)cfg->precision);
+    }
     if (cfg->learned_pos) {
         m->enc_pos_table = m->p.enc_pos;
         m->dec_pos_table = m->p.dec_pos;
@@ -263,11 +279,14 @@ void tmodel_free(tmodel_t *m) {
     aligned_free(m->params);
     aligned_free(m->grads);
     aligned_free(m->sinusoids);
+    aligned_free(m->params_bf16);
     free(m->tensors);
     memset(m, 0, sizeof *m);
 }
 
 void tmodel_zero_grad(tmodel_t *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
+
+void tmodel_params_changed(tmodel_t *m) { m->bf16_stale = 1; }
 
 const tmodel_tensor_t *tmodel_find(const tmodel_t *m, const char *name) {
     for (int i = 0; i < m->n_aliases; i++)
@@ -309,6 +328,7 @@ tern_status_t tmodel_load(tmodel_t *m, const weights_t *w) {
         if (src->dtype == DT_F32) memcpy(dst, src->data, t->numel * sizeof(float));
         else for (size_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
     }
+    tmodel_params_changed(m);
     return TERN_OK;
 }
 
@@ -328,6 +348,7 @@ static void fill_const(float *x, size_t n, float v) {
 }
 
 void tmodel_init_params(tmodel_t *m, uint64_t seed) {
+    tmodel_params_changed(m);
     const tmodel_config_t *c = &m->cfg;
     int C = c->d;
     float std = 1.0f / sqrtf((float)C), g_qkv = 1.0f / sqrtf(2.0f);
@@ -413,6 +434,7 @@ struct tmodel_ws {
     uint64_t seed, step;
     tmodel_backward_hook_t hook;       /* backward progress (dist.h), or NULL */
     void *hook_user;
+    lowp_ws_t *lowp;                   /* bfloat16 scratch (TPREC_BF16), else NULL */
 };
 
 tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_tokens, int max_tgt_tokens,
@@ -482,12 +504,25 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
         tmodel_ws_free(ws);
         return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
     }
+    if (c->precision == TPREC_BF16) {
+        /* inputs of a linear layer are C or F wide (W >= both); outputs C, 2C, 3C, F or Vt */
+        size_t N = Vt > W ? Vt : W;
+        tern_status_t st;
+        if (!(ws->lowp = calloc(1, sizeof *ws->lowp))) st = tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
+        else st = lowp_ws_init(ws->lowp, Mx * W, Mx * N);
+        if (st) {
+            tmodel_ws_free(ws);
+            return st;
+        }
+    }
     *out = ws;
     return TERN_OK;
 }
 
 void tmodel_ws_free(tmodel_ws_t *ws) {
     if (!ws) return;
+    if (ws->lowp) lowp_ws_free(ws->lowp);
+    free(ws->lowp);
     aligned_free(ws->mem);
     free(ws->src);
     free(ws->tgt_in);
@@ -496,7 +531,9 @@ void tmodel_ws_free(tmodel_ws_t *ws) {
     free(ws);
 }
 
-size_t tmodel_ws_bytes(const tmodel_ws_t *ws) { return ws->n_floats * sizeof(float); }
+size_t tmodel_ws_bytes(const tmodel_ws_t *ws) {
+    return ws->n_floats * sizeof(float) + (ws->lowp ? lowp_ws_bytes(ws->lowp) : 0);
+}
 
 const float *tmodel_ws_probs(const tmodel_ws_t *ws) { return ws->probs; }
 
@@ -600,6 +637,21 @@ static sub_t dec_sub(const tmodel_t *m, const tmodel_ws_t *ws, int l, int k) {
 /* The output of a sublayer (the input of the next one). */
 static const float *sub_out(const tmodel_t *m, const sub_t *s) { return m->cfg.pre_norm ? s->sum : s->ln; }
 
+/* ------------------------------------------------------------------ linear layers by precision */
+
+/* nn_linear_forward/backward in float32, or with bfloat16 operands (lowp.h) where the weight w
+ * (a pointer into m->params) is read from its bfloat16 copy at the same offset. */
+static void lin_fwd(const tmodel_t *m, tmodel_ws_t *ws, float *out, const float *inp, const float *w, const float *b,
+                    int M, int K, int N) {
+    if (ws->lowp) lowp_linear_forward(ws->lowp, out, inp, m->params_bf16 + (w - m->params), b, M, K, N);
+    else nn_linear_forward(out, inp, w, b, M, K, N);
+}
+static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, float *db, const float *dout,
+                    const float *inp, const float *w, int M, int K, int N) {
+    if (ws->lowp) lowp_linear_backward(ws->lowp, dinp, dw, db, dout, inp, m->params_bf16 + (w - m->params), M, K, N);
+    else nn_linear_backward(dinp, dw, db, dout, inp, w, M, K, N);
+}
+
 /* ------------------------------------------------------------------ forward */
 
 static tern_status_t check_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in,
@@ -643,6 +695,12 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
     ws->ready = 0;
     tern_status_t st = check_batch(m, ws, src, tgt_in, tgt_out, B, S, T);
     if (st) return st;
+    if (!ws->lowp != !m->params_bf16)
+        return tern_error(TERN_ERR_INVALID_ARG, "training: the workspace and the model differ in precision");
+    if (m->params_bf16 && m->bf16_stale) { /* once per update: the bfloat16 copy of the master weights */
+        lowp_sync_weights(m->params_bf16, m->params, m->n_params);
+        m->bf16_stale = 0;
+    }
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
     int C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
@@ -659,18 +717,18 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
         float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt, *ctx = ws->e_ctx + l * ws->s_msc;
         const float *in = sub_pre(m, &s0, x, Ms);
-        nn_linear_forward(qkv, in, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, Ms, C, 3 * C);
+        lin_fwd(m, ws, qkv, in, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, Ms, C, 3 * C);
         nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, ws->src_len, B, S, S, C,
                              H, 0, adrop, site_key(ws, 0, l, SITE_ATT));
-        nn_linear_forward(s0.sum, ctx, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, Ms, C, C);
+        lin_fwd(m, ws, s0.sum, ctx, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, Ms, C, C);
         x = sub_post(m, &s0, x, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
 
         float *fc = ws->e_fc + l * ws->s_msf, *h = ws->e_h + l * ws->s_msf;
         in = sub_pre(m, &s1, x, Ms);
-        nn_linear_forward(fc, in, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, Ms, C, F);
+        lin_fwd(m, ws, fc, in, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, Ms, C, F);
         nn_activation_forward(h, fc, (size_t)Ms * F, c->act);
         nn_dropout_forward(h, h, (size_t)Ms * F, hdrop, site_key(ws, 0, l, SITE_ACT));
-        nn_linear_forward(s1.sum, h, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, Ms, F, C);
+        lin_fwd(m, ws, s1.sum, h, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, Ms, F, C);
         x = sub_post(m, &s1, x, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
     }
     const float *enc_out = x;
@@ -688,28 +746,28 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         /* causal self-attention */
         float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt, *ctx = ws->d_ctx + l * ws->s_mtc;
         const float *in = sub_pre(m, &s0, x, Mt);
-        nn_linear_forward(qkv, in, p->d_qkv_w + l * 3 * C1 * C1, p->d_qkv_b + l * 3 * C1, Mt, C, 3 * C);
+        lin_fwd(m, ws, qkv, in, p->d_qkv_w + l * 3 * C1 * C1, p->d_qkv_b + l * 3 * C1, Mt, C, 3 * C);
         nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, T, C, H, 1,
                              adrop, site_key(ws, 1, l, SITE_ATT));
-        nn_linear_forward(s0.sum, ctx, p->d_so_w + l * C1 * C1, p->d_so_b + l * C1, Mt, C, C);
+        lin_fwd(m, ws, s0.sum, ctx, p->d_so_w + l * C1 * C1, p->d_so_b + l * C1, Mt, C, C);
         x = sub_post(m, &s0, x, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
         /* cross-attention */
         float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
         float *cctx = ws->d_cctx + l * ws->s_mtc;
         in = sub_pre(m, &s1, x, Mt);
-        nn_linear_forward(q, in, p->d_cq_w + l * C1 * C1, p->d_cq_b + l * C1, Mt, C, C);
-        nn_linear_forward(kv, enc_out, p->d_ckv_w + l * 2 * C1 * C1, p->d_ckv_b + l * 2 * C1, Ms, C, 2 * C);
+        lin_fwd(m, ws, q, in, p->d_cq_w + l * C1 * C1, p->d_cq_b + l * C1, Mt, C, C);
+        lin_fwd(m, ws, kv, enc_out, p->d_ckv_w + l * 2 * C1 * C1, p->d_ckv_b + l * 2 * C1, Ms, C, 2 * C);
         nn_attention_forward(cctx, catt, ws->g_att, q, C, kv, kv + C, 2 * C, ws->src_len, B, T, S, C, H, 0, adrop,
                              site_key(ws, 1, l, SITE_CATT));
-        nn_linear_forward(s1.sum, cctx, p->d_co_w + l * C1 * C1, p->d_co_b + l * C1, Mt, C, C);
+        lin_fwd(m, ws, s1.sum, cctx, p->d_co_w + l * C1 * C1, p->d_co_b + l * C1, Mt, C, C);
         x = sub_post(m, &s1, x, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
         /* feed-forward */
         float *fc = ws->d_fc + l * ws->s_mtf, *h = ws->d_h + l * ws->s_mtf;
         in = sub_pre(m, &s2, x, Mt);
-        nn_linear_forward(fc, in, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, Mt, C, F);
+        lin_fwd(m, ws, fc, in, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, Mt, C, F);
         nn_activation_forward(h, fc, (size_t)Mt * F, c->act);
         nn_dropout_forward(h, h, (size_t)Mt * F, hdrop, site_key(ws, 1, l, SITE_ACT));
-        nn_linear_forward(s2.sum, h, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, Mt, F, C);
+        lin_fwd(m, ws, s2.sum, h, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, Mt, F, C);
         x = sub_post(m, &s2, x, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
     }
     const float *dec_out = x;
@@ -717,7 +775,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         nn_layernorm_forward(ws->d_lnf, ws->d_lnf_mean, ws->d_lnf_rstd, x, p->d_lnf_g, p->d_lnf_b, Mt, C, c->eps);
         dec_out = ws->d_lnf;
     }
-    nn_linear_forward(ws->probs, dec_out, p->proj_w, p->proj_b, Mt, C, Vt);
+    lin_fwd(m, ws, ws->probs, dec_out, p->proj_w, p->proj_b, Mt, C, Vt);
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->probs, ws->losses, ws->nlls, &ls, &ns, ws->probs, ws->tgt_out, Mt, Vt,
                                         c->label_smoothing, c->pad_id);
@@ -726,6 +784,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         loss->nll = ns;
         loss->ntokens = count;
     }
+    if (ws->lowp && (st = lowp_take_error(ws->lowp))) return st;
     ws->ready = 1;
     return TERN_OK;
 }
@@ -739,7 +798,7 @@ static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, const f
     int C = m->cfg.d, F = m->cfg.ff;
     size_t n = (size_t)M * F;
     memset(ws->g_big1, 0, n * sizeof(float));
-    nn_linear_backward(ws->g_big1, dw2, db2, dsub, h, w2, M, F, C);
+    lin_bwd(m, ws, ws->g_big1, dw2, db2, dsub, h, w2, M, F, C);
     float *dact = ws->g_big1, *dfc = ws->g_big2;
     if (hdrop > 0.0f) {
         memset(ws->g_big2, 0, n * sizeof(float));
@@ -749,7 +808,7 @@ static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, const f
     }
     memset(dfc, 0, n * sizeof(float));
     nn_activation_backward(dfc, dact, fc, n, m->cfg.act);
-    nn_linear_backward(din, dw1, db1, dfc, in, w1, M, C, F);
+    lin_bwd(m, ws, din, dw1, db1, dfc, in, w1, M, C, F);
 }
 
 /* The input of a sublayer's transformation, as the forward saw it. */
@@ -800,11 +859,11 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     memset(gd, 0, (size_t)Mt * C * sizeof(float));
     if (c->pre_norm) {
         memset(ws->g_b, 0, (size_t)Mt * C * sizeof(float));
-        nn_linear_backward(ws->g_b, g->proj_w, g->proj_b, dlogits, ws->d_lnf, p->proj_w, Mt, C, Vt);
+        lin_bwd(m, ws, ws->g_b, g->proj_w, g->proj_b, dlogits, ws->d_lnf, p->proj_w, Mt, C, Vt);
         nn_layernorm_backward(gd, g->d_lnf_g, g->d_lnf_b, ws->g_b, dec_last, p->d_lnf_g, ws->d_lnf_mean,
                               ws->d_lnf_rstd, Mt, C);
     } else {
-        nn_linear_backward(gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
+        lin_bwd(m, ws, gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
     }
     HOOK(0);
 
@@ -833,16 +892,16 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
         din = sub_in_grad(m, ws, gd, Mt);
         memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        nn_linear_backward(ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+        lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
                            p->d_co_w + l * C1 * C1, Mt, C, C);
         float *dq = ws->g_big1;
         memset(dq, 0, (size_t)Mt * C * sizeof(float));
         memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
         nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
                               C, H, adrop, site_key(ws, 1, l, SITE_CATT));
-        nn_linear_backward(din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
+        lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
                            p->d_cq_w + l * C1 * C1, Mt, C, C);
-        nn_linear_backward(ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
+        lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
                            p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
         sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
 
@@ -851,13 +910,13 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
         din = sub_in_grad(m, ws, gd, Mt);
         memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        nn_linear_backward(ws->g_ctx, g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, dsub, ws->d_ctx + l * ws->s_mtc,
+        lin_bwd(m, ws, ws->g_ctx, g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, dsub, ws->d_ctx + l * ws->s_mtc,
                            p->d_so_w + l * C1 * C1, Mt, C, C);
         float *dqkv = ws->g_big1;
         memset(dqkv, 0, (size_t)Mt * 3 * C * sizeof(float));
         nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
                               3 * C, att, B, T, T, C, H, adrop, site_key(ws, 1, l, SITE_ATT));
-        nn_linear_backward(din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
+        lin_bwd(m, ws, din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
                            p->d_qkv_w + l * 3 * C1 * C1, Mt, C, 3 * C);
         sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
         HOOK(1 + (Ld - 1 - l));
@@ -903,13 +962,13 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
         dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
         din = sub_in_grad(m, ws, ge, Ms);
         memset(ws->g_ctx, 0, (size_t)Ms * C * sizeof(float));
-        nn_linear_backward(ws->g_ctx, g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, dsub, ws->e_ctx + l * ws->s_msc,
+        lin_bwd(m, ws, ws->g_ctx, g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, dsub, ws->e_ctx + l * ws->s_msc,
                            p->e_o_w + l * C1 * C1, Ms, C, C);
         float *dqkv = ws->g_big1;
         memset(dqkv, 0, (size_t)Ms * 3 * C * sizeof(float));
         nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
                               3 * C, att, B, S, S, C, H, adrop, site_key(ws, 0, l, SITE_ATT));
-        nn_linear_backward(din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
+        lin_bwd(m, ws, din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
                            p->e_qkv_w + l * 3 * C1 * C1, Ms, C, 3 * C);
         sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
         HOOK(Ld + 3 + (Le - 1 - l));
@@ -922,5 +981,6 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     }
     nn_embedding_backward(g->enc_emb, c->learned_pos ? g->enc_pos : NULL, eemb, ws->src, B, S, C, escale, c->pad_id);
     ws->ready = 0; /* the probabilities now hold their gradient */
+    if (ws->lowp) return lowp_take_error(ws->lowp);
     return TERN_OK;
 }

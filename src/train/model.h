@@ -25,6 +25,14 @@
 #include "../model/weights.h"
 #include "layers.h"
 
+/* bfloat16 compute in training (tmodel_config_t.precision, `tern train --precision`). */
+#define TERN_HAVE_BF16_TRAIN 1
+
+/* Compute precision of the linear layers. float32 master weights, gradients and optimizer in
+ * both; TPREC_BF16 runs the linear layers' GEMMs with bfloat16 operands and float32
+ * accumulation (needs AVX512_BF16; see src/train/lowp.h). */
+typedef enum { TPREC_F32 = 0, TPREC_BF16 = 1 } tprecision_t;
+
 typedef struct {
     int src_vocab, tgt_vocab;   /* Vs, Vt */
     int d, heads, ff;           /* C, H, F */
@@ -43,11 +51,12 @@ typedef struct {
     float attn_dropout;         /* on attention weights */
     float act_dropout;          /* on the feed-forward activation */
     float label_smoothing;      /* eps of the label-smoothed cross-entropy */
+    tprecision_t precision;     /* TPREC_F32 (default) or TPREC_BF16 (a run option, not saved) */
 } tmodel_config_t;
 
 /* Base-like defaults: C 512, H 8, F 2048, 6 + 6 layers, pre-norm ReLU, eps 1e-6, sinusoids,
  * scaled embeddings, shared and tied embeddings, pad 0, P 1024, dropouts 0.1/0/0,
- * label smoothing 0.1. */
+ * label smoothing 0.1, precision float32. */
 tmodel_config_t tmodel_default_config(void);
 
 /* Pointers into one buffer (parameters, gradients, or a moment). */
@@ -112,9 +121,12 @@ typedef struct {
     tmodel_tensor_t *tensors; /* (n_tensors) every stored tensor, each once */
     int n_aliases;            /* tied names: alias_name[i] is the tensor alias_target[i] */
     const char *alias_name[2], *alias_target[2];
+    uint16_t *params_bf16;    /* (n_params) bfloat16 copy of params, TPREC_BF16 only, else NULL */
+    int bf16_stale;           /* params changed since params_bf16 was made */
 } tmodel_t;
 
-/* Allocates the buffers (parameters zero) for a configuration; checks it. */
+/* Allocates the buffers (parameters zero) for a configuration; checks it (TPREC_BF16: also
+ * that the CPU has AVX512_BF16, with a clear error when it does not). */
 tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg);
 void tmodel_free(tmodel_t *m);
 
@@ -133,6 +145,10 @@ void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out);
 const tmodel_tensor_t *tmodel_find(const tmodel_t *m, const char *name);
 
 void tmodel_zero_grad(tmodel_t *m);
+/* Tells the model that m->params changed (after an optimizer step, or any direct write): in
+ * bfloat16 mode the next forward pass remakes the bfloat16 copy, once. tmodel_init_params and
+ * tmodel_load call it themselves. */
+void tmodel_params_changed(tmodel_t *m);
 
 /* ------------------------------------------------------------ workspace and steps */
 

@@ -630,6 +630,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     if (lr_use_sgd(&o->sched, t->updates)) sgd_step(t->m.params, t->m.grads, t->m.n_params, (float)lr,
                                                     o->adam.weight_decay);
     else adam_step(&t->adam, t->m.params, t->m.grads, (float)lr);
+    tmodel_params_changed(&t->m);
     t->updates++;
     t->dirty = 1;
     double dt = time_now() - t0;
@@ -763,6 +764,9 @@ static tern_status_t setup_model(trainer_t *t) {
          c.pre_norm ? "pre-norm" : "post-norm", (unsigned)c.act < 6 ? acts[c.act] : "?", voc,
          c.share_emb ? (c.tie_proj ? "shared + tied" : "shared") : (c.tie_proj ? "tied" : "separate"),
          (double)t->m.n_params / 1e6, (double)tmodel_ws_bytes(t->ws) / 1e6, t->threads);
+    if (c.precision == TPREC_BF16)
+        tlog(t, "precision: bfloat16 linear layers (bfloat16 operands, float32 accumulation; AVX512_BF16 through "
+             "oneDNN), float32 master weights, gradients and optimizer");
     return TERN_OK;
 }
 
