@@ -481,3 +481,34 @@ def test_progress_bar_on_terminal_only(work):
     assert "\r" not in log and "\x1b" not in log and "done (max updates) at update 60" in log
     quiet = _train_with_stderr_on_pty(work, work / "nobar", "--no-progress")
     assert "\x1b[K" not in quiet and "done (max updates) at update 60" in quiet
+
+
+def test_stop_signals(work, tmp_path):
+    """SIGTERM stops after the update under way with a checkpoint (exit 0); so does SIGINT for a
+    run whose parent ignored it (a shell's background job), because tern train installs its own
+    handler. (A second SIGINT kills; not tested here: two signals sent at once may merge.)"""
+    def start(save, ignore_int=False):
+        pre = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_int else None
+        return subprocess.Popen([str(a) for a in (TERN, "train", "--vocab", work / "vocab", "--cache-dir",
+                                work / "cache", "--train-src", work / "small.en", "--train-tgt", work / "small.de",
+                                "--save-dir", save, "--layers", 2, "--d-model", 64, "--ff", 128, "--heads", 4,
+                                "-t", 1, "--no-plot", "--no-bleu", "-q", "--max-tokens", 300,
+                                "--max-updates", 1000000)],
+                                env=ENV, preexec_fn=pre, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait_for_updates(save):
+        for _ in range(600):
+            if (save / "train_curve.tsv").exists() and len(curve(save / "train_curve.tsv")) >= 3:
+                return
+            time.sleep(0.1)
+        raise AssertionError("no training progress")
+
+    for sig, ignore in ((signal.SIGTERM, False), (signal.SIGINT, True)):
+        save = tmp_path / f"s{int(sig)}"
+        p = start(save, ignore)
+        wait_for_updates(save)
+        p.send_signal(sig)
+        assert p.wait(timeout=120) == 0
+        n = len(curve(save / "train_curve.tsv"))
+        assert f"done (interrupted) at update {n} " in (save / "train.log").read_text()
+        assert (save / f"checkpoint-{n:08d}").is_dir()
