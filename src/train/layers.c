@@ -210,20 +210,24 @@ void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout,
 
 /* ------------------------------------------------------------ linear */
 
+void nn_bias_forward(float *out, const float *b, int M, int N) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int m = 0; m < M; m++) add_inplace(out + (size_t)m * N, b, (size_t)N);
+}
+
+void nn_bias_backward(float *db, const float *dout, int M, int N) { colsum_acc(db, dout, M, N); }
+
 void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K,
                        int N) {
     gemm_f32(0, 1, M, N, K, 1.0f, inp, K, w, K, 0.0f, out, N);
-    if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-        for (int m = 0; m < M; m++) add_inplace(out + (size_t)m * N, b, (size_t)N);
-    }
+    if (b) nn_bias_forward(out, b, M, N);
 }
 
 void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int M, int K, int N) {
     if (dinp) gemm_f32(0, 0, M, K, N, 1.0f, dout, N, w, K, 1.0f, dinp, K);
     gemm_f32(1, 0, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
-    if (db) colsum_acc(db, dout, M, N);
+    if (db) nn_bias_backward(db, dout, M, N);
 }
 
 /* ------------------------------------------------------------ activations */

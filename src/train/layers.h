@@ -69,6 +69,11 @@ void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout,
 
 /* ------------------------------------------------------------ linear */
 
+/* The bias of a linear layer (any GEMM path, float32 or bfloat16): out[m, :] += b (N) for each of
+ * the M rows; and its gradient db[n] += sum over rows m of dout[m, n] (summed in double). */
+void nn_bias_forward(float *out, const float *b, int M, int N);
+void nn_bias_backward(float *db, const float *dout, int M, int N);
+
 /* out (M, N) = inp (M, K) · w (N, K)^T + b (N) (b may be NULL). Through gemm_f32. */
 void nn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K,
                        int N);

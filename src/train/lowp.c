@@ -5,8 +5,7 @@
 #include <string.h>
 
 #include "../kernels/kernels.h"
-
-#define PAR_MIN 32768
+#include "layers.h"
 
 tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_in, size_t max_out) {
     memset(ws, 0, sizeof *ws);
@@ -57,25 +56,7 @@ void lowp_linear_forward(lowp_ws_t *ws, float *out, const float *inp, const bf16
     if (!fits(ws, (size_t)M * K, ws->cap_in)) return;
     bf16_from_f32(ws->a, inp, (size_t)M * K);
     keep_error(ws, gemm_bf16(0, 1, M, N, K, ws->a, K, w16, K, 0.0f, out, N));
-    if (b) {
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-        for (int m = 0; m < M; m++) add_inplace(out + (size_t)m * N, b, (size_t)N);
-    }
-}
-
-/* acc[n] += sum over rows m of x[m, n] (double sums; as layers.c's colsum_acc). */
-static void colsum_acc(float *acc, const float *x, int M, int N) {
-    int nblk = (N + 15) / 16;
-#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
-    for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * 16, c1 = c0 + 16 < N ? c0 + 16 : N;
-        double s[16] = {0};
-        for (int m = 0; m < M; m++) {
-            const float *r = x + (size_t)m * N;
-            for (int c = c0; c < c1; c++) s[c - c0] += r[c];
-        }
-        for (int c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
-    }
+    if (b) nn_bias_forward(out, b, M, N);
 }
 
 void lowp_linear_backward(lowp_ws_t *ws, float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -85,5 +66,5 @@ void lowp_linear_backward(lowp_ws_t *ws, float *dinp, float *dw, float *db, cons
     if (dinp) keep_error(ws, gemm_bf16(0, 0, M, K, N, ws->g, N, w16, K, 1.0f, dinp, K));
     bf16_from_f32(ws->a, inp, (size_t)M * K);
     keep_error(ws, gemm_bf16(1, 0, N, K, M, ws->g, N, ws->a, K, 1.0f, dw, K));
-    if (db) colsum_acc(db, dout, M, N);
+    if (db) nn_bias_backward(db, dout, M, N);
 }
