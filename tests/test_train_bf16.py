@@ -16,11 +16,14 @@ Binary: $TERN_BIN (default build/tern). One thread (OMP_NUM_THREADS=1, -t 1).
 """
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+from testutil import head  # noqa: E402
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 UPDATES = 300
@@ -35,12 +38,6 @@ def cpu_has_bf16():
 
 def run(*args, env=ENV, timeout=300):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def head(src, dst, n):
-    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as g:
-        for _ in range(n):
-            g.write(next(f))
 
 
 @pytest.fixture(scope="module")

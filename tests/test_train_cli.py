@@ -45,6 +45,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_read  # noqa: E402  (numpy-only safetensors reader)
+from testutil import head, stderr_on_pty  # noqa: E402
 
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -62,12 +63,6 @@ def ok(*args, timeout=300, input=None):
     r = run(*args, timeout=timeout, input=input)
     assert r.returncode == 0, f"{args[:2]} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     return r
-
-
-def head(src, dst, n):
-    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as g:
-        for _ in range(n):
-            g.write(next(f))
 
 
 @pytest.fixture(scope="module")
@@ -441,27 +436,13 @@ def test_errors(work, tmp_path):
 
 def _train_with_stderr_on_pty(work, save, *extra):
     """Runs a short training with stderr on a pseudo-terminal; returns what the terminal showed."""
-    import pty
-    args = [str(a) for a in (TERN, "train", "--vocab", work / "vocab", "--cache-dir", work / "cache",
-                             "--train-src", work / "small.en", "--train-tgt", work / "small.de",
-                             "--save-dir", save, "--layers", 2, "--d-model", 64, "--ff", 128, "--heads", 4,
-                             "-t", 1, "--no-plot", "--no-bleu", "--max-tokens", 300, "--max-updates", 60,
-                             "--log-interval", 1000, *extra)]
-    master, slave = pty.openpty()
-    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=ENV)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert p.wait(timeout=300) == 0
-    return b"".join(chunks).decode(errors="replace")
+    rc, shown = stderr_on_pty((TERN, "train", "--vocab", work / "vocab", "--cache-dir", work / "cache",
+                               "--train-src", work / "small.en", "--train-tgt", work / "small.de",
+                               "--save-dir", save, "--layers", 2, "--d-model", 64, "--ff", 128, "--heads", 4,
+                               "-t", 1, "--no-plot", "--no-bleu", "--max-tokens", 300, "--max-updates", 60,
+                               "--log-interval", 1000, *extra), env=ENV)
+    assert rc == 0
+    return shown
 
 
 def test_progress_bar_on_terminal_only(work):

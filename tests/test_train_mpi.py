@@ -42,6 +42,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_read  # noqa: E402  (numpy-only safetensors reader)
+from testutil import head  # noqa: E402
 
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive",
@@ -58,12 +59,6 @@ def ok(args, timeout=120):
     r = run(args, timeout=timeout)
     assert r.returncode == 0, f"{args[:4]} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
     return r
-
-
-def head(src, dst, n):
-    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as g:
-        for _ in range(n):
-            g.write(next(f))
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,11 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peer"))
+sys.path.insert(0, os.path.join(HERE, "tools"))
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")
 import make_models  # noqa: E402
+from testutil import stderr_on_pty  # noqa: E402
 
 TERN = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
 
@@ -175,26 +177,11 @@ def test_errors_name_the_file(spm_model, tmp_path):
 def test_progress_on_a_terminal_only(spm_model, sources, tmp_path):
     """Translating a file shows progress (sentences, tokens/s) when stderr is a terminal, and
     nothing when it is not."""
-    import pty
     src = tmp_path / "src.txt"
     src.write_text("".join(s + "\n" for s in sources[:50]), encoding="utf-8")
     out = tmp_path / "out.txt"
-    master, slave = pty.openpty()
-    p = subprocess.Popen([TERN, "translate", "-m", spm_model["dir"], "-b", "1", str(src), str(out)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert p.wait(timeout=300) == 0
-    shown = b"".join(chunks).decode(errors="replace")
+    rc, shown = stderr_on_pty([TERN, "translate", "-m", spm_model["dir"], "-b", "1", src, out])
+    assert rc == 0
     assert "50 sentences" in shown and "tokens/s" in shown, shown
     assert len(out.read_text(encoding="utf-8").split("\n")) == 51
     quiet = run(["translate", "-m", spm_model["dir"], "-b", "1", str(src), str(out)])
