@@ -8,8 +8,6 @@
  */
 #include "dist.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +45,9 @@ tern_status_t dist_init(void) {
 #ifdef TERN_MPI
     if (n <= 1 && !getenv("PMIX_RANK")) return TERN_OK;
     int provided = 0;
-    /* OpenMPI starts helper threads (PMIx, libevent) in MPI_Init: they inherit a mask that blocks
-     * SIGINT and SIGTERM, so that the trainer's stop signal reaches the main thread and never
-     * interrupts a system call of theirs */
-    sigset_t stop_sigs, old;
-    sigemptyset(&stop_sigs);
-    sigaddset(&stop_sigs, SIGINT);
-    sigaddset(&stop_sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_sigs, &old);
+    /* OpenMPI starts helper threads (PMIx, libevent) here: they inherit the caller's signal mask
+     * (`tern train` blocks SIGINT and SIGTERM before it starts any thread: tools/cmd_train.c) */
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != MPI_SUCCESS) return tern_error(TERN_ERR_UNSUPPORTED, "MPI_Init_thread failed");
     g_inited = 1;
     if (provided < MPI_THREAD_FUNNELED)

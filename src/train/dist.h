@@ -37,7 +37,8 @@
 /* 1 when this build has MPI. */
 int dist_compiled(void);
 /* MPI_Init_thread (MPI_THREAD_FUNNELED) when launched by mpirun; otherwise a world of one. In a
- * build without MPI, a launch with a world size > 1 is an error that says so. */
+ * build without MPI, a launch with a world size > 1 is an error that says so. MPI's helper threads
+ * inherit the calling thread's signal mask: block the signals they must not take first. */
 tern_status_t dist_init(void);
 /* MPI_Finalize (when dist_init initialized MPI). */
 void dist_finalize(void);
