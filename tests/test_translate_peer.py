@@ -19,6 +19,12 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "peer"))
 
+# CTranslate2 multiplies int8 with oneDNN's u8*s8 GEMM on non-Intel CPUs, and without VNNI that GEMM
+# saturates its 16-bit pair sums (docs/kernels.md "int8 on AVX2"): on an AVX2-only AMD CPU its int8
+# log-probs are 1.9 (median) away from its own float32 ones, so it is no reference there. With
+# CT2_USE_MKL=1 it takes Intel MKL's int8 GEMM on any CPU (the default on Intel CPUs), whose result
+# is exact there too (median 1e-5 from Tern's exact int8). Set before ctranslate2 is imported.
+os.environ.setdefault("CT2_USE_MKL", "1")
 ctranslate2 = pytest.importorskip("ctranslate2")
 import make_models  # noqa: E402
 
@@ -90,7 +96,10 @@ def test_greedy_matches_ctranslate2(model, tmp_path):
         gap = ct2_logprob_of(model["ct2"], src, prefix, tok_ct2) - ct2_logprob_of(model["ct2"], src, prefix, tok_ours)
         mismatches.append((k, gap))
     rate = 1 - len(mismatches) / len(inputs)
-    tie = 1e-3 if model["quant"] == "float32" else 0.1
+    # int8: a flipped quantization step moves a log-prob by up to ~0.16 at a single position
+    # (test_force_decoding_logprobs prints the worst per model), so two tokens closer than 0.2 under
+    # CT2's int8 can swap; a mismatch further apart than that fails.
+    tie = 1e-3 if model["quant"] == "float32" else 0.2
     print(f"\n{model['shape']}/{model['quant']} greedy agreement {rate:.4f}; mismatches (step, log-prob gap): {mismatches}")
     for k, gap in mismatches:
         assert abs(gap) <= tie, f"greedy mismatch at step {k} is not a near-tie: CT2's token is better by {gap:.6f}"

@@ -42,11 +42,17 @@ typedef struct {
     const float *scale;  /* (N) per-row scale, kind == WEIGHT_S8 */
     const int32_t *comp; /* (N) compensation for the u8s8s32 GEMM (see linear_prepare_s8), or NULL */
     const float *bias;   /* (N) or NULL */
+    int q_has_min;       /* q holds a -128 (set with comp by linear_prepare; computed per call without) */
 } linear_t;
 
 /* Fills comp[n] = -128 * sum_k q[n,k]: with activations shifted to u8 (a + 128), the int32
  * result of u8 · s8 plus comp equals the signed s8 · s8 product exactly. */
 void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K);
+/* Prepares an int8 layer once, at load: lin->comp = comp (N int32, filled), lin->q_has_min. */
+void linear_prepare(linear_t *lin, int32_t *comp);
+/* Which int8 GEMM linear_forward runs on this CPU under the ISA caps: oneDNN's u8s8s32 where it is
+ * exact (AVX512_VNNI), else Tern's exact AVX2 kernel (gemm_s8.h). */
+const char *linear_int8_backend_name(void);
 
 /* Bytes of workspace linear_forward needs for M rows (0 for float32 weights). */
 size_t linear_workspace_size(const linear_t *lin, int M);

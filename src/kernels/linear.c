@@ -8,9 +8,12 @@
 #include <immintrin.h>
 #include <math.h>
 #include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/extcheck.h"
+#include "kernels/gemm_s8.h"
 #include "kernels/kernels.h"
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
@@ -63,7 +66,10 @@ void quantize_rows_s8(int8_t *q, float *scale, const float *x, int M, int K) {
     }
 }
 
-void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
+/* CTranslate2's u8 activation quantization; flip = 0x80 stores the same byte minus 128 as int8 (the
+ * signed value q = nearbyint(x * scale + 128) - 128, for the signed kernel). */
+static void quantize_rows_shifted(uint8_t *q, float *scale, const float *x, int M, int K, uint8_t flip) {
+    const __m128i vflip = _mm_set1_epi8((char)flip);
     for (int m = 0; m < M; m++) {
         const float *row = x + (size_t)m * K;
         uint8_t *out = q + (size_t)m * K;
@@ -78,15 +84,19 @@ void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
             v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m256i i32 = _mm256_cvtps_epi32(v);
             __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
-            _mm_storel_epi64((__m128i *)(out + k), _mm_packus_epi16(i16, i16));
+            _mm_storel_epi64((__m128i *)(out + k), _mm_xor_si128(_mm_packus_epi16(i16, i16), vflip));
         }
         for (; k < K; k++) {
             float v = row[k] * s;
             v = v + 128.0f;
             float r = nearbyintf(v); /* NaN -> 0, as the vector body's saturating packs give */
-            out[k] = (uint8_t)(!(r >= 0.0f) ? 0.0f : r > 255.0f ? 255.0f : r);
+            out[k] = (uint8_t)(!(r >= 0.0f) ? 0.0f : r > 255.0f ? 255.0f : r) ^ flip;
         }
     }
+}
+
+void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
+    quantize_rows_shifted(q, scale, x, M, K, 0);
 }
 
 void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K) {
@@ -96,6 +106,44 @@ void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K) {
         for (int k = 0; k < K; k++) sum += r[k];
         comp[n] = -128 * sum;
     }
+}
+
+void linear_prepare(linear_t *lin, int32_t *comp) {
+    linear_prepare_s8(comp, lin->q, lin->N, lin->K);
+    lin->comp = comp;
+    lin->q_has_min = gemm_s8_has_min(lin->q, (size_t)lin->N * lin->K);
+}
+
+/* ------------------------------------------------------------ int8 GEMM backend */
+
+/* oneDNN's u8*s8 GEMM is exact only where it multiplies with VNNI's vpdpbusd (32-bit sums); without
+ * VNNI its vpmaddubsw pair sums saturate at 16 bits (gemm_s8.c). It is used only when Tern's
+ * dispatch (TERN_MAX_CPU_ISA) and oneDNN's (ONEDNN_MAX_CPU_ISA) both allow AVX512_VNNI and a probe
+ * whose exact result saturates without it comes back exact; else gemm_s8s8s32 runs. */
+static int g_int8_onednn;
+static pthread_once_t int8_once = PTHREAD_ONCE_INIT;
+
+static int onednn_int8_probe(void) {
+    enum { K = 64 };
+    uint8_t a[2 * K];
+    int8_t b[3 * K];
+    int32_t c[6], comp[3] = {0, 0, 0};
+    for (int k = 0; k < 2 * K; k++) a[k] = 255;
+    for (int k = 0; k < 3 * K; k++) b[k] = k < 2 * K ? 127 : -127;
+    if (dnnl_gemm_u8s8s32('N', 'T', 'F', 2, 3, K, 1.0f, a, K, 0, b, K, 0, 0.0f, c, 3, comp) != dnnl_success) return 0;
+    for (int i = 0; i < 6; i++)
+        if (c[i] != (i % 3 == 2 ? -1 : 1) * 255 * 127 * K) return 0;
+    return 1;
+}
+
+static void int8_init(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), vnni = (unsigned)dnnl_cpu_isa_avx512_core_vnni;
+    g_int8_onednn = cpu_isa_effective() >= CPU_ISA_AVX512_CORE_VNNI && (isa & vnni) == vnni && onednn_int8_probe();
+}
+
+const char *linear_int8_backend_name(void) {
+    pthread_once(&int8_once, int8_init);
+    return g_int8_onednn ? "oneDNN u8s8s32 (AVX512_VNNI)" : "Tern s8s8s32 (AVX2)";
 }
 
 /* ------------------------------------------------------------ linear */
@@ -147,25 +195,32 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
         if (lin->bias) add_bias_rows(out, lin->bias, M, N);
         return;
     }
+    pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
     float *scale_a = (float *)((char *)ws + ALIGN64((size_t)M * K));
     int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
-    const int32_t *comp = lin->comp;
-    if (!comp) {
-        int32_t *c = (int32_t *)((char *)acc + ALIGN64((size_t)M * N * sizeof(int32_t)));
-        linear_prepare_s8(c, lin->q, N, K);
-        comp = c;
-    }
-    quantize_rows_u8(qa, scale_a, inp, M, K);
-    if (K > 0) {
+    if (K == 0) {
+        quantize_rows_u8(qa, scale_a, inp, M, K);
+        memset(acc, 0, (size_t)M * N * sizeof(int32_t));
+    } else if (!g_int8_onednn) {
+        /* the same activation bytes as CTranslate2's, stored as signed values (u8 - 128), exact product */
+        quantize_rows_shifted(qa, scale_a, inp, M, K, 0x80);
+        int has_min = lin->comp ? lin->q_has_min : gemm_s8_has_min(lin->q, (size_t)N * K);
+        gemm_s8s8s32(M, N, K, (const int8_t *)qa, K, lin->q, K, acc, N, has_min);
+    } else {
+        const int32_t *comp = lin->comp;
+        if (!comp) {
+            int32_t *c = (int32_t *)((char *)acc + ALIGN64((size_t)M * N * sizeof(int32_t)));
+            linear_prepare_s8(c, lin->q, N, K);
+            comp = c;
+        }
+        quantize_rows_u8(qa, scale_a, inp, M, K);
         /* acc = (qa) · q^T + comp[n]: 'R' applies comp per column n of the row-major C. */
         extcheck_2d("int8 linear", "A (u8)", qa, M, K, K, 1);
         extcheck_2d("int8 linear", "B (s8)", lin->q, N, K, K, 1);
         extcheck_2d("int8 linear", "C (s32)", acc, M, N, N, sizeof(int32_t));
         extcheck_2d("int8 linear", "compensation", comp, 1, N, N, sizeof(int32_t));
         dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, qa, K, 0, lin->q, K, 0, 0.0f, acc, N, comp);
-    } else {
-        memset(acc, 0, (size_t)M * N * sizeof(int32_t));
     }
     dequantize_rows(out, acc, scale_a, lin->scale, lin->bias, M, N);
 }

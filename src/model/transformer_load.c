@@ -163,8 +163,7 @@ static tern_status_t load_linear(transformer_t *m, const weights_t *w, const cha
         lin->scale = mat.scale;
         int32_t *comp = own_alloc(m, (size_t)N * sizeof(int32_t));
         if (!comp) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
-        linear_prepare_s8(comp, mat.q, N, K);
-        lin->comp = comp;
+        linear_prepare(lin, comp);
         m->weight_bytes += (size_t)N * K + (size_t)N * 8;
     } else {
         lin->kind = WEIGHT_F32;

@@ -1,0 +1,76 @@
+/* cpu_isa.c — run-time instruction-set detection with the TERN_MAX_CPU_ISA cap (cpu_isa.h). */
+#include <cpuid.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "kernels/cpu_isa.h"
+
+static const char *const names[] = {"AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16",
+                                    "AVX512_CORE_AMX"};
+
+const char *cpu_isa_name(cpu_isa_t isa) {
+    return (unsigned)isa < sizeof names / sizeof *names ? names[isa] : "?";
+}
+
+int cpu_isa_parse(const char *name) {
+    if (!strcasecmp(name, "ALL")) return CPU_ISA_AVX512_CORE_AMX;
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
+        if (!strcasecmp(name, names[i])) return i;
+    return -1;
+}
+
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static cpu_isa_t detect(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return CPU_ISA_AVX2;
+    uint64_t xcr0 = xgetbv0();
+    /* opmask, ZMM0-15 upper halves and ZMM16-31 enabled by the OS (bits 5, 6, 7), with SSE/AVX state */
+    int os_avx512 = (xcr0 & 0xe6) == 0xe6;
+    int os_amx = (xcr0 & (3u << 17)) == (3u << 17); /* XTILECFG, XTILEDATA */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return CPU_ISA_AVX2;
+    unsigned b7 = b, c7 = c, d7 = d;
+    int f = (b7 >> 16) & 1, dq = (b7 >> 17) & 1, bw = (b7 >> 30) & 1, vl = (b7 >> 31) & 1;
+    if (!os_avx512 || !(f && dq && bw && vl)) return CPU_ISA_AVX2;
+    if (!((c7 >> 11) & 1)) return CPU_ISA_AVX512_CORE; /* AVX512_VNNI */
+    unsigned a1 = 0, b1, c1, d1;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) == 0) a1 = 0;
+    if (!((a1 >> 5) & 1)) return CPU_ISA_AVX512_CORE_VNNI; /* AVX512_BF16 */
+    int amx = ((d7 >> 24) & 1) && ((d7 >> 25) & 1) && ((d7 >> 22) & 1); /* TILE, INT8, BF16 */
+    return amx && os_amx ? CPU_ISA_AVX512_CORE_AMX : CPU_ISA_AVX512_CORE_BF16;
+}
+
+static cpu_isa_t g_detected, g_effective;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void init(void) {
+    g_detected = detect();
+    g_effective = g_detected;
+    const char *cap = getenv("TERN_MAX_CPU_ISA");
+    if (cap && *cap) {
+        int c = cpu_isa_parse(cap);
+        if (c < 0) {
+            fprintf(stderr, "tern: TERN_MAX_CPU_ISA=%s is not one of AVX2, AVX512_CORE, AVX512_CORE_VNNI, "
+                            "AVX512_CORE_BF16, AVX512_CORE_AMX, ALL: using AVX2\n", cap);
+            c = CPU_ISA_AVX2;
+        }
+        if ((cpu_isa_t)c < g_effective) g_effective = (cpu_isa_t)c;
+    }
+}
+
+cpu_isa_t cpu_isa_detected(void) {
+    pthread_once(&once, init);
+    return g_detected;
+}
+
+cpu_isa_t cpu_isa_effective(void) {
+    pthread_once(&once, init);
+    return g_effective;
+}
