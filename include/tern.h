@@ -167,6 +167,21 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
                                     const tern_translate_options_t *options,
                                     tern_progress_fn progress, void *user_data);
 
+/* The instruction sets Tern runs with on this CPU. One build runs on every x86-64-v3 CPU (AVX2 +
+ * FMA); faster paths are chosen at run time. TERN_MAX_CPU_ISA caps Tern's own choice and
+ * ONEDNN_MAX_CPU_ISA oneDNN's (names: AVX2, AVX512_CORE, AVX512_CORE_VNNI, AVX512_CORE_BF16,
+ * AVX512_CORE_AMX, ALL). All strings are static. Thread-safe. */
+typedef struct {
+    const char *detected;  /* what the CPU supports, e.g. "AVX512_CORE_VNNI" */
+    const char *effective; /* after TERN_MAX_CPU_ISA */
+    const char *onednn;    /* oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA), e.g. "avx2" */
+    const char *int8_gemm; /* the int8 GEMM the linear layers use */
+    const char *caps;      /* the TERN_MAX_CPU_ISA values this CPU can run, space-separated,
+                              lowest first: "AVX2 AVX512_CORE ..." */
+} tern_cpu_info_t;
+
+tern_cpu_info_t tern_cpu_info(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,18 @@ bash scripts/setup.sh
 make -j"$(nproc)"
 make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/tern build-san/examples/translate_api
 make SAN=1 test-c
+# Every instruction set this CPU allows below its own (the uncapped runs above and below cover the
+# top one): the kernel tests under ASan/UBSan and the int8 agreement with CTranslate2, with Tern's
+# dispatch, oneDNN's and MKL's (CTranslate2's int8 GEMM here) capped alike (docs/kernels.md).
+caps=$(build/tern cpu --caps)
+echo "== instruction-set caps this CPU allows: $(echo $caps) (top one: the uncapped runs)"
+for cap in $(echo "$caps" | head -n -1); do
+  mkl=""; case $cap in AVX2) mkl=AVX2;; AVX512_CORE) mkl=AVX512;; esac
+  echo "== cap $cap: kernel tests (ASan/UBSan) and int8 agreement with CTranslate2"
+  TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap MKL_ENABLE_INSTRUCTIONS=$mkl build-san/tests/test_kernels | grep -E "int8 GEMM|test_kernels"
+  TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap MKL_ENABLE_INSTRUCTIONS=$mkl \
+    .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/test_translate_peer.py -k int8 | grep -E "agreement|median|passed|failed"
+done
 if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi

@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <strings.h>
 
+#include <oneapi/dnnl/dnnl.h>
+#include <string.h>
+
 #include "kernels/cpu_isa.h"
+#include "kernels/kernels.h"
+#include "tern.h"
 
 static const char *const names[] = {"AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16",
                                     "AVX512_CORE_AMX"};
@@ -73,4 +78,40 @@ cpu_isa_t cpu_isa_detected(void) {
 cpu_isa_t cpu_isa_effective(void) {
     pthread_once(&once, init);
     return g_effective;
+}
+
+static const char *onednn_isa_name(unsigned isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+    }
+}
+
+static char caps_text[96];
+
+static void caps_init(void) {
+    size_t n = 0;
+    for (int i = 0; i <= (int)cpu_isa_detected(); i++)
+        n += (size_t)snprintf(caps_text + n, sizeof caps_text - n, "%s%s", i ? " " : "", cpu_isa_name((cpu_isa_t)i));
+}
+
+tern_cpu_info_t tern_cpu_info(void) {
+    static pthread_once_t caps_once = PTHREAD_ONCE_INIT;
+    pthread_once(&caps_once, caps_init);
+    tern_cpu_info_t in;
+    in.detected = cpu_isa_name(cpu_isa_detected());
+    in.effective = cpu_isa_name(cpu_isa_effective());
+    in.onednn = onednn_isa_name((unsigned)dnnl_get_effective_cpu_isa());
+    in.int8_gemm = linear_int8_backend_name();
+    in.caps = caps_text;
+    return in;
 }
