@@ -17,6 +17,7 @@
 
 #include "base/base.h"
 #include "kernels/gemm_packed.h"
+#include "kernels/gemm_s8.h"
 #include "kernels/kernels.h"
 
 static double budget = 0.15;
@@ -198,8 +199,11 @@ int main(int argc, char **argv) {
                 printf("%-22s | %9.2f %9.2f %11.2f | %9.2f\n", name, fl / t0, fl / t1, fl / t2, fl / t3);
             }
         }
-        printf("\n## int8 linear (linear_forward, u8s8s32 oneDNN + quantize + dequantize), threads=%d\n", threads);
-        printf("%5s %6s %5s | %9s %9s\n", "M", "N", "K", "int8", "float32");
+        printf("\n## int8 linear, threads=%d: linear_forward (quantize + int8 GEMM + dequantize) with %s;\n"
+               "## the bare products: Tern's exact AVX2 s8s8s32 and oneDNN's u8s8s32 (exact only with VNNI:\n"
+               "## without it its 16-bit pair sums saturate, so it is a speed reference there, not an option)\n",
+               threads, linear_int8_backend_name());
+        printf("%5s %6s %5s | %9s %9s %9s | %9s\n", "M", "N", "K", "linear", "tern s8", "onednn u8", "float32");
         for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
             for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m += 2) {
                 int M = Ms[m], N = NK[s][0], K = NK[s][1];
@@ -220,7 +224,24 @@ int main(int argc, char **argv) {
                     do { linear_forward(C, A, lin, M, ws); reps++; t = time_now() - t0; } while (t < budget);
                     ts[w] = t / reps;
                 }
-                printf("%5d %6d %5d | %9.1f %9.1f\n", M, N, K, fl / ts[0], fl / ts[1]);
+                /* bare int8 products on the same bytes */
+                uint8_t *au = aligned_alloc64((size_t)M * K);
+                int32_t *acc = aligned_alloc64((size_t)M * N * 4);
+                for (size_t i = 0; i < (size_t)M * K; i++) au[i] = (uint8_t)(A[i] * 200.0f + 128.0f);
+                double tb[2];
+                for (int w = 0; w < 2; w++) {
+                    int reps = 0;
+                    double t0 = time_now(), t;
+                    do {
+                        if (w == 0) gemm_s8s8s32(M, N, K, (const int8_t *)au, K, q, K, acc, N, 0);
+                        else dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, au, K, 0, q, K, 0, 0.0f, acc, N, comp);
+                        reps++;
+                        t = time_now() - t0;
+                    } while (t < budget || reps < 2);
+                    tb[w] = t / reps;
+                }
+                printf("%5d %6d %5d | %9.1f %9.1f %9.1f | %9.1f\n", M, N, K, fl / ts[0], fl / tb[0], fl / tb[1], fl / ts[1]);
+                aligned_free(au); aligned_free(acc);
                 aligned_free(q); aligned_free(scale); aligned_free(comp); aligned_free(ws);
             }
         }
