@@ -15,7 +15,7 @@
 * `test_table_entries_used`: every [[parse_only]] entry still matches a step of its doc.
 
 `python tests/test_docs.py` lists every step with what the test does with it.
-Binary: $TERN_BIN (default build/tern); data: $TERN_DATA (default ../shared/data).
+Binary: $TERN_BIN (default build/tern); data: conftest.py's data_dir ($TERN_DATA or ../shared/data).
 """
 import fnmatch
 import glob
@@ -31,7 +31,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERN = os.path.abspath(os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern"))
-DATA = os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared", "data"))
 TABLE_PATH = os.path.join(ROOT, "tests", "docs_commands.toml")
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
 SHELL_LANGS = {"sh", "bash", "shell", "console", "zsh"}
@@ -367,9 +366,8 @@ def mirror_repo(d):
 
 
 @pytest.fixture(scope="session")
-def docs_env(tmp_path_factory):
+def docs_env(tmp_path_factory, data_dir):
     assert os.path.exists(TERN), f"{TERN} is missing: run make (or set TERN_BIN)"
-    assert os.path.isdir(DATA), f"shared data not found at {DATA} (set TERN_DATA)"
     base = tmp_path_factory.mktemp("docs")
     bindir = base / "bin"
     bindir.mkdir()
@@ -380,7 +378,7 @@ def docs_env(tmp_path_factory):
     seed = base / "seed"
     seed.mkdir()
     for name, (path, n) in TABLE["data"].items():
-        with open(os.path.join(DATA, path), encoding="utf-8") as f:
+        with open(os.path.join(data_dir, path), encoding="utf-8") as f:
             lines = [next(f) for _ in range(n)]
         (seed / name).write_text("".join(lines), encoding="utf-8")
     mirror_repo(seed)
@@ -460,8 +458,10 @@ def test_doc_commands(doc, docs_env):
     cwd = scratch_dir(docs_env, doc)
     env = docs_env["env"]
     stdin = os.path.join(cwd, TABLE["stdin"])
-    errors, ran, parsed = [], 0, 0
+    errors, ran, parsed, steps_run, steps_parsed = [], 0, 0, 0, 0
     for step, variants, entry in plan(doc):
+        steps_parsed += bool(entry)
+        steps_run += not entry
         for text in variants:
             if entry:
                 errors += parse_check(step, text, cwd, env, entry)
@@ -480,10 +480,10 @@ def test_doc_commands(doc, docs_env):
             ran += 1
             if r.returncode != 0:
                 err = r.stderr.decode(errors="replace").strip().split("\n")
-                said = [ln for ln in err if re.match(r"^(tern \w+|\w+):", ln)] or err[-6:]
+                said = [ln for ln in err if re.match(r"^tern [\w-]+:", ln)] or err[-6:]
                 errors.append(f"{step.where()}: `{step.text}` (run as `{text}`) exited {r.returncode}:\n    "
                               + "\n    ".join(said[:6]))
-    print(f"\n{doc}: {ran} commands run, {parsed} only parsed")
+    print(f"\n{doc}: {steps_run} commands run ({ran} runs with synopsis variants), {steps_parsed} only parsed")
     if errors:
         pytest.fail(f"{len(errors)} doc command(s) fail:\n" + "\n".join(errors), pytrace=False)
 
@@ -545,6 +545,75 @@ def inline_spans(md):
     return out
 
 
+def span_invocations(span):
+    """`tern SUB ARGS` of an inline code span that starts with a tern command (not a quoted
+    message such as `tern train: unsupported: ...`)."""
+    text = span.replace("|", " ")
+    try:
+        words = [w for w in shlex.split(text) if not re.match(r"^[A-Za-z_]\w*=", w)]
+    except ValueError:
+        return []
+    if len(words) < 2 or not is_tern_word(words[0]) or not re.match(r"^[a-z][\w-]*$", words[1]):
+        return []
+    return tern_invocations(text)[:1]
+
+
+def paragraphs(md):
+    """(first line, headings above it, text) of each paragraph outside fenced blocks; list items
+    and table rows are paragraphs of their own."""
+    out, cur, start, in_fence, fence, heads = [], [], 0, False, None, []
+    for n, line in enumerate(md.split("\n"), 1):
+        m = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if m and not in_fence:
+            in_fence, fence = True, m.group(1)
+        elif in_fence and line.strip().startswith(fence):
+            in_fence = False
+            continue
+        h = re.match(r"^(#+)\s+(.*)", line) if not in_fence else None
+        if in_fence or h or not line.strip() or re.match(r"^\s*([-*|]|\d+\.)\s", line):
+            if cur:
+                out.append((start, list(heads), " ".join(cur)))
+            cur = []
+            if h:
+                level = len(h.group(1))
+                heads = [x for x in heads if x[0] < level] + [(level, h.group(2))]
+                continue
+            if in_fence or not line.strip():
+                continue
+        if not cur:
+            start = n
+        cur.append(line.strip())
+    if cur:
+        out.append((start, list(heads), " ".join(cur)))
+    return out
+
+
+def paragraph_option_mentions(md):
+    """(line, [subcommands], option, span) for each code span that starts with a long option, in
+    a paragraph that names `tern SUB` in a code span or under a heading that does (the nearest
+    such heading): the option must be one of those subcommands'."""
+    out = []
+    for line, heads, text in paragraphs(md):
+        spans = re.findall(r"(?<!`)`([^`]+)`(?!`)", text)
+        subs = []
+        for _, head in reversed(heads):
+            hs = [sub for sp in re.findall(r"`([^`]+)`", head) for sub, _ in span_invocations(sp)]
+            if hs:
+                subs += hs
+                break
+        for sp in spans:
+            for sub, _ in span_invocations(sp):
+                if sub not in subs:
+                    subs.append(sub)
+        if not subs:
+            continue
+        for sp in spans:
+            m = re.match(r"^(--[A-Za-z][\w-]*)", sp)
+            if m and m.group(1) != "--help":
+                out.append((line, subs, m.group(1), sp))
+    return out
+
+
 def option_words(args):
     opts = []
     for a in args:
@@ -566,9 +635,8 @@ def test_doc_options_in_help():
                 for sub, args in tern_invocations(v):
                     mentions.append((s.line, sub, args, v))
         for line, span in inline_spans(md):
-            if re.search(r"(^|[\s|(])(\S*/)?tern\s+[a-z]", span):
-                for sub, args in tern_invocations(span.replace("|", " ")):
-                    mentions.append((line, sub, args, span))
+            for sub, args in span_invocations(span):
+                mentions.append((line, sub, args, span))
         for line, sub, args, text in mentions:
             if sub not in known:
                 if re.match(r"^[a-z]+$", sub) and sub.upper() != sub:
@@ -579,6 +647,12 @@ def test_doc_options_in_help():
                 checked += 1
                 if not re.search(r"(?<![\w-])" + re.escape(opt) + r"(?![\w-])", out):
                     errors.append(f"{doc}:{line}: `{text}`: `tern {sub} --help` does not mention {opt}")
+        for line, subs, opt, span in paragraph_option_mentions(md):
+            helps = [help_of(sub)[1] for sub in subs if sub in known]
+            checked += 1
+            if helps and not any(re.search(r"(?<![\w-])" + re.escape(opt) + r"(?![\w-])", h) for h in helps):
+                errors.append(f"{doc}:{line}: `{span}` in a paragraph about " + ", ".join(f"`tern {s}`" for s in subs)
+                              + f": no --help of these mentions {opt}")
     print(f"\n{checked} option mentions checked against the subcommands' --help")
     if errors:
         pytest.fail("\n".join(sorted(set(errors))), pytrace=False)
@@ -655,6 +729,14 @@ def test_extractor():
     assert fill_ellipsis(blk[1], blk) == "tern train --vocab v --lr 1 --resume"
     assert substitute("tern average -o OUT --last 5 SAVE_DIR/x CT2_DIR", "README.md") == \
         "tern average -o avg --last 2 ckpts/x ct2models/pre-shared-tied"
+    assert span_invocations("tern train: unsupported: this tern was built without MPI") == []
+    assert span_invocations("tern translate --eos-policy common|paper") == [
+        ("translate", ["--eos-policy", "common", "paper"])]
+    md = ("# T\n\n## `tern train`: x\n\nOptions: `--lr`, `-q`, `--bogus N`.\n\n"
+          "About `tern score -r R` and\n`--json`.\n\n## Other\n\n`--free` here.\n")
+    assert paragraph_option_mentions(md) == [
+        (5, ["train"], "--lr", "--lr"), (5, ["train"], "--bogus", "--bogus N"),
+        (7, ["train", "score"], "--json", "--json")]
 
 
 if __name__ == "__main__":
