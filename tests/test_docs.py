@@ -23,8 +23,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
 
 import pytest
@@ -331,20 +334,71 @@ def substitute(text, doc):
     return text
 
 
-def parse_only_entry(step):
-    for e in TABLE.get("parse_only", []):
+def table_entry(kind, step):
+    for e in TABLE.get(kind, []):
         if fnmatch.fnmatch(step.doc, e["doc"]) and re.search(e["match"], step.text):
             return e
     return None
+
+
+def parse_only_entry(step):
+    return table_entry("parse_only", step)
+
+
+def start_background(step, text, cwd, env, entry):
+    """Starts a long-running step (a server) in its own process group and waits until its
+    `ready` command succeeds. Returns (process, error or None)."""
+    log = open(os.path.join(cwd, f".background-{step.line}.log"), "wb")
+    p = subprocess.Popen(["bash", "-c", text], cwd=cwd, env=env,
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + entry.get("ready_timeout", 30)
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            log.close()
+            with open(log.name, "rb") as f:
+                out = f.read().decode(errors="replace").strip().split("\n")[-6:]
+            return p, f"{step.where()}: `{step.text}` (run as `{text}`) exited {p.returncode} before it was ready:\n    " \
+                + "\n    ".join(out)
+        r = subprocess.run(["bash", "-c", entry["ready"]], cwd=cwd, env=env, capture_output=True, timeout=10)
+        if r.returncode == 0:
+            return p, None
+        time.sleep(0.2)
+    return p, f"{step.where()}: `{step.text}` not ready (`{entry['ready']}`) after {entry.get('ready_timeout', 30)} s"
+
+
+def stop_background(procs):
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
 
 
 # ------------------------------------------------------------------------------------------------
 # Scratch directories
 
 def run_bash(cmd, cwd, env, timeout, stdin_path=None):
-    with open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb") as stdin:
-        return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, env=env, stdin=stdin,
-                              capture_output=True, timeout=timeout)
+    """Runs cmd with bash in its own process group; output goes to files, so that a process the
+    command leaves behind (`cmd &`) cannot hold the test; the group is killed when bash returns
+    or the timeout passes (subprocess.TimeoutExpired)."""
+    with open(stdin_path, "rb") if stdin_path else open(os.devnull, "rb") as stdin, \
+            tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, env=env, stdin=stdin,
+                             stdout=out, stderr=err, start_new_session=True)
+        try:
+            rc = p.wait(timeout=timeout)
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(p.args, rc, out.read(), err.read())
 
 
 def make_env(bindir):
@@ -458,34 +512,48 @@ def test_doc_commands(doc, docs_env):
     cwd = scratch_dir(docs_env, doc)
     env = docs_env["env"]
     stdin = os.path.join(cwd, TABLE["stdin"])
-    errors, ran, parsed, steps_run, steps_parsed = [], 0, 0, 0, 0
-    for step, variants, entry in plan(doc):
-        steps_parsed += bool(entry)
-        steps_run += not entry
-        for text in variants:
-            if entry:
-                errors += parse_check(step, text, cwd, env, entry)
-                parsed += 1
-                continue
-            if re.search(r"(^|\s)\.\.\.(\s|$)", text):
-                errors.append(f"{step.where()}: `{step.text}` elides options (`...`) and no earlier "
-                              f"complete command of its block fills them: list it in "
-                              f"tests/docs_commands.toml [[parse_only]] with a reason")
-                continue
-            try:
-                r = run_bash(text, cwd, env, TABLE["timeout"], stdin)
-            except subprocess.TimeoutExpired:
-                errors.append(f"{step.where()}: `{step.text}` (run as `{text}`) took over {TABLE['timeout']} s")
-                continue
-            ran += 1
-            if r.returncode != 0:
-                err = r.stderr.decode(errors="replace").strip().split("\n")
-                said = [ln for ln in err if re.match(r"^tern [\w-]+:", ln)] or err[-6:]
-                errors.append(f"{step.where()}: `{step.text}` (run as `{text}`) exited {r.returncode}:\n    "
-                              + "\n    ".join(said[:6]))
+    errors, ran, parsed, steps_run, steps_parsed, procs = [], 0, 0, 0, 0, []
+    try:
+        for step, variants, entry in plan(doc):
+            steps_parsed += bool(entry)
+            steps_run += not entry
+            for text in variants:
+                ran, parsed = run_step(step, text, entry, cwd, env, stdin, errors, procs, ran, parsed)
+    finally:
+        stop_background(procs)
     print(f"\n{doc}: {steps_run} commands run ({ran} runs with synopsis variants), {steps_parsed} only parsed")
     if errors:
         pytest.fail(f"{len(errors)} doc command(s) fail:\n" + "\n".join(errors), pytrace=False)
+
+
+def run_step(step, text, entry, cwd, env, stdin, errors, procs, ran, parsed):
+    """Runs (or parse-checks) one variant of a step; appends failures to errors."""
+    if entry:
+        errors += parse_check(step, text, cwd, env, entry)
+        return ran, parsed + 1
+    if re.search(r"(^|\s)\.\.\.(\s|$)", text):
+        errors.append(f"{step.where()}: `{step.text}` elides options (`...`) and no earlier "
+                      f"complete command of its block fills them: list it in "
+                      f"tests/docs_commands.toml [[parse_only]] with a reason")
+        return ran, parsed
+    bg = table_entry("background", step)
+    if bg:
+        p, err = start_background(step, text, cwd, env, bg)
+        procs.append(p)
+        if err:
+            errors.append(err)
+        return ran + 1, parsed
+    try:
+        r = run_bash(text, cwd, env, TABLE["timeout"], stdin)
+    except subprocess.TimeoutExpired:
+        errors.append(f"{step.where()}: `{step.text}` (run as `{text}`) took over {TABLE['timeout']} s")
+        return ran, parsed
+    if r.returncode != 0:
+        err = r.stderr.decode(errors="replace").strip().split("\n")
+        said = [ln for ln in err if re.match(r"^tern [\w-]+:", ln)] or err[-6:]
+        errors.append(f"{step.where()}: `{step.text}` (run as `{text}`) exited {r.returncode}:\n    "
+                      + "\n    ".join(said[:6]))
+    return ran + 1, parsed
 
 
 def subcommands():
@@ -660,10 +728,13 @@ def test_doc_options_in_help():
 
 def test_table_entries_used():
     steps = [s for doc in DOCS for s in doc_steps(doc)]
-    for e in TABLE.get("parse_only", []):
-        hits = [s for s in steps if fnmatch.fnmatch(s.doc, e["doc"]) and re.search(e["match"], s.text)]
-        assert hits, f"tests/docs_commands.toml: [[parse_only]] {e['doc']} {e['match']!r} matches no step: remove it"
-        assert e.get("reason"), f"tests/docs_commands.toml: [[parse_only]] {e['match']!r} gives no reason"
+    for kind in ("parse_only", "background"):
+        for e in TABLE.get(kind, []):
+            hits = [s for s in steps if fnmatch.fnmatch(s.doc, e["doc"]) and re.search(e["match"], s.text)]
+            assert hits, f"tests/docs_commands.toml: [[{kind}]] {e['doc']} {e['match']!r} matches no step: remove it"
+            assert e.get("reason"), f"tests/docs_commands.toml: [[{kind}]] {e['match']!r} gives no reason"
+            if kind == "background":
+                assert e.get("ready"), f"tests/docs_commands.toml: [[background]] {e['match']!r} needs `ready`"
     for doc in TABLE.get("doc_words", {}):
         assert doc in DOCS, f"tests/docs_commands.toml: [doc_words.\"{doc}\"] names no doc"
 
@@ -737,6 +808,28 @@ def test_extractor():
     assert paragraph_option_mentions(md) == [
         (5, ["train"], "--lr", "--lr"), (5, ["train"], "--bogus", "--bogus N"),
         (7, ["train", "score"], "--json", "--json")]
+
+
+def test_runner(tmp_path):
+    """A step that leaves a process behind returns at once and the process is killed; a
+    [[background]] step runs until the doc is done, then its process group is stopped."""
+    env = make_env(str(tmp_path))
+    t0 = time.monotonic()
+    r = run_bash("sleep 30 & echo $! > pid; echo hi", tmp_path, env, 20)
+    assert (r.returncode, r.stdout) == (0, b"hi\n") and time.monotonic() - t0 < 10
+    pid = int((tmp_path / "pid").read_text())
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_bash("sleep 30", tmp_path, env, 0.5)
+    step = Step("x.md", 3, "serve", 0)
+    p, err = start_background(step, "echo $$ > bg.pid; sleep 30", tmp_path, env,
+                              {"ready": "test -s bg.pid", "ready_timeout": 10})
+    assert err is None and p.poll() is None
+    stop_background([p])
+    assert p.returncode is not None
+    p, err = start_background(step, "exit 3", tmp_path, env, {"ready": "false", "ready_timeout": 10})
+    assert err.startswith("x.md:3: `serve` (run as `exit 3`) exited 3 before it was ready")
 
 
 if __name__ == "__main__":
