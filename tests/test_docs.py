@@ -832,6 +832,23 @@ def test_runner(tmp_path):
     assert err.startswith("x.md:3: `serve` (run as `exit 3`) exited 3 before it was ready")
 
 
+def test_parse_check(tmp_path):
+    """A parse-only step with an option the CLI rejects fails, naming the doc and line; a
+    correct one passes; a script it names must exist."""
+    env = make_env(str(tmp_path))
+    mirror_repo(tmp_path)
+    entry = {"reason": "test", "vars": {"p": "bfloat16"}}
+    bad = Step("docs/x.md", 7, "mpirun -np 2 tern train -t 1 --vocab v --bogus-option 3 ... --resume", 0)
+    errs = parse_check(bad, bad.text, tmp_path, env, entry)
+    assert len(errs) == 1 and errs[0].startswith("docs/x.md:7: `tern train -t 1 --vocab v --bogus-option 3 --resume`"
+                                                 " (parse check with --help) exited 2"), errs
+    good = Step("docs/x.md", 8, "for p in a; do tern train --precision $p --vocab v & done", 0)
+    assert parse_check(good, good.text, tmp_path, env, entry) == []
+    missing = Step("docs/x.md", 9, "bash bench/no_such_bench.sh 3", 0)
+    assert parse_check(missing, missing.text, tmp_path, env, entry) == [
+        "docs/x.md:9: `bash bench/no_such_bench.sh 3` names bench/no_such_bench.sh, which does not exist"]
+
+
 if __name__ == "__main__":
     for doc in DOCS:
         for step, variants, entry in plan(doc):
