@@ -10,9 +10,13 @@
 * `test_help_reachable`: every subcommand the dispatcher in tools/tern.c knows is listed by
   `tern --help`, and `tern SUB --help` exits 0 and prints a usage line.
 * `test_doc_options_in_help`: every option written next to `tern SUB` in the docs — in a fenced
-  command or an inline code span — appears in `tern SUB --help`.
-* `test_extractor`: the Markdown-to-commands rules on a hand-written document (exact steps).
-* `test_table_entries_used`: every [[parse_only]] entry still matches a step of its doc.
+  command or an inline code span — appears in `tern SUB --help`; so does every long option
+  written alone in a code span of a paragraph that names `tern SUB` (or under a heading that
+  does), e.g. the option lists of docs/training.md.
+* `test_extractor`, `test_parse_check`, `test_runner`: the Markdown-to-commands rules on a
+  hand-written document (exact steps), the parse check (a rejected option fails naming the doc
+  line), and the runner (a process left behind cannot hang the test; servers are stopped).
+* `test_table_entries_used`: every [[parse_only]] / [[background]] entry still matches a step.
 
 `python tests/test_docs.py` lists every step with what the test does with it.
 Binary: $TERN_BIN (default build/tern); data: conftest.py's data_dir ($TERN_DATA or ../shared/data).
@@ -39,7 +43,7 @@ DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.pat
 SHELL_LANGS = {"sh", "bash", "shell", "console", "zsh"}
 # Entries of the repository linked into every scratch directory (build/ is the binary's directory).
 MIRROR = ["models", "bench", "scripts", "recipes", "tests", "tools", "src", "include", "examples",
-          "fuzz", "docs", "Makefile", ".venv"]
+          "fuzz", "docs", "python", "Makefile", ".venv"]
 
 with open(TABLE_PATH, "rb") as _f:
     TABLE = tomllib.load(_f)
