@@ -410,7 +410,6 @@ def make_env(bindir):
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env["OMP_WAIT_POLICY"] = "passive"
     env["TERN_BIN"] = TERN
-    env.pop("TERN_DATA", None)
     return env
 
 
