@@ -10,7 +10,10 @@ int cmd_info(int argc, char **argv) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: tern info -m MODEL [--compute-type auto|float32|int8]\n\n"
                    "Prints the model's format, layers, dimensions, vocabulary sizes and the bytes of\n"
-                   "its weights as run with the given compute type.\n");
+                   "its weights as run with the given compute type.\n\n"
+                   "  -m, --model DIR         model directory (Tern or CTranslate2)\n"
+                   "  --compute-type TYPE     auto (as stored; default), float32, int8\n"
+                   "  -h, --help              this help\n");
             return 0;
         } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
             dir = argv[++i];
