@@ -157,6 +157,7 @@ int main(int argc, char **argv) {
         out = zeros(nout);
         memcpy(out, nn_gnmt_encoder_output(&acts, L), nout * sizeof(float));
         free(scr);
+        for (int l = 0; l < L; l++) free(h[l]), free(y[l]), free(c[l]), free(g[l]);
     } else if (!strcmp(layer, "attention")) {
         int Tq = (int)meta("Tq", 1), S = (int)meta("S", 0), Dq = (int)meta("Dq", 0), A = (int)meta("A", 0);
         int Dv = (int)meta("Dv", 0), Rr = B * Tq;
@@ -192,6 +193,8 @@ int main(int argc, char **argv) {
         out = zeros(nout);
         memcpy(out, a.logits, nout * sizeof(float));
         free(scr);
+        float **pa = (float **)&a;
+        for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);
     } else {
         fprintf(stderr, "rnn_driver: unknown layer %s\n", layer);
         return 1;
@@ -215,6 +218,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rnn_driver: %s\n", tern_last_error());
         return 1;
     }
+    for (int i = 0; i < TT.count; i++) free(names[i]), free(TT.val[i]), free(TT.grad[i]);
+    free(names), free(views), free(out);
     weights_free(w);
     return 0;
 }
