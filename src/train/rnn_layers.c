@@ -58,6 +58,28 @@ static void colsum_acc(float *acc, const float *x, size_t ld, int M, int N) {
 
 static inline int active(const int *len, int m, int t) { return !len || t < len[m]; }
 
+/* The recurrent weights' gradient of a whole sequence at once, after the steps: dW_hh (NG, H) +=
+ * Σ_t dg_t^T · h_prev(t) where dg (B, T, ·) holds every step's gate gradients (row stride 4H, the
+ * first NG columns used) and h_prev(t) is out at t − 1 (t + 1 when reverse), h0 at the first step.
+ * Row (b, t) of dg pairs with row (b, t ∓ 1) of out (row stride ldo): ONE GEMM over the B·T − 1
+ * row pairs i ↔ i ∓ 1, minus the B − 1 pairs that cross from one sentence into the next, plus h0's
+ * term; instead of T GEMMs whose inner dimension is only B. Padded steps have dg = 0. */
+static void rec_weight_grad(float *dwhh, const float *dg, int NG, const float *out, size_t ldo, const float *h0,
+                            int B, int T, int H, int reverse) {
+    int BT = B * T, G = 4 * H;
+    size_t ldg = (size_t)T * G, ldt = (size_t)T * ldo;
+    if (!reverse) {
+        mm(1, 0, NG, H, BT - 1, dg + G, G, out, (int)ldo, 1.0f, dwhh, H);
+        if (B > 1) gemm_f32(1, 0, NG, H, B - 1, -1.0f, dg + ldg, (int)ldg, out + (size_t)(T - 1) * ldo, (int)ldt, 1.0f, dwhh, H);
+        if (h0) mm(1, 0, NG, H, B, dg, (int)ldg, h0, H, 1.0f, dwhh, H);
+    } else {
+        mm(1, 0, NG, H, BT - 1, dg, G, out + ldo, (int)ldo, 1.0f, dwhh, H);
+        if (B > 1)
+            gemm_f32(1, 0, NG, H, B - 1, -1.0f, dg + (size_t)(T - 1) * G, (int)ldg, out + ldt, (int)ldt, 1.0f, dwhh, H);
+        if (h0) mm(1, 0, NG, H, B, dg + (size_t)(T - 1) * G, (int)ldg, h0, H, 1.0f, dwhh, H);
+    }
+}
+
 /* ------------------------------------------------------------ GRU */
 
 /* Input side of M rows (x stride ldx) into gates (stride ldg): [W_ir x + b_ir + b_hr,
@@ -219,8 +241,10 @@ void nn_gru_backward(float *dinp, float *dh0, const rnn_cell_t *dw, float *scrat
         float *dgt = dg + (size_t)t * G;
         gru_act_back(dgt, ldg, carry, (size_t)H, dh, (size_t)H, gates + (size_t)t * G, ldg, hp, ldh, B, H,
                      len, t);
-        gru_hidden_back(carry, (size_t)H, dw, dgt, ldg, hp, ldh, B, w, H);
+        mm(0, 0, B, H, 3 * H, dgt, (int)ldg, w->w_hh, H, 1.0f, carry, H); /* the state's gradient */
     }
+    rec_weight_grad(dw->w_hh, dg, 3 * H, out, (size_t)ldo, h0, B, T, H, reverse);
+    if (w->b_hh) colsum_acc(dw->b_hh, dg, G, B * T, 3 * H);
     if (dh0)
         for (size_t i = 0; i < (size_t)B * H; i++) dh0[i] += carry[i];
     gru_input_back(dinp, (size_t)K, dw, dg, G, inp, (size_t)K, B * T, w, K, H); /* all steps */
@@ -390,9 +414,8 @@ void nn_lstm_backward(float *dinp, float *dh0, float *dc0, const rnn_cell_t *dw,
     memset(ch, 0, 2 * BH * sizeof(float)); /* carries of h and c */
     for (int s = T - 1; s >= 0; s--) {
         int t = reverse ? T - 1 - s : s, tp = reverse ? t + 1 : t - 1;
-        const float *hp = s == 0 ? h0 : out + (size_t)tp * ldo;
         const float *cp = s == 0 ? c0 : cell + (size_t)tp * H;
-        size_t ldh = s == 0 ? (size_t)H : ldt, ldcp = s == 0 ? (size_t)H : ldc;
+        size_t ldcp = s == 0 ? (size_t)H : ldc;
         for (int b = 0; b < B; b++) {
             const float *d = dout + (size_t)b * ldt + (size_t)t * ldo;
             float *o = dh + (size_t)b * H, *c = ch + (size_t)b * H;
@@ -403,8 +426,10 @@ void nn_lstm_backward(float *dinp, float *dh0, float *dc0, const rnn_cell_t *dw,
         float *dgt = dg + (size_t)t * G;
         lstm_act_back(dgt, ldg, ch, (size_t)H, cc, (size_t)H, dh, (size_t)H, dc, (size_t)H, gates + (size_t)t * G,
                       ldg, cell + (size_t)t * H, ldc, cp, ldcp, B, H, len, t);
-        lstm_hidden_back(ch, (size_t)H, dw, dgt, ldg, hp, ldh, B, w, H);
+        mm(0, 0, B, H, 4 * H, dgt, (int)ldg, w->w_hh, H, 1.0f, ch, H);
     }
+    rec_weight_grad(dw->w_hh, dg, 4 * H, out, (size_t)ldo, h0, B, T, H, reverse);
+    if (w->b_hh) colsum_acc(dw->b_hh, dg, G, B * T, 4 * H);
     if (dh0)
         for (size_t i = 0; i < BH; i++) dh0[i] += ch[i];
     if (dc0)
@@ -649,7 +674,7 @@ void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, co
 
 size_t nn_cgru_backward_scratch(int B, int T, int S, cgru_dims_t d) {
     size_t BT = (size_t)B * T;
-    return BT * d.O + BT * d.Dv + BT * d.H + BT * 4 * d.H + (size_t)B * 4 * d.H + (size_t)B * d.H +
+    return BT * d.O + BT * d.Dv + BT * d.H + BT * 4 * d.H + BT * 4 * d.H + (size_t)B * d.H +
            (size_t)2 * B * d.A + (size_t)B * S * d.A + (size_t)B * d.H;
 }
 
@@ -660,7 +685,7 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
     int H = d.H, BT = B * T;
     size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldh = (size_t)T * H, ldc = (size_t)T * d.Dv;
     float *du = scratch, *dctx = du + (size_t)BT * d.O, *ds = dctx + (size_t)BT * d.Dv;
-    float *dg1 = ds + (size_t)BT * H, *dg2 = dg1 + (size_t)BT * G, *ds1 = dg2 + (size_t)B * G;
+    float *dg1 = ds + (size_t)BT * H, *dg2 = dg1 + (size_t)BT * G, *ds1 = dg2 + (size_t)BT * G;
     float *datt = ds1 + (size_t)B * H, *dkp = datt + (size_t)2 * B * d.A, *carry = dkp + (size_t)B * S * d.A;
 
     /* deep output, all steps at once */
@@ -682,27 +707,35 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
         const float *sp = t == 0 ? s0 : a->s + (size_t)(t - 1) * H;
         size_t ldsp = t == 0 ? (size_t)H : ldh;
         float *dst = ds + (size_t)t * H, *dct = dctx + (size_t)t * d.Dv, *dg1t = dg1 + (size_t)t * G;
-        const float *s1 = a->s1 + (size_t)t * H, *ct = a->ctx + (size_t)t * d.Dv;
+        const float *s1 = a->s1 + (size_t)t * H;
         for (int b = 0; b < B; b++)
             for (int j = 0; j < H; j++) dst[(size_t)b * ldh + j] += carry[(size_t)b * H + j];
         memset(carry, 0, (size_t)B * H * sizeof(float));
         memset(ds1, 0, (size_t)B * H * sizeof(float));
-        /* GRU2: input ctx_t, state s'_t */
-        gru_act_back(dg2, G, ds1, (size_t)H, dst, ldh, a->g2 + (size_t)t * G, ldg, s1, ldh, B, H, NULL, 0);
-        gru_hidden_back(ds1, (size_t)H, &dw->gru2, dg2, G, s1, ldh, B, &w->gru2, H);
-        gru_input_back(dct, ldc, &dw->gru2, dg2, G, ct, ldc, B, &w->gru2, d.Dv, H);
+        /* GRU2: input ctx_t, state s'_t; per step only the gradients of s'_t and ctx_t */
+        float *dg2t = dg2 + (size_t)t * G;
+        gru_act_back(dg2t, ldg, ds1, (size_t)H, dst, ldh, a->g2 + (size_t)t * G, ldg, s1, ldh, B, H, NULL, 0);
+        mm(0, 0, B, H, 3 * H, dg2t, (int)ldg, w->gru2.w_hh, H, 1.0f, ds1, H);
+        mm(0, 0, B, d.Dv, 2 * H, dg2t, (int)ldg, w->gru2.w_ih, d.Dv, 1.0f, dct, (int)ldc);
+        mm(0, 0, B, d.Dv, H, dg2t + 3 * H, (int)ldg, w->gru2.w_ih + (size_t)2 * H * d.Dv, d.Dv, 1.0f, dct, (int)ldc);
         /* attention with query s'_t */
         nn_additive_attention_backward(ds1, H, dw->att_wq, dw->att_v, dkp, denc, datt, dct, (int)ldc, s1, (int)ldh,
                                        a->qp + (size_t)t * B * d.A, a->kp, enc, a->alpha + (size_t)t * B * S, slen,
                                        NULL, w->att_wq, w->att_v, B, 1, S, H, d.A, d.Dv);
-        /* GRU1: state s_{t-1}; its input side waits for the end (all steps at once) */
+        /* GRU1: state s_{t-1}; its weights' gradients wait for the end (all steps at once) */
         gru_act_back(dg1t, ldg, carry, (size_t)H, ds1, (size_t)H, a->g1 + (size_t)t * G, ldg, sp, ldsp, B, H, NULL,
                      0);
-        gru_hidden_back(carry, (size_t)H, &dw->gru1, dg1t, ldg, sp, ldsp, B, &w->gru1, H);
+        mm(0, 0, B, H, 3 * H, dg1t, (int)ldg, w->gru1.w_hh, H, 1.0f, carry, H);
     }
     if (ds0)
         for (size_t i = 0; i < (size_t)B * H; i++) ds0[i] += carry[i];
+    /* the weights' gradients of all steps: a few GEMMs over B·T rows */
+    rec_weight_grad(dw->gru1.w_hh, dg1, 3 * H, a->s, (size_t)H, s0, B, T, H, 0);
+    if (w->gru1.b_hh) colsum_acc(dw->gru1.b_hh, dg1, G, BT, 3 * H);
     gru_input_back(demb, (size_t)d.E, &dw->gru1, dg1, G, emb, (size_t)d.E, BT, &w->gru1, d.E, H);
+    mm(1, 0, 3 * H, H, BT, dg2, (int)G, a->s1, H, 1.0f, dw->gru2.w_hh, H); /* GRU2's state is s' of the same step */
+    if (w->gru2.b_hh) colsum_acc(dw->gru2.b_hh, dg2, G, BT, 3 * H);
+    gru_input_back(NULL, 0, &dw->gru2, dg2, G, a->ctx, (size_t)d.Dv, BT, &w->gru2, d.Dv, H);
     nn_additive_keys_backward(denc, dw->att_wk, w->att_b ? dw->att_b : NULL, dkp, enc, w->att_wk, B, S, d.Dv, d.A);
 }
 
