@@ -230,9 +230,8 @@ static void ref_seq_case(double *out) {
         ref_seq(out + S.H, W, S.inp->d, NULL, NULL, dcell(S.wb), S.len, S.B, S.T, S.K, S.H, 1, S.lstm);
 }
 
-static void test_seq(int lstm, int bi, int reverse) {
-    int B = 3, T = 5, K = 4, H = 3;
-    static int len[3] = {5, 3, 1};
+static void test_seq_shape(int lstm, int bi, int reverse, int B, int T, int *len) {
+    int K = 4, H = 3;
     int G = lstm ? 4 : 3, W = bi ? 2 * H : H;
     size_t BT = (size_t)B * T;
     memset(&S, 0, sizeof S);
@@ -253,7 +252,8 @@ static void test_seq(int lstm, int bi, int reverse) {
     rnn_cell_t wf = fcell(S.w), dwf = gcell(S.w), wbk = {0}, dwb = {0};
     if (bi) wbk = fcell(S.wb), dwb = gcell(S.wb);
     char name[64];
-    snprintf(name, sizeof name, "%s%s%s", bi ? "bi" : "", lstm ? "lstm" : "gru", reverse ? " reverse" : "");
+    snprintf(name, sizeof name, "%s%s%s B=%d T=%d", bi ? "bi" : "", lstm ? "lstm" : "gru", reverse ? " reverse" : "", B,
+             T);
     if (!lstm && !bi) {
         nn_gru_forward(out, H, gf, S.inp->f, S.h0->f, &wf, len, B, T, K, H, reverse);
         nn_gru_backward(S.inp->g, S.h0->g, &dwf, scr, R, H, S.inp->f, S.h0->f, &wf, out, gf, len, B, T, K, H, reverse);
@@ -271,6 +271,11 @@ static void test_seq(int lstm, int bi, int reverse) {
     check_all(name, out, Rd, BT * W, ref_seq_case);
     free(R), free(Rd), free(out), free(gf), free(gb), free(cf), free(cb), free(scr);
     free_params();
+}
+
+static void test_seq(int lstm, int bi, int reverse) {
+    static int len[3] = {5, 3, 1};
+    test_seq_shape(lstm, bi, reverse, 3, 5, len);
 }
 
 /* ------------------------------------------------------------ cells (one step, R rows) */
@@ -569,6 +574,13 @@ int main(void) {
         test_seq(lstm, 0, 0);
         test_seq(lstm, 0, 1);
         test_seq(lstm, 1, 0);
+    }
+    /* edge shapes: one step, one sentence, an empty sentence (length 0) */
+    static int len1[2] = {1, 0}, len2[1] = {2};
+    for (int lstm = 0; lstm <= 1; lstm++) {
+        test_seq_shape(lstm, 0, 0, 2, 1, len1);
+        test_seq_shape(lstm, 1, 0, 2, 1, len1);
+        test_seq_shape(lstm, 0, 1, 1, 2, len2);
     }
     test_gnmt_encoder(4, 1);
     test_gnmt_encoder(3, 0);
