@@ -544,7 +544,8 @@ void nn_additive_attention_forward(float *ctx, int ldc, float *qp, float *alpha,
                                    int ldq, const float *kp, const float *values, const int *klen,
                                    const int *src_of_row, const float *wq, const float *v, int R,
                                    int Tq, int S, int Dq, int A, int Dv) {
-    mm(0, 1, R, A, Dq, q, ldq, wq, Dq, 0.0f, qp, A);
+    if (q) mm(0, 1, R, A, Dq, q, ldq, wq, Dq, 0.0f, qp, A);
+    else memset(qp, 0, (size_t)R * A * sizeof(float));
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)R * S * A >= RNN_PAR_MIN)
     for (int r = 0; r < R; r++) {
         int b = src_row(src_of_row, r, Tq), L = klen ? klen[b] : S;
@@ -631,8 +632,8 @@ void nn_additive_attention_backward(float *dq, int lddq, float *dwq, float *dv, 
             att_row_back(dqp, dvp, dkp, dvalues, dctx, ldc, qp, kp, values, alpha, v, r, b, L, S, A, Dv);
         }
     }
-    if (dq) mm(0, 0, R, Dq, A, dqp, A, wq, Dq, 1.0f, dq, lddq);
-    mm(1, 0, A, Dq, R, dqp, A, q, ldq, 1.0f, dwq, Dq);
+    if (dq && q) mm(0, 0, R, Dq, A, dqp, A, wq, Dq, 1.0f, dq, lddq);
+    if (q) mm(1, 0, A, Dq, R, dqp, A, q, ldq, 1.0f, dwq, Dq);
     colsum_acc(dv, dvp, (size_t)A, R, A);
 }
 
@@ -755,4 +756,118 @@ void nn_cgru_step_forward(float *s, float *ctx, float *alpha, float *logits, flo
                                   1, S, H, d.A, d.Dv);
     nn_gru_cell_forward(s, g2, ctx, s1, &w->gru2, R, d.Dv, H);
     if (logits) deep_output_forward(u, logits, s, H, ctx, d.Dv, e_prev, d.E, R, w, d);
+}
+
+/* ------------------------------------------------------------ GNMT's attentive bottom decoder layer */
+
+static void add_biases(float *g, size_t ldg, int M, const float *b1, const float *b2, int N) {
+    if (!b1 && !b2) return;
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= RNN_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        float *r = g + (size_t)m * ldg;
+        if (b1)
+            for (int j = 0; j < N; j++) r[j] += b1[j];
+        if (b2)
+            for (int j = 0; j < N; j++) r[j] += b2[j];
+    }
+}
+
+void nn_gnmt_dec_bottom_forward(const gnmt_dec_acts_t *a, const float *emb, const float *h0,
+                                const float *c0, const float *enc, const int *slen,
+                                const gnmt_dec_weights_t *w, int B, int T, int S, gnmt_dec_dims_t d) {
+    int H = d.H, KI = d.E + d.Dv, BT = B * T;
+    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldh = (size_t)T * H, ldc = (size_t)T * d.Dv;
+    nn_additive_keys_forward(a->kp, enc, w->att_wk, w->att_b, B, S, d.Dv, d.A);
+    /* e_t's share of the input projection and the biases: all steps, one GEMM */
+    mm(0, 1, BT, 4 * H, d.E, emb, d.E, w->lstm.w_ih, KI, 0.0f, a->gates, (int)G);
+    add_biases(a->gates, G, BT, w->lstm.b_ih, w->lstm.b_hh, 4 * H);
+    for (int t = 0; t < T; t++) {
+        const float *hp = t == 0 ? h0 : a->y + (size_t)(t - 1) * H;
+        const float *cp = t == 0 ? c0 : a->cell + (size_t)(t - 1) * H;
+        size_t ldp = t == 0 ? (size_t)H : ldh;
+        float *ct = a->ctx + (size_t)t * d.Dv, *g = a->gates + (size_t)t * G;
+        nn_additive_attention_forward(ct, (int)ldc, a->qp + (size_t)t * B * d.A, a->alpha + (size_t)t * B * S, hp,
+                                      (int)ldp, a->kp, enc, slen, NULL, w->att_wq, w->att_v, B, 1, S, H, d.A, d.Dv);
+        mm(0, 1, B, 4 * H, d.Dv, ct, (int)ldc, w->lstm.w_ih + d.E, KI, 1.0f, g, (int)ldg);
+        lstm_hidden(g, ldg, hp, ldp, B, &w->lstm, H);
+        lstm_act(a->y + (size_t)t * H, ldh, a->cell + (size_t)t * H, ldh, g, ldg, hp, ldp, cp, ldp, B, H, NULL, 0);
+    }
+}
+
+size_t nn_gnmt_dec_bottom_backward_scratch(int B, int T, int S, gnmt_dec_dims_t d) {
+    return (size_t)B * T * 4 * d.H + (size_t)4 * B * d.H + (size_t)B * d.Dv + (size_t)2 * B * d.A +
+           (size_t)B * S * d.A;
+}
+
+void nn_gnmt_dec_bottom_backward(float *demb, float *dh0, float *dc0, float *denc,
+                                 const gnmt_dec_weights_t *dw, float *scratch, const float *dy,
+                                 const float *dctx, const float *emb, const float *h0,
+                                 const float *c0, const float *enc, const int *slen,
+                                 const gnmt_dec_weights_t *w, const gnmt_dec_acts_t *a, int B,
+                                 int T, int S, gnmt_dec_dims_t d) {
+    int H = d.H, KI = d.E + d.Dv, BT = B * T;
+    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldh = (size_t)T * H, ldc = (size_t)T * d.Dv, BH = (size_t)B * H;
+    float *dg = scratch, *dh = dg + (size_t)BT * G, *dc = dh + BH, *ch = dc + BH, *cc = ch + BH;
+    float *da = cc + BH, *datt = da + (size_t)B * d.Dv, *dkp = datt + (size_t)2 * B * d.A;
+    memset(ch, 0, 2 * BH * sizeof(float));
+    memset(dkp, 0, (size_t)B * S * d.A * sizeof(float));
+    for (int t = T - 1; t >= 0; t--) {
+        const float *hp = t == 0 ? h0 : a->y + (size_t)(t - 1) * H;
+        const float *cp = t == 0 ? c0 : a->cell + (size_t)(t - 1) * H;
+        size_t ldp = t == 0 ? (size_t)H : ldh;
+        for (int b = 0; b < B; b++) {
+            const float *d0 = dy + (size_t)b * ldh + (size_t)t * H;
+            for (int j = 0; j < H; j++) dh[(size_t)b * H + j] = d0[j] + ch[(size_t)b * H + j];
+        }
+        memcpy(dc, cc, BH * sizeof(float));
+        memset(ch, 0, 2 * BH * sizeof(float));
+        float *dgt = dg + (size_t)t * G;
+        lstm_act_back(dgt, ldg, ch, (size_t)H, cc, (size_t)H, dh, (size_t)H, dc, (size_t)H, a->gates + (size_t)t * G,
+                      ldg, a->cell + (size_t)t * H, ldh, cp, ldp, B, H, NULL, 0);
+        mm(0, 0, B, H, 4 * H, dgt, (int)ldg, w->lstm.w_hh, H, 1.0f, ch, H);
+        /* the context a_t: from the upper layers and from this layer's input */
+        for (int b = 0; b < B; b++) {
+            float *o = da + (size_t)b * d.Dv;
+            if (dctx) memcpy(o, dctx + (size_t)b * ldc + (size_t)t * d.Dv, (size_t)d.Dv * sizeof(float));
+            else memset(o, 0, (size_t)d.Dv * sizeof(float));
+        }
+        mm(0, 0, B, d.Dv, 4 * H, dgt, (int)ldg, w->lstm.w_ih + d.E, KI, 1.0f, da, d.Dv);
+        /* the attention's query is the previous output (h0 at t = 0): its gradient joins the carry */
+        nn_additive_attention_backward(hp ? ch : NULL, H, dw->att_wq, dw->att_v, dkp, denc, datt, da, d.Dv, hp,
+                                       (int)ldp, a->qp + (size_t)t * B * d.A, a->kp, enc,
+                                       a->alpha + (size_t)t * B * S, slen, NULL, w->att_wq, w->att_v, B, 1, S, H,
+                                       d.A, d.Dv);
+    }
+    if (dh0)
+        for (size_t i = 0; i < BH; i++) dh0[i] += ch[i];
+    if (dc0)
+        for (size_t i = 0; i < BH; i++) dc0[i] += cc[i];
+    /* the weights' gradients of all steps at once */
+    rec_weight_grad(dw->lstm.w_hh, dg, 4 * H, a->y, (size_t)H, h0, B, T, H, 0);
+    if (w->lstm.b_hh) colsum_acc(dw->lstm.b_hh, dg, G, BT, 4 * H);
+    if (w->lstm.b_ih) colsum_acc(dw->lstm.b_ih, dg, G, BT, 4 * H);
+    if (demb) mm(0, 0, BT, d.E, 4 * H, dg, (int)G, w->lstm.w_ih, KI, 1.0f, demb, d.E);
+    mm(1, 0, 4 * H, d.E, BT, dg, (int)G, emb, d.E, 1.0f, dw->lstm.w_ih, KI);
+    mm(1, 0, 4 * H, d.Dv, BT, dg, (int)G, a->ctx, d.Dv, 1.0f, dw->lstm.w_ih + d.E, KI);
+    nn_additive_keys_backward(denc, dw->att_wk, w->att_b ? dw->att_b : NULL, dkp, enc, w->att_wk, B, S, d.Dv, d.A);
+}
+
+size_t nn_gnmt_dec_bottom_step_scratch(int R, gnmt_dec_dims_t d) {
+    return (size_t)R * (d.E + d.Dv + 4 * d.H + d.A);
+}
+
+void nn_gnmt_dec_bottom_step_forward(float *h, float *c, float *ctx, float *alpha, float *scratch,
+                                     const float *e, const float *h_prev, const float *c_prev,
+                                     const float *kp, const float *enc, const int *slen,
+                                     const int *src_of_row, const gnmt_dec_weights_t *w, int R,
+                                     int S, gnmt_dec_dims_t d) {
+    int KI = d.E + d.Dv;
+    float *x = scratch, *g = x + (size_t)R * KI, *qp = g + (size_t)R * 4 * d.H;
+    nn_additive_attention_forward(ctx, d.Dv, qp, alpha, h_prev, d.H, kp, enc, slen, src_of_row, w->att_wq, w->att_v,
+                                  R, 1, S, d.H, d.A, d.Dv);
+    for (int r = 0; r < R; r++) {
+        memcpy(x + (size_t)r * KI, e + (size_t)r * d.E, (size_t)d.E * sizeof(float));
+        memcpy(x + (size_t)r * KI + d.E, ctx + (size_t)r * d.Dv, (size_t)d.Dv * sizeof(float));
+    }
+    nn_lstm_cell_forward(h, c, g, x, h_prev, c_prev, &w->lstm, R, KI, d.H);
 }

@@ -165,7 +165,7 @@ void nn_additive_keys_forward(float *kp, const float *keys, const float *wk, con
 void nn_additive_keys_backward(float *dkeys, float *dwk, float *db, const float *dkp,
                                const float *keys, const float *wk, int B, int S, int Dv, int A);
 
-/* R query rows q (row stride ldq, width Dq). Row r attends to the source of sentence
+/* R query rows q (row stride ldq, width Dq; q NULL: zero queries). Row r attends to the source of sentence
  * src = src_of_row ? src_of_row[r] : r / Tq (Tq query rows per sentence): keys kp (B, S, A),
  * values (B, S, Dv), klen (B) valid keys (1..S; NULL: all S).
  * ctx (row stride ldc, width Dv); qp (R, A) and alpha (R, S) saved (alpha 0 at masked keys). */
@@ -244,5 +244,60 @@ void nn_cgru_step_forward(float *s, float *ctx, float *alpha, float *logits, flo
                           const float *e_prev, const float *s_prev, const float *kp,
                           const float *enc, const int *slen, const int *src_of_row,
                           const cgru_weights_t *w, int R, int S, cgru_dims_t d);
+
+/* ------------------------------------------------------------ GNMT's attentive bottom decoder layer
+ * GNMT: the attention is computed from the bottom decoder layer's output of the previous step
+ * over the top encoder layer, and its context a_t is fed to every decoder layer at step t:
+ *   a_t   = Att(query y_{t-1}; keys = values = enc)        (y_{-1} = h0, zeros when NULL)
+ *   y_t   = LSTM([e_t; a_t], (y_{t-1}, c_{t-1}))           w_ih (4H, E + Dv): columns [e | a]
+ * The upper layers then run as plain sequences (nn_lstm_forward) over [y^{l-1}; a] for all steps,
+ * since every a_t is known once this layer has run. e_t's share of the input projection is one
+ * GEMM over all steps (the columns [0, E) of w_ih, read through its row stride); a_t's is one
+ * GEMM per step (M = B). */
+typedef struct {
+    int H, E, Dv, A;
+} gnmt_dec_dims_t;
+
+typedef struct {
+    rnn_cell_t lstm; /* w_ih (4H, E + Dv), w_hh (4H, H), b_ih, b_hh (4H) */
+    float *att_wq;   /* (A, H) */
+    float *att_wk;   /* (A, Dv) */
+    float *att_b;    /* (A) or NULL */
+    float *att_v;    /* (A) */
+} gnmt_dec_weights_t;
+
+typedef struct {
+    float *kp;    /* (B, S, A) */
+    float *qp;    /* (T, B, A) */
+    float *alpha; /* (T, B, S) */
+    float *ctx;   /* (B, T, Dv) the contexts a_t */
+    float *gates; /* (B, T, 4H) */
+    float *cell;  /* (B, T, H) */
+    float *y;     /* (B, T, H) the layer's outputs */
+} gnmt_dec_acts_t;
+
+/* Teacher-forced: emb (B, T, E), h0, c0 (B, H) or NULL, enc (B, S, Dv), slen (B) or NULL. */
+void nn_gnmt_dec_bottom_forward(const gnmt_dec_acts_t *acts, const float *emb, const float *h0,
+                                const float *c0, const float *enc, const int *slen,
+                                const gnmt_dec_weights_t *w, int B, int T, int S, gnmt_dec_dims_t d);
+/* demb (B, T, E), dh0, dc0 (B, H), denc (B, S, Dv) (any may be NULL) and dw += the gradients given
+ * dy (B, T, H) and dctx (B, T, Dv) (the upper layers' gradient of a; may be NULL). scratch:
+ * nn_gnmt_dec_bottom_backward_scratch floats. */
+size_t nn_gnmt_dec_bottom_backward_scratch(int B, int T, int S, gnmt_dec_dims_t d);
+void nn_gnmt_dec_bottom_backward(float *demb, float *dh0, float *dc0, float *denc,
+                                 const gnmt_dec_weights_t *dw, float *scratch, const float *dy,
+                                 const float *dctx, const float *emb, const float *h0,
+                                 const float *c0, const float *enc, const int *slen,
+                                 const gnmt_dec_weights_t *w, const gnmt_dec_acts_t *acts, int B,
+                                 int T, int S, gnmt_dec_dims_t d);
+/* One decoding step over R rows: ctx (R, Dv), alpha (R, S), h, c (R, H) from e (R, E), h_prev,
+ * c_prev (R, H); kp (B, S, A) and enc (B, S, Dv) read through src_of_row (NULL: r). scratch:
+ * nn_gnmt_dec_bottom_step_scratch floats. */
+size_t nn_gnmt_dec_bottom_step_scratch(int R, gnmt_dec_dims_t d);
+void nn_gnmt_dec_bottom_step_forward(float *h, float *c, float *ctx, float *alpha, float *scratch,
+                                     const float *e, const float *h_prev, const float *c_prev,
+                                     const float *kp, const float *enc, const int *slen,
+                                     const int *src_of_row, const gnmt_dec_weights_t *w, int R,
+                                     int S, gnmt_dec_dims_t d);
 
 #endif

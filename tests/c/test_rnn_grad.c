@@ -9,8 +9,8 @@
  * and must stay below 1e-4; the float forward must match the double reference within 1e-5 on the
  * same measure. Every gradient buffer starts at 0.25 and that is subtracted (the += convention).
  * Shapes are small, lengths include padding (sentences shorter than T, sources shorter than S), and
- * both directions run. The decoding step of the cGRU is also checked against the training forward
- * (same values at every step, within 1e-6).
+ * both directions run. The decoding steps of the cGRU and of GNMT's bottom decoder layer are also
+ * checked against the training forward (same values at every step, within 1e-6).
  */
 #include <math.h>
 #include <stdio.h>
@@ -568,6 +568,109 @@ static void test_cgru(void) {
     free_params();
 }
 
+/* ------------------------------------------------------------ GNMT's attentive bottom decoder layer */
+
+static struct {
+    int B, T, S, with_h0;
+    gnmt_dec_dims_t d;
+    int *slen;
+    param_t *emb, *h0, *c0, *enc, *cell, *wq, *wk, *ab, *av;
+} GD;
+
+/* out = [y (B, T, H), ctx (B, T, Dv)] */
+static void ref_gdec_case(double *out) {
+    gnmt_dec_dims_t d = GD.d;
+    int H = d.H, KI = d.E + d.Dv;
+    double *ctxo = out + (size_t)GD.B * GD.T * H;
+    for (int b = 0; b < GD.B; b++) {
+        double h[64], c[64], hn[64], cn[64], x[128], a[64];
+        for (int j = 0; j < H; j++) {
+            h[j] = GD.with_h0 ? GD.h0->d[b * H + j] : 0;
+            c[j] = GD.with_h0 ? GD.c0->d[b * H + j] : 0;
+        }
+        const double *enc = GD.enc->d + (size_t)b * GD.S * d.Dv;
+        for (int t = 0; t < GD.T; t++) {
+            ref_att_row(a, NULL, h, enc, GD.wq->d, GD.wk->d, GD.ab->d, GD.av->d, GD.slen[b], GD.S, H, d.A, d.Dv);
+            memcpy(x, GD.emb->d + ((size_t)b * GD.T + t) * d.E, d.E * sizeof(double));
+            memcpy(x + d.E, a, d.Dv * sizeof(double));
+            ref_lstm_cell(hn, cn, x, h, c, dcell(GD.cell), KI, H);
+            memcpy(h, hn, sizeof h);
+            memcpy(c, cn, sizeof c);
+            memcpy(out + ((size_t)b * GD.T + t) * H, h, H * sizeof(double));
+            memcpy(ctxo + ((size_t)b * GD.T + t) * d.Dv, a, d.Dv * sizeof(double));
+        }
+    }
+}
+
+static void test_gnmt_dec_bottom(int with_h0) {
+    int B = 3, T = 4, S = 5;
+    gnmt_dec_dims_t d = {.H = 3, .E = 4, .Dv = 6, .A = 5};
+    static int slen[3] = {5, 2, 4};
+    memset(&GD, 0, sizeof GD);
+    GD.B = B, GD.T = T, GD.S = S, GD.d = d, GD.slen = slen, GD.with_h0 = with_h0;
+    size_t BT = (size_t)B * T;
+    GD.emb = add("emb", BT * d.E, 1.0);
+    if (with_h0) {
+        GD.h0 = add("h0", (size_t)B * d.H, 0.8);
+        GD.c0 = add("c0", (size_t)B * d.H, 0.8);
+    }
+    GD.enc = add("enc", (size_t)B * S * d.Dv, 1.0);
+    GD.cell = add_cell("lstm.", 4, d.E + d.Dv, d.H);
+    GD.wq = add("att.W_q", (size_t)d.A * d.H, 0.8);
+    GD.wk = add("att.W_k", (size_t)d.A * d.Dv, 0.8);
+    GD.ab = add("att.b", (size_t)d.A, 0.3);
+    GD.av = add("att.v", (size_t)d.A, 1.0);
+    gnmt_dec_weights_t w = {fcell(GD.cell), GD.wq->f, GD.wk->f, GD.ab->f, GD.av->f};
+    gnmt_dec_weights_t dw = {gcell(GD.cell), GD.wq->g, GD.wk->g, GD.ab->g, GD.av->g};
+    gnmt_dec_acts_t a = {zeros((size_t)B * S * d.A), zeros(BT * d.A), zeros(BT * S), zeros(BT * d.Dv),
+                         zeros(BT * 4 * d.H), zeros(BT * d.H), zeros(BT * d.H)};
+    const float *h0 = with_h0 ? GD.h0->f : NULL, *c0 = with_h0 ? GD.c0->f : NULL;
+    nn_gnmt_dec_bottom_forward(&a, GD.emb->f, h0, c0, GD.enc->f, slen, &w, B, T, S, d);
+    size_t nout = BT * (d.H + d.Dv);
+    double *Rd;
+    float *Rf = rand_f(nout, 1.0, &Rd), *out = zeros(nout);
+    memcpy(out, a.y, BT * d.H * sizeof(float));
+    memcpy(out + BT * d.H, a.ctx, BT * d.Dv * sizeof(float));
+    float *scr = zeros(nn_gnmt_dec_bottom_backward_scratch(B, T, S, d));
+    nn_gnmt_dec_bottom_backward(GD.emb->g, with_h0 ? GD.h0->g : NULL, with_h0 ? GD.c0->g : NULL, GD.enc->g, &dw, scr,
+                                Rf, Rf + BT * d.H, GD.emb->f, h0, c0, GD.enc->f, slen, &w, &a, B, T, S, d);
+    check_all(with_h0 ? "gnmt decoder bottom, h0 c0" : "gnmt decoder bottom", out, Rd, nout, ref_gdec_case);
+
+    /* decoding step by step over rows in another order reproduces the training forward */
+    int map[3] = {1, 2, 0}, R = 3;
+    float *h = zeros((size_t)R * d.H), *c = zeros((size_t)R * d.H), *hn = zeros((size_t)R * d.H);
+    float *cn = zeros((size_t)R * d.H), *ctx = zeros((size_t)R * d.Dv), *al = zeros((size_t)R * S);
+    float *e = zeros((size_t)R * d.E), *ss = zeros(nn_gnmt_dec_bottom_step_scratch(R, d));
+    if (with_h0)
+        for (int r = 0; r < R; r++) {
+            memcpy(h + (size_t)r * d.H, h0 + (size_t)map[r] * d.H, d.H * sizeof(float));
+            memcpy(c + (size_t)r * d.H, c0 + (size_t)map[r] * d.H, d.H * sizeof(float));
+        }
+    double md = 0;
+    for (int t = 0; t < T; t++) {
+        for (int r = 0; r < R; r++)
+            memcpy(e + (size_t)r * d.E, GD.emb->f + ((size_t)map[r] * T + t) * d.E, d.E * sizeof(float));
+        nn_gnmt_dec_bottom_step_forward(hn, cn, ctx, al, ss, e, t == 0 && !with_h0 ? NULL : h,
+                                        t == 0 && !with_h0 ? NULL : c, a.kp, GD.enc->f, slen, map, &w, R, S, d);
+        for (int r = 0; r < R; r++) {
+            size_t bt = (size_t)map[r] * T + t;
+            for (int j = 0; j < d.H; j++) md = fmax(md, fabs(hn[(size_t)r * d.H + j] - a.y[bt * d.H + j]));
+            for (int j = 0; j < d.Dv; j++) md = fmax(md, fabs(ctx[(size_t)r * d.Dv + j] - a.ctx[bt * d.Dv + j]));
+            for (int j = 0; j < S; j++)
+                md = fmax(md, fabs(al[(size_t)r * S + j] - a.alpha[((size_t)t * B + map[r]) * S + j]));
+        }
+        memcpy(h, hn, (size_t)R * d.H * sizeof(float));
+        memcpy(c, cn, (size_t)R * d.H * sizeof(float));
+    }
+    printf("%-28s step forward vs training       max abs diff %.2e\n", "gnmt decoder bottom", md);
+    CHECK(md <= 1e-6);
+    free(h), free(c), free(hn), free(cn), free(ctx), free(al), free(e), free(ss);
+    float **pa = (float **)&a;
+    for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);
+    free(Rf), free(Rd), free(out), free(scr);
+    free_params();
+}
+
 int main(void) {
     for (int lstm = 0; lstm <= 1; lstm++) {
         test_cell(lstm);
@@ -587,5 +690,7 @@ int main(void) {
     test_gnmt_encoder(1, 1);
     test_attention();
     test_cgru();
+    test_gnmt_dec_bottom(1);
+    test_gnmt_dec_bottom(0);
     return check_report("test_rnn_grad");
 }
