@@ -10,8 +10,9 @@ tensor is
 Cases: GRU and LSTM sequences forward and reverse (with h0, c0), bidirectional GRU and LSTM (one
 of them at a size that runs the threaded per-step loops), GNMT's stacked encoder (bidirectional
 bottom + residuals, and unidirectional), additive attention (several queries per sentence, with
-and without the keys' bias), and the conditional GRU decoder with deep output through time (with
-and without the optional biases). Every case pads: some sentences/sources are shorter than T/S.
+and without the keys' bias), the conditional GRU decoder with deep output through time (with
+and without the optional biases), and GNMT's attentive bottom decoder layer (with and without
+initial states). Every case pads: some sentences/sources are shorter than T/S.
 
 PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides),
 as tests/test_train_torch.py does.
@@ -116,6 +117,21 @@ def cgru_case(B, T, S, H, E, Dv, A, O, V, slen, bias=True):
     return make
 
 
+def gnmt_dec_case(B, T, S, H, E, Dv, A, slen, h0=True):
+    def make(rng):
+        t = {"emb": rng.standard_normal((B, T, E)), "enc": rng.standard_normal((B, S, Dv))}
+        if h0:
+            t["h0"] = 0.5 * rng.standard_normal((B, H))
+            t["c0"] = 0.5 * rng.standard_normal((B, H))
+        t.update(cell(rng, "lstm.", 4, E + Dv, H))
+        t.update({"att.W_q": rng.standard_normal((A, H)) / np.sqrt(H),
+                  "att.W_k": rng.standard_normal((A, Dv)) / np.sqrt(Dv),
+                  "att.b": 0.1 * rng.standard_normal(A), "att.v": rng.standard_normal(A) / np.sqrt(A)})
+        t["R"] = rng.standard_normal(B * T * (H + Dv))
+        return t, dict(layer="gnmt_dec", B=B, T=T, S=S, H=H, E=E, Dv=Dv, A=A), slen
+    return make
+
+
 CASES = {
     "gru": seq_case("gru", 4, 7, 16, 24, [7, 4, 1, 6]),
     "gru-reverse": seq_case("gru", 4, 7, 16, 24, [7, 4, 1, 6], reverse=1),
@@ -131,6 +147,9 @@ CASES = {
     "cgru": cgru_case(4, 6, 8, 20, 12, 32, 18, 14, 30, [8, 5, 2, 7]),
     "cgru-nobias-threaded": cgru_case(16, 5, 12, 24, 16, 48, 128, 20, 40, [12 - (i % 6) for i in range(16)],
                                       bias=False),
+    "gnmt-decoder-bottom": gnmt_dec_case(4, 6, 8, 20, 12, 20, 18, [8, 5, 2, 7]),
+    "gnmt-decoder-bottom-noh0-threaded": gnmt_dec_case(16, 5, 12, 32, 16, 32, 128, [12 - (i % 6) for i in range(16)],
+                                                       h0=False),
 }
 
 

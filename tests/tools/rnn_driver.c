@@ -3,8 +3,9 @@
  *
  *   rnn_driver IN.safetensors OUT.safetensors
  *
- * IN: metadata "layer" (gru, lstm, bigru, bilstm, gnmt, attention, cgru), "reverse" (0/1) and the
- * dimensions (B T K H; gnmt: L bi; attention: B Tq S Dq A Dv; cgru: B T S H E Dv A O V); float32
+ * IN: metadata "layer" (gru, lstm, bigru, bilstm, gnmt, attention, cgru, gnmt_dec), "reverse" (0/1)
+ * and the dimensions (B T K H; gnmt: L bi; attention: B Tq S Dq A Dv; cgru: B T S H E Dv A O V;
+ * gnmt_dec: B T S H E Dv A; its output is [y (B, T, H), ctx (B, T, Dv)] flattened); float32
  * tensors: the inputs and parameters under the names listed per layer below, "R" (the loss
  * weights: loss = Σ out ⊙ R, so dout = R); int32 tensors "len" (B) (sequence lengths; attention
  * and cgru: source lengths).
@@ -192,6 +193,24 @@ int main(int argc, char **argv) {
         nout = BT * d.V;
         out = zeros(nout);
         memcpy(out, a.logits, nout * sizeof(float));
+        free(scr);
+        float **pa = (float **)&a;
+        for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);
+    } else if (!strcmp(layer, "gnmt_dec")) {
+        int S = (int)meta("S", 0);
+        gnmt_dec_dims_t d = {H, (int)meta("E", 0), (int)meta("Dv", 0), (int)meta("A", 0)};
+        gnmt_dec_weights_t gw = {cell("lstm.", 0), V("att.W_q"), V("att.W_k"), Vo("att.b"), V("att.v")};
+        gnmt_dec_weights_t dgw = {cell("lstm.", 1), Gd("att.W_q"), Gd("att.W_k"), Go("att.b"), Gd("att.v")};
+        gnmt_dec_acts_t a = {zeros((size_t)B * S * d.A), zeros(BT * d.A), zeros(BT * S), zeros(BT * d.Dv),
+                             zeros(BT * 4 * H), zeros(BT * H), zeros(BT * H)};
+        nn_gnmt_dec_bottom_forward(&a, V("emb"), Vo("h0"), Vo("c0"), V("enc"), len, &gw, B, T, S, d);
+        float *scr = zeros(nn_gnmt_dec_bottom_backward_scratch(B, T, S, d));
+        nn_gnmt_dec_bottom_backward(Gd("emb"), Go("h0"), Go("c0"), Gd("enc"), &dgw, scr, R, R + BT * H, V("emb"),
+                                    Vo("h0"), Vo("c0"), V("enc"), len, &gw, &a, B, T, S, d);
+        nout = BT * (H + d.Dv);
+        out = zeros(nout);
+        memcpy(out, a.y, BT * H * sizeof(float));
+        memcpy(out + BT * H, a.ctx, BT * d.Dv * sizeof(float));
         free(scr);
         float **pa = (float **)&a;
         for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);

@@ -126,6 +126,21 @@ def forward(r, meta, lens):
             u = torch.tanh(s @ r.t("out.W_s").T + c @ r.t("out.W_c").T + e @ r.t("out.W_e").T + ob)
             logits.append(u @ r.t("out.W_o").T + obo)
         return torch.stack(logits, 1)
+    if layer == "gnmt_dec":
+        B, T, H = g("B"), g("T"), g("H")
+        lstm = r.cell("lstm.", True)
+        emb, enc = r.t("emb"), r.t("enc")
+        h = r.t("h0") if r.has("h0") else torch.zeros(B, H)
+        c = r.t("c0") if r.has("c0") else torch.zeros(B, H)
+        ab = r.t("att.b") if r.has("att.b") else None
+        src = torch.arange(B)
+        ys, ctxs = [], []
+        for t in range(T):
+            a = attention(h, enc, r.t("att.W_q"), r.t("att.W_k"), ab, r.t("att.v"), lens, src)
+            h, c = lstm(torch.cat([emb[:, t], a], -1), (h, c))
+            ys.append(h)
+            ctxs.append(a)
+        return torch.cat([torch.stack(ys, 1).reshape(-1), torch.stack(ctxs, 1).reshape(-1)])
     raise SystemExit(f"unknown layer {layer}")
 
 
