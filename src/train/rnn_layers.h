@@ -25,8 +25,8 @@
  *   gates of such a step (the state's gradient passes through unchanged).
  * - The input projections of all steps are ONE GEMM before the recurrence (M = B·T rows); each step
  *   then multiplies the whole batch's states (M = B rows) by the fused recurrent matrix in one GEMM.
- *   The backward mirrors it: one GEMM per step for the state's gradient and one for the recurrent
- *   weights' gradient, one GEMM at the end for the inputs' gradient and one for the input weights'.
+ *   The backward does one GEMM per step (the state's gradient, M = B); the recurrent weights',
+ *   input weights' and inputs' gradients are GEMMs over all B·T rows after the loop.
  * - Nothing allocates; callers pass saved buffers and scratch of the documented sizes.
  */
 #ifndef TERN_TRAIN_RNN_LAYERS_H
