@@ -457,7 +457,7 @@ void nn_bilstm_backward(float *dinp, const rnn_cell_t *dwf, const rnn_cell_t *dw
 
 /* ------------------------------------------------------------ GNMT's stacked encoder */
 
-/* The output of layer l and its width. */
+/* The output of layer l (after its residual from l = 2 up). */
 static const float *gnmt_y(const gnmt_encoder_acts_t *a, int l) { return l >= 2 ? a->y[l] : a->h[l]; }
 
 const float *nn_gnmt_encoder_output(const gnmt_encoder_acts_t *acts, int L) { return gnmt_y(acts, L - 1); }
