@@ -138,7 +138,8 @@ typedef enum {
 } tern_length_norm_t;
 
 typedef struct {
-    int beam_size;              /* 1: greedy search (argmax, no softmax); >1: beam search */
+    int beam_size;              /* 1: greedy search (argmax of the logits, no softmax; of the
+                                   combined scores for an ensemble); >1: beam search */
     int num_hypotheses;         /* n-best: hypotheses returned per input (<= beam_size) */
     float length_penalty;       /* alpha of the length normalization; 0 disables it */
     tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
