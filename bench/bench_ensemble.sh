@@ -3,6 +3,7 @@
 # copies of one model (each member loads its own weights: members share nothing), translating the
 # first LINES lines of Multi30k test_2016_flickr.en with beam BEAM.
 #   bench/bench_ensemble.sh [MODEL] [LINES] [BEAM] [THREADS]   (defaults: models/en-de 200 5 1)
+# TERN_ARGS adds options to every run (e.g. TERN_ARGS="--max-batch-tokens 512").
 # Prints one row per ensemble size: members, seconds, target tokens/s, max RSS (MB), and whether
 # the output equals the single model's (logprob-mean of identical members = the model's scores).
 set -eu
@@ -21,7 +22,7 @@ for K in 1 2 4; do
     i=0
     while [ $i -lt $K ]; do ARGS="$ARGS -m $MODEL"; i=$((i + 1)); done
     # shellcheck disable=SC2086
-    /usr/bin/time -v -o "$TMP/time.$K" "$TERN" translate $ARGS -b "$BEAM" -t "$THREADS" -q "$TMP/in.en" "$TMP/out.$K"
+    /usr/bin/time -v -o "$TMP/time.$K" "$TERN" translate $ARGS -b "$BEAM" -t "$THREADS" -q ${TERN_ARGS:-} "$TMP/in.en" "$TMP/out.$K"
     secs=$(awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, a, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + a[i]; print s}' "$TMP/time.$K")
     rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' "$TMP/time.$K")
     toks=$(wc -w < "$TMP/out.$K")
