@@ -88,7 +88,8 @@ typedef struct {
 /* An ensemble's own facts (family "ensemble"); each member's with tern_model_member(). */
 typedef struct {
     tern_ensemble_mode_t mode;
-    const float *weights;               /* [num_members] normalized weights (sum 1) */
+    const float *weights;               /* [num_members] normalized weights (sum 1), valid while
+                                           the model lives */
 } tern_ensemble_info_t;
 
 /* Facts about a loaded model, for tools and tests: common fields, then the family's own part. */
