@@ -193,7 +193,4 @@ void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, v
 int tmodel_backward_stages(const tmodel_t *m);
 int tmodel_tensor_stage(const tmodel_t *m, int i); /* of m->tensors[i] */
 
-/* The sinusoidal table CTranslate2 (and the inference) uses: row p = sin/cos((p + 1) · ts_i). */
-void tmodel_sinusoids(float *table, int P, int C);
-
 #endif
