@@ -42,6 +42,7 @@
 
 #include "../base/base.h"
 #include "data.h"
+#include "family.h"
 #include "model.h"
 #include "optim.h"
 
@@ -50,7 +51,9 @@ typedef enum { STOP_ON_LOSS = 0, STOP_ON_BLEU = 1 } trainer_stop_metric_t;
 typedef struct {
     /* ---- model (src_vocab, tgt_vocab, pad_id and max_pos are set from the data; share_emb -1:
      * shared when the vocabulary is joint) */
-    tmodel_config_t model;
+    tmodel_config_t model;      /* the Transformer's configuration */
+    const char *architecture;   /* the training table (family.h) by name: NULL "transformer" */
+    const void *model_config;   /* that family's configuration; NULL: &model */
     uint64_t seed;              /* parameter initialization, batch order, dropout masks (1) */
 
     /* ---- data */
