@@ -289,6 +289,7 @@ int cmd_train(int argc, char **argv) {
     int ok = 1, c, iv;
     long lv = 0;
     const char *plot_only = NULL;
+    int plot = 1; /* curves.png at the end */
     const char *scheds[] = {"constant", "inverse_sqrt", "gnmt"};
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "t:qh", long_opts, NULL)) != -1) {
@@ -427,7 +428,7 @@ int cmd_train(int argc, char **argv) {
         case O_LOG_INTERVAL: ok = cli_int(C, "--log-interval", optarg, 0, 1 << 30, &o.log_interval); break;
         case O_PROGRESS: o.progress = 1; break;
         case O_NO_PROGRESS: o.progress = 0; break;
-        case O_NO_PLOT: o.plot = 0; break;
+        case O_NO_PLOT: plot = 0; break;
         case O_PLOT_ONLY: plot_only = optarg; break;
         case O_BUCKET_MB: {
             float mb;
@@ -444,7 +445,7 @@ int cmd_train(int argc, char **argv) {
     if (ok && plot_only) {
         char png[4096];
         snprintf(png, sizeof png, "%s/curves.png", plot_only);
-        tern_status_t st = trainer_plot(plot_only, png);
+        tern_status_t st = train_plot(plot_only, png);
         if (st) return cli_fail(C, st);
         fprintf(stderr, "tern train: wrote %s\n", png);
         return 0;
@@ -494,6 +495,15 @@ int cmd_train(int argc, char **argv) {
         }
         dist_finalize();
         return rc;
+    }
+    if (plot && dist_rank() == 0) {
+        char png[4096];
+        snprintf(png, sizeof png, "%s/curves.png", o.save_dir);
+        if (train_plot(o.save_dir, png)) {
+            if (!o.quiet) fprintf(stderr, "tern train: no plot: %s\n", tern_last_error());
+        } else if (!o.quiet) {
+            fprintf(stderr, "tern train: plot: %s\n", png);
+        }
     }
     dist_finalize();
     return 0;
