@@ -775,22 +775,13 @@ int tmodel_tensor_stage(const tmodel_t *m, int i) {
 
 #define HOOK(stage) do { if (ws->hook) ws->hook(ws->hook_user, (stage)); } while (0)
 
-tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
-    if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
+/* Stage 0: the loss, the output projection and the final decoder layer norm; leaves the gradient
+ * of the decoder's residual stream in ws->g_res_d. */
+static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, float grad_scale) {
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
     tparams_t *g = &m->g;
-    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
-    size_t C1 = (size_t)C;
-    float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
-    float hdrop = ws->train ? c->act_dropout : 0.0f;
-    float escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
-    int Le = c->enc_layers, Ld = c->dec_layers;
-    const float *enc_last = c->pre_norm ? ws->e_sum2 + (Le - 1) * ws->s_msc : ws->e_ln2 + (Le - 1) * ws->s_msc;
-    const float *enc_out = c->pre_norm ? ws->e_lnf : enc_last;
-    const float *dec_last = c->pre_norm ? ws->d_sum3 + (Ld - 1) * ws->s_mtc : ws->d_ln3 + (Ld - 1) * ws->s_mtc;
-
-    /* loss and output projection */
+    int C = c->d, Mt = ws->B * ws->T, Vt = c->tgt_vocab;
     float *dlogits = ws->probs;
     nn_crossentropy_backward(dlogits, ws->probs, ws->tgt_out, Mt, Vt, c->label_smoothing, c->pad_id, grad_scale);
     float *gd = ws->g_res_d;
@@ -803,70 +794,145 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     } else {
         lin_bwd(m, ws, gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
     }
-    HOOK(0);
+}
 
-    /* decoder layers, top down */
+/* Self-attention backward (encoder or decoder layer l): dsub the gradient of the sublayer's
+ * output projection; accumulates the gradient of its input into din. */
+static void self_attention_backward(tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
+                                    const float *qkv, const float *att, const float *ctx, const float *w_qkv,
+                                    const float *w_o, float *dw_qkv, float *db_qkv, float *dw_o, float *db_o, int M,
+                                    int Tq, int causal_decoder, int l) {
+    int C = m->cfg.d, H = m->cfg.heads;
+    float adrop = ws->train ? m->cfg.attn_dropout : 0.0f;
+    memset(ws->g_ctx, 0, (size_t)M * C * sizeof(float));
+    lin_bwd(m, ws, ws->g_ctx, dw_o, db_o, dsub, ctx, w_o, M, C, C);
+    float *dqkv = ws->g_big1;
+    memset(dqkv, 0, (size_t)M * 3 * C * sizeof(float));
+    nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
+                          3 * C, att, ws->B, Tq, Tq, C, H, adrop, site_key(ws, causal_decoder, l, SITE_ATT));
+    lin_bwd(m, ws, din, dw_qkv, db_qkv, dqkv, in, w_qkv, M, C, 3 * C);
+}
+
+/* Decoder layer l backward: ws->g_res_d holds the gradient of its output and gets that of its
+ * input; the cross-attention adds the gradient of the encoder output into ws->g_enc. */
+static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const float *enc_out) {
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    tparams_t *g = &m->g;
+    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T;
+    size_t C1 = (size_t)C;
+    float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
+    float hdrop = ws->train ? c->act_dropout : 0.0f;
+    float *gd = ws->g_res_d;
+    sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
+    const float *x_in0 = ws->d_x0;
+    if (l > 0) {
+        sub_t prev = dec_sub(m, ws, l - 1, 2);
+        x_in0 = sub_out(m, &prev);
+    }
+    const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
+
+    /* feed-forward */
+    const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
+    float *din = sub_in_grad(m, ws, gd, Mt);
+    ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
+                 p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
+                 g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
+                 site_key(ws, 1, l, SITE_ACT));
+    sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
+
+    /* cross-attention */
+    float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
+    dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
+    din = sub_in_grad(m, ws, gd, Mt);
+    memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
+    lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+            p->d_co_w + l * C1 * C1, Mt, C, C);
+    float *dq = ws->g_big1;
+    memset(dq, 0, (size_t)Mt * C * sizeof(float));
+    memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
+    nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
+                          C, H, adrop, site_key(ws, 1, l, SITE_CATT));
+    lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
+            p->d_cq_w + l * C1 * C1, Mt, C, C);
+    lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
+            p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
+    sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
+
+    /* causal self-attention */
+    dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
+    din = sub_in_grad(m, ws, gd, Mt);
+    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
+                            ws->d_att + l * ws->s_datt, ws->d_ctx + l * ws->s_mtc, p->d_qkv_w + l * 3 * C1 * C1,
+                            p->d_so_w + l * C1 * C1, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1,
+                            g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, T, 1, l);
+    sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+}
+
+/* Encoder layer l backward: ge holds the gradient of its output and gets that of its input. */
+static void encoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, float *ge) {
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    tparams_t *g = &m->g;
+    int S = ws->S, C = c->d, F = c->ff, Ms = ws->B * S;
+    size_t C1 = (size_t)C;
+    float drop = ws->train ? c->dropout : 0.0f, hdrop = ws->train ? c->act_dropout : 0.0f;
+    sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
+    const float *x_in0 = ws->e_x0;
+    if (l > 0) {
+        sub_t prev = enc_sub(m, ws, l - 1, 1);
+        x_in0 = sub_out(m, &prev);
+    }
+    const float *x_in1 = sub_out(m, &s0);
+    /* feed-forward */
+    const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+    float *din = sub_in_grad(m, ws, ge, Ms);
+    ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
+                 p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
+                 g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
+                 site_key(ws, 0, l, SITE_ACT));
+    sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
+    /* self-attention */
+    dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
+    din = sub_in_grad(m, ws, ge, Ms);
+    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
+                            ws->e_att + l * ws->s_eatt, ws->e_ctx + l * ws->s_msc, p->e_qkv_w + l * 3 * C1 * C1,
+                            p->e_o_w + l * C1 * C1, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1,
+                            g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, S, 0, l);
+    sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+}
+
+/* Embedding (and learned position) backward of one side from the gradient of its dropout output. */
+static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const float *dx) {
+    const tmodel_config_t *c = &m->cfg;
+    int C = c->d, L = decoder ? ws->T : ws->S, M = ws->B * L;
+    float drop = ws->train ? c->dropout : 0.0f, escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
+    if (drop > 0.0f) {
+        memset(ws->g_a, 0, (size_t)M * C * sizeof(float));
+        nn_dropout_backward(ws->g_a, dx, (size_t)M * C, drop, site_key(ws, decoder, -1, SITE_EMB));
+        dx = ws->g_a;
+    }
+    float *dpos = !c->learned_pos ? NULL : decoder ? m->g.dec_pos : m->g.enc_pos;
+    nn_embedding_backward(decoder ? m->g.dec_emb : m->g.enc_emb, dpos, dx, decoder ? ws->tgt_in : ws->src, ws->B, L,
+                          C, escale, c->pad_id);
+}
+
+tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
+    if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
+    const tmodel_config_t *c = &m->cfg;
+    int C = c->d, Ms = ws->B * ws->S, Le = c->enc_layers, Ld = c->dec_layers;
+    const float *enc_last = c->pre_norm ? ws->e_sum2 + (Le - 1) * ws->s_msc : ws->e_ln2 + (Le - 1) * ws->s_msc;
+    const float *enc_out = c->pre_norm ? ws->e_lnf : enc_last;
+    const float *dec_last = c->pre_norm ? ws->d_sum3 + (Ld - 1) * ws->s_mtc : ws->d_ln3 + (Ld - 1) * ws->s_mtc;
+
+    head_backward(m, ws, dec_last, grad_scale);
+    HOOK(0);
     memset(ws->g_enc, 0, (size_t)Ms * C * sizeof(float));
     for (int l = Ld - 1; l >= 0; l--) {
-        sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
-        const float *x_in0 = ws->d_x0;
-        if (l > 0) {
-            sub_t prev = dec_sub(m, ws, l - 1, 2);
-            x_in0 = sub_out(m, &prev);
-        }
-        const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
-
-        /* feed-forward */
-        const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
-        float *din = sub_in_grad(m, ws, gd, Mt);
-        ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
-                     p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
-                     g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
-                     site_key(ws, 1, l, SITE_ACT));
-        sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
-
-        /* cross-attention */
-        float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
-        dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
-        din = sub_in_grad(m, ws, gd, Mt);
-        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
-                           p->d_co_w + l * C1 * C1, Mt, C, C);
-        float *dq = ws->g_big1;
-        memset(dq, 0, (size_t)Mt * C * sizeof(float));
-        memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
-        nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
-                              C, H, adrop, site_key(ws, 1, l, SITE_CATT));
-        lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
-                           p->d_cq_w + l * C1 * C1, Mt, C, C);
-        lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
-                           p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
-        sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
-
-        /* causal self-attention */
-        float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt;
-        dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
-        din = sub_in_grad(m, ws, gd, Mt);
-        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, dsub, ws->d_ctx + l * ws->s_mtc,
-                           p->d_so_w + l * C1 * C1, Mt, C, C);
-        float *dqkv = ws->g_big1;
-        memset(dqkv, 0, (size_t)Mt * 3 * C * sizeof(float));
-        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
-                              3 * C, att, B, T, T, C, H, adrop, site_key(ws, 1, l, SITE_ATT));
-        lin_bwd(m, ws, din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
-                           p->d_qkv_w + l * 3 * C1 * C1, Mt, C, 3 * C);
-        sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+        decoder_layer_backward(m, ws, l, enc_out);
         HOOK(1 + (Ld - 1 - l));
     }
-    /* decoder embeddings */
-    const float *demb = gd;
-    if (drop > 0.0f) {
-        memset(ws->g_a, 0, (size_t)Mt * C * sizeof(float));
-        nn_dropout_backward(ws->g_a, gd, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
-        demb = ws->g_a;
-    }
-    nn_embedding_backward(g->dec_emb, c->learned_pos ? g->dec_pos : NULL, demb, ws->tgt_in, B, T, C, escale, c->pad_id);
+    embedding_backward(m, ws, 1, ws->g_res_d);
     HOOK(Ld + 1);
 
     /* encoder output */
@@ -874,50 +940,15 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     if (c->pre_norm) {
         ge = ws->g_res_e;
         memset(ge, 0, (size_t)Ms * C * sizeof(float));
-        nn_layernorm_backward(ge, g->e_lnf_g, g->e_lnf_b, ws->g_enc, enc_last, p->e_lnf_g, ws->e_lnf_mean,
+        nn_layernorm_backward(ge, m->g.e_lnf_g, m->g.e_lnf_b, ws->g_enc, enc_last, m->p.e_lnf_g, ws->e_lnf_mean,
                               ws->e_lnf_rstd, Ms, C);
     }
     HOOK(Ld + 2);
-    /* encoder layers, top down */
     for (int l = Le - 1; l >= 0; l--) {
-        sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
-        const float *x_in0 = ws->e_x0;
-        if (l > 0) {
-            sub_t prev = enc_sub(m, ws, l - 1, 1);
-            x_in0 = sub_out(m, &prev);
-        }
-        const float *x_in1 = sub_out(m, &s0);
-        /* feed-forward */
-        const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
-        float *din = sub_in_grad(m, ws, ge, Ms);
-        ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
-                     p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
-                     g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
-                     site_key(ws, 0, l, SITE_ACT));
-        sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
-        /* self-attention */
-        float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt;
-        dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
-        din = sub_in_grad(m, ws, ge, Ms);
-        memset(ws->g_ctx, 0, (size_t)Ms * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, dsub, ws->e_ctx + l * ws->s_msc,
-                           p->e_o_w + l * C1 * C1, Ms, C, C);
-        float *dqkv = ws->g_big1;
-        memset(dqkv, 0, (size_t)Ms * 3 * C * sizeof(float));
-        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
-                              3 * C, att, B, S, S, C, H, adrop, site_key(ws, 0, l, SITE_ATT));
-        lin_bwd(m, ws, din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
-                           p->e_qkv_w + l * 3 * C1 * C1, Ms, C, 3 * C);
-        sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+        encoder_layer_backward(m, ws, l, ge);
         HOOK(Ld + 3 + (Le - 1 - l));
     }
-    const float *eemb = ge;
-    if (drop > 0.0f) {
-        memset(ws->g_a, 0, (size_t)Ms * C * sizeof(float));
-        nn_dropout_backward(ws->g_a, ge, (size_t)Ms * C, drop, site_key(ws, 0, -1, SITE_EMB));
-        eemb = ws->g_a;
-    }
-    nn_embedding_backward(g->enc_emb, c->learned_pos ? g->enc_pos : NULL, eemb, ws->src, B, S, C, escale, c->pad_id);
+    embedding_backward(m, ws, 0, ge);
     ws->ready = 0; /* the probabilities now hold their gradient */
     if (ws->lowp) return lowp_take_error(ws->lowp);
     return TERN_OK;
