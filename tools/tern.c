@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/process_env.h"
+#include "process_env.h"
 #include "tern.h"
 
 typedef struct {
@@ -34,7 +34,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    kernels_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
+    cli_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;
