@@ -16,18 +16,24 @@
 
 #include "cli.h"
 #include "model/model_dir.h"
+#include "model/transformer_desc.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--quantize int8|float16|none]\n"
-               "  Writes a model directory in Tern's format (model.safetensors, config.json,\n"
-               "  vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
-               "  a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
-               "  --from-ct2 DIR is the same as --from DIR.\n"
-               "  --quantize int8     weight matrices to int8 with per-row scales (as CTranslate2's\n"
-               "                      quantization=\"int8\"); other tensors unchanged\n"
-               "  --quantize float16  every floating-point tensor to float16\n");
+               "\n"
+               "Writes a model directory in Tern's format (model.safetensors, config.json,\n"
+               "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
+               "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
+               "\n"
+               "  --from DIR, --from-ct2 DIR  the model directory to read (the two are the same)\n"
+               "  -o, --output OUTDIR         the Tern model directory to write\n"
+               "  --quantize int8             weight matrices to int8 with per-row scales (as\n"
+               "                              CTranslate2's quantization=\"int8\"); other tensors unchanged\n"
+               "  --quantize float16          every floating-point tensor to float16\n"
+               "  --quantize none             tensors as stored (default)\n"
+               "  -h, --help                  this help\n");
 }
 
 /* Per-row int8 exactly as CTranslate2's converter: amax = max|row| (127 when 0), scale = 127 / amax
@@ -71,6 +77,17 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* Stored as int8 + per-row scale by --quantize int8: what the model's description says (the
+ * Transformer: linear weights and embeddings, transformer_desc.h); a tensor the description does
+ * not name, as CTranslate2 does, when it is a matrix called ".../weight". */
+static int quantizable(const char *name) {
+    tmodule_t mod;
+    int layer;
+    tpart_t part;
+    if (transformer_desc_parse(name, &mod, &layer, &part)) return transformer_desc_quantizable(name);
+    return ends_with(name, "/weight");
+}
+
 static int is_float(dtype_t dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
 
 typedef enum { Q_NONE, Q_INT8, Q_F16 } quant_t;
@@ -94,7 +111,7 @@ static tern_status_t convert_tensors(const weights_t *w, quant_t q, tensor_t **o
         const tensor_t *s = weights_at(w, i);
         tensor_t *d = &t[k++];
         *d = *s;
-        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && ends_with(s->name, "/weight")) {
+        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && quantizable(s->name)) {
             snprintf(name, sizeof name, "%s_scale", s->name);
             if (weights_get(w, name)) continue; /* already has a scale */
             int64_t N = s->shape[0], K = s->shape[1];

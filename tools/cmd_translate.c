@@ -17,7 +17,11 @@ static void usage(FILE *f) {
 "\n"
 "model:\n"
 "  -m, --model DIR             model directory: Tern (config.json + model.safetensors) or\n"
-"                              CTranslate2 (model.bin + config.json + vocabularies)\n"
+"                              CTranslate2 (model.bin + config.json + vocabularies);\n"
+"                              several -m: an ensemble of them\n"
+"  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n"
+"  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n"
+"                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
 "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
 "  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
@@ -66,11 +70,13 @@ static void usage(FILE *f) {
 enum {
     O_COMPUTE = 1000, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
-    O_PROGRESS
+    O_PROGRESS, O_ENS_W, O_ENS_MODE
 };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},
+    {"ensemble-weights", required_argument, 0, O_ENS_W},
+    {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {"compute-type", required_argument, 0, O_COMPUTE},
     {"source-spm", required_argument, 0, O_SRC_SPM},
     {"target-spm", required_argument, 0, O_TGT_SPM},
@@ -110,7 +116,7 @@ static void show_progress(long sentences, long tokens, double seconds, void *use
 
 int cmd_translate(int argc, char **argv) {
     const char *C = "translate";
-    const char *model_dir = NULL;
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
@@ -118,7 +124,9 @@ int cmd_translate(int argc, char **argv) {
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:b:n:w:t:qvh", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
+        case 'm': ok = cli_models_add(C, &models, optarg); break;
+        case O_ENS_W: ok = cli_models_weights(C, &models, optarg); break;
+        case O_ENS_MODE: ok = cli_models_mode(C, &models, optarg); break;
         case O_COMPUTE:
             if (!strcmp(optarg, "auto") || !strcmp(optarg, "default")) mo.compute_type = TERN_COMPUTE_AUTO;
             else if (!strcmp(optarg, "float32")) mo.compute_type = TERN_COMPUTE_FLOAT32;
@@ -175,7 +183,7 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "see tern translate --help\n");
         return 2;
     }
-    if (!model_dir) {
+    if (models.n == 0) {
         fprintf(stderr, "tern translate: no model (-m DIR); see tern translate --help\n");
         return 2;
     }
@@ -193,8 +201,9 @@ int cmd_translate(int argc, char **argv) {
     const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;
 
     tern_model_t *model = NULL;
-    tern_status_t st = tern_model_load(&model, model_dir, &mo);
-    if (st) return cli_fail(C, st);
+    int lrc = cli_models_load(C, &models, &mo, &model);
+    if (lrc) return lrc;
+    tern_status_t st;
     FILE *in = cli_open(C, in_path, "r");
     FILE *out = in ? cli_open(C, out_path, "w") : NULL;
     int rc = 1;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/process_env.h"
+#include "process_env.h"
 #include "tern.h"
 
 typedef struct {
@@ -18,7 +18,7 @@ static const command_t commands[] = {
     {"info", cmd_info, "print a model's shape, vocabulary sizes and format"},
     {"score", cmd_score, "corpus BLEU / chrF / GLEU, sacreBLEU-exact"},
     {"filter", cmd_filter, "clean a parallel corpus (empty, long, ratio, copies, duplicates)"},
-    {"convert", cmd_convert, "convert a CTranslate2 model to Tern's format (safetensors)"},
+    {"convert", cmd_convert, "write a CTranslate2 or Tern model in Tern's format, optionally quantized"},
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
@@ -35,7 +35,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    kernels_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
+    cli_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,8 +1,11 @@
 /*
- * translator.c — tern_translator_t: sorted token-budget batches over the Transformer and the
- * search, batch translation of strings, and force decoding (scoring).
+ * translator.c — tern_translator_t: sorted token-budget batches over the model (through its
+ * family table, family.h) and the search, batch translation of strings, and force decoding
+ * (scoring).
  */
 #include "translator.h"
+
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -71,7 +74,7 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
     if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");
     tr->model = model;
     tr->opt = o;
-    tr->state = transformer_state_new(&model->tf);
+    tr->state = model->fam->state_new(model->net);
     if (!tr->state) {
         free(tr);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -82,15 +85,8 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
 
 void tern_translator_free(tern_translator_t *tr) {
     if (!tr) return;
-    transformer_state_free(tr->state);
+    if (tr->state) tr->model->fam->state_free(tr->state);
     free(tr);
-}
-
-static tern_status_t iface_step(void *self, const int *tokens, int t, float *logits, float *attn) {
-    return transformer_step(self, tokens, t, logits, attn);
-}
-static tern_status_t iface_set_rows(void *self, const int *parent, const int *sent, int R) {
-    return transformer_set_rows(self, parent, sent, R);
 }
 
 static int max_output_len(const tern_translate_options_t *o, int src_len) {
@@ -108,15 +104,17 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
                                   search_result_t *res) {
     const tern_model_t *m = tr->model;
     const tern_translate_options_t *o = &tr->opt;
-    tern_status_t st = transformer_encode(tr->state, (const int *const *)src, len, n);
+    const model_family_t *fam = m->fam;
+    tern_status_t st = fam->encode(tr->state, (const int *const *)src, len, n);
     if (st) return st;
     int *max_len = malloc((size_t)n * sizeof(int));
     if (!max_len) return tern_error(TERN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         max_len[i] = max_output_len(o, len[i]);
-        if (max_len[i] > m->tf.dec_max_pos) max_len[i] = m->tf.dec_max_pos;
+        if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
-    decoder_iface_t dec = {tr->state, m->tf.tgt_vocab, transformer_source_len(tr->state), iface_step, iface_set_rows};
+    decoder_iface_t dec = {tr->state, m->info.target_vocab_size, fam->source_len(tr->state), fam->step, fam->set_rows,
+                           fam->step_logprobs};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->num_hypotheses;
@@ -249,7 +247,8 @@ done:
 tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
                                int n, float **token_logprobs, int *token_counts) {
     const tern_model_t *m = tr->model;
-    int V = m->tf.tgt_vocab;
+    const model_family_t *fam = m->fam;
+    int V = m->info.target_vocab_size;
     tern_status_t st = TERN_OK;
     int **sids = calloc((size_t)(n ? n : 1), sizeof(int *)), **tids = calloc((size_t)(n ? n : 1), sizeof(int *));
     int *slen = calloc((size_t)(n ? n : 1), sizeof(int)), *tlen = calloc((size_t)(n ? n : 1), sizeof(int));
@@ -273,7 +272,7 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
         const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
         if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &sids[i], &slen[i], &trunc))) goto done;
         if ((st = model_encode_target(m, t, strlen(t), &tids[i], &tlen[i]))) goto done;
-        if (tlen[i] + 1 > m->tf.dec_max_pos) tlen[i] = m->tf.dec_max_pos - 1;
+        if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;
         token_counts[i] = slen[i] > 0 ? tlen[i] + 1 : 0;
         token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float));
         if (!token_logprobs[i]) {
@@ -288,7 +287,7 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
     }
     if (ns == 0) goto done;
     /* one batch: the caller sizes it (the CLI feeds batches by the token budget) */
-    if ((st = transformer_encode(tr->state, (const int *const *)bsrc, blen, ns))) goto done;
+    if ((st = fam->encode(tr->state, (const int *const *)bsrc, blen, ns))) goto done;
     logits = aligned_alloc64((size_t)ns * V * sizeof(float));
     if (!logits) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -300,8 +299,8 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
     }
     int R = ns;
     for (int t = 0; R > 0; t++) {
-        if ((st = transformer_step(tr->state, tok, t, logits, NULL))) goto done;
-        log_softmax_forward(logits, logits, R, V);
+        if ((st = fam->step(tr->state, tok, t, logits, NULL))) goto done;
+        if (!fam->step_logprobs) log_softmax_forward(logits, logits, R, V);
         int R2 = 0;
         for (int r = 0; r < R; r++) {
             int i = rows[sent[r]];
@@ -315,7 +314,7 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
             }
         }
         if (R2 == 0) break;
-        if (R2 != R && (st = transformer_set_rows(tr->state, parent, sent, R2))) goto done;
+        if (R2 != R && (st = fam->set_rows(tr->state, parent, sent, R2))) goto done;
         R = R2;
     }
 done:
@@ -330,4 +329,11 @@ done:
     free(sids), free(tids), free(slen), free(tlen), free(rows), free(sent), free(parent), free(tok), free(bsrc), free(blen);
     aligned_free(logits);
     return st;
+}
+
+void tern_score_results_free(float **token_logprobs, int n) {
+    for (int i = 0; token_logprobs && i < n; i++) {
+        free(token_logprobs[i]);
+        token_logprobs[i] = NULL;
+    }
 }

@@ -9,7 +9,7 @@
 struct tern_translator {
     const tern_model_t *model;
     tern_translate_options_t opt;
-    transformer_state_t *state;
+    void *state;                 /* the model family's per-translator state */
 };
 
 /* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):

@@ -6,6 +6,7 @@
  * length, T steps, d width, H heads, dh = d / H, F feed-forward width, V target vocabulary.
  */
 #include "transformer.h"
+#include "transformer_desc.h"
 
 #include "kernels/gemm_packed.h"
 
@@ -199,14 +200,14 @@ static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *in
     return TERN_OK;
 }
 
-static void embed_row(float *out, const embedding_t *e, int id, float scale) {
+/* A token's input row: scale · embedding + position (float32 rows: the function training uses). */
+static void embed_row(float *out, const embedding_t *e, int id, float scale, const float *pos) {
     if (e->w) {
-        const float *r = e->w + (size_t)id * e->d;
-        for (int i = 0; i < e->d; i++) out[i] = r[i] * scale;
+        transformer_embed_row(out, e->w + (size_t)id * e->d, scale, pos, e->d);
     } else {
         const int8_t *r = e->q + (size_t)id * e->d;
         float s = scale / e->scale[id];
-        for (int i = 0; i < e->d; i++) out[i] = (float)r[i] * s;
+        for (int i = 0; i < e->d; i++) out[i] = (float)r[i] * s + pos[i];
     }
 }
 
@@ -353,8 +354,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
             if (id < 0 || id >= m->src_vocab)
                 return tern_error(TERN_ERR_INVALID_ARG, "encoder: token id %d out of range [0, %d)", id, m->src_vocab);
             float *row = x + (size_t)(st->src_off[n] + i) * d;
-            embed_row(row, &m->enc_emb, id, emb_scale);
-            add_inplace(row, m->enc_pos + (size_t)i * d, (size_t)d);
+            embed_row(row, &m->enc_emb, id, emb_scale, m->enc_pos + (size_t)i * d);
         }
     for (int l = 0; l < m->enc_layers; l++) {
         const enc_layer_t *L = &m->enc[l];
@@ -492,9 +492,9 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         float *row = x + (size_t)r * d;
         if (tokens[r] < 0 || tokens[r] >= m->tgt_vocab)
             return tern_error(TERN_ERR_INVALID_ARG, "decoder: token id %d out of range [0, %d)", tokens[r], m->tgt_vocab);
-        if (t == 0 && m->dec_zero_start) memset(row, 0, (size_t)d * sizeof(float));
-        else embed_row(row, &m->dec_emb, tokens[r], emb_scale);
-        add_inplace(row, m->dec_pos + (size_t)t * d, (size_t)d);
+        const float *pos = m->dec_pos + (size_t)t * d;
+        if (t == 0 && m->dec_zero_start) memcpy(row, pos, (size_t)d * sizeof(float));
+        else embed_row(row, &m->dec_emb, tokens[r], emb_scale, pos);
         st->path[(size_t)r * tc + t] = base + r;
     }
     if (attn) memset(attn, 0, (size_t)R * st->S * sizeof(float));
