@@ -63,6 +63,11 @@ typedef struct {
     int use_spm;                      /* 1: raw text goes through SentencePiece (error if none found);
                                          0: input is pre-tokenized, space-separated pieces;
                                          -1 (default): SentencePiece when a model is found */
+    const char *vmap;                 /* a vocabulary map (CTranslate2's vmap format, `tern vmap`): the
+                                         translators restrict the output projection and the search
+                                         to the candidates of each batch's source n-grams; NULL: none */
+    int use_vmap;                     /* 1: the model directory's vmap.txt (as CTranslate2's use_vmap;
+                                         an error when absent), unless vmap is given (0) */
 } tern_model_options_t;
 
 tern_model_options_t tern_model_default_options(void);

@@ -169,3 +169,131 @@ def test_vmap_errors(tern_bin, corpus, tmp_path):
     r = subprocess.run([tern_bin, "vmap", "-m", MODEL, "--source", corpus["en"], "--target", corpus["de"],
                         "-o", str(tmp_path / "v.txt"), "--top-n", "0"], capture_output=True, text=True)
     assert r.returncode == 2 and "--top-n" in r.stderr
+
+
+# ------------------------------------------------------------------------ translating with a map
+
+def _run(args, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _test_lines(data_dir, n):
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
+        return [next(f) for _ in range(n)]
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+@pytest.mark.parametrize("ctype", ["float32", "int8"])
+def test_full_map_changes_nothing(tern_bin, data_dir, tmp_path, beam, ctype):
+    """A map whose always-candidates are every piece gives the very same translations."""
+    with open(os.path.join(MODEL, "shared_vocabulary.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    full = tmp_path / "full.txt"
+    full.write_text("\t" + " ".join(vocab) + "\n", encoding="utf-8")
+    src = tmp_path / "src.en"
+    src.write_text("".join(_test_lines(data_dir, 120)) + "\n\xff bad bytes\n", encoding="utf-8",
+                   errors="surrogateescape")
+    base = [tern_bin, "translate", "-q", "-m", MODEL, "-b", str(beam), "--compute-type", ctype, str(src)]
+    plain = _run(base).stdout
+    mapped = _run(base + ["--vmap", str(full)]).stdout
+    assert plain.count("\n") == 122
+    assert mapped == plain
+
+
+def _candidates(rules, always, pieces, max_n=3):
+    c = set(always)
+    for n in range(1, max_n + 1):
+        for i in range(len(pieces) - n + 1):
+            c |= set(rules.get(" ".join(pieces[i:i + n]), ()))
+    return c
+
+
+def _read_map(path):
+    rules = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            k, v = line.rstrip("\n").split("\t")
+            rules[k] = v.split()
+    return rules, rules.pop("")
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_output_only_uses_candidates(tern_bin, data_dir, tmp_path, beam):
+    """Each sentence alone in its batch: every output piece is a candidate of its own source."""
+    spm = pytest.importorskip("sentencepiece")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
+    D = os.path.join(data_dir, "multi30k")
+    vm = tmp_path / "vmap.txt"
+    _run([tern_bin, "vmap", "-q", "-m", MODEL, "--source", os.path.join(D, "train.en"), "--target",
+          os.path.join(D, "train.de"), "-o", str(vm), "--top-k", "20", "--top-n", "5", "--max-pairs", "8000"])
+    rules, always = _read_map(vm)
+    lines = _test_lines(data_dir, 150)
+    pieces = [sp.encode(l.rstrip("\n"), out_type=str) for l in lines]
+    src = tmp_path / "src.pieces"
+    src.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    out = _run([tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", str(beam), "--max-batch-size",
+                "1", "--vmap", str(vm), str(src)]).stdout.split("\n")[:-1]
+    plain = _run([tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", str(beam), "--max-batch-size",
+                  "1", str(src)]).stdout.split("\n")[:-1]
+    assert len(out) == len(lines)
+    specials = {"<unk>", "<s>", "</s>"}
+    outside_plain = 0
+    for p, o, q in zip(pieces, out, plain):
+        cand = _candidates(rules, always, p) | specials
+        assert set(o.split()) <= cand, (p, o)
+        outside_plain += not set(q.split()) <= cand
+    # the map is small enough to matter: without it, some outputs leave the candidates
+    assert outside_plain > 0
+
+
+def test_same_as_ctranslate2_use_vmap(tern_bin, spm_model, data_dir, tmp_path):
+    """CTranslate2 reads the map Tern writes (vmap.txt in its model directory, use_vmap=True) and
+    both engines decode over the same candidates: greedy outputs identical, sentence by sentence."""
+    import shutil
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    model = tmp_path / "model"
+    shutil.copytree(spm_model["dir"], model)
+    D = os.path.join(data_dir, "multi30k")
+    _run([tern_bin, "vmap", "-q", "-m", str(model), "--source", os.path.join(D, "train.en"), "--target",
+          os.path.join(D, "train.de"), "-o", str(model / "vmap.txt"), "--top-k", "30", "--top-n", "8",
+          "--max-pairs", "5000"])
+    lines = [l.rstrip("\n") for l in _test_lines(data_dir, 60)]
+    sp = spm_model["sp"]
+    ct2 = ctranslate2.Translator(str(model), device="cpu", intra_threads=1)
+    want = []
+    for line in lines:
+        r = ct2.translate_batch([sp.encode(line, out_type=str)], beam_size=1, use_vmap=True,
+                                max_decoding_length=64)
+        want.append(sp.decode(r[0].hypotheses[0]))
+    free = []
+    for line in lines[:10]:
+        r = ct2.translate_batch([sp.encode(line, out_type=str)], beam_size=1, max_decoding_length=64)
+        free.append(sp.decode(r[0].hypotheses[0]))
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got = _run([tern_bin, "translate", "-q", "-m", str(model), "--use-vmap", "-b", "1", "--max-batch-size", "1",
+                "--max-decoding-length", "64", str(src)]).stdout.split("\n")[:-1]
+    assert got == want
+    assert want[:10] != free  # the map changed CTranslate2's outputs too
+
+
+def test_vmap_load_errors(tern_bin, tmp_path, data_dir):
+    src = tmp_path / "s.en"
+    src.write_text("A dog .\n", encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\t▁Ein\n▁dog ▁Hund\n", encoding="utf-8")
+    r = subprocess.run([tern_bin, "translate", "-q", "-m", MODEL, "--vmap", str(bad), str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and f"{bad}: line 2: no TAB" in r.stderr
+    r = subprocess.run([tern_bin, "translate", "-q", "-m", MODEL, "--use-vmap", str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "vmap.txt: vocabulary map not found" in r.stderr
+    odd = tmp_path / "odd.txt"
+    odd.write_text("\t▁Ein nosuchpiece\n▁nosuch\t▁Hund\n▁dog\t▁Hund\n", encoding="utf-8")
+    r = subprocess.run([tern_bin, "translate", "-m", MODEL, "--vmap", str(odd), str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.count("\n") == 1
+    assert "1 rule(s) with source pieces not in the model's vocabulary" in r.stderr
+    assert "1 target piece(s) not in the target vocabulary" in r.stderr

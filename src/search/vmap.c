@@ -401,3 +401,50 @@ int vmap_candidates(const vmap_t *v, const int *const *src, const int *len, int 
         }
     return k;
 }
+
+/* ----------------------------------------------------------------------- restricted search */
+
+static tern_status_t vd_step(void *self, const int *tokens, int t, float *logits, float *attn) {
+    vmap_decoder_t *vd = self;
+    for (int r = 0; r < vd->R; r++) vd->tok[r] = tokens[r] >= 0 && tokens[r] < vd->n ? vd->cand[tokens[r]] : tokens[r];
+    return vd->inner.step(vd->inner.self, vd->tok, t, logits, attn);
+}
+
+static tern_status_t vd_set_rows(void *self, const int *parent, const int *sent, int R) {
+    vmap_decoder_t *vd = self;
+    tern_status_t st = vd->inner.set_rows(vd->inner.self, parent, sent, R);
+    if (!st) vd->R = R;
+    return st;
+}
+
+decoder_iface_t vmap_decoder(vmap_decoder_t *vd, const decoder_iface_t *inner, const int *cand, int n, int R,
+                             int *tok) {
+    vd->inner = *inner;
+    vd->cand = cand;
+    vd->n = n;
+    vd->tok = tok;
+    vd->R = R;
+    decoder_iface_t d = *inner;
+    d.self = vd;
+    d.vocab_size = n;
+    d.step = vd_step;
+    d.set_rows = vd_set_rows;
+    return d;
+}
+
+int vmap_position(const int *cand, int n, int id) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cand[mid] == id) return mid;
+        if (cand[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+void vmap_results_to_ids(search_result_t *res, int N, const int *cand) {
+    for (int i = 0; i < N; i++)
+        for (int h = 0; h < res[i].n; h++)
+            for (int k = 0; k < res[i].hyps[h].length; k++) res[i].hyps[h].tokens[k] = cand[res[i].hyps[h].tokens[k]];
+}

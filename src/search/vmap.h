@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "../base/base.h"
+#include "search.h"
 #include "../text/align.h"
 #include "../text/vocab.h"
 
@@ -60,5 +61,24 @@ int vmap_num_rules(const vmap_t *v);
  * source n-gram (n <= max n) of the n sources. out holds the target vocabulary's size; mark is a
  * scratch array of that many bytes, all 0 on entry and on return. Returns the count. */
 int vmap_candidates(const vmap_t *v, const int *const *src, const int *len, int n, int *out, uint8_t *mark);
+
+/* The search over a restricted vocabulary: a decoder whose ids are positions in cand (n), over
+ * the model's decoder (inner) whose output the caller restricted to cand (the family's
+ * set_vocab). step() maps the rows' tokens to model ids (tok: room for the most rows the search
+ * will have, N x B). Map the results back with vmap_results_to_ids. */
+typedef struct {
+    decoder_iface_t inner;
+    const int *cand;
+    int n;
+    int *tok;
+    int R;
+} vmap_decoder_t;
+
+decoder_iface_t vmap_decoder(vmap_decoder_t *vd, const decoder_iface_t *inner, const int *cand, int n, int R,
+                             int *tok);
+/* The position of target id in cand (n, increasing), or -1. */
+int vmap_position(const int *cand, int n, int id);
+/* Restricted ids -> model ids in N results. */
+void vmap_results_to_ids(search_result_t *res, int N, const int *cand);
 
 #endif
