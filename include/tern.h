@@ -63,6 +63,11 @@ typedef struct {
     int use_spm;                      /* 1: raw text goes through SentencePiece (error if none found);
                                          0: input is pre-tokenized, space-separated pieces;
                                          -1 (default): SentencePiece when a model is found */
+    const char *vmap;                 /* a vocabulary map (CTranslate2's vmap format, `tern vmap`): the
+                                         translators restrict the output projection and the search
+                                         to the candidates of each batch's source n-grams; NULL: none */
+    int use_vmap;                     /* 1: the model directory's vmap.txt (as CTranslate2's use_vmap;
+                                         an error when absent), unless vmap is given (0) */
 } tern_model_options_t;
 
 tern_model_options_t tern_model_default_options(void);
@@ -210,6 +215,31 @@ typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seco
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options,
                                     tern_progress_fn progress, void *user_data);
+
+/* ---------------------------------------------------------------- vocabulary map */
+
+/* Options of tern_vmap_build() (defaults from tern_vmap_default_options() in parentheses). */
+typedef struct {
+    int max_ngram;    /* longest source n-gram with a rule (3) */
+    int top_n;        /* aligned target pieces kept per source n-gram, 1..256 (20) */
+    int top_k;        /* most frequent target pieces that are always candidates (200) */
+    int min_count;    /* n-grams of 2+ pieces seen in fewer sentence pairs get no rule (2) */
+    int iterations;   /* EM iterations of the aligner (5) */
+    float p0;         /* aligner: probability of aligning to nothing (0.08) */
+    float tension;    /* aligner: pull towards the diagonal; 0 gives IBM Model 1 (4) */
+    long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
+} tern_vmap_options_t;
+
+tern_vmap_options_t tern_vmap_default_options(void);
+
+/* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
+ * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
+ * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
+ * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
+ * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
+ * out_path (atomically). A line of progress goes to report when not NULL. */
+tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
+                              const char *out_path, const tern_vmap_options_t *options, FILE *report);
 
 /* The instruction sets Tern runs with on this CPU. One build runs on every x86-64-v3 CPU (AVX2 +
  * FMA); faster paths are chosen at run time. TERN_MAX_CPU_ISA caps Tern's own choice and

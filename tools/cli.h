@@ -18,6 +18,7 @@ int cmd_vocab(int argc, char **argv);
 int cmd_average(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_cpu(int argc, char **argv);
+int cmd_vmap(int argc, char **argv);
 
 /* Strict parsing of an option's value in [lo, hi]; prints "tern CMD: OPT expects ..." and
  * returns 0 on a bad value. */
@@ -26,6 +27,9 @@ int cli_float(const char *cmd, const char *opt, const char *s, float lo, float h
 /* Opens path ("-" or NULL: stdin/stdout by mode); prints the error naming the file on failure. */
 FILE *cli_open(const char *cmd, const char *path, const char *mode);
 void cli_close(FILE *f);
+/* Plots save_dir's train_curve.tsv and valid_curve.tsv into out_png with gnuplot (through popen);
+ * TERN_ERR_UNSUPPORTED when gnuplot is not installed (tools/train_plot.c). */
+tern_status_t train_plot(const char *save_dir, const char *out_png);
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
 

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "model/model_dir.h"
+#include "model/transformer_desc.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -76,6 +77,17 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* Stored as int8 + per-row scale by --quantize int8: what the model's description says (the
+ * Transformer: linear weights and embeddings, transformer_desc.h); a tensor the description does
+ * not name, as CTranslate2 does, when it is a matrix called ".../weight". */
+static int quantizable(const char *name) {
+    tmodule_t mod;
+    int layer;
+    tpart_t part;
+    if (transformer_desc_parse(name, &mod, &layer, &part)) return transformer_desc_quantizable(name);
+    return ends_with(name, "/weight");
+}
+
 static int is_float(dtype_t dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
 
 typedef enum { Q_NONE, Q_INT8, Q_F16 } quant_t;
@@ -99,7 +111,7 @@ static tern_status_t convert_tensors(const weights_t *w, quant_t q, tensor_t **o
         const tensor_t *s = weights_at(w, i);
         tensor_t *d = &t[k++];
         *d = *s;
-        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && ends_with(s->name, "/weight")) {
+        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && quantizable(s->name)) {
             snprintf(name, sizeof name, "%s_scale", s->name);
             if (weights_get(w, name)) continue; /* already has a scale */
             int64_t N = s->shape[0], K = s->shape[1];

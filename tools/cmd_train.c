@@ -281,54 +281,52 @@ static int parse_long(const char *opt, const char *s, long *out) {
     return 1;
 }
 
-int cmd_train(int argc, char **argv) {
+/* Parses the options into o; returns 1 when they parse, 0 on a usage error (message printed),
+ * 2 after --help. */
+static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot, const char **plot_only) {
     const char *C = "train";
-    block_stop_signals(); /* before any thread is started (see signal_thread) */
-    trainer_options_t o = trainer_default_options();
-    o.model.share_emb = -1; /* shared when the vocabulary is joint */
     int ok = 1, c, iv;
     long lv = 0;
-    const char *plot_only = NULL;
     const char *scheds[] = {"constant", "inverse_sqrt", "gnmt"};
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "t:qh", long_opts, NULL)) != -1) {
         switch (c) {
-        case O_VOCAB: o.vocab_dir = optarg; break;
-        case O_SPM: o.src_spm = optarg; o.tgt_spm = NULL; break;
-        case O_SRC_SPM: o.src_spm = optarg; break;
-        case O_TGT_SPM: o.tgt_spm = optarg; break;
-        case O_TRAIN_SRC: o.train_src = optarg; break;
-        case O_TRAIN_TGT: o.train_tgt = optarg; break;
-        case O_VALID_SRC: o.valid_src = optarg; break;
-        case O_VALID_TGT: o.valid_tgt = optarg; break;
-        case O_CACHE: o.cache_dir = optarg; break;
-        case O_MAX_TOKENS: ok = cli_int(C, "--max-tokens", optarg, 1, 1 << 30, &o.max_tokens); break;
-        case O_MAX_SENT: ok = cli_int(C, "--max-sentences", optarg, 0, 1 << 30, &o.max_sentences); break;
-        case O_VALID_MAX_TOKENS: ok = cli_int(C, "--valid-max-tokens", optarg, 1, 1 << 30, &o.valid_max_tokens); break;
+        case O_VOCAB: o->vocab_dir = optarg; break;
+        case O_SPM: o->src_spm = optarg; o->tgt_spm = NULL; break;
+        case O_SRC_SPM: o->src_spm = optarg; break;
+        case O_TGT_SPM: o->tgt_spm = optarg; break;
+        case O_TRAIN_SRC: o->train_src = optarg; break;
+        case O_TRAIN_TGT: o->train_tgt = optarg; break;
+        case O_VALID_SRC: o->valid_src = optarg; break;
+        case O_VALID_TGT: o->valid_tgt = optarg; break;
+        case O_CACHE: o->cache_dir = optarg; break;
+        case O_MAX_TOKENS: ok = cli_int(C, "--max-tokens", optarg, 1, 1 << 30, &o->max_tokens); break;
+        case O_MAX_SENT: ok = cli_int(C, "--max-sentences", optarg, 0, 1 << 30, &o->max_sentences); break;
+        case O_VALID_MAX_TOKENS: ok = cli_int(C, "--valid-max-tokens", optarg, 1, 1 << 30, &o->valid_max_tokens); break;
         case O_MAX_LEN:
             ok = cli_int(C, "--max-len", optarg, 2, 65535, &iv);
-            o.data.max_src_len = o.data.max_tgt_len = iv;
+            o->data.max_src_len = o->data.max_tgt_len = iv;
             break;
-        case O_MAX_SRC_LEN: ok = cli_int(C, "--max-source-len", optarg, 1, 65535, &o.data.max_src_len); break;
-        case O_MAX_TGT_LEN: ok = cli_int(C, "--max-target-len", optarg, 2, 65535, &o.data.max_tgt_len); break;
-        case O_MAX_RATIO: ok = cli_float(C, "--max-ratio", optarg, 0, 1e9f, &o.data.max_ratio); break;
-        case O_NO_SHUFFLE: o.shuffle = 0; break;
+        case O_MAX_SRC_LEN: ok = cli_int(C, "--max-source-len", optarg, 1, 65535, &o->data.max_src_len); break;
+        case O_MAX_TGT_LEN: ok = cli_int(C, "--max-target-len", optarg, 2, 65535, &o->data.max_tgt_len); break;
+        case O_MAX_RATIO: ok = cli_float(C, "--max-ratio", optarg, 0, 1e9f, &o->data.max_ratio); break;
+        case O_NO_SHUFFLE: o->shuffle = 0; break;
         case O_LAYERS:
-            ok = cli_int(C, "--layers", optarg, 1, 1000, &o.model.enc_layers);
-            o.model.dec_layers = o.model.enc_layers;
+            ok = cli_int(C, "--layers", optarg, 1, 1000, &o->model.enc_layers);
+            o->model.dec_layers = o->model.enc_layers;
             break;
-        case O_ENC_LAYERS: ok = cli_int(C, "--encoder-layers", optarg, 1, 1000, &o.model.enc_layers); break;
-        case O_DEC_LAYERS: ok = cli_int(C, "--decoder-layers", optarg, 1, 1000, &o.model.dec_layers); break;
-        case O_D: ok = cli_int(C, "--d-model", optarg, 2, 1 << 16, &o.model.d); break;
-        case O_FF: ok = cli_int(C, "--ff", optarg, 1, 1 << 20, &o.model.ff); break;
-        case O_HEADS: ok = cli_int(C, "--heads", optarg, 1, 1024, &o.model.heads); break;
-        case O_PRE: o.model.pre_norm = 1; break;
-        case O_POST: o.model.pre_norm = 0; break;
+        case O_ENC_LAYERS: ok = cli_int(C, "--encoder-layers", optarg, 1, 1000, &o->model.enc_layers); break;
+        case O_DEC_LAYERS: ok = cli_int(C, "--decoder-layers", optarg, 1, 1000, &o->model.dec_layers); break;
+        case O_D: ok = cli_int(C, "--d-model", optarg, 2, 1 << 16, &o->model.d); break;
+        case O_FF: ok = cli_int(C, "--ff", optarg, 1, 1 << 20, &o->model.ff); break;
+        case O_HEADS: ok = cli_int(C, "--heads", optarg, 1, 1024, &o->model.heads); break;
+        case O_PRE: o->model.pre_norm = 1; break;
+        case O_POST: o->model.pre_norm = 0; break;
         case O_ACT:
-            if (!strcmp(optarg, "relu")) o.model.act = ACT_RELU;
-            else if (!strcmp(optarg, "gelu")) o.model.act = ACT_GELU;
-            else if (!strcmp(optarg, "gelu-tanh")) o.model.act = ACT_GELU_TANH;
-            else if (!strcmp(optarg, "swish")) o.model.act = ACT_SWISH;
+            if (!strcmp(optarg, "relu")) o->model.act = ACT_RELU;
+            else if (!strcmp(optarg, "gelu")) o->model.act = ACT_GELU;
+            else if (!strcmp(optarg, "gelu-tanh")) o->model.act = ACT_GELU_TANH;
+            else if (!strcmp(optarg, "swish")) o->model.act = ACT_SWISH;
             else {
                 fprintf(stderr, "tern train: --activation must be relu, gelu, gelu-tanh or swish (got '%s')\n",
                         optarg);
@@ -336,136 +334,131 @@ int cmd_train(int argc, char **argv) {
             }
             break;
         case O_PRECISION:
-            if (!strcmp(optarg, "float32")) o.model.precision = TPREC_F32;
-            else if (!strcmp(optarg, "bfloat16")) o.model.precision = TPREC_BF16;
+            if (!strcmp(optarg, "float32")) o->model.precision = TPREC_F32;
+            else if (!strcmp(optarg, "bfloat16")) o->model.precision = TPREC_BF16;
             else {
                 fprintf(stderr, "tern train: --precision must be float32 or bfloat16 (got '%s')\n", optarg);
                 ok = 0;
             }
             break;
-        case O_SHARE: o.model.share_emb = 1; break;
-        case O_NO_SHARE: o.model.share_emb = 0; break;
-        case O_NO_TIE: o.model.tie_proj = 0; break;
-        case O_PROJ_BIAS: o.model.proj_bias = 1; break;
-        case O_LEARNED_POS: o.model.learned_pos = 1; break;
-        case O_NO_SCALE: o.model.scale_emb = 0; break;
-        case O_LN_EPS: ok = cli_float(C, "--layer-norm-eps", optarg, 0, 1, &o.model.eps); break;
-        case O_LR: ok = cli_float(C, "--lr", optarg, 0, 1e3f, &o.sched.lr); break;
+        case O_SHARE: o->model.share_emb = 1; break;
+        case O_NO_SHARE: o->model.share_emb = 0; break;
+        case O_NO_TIE: o->model.tie_proj = 0; break;
+        case O_PROJ_BIAS: o->model.proj_bias = 1; break;
+        case O_LEARNED_POS: o->model.learned_pos = 1; break;
+        case O_NO_SCALE: o->model.scale_emb = 0; break;
+        case O_LN_EPS: ok = cli_float(C, "--layer-norm-eps", optarg, 0, 1, &o->model.eps); break;
+        case O_LR: ok = cli_float(C, "--lr", optarg, 0, 1e3f, &o->sched.lr); break;
         case O_SCHED:
-            o.sched.kind = (lr_kind_t)-1;
+            o->sched.kind = (lr_kind_t)-1;
             for (int i = 0; i < 3; i++)
-                if (!strcmp(optarg, scheds[i])) o.sched.kind = (lr_kind_t)i;
-            if ((int)o.sched.kind < 0) {
+                if (!strcmp(optarg, scheds[i])) o->sched.kind = (lr_kind_t)i;
+            if ((int)o->sched.kind < 0) {
                 fprintf(stderr, "tern train: --lr-scheduler must be inverse_sqrt, constant or gnmt (got '%s')\n",
                         optarg);
                 ok = 0;
             }
             break;
-        case O_WARMUP: ok = cli_int(C, "--warmup", optarg, 0, 1 << 30, &o.sched.warmup); break;
-        case O_WARMUP_INIT: ok = cli_float(C, "--warmup-init-lr", optarg, 0, 1e3f, &o.sched.warmup_init_lr); break;
-        case O_SGD_START: ok = parse_long("--sgd-start", optarg, &o.sched.sgd_start); break;
-        case O_SGD_LR: ok = cli_float(C, "--sgd-lr", optarg, 0, 1e3f, &o.sched.sgd_lr); break;
-        case O_DECAY_START: ok = parse_long("--decay-start", optarg, &o.sched.decay_start); break;
-        case O_DECAY_INTERVAL: ok = parse_long("--decay-interval", optarg, &o.sched.decay_interval); break;
-        case O_DECAY_TIMES: ok = cli_int(C, "--decay-times", optarg, 0, 1000, &o.sched.decay_times); break;
+        case O_WARMUP: ok = cli_int(C, "--warmup", optarg, 0, 1 << 30, &o->sched.warmup); break;
+        case O_WARMUP_INIT: ok = cli_float(C, "--warmup-init-lr", optarg, 0, 1e3f, &o->sched.warmup_init_lr); break;
+        case O_SGD_START: ok = parse_long("--sgd-start", optarg, &o->sched.sgd_start); break;
+        case O_SGD_LR: ok = cli_float(C, "--sgd-lr", optarg, 0, 1e3f, &o->sched.sgd_lr); break;
+        case O_DECAY_START: ok = parse_long("--decay-start", optarg, &o->sched.decay_start); break;
+        case O_DECAY_INTERVAL: ok = parse_long("--decay-interval", optarg, &o->sched.decay_interval); break;
+        case O_DECAY_TIMES: ok = cli_int(C, "--decay-times", optarg, 0, 1000, &o->sched.decay_times); break;
         case O_BETAS: {
             char *e;
-            o.adam.beta1 = strtof(optarg, &e);
+            o->adam.beta1 = strtof(optarg, &e);
             ok = *e == ',';
             if (ok) {
                 char *e2;
-                o.adam.beta2 = strtof(e + 1, &e2);
+                o->adam.beta2 = strtof(e + 1, &e2);
                 ok = e2 != e + 1 && !*e2;
             }
-            ok = ok && o.adam.beta1 >= 0 && o.adam.beta1 < 1 && o.adam.beta2 >= 0 && o.adam.beta2 < 1;
+            ok = ok && o->adam.beta1 >= 0 && o->adam.beta1 < 1 && o->adam.beta2 >= 0 && o->adam.beta2 < 1;
             if (!ok) fprintf(stderr, "tern train: --adam-betas expects B1,B2 in [0, 1), got '%s'\n", optarg);
             break;
         }
-        case O_ADAM_EPS: ok = cli_float(C, "--adam-eps", optarg, 0, 1, &o.adam.eps); break;
-        case O_WD: ok = cli_float(C, "--weight-decay", optarg, 0, 1, &o.adam.weight_decay); break;
-        case O_L2: o.adam.decoupled = 0; break;
-        case O_CLIP: ok = cli_float(C, "--clip-norm", optarg, 0, 1e9f, &o.clip_norm); break;
-        case O_LS: ok = cli_float(C, "--label-smoothing", optarg, 0, 0.999f, &o.model.label_smoothing); break;
-        case O_DROPOUT: ok = cli_float(C, "--dropout", optarg, 0, 0.99f, &o.model.dropout); break;
-        case O_ATTN_DROPOUT: ok = cli_float(C, "--attention-dropout", optarg, 0, 0.99f, &o.model.attn_dropout); break;
-        case O_ACT_DROPOUT: ok = cli_float(C, "--activation-dropout", optarg, 0, 0.99f, &o.model.act_dropout); break;
-        case O_UPDATE_FREQ: ok = cli_int(C, "--update-freq", optarg, 1, 1 << 20, &o.update_freq); break;
-        case O_MAX_UPDATES: ok = parse_long("--max-updates", optarg, &o.max_updates); break;
-        case O_MAX_EPOCHS: ok = cli_int(C, "--max-epochs", optarg, 0, 1 << 30, &o.max_epochs); break;
+        case O_ADAM_EPS: ok = cli_float(C, "--adam-eps", optarg, 0, 1, &o->adam.eps); break;
+        case O_WD: ok = cli_float(C, "--weight-decay", optarg, 0, 1, &o->adam.weight_decay); break;
+        case O_L2: o->adam.decoupled = 0; break;
+        case O_CLIP: ok = cli_float(C, "--clip-norm", optarg, 0, 1e9f, &o->clip_norm); break;
+        case O_LS: ok = cli_float(C, "--label-smoothing", optarg, 0, 0.999f, &o->model.label_smoothing); break;
+        case O_DROPOUT: ok = cli_float(C, "--dropout", optarg, 0, 0.99f, &o->model.dropout); break;
+        case O_ATTN_DROPOUT: ok = cli_float(C, "--attention-dropout", optarg, 0, 0.99f, &o->model.attn_dropout); break;
+        case O_ACT_DROPOUT: ok = cli_float(C, "--activation-dropout", optarg, 0, 0.99f, &o->model.act_dropout); break;
+        case O_UPDATE_FREQ: ok = cli_int(C, "--update-freq", optarg, 1, 1 << 20, &o->update_freq); break;
+        case O_MAX_UPDATES: ok = parse_long("--max-updates", optarg, &o->max_updates); break;
+        case O_MAX_EPOCHS: ok = cli_int(C, "--max-epochs", optarg, 0, 1 << 30, &o->max_epochs); break;
         case O_MAX_TIME:
-            ok = parse_time(optarg, &o.max_time);
+            ok = parse_time(optarg, &o->max_time);
             if (!ok) fprintf(stderr, "tern train: --max-time expects seconds or a number with s, m or h, got '%s'\n",
                              optarg);
             break;
         case O_SEED:
             ok = parse_long("--seed", optarg, &lv);
-            o.seed = (uint64_t)lv;
+            o->seed = (uint64_t)lv;
             break;
-        case 't': ok = cli_int(C, "--threads", optarg, 1, 1024, &o.threads); break;
-        case O_SAVE_DIR: o.save_dir = optarg; break;
-        case O_SAVE_INTERVAL: ok = cli_int(C, "--save-interval-updates", optarg, 0, 1 << 30, &o.save_interval_updates); break;
-        case O_KEEP_LAST: ok = cli_int(C, "--keep-last", optarg, 0, 1 << 20, &o.keep_last); break;
-        case O_RESUME: o.resume = 1; break;
-        case O_RESUME_FROM: o.resume_from = optarg; o.resume = 1; break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 1024, &o->threads); break;
+        case O_SAVE_DIR: o->save_dir = optarg; break;
+        case O_SAVE_INTERVAL: ok = cli_int(C, "--save-interval-updates", optarg, 0, 1 << 30, &o->save_interval_updates); break;
+        case O_KEEP_LAST: ok = cli_int(C, "--keep-last", optarg, 0, 1 << 20, &o->keep_last); break;
+        case O_RESUME: o->resume = 1; break;
+        case O_RESUME_FROM: o->resume_from = optarg; o->resume = 1; break;
         case O_VALID_INTERVAL:
-            ok = cli_int(C, "--valid-interval-updates", optarg, 0, 1 << 30, &o.valid_interval_updates);
+            ok = cli_int(C, "--valid-interval-updates", optarg, 0, 1 << 30, &o->valid_interval_updates);
             break;
-        case O_NO_BLEU: o.bleu = 0; break;
-        case O_BLEU_BEAM: ok = cli_int(C, "--bleu-beam", optarg, 1, 1024, &o.bleu_beam); break;
-        case O_BLEU_LP: ok = cli_float(C, "--bleu-length-penalty", optarg, 0, 100, &o.bleu_length_penalty); break;
-        case O_BLEU_MAX: ok = cli_int(C, "--bleu-max-sentences", optarg, 0, 1 << 30, &o.bleu_max_sentences); break;
-        case O_BLEU_OUT: o.bleu_output = optarg; break;
-        case O_PATIENCE: ok = cli_int(C, "--patience", optarg, 0, 1 << 30, &o.patience); break;
+        case O_NO_BLEU: o->bleu = 0; break;
+        case O_BLEU_BEAM: ok = cli_int(C, "--bleu-beam", optarg, 1, 1024, &o->bleu_beam); break;
+        case O_BLEU_LP: ok = cli_float(C, "--bleu-length-penalty", optarg, 0, 100, &o->bleu_length_penalty); break;
+        case O_BLEU_MAX: ok = cli_int(C, "--bleu-max-sentences", optarg, 0, 1 << 30, &o->bleu_max_sentences); break;
+        case O_BLEU_OUT: o->bleu_output = optarg; break;
+        case O_PATIENCE: ok = cli_int(C, "--patience", optarg, 0, 1 << 30, &o->patience); break;
         case O_STOP_METRIC:
-            if (!strcmp(optarg, "loss")) o.stop_metric = STOP_ON_LOSS;
-            else if (!strcmp(optarg, "bleu")) o.stop_metric = STOP_ON_BLEU;
+            if (!strcmp(optarg, "loss")) o->stop_metric = STOP_ON_LOSS;
+            else if (!strcmp(optarg, "bleu")) o->stop_metric = STOP_ON_BLEU;
             else {
                 fprintf(stderr, "tern train: --early-stop-metric must be loss or bleu (got '%s')\n", optarg);
                 ok = 0;
             }
             break;
-        case O_LOG_INTERVAL: ok = cli_int(C, "--log-interval", optarg, 0, 1 << 30, &o.log_interval); break;
-        case O_PROGRESS: o.progress = 1; break;
-        case O_NO_PROGRESS: o.progress = 0; break;
-        case O_NO_PLOT: o.plot = 0; break;
-        case O_PLOT_ONLY: plot_only = optarg; break;
+        case O_LOG_INTERVAL: ok = cli_int(C, "--log-interval", optarg, 0, 1 << 30, &o->log_interval); break;
+        case O_PROGRESS: o->progress = 1; break;
+        case O_NO_PROGRESS: o->progress = 0; break;
+        case O_NO_PLOT: *plot = 0; break;
+        case O_PLOT_ONLY: *plot_only = optarg; break;
         case O_BUCKET_MB: {
             float mb;
             ok = cli_float(C, "--bucket-mb", optarg, 1e-6f, 1e6f, &mb);
-            o.bucket_mb = mb;
+            o->bucket_mb = mb;
             break;
         }
-        case O_NO_OVERLAP: o.comm_overlap = 0; break;
-        case 'q': o.quiet = 1; break;
-        case 'h': usage(stdout); return 0;
+        case O_NO_OVERLAP: o->comm_overlap = 0; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); return 2;
         default: ok = 0; break;
         }
     }
-    if (ok && plot_only) {
-        char png[4096];
-        snprintf(png, sizeof png, "%s/curves.png", plot_only);
-        tern_status_t st = trainer_plot(plot_only, png);
-        if (st) return cli_fail(C, st);
-        fprintf(stderr, "tern train: wrote %s\n", png);
-        return 0;
-    }
-    const char *err = NULL;
-    if (ok) {
-        if (optind < argc) err = "unexpected argument (every input is given by an option)";
-        else if (!o.save_dir) err = "--save-dir is required";
-        else if (!o.train_src || !o.train_tgt) err = "--train-src and --train-tgt are required";
-        else if (!o.valid_src != !o.valid_tgt) err = "give both --valid-src and --valid-tgt, or neither";
-        else if (!o.vocab_dir == !o.src_spm) err = "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and "
-                                                   "--tgt-spm), one of the two";
-        else if (o.tgt_spm && !o.src_spm) err = "--tgt-spm goes with --src-spm";
-        else if (o.model.d % o.model.heads) err = "--d-model must be a multiple of --heads";
-        else if (o.patience && !o.valid_src) err = "--patience needs validation files";
-    }
-    if (!ok || err) {
-        if (err) fprintf(stderr, "tern train: %s\n", err);
-        else usage(stderr);
-        return 2;
-    }
+    return ok;
+}
+
+/* The combination errors of parsed options, or NULL. */
+static const char *options_error(const trainer_options_t *o, int argc) {
+    if (optind < argc) return "unexpected argument (every input is given by an option)";
+    if (!o->save_dir) return "--save-dir is required";
+    if (!o->train_src || !o->train_tgt) return "--train-src and --train-tgt are required";
+    if (!o->valid_src != !o->valid_tgt) return "give both --valid-src and --valid-tgt, or neither";
+    if (!o->vocab_dir == !o->src_spm)
+        return "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and --tgt-spm), one of the two";
+    if (o->tgt_spm && !o->src_spm) return "--tgt-spm goes with --src-spm";
+    if (o->model.d % o->model.heads) return "--d-model must be a multiple of --heads";
+    if (o->patience && !o->valid_src) return "--patience needs validation files";
+    return NULL;
+}
+
+/* Trains (data-parallel under mpirun), then plots the curves; returns the exit code. */
+static int run_training(trainer_options_t *o, int plot) {
+    const char *C = "train";
     /* data-parallel when launched by mpirun (MPI is initialized here only) */
     tern_status_t st = dist_init();
     if (st) {
@@ -481,10 +474,10 @@ int cmd_train(int argc, char **argv) {
     if (pthread_create(&sig_thread, &attr, signal_thread, NULL) != 0)
         pthread_sigmask(SIG_UNBLOCK, &g_stop_sigs, NULL); /* no stop flag then: signals kill as usual */
     else
-        o.stop = &g_stop;
+        o->stop = &g_stop;
     pthread_attr_destroy(&attr);
     trainer_result_t r;
-    st = trainer_run(&o, &r);
+    st = trainer_run(o, &r);
     if (st) {
         int rc = cli_fail(C, st);
         if (dist_world() > 1) {
@@ -495,6 +488,40 @@ int cmd_train(int argc, char **argv) {
         dist_finalize();
         return rc;
     }
+    if (plot && dist_rank() == 0) {
+        char png[4096];
+        snprintf(png, sizeof png, "%s/curves.png", o->save_dir);
+        if (train_plot(o->save_dir, png)) {
+            if (!o->quiet) fprintf(stderr, "tern train: no plot: %s\n", tern_last_error());
+        } else if (!o->quiet) {
+            fprintf(stderr, "tern train: plot: %s\n", png);
+        }
+    }
     dist_finalize();
     return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    block_stop_signals(); /* before any thread is started (see signal_thread) */
+    trainer_options_t o = trainer_default_options();
+    o.model.share_emb = -1; /* shared when the vocabulary is joint */
+    const char *plot_only = NULL;
+    int plot = 1; /* curves.png at the end */
+    int ok = parse_options(argc, argv, &o, &plot, &plot_only);
+    if (ok == 2) return 0;
+    if (ok && plot_only) {
+        char png[4096];
+        snprintf(png, sizeof png, "%s/curves.png", plot_only);
+        tern_status_t st = train_plot(plot_only, png);
+        if (st) return cli_fail("train", st);
+        fprintf(stderr, "tern train: wrote %s\n", png);
+        return 0;
+    }
+    const char *err = ok ? options_error(&o, argc) : NULL;
+    if (!ok || err) {
+        if (err) fprintf(stderr, "tern train: %s\n", err);
+        else usage(stderr);
+        return 2;
+    }
+    return run_training(&o, plot);
 }

@@ -24,6 +24,9 @@ static void usage(FILE *f) {
 "                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
 "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
 "  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
+"  --vmap FILE                 vocabulary map (`tern vmap`, CTranslate2's format): the output and the\n"
+"                              search are restricted to the candidates of each batch's source n-grams\n"
+"  --use-vmap                  the model directory's vmap.txt (as CTranslate2's use_vmap)\n"
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
 "                              (no SentencePiece even when the model ships one)\n"
@@ -68,7 +71,7 @@ static void usage(FILE *f) {
 }
 
 enum {
-    O_COMPUTE = 1000, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
+    O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_PROGRESS, O_ENS_W, O_ENS_MODE
 };
@@ -79,6 +82,8 @@ static const struct option long_opts[] = {
     {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {"compute-type", required_argument, 0, O_COMPUTE},
     {"source-spm", required_argument, 0, O_SRC_SPM},
+    {"vmap", required_argument, 0, O_VMAP},
+    {"use-vmap", no_argument, 0, O_USE_VMAP},
     {"target-spm", required_argument, 0, O_TGT_SPM},
     {"pretokenized", no_argument, 0, O_PRETOK},
     {"beam-size", required_argument, 0, 'b'},
@@ -137,6 +142,8 @@ int cmd_translate(int argc, char **argv) {
             }
             break;
         case O_SRC_SPM: mo.source_spm = optarg; break;
+        case O_VMAP: mo.vmap = optarg; break;
+        case O_USE_VMAP: mo.use_vmap = 1; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_PRETOK: mo.use_spm = 0; break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;

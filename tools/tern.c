@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kernels/process_env.h"
+#include "process_env.h"
 #include "tern.h"
 
 typedef struct {
@@ -22,6 +22,7 @@ static const command_t commands[] = {
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
+    {"vmap", cmd_vmap, "build a vocabulary map (target vocabulary reduction) from a parallel corpus"},
     {"cpu", cmd_cpu, "the instruction sets Tern uses on this CPU (and the caps it can run)"},
 };
 
@@ -34,7 +35,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    kernels_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
+    cli_process_defaults(argv); /* OpenMP spin, malloc threshold: may re-execute (process_env.h) */
     if (argc < 2) {
         usage(stderr);
         return 2;

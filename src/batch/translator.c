@@ -86,6 +86,9 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
 void tern_translator_free(tern_translator_t *tr) {
     if (!tr) return;
     if (tr->state) tr->model->fam->state_free(tr->state);
+    free(tr->vm_cand);
+    free(tr->vm_tok);
+    free(tr->vm_mark);
     free(tr);
 }
 
@@ -97,6 +100,46 @@ static int max_output_len(const tern_translate_options_t *o, int src_len) {
         if (l < lim) lim = l;
     }
     return lim;
+}
+
+/* The vocabulary map's candidates for a batch: restricts the model's output to them and gives the
+ * search a decoder over positions in them (*dec), with its start and end tokens (*bos, *eos).
+ * An ensemble looks its members' first source up (ensemble.h's packing). */
+static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const int *len, int n,
+                                   vmap_decoder_t *vd, decoder_iface_t *dec, int *bos, int *eos) {
+    const tern_model_t *m = tr->model;
+    const int V = m->info.target_vocab_size, rows = n * tr->opt.beam_size;
+    if (!tr->vm_cand) {
+        tr->vm_cand = malloc((size_t)V * sizeof(int));
+        tr->vm_mark = calloc((size_t)V, 1);
+        if (!tr->vm_cand || !tr->vm_mark) return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+    }
+    if (rows > tr->vm_tok_cap) {
+        free(tr->vm_tok);
+        tr->vm_tok_cap = 0;
+        if (!(tr->vm_tok = malloc((size_t)rows * sizeof(int))))
+            return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+        tr->vm_tok_cap = rows;
+    }
+    const int **s0 = malloc((size_t)n * sizeof *s0);
+    int *l0 = malloc((size_t)n * sizeof *l0);
+    if (!s0 || !l0) {
+        free(s0), free(l0);
+        return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        s0[i] = m->n_members ? src[i] + 1 : src[i];
+        l0[i] = m->n_members ? src[i][0] : len[i];
+    }
+    int nc = vmap_candidates(m->vmap, s0, l0, n, tr->vm_cand, tr->vm_mark);
+    free(s0), free(l0);
+    tern_status_t st = m->fam->set_vocab(tr->state, tr->vm_cand, nc);
+    if (st) return st;
+    *dec = vmap_decoder(vd, dec, tr->vm_cand, nc, n, tr->vm_tok);
+    *bos = vmap_position(tr->vm_cand, nc, m->tgt_start);
+    *eos = vmap_position(tr->vm_cand, nc, m->tgt_eos);
+    if (*bos < 0 || *eos < 0) return tern_error(TERN_ERR_INTERNAL, "vocabulary map: start or end token not a candidate");
+    return TERN_OK;
 }
 
 /* Decodes one batch of non-empty sources. */
@@ -127,7 +170,18 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.need_scores = o->return_scores || o->length_penalty != 0 || o->coverage_penalty != 0;
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
+    vmap_decoder_t vd;
+    if (m->vmap && (st = vmap_restrict(tr, src, len, n, &vd, &dec, &so.bos, &so.eos))) {
+        fam->set_vocab(tr->state, NULL, 0);
+        free(max_len);
+        return st;
+    }
     st = o->beam_size == 1 ? greedy_search(&dec, n, max_len, &so, res) : beam_search(&dec, n, max_len, &so, res);
+    if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
+        if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
+        tern_status_t s2 = fam->set_vocab(tr->state, NULL, 0);
+        if (!st) st = s2;
+    }
     free(max_len);
     return st;
 }

@@ -26,6 +26,7 @@ typedef struct {
     const ensemble_t *e;
     void **st;                  /* (K) member states */
     int R, S;
+    int Vr;                     /* restricted vocabulary (set_vocab), 0: the whole one */
     int *S_k;                   /* (K) */
     /* encode: member k's sources are src[k * N_cap + i], len[k * N_cap + i] */
     const int **src;
@@ -195,6 +196,19 @@ static tern_status_t ens_encode(void *p, const int *const *src, const int *src_l
 
 static int ens_source_len(const void *p) { return ((const ensemble_state_t *)p)->S; }
 
+static tern_status_t ens_set_vocab(void *p, const int *ids, int n) {
+    ensemble_state_t *s = p;
+    for (int k = 0; k < s->e->K; k++) {
+        if (!s->e->fam[k]->set_vocab)
+            return tern_error(TERN_ERR_UNSUPPORTED, "ensemble member %d (%s) cannot restrict its vocabulary", k + 1,
+                              s->e->fam[k]->name);
+        tern_status_t st = s->e->fam[k]->set_vocab(s->st[k], ids, n);
+        if (st) return st;
+    }
+    s->Vr = n > 0 && ids ? n : 0;
+    return TERN_OK;
+}
+
 static tern_status_t ens_set_rows(void *p, const int *parent, const int *sent, int R) {
     ensemble_state_t *s = p;
     for (int k = 0; k < s->e->K; k++) {
@@ -236,7 +250,7 @@ static void combine(const ensemble_t *e, int k, float *out, const float *lp, siz
 static tern_status_t ens_step(void *p, const int *tokens, int t, float *out, float *attn) {
     ensemble_state_t *s = p;
     const ensemble_t *e = s->e;
-    const int R = s->R, V = e->V, S = s->S;
+    const int R = s->R, V = s->Vr ? s->Vr : e->V, S = s->S;
     if (e->K > 1 && grow_floats(&s->buf, &s->buf_cap, (size_t)R * V))
         return tern_error(TERN_ERR_NOMEM, "ensemble: out of memory");
     if (attn && grow_floats(&s->abuf, &s->abuf_cap, (size_t)R * (S ? S : 1)))
@@ -275,4 +289,5 @@ const model_family_t model_family_ensemble = {
     .source_len = ens_source_len,
     .step = ens_step,
     .set_rows = ens_set_rows,
+    .set_vocab = ens_set_vocab,
 };

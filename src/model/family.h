@@ -27,7 +27,8 @@ typedef struct model_family {
     /* Builds the network from the weights and config.json (cfg). It may keep pointers into w
      * (w outlives the network) and give back memory of tensors it copied (weights_release).
      * Errors name the weights file and the tensor at fault. */
-    tern_status_t (*build)(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute);
+    tern_status_t (*build)(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
+                           unsigned flags);
     void (*free)(void *net);
     /* Fills the common fields (family, vocabulary sizes, maximum lengths, int8, weight_bytes) and
      * the family's own part of info; format, has_spm and num_members are set by the caller. */
@@ -52,7 +53,15 @@ typedef struct model_family {
     /* GETMATRIXBYROWS: new row i continues old row parent[i] and belongs to sentence sent[i]. R
      * may grow (beam expansion after step 0) or shrink (finished sentences). */
     tern_status_t (*set_rows)(void *state, const int *parent, const int *sent, int R);
+    /* Target vocabulary reduction (a vocabulary map, search/vmap.h): the following steps write
+     * (R, n) instead of (R, V), column i for target id ids[i] (increasing); n = 0: the whole
+     * vocabulary again. NULL when the family cannot (a vocabulary map is then refused at load).
+     * The network was built with MODEL_BUILD_VOCAB_MAP. */
+    tern_status_t (*set_vocab)(void *state, const int *ids, int n);
 } model_family_t;
+
+/* build() flags */
+#define MODEL_BUILD_VOCAB_MAP 1u /* set_vocab will be used: keep what it needs (e.g. unpacked rows) */
 
 /* The families of the registry. */
 extern const model_family_t model_family_transformer;

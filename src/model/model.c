@@ -81,6 +81,7 @@ static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
 void tern_model_free(tern_model_t *m) {
     if (!m) return;
     if (m->fam && m->net) m->fam->free(m->net);
+    if (!m->n_members) vmap_free(m->vmap);
     for (int k = 0; k < m->n_members; k++) tern_model_free(m->members[k]);
     free(m->members);
     weights_free(m->weights);
@@ -117,7 +118,19 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         strcpy(m->format, "ctranslate2");
         if ((st = weights_load_ct2(&m->weights, p))) goto fail;
     }
-    if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type))) goto fail;
+    char vmap_path[2048] = "";
+    if (o.vmap) snprintf(vmap_path, sizeof vmap_path, "%s", o.vmap);
+    else if (o.use_vmap) path_join(vmap_path, sizeof vmap_path, dir, "vmap.txt");
+    if (vmap_path[0] && !m->fam->set_vocab) {
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: the %s family cannot use a vocabulary map", dir, m->fam->name);
+        goto fail;
+    }
+    if (vmap_path[0] && !file_exists(vmap_path)) {
+        st = tern_error(TERN_ERR_IO, "%s: vocabulary map not found", vmap_path);
+        goto fail;
+    }
+    if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type, vmap_path[0] ? MODEL_BUILD_VOCAB_MAP : 0)))
+        goto fail;
     m->fam->describe(m->net, &m->info);
     if ((st = load_vocab_pair(m))) goto fail;
     int nsrc = m->info.source_vocab_size, ntgt = m->info.target_vocab_size;
@@ -148,6 +161,10 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         goto fail;
     }
     if ((st = load_spm(m, &o))) goto fail;
+    if (vmap_path[0]) {
+        int always[3] = {m->tgt_unk, m->tgt_start, m->tgt_eos};
+        if ((st = vmap_load(&m->vmap, vmap_path, m->src_vocab, m->tgt_vocab, always, 3))) goto fail;
+    }
     *out = m;
     return TERN_OK;
 fail:
@@ -218,6 +235,7 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_start = m0->tgt_start;
     m->tgt_eos = m0->tgt_eos;
     m->tgt_unk = m0->tgt_unk;
+    m->vmap = m0->vmap;
     free(fams), free(nets);
     *out = m;
     return TERN_OK;

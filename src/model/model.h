@@ -4,6 +4,7 @@
 #define TERN_MODEL_H
 
 #include "family.h"
+#include "search/vmap.h"
 #include "text/spm.h"
 #include "text/vocab.h"
 #include "weights.h"
@@ -24,6 +25,7 @@ struct tern_model {
     /* an ensemble: its members (owned), whose target side (member 0's) decodes the output */
     tern_model_t **members;
     int n_members;
+    vmap_t *vmap;                /* the vocabulary map, or NULL (an ensemble: member 0's, not owned) */
 };
 
 /* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,

@@ -8,11 +8,13 @@
 #include "family.h"
 #include "transformer.h"
 
-static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute) {
+static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
+                              unsigned flags) {
     *net = NULL;
     transformer_t *m = calloc(1, sizeof *m);
     if (!m) return tern_error(TERN_ERR_NOMEM, "out of memory");
     tern_status_t st = transformer_build(m, w, compute, cfg->layer_norm_epsilon);
+    m->keep_proj = (flags & MODEL_BUILD_VOCAB_MAP) != 0;
     if (!st) st = transformer_pack(m, w);
     if (st) {
         transformer_free(m);
@@ -64,6 +66,7 @@ static tern_status_t tf_step(void *st, const int *tokens, int t, float *out, flo
 static tern_status_t tf_set_rows(void *st, const int *parent, const int *sent, int R) {
     return transformer_set_rows(st, parent, sent, R);
 }
+static tern_status_t tf_set_vocab(void *st, const int *ids, int n) { return transformer_set_vocab(st, ids, n); }
 
 const model_family_t model_family_transformer = {
     .name = "transformer",
@@ -78,4 +81,5 @@ const model_family_t model_family_transformer = {
     .source_len = tf_source_len,
     .step = tf_step,
     .set_rows = tf_set_rows,
+    .set_vocab = tf_set_vocab,
 };

@@ -6,6 +6,9 @@
  * are converted once here (float16/bfloat16 -> float32, int8 -> float32, float32 -> int8).
  */
 #include "transformer.h"
+#include "transformer_desc.h"
+
+#include <stddef.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -249,28 +252,17 @@ static int64_t scalar_or(const weights_t *w, const char *name, int64_t dflt) {
     return v;
 }
 
-/* CTranslate2's sinusoidal table: position p (0-based) holds sin/cos((p + 1) * timescale_i),
- * timescale_i = exp(-i * log(10000) / (d/2 - 1)), sines in the first half, cosines in the second. */
+/* The sinusoidal table (transformer_desc.h: the one training uses too). */
 static float *sinusoid_table(transformer_t *m, int max_pos, int d) {
     float *p = own_alloc(m, (size_t)max_pos * d * sizeof(float));
-    if (!p) return NULL;
-    int half = d / 2;
-    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
-    for (int pos = 0; pos < max_pos; pos++) {
-        for (int i = 0; i < half; i++) {
-            float ts = expf(-inc * (float)i);
-            float v = (float)(pos + 1) * ts;
-            p[(size_t)pos * d + i] = sinf(v);
-            p[(size_t)pos * d + half + i] = cosf(v);
-        }
-    }
+    if (p) transformer_sinusoids(p, max_pos, d);
     return p;
 }
 
-static tern_status_t load_positions(transformer_t *m, const weights_t *w, const char *side,
+static tern_status_t load_positions(transformer_t *m, const weights_t *w, tmodule_t mod,
                                     const float **table, int *max_pos) {
     char name[128];
-    snprintf(name, sizeof name, "%s/position_encodings/encodings", side);
+    transformer_tensor_name(name, sizeof name, mod, -1, TP_ENCODINGS);
     const tensor_t *t = weights_get(w, name);
     if (t) {
         if (t->rank != 2 || t->shape[1] != m->d) return shape_error(w, name, t, t->shape[0], m->d);
@@ -307,6 +299,37 @@ static tern_status_t check_unsupported(const weights_t *w) {
     return TERN_OK;
 }
 
+/* The layer fields the description's per-layer modules load into. */
+typedef struct {
+    tmodule_t mod;
+    size_t off;
+} layer_field_t;
+
+static const layer_field_t ENC_FIELDS[] = {
+    {TM_ENC_SELF_LN, offsetof(enc_layer_t, ln_attn)}, {TM_ENC_SELF_QKV, offsetof(enc_layer_t, qkv)},
+    {TM_ENC_SELF_OUT, offsetof(enc_layer_t, attn_out)}, {TM_ENC_FFN_LN, offsetof(enc_layer_t, ln_ffn)},
+    {TM_ENC_FFN1, offsetof(enc_layer_t, ffn1)}, {TM_ENC_FFN2, offsetof(enc_layer_t, ffn2)},
+};
+
+static const layer_field_t DEC_FIELDS[] = {
+    {TM_DEC_SELF_LN, offsetof(dec_layer_t, ln_self)}, {TM_DEC_SELF_QKV, offsetof(dec_layer_t, qkv)},
+    {TM_DEC_SELF_OUT, offsetof(dec_layer_t, self_out)}, {TM_DEC_CROSS_LN, offsetof(dec_layer_t, ln_cross)},
+    {TM_DEC_CROSS_Q, offsetof(dec_layer_t, cross_q)}, {TM_DEC_CROSS_KV, offsetof(dec_layer_t, cross_kv)},
+    {TM_DEC_CROSS_OUT, offsetof(dec_layer_t, cross_out)}, {TM_DEC_FFN_LN, offsetof(dec_layer_t, ln_ffn)},
+    {TM_DEC_FFN1, offsetof(dec_layer_t, ffn1)}, {TM_DEC_FFN2, offsetof(dec_layer_t, ffn2)},
+};
+
+/* A layer's module (a layer norm or a linear layer) under its description's name and shape. */
+static tern_status_t load_module(transformer_t *m, const weights_t *w, const transformer_dims_t *dims,
+                                 tmodule_t mod, int layer, tern_compute_type_t compute, void *field) {
+    char p[256];
+    int rows, cols;
+    transformer_module_path(p, sizeof p, mod, layer);
+    transformer_module_shape(dims, mod, &rows, &cols);
+    if (transformer_module_kind(mod) == TK_NORM) return load_ln(m, w, p, rows, 0, field);
+    return load_linear(m, w, p, rows, cols, compute, field);
+}
+
 tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
                                 float eps) {
     memset(m, 0, sizeof *m);
@@ -315,12 +338,16 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
     if ((st = check_unsupported(w))) return st;
 
     /* Shape from the variables. */
-    const char *enc_emb_name = weights_get(w, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight"
-                                                                               : "encoder/embeddings/weight";
+    char enc_emb_name[96], ffn1_name[96], dec_emb_name[96];
+    transformer_tensor_name(enc_emb_name, sizeof enc_emb_name, TM_ENC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(dec_emb_name, sizeof dec_emb_name, TM_DEC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(ffn1_name, sizeof ffn1_name, TM_ENC_FFN1, 0, TP_WEIGHT);
+    if (!weights_get(w, enc_emb_name) && weights_get(w, TRANSFORMER_ENC_EMB_ALT))
+        snprintf(enc_emb_name, sizeof enc_emb_name, "%s", TRANSFORMER_ENC_EMB_ALT);
     const tensor_t *ee = weights_get(w, enc_emb_name);
     if (!ee)
-        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/embeddings_0/weight' "
-                          "(not a Transformer encoder-decoder model?)", weights_path(w));
+        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s' (not a Transformer encoder-decoder model?)",
+                          weights_path(w), enc_emb_name);
     /* The width comes from this tensor: at least one row, so that d is bounded by the file size. */
     if (ee->rank != 2 || ee->shape[0] < 1 || ee->shape[1] < 1 || ee->shape[1] > (1 << 20))
         return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [vocabulary >= 1, width "
@@ -338,92 +365,77 @@ tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compu
         return tern_error(TERN_ERR_FORMAT, "%s: no encoder or decoder layers found", weights_path(w));
     const char *spec = weights_spec_name(w);
     int64_t heads_default = !strcmp(spec, "TransformerBig") ? 16 : !strcmp(spec, "TransformerBase") ? 8 : 0;
-    const char *heads_name = weights_get(w, "encoder/num_heads") ? "encoder/num_heads" : "num_heads";
-    int64_t heads = scalar_or(w, "encoder/num_heads", scalar_or(w, "num_heads", heads_default));
+    const char *enc_heads = transformer_key_name(TKEY_ENC_HEADS);
+    const char *heads_name = weights_get(w, enc_heads) ? enc_heads : TRANSFORMER_KEY_HEADS_ALT;
+    int64_t heads = scalar_or(w, enc_heads, scalar_or(w, TRANSFORMER_KEY_HEADS_ALT, heads_default));
     if (heads <= 0 || heads > m->d || m->d % heads)
         return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': %lld heads do not divide the width %d of '%s'",
                           weights_path(w), heads_name, (long long)heads, m->d, enc_emb_name);
     m->H = (int)heads;
-    int dec_heads = (int)scalar_or(w, "decoder/num_heads", m->H);
+    int dec_heads = (int)scalar_or(w, transformer_key_name(TKEY_DEC_HEADS), m->H);
     if (dec_heads != m->H)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor 'decoder/num_heads': encoder and decoder head "
                           "counts differ (%d, %d)", weights_path(w), m->H, dec_heads);
-    const tensor_t *f1 = weights_get(w, "encoder/layer_0/ffn/linear_0/weight");
+    const tensor_t *f1 = weights_get(w, ffn1_name);
     if (!f1 || f1->rank != 2)
-        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor 'encoder/layer_0/ffn/linear_0/weight'", weights_path(w));
+        return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), ffn1_name);
     if (f1->shape[0] < 1 || f1->shape[0] > (1 << 24))
-        return tern_error(TERN_ERR_MISMATCH, "%s: tensor 'encoder/layer_0/ffn/linear_0/weight': feed-forward "
-                          "width %lld out of range", weights_path(w), (long long)f1->shape[0]);
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': feed-forward width %lld out of range",
+                          weights_path(w), ffn1_name, (long long)f1->shape[0]);
     m->F = (int)f1->shape[0];
-    m->pre_norm = (int)scalar_or(w, "encoder/pre_norm", 1);
-    if (scalar_or(w, "decoder/pre_norm", m->pre_norm) != m->pre_norm)
+    m->pre_norm = (int)scalar_or(w, transformer_key_name(TKEY_ENC_PRE_NORM), 1);
+    if (scalar_or(w, transformer_key_name(TKEY_DEC_PRE_NORM), m->pre_norm) != m->pre_norm)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder norms differ", weights_path(w));
-    int64_t act = scalar_or(w, "encoder/activation", ACT_RELU);
+    int64_t act = scalar_or(w, transformer_key_name(TKEY_ENC_ACT), ACT_RELU);
     if (act < ACT_RELU || act > ACT_TANH)
-        return tern_error(TERN_ERR_FORMAT, "%s: tensor 'encoder/activation': unknown activation %lld",
-                          weights_path(w), (long long)act);
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': unknown activation %lld", weights_path(w),
+                          transformer_key_name(TKEY_ENC_ACT), (long long)act);
     m->act = (activation_t)act;
-    m->enc_scale_emb = (int)scalar_or(w, "encoder/scale_embeddings", 1);
-    m->dec_scale_emb = (int)scalar_or(w, "decoder/scale_embeddings", 1);
-    m->dec_zero_start = (int)scalar_or(w, "decoder/start_from_zero_embedding", 0);
-    int al = (int)scalar_or(w, "decoder/alignment_layer", -1);
+    m->enc_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_ENC_SCALE_EMB), 1);
+    m->dec_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_DEC_SCALE_EMB), 1);
+    m->dec_zero_start = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ZERO_START), 0);
+    int al = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ALIGN_LAYER), -1);
     m->alignment_layer = al < 0 ? m->dec_layers + al : al;
     if (m->alignment_layer < 0 || m->alignment_layer >= m->dec_layers) m->alignment_layer = m->dec_layers - 1;
-    m->alignment_heads = (int)scalar_or(w, "decoder/alignment_heads", 1);
+    m->alignment_heads = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ALIGN_HEADS), 1);
     if (m->alignment_heads > m->H || m->alignment_heads < 0) m->alignment_heads = 0;
     m->eps = eps > 0 ? eps : 1e-6f;
     m->int8 = compute == TERN_COMPUTE_INT8 ||
-              (compute == TERN_COMPUTE_AUTO && weights_get(w, "encoder/layer_0/ffn/linear_0/weight")->dtype == DT_I8);
+              (compute == TERN_COMPUTE_AUTO && f1->dtype == DT_I8);
     int d = m->d, F = m->F;
 
     /* Embeddings and positions. */
     if ((st = load_embedding(m, w, enc_emb_name, compute, &m->enc_emb))) return st;
-    if ((st = load_embedding(m, w, "decoder/embeddings/weight", compute, &m->dec_emb))) return st;
+    if ((st = load_embedding(m, w, dec_emb_name, compute, &m->dec_emb))) return st;
     m->src_vocab = m->enc_emb.V;
     m->tgt_vocab = m->dec_emb.V;
 
     m->enc = calloc((size_t)m->enc_layers, sizeof *m->enc);
     m->dec = calloc((size_t)m->dec_layers, sizeof *m->dec);
     if (!m->enc || !m->dec) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    for (int l = 0; l < m->enc_layers; l++) {
-        enc_layer_t *L = &m->enc[l];
-#define LIN(field, fmt, N, K) do { snprintf(p, sizeof p, fmt, l); \
-        if ((st = load_linear(m, w, p, N, K, compute, &L->field))) return st; } while (0)
-#define LN(field, fmt) do { snprintf(p, sizeof p, fmt, l); \
-        if ((st = load_ln(m, w, p, d, 0, &L->field))) return st; } while (0)
-        LN(ln_attn, "encoder/layer_%d/self_attention/layer_norm");
-        LIN(qkv, "encoder/layer_%d/self_attention/linear_0", 3 * d, d);
-        LIN(attn_out, "encoder/layer_%d/self_attention/linear_1", d, d);
-        LN(ln_ffn, "encoder/layer_%d/ffn/layer_norm");
-        LIN(ffn1, "encoder/layer_%d/ffn/linear_0", F, d);
-        LIN(ffn2, "encoder/layer_%d/ffn/linear_1", d, F);
-    }
-    for (int l = 0; l < m->dec_layers; l++) {
-        dec_layer_t *L = &m->dec[l];
-        LN(ln_self, "decoder/layer_%d/self_attention/layer_norm");
-        LIN(qkv, "decoder/layer_%d/self_attention/linear_0", 3 * d, d);
-        LIN(self_out, "decoder/layer_%d/self_attention/linear_1", d, d);
-        LN(ln_cross, "decoder/layer_%d/attention/layer_norm");
-        LIN(cross_q, "decoder/layer_%d/attention/linear_0", d, d);
-        LIN(cross_kv, "decoder/layer_%d/attention/linear_1", 2 * d, d);
-        LIN(cross_out, "decoder/layer_%d/attention/linear_2", d, d);
-        LN(ln_ffn, "decoder/layer_%d/ffn/layer_norm");
-        LIN(ffn1, "decoder/layer_%d/ffn/linear_0", F, d);
-        LIN(ffn2, "decoder/layer_%d/ffn/linear_1", d, F);
-#undef LIN
-#undef LN
-    }
-    if ((st = load_ln(m, w, "encoder/layer_norm", d, 1, &m->enc_ln))) return st;
-    if ((st = load_ln(m, w, "decoder/layer_norm", d, 1, &m->dec_ln))) return st;
+    transformer_dims_t dims = {m->src_vocab, m->tgt_vocab, d, F, m->enc_layers, m->dec_layers, 0, m->pre_norm,
+                               0, 0, 0, 0};
+    for (int l = 0; l < m->enc_layers; l++)
+        for (size_t k = 0; k < sizeof ENC_FIELDS / sizeof ENC_FIELDS[0]; k++)
+            if ((st = load_module(m, w, &dims, ENC_FIELDS[k].mod, l, compute, (char *)&m->enc[l] + ENC_FIELDS[k].off)))
+                return st;
+    for (int l = 0; l < m->dec_layers; l++)
+        for (size_t k = 0; k < sizeof DEC_FIELDS / sizeof DEC_FIELDS[0]; k++)
+            if ((st = load_module(m, w, &dims, DEC_FIELDS[k].mod, l, compute, (char *)&m->dec[l] + DEC_FIELDS[k].off)))
+                return st;
+    if ((st = load_ln(m, w, transformer_module_path(p, sizeof p, TM_ENC_FINAL_LN, -1), d, 1, &m->enc_ln))) return st;
+    if ((st = load_ln(m, w, transformer_module_path(p, sizeof p, TM_DEC_FINAL_LN, -1), d, 1, &m->dec_ln))) return st;
     if (m->pre_norm && (!m->enc_ln.gamma || !m->dec_ln.gamma))
         return tern_error(TERN_ERR_FORMAT, "%s: pre-norm model without final layer norms "
                           "('encoder/layer_norm', 'decoder/layer_norm')", weights_path(w));
-    if ((st = load_linear(m, w, "decoder/projection", m->tgt_vocab, d, compute, &m->proj))) return st;
+    if ((st = load_linear(m, w, transformer_module_path(p, sizeof p, TM_PROJ, -1), m->tgt_vocab, d, compute,
+                          &m->proj)))
+        return st;
     /* Positions last: the sinusoidal table (2048 x d floats) is only built once the layers have
      * shown that the file really holds weights of width d (a corrupt few-byte tensor could claim
      * any width). */
-    if ((st = load_positions(m, w, "encoder", &m->enc_pos, &m->enc_max_pos))) return st;
-    if ((st = load_positions(m, w, "decoder", &m->dec_pos, &m->dec_max_pos))) return st;
+    if ((st = load_positions(m, w, TM_ENC_POS, &m->enc_pos, &m->enc_max_pos))) return st;
+    if ((st = load_positions(m, w, TM_DEC_POS, &m->dec_pos, &m->dec_max_pos))) return st;
     return TERN_OK;
 }
 

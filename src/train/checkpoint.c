@@ -199,60 +199,16 @@ static tern_status_t keep_last(const char *save_dir, int k) {
 
 /* ------------------------------------------------------------ writing */
 
-/* The spec scalars as rank-0 tensors, with their storage. */
-typedef struct {
-    int16_t i16[4];
-    int8_t i8[8];
-    tensor_t t[12];
-    int n;
-} spec_tensors_t;
-
-static void spec_add(spec_tensors_t *s, const char *name, dtype_t dt, const void *data) {
-    tensor_t *t = &s->t[s->n++];
-    memset(t, 0, sizeof *t);
-    t->name = name;
-    t->dtype = dt;
-    t->rank = 0;
-    t->numel = 1;
-    t->data = data;
-    t->nbytes = dtype_size(dt);
-}
-
-static void spec_tensors(spec_tensors_t *s, const ckpt_spec_t *p) {
-    memset(s, 0, sizeof *s);
-    s->i16[0] = (int16_t)p->num_heads;
-    s->i16[1] = -1; /* decoder/alignment_layer: the last layer */
-    s->i16[2] = 1;  /* decoder/alignment_heads */
-    s->i8[0] = (int8_t)(p->pre_norm != 0);
-    s->i8[1] = (int8_t)p->activation;
-    s->i8[2] = (int8_t)(p->scale_embeddings != 0);
-    spec_add(s, "encoder/num_heads", DT_I16, &s->i16[0]);
-    spec_add(s, "decoder/num_heads", DT_I16, &s->i16[0]);
-    spec_add(s, "decoder/alignment_layer", DT_I16, &s->i16[1]);
-    spec_add(s, "decoder/alignment_heads", DT_I16, &s->i16[2]);
-    spec_add(s, "encoder/pre_norm", DT_I8, &s->i8[0]);
-    spec_add(s, "decoder/pre_norm", DT_I8, &s->i8[0]);
-    spec_add(s, "encoder/activation", DT_I8, &s->i8[1]);
-    spec_add(s, "decoder/activation", DT_I8, &s->i8[1]);
-    spec_add(s, "encoder/scale_embeddings", DT_I8, &s->i8[2]);
-    spec_add(s, "decoder/scale_embeddings", DT_I8, &s->i8[2]);
-}
-
 static tern_status_t write_model_files(const char *dir, const ckpt_contents_t *c) {
     tern_status_t st;
-    int n = c->n_params + (c->spec ? 12 : 0);
+    int n = c->n_params + c->n_scalars;
     tensor_t *t = malloc(sizeof *t * (size_t)(n > 0 ? n : 1));
     if (!t) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", dir);
-    spec_tensors_t sp;
-    int k = c->n_params;
-    if (k > 0) memcpy(t, c->params, sizeof *t * (size_t)k);
-    if (c->spec) {
-        spec_tensors(&sp, c->spec);
-        memcpy(t + k, sp.t, sizeof *t * (size_t)sp.n);
-        k += sp.n;
-    }
-    const char *mk[] = {"ct2_spec"}, *mv[] = {"TransformerSpec"};
-    st = model_dir_write_weights(dir, t, k, c->alias_names, c->alias_targets, c->n_aliases, mk, mv, 1);
+    if (c->n_params > 0) memcpy(t, c->params, sizeof *t * (size_t)c->n_params);
+    if (c->n_scalars > 0) memcpy(t + c->n_params, c->scalars, sizeof *t * (size_t)c->n_scalars);
+    const char *mk[] = {"ct2_spec"}, *mv[] = {c->spec_name};
+    st = model_dir_write_weights(dir, t, n, c->alias_names, c->alias_targets, c->n_aliases, mk, mv,
+                                 c->spec_name ? 1 : 0);
     free(t);
     if (st) return st;
     const data_vocab_t *v = c->vocab;

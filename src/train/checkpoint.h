@@ -7,8 +7,9 @@
  * A save directory holds
  *   checkpoint-00001200/            one per save, named by the update count (8 digits or more)
  *       config.json                 special tokens, add_source_bos/eos, pad_token, epsilon, "format": "tern"
- *       model.safetensors           the parameters under CTranslate2 TransformerSpec names, the spec
- *                                   scalars (num_heads, pre_norm, activation, ...), aliases as metadata
+ *       model.safetensors           the parameters under the family's names (the Transformer:
+ *                                   CTranslate2 TransformerSpec names), its config scalars
+ *                                   (num_heads, pre_norm, activation, ...), aliases as metadata
  *       shared_vocabulary.json      (or source_vocabulary.json + target_vocabulary.json)
  *       sentencepiece.model         (or source.spm + target.spm; none for pre-tokenized data)
  *       trainer_state.safetensors   optimizer tensors ("<group prefix><name>"), metadata: "update",
@@ -51,16 +52,6 @@ typedef struct {
     double f;    /* CKPT_FLOAT */
 } ckpt_value_t;
 
-/* The Transformer's scalars as CTranslate2 stores them (rank-0 tensors of model.safetensors:
- * encoder/ and decoder/num_heads, pre_norm, activation, scale_embeddings,
- * decoder/alignment_layer -1, decoder/alignment_heads 1). */
-typedef struct {
-    int num_heads;
-    int pre_norm;          /* 1 pre-norm, 0 post-norm */
-    int activation;        /* activation_t (CTranslate2's numbering) */
-    int scale_embeddings;  /* 1: embeddings multiplied by sqrt(d) */
-} ckpt_spec_t;
-
 typedef struct {
     /* the model directory */
     const tensor_t *params;            /* parameters under TransformerSpec names (float32 from training) */
@@ -68,7 +59,9 @@ typedef struct {
     const char *const *alias_names;    /* tied tensors: alias_names[i] is alias_targets[i] */
     const char *const *alias_targets;
     int n_aliases;
-    const ckpt_spec_t *spec;           /* NULL: params already hold the spec scalars */
+    const tensor_t *scalars;           /* the family's config keys as rank-0 tensors (written after params; */
+    int n_scalars;                     /*   the training table's scalars op), or none */
+    const char *spec_name;             /* model.safetensors' "ct2_spec" metadata ("TransformerSpec"), or NULL */
     const data_vocab_t *vocab;         /* vocabularies, SentencePiece models, special tokens */
     float layer_norm_epsilon;          /* config.json's layer_norm_epsilon (<= 0: null, the default) */
     /* the trainer state */

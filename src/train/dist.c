@@ -159,7 +159,7 @@ typedef struct {
 } bucket_t;
 
 struct dist_grads {
-    tmodel_t *m;
+    train_model_t *m;
     int overlap;
     int n_pieces, n_buckets, last_stage;
     piece_t *pieces;     /* (n_pieces) in stage order */
@@ -181,7 +181,7 @@ static int cmp_piece(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-tern_status_t dist_grads_new(dist_grads_t **out, tmodel_t *m, tmodel_ws_t *ws, double bucket_mb, int overlap) {
+tern_status_t dist_grads_new(dist_grads_t **out, train_model_t *m, void *ws, double bucket_mb, int overlap) {
     *out = NULL;
     if (!(bucket_mb > 0)) return tern_error(TERN_ERR_INVALID_ARG, "bucket size must be > 0 MB (got %g)", bucket_mb);
     dist_grads_t *d = calloc(1, sizeof *d);
@@ -189,7 +189,7 @@ tern_status_t dist_grads_new(dist_grads_t **out, tmodel_t *m, tmodel_ws_t *ws, d
     d->m = m;
     d->overlap = overlap;
     d->n_pieces = m->n_tensors;
-    d->last_stage = tmodel_backward_stages(m) - 1;
+    d->last_stage = m->family->backward_stages(m) - 1;
     d->pieces = calloc((size_t)m->n_tensors, sizeof *d->pieces);
     d->buckets = calloc((size_t)m->n_tensors, sizeof *d->buckets);
     d->buf = malloc(sizeof *d->buf * (m->n_params > 0 ? m->n_params : 1));
@@ -200,7 +200,7 @@ tern_status_t dist_grads_new(dist_grads_t **out, tmodel_t *m, tmodel_ws_t *ws, d
 #endif
     if (!d->pieces || !d->buckets || !d->buf) goto nomem;
     for (int i = 0; i < m->n_tensors; i++)
-        d->pieces[i] = (piece_t){m->tensors[i].offset, m->tensors[i].numel, tmodel_tensor_stage(m, i)};
+        d->pieces[i] = (piece_t){m->tensors[i].offset, m->tensors[i].numel, m->family->tensor_stage(m, i)};
     qsort(d->pieces, (size_t)d->n_pieces, sizeof *d->pieces, cmp_piece);
     /* greedy: close a bucket once it holds bucket_mb */
     size_t cap = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
@@ -221,7 +221,7 @@ tern_status_t dist_grads_new(dist_grads_t **out, tmodel_t *m, tmodel_ws_t *ws, d
     d->stats.buckets = nb;
     d->stats.bucket_mb = bucket_mb;
     for (int i = 0; i < nb; i++) d->stats.buckets_last_stage += d->buckets[i].stage >= d->last_stage;
-    tmodel_ws_set_backward_hook(ws, dist_grads_stage, d);
+    m->family->set_backward_hook(ws, dist_grads_stage, d);
     *out = d;
     return TERN_OK;
 nomem:

@@ -11,9 +11,9 @@
  *
  * The all-reduce runs in BUCKETS of about bucket_mb megabytes: the model's tensors (per-layer
  * slices of the stacked fields) are ordered by the backward stage after which their gradient is
- * final (tmodel_tensor_stage: output projection first, embeddings last; a shared/tied embedding
+ * final (the training table's tensor_stage (family.h); the Transformer: output projection first, embeddings last; a shared/tied embedding
  * only at the very end) and grouped greedily into buckets. During the backward pass of the last
- * micro-batch of an update, tmodel_backward calls dist_grads_stage after each layer: every bucket
+ * micro-batch of an update, the family's backward calls dist_grads_stage after each layer: every bucket
  * whose tensors are all final is copied into its slice of a bucket buffer and its non-blocking
  * MPI_Iallreduce starts; outstanding requests are progressed with MPI_Testsome. dist_grads_finish
  * starts the buckets of the last stage, waits for all (MPI_Waitall, politely: spinning at most
@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-#include "model.h"
+#include "family.h"
 
 /* 1 when this build has MPI. */
 int dist_compiled(void);
@@ -76,12 +76,12 @@ typedef struct dist_grads dist_grads_t;
 
 /* Buckets for m's gradient buffer (bucket_mb > 0; overlap 0: start every bucket after the
  * backward). Registers itself as the backward hook of ws (unarmed). */
-tern_status_t dist_grads_new(dist_grads_t **dg, tmodel_t *m, tmodel_ws_t *ws, double bucket_mb, int overlap);
+tern_status_t dist_grads_new(dist_grads_t **dg, train_model_t *m, void *ws, double bucket_mb, int overlap);
 void dist_grads_free(dist_grads_t *dg);
 /* Call before the backward pass of this rank's last micro-batch of the update: from then on
  * stages start buckets. (A rank without a batch in the update calls finish only.) */
 void dist_grads_arm(dist_grads_t *dg);
-/* The backward hook (tmodel_backward_hook_t): stage s of tmodel_backward is done. */
+/* The backward hook (train_backward_hook_t): stage s of the backward pass is done. */
 void dist_grads_stage(void *dg, int stage);
 /* Starts the remaining buckets, waits for all, writes the sums into m->grads; disarms. */
 void dist_grads_finish(dist_grads_t *dg);

@@ -5,6 +5,7 @@
  * F feed-forward width, V vocabulary, M rows, K/N input/output features, n elements.
  */
 #include "layers.h"
+#include "../model/transformer_desc.h"
 
 #include <math.h>
 #include <omp.h>
@@ -117,13 +118,7 @@ void nn_embedding_forward(float *out, const int *tokens, const float *wte, const
             memset(o, 0, (size_t)C * sizeof(float));
             continue;
         }
-        const float *e = wte + (size_t)tok * C;
-        if (pos) {
-            const float *p = pos + (size_t)t * C;
-            for (int c = 0; c < C; c++) o[c] = scale * e[c] + p[c];
-        } else {
-            for (int c = 0; c < C; c++) o[c] = scale * e[c];
-        }
+        transformer_embed_row(o, wte + (size_t)tok * C, scale, pos ? pos + (size_t)t * C : NULL, C);
     }
 }
 

@@ -14,6 +14,9 @@
  */
 #include "model.h"
 #include "lowp.h"
+#include "../model/transformer_desc.h"
+
+#include <stddef.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -79,136 +82,74 @@ static tern_status_t check_config(const tmodel_config_t *c) {
 
 /* ------------------------------------------------------------------ layout */
 
-/* Points every field of p into base (NULL: only counts) and returns the number of floats. */
-static size_t assign(const tmodel_config_t *c, float *base, tparams_t *p) {
+/* The description's dims of a configuration. */
+static transformer_dims_t dims_of(const tmodel_config_t *c) {
+    transformer_dims_t d = {c->src_vocab, c->tgt_vocab, c->d, c->ff, c->enc_layers, c->dec_layers, c->max_pos,
+                            c->pre_norm, c->learned_pos, c->share_emb, c->tie_proj, c->proj_bias};
+    return d;
+}
+
+/* The field of tparams_t holding (module, part) (layer 0 of a stacked field), or -1. */
+static long field_of(tmodule_t mod, tpart_t part) {
+#define F2(m, a, b) case m: return (long)(part == TP_WEIGHT || part == TP_GAMMA ? offsetof(tparams_t, a) \
+                                                                                : offsetof(tparams_t, b))
+    switch (mod) {
+    case TM_ENC_EMB: return (long)offsetof(tparams_t, enc_emb);
+    case TM_DEC_EMB: return (long)offsetof(tparams_t, dec_emb);
+    case TM_ENC_POS: return (long)offsetof(tparams_t, enc_pos);
+    case TM_DEC_POS: return (long)offsetof(tparams_t, dec_pos);
+    F2(TM_ENC_SELF_LN, e_ln1_g, e_ln1_b);
+    F2(TM_ENC_SELF_QKV, e_qkv_w, e_qkv_b);
+    F2(TM_ENC_SELF_OUT, e_o_w, e_o_b);
+    F2(TM_ENC_FFN_LN, e_ln2_g, e_ln2_b);
+    F2(TM_ENC_FFN1, e_fc1_w, e_fc1_b);
+    F2(TM_ENC_FFN2, e_fc2_w, e_fc2_b);
+    F2(TM_ENC_FINAL_LN, e_lnf_g, e_lnf_b);
+    F2(TM_DEC_SELF_LN, d_ln1_g, d_ln1_b);
+    F2(TM_DEC_SELF_QKV, d_qkv_w, d_qkv_b);
+    F2(TM_DEC_SELF_OUT, d_so_w, d_so_b);
+    F2(TM_DEC_CROSS_LN, d_ln2_g, d_ln2_b);
+    F2(TM_DEC_CROSS_Q, d_cq_w, d_cq_b);
+    F2(TM_DEC_CROSS_KV, d_ckv_w, d_ckv_b);
+    F2(TM_DEC_CROSS_OUT, d_co_w, d_co_b);
+    F2(TM_DEC_FFN_LN, d_ln3_g, d_ln3_b);
+    F2(TM_DEC_FFN1, d_fc1_w, d_fc1_b);
+    F2(TM_DEC_FFN2, d_fc2_w, d_fc2_b);
+    F2(TM_DEC_FINAL_LN, d_lnf_g, d_lnf_b);
+    F2(TM_PROJ, proj_w, proj_b);
+    default: return -1;
+    }
+#undef F2
+}
+
+/* Lays the description's tensors out in one buffer, in its order: points every field of p into
+ * base (NULL: only counts), fills tensors[0..n) when given, and returns the number of floats.
+ * Tied fields point at their target. */
+static size_t assign(const tmodel_config_t *c, float *base, tparams_t *p, const transformer_tensor_t *desc,
+                     int n_desc, tmodel_tensor_t *tensors) {
     size_t off = 0;
-    size_t C = (size_t)c->d, F = (size_t)c->ff, Le = (size_t)c->enc_layers, Ld = (size_t)c->dec_layers;
-    size_t P = (size_t)c->max_pos;
     memset(p, 0, sizeof *p);
-#define A(field, n) do { p->field = base ? base + off : NULL; off += (n); } while (0)
-    A(enc_emb, (size_t)c->src_vocab * C);
-    if (!c->share_emb) A(dec_emb, (size_t)c->tgt_vocab * C);
-    else p->dec_emb = p->enc_emb;
-    if (c->learned_pos) {
-        A(enc_pos, P * C);
-        A(dec_pos, P * C);
-    }
-    A(e_ln1_g, Le * C); A(e_ln1_b, Le * C);
-    A(e_qkv_w, Le * 3 * C * C); A(e_qkv_b, Le * 3 * C);
-    A(e_o_w, Le * C * C); A(e_o_b, Le * C);
-    A(e_ln2_g, Le * C); A(e_ln2_b, Le * C);
-    A(e_fc1_w, Le * F * C); A(e_fc1_b, Le * F);
-    A(e_fc2_w, Le * C * F); A(e_fc2_b, Le * C);
-    if (c->pre_norm) { A(e_lnf_g, C); A(e_lnf_b, C); }
-    A(d_ln1_g, Ld * C); A(d_ln1_b, Ld * C);
-    A(d_qkv_w, Ld * 3 * C * C); A(d_qkv_b, Ld * 3 * C);
-    A(d_so_w, Ld * C * C); A(d_so_b, Ld * C);
-    A(d_ln2_g, Ld * C); A(d_ln2_b, Ld * C);
-    A(d_cq_w, Ld * C * C); A(d_cq_b, Ld * C);
-    A(d_ckv_w, Ld * 2 * C * C); A(d_ckv_b, Ld * 2 * C);
-    A(d_co_w, Ld * C * C); A(d_co_b, Ld * C);
-    A(d_ln3_g, Ld * C); A(d_ln3_b, Ld * C);
-    A(d_fc1_w, Ld * F * C); A(d_fc1_b, Ld * F);
-    A(d_fc2_w, Ld * C * F); A(d_fc2_b, Ld * C);
-    if (c->pre_norm) { A(d_lnf_g, C); A(d_lnf_b, C); }
-    if (!c->tie_proj) A(proj_w, (size_t)c->tgt_vocab * C);
-    else p->proj_w = p->dec_emb;
-    if (c->proj_bias) A(proj_b, (size_t)c->tgt_vocab);
-#undef A
-    return off;
-}
-
-static void add_tensor(tmodel_t *m, int *n, const float *ptr, int rows, int cols, const char *fmt, int l) {
-    if (m->tensors) {
-        tmodel_tensor_t *t = &m->tensors[*n];
-        snprintf(t->name, sizeof t->name, fmt, l);
-        t->rank = cols > 0 ? 2 : 1;
-        t->shape[0] = rows;
-        t->shape[1] = cols > 0 ? cols : 0;
-        t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
-        t->offset = (size_t)(ptr - m->params);
-    }
-    (*n)++;
-}
-
-/* Lists the tensors in buffer order (counts them when m->tensors is NULL). */
-static int list_tensors(tmodel_t *m) {
-    const tmodel_config_t *c = &m->cfg;
-    const tparams_t *p = &m->p;
-    int C = c->d, F = c->ff, n = 0;
-    add_tensor(m, &n, p->enc_emb, c->src_vocab, C, "encoder/embeddings_0/weight", 0);
-    if (!c->share_emb) add_tensor(m, &n, p->dec_emb, c->tgt_vocab, C, "decoder/embeddings/weight", 0);
-    if (c->learned_pos) {
-        add_tensor(m, &n, p->enc_pos, c->max_pos, C, "encoder/position_encodings/encodings", 0);
-        add_tensor(m, &n, p->dec_pos, c->max_pos, C, "decoder/position_encodings/encodings", 0);
-    }
-    /* Stacked fields: one tensor per layer; listed field by field (buffer order). */
-#define PER(field, L, rows, cols, fmt)                                                             \
-    for (int l = 0; l < (L); l++)                                                                  \
-        add_tensor(m, &n, p->field + (size_t)l * (size_t)(rows) * (size_t)((cols) > 0 ? (cols) : 1), \
-                   rows, cols, fmt, l)
-    int Le = c->enc_layers, Ld = c->dec_layers;
-    PER(e_ln1_g, Le, C, 0, "encoder/layer_%d/self_attention/layer_norm/gamma");
-    PER(e_ln1_b, Le, C, 0, "encoder/layer_%d/self_attention/layer_norm/beta");
-    PER(e_qkv_w, Le, 3 * C, C, "encoder/layer_%d/self_attention/linear_0/weight");
-    PER(e_qkv_b, Le, 3 * C, 0, "encoder/layer_%d/self_attention/linear_0/bias");
-    PER(e_o_w, Le, C, C, "encoder/layer_%d/self_attention/linear_1/weight");
-    PER(e_o_b, Le, C, 0, "encoder/layer_%d/self_attention/linear_1/bias");
-    PER(e_ln2_g, Le, C, 0, "encoder/layer_%d/ffn/layer_norm/gamma");
-    PER(e_ln2_b, Le, C, 0, "encoder/layer_%d/ffn/layer_norm/beta");
-    PER(e_fc1_w, Le, F, C, "encoder/layer_%d/ffn/linear_0/weight");
-    PER(e_fc1_b, Le, F, 0, "encoder/layer_%d/ffn/linear_0/bias");
-    PER(e_fc2_w, Le, C, F, "encoder/layer_%d/ffn/linear_1/weight");
-    PER(e_fc2_b, Le, C, 0, "encoder/layer_%d/ffn/linear_1/bias");
-    if (c->pre_norm) {
-        add_tensor(m, &n, p->e_lnf_g, C, 0, "encoder/layer_norm/gamma", 0);
-        add_tensor(m, &n, p->e_lnf_b, C, 0, "encoder/layer_norm/beta", 0);
-    }
-    PER(d_ln1_g, Ld, C, 0, "decoder/layer_%d/self_attention/layer_norm/gamma");
-    PER(d_ln1_b, Ld, C, 0, "decoder/layer_%d/self_attention/layer_norm/beta");
-    PER(d_qkv_w, Ld, 3 * C, C, "decoder/layer_%d/self_attention/linear_0/weight");
-    PER(d_qkv_b, Ld, 3 * C, 0, "decoder/layer_%d/self_attention/linear_0/bias");
-    PER(d_so_w, Ld, C, C, "decoder/layer_%d/self_attention/linear_1/weight");
-    PER(d_so_b, Ld, C, 0, "decoder/layer_%d/self_attention/linear_1/bias");
-    PER(d_ln2_g, Ld, C, 0, "decoder/layer_%d/attention/layer_norm/gamma");
-    PER(d_ln2_b, Ld, C, 0, "decoder/layer_%d/attention/layer_norm/beta");
-    PER(d_cq_w, Ld, C, C, "decoder/layer_%d/attention/linear_0/weight");
-    PER(d_cq_b, Ld, C, 0, "decoder/layer_%d/attention/linear_0/bias");
-    PER(d_ckv_w, Ld, 2 * C, C, "decoder/layer_%d/attention/linear_1/weight");
-    PER(d_ckv_b, Ld, 2 * C, 0, "decoder/layer_%d/attention/linear_1/bias");
-    PER(d_co_w, Ld, C, C, "decoder/layer_%d/attention/linear_2/weight");
-    PER(d_co_b, Ld, C, 0, "decoder/layer_%d/attention/linear_2/bias");
-    PER(d_ln3_g, Ld, C, 0, "decoder/layer_%d/ffn/layer_norm/gamma");
-    PER(d_ln3_b, Ld, C, 0, "decoder/layer_%d/ffn/layer_norm/beta");
-    PER(d_fc1_w, Ld, F, C, "decoder/layer_%d/ffn/linear_0/weight");
-    PER(d_fc1_b, Ld, F, 0, "decoder/layer_%d/ffn/linear_0/bias");
-    PER(d_fc2_w, Ld, C, F, "decoder/layer_%d/ffn/linear_1/weight");
-    PER(d_fc2_b, Ld, C, 0, "decoder/layer_%d/ffn/linear_1/bias");
-#undef PER
-    if (c->pre_norm) {
-        add_tensor(m, &n, p->d_lnf_g, C, 0, "decoder/layer_norm/gamma", 0);
-        add_tensor(m, &n, p->d_lnf_b, C, 0, "decoder/layer_norm/beta", 0);
-    }
-    if (!c->tie_proj) add_tensor(m, &n, p->proj_w, c->tgt_vocab, C, "decoder/projection/weight", 0);
-    if (c->proj_bias) add_tensor(m, &n, p->proj_b, c->tgt_vocab, 0, "decoder/projection/bias", 0);
-    return n;
-}
-
-void tmodel_sinusoids(float *table, int P, int C) {
-    /* As src/model/transformer_load.c (CTranslate2): sines in the first half, cosines in the
-     * second, position p at (p + 1) · exp(-i · log(10000) / (C/2 - 1)). Same float operations. */
-    int half = C / 2;
-    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
-    for (int pos = 0; pos < P; pos++) {
-        float *row = table + (size_t)pos * C;
-        for (int i = 0; i < half; i++) {
-            float ts = expf(-inc * (float)i);
-            float v = (float)(pos + 1) * ts;
-            row[i] = sinf(v);
-            row[half + i] = cosf(v);
+    for (int i = 0; i < n_desc; i++) {
+        const transformer_tensor_t *d = &desc[i];
+        size_t numel = (size_t)d->shape[0] * (size_t)(d->rank == 2 ? d->shape[1] : 1);
+        if (d->layer <= 0) {
+            long f = field_of(d->module, d->part);
+            if (f >= 0) *(float **)((char *)p + f) = base ? base + off : NULL;
         }
-        if (C % 2) row[C - 1] = 0.0f;
+        if (tensors) {
+            tmodel_tensor_t *t = &tensors[i];
+            snprintf(t->name, sizeof t->name, "%s", d->name);
+            t->rank = d->rank;
+            t->shape[0] = d->shape[0];
+            t->shape[1] = d->shape[1];
+            t->numel = numel;
+            t->offset = off;
+        }
+        off += numel;
     }
+    if (c->share_emb) p->dec_emb = p->enc_emb;
+    if (c->tie_proj) p->proj_w = p->dec_emb;
+    return off;
 }
 
 tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
@@ -216,25 +157,30 @@ tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
     tern_status_t st = check_config(cfg);
     if (st) return st;
     m->cfg = *cfg;
+    transformer_dims_t dims = dims_of(cfg);
+    m->n_tensors = transformer_desc_tensors(&dims, NULL);
+    transformer_tensor_t *desc = calloc((size_t)m->n_tensors, sizeof *desc);
+    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
+    if (!desc || !m->tensors) {
+        free(desc);
+        tmodel_free(m);
+        return tern_error(TERN_ERR_NOMEM, "model: out of memory");
+    }
+    transformer_desc_tensors(&dims, desc);
     tparams_t tmp;
-    m->n_params = assign(cfg, NULL, &tmp);
+    m->n_params = assign(cfg, NULL, &tmp, desc, m->n_tensors, m->tensors);
     m->params = aligned_alloc64(m->n_params * sizeof(float));
     m->grads = aligned_alloc64(m->n_params * sizeof(float));
     if (!m->params || !m->grads) {
+        free(desc);
         tmodel_free(m);
         return tern_error(TERN_ERR_NOMEM, "model: out of memory for %zu parameters", m->n_params);
     }
     memset(m->params, 0, m->n_params * sizeof(float));
     memset(m->grads, 0, m->n_params * sizeof(float));
-    assign(cfg, m->params, &m->p);
-    assign(cfg, m->grads, &m->g);
-    m->n_tensors = list_tensors(m);
-    m->tensors = calloc((size_t)m->n_tensors, sizeof *m->tensors);
-    if (!m->tensors) {
-        tmodel_free(m);
-        return tern_error(TERN_ERR_NOMEM, "model: out of memory");
-    }
-    list_tensors(m);
+    assign(cfg, m->params, &m->p, desc, m->n_tensors, NULL);
+    assign(cfg, m->grads, &m->g, desc, m->n_tensors, NULL);
+    free(desc);
     if (cfg->precision == TPREC_BF16) {
         if ((st = bf16_check_cpu())) {
             tmodel_free(m);
@@ -259,18 +205,10 @@ tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
             tmodel_free(m);
             return tern_error(TERN_ERR_NOMEM, "model: out of memory");
         }
-        tmodel_sinusoids(m->sinusoids, cfg->max_pos, cfg->d);
+        transformer_sinusoids(m->sinusoids, cfg->max_pos, cfg->d);
         m->enc_pos_table = m->dec_pos_table = m->sinusoids;
     }
-    const char *dec_emb_name = cfg->share_emb ? "encoder/embeddings_0/weight" : "decoder/embeddings/weight";
-    if (cfg->share_emb) {
-        m->alias_name[m->n_aliases] = "decoder/embeddings/weight";
-        m->alias_target[m->n_aliases++] = "encoder/embeddings_0/weight";
-    }
-    if (cfg->tie_proj) {
-        m->alias_name[m->n_aliases] = "decoder/projection/weight";
-        m->alias_target[m->n_aliases++] = dec_emb_name;
-    }
+    m->n_aliases = transformer_desc_aliases(&dims, m->alias_name, m->alias_target);
     return TERN_OK;
 }
 
@@ -837,22 +775,13 @@ int tmodel_tensor_stage(const tmodel_t *m, int i) {
 
 #define HOOK(stage) do { if (ws->hook) ws->hook(ws->hook_user, (stage)); } while (0)
 
-tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
-    if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
+/* Stage 0: the loss, the output projection and the final decoder layer norm; leaves the gradient
+ * of the decoder's residual stream in ws->g_res_d. */
+static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, float grad_scale) {
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
     tparams_t *g = &m->g;
-    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
-    size_t C1 = (size_t)C;
-    float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
-    float hdrop = ws->train ? c->act_dropout : 0.0f;
-    float escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
-    int Le = c->enc_layers, Ld = c->dec_layers;
-    const float *enc_last = c->pre_norm ? ws->e_sum2 + (Le - 1) * ws->s_msc : ws->e_ln2 + (Le - 1) * ws->s_msc;
-    const float *enc_out = c->pre_norm ? ws->e_lnf : enc_last;
-    const float *dec_last = c->pre_norm ? ws->d_sum3 + (Ld - 1) * ws->s_mtc : ws->d_ln3 + (Ld - 1) * ws->s_mtc;
-
-    /* loss and output projection */
+    int C = c->d, Mt = ws->B * ws->T, Vt = c->tgt_vocab;
     float *dlogits = ws->probs;
     nn_crossentropy_backward(dlogits, ws->probs, ws->tgt_out, Mt, Vt, c->label_smoothing, c->pad_id, grad_scale);
     float *gd = ws->g_res_d;
@@ -865,70 +794,145 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     } else {
         lin_bwd(m, ws, gd, g->proj_w, g->proj_b, dlogits, dec_last, p->proj_w, Mt, C, Vt);
     }
-    HOOK(0);
+}
 
-    /* decoder layers, top down */
+/* Self-attention backward (encoder or decoder layer l): dsub the gradient of the sublayer's
+ * output projection; accumulates the gradient of its input into din. */
+static void self_attention_backward(tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
+                                    const float *qkv, const float *att, const float *ctx, const float *w_qkv,
+                                    const float *w_o, float *dw_qkv, float *db_qkv, float *dw_o, float *db_o, int M,
+                                    int Tq, int causal_decoder, int l) {
+    int C = m->cfg.d, H = m->cfg.heads;
+    float adrop = ws->train ? m->cfg.attn_dropout : 0.0f;
+    memset(ws->g_ctx, 0, (size_t)M * C * sizeof(float));
+    lin_bwd(m, ws, ws->g_ctx, dw_o, db_o, dsub, ctx, w_o, M, C, C);
+    float *dqkv = ws->g_big1;
+    memset(dqkv, 0, (size_t)M * 3 * C * sizeof(float));
+    nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
+                          3 * C, att, ws->B, Tq, Tq, C, H, adrop, site_key(ws, causal_decoder, l, SITE_ATT));
+    lin_bwd(m, ws, din, dw_qkv, db_qkv, dqkv, in, w_qkv, M, C, 3 * C);
+}
+
+/* Decoder layer l backward: ws->g_res_d holds the gradient of its output and gets that of its
+ * input; the cross-attention adds the gradient of the encoder output into ws->g_enc. */
+static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const float *enc_out) {
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    tparams_t *g = &m->g;
+    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T;
+    size_t C1 = (size_t)C;
+    float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
+    float hdrop = ws->train ? c->act_dropout : 0.0f;
+    float *gd = ws->g_res_d;
+    sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
+    const float *x_in0 = ws->d_x0;
+    if (l > 0) {
+        sub_t prev = dec_sub(m, ws, l - 1, 2);
+        x_in0 = sub_out(m, &prev);
+    }
+    const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
+
+    /* feed-forward */
+    const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
+    float *din = sub_in_grad(m, ws, gd, Mt);
+    ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
+                 p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
+                 g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
+                 site_key(ws, 1, l, SITE_ACT));
+    sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
+
+    /* cross-attention */
+    float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
+    dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
+    din = sub_in_grad(m, ws, gd, Mt);
+    memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
+    lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+            p->d_co_w + l * C1 * C1, Mt, C, C);
+    float *dq = ws->g_big1;
+    memset(dq, 0, (size_t)Mt * C * sizeof(float));
+    memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
+    nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
+                          C, H, adrop, site_key(ws, 1, l, SITE_CATT));
+    lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
+            p->d_cq_w + l * C1 * C1, Mt, C, C);
+    lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
+            p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
+    sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
+
+    /* causal self-attention */
+    dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
+    din = sub_in_grad(m, ws, gd, Mt);
+    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
+                            ws->d_att + l * ws->s_datt, ws->d_ctx + l * ws->s_mtc, p->d_qkv_w + l * 3 * C1 * C1,
+                            p->d_so_w + l * C1 * C1, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1,
+                            g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, T, 1, l);
+    sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+}
+
+/* Encoder layer l backward: ge holds the gradient of its output and gets that of its input. */
+static void encoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, float *ge) {
+    const tmodel_config_t *c = &m->cfg;
+    const tparams_t *p = &m->p;
+    tparams_t *g = &m->g;
+    int S = ws->S, C = c->d, F = c->ff, Ms = ws->B * S;
+    size_t C1 = (size_t)C;
+    float drop = ws->train ? c->dropout : 0.0f, hdrop = ws->train ? c->act_dropout : 0.0f;
+    sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
+    const float *x_in0 = ws->e_x0;
+    if (l > 0) {
+        sub_t prev = enc_sub(m, ws, l - 1, 1);
+        x_in0 = sub_out(m, &prev);
+    }
+    const float *x_in1 = sub_out(m, &s0);
+    /* feed-forward */
+    const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+    float *din = sub_in_grad(m, ws, ge, Ms);
+    ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
+                 p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
+                 g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
+                 site_key(ws, 0, l, SITE_ACT));
+    sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
+    /* self-attention */
+    dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
+    din = sub_in_grad(m, ws, ge, Ms);
+    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
+                            ws->e_att + l * ws->s_eatt, ws->e_ctx + l * ws->s_msc, p->e_qkv_w + l * 3 * C1 * C1,
+                            p->e_o_w + l * C1 * C1, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1,
+                            g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, S, 0, l);
+    sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+}
+
+/* Embedding (and learned position) backward of one side from the gradient of its dropout output. */
+static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const float *dx) {
+    const tmodel_config_t *c = &m->cfg;
+    int C = c->d, L = decoder ? ws->T : ws->S, M = ws->B * L;
+    float drop = ws->train ? c->dropout : 0.0f, escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
+    if (drop > 0.0f) {
+        memset(ws->g_a, 0, (size_t)M * C * sizeof(float));
+        nn_dropout_backward(ws->g_a, dx, (size_t)M * C, drop, site_key(ws, decoder, -1, SITE_EMB));
+        dx = ws->g_a;
+    }
+    float *dpos = !c->learned_pos ? NULL : decoder ? m->g.dec_pos : m->g.enc_pos;
+    nn_embedding_backward(decoder ? m->g.dec_emb : m->g.enc_emb, dpos, dx, decoder ? ws->tgt_in : ws->src, ws->B, L,
+                          C, escale, c->pad_id);
+}
+
+tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
+    if (!ws->ready) return tern_error(TERN_ERR_INVALID_ARG, "training: backward pass without a forward pass");
+    const tmodel_config_t *c = &m->cfg;
+    int C = c->d, Ms = ws->B * ws->S, Le = c->enc_layers, Ld = c->dec_layers;
+    const float *enc_last = c->pre_norm ? ws->e_sum2 + (Le - 1) * ws->s_msc : ws->e_ln2 + (Le - 1) * ws->s_msc;
+    const float *enc_out = c->pre_norm ? ws->e_lnf : enc_last;
+    const float *dec_last = c->pre_norm ? ws->d_sum3 + (Ld - 1) * ws->s_mtc : ws->d_ln3 + (Ld - 1) * ws->s_mtc;
+
+    head_backward(m, ws, dec_last, grad_scale);
+    HOOK(0);
     memset(ws->g_enc, 0, (size_t)Ms * C * sizeof(float));
     for (int l = Ld - 1; l >= 0; l--) {
-        sub_t s0 = dec_sub(m, ws, l, 0), s1 = dec_sub(m, ws, l, 1), s2 = dec_sub(m, ws, l, 2);
-        const float *x_in0 = ws->d_x0;
-        if (l > 0) {
-            sub_t prev = dec_sub(m, ws, l - 1, 2);
-            x_in0 = sub_out(m, &prev);
-        }
-        const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
-
-        /* feed-forward */
-        const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
-        float *din = sub_in_grad(m, ws, gd, Mt);
-        ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
-                     p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
-                     g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
-                     site_key(ws, 1, l, SITE_ACT));
-        sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
-
-        /* cross-attention */
-        float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
-        dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
-        din = sub_in_grad(m, ws, gd, Mt);
-        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
-                           p->d_co_w + l * C1 * C1, Mt, C, C);
-        float *dq = ws->g_big1;
-        memset(dq, 0, (size_t)Mt * C * sizeof(float));
-        memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
-        nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
-                              C, H, adrop, site_key(ws, 1, l, SITE_CATT));
-        lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
-                           p->d_cq_w + l * C1 * C1, Mt, C, C);
-        lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
-                           p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
-        sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
-
-        /* causal self-attention */
-        float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt;
-        dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
-        din = sub_in_grad(m, ws, gd, Mt);
-        memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, dsub, ws->d_ctx + l * ws->s_mtc,
-                           p->d_so_w + l * C1 * C1, Mt, C, C);
-        float *dqkv = ws->g_big1;
-        memset(dqkv, 0, (size_t)Mt * 3 * C * sizeof(float));
-        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
-                              3 * C, att, B, T, T, C, H, adrop, site_key(ws, 1, l, SITE_ATT));
-        lin_bwd(m, ws, din, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
-                           p->d_qkv_w + l * 3 * C1 * C1, Mt, C, 3 * C);
-        sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
+        decoder_layer_backward(m, ws, l, enc_out);
         HOOK(1 + (Ld - 1 - l));
     }
-    /* decoder embeddings */
-    const float *demb = gd;
-    if (drop > 0.0f) {
-        memset(ws->g_a, 0, (size_t)Mt * C * sizeof(float));
-        nn_dropout_backward(ws->g_a, gd, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
-        demb = ws->g_a;
-    }
-    nn_embedding_backward(g->dec_emb, c->learned_pos ? g->dec_pos : NULL, demb, ws->tgt_in, B, T, C, escale, c->pad_id);
+    embedding_backward(m, ws, 1, ws->g_res_d);
     HOOK(Ld + 1);
 
     /* encoder output */
@@ -936,50 +940,15 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {
     if (c->pre_norm) {
         ge = ws->g_res_e;
         memset(ge, 0, (size_t)Ms * C * sizeof(float));
-        nn_layernorm_backward(ge, g->e_lnf_g, g->e_lnf_b, ws->g_enc, enc_last, p->e_lnf_g, ws->e_lnf_mean,
+        nn_layernorm_backward(ge, m->g.e_lnf_g, m->g.e_lnf_b, ws->g_enc, enc_last, m->p.e_lnf_g, ws->e_lnf_mean,
                               ws->e_lnf_rstd, Ms, C);
     }
     HOOK(Ld + 2);
-    /* encoder layers, top down */
     for (int l = Le - 1; l >= 0; l--) {
-        sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
-        const float *x_in0 = ws->e_x0;
-        if (l > 0) {
-            sub_t prev = enc_sub(m, ws, l - 1, 1);
-            x_in0 = sub_out(m, &prev);
-        }
-        const float *x_in1 = sub_out(m, &s0);
-        /* feed-forward */
-        const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
-        float *din = sub_in_grad(m, ws, ge, Ms);
-        ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
-                     p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
-                     g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
-                     site_key(ws, 0, l, SITE_ACT));
-        sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
-        /* self-attention */
-        float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt;
-        dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
-        din = sub_in_grad(m, ws, ge, Ms);
-        memset(ws->g_ctx, 0, (size_t)Ms * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_ctx, g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, dsub, ws->e_ctx + l * ws->s_msc,
-                           p->e_o_w + l * C1 * C1, Ms, C, C);
-        float *dqkv = ws->g_big1;
-        memset(dqkv, 0, (size_t)Ms * 3 * C * sizeof(float));
-        nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
-                              3 * C, att, B, S, S, C, H, adrop, site_key(ws, 0, l, SITE_ATT));
-        lin_bwd(m, ws, din, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1, dqkv, sub_input(m, &s0, x_in0),
-                           p->e_qkv_w + l * 3 * C1 * C1, Ms, C, 3 * C);
-        sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
+        encoder_layer_backward(m, ws, l, ge);
         HOOK(Ld + 3 + (Le - 1 - l));
     }
-    const float *eemb = ge;
-    if (drop > 0.0f) {
-        memset(ws->g_a, 0, (size_t)Ms * C * sizeof(float));
-        nn_dropout_backward(ws->g_a, ge, (size_t)Ms * C, drop, site_key(ws, 0, -1, SITE_EMB));
-        eemb = ws->g_a;
-    }
-    nn_embedding_backward(g->enc_emb, c->learned_pos ? g->enc_pos : NULL, eemb, ws->src, B, S, C, escale, c->pad_id);
+    embedding_backward(m, ws, 0, ge);
     ws->ready = 0; /* the probabilities now hold their gradient */
     if (ws->lowp) return lowp_take_error(ws->lowp);
     return TERN_OK;

@@ -23,6 +23,7 @@
 
 #include "../base/base.h"
 #include "../model/weights.h"
+#include "family.h"
 #include "layers.h"
 
 /* bfloat16 compute in training (tmodel_config_t.precision, `tern train --precision`). */
@@ -100,14 +101,8 @@ typedef struct {
     float *proj_b;    /* (Vt) decoder/projection/bias, or NULL */
 } tparams_t;
 
-/* One named tensor of the layout. */
-typedef struct {
-    char name[96];     /* CTranslate2 TransformerSpec name */
-    int rank;          /* 1 or 2 */
-    int shape[2];
-    size_t numel;
-    size_t offset;     /* floats from the start of the buffer (params, grads and moments alike) */
-} tmodel_tensor_t;
+/* One named tensor of the layout (names: CTranslate2 TransformerSpec, transformer_desc.h). */
+typedef train_tensor_t tmodel_tensor_t;
 
 typedef struct {
     tmodel_config_t cfg;
@@ -164,11 +159,9 @@ size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
  * target are 0); valid until tmodel_backward, which overwrites them with their gradient. */
 const float *tmodel_ws_probs(const tmodel_ws_t *ws);
 
-typedef struct {
-    double loss;   /* sum over target tokens of the label-smoothed loss */
-    double nll;    /* sum over target tokens of -log p(y) */
-    int ntokens;   /* non-padding target tokens */
-} tmodel_loss_t;
+/* loss: sum over target tokens of the label-smoothed loss; nll: of -log p(y); ntokens: non-padding
+ * target tokens. */
+typedef train_loss_t tmodel_loss_t;
 
 /* Forward pass with teacher forcing. src (B, S), tgt_in (B, T) decoder inputs (starting with the
  * decoder start token), tgt_out (B, T) targets; right-padded with pad_id (src: each sentence at
@@ -188,12 +181,9 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale);
  * When a hook is set, it is called with s after stage s, for every stage but the last (the
  * caller knows when tmodel_backward returned). A tensor's gradient is final after the stage of
  * tmodel_tensor_stage (a shared or tied embedding: the last stage). */
-typedef void (*tmodel_backward_hook_t)(void *user, int stage);
+typedef train_backward_hook_t tmodel_backward_hook_t;
 void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, void *user);
 int tmodel_backward_stages(const tmodel_t *m);
 int tmodel_tensor_stage(const tmodel_t *m, int i); /* of m->tensors[i] */
-
-/* The sinusoidal table CTranslate2 (and the inference) uses: row p = sin/cos((p + 1) · ts_i). */
-void tmodel_sinusoids(float *table, int P, int C);
 
 #endif

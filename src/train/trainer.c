@@ -43,7 +43,7 @@
 trainer_options_t trainer_default_options(void) {
     trainer_options_t o;
     memset(&o, 0, sizeof o);
-    o.model = tmodel_default_config();
+    train_family_transformer.default_config(&o.model);
     o.seed = 1;
     o.data = data_default_options();
     o.max_tokens = 4096;
@@ -59,7 +59,6 @@ trainer_options_t trainer_default_options(void) {
     o.bleu_beam = 5;
     o.log_interval = 100;
     o.progress = -1;
-    o.plot = 1;
     o.bucket_mb = 2.0;
     o.comm_overlap = 1;
     return o;
@@ -79,9 +78,10 @@ typedef struct {
     int vocab_ok;
     data_corpus_t *train_c, *valid_c;
     data_iter_t *train_it, *valid_it;
-    tmodel_t m;
+    const train_family_t *fam; /* the model's training table */
+    train_model_t m;
     int m_ok;
-    tmodel_ws_t *ws;
+    void *ws;                /* the family's workspace */
     adam_t adam;
     int adam_ok;
     slot_t *slots;
@@ -303,19 +303,6 @@ static tern_status_t load_vocab(trainer_t *t) {
 
 /* ------------------------------------------------------------ checkpoints */
 
-enum { N_MODEL_VALUES = 15 };
-
-static void model_values(const tmodel_config_t *c, ckpt_value_t *v) {
-    const char *names[N_MODEL_VALUES] = {"model:src_vocab", "model:tgt_vocab", "model:d", "model:heads", "model:ff",
-                                         "model:enc_layers", "model:dec_layers", "model:max_pos", "model:pre_norm",
-                                         "model:act", "model:learned_pos", "model:scale_emb", "model:share_emb",
-                                         "model:tie_proj", "model:proj_bias"};
-    int vals[N_MODEL_VALUES] = {c->src_vocab, c->tgt_vocab, c->d, c->heads, c->ff, c->enc_layers, c->dec_layers,
-                                c->max_pos, c->pre_norm, (int)c->act, c->learned_pos, c->scale_emb, c->share_emb,
-                                c->tie_proj, c->proj_bias};
-    for (int i = 0; i < N_MODEL_VALUES; i++) v[i] = (ckpt_value_t){.name = names[i], .type = CKPT_INT, .i = vals[i]};
-}
-
 static tern_status_t save_checkpoint(trainer_t *t) {
     const trainer_options_t *o = t->o;
     if (t->rank != 0) { /* data-parallel: rank 0 writes (no collective here: ranks may differ in dirty) */
@@ -323,11 +310,9 @@ static tern_status_t save_checkpoint(trainer_t *t) {
         t->dirty = 0;
         return TERN_OK;
     }
-    enum { NV = N_MODEL_VALUES + 20 };
+    enum { NV = TRAIN_MAX_CONFIG_VALUES + 20 };
     ckpt_value_t v[NV];
-    int n = 0;
-    model_values(&t->m.cfg, v);
-    n = N_MODEL_VALUES;
+    int n = t->fam->config_values(&t->m, v);
 #define VI(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_INT, .i = (int64_t)(x)})
 #define VU(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_UINT, .u = (uint64_t)(x)})
 #define VF(nm, x) (v[n++] = (ckpt_value_t){.name = (nm), .type = CKPT_FLOAT, .f = (double)(x)})
@@ -355,17 +340,17 @@ static tern_status_t save_checkpoint(trainer_t *t) {
 #undef VU
 #undef VF
     ckpt_group_t g[2] = {{"adam_m/", t->mv, t->m.n_tensors}, {"adam_v/", t->vv, t->m.n_tensors}};
-    ckpt_spec_t spec = {t->m.cfg.heads, t->m.cfg.pre_norm, (int)t->m.cfg.act, t->m.cfg.scale_emb};
     data_iter_state_t ds = data_iter_state(t->train_it);
     ckpt_contents_t c = {0};
     c.params = t->pv;
     c.n_params = t->m.n_tensors;
-    c.alias_names = t->m.alias_name;
-    c.alias_targets = t->m.alias_target;
+    c.alias_names = t->m.alias_names;
+    c.alias_targets = t->m.alias_targets;
     c.n_aliases = t->m.n_aliases;
-    c.spec = &spec;
+    c.n_scalars = t->fam->scalars(&t->m, &c.scalars);
+    c.spec_name = t->fam->spec_name;
     c.vocab = &t->vocab;
-    c.layer_norm_epsilon = t->m.cfg.eps;
+    c.layer_norm_epsilon = t->m.layer_norm_epsilon;
     c.groups = g;
     c.n_groups = 2;
     c.values = v;
@@ -389,9 +374,9 @@ static tern_status_t resume(trainer_t *t, const char *dir) {
     ckpt_t *ck;
     tern_status_t st = ckpt_open(&ck, dir);
     if (st) return st;
-    ckpt_value_t mv[N_MODEL_VALUES], x;
-    model_values(&t->m.cfg, mv);
-    for (int i = 0; i < N_MODEL_VALUES; i++) {
+    ckpt_value_t mv[TRAIN_MAX_CONFIG_VALUES], x;
+    int nmv = t->fam->config_values(&t->m, mv);
+    for (int i = 0; i < nmv; i++) {
         if ((st = get_value(ck, mv[i].name, CKPT_INT, &x))) goto done;
         if (x.i != mv[i].i) {
             st = tern_error(TERN_ERR_MISMATCH, "%s: the checkpoint has %s = %lld, this run %lld: resume with the "
@@ -400,7 +385,7 @@ static tern_status_t resume(trainer_t *t, const char *dir) {
             goto done;
         }
     }
-    if ((st = tmodel_load(&t->m, ckpt_model(ck)))) goto done;
+    if ((st = t->fam->load(&t->m, ckpt_model(ck)))) goto done;
     if ((st = ckpt_read_group(ck, "adam_m/", t->mv, t->m.n_tensors)) ||
         (st = ckpt_read_group(ck, "adam_v/", t->vv, t->m.n_tensors)))
         goto done;
@@ -457,8 +442,8 @@ static tern_status_t validate(trainer_t *t, double *loss, double *nll) {
         tern_status_t st = data_iter_next(t->valid_it, &b);
         if (st) return st;
         if (!b) break;
-        tmodel_loss_t L;
-        if ((st = tmodel_forward(&t->m, t->ws, b->src, b->tgt_in, b->tgt_out, b->B, b->S, b->T, 0, 0, 0, &L)))
+        train_loss_t L;
+        if ((st = t->fam->forward(&t->m, t->ws, b->src, b->tgt_in, b->tgt_out, b->B, b->S, b->T, 0, 0, 0, &L)))
             return st;
         ls += L.loss;
         ns += L.nll;
@@ -601,16 +586,16 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     double t0 = time_now();
     float scale = 1.0f / (float)ntok;
     double loss = 0, nll = 0;
-    tmodel_zero_grad(&t->m);
+    memset(t->m.grads, 0, t->m.n_params * sizeof(float));
     tern_status_t st;
     for (int j = 0; j < nslots; j++) {
         const slot_t *s = &t->slots[j];
-        tmodel_loss_t L;
+        train_loss_t L;
         if (t->dg && j == nslots - 1) dist_grads_arm(t->dg);
         /* dropout keyed by the global micro-batch index, as in a single process */
-        if ((st = tmodel_forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed,
-                                 t->micro + (uint64_t)(first + j), &L)) ||
-            (st = tmodel_backward(&t->m, t->ws, scale)))
+        if ((st = t->fam->forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed,
+                                  t->micro + (uint64_t)(first + j), &L)) ||
+            (st = t->fam->backward(&t->m, t->ws, scale)))
             return tern_error_prefix(st, "update %ld: ", t->updates + 1);
         loss += L.loss;
         nll += L.nll;
@@ -630,7 +615,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     if (lr_use_sgd(&o->sched, t->updates)) sgd_step(t->m.params, t->m.grads, t->m.n_params, (float)lr,
                                                     o->adam.weight_decay);
     else adam_step(&t->adam, t->m.params, t->m.grads, (float)lr);
-    tmodel_params_changed(&t->m);
+    t->fam->params_changed(&t->m);
     t->updates++;
     t->dirty = 1;
     double dt = time_now() - t0;
@@ -714,19 +699,16 @@ static tern_status_t open_data(trainer_t *t) {
 
 static tern_status_t setup_model(trainer_t *t) {
     const trainer_options_t *o = t->o;
-    tmodel_config_t c = o->model;
-    if (c.share_emb < 0) c.share_emb = t->vocab.src_vocab == t->vocab.tgt_vocab; /* auto */
-    c.src_vocab = vocab_size(t->vocab.src_vocab);
-    c.tgt_vocab = vocab_size(t->vocab.tgt_vocab);
-    c.pad_id = t->vocab.pad_id;
-    c.max_pos = TERN_MAX(o->data.max_src_len, o->data.max_tgt_len);
-    if (c.share_emb && t->vocab.src_vocab != t->vocab.tgt_vocab)
-        return tern_error(TERN_ERR_INVALID_ARG, "shared embeddings need one joint vocabulary (the vocabulary has a "
-                          "source and a target side)");
-    tern_status_t st = tmodel_init(&t->m, &c);
+    const char *arch = o->architecture ? o->architecture : TRAIN_DEFAULT_ARCHITECTURE;
+    if (!(t->fam = train_family_find(arch)))
+        return tern_error(TERN_ERR_UNSUPPORTED, "architecture '%s': no training table registered", arch);
+    train_data_dims_t dd = {vocab_size(t->vocab.src_vocab), vocab_size(t->vocab.tgt_vocab),
+                            t->vocab.src_vocab == t->vocab.tgt_vocab, t->vocab.pad_id,
+                            TERN_MAX(o->data.max_src_len, o->data.max_tgt_len)};
+    tern_status_t st = t->fam->create(&t->m, o->model_config ? o->model_config : (const void *)&o->model, &dd);
     if (st) return st;
     t->m_ok = 1;
-    tmodel_init_params(&t->m, o->seed);
+    t->fam->init_params(&t->m, o->seed);
     int mB, mS, mT, ms, mt;
     data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
     if (t->valid_it) {
@@ -734,7 +716,7 @@ static tern_status_t setup_model(trainer_t *t) {
         data_iter_max_shape(t->valid_it, &vB, &vS, &vT, &vs, &vt);
         mS = TERN_MAX(mS, vS), mT = TERN_MAX(mT, vT), ms = TERN_MAX(ms, vs), mt = TERN_MAX(mt, vt);
     }
-    if ((st = tmodel_ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
+    if ((st = t->fam->ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
     if (t->world > 1 && (st = dist_grads_new(&t->dg, &t->m, t->ws, o->bucket_mb, o->comm_overlap))) return st;
     if ((st = adam_init(&t->adam, t->m.n_params, &o->adam))) return st;
     t->adam_ok = 1;
@@ -752,21 +734,13 @@ static tern_status_t setup_model(trainer_t *t) {
     t->mv = calloc((size_t)t->m.n_tensors, sizeof *t->mv);
     t->vv = calloc((size_t)t->m.n_tensors, sizeof *t->vv);
     if (!t->pv || !t->mv || !t->vv) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    tmodel_tensor_views(&t->m, t->m.params, t->pv);
-    tmodel_tensor_views(&t->m, t->adam.m, t->mv);
-    tmodel_tensor_views(&t->m, t->adam.v, t->vv);
-    static const char *acts[] = {"relu", "gelu-tanh", "swish", "gelu", "gelu-sigmoid", "tanh"};
-    char voc[64];
-    if (t->vocab.src_vocab == t->vocab.tgt_vocab) snprintf(voc, sizeof voc, "%d joint", c.src_vocab);
-    else snprintf(voc, sizeof voc, "%d/%d", c.src_vocab, c.tgt_vocab);
-    tlog(t, "model: %d+%d layers, d %d, ff %d, %d heads, %s, %s, vocabulary %s, %s embeddings, %.2fM "
-         "parameters; workspace %.1f MB; %d thread(s)", c.enc_layers, c.dec_layers, c.d, c.ff, c.heads,
-         c.pre_norm ? "pre-norm" : "post-norm", (unsigned)c.act < 6 ? acts[c.act] : "?", voc,
-         c.share_emb ? (c.tie_proj ? "shared + tied" : "shared") : (c.tie_proj ? "tied" : "separate"),
-         (double)t->m.n_params / 1e6, (double)tmodel_ws_bytes(t->ws) / 1e6, t->threads);
-    if (c.precision == TPREC_BF16)
-        tlog(t, "precision: bfloat16 linear layers (bfloat16 operands, float32 accumulation; AVX512_BF16 through "
-             "oneDNN), float32 master weights, gradients and optimizer");
+    train_model_views(&t->m, t->m.params, t->pv);
+    train_model_views(&t->m, t->adam.m, t->mv);
+    train_model_views(&t->m, t->adam.v, t->vv);
+    char line[512];
+    t->fam->describe(&t->m, 0, line, sizeof line);
+    tlog(t, "model: %s; workspace %.1f MB; %d thread(s)", line, (double)t->fam->ws_bytes(t->ws) / 1e6, t->threads);
+    for (int i = 1; t->fam->describe(&t->m, i, line, sizeof line); i++) tlog(t, "%s", line);
     return TERN_OK;
 }
 
@@ -801,9 +775,9 @@ static void trainer_free(trainer_t *t) {
     free(t->slots);
     free(t->pv), free(t->mv), free(t->vv);
     dist_grads_free(t->dg);
-    tmodel_ws_free(t->ws);
+    if (t->ws) t->fam->ws_free(t->ws);
     if (t->adam_ok) adam_free(&t->adam);
-    if (t->m_ok) tmodel_free(&t->m);
+    if (t->m_ok) t->fam->destroy(&t->m);
     data_iter_free(t->train_it);
     data_iter_free(t->valid_it);
     data_corpus_free(t->train_c);
@@ -994,13 +968,6 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
         fflush(t.tcurve);
         fflush(t.vcurve);
     }
-    if (o->plot && t.rank == 0) {
-        char png[4096];
-        path_join(png, sizeof png, o->save_dir, "curves.png");
-        tern_status_t ps = trainer_plot(o->save_dir, png);
-        if (ps) tlog(&t, "no plot: %s", tern_last_error());
-        else tlog(&t, "plot: %s", png);
-    }
     r->updates = t.updates;
     r->epochs = t.cur_epoch;
     r->best_valid_loss = t.best_loss == NO_LOSS ? INFINITY : t.best_loss;
@@ -1014,110 +981,4 @@ done:
     bar_clear(&t);
     trainer_free(&t);
     return st;
-}
-
-/* ------------------------------------------------------------ plot */
-
-static int in_path(const char *prog) {
-    const char *path = getenv("PATH");
-    if (!path) return 0;
-    char buf[4096];
-    while (*path) {
-        const char *e = strchr(path, ':');
-        size_t len = e ? (size_t)(e - path) : strlen(path);
-        if (len > 0 && len < 3000) {
-            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, path, prog);
-            if (access(buf, X_OK) == 0) return 1;
-        }
-        path += len + (e != NULL);
-    }
-    return 0;
-}
-
-/* A gnuplot single-quoted string: quotes doubled. */
-static void gp_quote(char *out, size_t n, const char *s) {
-    size_t k = 0;
-    if (n < 3) return;
-    out[k++] = '\'';
-    for (; *s && k + 3 < n; s++) {
-        if (*s == '\'') out[k++] = '\'';
-        out[k++] = *s;
-    }
-    out[k++] = '\'';
-    out[k] = 0;
-}
-
-tern_status_t trainer_plot(const char *save_dir, const char *out_png) {
-    if (!in_path("gnuplot"))
-        return tern_error(TERN_ERR_UNSUPPORTED, "gnuplot is not installed (Debian: apt-get install gnuplot-nox); the "
-                          "curves are in %s/train_curve.tsv and valid_curve.tsv", save_dir);
-    char tp[4096], vp[4096], qt[8300], qv[8300], qo[8300];
-    path_join(tp, sizeof tp, save_dir, "train_curve.tsv");
-    path_join(vp, sizeof vp, save_dir, "valid_curve.tsv");
-    if (!file_exists(tp)) return tern_error(TERN_ERR_IO, "%s: no training curve", tp);
-    gp_quote(qt, sizeof qt, tp);
-    gp_quote(qv, sizeof qv, vp);
-    gp_quote(qo, sizeof qo, out_png);
-    FILE *g = popen("gnuplot", "w");
-    if (!g) return tern_error(TERN_ERR_IO, "cannot run gnuplot: %s", strerror(errno));
-    /* inline data: the training loss averaged over windows of w updates (token-weighted) and the
-     * BLEU rows of the validation curve */
-    int rows = 0, has_valid = 0, has_bleu = 0;
-    char line[1024];
-    FILE *f = fopen(tp, "r");
-    if (f) {
-        while (fgets(line, sizeof line, f)) rows += line[0] != '#';
-        rewind(f);
-        int w = rows / 50 > 1 ? rows / 50 : 1, k = 0;
-        double ls = 0, ts = 0;
-        fprintf(g, "$TRAIN << EOD\n");
-        while (fgets(line, sizeof line, f)) {
-            long u;
-            double loss, tok;
-            if (line[0] == '#' || sscanf(line, "%ld\t%*s\t%lf\t%*s\t%*s\t%*s\t%*s\t%lf", &u, &loss, &tok) != 3)
-                continue;
-            ls += loss * tok, ts += tok;
-            if (++k == w) {
-                fprintf(g, "%ld\t%.6g\n", u, ls / ts);
-                k = 0, ls = ts = 0;
-            }
-        }
-        fprintf(g, "EOD\n");
-        fclose(f);
-    }
-    f = fopen(vp, "r");
-    fprintf(g, "$BLEU << EOD\n");
-    if (f) {
-        while (fgets(line, sizeof line, f)) {
-            long u;
-            double b;
-            if (line[0] == '#') continue;
-            has_valid = 1;
-            if (sscanf(line, "%ld\t%*s\t%*s\t%*s\t%*s\t%lf", &u, &b) == 2 && b >= 0) {
-                fprintf(g, "%ld\t%.4f\n", u, b);
-                has_bleu = 1;
-            }
-        }
-        fclose(f);
-    }
-    fprintf(g, "EOD\n");
-    fprintf(g, "set terminal pngcairo size 1400,600 font ',10'\nset output %s\n", qo);
-    fprintf(g, "set datafile separator '\\t'\nset grid\nset key top right\nset multiplot layout 1,2\n");
-    fprintf(g, "set title 'loss (nats per target token)'\nset xlabel 'update'\nset ylabel 'loss'\n");
-    fprintf(g, "plot %s using 1:3 with lines lc rgb '#c8d8f0' title 'train (per update)'", qt);
-    if (rows > 0)
-        fprintf(g, ", $TRAIN using 1:2 with lines lw 2 lc rgb '#2060c0' title 'train (mean of %d)'",
-                rows / 50 > 1 ? rows / 50 : 1);
-    if (has_valid)
-        fprintf(g, ", %s using 1:3 with linespoints lc rgb '#d04010' pt 7 ps 0.6 title 'valid loss', "
-                   "%s using 1:4 with linespoints lc rgb '#208040' pt 5 ps 0.5 title 'valid nll'", qv, qv);
-    fprintf(g, "\nset title 'validation BLEU and learning rate'\nset ylabel 'BLEU'\nset y2label 'learning rate'\n"
-               "set y2tics\nset ytics nomirror\n");
-    fprintf(g, "plot %s using 1:6 axes x1y2 with lines lc rgb '#808080' title 'lr'", qt);
-    if (has_bleu)
-        fprintf(g, ", $BLEU using 1:2 axes x1y1 with linespoints lc rgb '#6020a0' pt 7 ps 0.7 title 'BLEU'");
-    fprintf(g, "\nunset multiplot\nset output\n");
-    int rc = pclose(g);
-    if (rc != 0) return tern_error(TERN_ERR_IO, "gnuplot failed (exit status %d) writing %s", rc, out_png);
-    return TERN_OK;
 }

@@ -9,14 +9,15 @@
  * -> every N updates a log line, a validation (loss, nll, perplexity) and a checkpoint as asked;
  * at each epoch end a checkpoint, a validation and BLEU with beam search through the public
  * translator on the checkpoint just written (detokenized output, sacreBLEU's defaults) -> early
- * stopping with patience -> at the end a last checkpoint and a PNG plot of the curves (gnuplot).
+ * stopping with patience -> at the end a last checkpoint (`tern train` then plots the curves with
+ * gnuplot: tools/train_plot.c).
  *
  * Files in the save directory:
  *   checkpoint-NNNNNNNN/   checkpoint.h's directories (the last keep_last kept)
  *   train.log              the log lines (also on stderr)
  *   train_curve.tsv        one row per update: update epoch loss nll ppl lr gnorm tokens elapsed
  *   valid_curve.tsv        one row per validation: update epoch loss nll ppl bleu (-1: not scored)
- *   curves.png             training and validation curves (gnuplot, when installed)
+ *   curves.png             training and validation curves (written by `tern train`, not the library)
  *   train.cache, valid.cache  the token caches (in cache_dir when given)
  *
  * Exact resume: a checkpoint holds the parameters, Adam's moments and step, the update count,
@@ -42,6 +43,7 @@
 
 #include "../base/base.h"
 #include "data.h"
+#include "family.h"
 #include "model.h"
 #include "optim.h"
 
@@ -50,7 +52,9 @@ typedef enum { STOP_ON_LOSS = 0, STOP_ON_BLEU = 1 } trainer_stop_metric_t;
 typedef struct {
     /* ---- model (src_vocab, tgt_vocab, pad_id and max_pos are set from the data; share_emb -1:
      * shared when the vocabulary is joint) */
-    tmodel_config_t model;
+    tmodel_config_t model;      /* the Transformer's configuration */
+    const char *architecture;   /* the training table (family.h) by name: NULL "transformer" */
+    const void *model_config;   /* that family's configuration; NULL: &model */
     uint64_t seed;              /* parameter initialization, batch order, dropout masks (1) */
 
     /* ---- data */
@@ -99,7 +103,6 @@ typedef struct {
     /* ---- watching */
     int log_interval;           /* a log line every N updates (100) */
     int progress;               /* -1: a progress bar when stderr is a terminal; 0 never; 1 always */
-    int plot;                   /* 1: curves.png with gnuplot at the end (1) */
     int quiet;                  /* 1: log lines only to train.log, not stderr */
     volatile sig_atomic_t *stop; /* set (by a signal handler) to stop after the current update,
                                    with a checkpoint; may be NULL */
@@ -107,7 +110,7 @@ typedef struct {
 
 /* fairseq-like defaults: seed 1, max_tokens 4096, shuffle, Adam (0.9, 0.98, 1e-8), inverse_sqrt
  * lr 5e-4 warm-up 4000 from 1e-7, no clipping, update_freq 1, keep_last 10, BLEU with beam 5 at
- * epoch ends, log every 100 updates, plot, the model of tmodel_default_config(). */
+ * epoch ends, log every 100 updates, the model of tmodel_default_config(). */
 trainer_options_t trainer_default_options(void);
 
 /* Figures of a finished run (for the CLI's summary and the tests). */
@@ -127,9 +130,5 @@ typedef struct {
 /* Runs (or resumes) training as the options say. Writes log lines to stderr (unless quiet) and to
  * save_dir/train.log. Returns an error naming the file, option or update at fault. */
 tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result);
-
-/* Plots save_dir's train_curve.tsv and valid_curve.tsv into out_png with gnuplot (through popen).
- * TERN_ERR_UNSUPPORTED when gnuplot is not installed. */
-tern_status_t trainer_plot(const char *save_dir, const char *out_png);
 
 #endif

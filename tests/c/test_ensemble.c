@@ -107,7 +107,8 @@ static void mock_dist(const mock_net_t *m, int n, const int *p, int len, int S, 
     }
 }
 
-static tern_status_t mock_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t c) {
+static tern_status_t mock_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t c,
+                                 unsigned flags) {
     (void)net, (void)w, (void)cfg, (void)c;
     return TERN_ERR_UNSUPPORTED;
 }

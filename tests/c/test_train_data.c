@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model/transformer_desc.h"
 #include "model/weights.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -560,7 +561,7 @@ static void train(trainer_t *t, int from, int to, double *losses) {
 }
 
 static ckpt_contents_t contents(trainer_t *t, const data_vocab_t *v, ckpt_group_t *g, ckpt_value_t *vals,
-                                ckpt_spec_t *spec, data_iter_state_t *ds) {
+                                transformer_scalars_t *spec, data_iter_state_t *ds) {
     g[0] = (ckpt_group_t){"adam_m/", t->mv, t->m.n_tensors};
     g[1] = (ckpt_group_t){"adam_v/", t->vv, t->m.n_tensors};
     vals[0] = (ckpt_value_t){.name = "adam_t", .type = CKPT_INT, .i = t->adam.t};
@@ -568,7 +569,7 @@ static ckpt_contents_t contents(trainer_t *t, const data_vocab_t *v, ckpt_group_
     vals[2] = (ckpt_value_t){.name = "tiny", .type = CKPT_FLOAT, .f = 4.9e-324};
     vals[3] = (ckpt_value_t){.name = "rng", .type = CKPT_UINT, .u = UINT64_MAX};
     vals[4] = (ckpt_value_t){.name = "neg", .type = CKPT_INT, .i = INT64_MIN};
-    *spec = (ckpt_spec_t){t->m.cfg.heads, t->m.cfg.pre_norm, t->m.cfg.act, t->m.cfg.scale_emb};
+    transformer_spec_t sp = {t->m.cfg.heads, t->m.cfg.pre_norm, (int)t->m.cfg.act, t->m.cfg.scale_emb};
     *ds = data_iter_state(t->it);
     ckpt_contents_t c = {0};
     c.params = t->pv;
@@ -576,7 +577,9 @@ static ckpt_contents_t contents(trainer_t *t, const data_vocab_t *v, ckpt_group_
     c.alias_names = t->m.alias_name;
     c.alias_targets = t->m.alias_target;
     c.n_aliases = t->m.n_aliases;
-    c.spec = spec;
+    c.n_scalars = transformer_desc_scalars(spec, &sp);
+    c.scalars = spec->t;
+    c.spec_name = TRANSFORMER_SPEC_NAME;
     c.vocab = v;
     c.layer_norm_epsilon = t->m.cfg.eps;
     c.groups = g;
@@ -600,7 +603,7 @@ static void test_checkpoint_roundtrip_and_resume(const data_vocab_t *v) {
     train(&t, 0, K, full);
     ckpt_group_t g[2];
     ckpt_value_t vals[5];
-    ckpt_spec_t spec;
+    transformer_scalars_t spec;
     data_iter_state_t ds;
     ckpt_contents_t cc = contents(&t, v, g, vals, &spec, &ds);
     CHECK(ckpt_save(save, K, &cc, 0, path, sizeof path) == TERN_OK);
@@ -658,7 +661,7 @@ static void test_checkpoint_inference(const data_vocab_t *v) {
     train(&t, 0, 30, losses);
     ckpt_group_t g[2];
     ckpt_value_t vals[5];
-    ckpt_spec_t spec;
+    transformer_scalars_t spec;
     data_iter_state_t ds;
     ckpt_contents_t cc = contents(&t, v, g, vals, &spec, &ds);
     CHECK(ckpt_save(save, 30, &cc, 0, path, sizeof path) == TERN_OK);

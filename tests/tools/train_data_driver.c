@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/transformer_desc.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -116,7 +117,8 @@ static int cmd_ckpt(char **argv) {
         if (u == updates / 2 || u == updates) {
             ckpt_group_t g[2] = {{"adam_m/", mv, m.n_tensors}, {"adam_v/", vv, m.n_tensors}};
             ckpt_value_t val = {.name = "adam_t", .type = CKPT_INT, .i = adam.t};
-            ckpt_spec_t spec = {mc.heads, mc.pre_norm, mc.act, mc.scale_emb};
+            transformer_spec_t sp = {mc.heads, mc.pre_norm, (int)mc.act, mc.scale_emb};
+            transformer_scalars_t spec;
             data_iter_state_t ds = data_iter_state(it);
             ckpt_contents_t cc = {0};
             cc.params = pv;
@@ -124,7 +126,9 @@ static int cmd_ckpt(char **argv) {
             cc.alias_names = m.alias_name;
             cc.alias_targets = m.alias_target;
             cc.n_aliases = m.n_aliases;
-            cc.spec = &spec;
+            cc.n_scalars = transformer_desc_scalars(&spec, &sp);
+            cc.scalars = spec.t;
+            cc.spec_name = TRANSFORMER_SPEC_NAME;
             cc.vocab = &v;
             cc.layer_norm_epsilon = mc.eps;
             cc.groups = g;

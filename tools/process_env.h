@@ -1,7 +1,8 @@
 /*
- * process_env.h — process-wide settings an executable should start with (the CLI calls
- * kernels_process_defaults(argv) first thing in main()). The library itself changes no global
- * state; programs that embed it may want the same.
+ * process_env.h — process-wide settings `tern` starts with (main() calls
+ * cli_process_defaults(argv) first thing). Process-level behaviour (re-executing the program,
+ * malloc tuning) belongs to the executable, not the library: the library changes no global
+ * state; programs that embed it may want to do the same in their own main().
  *
  * - OpenMP waiting. libgomp reads its environment once, when it is loaded (before main). Its
  *   default wait policy spins for milliseconds after every parallel region, which costs Tern up to
@@ -17,9 +18,9 @@
  *
  * Returns only when it did not re-execute.
  */
-#ifndef TERN_PROCESS_ENV_H
-#define TERN_PROCESS_ENV_H
+#ifndef TERN_CLI_PROCESS_ENV_H
+#define TERN_CLI_PROCESS_ENV_H
 
-void kernels_process_defaults(char **argv);
+void cli_process_defaults(char **argv);
 
 #endif

@@ -1,0 +1,119 @@
+/*
+ * family.h — the training table: how the trainer reaches a model family.
+ *
+ * The trainer (trainer.c), the optimizer (optim.h), checkpoints (checkpoint.h), data-parallel
+ * gradients (dist.h) and averaging see a model only as a train_model_t: parameters and gradients
+ * as two flat float buffers of n_params floats, with named views (train_tensor_t: name, shape,
+ * offset, the same in both buffers and in every optimizer moment), plus the family's operations
+ * (train_family_t): create from a configuration and the data's vocabulary, initialize, load,
+ * forward and backward of a teacher-forced batch, describe. A family registers its table under
+ * its architecture name (train_family_find); a second family plugs in without a change to the
+ * trainer, the optimizer, the checkpoints, MPI or averaging.
+ *
+ * Legend: B sentences, S / T padded source / target lengths.
+ */
+#ifndef TERN_TRAIN_FAMILY_H
+#define TERN_TRAIN_FAMILY_H
+
+#include "../base/base.h"
+#include "../model/weights.h"
+#include "checkpoint.h"
+
+/* One named view of the parameter buffer (and of the gradient and moment buffers). */
+typedef struct {
+    char name[96];     /* the name the checkpoint stores it under */
+    int rank;          /* 1 or 2 */
+    int shape[2];
+    size_t numel;
+    size_t offset;     /* floats from the start of the buffer */
+} train_tensor_t;
+
+/* Sums over a batch's target tokens. */
+typedef struct {
+    double loss;   /* the (label-smoothed) training loss */
+    double nll;    /* -log p(y) */
+    int ntokens;   /* non-padding target tokens */
+} train_loss_t;
+
+/* What a model takes from the data. */
+typedef struct {
+    int src_vocab, tgt_vocab;
+    int joint_vocab;   /* one vocabulary for both sides */
+    int pad_id;
+    int max_len;       /* longest source or target sentence of the data options */
+} train_data_dims_t;
+
+typedef struct train_family train_family_t;
+
+/* A model under training, as every family exposes it. */
+typedef struct {
+    const train_family_t *family;
+    void *impl;                        /* the family's model */
+    size_t n_params;                   /* floats in each buffer */
+    float *params, *grads;             /* (n_params) */
+    int n_tensors;
+    const train_tensor_t *tensors;     /* (n_tensors) every stored tensor once, in buffer order */
+    int n_aliases;                     /* tied names: alias_names[i] is stored as alias_targets[i] */
+    const char *const *alias_names, *const *alias_targets;
+    float layer_norm_epsilon;          /* config.json's (<= 0: none) */
+} train_model_t;
+
+/* A backward-progress callback (dist.h): called with s after backward stage s. */
+typedef void (*train_backward_hook_t)(void *user, int stage);
+
+enum { TRAIN_MAX_CONFIG_VALUES = 32 };
+
+struct train_family {
+    const char *architecture;  /* registry key (config.json "architecture") */
+    const char *spec_name;     /* model.safetensors' "ct2_spec" metadata */
+    /* Creates the model (parameters zero) from the family's configuration and the data. */
+    tern_status_t (*create)(train_model_t *m, const void *config, const train_data_dims_t *data);
+    void (*destroy)(train_model_t *m);
+    /* Deterministic initialization from seed. */
+    void (*init_params)(train_model_t *m, uint64_t seed);
+    /* Parameters from named tensors (a checkpoint's model). */
+    tern_status_t (*load)(train_model_t *m, const weights_t *w);
+    /* Tells the model that m->params changed (after an optimizer step). */
+    void (*params_changed)(train_model_t *m);
+    /* The configuration as named integers ("model:<key>"), stored in a checkpoint and checked
+     * on resume; returns the count (<= TRAIN_MAX_CONFIG_VALUES). */
+    int (*config_values)(const train_model_t *m, ckpt_value_t *v);
+    /* The config keys the model files carry as rank-0 tensors (valid while m lives). */
+    int (*scalars)(const train_model_t *m, const tensor_t **out);
+    /* Line `line` (0, 1, ...) of the model's description for the log (0: layers, widths,
+     * parameters); returns 0 when there is no such line. */
+    int (*describe)(const train_model_t *m, int line, char *buf, size_t n);
+    /* The family's default configuration into config (its configuration type). */
+    void (*default_config)(void *config);
+    /* Workspace for batches with B·S <= max_src_tokens, B·T <= max_tgt_tokens, S <= max_S,
+     * T <= max_T; reused by every batch. */
+    tern_status_t (*ws_new)(void **ws, const train_model_t *m, int max_src_tokens, int max_tgt_tokens, int max_S,
+                            int max_T);
+    void (*ws_free)(void *ws);
+    size_t (*ws_bytes)(const void *ws);
+    /* Teacher-forced forward of a batch: src (B, S), tgt_in / tgt_out (B, T), right-padded; train:
+     * dropout keyed by (seed, step). */
+    tern_status_t (*forward)(train_model_t *m, void *ws, const int *src, const int *tgt_in, const int *tgt_out,
+                             int B, int S, int T, int train, uint64_t seed, uint64_t step, train_loss_t *loss);
+    /* grads += d(grad_scale · loss)/dθ of the last forward. */
+    tern_status_t (*backward)(train_model_t *m, void *ws, float grad_scale);
+    /* Backward stages and the stage after which tensor i's gradient is final (for the
+     * all-reduce buckets); the hook is called after every stage but the last. */
+    int (*backward_stages)(const train_model_t *m);
+    int (*tensor_stage)(const train_model_t *m, int i);
+    void (*set_backward_hook)(void *ws, train_backward_hook_t hook, void *user);
+};
+
+/* Views of buf (params, grads or an optimizer moment: n_params floats) as named tensors
+ * (float32, the shapes of m->tensors), out[0..n_tensors), for checkpoints. */
+void train_model_views(const train_model_t *m, const float *buf, tensor_t *out);
+
+/* The registered family of that architecture, or NULL. */
+const train_family_t *train_family_find(const char *architecture);
+/* "transformer": the default. */
+#define TRAIN_DEFAULT_ARCHITECTURE "transformer"
+
+/* The Transformer's table (src/train/model_table.c); its configuration is a tmodel_config_t. */
+extern const train_family_t train_family_transformer;
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * model_table.c — the Transformer's training table (family.h) over src/train/model.c, and the
+ * registry of training families.
+ */
+#include "family.h"
+#include "model.h"
+#include "../model/transformer_desc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    tmodel_t m;
+    transformer_scalars_t scalars; /* the config keys of the model files */
+    int joint;                     /* one vocabulary for both sides (for describe) */
+} tf_impl_t;
+
+static tmodel_t *tm(const train_model_t *m) { return &((tf_impl_t *)m->impl)->m; }
+
+static void tf_destroy(train_model_t *m) {
+    if (!m->impl) return;
+    tmodel_free(tm(m));
+    free(m->impl);
+    memset(m, 0, sizeof *m);
+}
+
+static tern_status_t tf_create(train_model_t *m, const void *config, const train_data_dims_t *data) {
+    memset(m, 0, sizeof *m);
+    tmodel_config_t c = *(const tmodel_config_t *)config;
+    if (c.share_emb < 0) c.share_emb = data->joint_vocab; /* auto */
+    c.src_vocab = data->src_vocab;
+    c.tgt_vocab = data->tgt_vocab;
+    c.pad_id = data->pad_id;
+    c.max_pos = data->max_len;
+    if (c.share_emb && !data->joint_vocab)
+        return tern_error(TERN_ERR_INVALID_ARG, "shared embeddings need one joint vocabulary (the vocabulary has a "
+                          "source and a target side)");
+    tf_impl_t *impl = calloc(1, sizeof *impl);
+    if (!impl) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    tern_status_t st = tmodel_init(&impl->m, &c);
+    if (st) {
+        free(impl);
+        return st;
+    }
+    tmodel_t *t = &impl->m;
+    impl->joint = data->joint_vocab;
+    transformer_spec_t spec = {c.heads, c.pre_norm, (int)c.act, c.scale_emb};
+    transformer_desc_scalars(&impl->scalars, &spec);
+    m->family = &train_family_transformer;
+    m->impl = impl;
+    m->n_params = t->n_params;
+    m->params = t->params;
+    m->grads = t->grads;
+    m->n_tensors = t->n_tensors;
+    m->tensors = t->tensors;
+    m->n_aliases = t->n_aliases;
+    m->alias_names = t->alias_name;
+    m->alias_targets = t->alias_target;
+    m->layer_norm_epsilon = c.eps;
+    return TERN_OK;
+}
+
+static void tf_init_params(train_model_t *m, uint64_t seed) { tmodel_init_params(tm(m), seed); }
+static tern_status_t tf_load(train_model_t *m, const weights_t *w) { return tmodel_load(tm(m), w); }
+static void tf_params_changed(train_model_t *m) { tmodel_params_changed(tm(m)); }
+
+static int tf_config_values(const train_model_t *m, ckpt_value_t *v) {
+    const tmodel_config_t *c = &tm(m)->cfg;
+    enum { N = 15 };
+    static const char *names[N] = {"model:src_vocab", "model:tgt_vocab", "model:d", "model:heads", "model:ff",
+                                   "model:enc_layers", "model:dec_layers", "model:max_pos", "model:pre_norm",
+                                   "model:act", "model:learned_pos", "model:scale_emb", "model:share_emb",
+                                   "model:tie_proj", "model:proj_bias"};
+    int vals[N] = {c->src_vocab, c->tgt_vocab, c->d, c->heads, c->ff, c->enc_layers, c->dec_layers,
+                   c->max_pos, c->pre_norm, (int)c->act, c->learned_pos, c->scale_emb, c->share_emb,
+                   c->tie_proj, c->proj_bias};
+    for (int i = 0; i < N; i++) v[i] = (ckpt_value_t){.name = names[i], .type = CKPT_INT, .i = vals[i]};
+    return N;
+}
+
+static int tf_scalars(const train_model_t *m, const tensor_t **out) {
+    *out = ((const tf_impl_t *)m->impl)->scalars.t;
+    return TKEY_WRITTEN;
+}
+
+static int tf_describe(const train_model_t *m, int line, char *buf, size_t n) {
+    const tmodel_config_t *c = &tm(m)->cfg;
+    if (line == 1 && c->precision == TPREC_BF16) {
+        snprintf(buf, n, "precision: bfloat16 linear layers (bfloat16 operands, float32 accumulation; AVX512_BF16 "
+                 "through oneDNN), float32 master weights, gradients and optimizer");
+        return 1;
+    }
+    if (line != 0) return 0;
+    static const char *acts[] = {"relu", "gelu-tanh", "swish", "gelu", "gelu-sigmoid", "tanh"};
+    char voc[64];
+    if (((const tf_impl_t *)m->impl)->joint) snprintf(voc, sizeof voc, "%d joint", c->src_vocab);
+    else snprintf(voc, sizeof voc, "%d/%d", c->src_vocab, c->tgt_vocab);
+    snprintf(buf, n, "%d+%d layers, d %d, ff %d, %d heads, %s, %s, vocabulary %s, %s embeddings, %.2fM parameters",
+             c->enc_layers, c->dec_layers, c->d, c->ff, c->heads, c->pre_norm ? "pre-norm" : "post-norm",
+             (unsigned)c->act < 6 ? acts[c->act] : "?", voc,
+             c->share_emb ? (c->tie_proj ? "shared + tied" : "shared") : (c->tie_proj ? "tied" : "separate"),
+             (double)tm(m)->n_params / 1e6);
+    return 1;
+}
+
+static void tf_default_config(void *config) { *(tmodel_config_t *)config = tmodel_default_config(); }
+
+static tern_status_t tf_ws_new(void **ws, const train_model_t *m, int ms, int mt, int mS, int mT) {
+    return tmodel_ws_new((tmodel_ws_t **)ws, tm(m), ms, mt, mS, mT);
+}
+static void tf_ws_free(void *ws) { tmodel_ws_free(ws); }
+static size_t tf_ws_bytes(const void *ws) { return tmodel_ws_bytes(ws); }
+
+static tern_status_t tf_forward(train_model_t *m, void *ws, const int *src, const int *tgt_in, const int *tgt_out,
+                                int B, int S, int T, int train, uint64_t seed, uint64_t step, train_loss_t *loss) {
+    return tmodel_forward(tm(m), ws, src, tgt_in, tgt_out, B, S, T, train, seed, step, loss);
+}
+static tern_status_t tf_backward(train_model_t *m, void *ws, float grad_scale) {
+    return tmodel_backward(tm(m), ws, grad_scale);
+}
+static int tf_backward_stages(const train_model_t *m) { return tmodel_backward_stages(tm(m)); }
+static int tf_tensor_stage(const train_model_t *m, int i) { return tmodel_tensor_stage(tm(m), i); }
+static void tf_set_hook(void *ws, train_backward_hook_t hook, void *user) {
+    tmodel_ws_set_backward_hook(ws, hook, user);
+}
+
+const train_family_t train_family_transformer = {
+    .architecture = "transformer",
+    .spec_name = TRANSFORMER_SPEC_NAME,
+    .create = tf_create,
+    .destroy = tf_destroy,
+    .init_params = tf_init_params,
+    .load = tf_load,
+    .params_changed = tf_params_changed,
+    .config_values = tf_config_values,
+    .scalars = tf_scalars,
+    .describe = tf_describe,
+    .default_config = tf_default_config,
+    .ws_new = tf_ws_new,
+    .ws_free = tf_ws_free,
+    .ws_bytes = tf_ws_bytes,
+    .forward = tf_forward,
+    .backward = tf_backward,
+    .backward_stages = tf_backward_stages,
+    .tensor_stage = tf_tensor_stage,
+    .set_backward_hook = tf_set_hook,
+};
+
+/* ------------------------------------------------------------ any family */
+
+void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const train_tensor_t *t = &m->tensors[i];
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].name = t->name;
+        out[i].dtype = DT_F32;
+        out[i].rank = t->rank;
+        out[i].shape[0] = t->shape[0];
+        out[i].shape[1] = t->shape[1];
+        out[i].numel = (int64_t)t->numel;
+        out[i].data = buf + t->offset;
+        out[i].nbytes = t->numel * sizeof(float);
+    }
+}
+
+/* ------------------------------------------------------------ registry */
+
+static const train_family_t *const FAMILIES[] = {&train_family_transformer};
+
+const train_family_t *train_family_find(const char *architecture) {
+    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
+        if (!strcmp(FAMILIES[i]->architecture, architecture)) return FAMILIES[i];
+    return NULL;
+}
