@@ -12,6 +12,10 @@
  *   - quantizable(name) holds exactly for the tensors the int8 mini model stores with a
  *     "<name>_scale" (CTranslate2 quantizes linear weights and embeddings);
  *   - the written config keys are the mini model's scalars, with its dtypes;
+ *   - the training table (src/train/family.h) registered as "transformer" builds the model
+ *     tmodel_init builds for the data's vocabulary (same tensors, offsets, parameters after the
+ *     same seed) and its forward gives the same loss bit for bit; an unknown architecture has no
+ *     table;
  *   - the sinusoid table equals a double-precision evaluation of CTranslate2's formula within
  *     5e-5 (float32 arguments (p + 1)·ts up to 300 carry a rounding of ~300 · 6e-8 = 2e-5;
  *     measured 9e-6), and the embedding row is scale·e + p exactly.
@@ -24,6 +28,8 @@
 #include "check.h"
 #include "mini_model.h"
 #include "model/transformer_desc.h"
+#include "train/family.h"
+#include "train/model.h"
 
 static void check_shape(const mm_shape_t *s, const char *label) {
     mm_model_t mm;
@@ -127,5 +133,40 @@ int main(void) {
     transformer_embed_row(out, e, 3.0f, NULL, 5);
     for (int c = 0; c < 5; c++) CHECK(out[c] == 3.0f * e[c]);
     free(tab);
+
+    /* the training table */
+    const train_family_t *f = train_family_find("transformer");
+    CHECK(f == &train_family_transformer && !train_family_find("gru"));
+    tmodel_config_t cfg = tmodel_default_config();
+    cfg.d = 16, cfg.heads = 2, cfg.ff = 24, cfg.enc_layers = 1, cfg.dec_layers = 2, cfg.share_emb = -1;
+    train_data_dims_t dd = {20, 20, 1, 0, 10};
+    train_model_t tm;
+    CHECK(f->create(&tm, &cfg, &dd) == TERN_OK);
+    tmodel_config_t direct = cfg;
+    direct.src_vocab = direct.tgt_vocab = 20, direct.share_emb = 1, direct.max_pos = 10;
+    tmodel_t m;
+    CHECK(tmodel_init(&m, &direct) == TERN_OK);
+    CHECK(tm.n_params == m.n_params && tm.n_tensors == m.n_tensors && tm.n_aliases == m.n_aliases);
+    for (int i = 0; i < m.n_tensors && i < tm.n_tensors; i++)
+        CHECK(!strcmp(tm.tensors[i].name, m.tensors[i].name) && tm.tensors[i].offset == m.tensors[i].offset);
+    f->init_params(&tm, 3);
+    tmodel_init_params(&m, 3);
+    CHECK(!memcmp(tm.params, m.params, m.n_params * sizeof(float)));
+    int src[2 * 3] = {4, 5, 2, 6, 2, 0}, tin[2 * 3] = {1, 7, 8, 1, 9, 0}, tout[2 * 3] = {7, 8, 2, 9, 2, 0};
+    void *ws;
+    tmodel_ws_t *mws;
+    CHECK(f->ws_new(&ws, &tm, 6, 6, 3, 3) == TERN_OK && tmodel_ws_new(&mws, &m, 6, 6, 3, 3) == TERN_OK);
+    train_loss_t a, b;
+    CHECK(f->forward(&tm, ws, src, tin, tout, 2, 3, 3, 1, 5, 1, &a) == TERN_OK);
+    CHECK(tmodel_forward(&m, mws, src, tin, tout, 2, 3, 3, 1, 5, 1, &b) == TERN_OK);
+    CHECK(a.loss == b.loss && a.nll == b.nll && a.ntokens == b.ntokens && a.ntokens == 5);
+    char line[256];
+    CHECK(f->describe(&tm, 0, line, sizeof line) && strstr(line, "1+2 layers, d 16") && !f->describe(&tm, 1, line, sizeof line));
+    printf("  training table 'transformer': %d tensors, %zu parameters, loss %.6f as tmodel_forward\n", tm.n_tensors,
+           tm.n_params, a.loss);
+    f->ws_free(ws);
+    tmodel_ws_free(mws);
+    f->destroy(&tm);
+    tmodel_free(&m);
     return check_report("test_transformer_desc");
 }
