@@ -153,9 +153,10 @@ int main(void) {
     tmodel_init_params(&m, 3);
     CHECK(!memcmp(tm.params, m.params, m.n_params * sizeof(float)));
     int src[2 * 3] = {4, 5, 2, 6, 2, 0}, tin[2 * 3] = {1, 7, 8, 1, 9, 0}, tout[2 * 3] = {7, 8, 2, 9, 2, 0};
-    void *ws;
-    tmodel_ws_t *mws;
-    CHECK(f->ws_new(&ws, &tm, 6, 6, 3, 3) == TERN_OK && tmodel_ws_new(&mws, &m, 6, 6, 3, 3) == TERN_OK);
+    void *ws = NULL;
+    tmodel_ws_t *mws = NULL;
+    CHECK(f->ws_new(&ws, &tm, 6, 6, 3, 3) == TERN_OK);
+    CHECK(tmodel_ws_new(&mws, &m, 6, 6, 3, 3) == TERN_OK);
     train_loss_t a, b;
     CHECK(f->forward(&tm, ws, src, tin, tout, 2, 3, 3, 1, 5, 1, &a) == TERN_OK);
     CHECK(tmodel_forward(&m, mws, src, tin, tout, 2, 3, 3, 1, 5, 1, &b) == TERN_OK);
