@@ -63,6 +63,11 @@ typedef struct {
     int use_spm;                      /* 1: raw text goes through SentencePiece (error if none found);
                                          0: input is pre-tokenized, space-separated pieces;
                                          -1 (default): SentencePiece when a model is found */
+    const char *vmap;                 /* a vocabulary map (CTranslate2's vmap format, `tern vmap`): the
+                                         translators restrict the output projection and the search
+                                         to the candidates of each batch's source n-grams; NULL: none */
+    int use_vmap;                     /* 1: the model directory's vmap.txt (as CTranslate2's use_vmap;
+                                         an error when absent), unless vmap is given (0) */
 } tern_model_options_t;
 
 tern_model_options_t tern_model_default_options(void);
@@ -72,18 +77,58 @@ tern_model_options_t tern_model_default_options(void);
 tern_status_t tern_model_load(tern_model_t **model, const char *dir, const tern_model_options_t *options);
 void tern_model_free(tern_model_t *model);
 
-/* Facts about a loaded model, for tools and tests. */
+/* How an ensemble combines its members' next-token distributions (weights w_k, normalized to sum 1). */
+typedef enum {
+    TERN_ENSEMBLE_LOGPROB_MEAN = 0, /* sum_k w_k log p_k (Marian): scores as they are, not renormalized */
+    TERN_ENSEMBLE_PROB_MEAN = 1     /* log sum_k w_k p_k (fairseq): a log-probability */
+} tern_ensemble_mode_t;
+
+/* The Transformer's own facts (family "transformer"). */
 typedef struct {
     int encoder_layers, decoder_layers; /* number of layers */
     int d_model, num_heads, ffn_dim;    /* dimensions */
-    int source_vocab_size, target_vocab_size;
     int pre_norm;                       /* 1 pre-norm, 0 post-norm */
-    int int8;                           /* 1 when the linear layers run in int8 */
+} tern_transformer_info_t;
+
+/* An ensemble's own facts (family "ensemble"); each member's with tern_model_member(). */
+typedef struct {
+    tern_ensemble_mode_t mode;
+    const float *weights;               /* [num_members] normalized weights (sum 1), valid while
+                                           the model lives */
+} tern_ensemble_info_t;
+
+/* Facts about a loaded model, for tools and tests: common fields, then the family's own part. */
+typedef struct {
+    const char *family;                 /* "transformer", "ensemble" */
+    const char *format;                 /* "ctranslate2" or "tern" ("ensemble" for an ensemble) */
+    int source_vocab_size, target_vocab_size; /* an ensemble: its first member's source vocabulary */
+    int max_source_length;              /* longest source (tokens) the model encodes */
+    int max_target_length;              /* longest output (tokens, EOS included) it decodes */
+    int int8;                           /* 1 when the linear layers run in int8 (every member's) */
     int has_spm;                        /* 1 when raw text goes through SentencePiece */
-    size_t weight_bytes;                /* bytes of weights as run */
-    const char *format;                 /* "ctranslate2" or "tern" */
+    size_t weight_bytes;                /* bytes of weights as run (all members) */
+    int num_members;                    /* 1, or the members of an ensemble */
+    union {                             /* by family */
+        tern_transformer_info_t transformer;
+        tern_ensemble_info_t ensemble;
+    };
 } tern_model_info_t;
 tern_model_info_t tern_model_info(const tern_model_t *model);
+
+/* Loads n model directories as one model, an ensemble: at each step its next-token scores are the
+ * members' distributions combined by mode with weights (n entries > 0, normalized to sum 1; NULL:
+ * equal weights). Members may be of different families and sizes; their target vocabularies must
+ * be identical piece for piece (else TERN_ERR_MISMATCH naming the first differing piece and both
+ * files), as must their decoder start and end tokens. Each member keeps its own source vocabulary
+ * and SentencePiece model (the source is encoded once per member) and its own weights (members
+ * share nothing; the same directory twice is loaded twice). The coverage penalty uses the
+ * weighted mean of the members' attention rows. options apply to every member. Free with
+ * tern_model_free(). */
+tern_status_t tern_model_load_ensemble(tern_model_t **model, const char *const *dirs, int n,
+                                       const float *weights, tern_ensemble_mode_t mode,
+                                       const tern_model_options_t *options);
+/* Member i (0 <= i < num_members) of an ensemble, or NULL; a single model is its own member 0. */
+const tern_model_t *tern_model_member(const tern_model_t *model, int i);
 
 /* ---------------------------------------------------------------- translation options */
 
@@ -99,7 +144,8 @@ typedef enum {
 } tern_length_norm_t;
 
 typedef struct {
-    int beam_size;              /* 1: greedy search (argmax, no softmax); >1: beam search */
+    int beam_size;              /* 1: greedy search (argmax of the logits, no softmax; of the
+                                   combined scores for an ensemble); >1: beam search */
     int num_hypotheses;         /* n-best: hypotheses returned per input (<= beam_size) */
     float length_penalty;       /* alpha of the length normalization; 0 disables it */
     tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
@@ -152,10 +198,13 @@ tern_status_t tern_translate_batch(tern_translator_t *translator, const char *co
 void tern_result_free(tern_result_t *result);
 
 /* Force decoding: the log-probability of each target token (and of the final EOS) given the
- * source. token_logprobs[i] has token_counts[i] entries; free with tern_score_results_free(). */
+ * source (an ensemble's: its combined score of each token). token_logprobs[i] (malloc'd) has
+ * token_counts[i] entries (0 for an empty source); free them with tern_score_results_free(). */
 tern_status_t tern_score_batch(tern_translator_t *translator, const char *const *sources,
                                const char *const *targets, int n, float **token_logprobs,
                                int *token_counts);
+/* Frees the n arrays tern_score_batch() gave (and sets them to NULL). */
+void tern_score_results_free(float **token_logprobs, int n);
 
 /* Progress callback of file translation: sentences and target tokens done so far. */
 typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seconds, void *user_data);
@@ -166,6 +215,31 @@ typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seco
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options,
                                     tern_progress_fn progress, void *user_data);
+
+/* ---------------------------------------------------------------- vocabulary map */
+
+/* Options of tern_vmap_build() (defaults from tern_vmap_default_options() in parentheses). */
+typedef struct {
+    int max_ngram;    /* longest source n-gram with a rule (3) */
+    int top_n;        /* aligned target pieces kept per source n-gram, 1..256 (20) */
+    int top_k;        /* most frequent target pieces that are always candidates (200) */
+    int min_count;    /* n-grams of 2+ pieces seen in fewer sentence pairs get no rule (2) */
+    int iterations;   /* EM iterations of the aligner (5) */
+    float p0;         /* aligner: probability of aligning to nothing (0.08) */
+    float tension;    /* aligner: pull towards the diagonal; 0 gives IBM Model 1 (4) */
+    long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
+} tern_vmap_options_t;
+
+tern_vmap_options_t tern_vmap_default_options(void);
+
+/* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
+ * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
+ * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
+ * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
+ * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
+ * out_path (atomically). A line of progress goes to report when not NULL. */
+tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
+                              const char *out_path, const tern_vmap_options_t *options, FILE *report);
 
 /* The instruction sets Tern runs with on this CPU. One build runs on every x86-64-v3 CPU (AVX2 +
  * FMA); faster paths are chosen at run time. TERN_MAX_CPU_ISA caps Tern's own choice and

@@ -3,6 +3,7 @@
 #
 #   bash recipes/multi30k-en-de.sh            # everything: vocabulary, training, averaging, BLEU
 #   WORK=/some/dir THREADS=2 bash recipes/multi30k-en-de.sh
+#   SEED=2 WORK=/some/dir2 bash recipes/multi30k-en-de.sh   # another seed (ensemble members)
 #
 # Data: ../shared/data/multi30k (TERN_DATA overrides ../shared/data): train (29,000 pairs) to train
 # on, val (1,014) to validate on (loss, and BLEU with beam 5 at each epoch end), test_2016_flickr
@@ -27,6 +28,7 @@ TERN_SRC=${TERN_BIN:-$ROOT/build/tern}
 DATA=${TERN_DATA:-$ROOT/../shared/data}/multi30k
 WORK=${WORK:-/tmp/tern-recipes/multi30k-en-de}
 THREADS=${THREADS:-2}
+SEED=${SEED:-1}
 # libgomp's spinning barriers collapse when the cores are shared with other work: sleep instead.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
@@ -38,7 +40,7 @@ mkdir -p "$WORK"
 # a private copy of the binary: rebuilding the tree does not change a run under way
 [ -x "$WORK/tern" ] || cp "$TERN_SRC" "$WORK/tern"
 TERN="$WORK/tern"
-echo "multi30k-en-de: work directory $WORK, $THREADS thread(s), $($TERN --version)"
+echo "multi30k-en-de: work directory $WORK, $THREADS thread(s), seed $SEED, $($TERN --version)"
 
 # 1. vocabulary: one SentencePiece model over both sides of the training data
 if [ ! -f "$WORK/vocab/sentencepiece.model" ]; then
@@ -60,7 +62,7 @@ until nice -n 5 "$TERN" train --resume \
   --lr 0.005 --lr-scheduler inverse_sqrt --warmup 2000 --warmup-init-lr 1e-7 \
   --adam-betas 0.9,0.98 --adam-eps 1e-8 --weight-decay 0.0001 \
   --max-tokens 4096 --max-updates 8000 --max-time 3h \
-  --bleu-beam 5 --bleu-length-penalty 1.0 --log-interval 100 --seed 1 -t "$THREADS"
+  --bleu-beam 5 --bleu-length-penalty 1.0 --log-interval 100 --seed "$SEED" -t "$THREADS"
 do
   rc=$?
   echo "multi30k-en-de: tern train exited with status $rc (attempt $attempt); resuming" >&2

@@ -291,3 +291,26 @@ def test_missing_model_file(models, tmp_path):
     d = copy_model(models["float32"], tmp_path)
     os.remove(os.path.join(d, "model.bin"))
     assert_clean_failure(d, d, "no model.safetensors or model.bin")
+
+
+def test_architecture_key_chooses_the_family(models, tmp_path):
+    """config.json's "architecture" picks the model family (src/model/family.c): "transformer"
+    (any case) loads as without the key; an unknown value is an error naming config.json and the
+    value."""
+    import json
+    d = copy_model(models["float32"], tmp_path)
+    cfg = os.path.join(d, "config.json")
+    with open(cfg) as f:
+        conf = json.load(f)
+    for arch in ("transformer", "Transformer"):
+        with open(cfg, "w") as f:
+            json.dump(dict(conf, architecture=arch), f)
+        rc, out, err = tern_info(d)
+        assert rc == 0, err
+        assert "family: transformer\n" in out
+    with open(cfg, "w") as f:
+        json.dump(dict(conf, architecture="gru-bahdanau"), f)
+    assert_clean_failure(d, cfg, "unknown model architecture 'gru-bahdanau'", "transformer")
+    with open(cfg, "w") as f:
+        json.dump(dict(conf, architecture=7), f)
+    assert_clean_failure(d, cfg, "'architecture' must be a string")

@@ -18,6 +18,7 @@ int cmd_vocab(int argc, char **argv);
 int cmd_average(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_cpu(int argc, char **argv);
+int cmd_vmap(int argc, char **argv);
 
 /* Strict parsing of an option's value in [lo, hi]; prints "tern CMD: OPT expects ..." and
  * returns 0 on a bad value. */
@@ -31,5 +32,30 @@ void cli_close(FILE *f);
 tern_status_t train_plot(const char *save_dir, const char *out_png);
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
+
+/* The models of -m DIR (given once, or several times for an ensemble), --ensemble-weights and
+ * --ensemble-mode. */
+#define CLI_MAX_MODELS 64
+typedef struct {
+    const char *dirs[CLI_MAX_MODELS];
+    int n;
+    float weights[CLI_MAX_MODELS];
+    int n_weights;               /* 0: not given (equal weights) */
+    tern_ensemble_mode_t mode;
+    int ensemble;                /* 1: load as an ensemble even with one model (weights/mode given) */
+} cli_models_t;
+#define CLI_MODELS_HELP \
+"  -m, --model DIR             model directory; give -m several times for an ensemble (members may\n" \
+"                              differ in family and size; identical target vocabularies)\n" \
+"  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n" \
+"  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n" \
+"                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
+/* Option handlers; print "tern CMD: ..." and return 0 on a bad value. */
+int cli_models_add(const char *cmd, cli_models_t *m, const char *dir);
+int cli_models_weights(const char *cmd, cli_models_t *m, const char *list);
+int cli_models_mode(const char *cmd, cli_models_t *m, const char *s);
+/* Loads them: one model (tern_model_load), or an ensemble (tern_model_load_ensemble) when -m was
+ * given more than once or weights/mode were. Prints the error; returns the exit code (0, 1, 2). */
+int cli_models_load(const char *cmd, const cli_models_t *m, const tern_model_options_t *o, tern_model_t **out);
 
 #endif

@@ -45,3 +45,57 @@ int cli_fail(const char *cmd, tern_status_t st) {
     fprintf(stderr, "tern %s: %s: %s\n", cmd, tern_status_string(st), tern_last_error());
     return 1;
 }
+
+int cli_models_add(const char *cmd, cli_models_t *m, const char *dir) {
+    if (m->n >= CLI_MAX_MODELS) {
+        fprintf(stderr, "tern %s: at most %d models (-m)\n", cmd, CLI_MAX_MODELS);
+        return 0;
+    }
+    m->dirs[m->n++] = dir;
+    return 1;
+}
+
+int cli_models_weights(const char *cmd, cli_models_t *m, const char *list) {
+    m->n_weights = 0;
+    m->ensemble = 1;
+    for (const char *p = list;;) {
+        char *end;
+        errno = 0;
+        float v = strtof(p, &end);
+        if (errno || end == p || !(v > 0) || v > 1e30f || (*end && *end != ',') || m->n_weights >= CLI_MAX_MODELS) {
+            fprintf(stderr, "tern %s: --ensemble-weights expects positive numbers separated by commas, got '%s'\n",
+                    cmd, list);
+            return 0;
+        }
+        m->weights[m->n_weights++] = v;
+        if (!*end) return 1;
+        p = end + 1;
+    }
+}
+
+int cli_models_mode(const char *cmd, cli_models_t *m, const char *s) {
+    m->ensemble = 1;
+    if (!strcmp(s, "logprob-mean")) m->mode = TERN_ENSEMBLE_LOGPROB_MEAN;
+    else if (!strcmp(s, "prob-mean")) m->mode = TERN_ENSEMBLE_PROB_MEAN;
+    else {
+        fprintf(stderr, "tern %s: --ensemble-mode is logprob-mean or prob-mean, got '%s'\n", cmd, s);
+        return 0;
+    }
+    return 1;
+}
+
+int cli_models_load(const char *cmd, const cli_models_t *m, const tern_model_options_t *o, tern_model_t **out) {
+    *out = NULL;
+    if (m->n == 0) {
+        fprintf(stderr, "tern %s: no model (-m DIR); see tern %s --help\n", cmd, cmd);
+        return 2;
+    }
+    if (m->n_weights && m->n_weights != m->n) {
+        fprintf(stderr, "tern %s: --ensemble-weights gives %d weights for %d models\n", cmd, m->n_weights, m->n);
+        return 2;
+    }
+    tern_status_t st = m->n == 1 && !m->ensemble
+                           ? tern_model_load(out, m->dirs[0], o)
+                           : tern_model_load_ensemble(out, m->dirs, m->n, m->n_weights ? m->weights : NULL, m->mode, o);
+    return st ? cli_fail(cmd, st) : 0;
+}

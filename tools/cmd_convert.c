@@ -22,13 +22,18 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--quantize int8|float16|none]\n"
-               "  Writes a model directory in Tern's format (model.safetensors, config.json,\n"
-               "  vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
-               "  a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
-               "  --from-ct2 DIR is the same as --from DIR.\n"
-               "  --quantize int8     weight matrices to int8 with per-row scales (as CTranslate2's\n"
-               "                      quantization=\"int8\"); other tensors unchanged\n"
-               "  --quantize float16  every floating-point tensor to float16\n");
+               "\n"
+               "Writes a model directory in Tern's format (model.safetensors, config.json,\n"
+               "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
+               "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
+               "\n"
+               "  --from DIR, --from-ct2 DIR  the model directory to read (the two are the same)\n"
+               "  -o, --output OUTDIR         the Tern model directory to write\n"
+               "  --quantize int8             weight matrices to int8 with per-row scales (as\n"
+               "                              CTranslate2's quantization=\"int8\"); other tensors unchanged\n"
+               "  --quantize float16          every floating-point tensor to float16\n"
+               "  --quantize none             tensors as stored (default)\n"
+               "  -h, --help                  this help\n");
 }
 
 /* Per-row int8 exactly as CTranslate2's converter: amax = max|row| (127 when 0), scale = 127 / amax

@@ -1,19 +1,47 @@
-/* cmd_info.c — `tern info`: a model's format, shape, vocabulary sizes and weight size. */
+/* cmd_info.c — `tern info`: a model's family, format, shape, vocabulary sizes and weight size
+ * (an ensemble's: its own facts, then each member's). */
 #include <string.h>
 
 #include "cli.h"
 
+static void print_info(const tern_model_info_t *in, const char *indent) {
+    printf("%sfamily: %s\n", indent, in->family);
+    printf("%sformat: %s\n", indent, in->format);
+    if (!strcmp(in->family, "transformer")) {
+        const tern_transformer_info_t *t = &in->transformer;
+        printf("%sencoder_layers: %d\n%sdecoder_layers: %d\n", indent, t->encoder_layers, indent, t->decoder_layers);
+        printf("%sd_model: %d\n%snum_heads: %d\n%sffn_dim: %d\n", indent, t->d_model, indent, t->num_heads, indent,
+               t->ffn_dim);
+        printf("%snorm: %s\n", indent, t->pre_norm ? "pre" : "post");
+    }
+    printf("%ssource_vocab_size: %d\n%starget_vocab_size: %d\n", indent, in->source_vocab_size, indent,
+           in->target_vocab_size);
+    printf("%smax_source_length: %d\n%smax_target_length: %d\n", indent, in->max_source_length, indent,
+           in->max_target_length);
+    printf("%scompute: %s\n", indent, in->int8 ? "int8" : "float32");
+    printf("%ssentencepiece: %s\n", indent, in->has_spm ? "yes" : "no");
+    printf("%sweight_bytes: %zu\n", indent, in->weight_bytes);
+}
+
 int cmd_info(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *C = "info";
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tern info -m MODEL [--compute-type auto|float32|int8]\n\n"
-                   "Prints the model's format, layers, dimensions, vocabulary sizes and the bytes of\n"
-                   "its weights as run with the given compute type.\n");
+            printf("usage: tern info -m MODEL [-m MODEL ...] [--compute-type auto|float32|int8]\n\n"
+                   "Prints the model's family, format, layers, dimensions, vocabulary sizes and the bytes\n"
+                   "of its weights as run with the given compute type; with several -m (or\n"
+                   "--ensemble-weights/--ensemble-mode), the ensemble's, then each member's.\n\n" CLI_MODELS_HELP
+                   "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
+                   "  -h, --help                  this help\n");
             return 0;
         } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            dir = argv[++i];
+            if (!cli_models_add(C, &models, argv[++i])) return 2;
+        } else if (!strcmp(argv[i], "--ensemble-weights") && i + 1 < argc) {
+            if (!cli_models_weights(C, &models, argv[++i])) return 2;
+        } else if (!strcmp(argv[i], "--ensemble-mode") && i + 1 < argc) {
+            if (!cli_models_mode(C, &models, argv[++i])) return 2;
         } else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) mo.compute_type = TERN_COMPUTE_AUTO;
@@ -28,22 +56,20 @@ int cmd_info(int argc, char **argv) {
             return 2;
         }
     }
-    if (!dir) {
-        fprintf(stderr, "tern info: no model (-m DIR)\n");
-        return 2;
-    }
     tern_model_t *m = NULL;
-    tern_status_t st = tern_model_load(&m, dir, &mo);
-    if (st) return cli_fail("info", st);
+    int rc = cli_models_load(C, &models, &mo, &m);
+    if (rc) return rc;
     tern_model_info_t in = tern_model_info(m);
-    printf("format: %s\n", in.format);
-    printf("encoder_layers: %d\ndecoder_layers: %d\n", in.encoder_layers, in.decoder_layers);
-    printf("d_model: %d\nnum_heads: %d\nffn_dim: %d\n", in.d_model, in.num_heads, in.ffn_dim);
-    printf("norm: %s\n", in.pre_norm ? "pre" : "post");
-    printf("source_vocab_size: %d\ntarget_vocab_size: %d\n", in.source_vocab_size, in.target_vocab_size);
-    printf("compute: %s\n", in.int8 ? "int8" : "float32");
-    printf("sentencepiece: %s\n", in.has_spm ? "yes" : "no");
-    printf("weight_bytes: %zu\n", in.weight_bytes);
+    print_info(&in, "");
+    if (!strcmp(in.family, "ensemble")) {
+        printf("ensemble_mode: %s\nmembers: %d\n", in.ensemble.mode == TERN_ENSEMBLE_PROB_MEAN ? "prob-mean" : "logprob-mean",
+               in.num_members);
+        for (int k = 0; k < in.num_members; k++) {
+            tern_model_info_t mk = tern_model_info(tern_model_member(m, k));
+            printf("member %d: %s (weight %g)\n", k + 1, models.dirs[k], (double)in.ensemble.weights[k]);
+            print_info(&mk, "  ");
+        }
+    }
     tern_model_free(m);
     return 0;
 }

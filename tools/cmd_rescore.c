@@ -9,15 +9,16 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-"usage: tern rescore -m MODEL -s SOURCE --target TARGET [options] [OUTPUT]\n"
+"usage: tern rescore -m MODEL [-m MODEL ...] -s SOURCE --target TARGET [options] [OUTPUT]\n"
 "\n"
 "Force decoding: for each line pair prints one line\n"
 "  \"LP_1 LP_2 ... LP_n LP_eos ||| TOTAL\"\n"
 "the natural-log probability of each target token given the source and the previous target\n"
 "tokens (as CTranslate2's score_batch), the end of sentence last, and their sum. An empty source\n"
-"line gives \" ||| 0\". The two files must have the same number of lines.\n"
+"line gives \" ||| 0\". The two files must have the same number of lines. With several models\n"
+"(an ensemble) each token's score is the members' combination (--ensemble-mode).\n"
 "\n"
-"  -m, --model DIR             model directory (Tern or CTranslate2)\n"
+CLI_MODELS_HELP
 "  -s, --source FILE           source sentences\n"
 "  --target FILE               target sentences to score\n"
 "  --compute-type TYPE         auto (default), float32, int8\n"
@@ -28,13 +29,14 @@ static void usage(FILE *f) {
 "  -h, --help                  this help\n");
 }
 
-enum { O_TARGET = 1000, O_COMPUTE, O_PRETOK, O_SRC_SPM, O_TGT_SPM, O_BS };
+enum { O_TARGET = 1000, O_COMPUTE, O_PRETOK, O_SRC_SPM, O_TGT_SPM, O_BS, O_ENS_W, O_ENS_MODE };
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},       {"source", required_argument, 0, 's'},
     {"target", required_argument, 0, O_TARGET}, {"compute-type", required_argument, 0, O_COMPUTE},
     {"pretokenized", no_argument, 0, O_PRETOK}, {"source-spm", required_argument, 0, O_SRC_SPM},
     {"target-spm", required_argument, 0, O_TGT_SPM}, {"batch-size", required_argument, 0, O_BS},
     {"threads", required_argument, 0, 't'},     {"help", no_argument, 0, 'h'},
+    {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {0, 0, 0, 0},
 };
 
@@ -48,7 +50,8 @@ static ssize_t read_line(char **buf, size_t *cap, FILE *f) {
 
 int cmd_rescore(int argc, char **argv) {
     const char *C = "rescore";
-    const char *model_dir = NULL, *src_path = NULL, *tgt_path = NULL;
+    const char *src_path = NULL, *tgt_path = NULL;
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
@@ -56,7 +59,9 @@ int cmd_rescore(int argc, char **argv) {
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:s:t:h", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
+        case 'm': ok = cli_models_add(C, &models, optarg); break;
+        case O_ENS_W: ok = cli_models_weights(C, &models, optarg); break;
+        case O_ENS_MODE: ok = cli_models_mode(C, &models, optarg); break;
         case 's': src_path = optarg; break;
         case O_TARGET: tgt_path = optarg; break;
         case O_COMPUTE:
@@ -81,7 +86,7 @@ int cmd_rescore(int argc, char **argv) {
         fprintf(stderr, "see tern rescore --help\n");
         return 2;
     }
-    if (!model_dir || !src_path || !tgt_path || argc - optind > 1) {
+    if (!models.n || !src_path || !tgt_path || argc - optind > 1) {
         fprintf(stderr, "tern rescore: needs -m MODEL -s SOURCE --target TARGET [OUTPUT]; see --help\n");
         return 2;
     }
@@ -98,10 +103,8 @@ int cmd_rescore(int argc, char **argv) {
         fprintf(stderr, "tern rescore: out of memory\n");
         goto done;
     }
-    if ((st = tern_model_load(&model, model_dir, &mo))) {
-        cli_fail(C, st);
-        goto done;
-    }
+    if ((rc = cli_models_load(C, &models, &mo, &model))) goto done;
+    rc = 1;
     if ((st = tern_translator_create(&tr, model, &o))) {
         cli_fail(C, st);
         goto done;

@@ -17,9 +17,16 @@ static void usage(FILE *f) {
 "\n"
 "model:\n"
 "  -m, --model DIR             model directory: Tern (config.json + model.safetensors) or\n"
-"                              CTranslate2 (model.bin + config.json + vocabularies)\n"
+"                              CTranslate2 (model.bin + config.json + vocabularies);\n"
+"                              several -m: an ensemble of them\n"
+"  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n"
+"  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n"
+"                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
 "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
 "  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
+"  --vmap FILE                 vocabulary map (`tern vmap`, CTranslate2's format): the output and the\n"
+"                              search are restricted to the candidates of each batch's source n-grams\n"
+"  --use-vmap                  the model directory's vmap.txt (as CTranslate2's use_vmap)\n"
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
 "                              (no SentencePiece even when the model ships one)\n"
@@ -64,15 +71,19 @@ static void usage(FILE *f) {
 }
 
 enum {
-    O_COMPUTE = 1000, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
+    O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
-    O_PROGRESS
+    O_PROGRESS, O_ENS_W, O_ENS_MODE
 };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},
+    {"ensemble-weights", required_argument, 0, O_ENS_W},
+    {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {"compute-type", required_argument, 0, O_COMPUTE},
     {"source-spm", required_argument, 0, O_SRC_SPM},
+    {"vmap", required_argument, 0, O_VMAP},
+    {"use-vmap", no_argument, 0, O_USE_VMAP},
     {"target-spm", required_argument, 0, O_TGT_SPM},
     {"pretokenized", no_argument, 0, O_PRETOK},
     {"beam-size", required_argument, 0, 'b'},
@@ -110,7 +121,7 @@ static void show_progress(long sentences, long tokens, double seconds, void *use
 
 int cmd_translate(int argc, char **argv) {
     const char *C = "translate";
-    const char *model_dir = NULL;
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
@@ -118,7 +129,9 @@ int cmd_translate(int argc, char **argv) {
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:b:n:w:t:qvh", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
+        case 'm': ok = cli_models_add(C, &models, optarg); break;
+        case O_ENS_W: ok = cli_models_weights(C, &models, optarg); break;
+        case O_ENS_MODE: ok = cli_models_mode(C, &models, optarg); break;
         case O_COMPUTE:
             if (!strcmp(optarg, "auto") || !strcmp(optarg, "default")) mo.compute_type = TERN_COMPUTE_AUTO;
             else if (!strcmp(optarg, "float32")) mo.compute_type = TERN_COMPUTE_FLOAT32;
@@ -129,6 +142,8 @@ int cmd_translate(int argc, char **argv) {
             }
             break;
         case O_SRC_SPM: mo.source_spm = optarg; break;
+        case O_VMAP: mo.vmap = optarg; break;
+        case O_USE_VMAP: mo.use_vmap = 1; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_PRETOK: mo.use_spm = 0; break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
@@ -175,7 +190,7 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "see tern translate --help\n");
         return 2;
     }
-    if (!model_dir) {
+    if (models.n == 0) {
         fprintf(stderr, "tern translate: no model (-m DIR); see tern translate --help\n");
         return 2;
     }
@@ -193,8 +208,9 @@ int cmd_translate(int argc, char **argv) {
     const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;
 
     tern_model_t *model = NULL;
-    tern_status_t st = tern_model_load(&model, model_dir, &mo);
-    if (st) return cli_fail(C, st);
+    int lrc = cli_models_load(C, &models, &mo, &model);
+    if (lrc) return lrc;
+    tern_status_t st;
     FILE *in = cli_open(C, in_path, "r");
     FILE *out = in ? cli_open(C, out_path, "w") : NULL;
     int rc = 1;

@@ -18,10 +18,11 @@ static const command_t commands[] = {
     {"info", cmd_info, "print a model's shape, vocabulary sizes and format"},
     {"score", cmd_score, "corpus BLEU / chrF / GLEU, sacreBLEU-exact"},
     {"filter", cmd_filter, "clean a parallel corpus (empty, long, ratio, copies, duplicates)"},
-    {"convert", cmd_convert, "convert a CTranslate2 model to Tern's format (safetensors)"},
+    {"convert", cmd_convert, "write a CTranslate2 or Tern model in Tern's format, optionally quantized"},
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
+    {"vmap", cmd_vmap, "build a vocabulary map (target vocabulary reduction) from a parallel corpus"},
     {"cpu", cmd_cpu, "the instruction sets Tern uses on this CPU (and the caps it can run)"},
 };
 

@@ -113,6 +113,123 @@ static tern_status_t write_results(const tern_model_t *m, const tern_translate_o
     return TERN_OK;
 }
 
+/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n. */
+typedef struct {
+    int **ids;
+    int *len;
+    int n, cap;
+} chunk_t;
+
+/* Reads and tokenizes lines into c until it holds budget source tokens or the input ends (*eof). */
+static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_options_t *o, FILE *in, long budget,
+                                chunk_t *c, char **line, size_t *line_cap, long *line_no, int *eof) {
+    long toks = 0;
+    c->n = 0;
+    while (toks < budget) {
+        ssize_t r = getline(line, line_cap, in);
+        if (r < 0) {
+            *eof = 1;
+            break;
+        }
+        (*line_no)++;
+        while (r > 0 && ((*line)[r - 1] == '\n' || (*line)[r - 1] == '\r')) r--;
+        if (c->n == c->cap) {
+            int cap = c->cap ? 2 * c->cap : 1024;
+            int **ni = realloc(c->ids, (size_t)cap * sizeof(int *));
+            if (ni) c->ids = ni;
+            int *nl = realloc(c->len, (size_t)cap * sizeof(int));
+            if (nl) c->len = nl;
+            if (!ni || !nl) return tern_error(TERN_ERR_NOMEM, "out of memory");
+            c->cap = cap;
+        }
+        int trunc = 0;
+        tern_status_t st = model_encode_source(model, *line, (size_t)r, o->max_input_length, &c->ids[c->n],
+                                               &c->len[c->n], &trunc);
+        if (st) return tern_error_prefix(st, "input line %ld", *line_no);
+        if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, o->max_input_length);
+        toks += c->len[c->n] > 0 ? c->len[c->n] : 1;
+        c->n++;
+    }
+    return TERN_OK;
+}
+
+/* Sorts sentences 0..n-1 by length, longest first, into order (n) and cuts them into batches by
+ * the token budget (the first length of a batch is its padded width); returns the count. */
+static int cut_batches(const int *len, int n, const tern_translate_options_t *o, int *order, batch_t *batches) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    g_sort_len = (int *)len;
+    qsort(order, (size_t)n, sizeof(int), cmp_order);
+    int nb = 0;
+    for (int a = 0; a < n;) {
+        int width = len[order[a]] > 0 ? len[order[a]] : 1, b = 0;
+        while (a + b < n && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
+               (o->max_batch_size <= 0 || b < o->max_batch_size))
+            b++;
+        batches[nb++] = (batch_t){a, b};
+        a += b;
+    }
+    return nb;
+}
+
+/* Runs w's batches on up to W translators in parallel (on this thread when one, or when no
+ * thread could be started). */
+static void run_workers(work_t *w, tern_translator_t **trs, int W) {
+    int nthreads = W < w->n_batches ? W : w->n_batches;
+    pthread_t *th = nthreads > 1 ? malloc((size_t)nthreads * sizeof *th) : NULL;
+    worker_arg_t *args = nthreads > 1 ? malloc((size_t)nthreads * sizeof *args) : NULL;
+    int started = 0;
+    if (th && args)
+        for (int k = 0; k < nthreads; k++) {
+            args[k] = (worker_arg_t){w, trs[k]};
+            if (pthread_create(&th[k], NULL, worker_main, &args[k]) == 0) started++;
+            else break;
+        }
+    if (started == 0) {
+        worker_arg_t a = {w, trs[0]};
+        worker_main(&a);
+    }
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    free(th), free(args);
+}
+
+/* Translates a chunk on the translators and writes its lines (line0: the number of its first). */
+static tern_status_t translate_chunk(const tern_model_t *model, const tern_translate_options_t *o,
+                                     tern_translator_t **trs, chunk_t *c, FILE *out, long line0, long *tokens_out) {
+    int n = c->n;
+    int *order = malloc((size_t)n * sizeof(int));
+    batch_t *batches = malloc((size_t)n * sizeof(batch_t));
+    search_result_t *res = calloc((size_t)n, sizeof *res);
+    tern_status_t st;
+    if (!order || !batches || !res) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+    } else {
+        work_t w;
+        memset(&w, 0, sizeof w);
+        w.model = model;
+        w.opt = o;
+        w.ids = c->ids;
+        w.len = c->len;
+        w.order = order;
+        w.batches = batches;
+        w.n_batches = cut_batches(c->len, n, o, order, batches);
+        w.res = res;
+        pthread_mutex_init(&w.mu, NULL);
+        run_workers(&w, trs, o->workers);
+        pthread_mutex_destroy(&w.mu);
+        st = w.status;
+        if (st) tern_error(st, "%s", w.error);
+        else st = write_results(model, o, out, res, n, line0, tokens_out);
+    }
+    for (int i = 0; i < n; i++) {
+        if (res) search_result_free(&res[i]);
+        free(c->ids[i]);
+        c->ids[i] = NULL;
+    }
+    c->n = 0;
+    free(order), free(batches), free(res);
+    return st;
+}
+
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options, tern_progress_fn progress,
                                     void *user_data) {
@@ -122,133 +239,26 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
      * needs no log-softmax (the argmax of the logits is the token). */
     if (o.num_hypotheses <= 1 && !o.print_scores) o.return_scores = 0;
     tern_status_t st = TERN_OK;
-    int W = o.workers;
-    tern_translator_t **trs = calloc((size_t)W, sizeof *trs);
+    tern_translator_t **trs = calloc((size_t)o.workers, sizeof *trs);
     if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < W; k++)
-        if ((st = tern_translator_create(&trs[k], model, &o))) goto cleanup;
-
+    for (int k = 0; k < o.workers && !st; k++) st = tern_translator_create(&trs[k], model, &o);
     long budget = (long)o.read_ahead * o.max_batch_tokens;
     if (budget < 1) budget = 1;
-    int cap = 1024, n = 0;
-    int **ids = malloc((size_t)cap * sizeof(int *));
-    int *len = malloc((size_t)cap * sizeof(int));
+    chunk_t c = {0};
     char *line = NULL;
     size_t line_cap = 0;
     long line_no = 0, written = 0, tokens_out = 0;
     double t0 = time_now();
-    if (!ids || !len) {
-        st = tern_error(TERN_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    int eof = 0;
-    while (!eof) {
-        /* read a chunk */
-        long toks = 0;
-        n = 0;
-        while (toks < budget) {
-            ssize_t r = getline(&line, &line_cap, in);
-            if (r < 0) {
-                eof = 1;
-                break;
-            }
-            line_no++;
-            while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) r--;
-            if (n == cap) {
-                cap *= 2;
-                int **ni = realloc(ids, (size_t)cap * sizeof(int *));
-                if (ni) ids = ni;
-                int *nl = realloc(len, (size_t)cap * sizeof(int));
-                if (nl) len = nl;
-                if (!ni || !nl) {
-                    st = tern_error(TERN_ERR_NOMEM, "out of memory");
-                    goto done;
-                }
-            }
-            int trunc = 0;
-            if ((st = model_encode_source(model, line, (size_t)r, o.max_input_length, &ids[n], &len[n], &trunc))) {
-                tern_error_prefix(st, "input line %ld", line_no);
-                goto done;
-            }
-            if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", line_no, o.max_input_length);
-            toks += len[n] > 0 ? len[n] : 1;
-            n++;
-        }
-        if (n == 0) break;
-        /* sort and cut into batches */
-        int *order = malloc((size_t)n * sizeof(int));
-        batch_t *batches = malloc((size_t)n * sizeof(batch_t));
-        search_result_t *res = calloc((size_t)n, sizeof *res);
-        if (!order || !batches || !res) {
-            free(order), free(batches), free(res);
-            st = tern_error(TERN_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int i = 0; i < n; i++) order[i] = i;
-        g_sort_len = len;
-        qsort(order, (size_t)n, sizeof(int), cmp_order);
-        int nb = 0;
-        for (int a = 0; a < n;) {
-            int width = len[order[a]] > 0 ? len[order[a]] : 1, b = 0;
-            while (a + b < n && (b == 0 || (long)(b + 1) * width <= o.max_batch_tokens) &&
-                   (o.max_batch_size <= 0 || b < o.max_batch_size))
-                b++;
-            batches[nb++] = (batch_t){a, b};
-            a += b;
-        }
-        work_t w;
-        memset(&w, 0, sizeof w);
-        w.model = model;
-        w.opt = &o;
-        w.ids = ids;
-        w.len = len;
-        w.order = order;
-        w.batches = batches;
-        w.n_batches = nb;
-        w.res = res;
-        pthread_mutex_init(&w.mu, NULL);
-        int nthreads = W < nb ? W : nb;
-        if (nthreads <= 1) {
-            worker_arg_t a = {&w, trs[0]};
-            worker_main(&a);
-        } else {
-            pthread_t *th = malloc((size_t)nthreads * sizeof *th);
-            worker_arg_t *args = malloc((size_t)nthreads * sizeof *args);
-            int started = 0;
-            if (th && args)
-                for (int k = 0; k < nthreads; k++) {
-                    args[k] = (worker_arg_t){&w, trs[k]};
-                    if (pthread_create(&th[k], NULL, worker_main, &args[k]) == 0) started++;
-                    else break;
-                }
-            if (started == 0) {
-                worker_arg_t a = {&w, trs[0]};
-                worker_main(&a);
-            }
-            for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
-            free(th), free(args);
-        }
-        pthread_mutex_destroy(&w.mu);
-        st = w.status;
-        if (st) tern_error(st, "%s", w.error);
-        else st = write_results(model, &o, out, res, n, written, &tokens_out);
-        for (int i = 0; i < n; i++) {
-            search_result_free(&res[i]);
-            free(ids[i]);
-            ids[i] = NULL;
-        }
-        free(order), free(batches), free(res);
-        n = 0;
-        if (st) goto done;
+    for (int eof = 0; !st && !eof;) {
+        if ((st = read_chunk(model, &o, in, budget, &c, &line, &line_cap, &line_no, &eof)) || c.n == 0) break;
+        if ((st = translate_chunk(model, &o, trs, &c, out, written, &tokens_out))) break;
         written = line_no;
         if (progress) progress(written, tokens_out, time_now() - t0, user_data);
     }
-    if (fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
-done:
-    for (int i = 0; i < n; i++) free(ids[i]);
-    free(ids), free(len), free(line);
-cleanup:
-    for (int k = 0; k < W; k++) tern_translator_free(trs[k]);
+    if (!st && fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
+    for (int i = 0; i < c.n; i++) free(c.ids[i]);
+    free(c.ids), free(c.len), free(line);
+    for (int k = 0; k < o.workers; k++) tern_translator_free(trs[k]);
     free(trs);
     return st;
 }

@@ -1,8 +1,11 @@
 /*
- * translator.c — tern_translator_t: sorted token-budget batches over the Transformer and the
- * search, batch translation of strings, and force decoding (scoring).
+ * translator.c — tern_translator_t: sorted token-budget batches over the model (through its
+ * family table, family.h) and the search, batch translation of strings, and force decoding
+ * (scoring).
  */
 #include "translator.h"
+
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -71,7 +74,7 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
     if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");
     tr->model = model;
     tr->opt = o;
-    tr->state = transformer_state_new(&model->tf);
+    tr->state = model->fam->state_new(model->net);
     if (!tr->state) {
         free(tr);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -82,15 +85,11 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
 
 void tern_translator_free(tern_translator_t *tr) {
     if (!tr) return;
-    transformer_state_free(tr->state);
+    if (tr->state) tr->model->fam->state_free(tr->state);
+    free(tr->vm_cand);
+    free(tr->vm_tok);
+    free(tr->vm_mark);
     free(tr);
-}
-
-static tern_status_t iface_step(void *self, const int *tokens, int t, float *logits, float *attn) {
-    return transformer_step(self, tokens, t, logits, attn);
-}
-static tern_status_t iface_set_rows(void *self, const int *parent, const int *sent, int R) {
-    return transformer_set_rows(self, parent, sent, R);
 }
 
 static int max_output_len(const tern_translate_options_t *o, int src_len) {
@@ -103,20 +102,62 @@ static int max_output_len(const tern_translate_options_t *o, int src_len) {
     return lim;
 }
 
+/* The vocabulary map's candidates for a batch: restricts the model's output to them and gives the
+ * search a decoder over positions in them (*dec), with its start and end tokens (*bos, *eos).
+ * An ensemble looks its members' first source up (ensemble.h's packing). */
+static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const int *len, int n,
+                                   vmap_decoder_t *vd, decoder_iface_t *dec, int *bos, int *eos) {
+    const tern_model_t *m = tr->model;
+    const int V = m->info.target_vocab_size, rows = n * tr->opt.beam_size;
+    if (!tr->vm_cand) {
+        tr->vm_cand = malloc((size_t)V * sizeof(int));
+        tr->vm_mark = calloc((size_t)V, 1);
+        if (!tr->vm_cand || !tr->vm_mark) return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+    }
+    if (rows > tr->vm_tok_cap) {
+        free(tr->vm_tok);
+        tr->vm_tok_cap = 0;
+        if (!(tr->vm_tok = malloc((size_t)rows * sizeof(int))))
+            return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+        tr->vm_tok_cap = rows;
+    }
+    const int **s0 = malloc((size_t)n * sizeof *s0);
+    int *l0 = malloc((size_t)n * sizeof *l0);
+    if (!s0 || !l0) {
+        free(s0), free(l0);
+        return tern_error(TERN_ERR_NOMEM, "vocabulary map: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        s0[i] = m->n_members ? src[i] + 1 : src[i];
+        l0[i] = m->n_members ? src[i][0] : len[i];
+    }
+    int nc = vmap_candidates(m->vmap, s0, l0, n, tr->vm_cand, tr->vm_mark);
+    free(s0), free(l0);
+    tern_status_t st = m->fam->set_vocab(tr->state, tr->vm_cand, nc);
+    if (st) return st;
+    *dec = vmap_decoder(vd, dec, tr->vm_cand, nc, n, tr->vm_tok);
+    *bos = vmap_position(tr->vm_cand, nc, m->tgt_start);
+    *eos = vmap_position(tr->vm_cand, nc, m->tgt_eos);
+    if (*bos < 0 || *eos < 0) return tern_error(TERN_ERR_INTERNAL, "vocabulary map: start or end token not a candidate");
+    return TERN_OK;
+}
+
 /* Decodes one batch of non-empty sources. */
 static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len, int n,
                                   search_result_t *res) {
     const tern_model_t *m = tr->model;
     const tern_translate_options_t *o = &tr->opt;
-    tern_status_t st = transformer_encode(tr->state, (const int *const *)src, len, n);
+    const model_family_t *fam = m->fam;
+    tern_status_t st = fam->encode(tr->state, (const int *const *)src, len, n);
     if (st) return st;
     int *max_len = malloc((size_t)n * sizeof(int));
     if (!max_len) return tern_error(TERN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         max_len[i] = max_output_len(o, len[i]);
-        if (max_len[i] > m->tf.dec_max_pos) max_len[i] = m->tf.dec_max_pos;
+        if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
-    decoder_iface_t dec = {tr->state, m->tf.tgt_vocab, transformer_source_len(tr->state), iface_step, iface_set_rows};
+    decoder_iface_t dec = {tr->state, m->info.target_vocab_size, fam->source_len(tr->state), fam->step, fam->set_rows,
+                           fam->step_logprobs};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->num_hypotheses;
@@ -129,7 +170,18 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.need_scores = o->return_scores || o->length_penalty != 0 || o->coverage_penalty != 0;
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
+    vmap_decoder_t vd;
+    if (m->vmap && (st = vmap_restrict(tr, src, len, n, &vd, &dec, &so.bos, &so.eos))) {
+        fam->set_vocab(tr->state, NULL, 0);
+        free(max_len);
+        return st;
+    }
     st = o->beam_size == 1 ? greedy_search(&dec, n, max_len, &so, res) : beam_search(&dec, n, max_len, &so, res);
+    if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
+        if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
+        tern_status_t s2 = fam->set_vocab(tr->state, NULL, 0);
+        if (!st) st = s2;
+    }
     free(max_len);
     return st;
 }
@@ -246,37 +298,78 @@ done:
 
 /* ------------------------------------------------------------------ force decoding */
 
-tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
-                               int n, float **token_logprobs, int *token_counts) {
+/* Force-decodes ns encoded sources (src, len; sentence r is input rows[r]) against their target
+ * ids (tids[rows[r]], tlen[rows[r]] tokens, then EOS): lp[rows[r]][t] = the model's log-prob (an
+ * ensemble's score) of target token t. */
+static tern_status_t force_decode(tern_translator_t *tr, int *const *src, const int *len, int ns, const int *rows,
+                                  int *const *tids, const int *tlen, float **lp) {
     const tern_model_t *m = tr->model;
-    int V = m->tf.tgt_vocab;
-    tern_status_t st = TERN_OK;
-    int **sids = calloc((size_t)(n ? n : 1), sizeof(int *)), **tids = calloc((size_t)(n ? n : 1), sizeof(int *));
-    int *slen = calloc((size_t)(n ? n : 1), sizeof(int)), *tlen = calloc((size_t)(n ? n : 1), sizeof(int));
-    int *rows = malloc((size_t)(n ? n : 1) * sizeof(int)), *sent = malloc((size_t)(n ? n : 1) * sizeof(int));
-    int *parent = malloc((size_t)(n ? n : 1) * sizeof(int)), *tok = malloc((size_t)(n ? n : 1) * sizeof(int));
-    int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
-    int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
-    float *logits = NULL;
-    if (!sids || !tids || !slen || !tlen || !rows || !sent || !parent || !tok || !bsrc || !blen) {
+    const model_family_t *fam = m->fam;
+    const int V = m->info.target_vocab_size;
+    tern_status_t st = fam->encode(tr->state, (const int *const *)src, len, ns);
+    if (st) return st;
+    int *sent = malloc((size_t)ns * sizeof(int)), *parent = malloc((size_t)ns * sizeof(int));
+    int *tok = malloc((size_t)ns * sizeof(int));
+    float *logits = aligned_alloc64((size_t)ns * V * sizeof(float));
+    if (!sent || !parent || !tok || !logits) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    translator_set_threads(&tr->opt);
+    for (int r = 0; r < ns; r++) {
+        sent[r] = r;
+        tok[r] = m->tgt_start;
+    }
+    for (int t = 0, R = ns; R > 0; t++) {
+        if ((st = fam->step(tr->state, tok, t, logits, NULL))) goto done;
+        if (!fam->step_logprobs) log_softmax_forward(logits, logits, R, V);
+        int R2 = 0;
+        for (int r = 0; r < R; r++) {
+            int i = rows[sent[r]];
+            int y = t < tlen[i] ? tids[i][t] : m->tgt_eos;
+            lp[i][t] = logits[(size_t)r * V + y];
+            if (t < tlen[i]) { /* the row goes on with its target token; finished rows leave */
+                parent[R2] = r;
+                sent[R2] = sent[r];
+                tok[R2] = y;
+                R2++;
+            }
+        }
+        if (R2 == 0) break;
+        if (R2 != R && (st = fam->set_rows(tr->state, parent, sent, R2))) goto done;
+        R = R2;
+    }
+done:
+    free(sent), free(parent), free(tok);
+    aligned_free(logits);
+    return st;
+}
+
+tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
+                               int n, float **token_logprobs, int *token_counts) {
+    const tern_model_t *m = tr->model;
+    tern_status_t st = TERN_OK;
+    size_t nn = (size_t)(n ? n : 1);
+    int **sids = calloc(nn, sizeof(int *)), **tids = calloc(nn, sizeof(int *)), **bsrc = malloc(nn * sizeof(int *));
+    int *slen = calloc(nn, sizeof(int)), *tlen = calloc(nn, sizeof(int)), *blen = malloc(nn * sizeof(int));
+    int *rows = malloc(nn * sizeof(int));
     for (int i = 0; i < n; i++) {
         token_logprobs[i] = NULL;
         token_counts[i] = 0;
     }
-    int ns = 0;
+    if (!sids || !tids || !bsrc || !slen || !tlen || !blen || !rows) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    translator_set_threads(&tr->opt);
+    int ns = 0; /* the non-empty sources, decoded as one batch (the CLI sizes batches by the token budget) */
     for (int i = 0; i < n; i++) {
         int trunc;
         const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
         if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &sids[i], &slen[i], &trunc))) goto done;
         if ((st = model_encode_target(m, t, strlen(t), &tids[i], &tlen[i]))) goto done;
-        if (tlen[i] + 1 > m->tf.dec_max_pos) tlen[i] = m->tf.dec_max_pos - 1;
+        if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;
         token_counts[i] = slen[i] > 0 ? tlen[i] + 1 : 0;
-        token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float));
-        if (!token_logprobs[i]) {
+        if (!(token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float)))) {
             st = tern_error(TERN_ERR_NOMEM, "out of memory");
             goto done;
         }
@@ -286,48 +379,20 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
             rows[ns++] = i;
         }
     }
-    if (ns == 0) goto done;
-    /* one batch: the caller sizes it (the CLI feeds batches by the token budget) */
-    if ((st = transformer_encode(tr->state, (const int *const *)bsrc, blen, ns))) goto done;
-    logits = aligned_alloc64((size_t)ns * V * sizeof(float));
-    if (!logits) {
-        st = tern_error(TERN_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    for (int r = 0; r < ns; r++) {
-        sent[r] = r;
-        tok[r] = m->tgt_start;
-    }
-    int R = ns;
-    for (int t = 0; R > 0; t++) {
-        if ((st = transformer_step(tr->state, tok, t, logits, NULL))) goto done;
-        log_softmax_forward(logits, logits, R, V);
-        int R2 = 0;
-        for (int r = 0; r < R; r++) {
-            int i = rows[sent[r]];
-            int y = t < tlen[i] ? tids[i][t] : m->tgt_eos;
-            token_logprobs[i][t] = logits[(size_t)r * V + y];
-            if (t < tlen[i]) {
-                parent[R2] = r;
-                sent[R2] = sent[r];
-                tok[R2] = y;
-                R2++;
-            }
-        }
-        if (R2 == 0) break;
-        if (R2 != R && (st = transformer_set_rows(tr->state, parent, sent, R2))) goto done;
-        R = R2;
-    }
+    if (ns > 0) st = force_decode(tr, bsrc, blen, ns, rows, tids, tlen, token_logprobs);
 done:
     for (int i = 0; i < n; i++) {
         if (sids) free(sids[i]);
         if (tids) free(tids[i]);
-        if (st && token_logprobs[i]) {
-            free(token_logprobs[i]);
-            token_logprobs[i] = NULL;
-        }
     }
-    free(sids), free(tids), free(slen), free(tlen), free(rows), free(sent), free(parent), free(tok), free(bsrc), free(blen);
-    aligned_free(logits);
+    if (st) tern_score_results_free(token_logprobs, n);
+    free(sids), free(tids), free(bsrc), free(slen), free(tlen), free(blen), free(rows);
     return st;
+}
+
+void tern_score_results_free(float **token_logprobs, int n) {
+    for (int i = 0; token_logprobs && i < n; i++) {
+        free(token_logprobs[i]);
+        token_logprobs[i] = NULL;
+    }
 }

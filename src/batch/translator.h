@@ -9,7 +9,10 @@
 struct tern_translator {
     const tern_model_t *model;
     tern_translate_options_t opt;
-    transformer_state_t *state;
+    void *state;                 /* the model family's per-translator state */
+    /* vocabulary map (model->vmap): candidates of the batch (V), scratch marks (V), tokens (rows) */
+    int *vm_cand, *vm_tok, vm_tok_cap;
+    uint8_t *vm_mark;
 };
 
 /* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):

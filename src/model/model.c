@@ -1,9 +1,13 @@
 /*
- * model.c — tern_model_load(): finds the model's files, loads the weights (CTranslate2 model.bin
- * or Tern's model.safetensors), builds the Transformer, loads vocabularies and SentencePiece,
- * and checks that they agree. Text <-> token id conversion for both sides.
+ * model.c — tern_model_load(): finds the model's files, reads config.json, chooses the family by
+ * its "architecture" (family.h), loads the weights (CTranslate2 model.bin or Tern's
+ * model.safetensors), builds the family's network, loads vocabularies and SentencePiece, and
+ * checks that they agree. tern_model_load_ensemble(): several models as one (ensemble.h).
+ * Text <-> token id conversion for both sides.
  */
 #include "model.h"
+
+#include "ensemble.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +39,18 @@ static tern_status_t load_vocab_pair(tern_model_t *m) {
     if (find_file(p, sizeof p, m->dir, shared)) {
         if ((st = vocab_load(&m->src_vocab, p))) return st;
         m->tgt_vocab = m->src_vocab;
+        snprintf(m->src_vocab_path, sizeof m->src_vocab_path, "%s", p);
+        snprintf(m->tgt_vocab_path, sizeof m->tgt_vocab_path, "%s", p);
         return TERN_OK;
     }
     if (!find_file(p, sizeof p, m->dir, src))
         return tern_error(TERN_ERR_IO, "%s: no vocabulary found (shared_vocabulary.json, or "
                           "source_vocabulary.json and target_vocabulary.json)", m->dir);
     if ((st = vocab_load(&m->src_vocab, p))) return st;
+    snprintf(m->src_vocab_path, sizeof m->src_vocab_path, "%s", p);
     if (!find_file(p, sizeof p, m->dir, tgt))
         return tern_error(TERN_ERR_IO, "%s: source_vocabulary found but no target_vocabulary", m->dir);
+    snprintf(m->tgt_vocab_path, sizeof m->tgt_vocab_path, "%s", p);
     return vocab_load(&m->tgt_vocab, p);
 }
 
@@ -72,7 +80,10 @@ static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
 
 void tern_model_free(tern_model_t *m) {
     if (!m) return;
-    transformer_free(&m->tf);
+    if (m->fam && m->net) m->fam->free(m->net);
+    if (!m->n_members) vmap_free(m->vmap);
+    for (int k = 0; k < m->n_members; k++) tern_model_free(m->members[k]);
+    free(m->members);
     weights_free(m->weights);
     if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
     vocab_free(m->src_vocab);
@@ -93,6 +104,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     model_config_defaults(&m->cfg);
     path_join(p, sizeof p, dir, "config.json");
     if (file_exists(p) && (st = model_config_load(&m->cfg, p))) goto fail;
+    if ((st = model_family_find(&m->fam, &m->cfg, p))) goto fail;
     path_join(p, sizeof p, dir, "model.safetensors");
     if (file_exists(p)) {
         strcpy(m->format, "tern");
@@ -106,22 +118,30 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         strcpy(m->format, "ctranslate2");
         if ((st = weights_load_ct2(&m->weights, p))) goto fail;
     }
-    if ((st = transformer_build(&m->tf, m->weights, o.compute_type, m->cfg.layer_norm_epsilon))) goto fail;
-    if ((st = transformer_pack(&m->tf, m->weights))) goto fail;
+    char vmap_path[2048] = "";
+    if (o.vmap) snprintf(vmap_path, sizeof vmap_path, "%s", o.vmap);
+    else if (o.use_vmap) path_join(vmap_path, sizeof vmap_path, dir, "vmap.txt");
+    if (vmap_path[0] && !m->fam->set_vocab) {
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: the %s family cannot use a vocabulary map", dir, m->fam->name);
+        goto fail;
+    }
+    if (vmap_path[0] && !file_exists(vmap_path)) {
+        st = tern_error(TERN_ERR_IO, "%s: vocabulary map not found", vmap_path);
+        goto fail;
+    }
+    if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type, vmap_path[0] ? MODEL_BUILD_VOCAB_MAP : 0)))
+        goto fail;
+    m->fam->describe(m->net, &m->info);
     if ((st = load_vocab_pair(m))) goto fail;
-    if (vocab_size(m->src_vocab) != m->tf.src_vocab || vocab_size(m->tgt_vocab) != m->tf.tgt_vocab) {
+    int nsrc = m->info.source_vocab_size, ntgt = m->info.target_vocab_size;
+    if (vocab_size(m->src_vocab) != nsrc || vocab_size(m->tgt_vocab) != ntgt) {
         /* Name the vocabulary file and the embedding tensor (in its weights file) that disagree. */
-        int target = vocab_size(m->src_vocab) == m->tf.src_vocab;
-        char vp[2048];
-        const char *vf = find_file(vp, sizeof vp, dir, vocab_shared);
-        if (!vf) vf = find_file(vp, sizeof vp, dir, target ? vocab_tgt : vocab_src);
-        const char *tensor = target ? "decoder/embeddings/weight"
-                             : weights_get(m->weights, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight"
-                                                                                        : "encoder/embeddings/weight";
+        int target = vocab_size(m->src_vocab) == nsrc;
         st = tern_error(TERN_ERR_MISMATCH, "%s: %s vocabulary has %d tokens but tensor '%s' in %s has %d rows",
-                        vf ? vf : dir, target ? "target" : "source",
-                        vocab_size(target ? m->tgt_vocab : m->src_vocab), tensor, weights_path(m->weights),
-                        target ? m->tf.tgt_vocab : m->tf.src_vocab);
+                        target ? m->tgt_vocab_path : m->src_vocab_path, target ? "target" : "source",
+                        vocab_size(target ? m->tgt_vocab : m->src_vocab),
+                        m->fam->vocab_tensor(m->net, m->weights, target), weights_path(m->weights),
+                        target ? ntgt : nsrc);
         goto fail;
     }
     m->src_bos = vocab_lookup(m->src_vocab, m->cfg.bos_token);
@@ -141,6 +161,10 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         goto fail;
     }
     if ((st = load_spm(m, &o))) goto fail;
+    if (vmap_path[0]) {
+        int always[3] = {m->tgt_unk, m->tgt_start, m->tgt_eos};
+        if ((st = vmap_load(&m->vmap, vmap_path, m->src_vocab, m->tgt_vocab, always, 3))) goto fail;
+    }
     *out = m;
     return TERN_OK;
 fail:
@@ -149,21 +173,76 @@ fail:
 }
 
 tern_model_info_t tern_model_info(const tern_model_t *m) {
-    tern_model_info_t i;
-    memset(&i, 0, sizeof i);
-    i.encoder_layers = m->tf.enc_layers;
-    i.decoder_layers = m->tf.dec_layers;
-    i.d_model = m->tf.d;
-    i.num_heads = m->tf.H;
-    i.ffn_dim = m->tf.F;
-    i.source_vocab_size = m->tf.src_vocab;
-    i.target_vocab_size = m->tf.tgt_vocab;
-    i.pre_norm = m->tf.pre_norm;
-    i.int8 = m->tf.int8;
-    i.has_spm = m->src_spm != NULL;
-    i.weight_bytes = m->tf.weight_bytes;
+    tern_model_info_t i = m->info;
     i.format = m->format;
+    i.has_spm = m->n_members ? m->members[0]->src_spm != NULL : m->src_spm != NULL;
+    if (!m->n_members) i.num_members = 1;
     return i;
+}
+
+const tern_model_t *tern_model_member(const tern_model_t *m, int i) {
+    if (!m || i < 0) return NULL;
+    if (!m->n_members) return i == 0 ? m : NULL;
+    return i < m->n_members ? m->members[i] : NULL;
+}
+
+/* The members' target vocabularies must be identical: names the first differing piece. */
+static tern_status_t check_target_vocabs(const tern_model_t *a, const tern_model_t *b) {
+    int na = vocab_size(a->tgt_vocab), nb = vocab_size(b->tgt_vocab);
+    for (int i = 0; i < na || i < nb; i++) {
+        const char *x = i < na ? vocab_token(a->tgt_vocab, i) : NULL, *y = i < nb ? vocab_token(b->tgt_vocab, i) : NULL;
+        if (x && y && !strcmp(x, y)) continue;
+        return tern_error(TERN_ERR_MISMATCH,
+                          "ensemble: target vocabularies differ at piece %d: %s%s%s in %s (%d pieces) but %s%s%s in %s "
+                          "(%d pieces); ensemble members need identical target vocabularies", i,
+                          x ? "'" : "", x ? x : "none", x ? "'" : "", a->tgt_vocab_path, na,
+                          y ? "'" : "", y ? y : "none", y ? "'" : "", b->tgt_vocab_path, nb);
+    }
+    if (a->tgt_start != b->tgt_start || a->tgt_eos != b->tgt_eos)
+        return tern_error(TERN_ERR_MISMATCH, "ensemble: %s and %s use different decoder start or end tokens "
+                          "('%s'/'%s' and '%s'/'%s')", a->dir, b->dir, a->cfg.decoder_start_token, a->cfg.eos_token,
+                          b->cfg.decoder_start_token, b->cfg.eos_token);
+    return TERN_OK;
+}
+
+tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *dirs, int n, const float *weights,
+                                       tern_ensemble_mode_t mode, const tern_model_options_t *options) {
+    *out = NULL;
+    if (n < 1 || !dirs) return tern_error(TERN_ERR_INVALID_ARG, "an ensemble needs at least one model directory");
+    tern_model_t *m = calloc(1, sizeof *m);
+    const model_family_t **fams = calloc((size_t)n, sizeof *fams);
+    void **nets = calloc((size_t)n, sizeof *nets);
+    tern_status_t st = TERN_OK;
+    if (!m || !fams || !nets || !(m->members = calloc((size_t)n, sizeof *m->members))) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int k = 0; k < n; k++) {
+        if ((st = tern_model_load(&m->members[k], dirs[k], options))) goto fail;
+        m->n_members = k + 1;
+        if (k > 0 && (st = check_target_vocabs(m->members[0], m->members[k]))) goto fail;
+        fams[k] = m->members[k]->fam;
+        nets[k] = m->members[k]->net;
+    }
+    if ((st = ensemble_new(&m->net, fams, nets, weights, n, mode))) goto fail;
+    m->fam = &model_family_ensemble;
+    m->fam->describe(m->net, &m->info);
+    snprintf(m->dir, sizeof m->dir, "%s", dirs[0]);
+    strcpy(m->format, "ensemble");
+    const tern_model_t *m0 = m->members[0];
+    m->cfg = m0->cfg;
+    m->src_bos = m->src_eos = m->src_unk = -1;
+    m->tgt_start = m0->tgt_start;
+    m->tgt_eos = m0->tgt_eos;
+    m->tgt_unk = m0->tgt_unk;
+    m->vmap = m0->vmap;
+    free(fams), free(nets);
+    *out = m;
+    return TERN_OK;
+fail:
+    free(fams), free(nets);
+    tern_model_free(m);
+    return st;
 }
 
 /* Splits pre-tokenized text on ASCII whitespace into a pieces block like spm_encode's. */
@@ -213,8 +292,8 @@ static tern_status_t text_to_ids(const vocab_t *v, const spm_t *sp, int unk, con
     return TERN_OK;
 }
 
-tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                  int **ids, int *n, int *truncated) {
+static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
+                                       int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
     tern_status_t st = text_to_ids(m->src_vocab, m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
@@ -225,7 +304,7 @@ tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_
         return TERN_OK;
     }
     int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0);
-    if (max_len > m->tf.enc_max_pos) max_len = m->tf.enc_max_pos;
+    if (max_len > m->info.max_source_length) max_len = m->info.max_source_length;
     if (max_len > 0 && nt + extra > max_len) {
         nt = max_len - extra > 1 ? max_len - extra : 1;
         *truncated = 1;
@@ -241,11 +320,67 @@ tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_
     return TERN_OK;
 }
 
+/* An ensemble's source: each member's ids prefixed by their count (ensemble.h); a member that
+ * finds no token in a line others do gets its end token (else unknown token, else id 0). */
+static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *text, size_t len, int max_len,
+                                            int **ids, int *n, int *truncated) {
+    int K = m->n_members;
+    int **part = calloc((size_t)K, sizeof *part), *plen = calloc((size_t)K, sizeof *plen);
+    tern_status_t st = TERN_OK;
+    *truncated = 0;
+    *ids = NULL;
+    *n = 0;
+    if (!part || !plen) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    int longest = 0, total = 0;
+    for (int k = 0; k < K; k++) {
+        int tr = 0;
+        if ((st = encode_source_one(m->members[k], text, len, max_len, &part[k], &plen[k], &tr))) goto done;
+        *truncated |= tr;
+        if (plen[k] > longest) longest = plen[k];
+    }
+    for (int k = 0; k < K; k++) total += 1 + (plen[k] ? plen[k] : 1);
+    int *out = malloc((size_t)total * sizeof(int));
+    if (!out) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    int w = 0;
+    if (longest > 0)
+        for (int k = 0; k < K; k++) {
+            const tern_model_t *mk = m->members[k];
+            if (plen[k] == 0) {
+                out[w++] = 1;
+                out[w++] = mk->src_eos >= 0 ? mk->src_eos : mk->src_unk >= 0 ? mk->src_unk : 0;
+            } else {
+                out[w++] = plen[k];
+                memcpy(out + w, part[k], (size_t)plen[k] * sizeof(int));
+                w += plen[k];
+            }
+        }
+    *ids = out;
+    *n = longest;
+done:
+    for (int k = 0; part && k < K; k++) free(part[k]);
+    free(part), free(plen);
+    return st;
+}
+
+tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
+                                  int **ids, int *n, int *truncated) {
+    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, ids, n, truncated);
+    return encode_source_one(m, text, len, max_len, ids, n, truncated);
+}
+
 tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_t len, int **ids, int *n) {
+    if (m->n_members) m = m->members[0]; /* the members' target vocabularies are identical */
     return text_to_ids(m->tgt_vocab, m->tgt_spm, m->tgt_unk, text, len, 0, ids, n);
 }
 
 tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, int keep_unk, char **text) {
+    if (m->n_members) m = m->members[0];
     const char **pieces = malloc((size_t)(n + 1) * sizeof(char *));
     if (!pieces) return tern_error(TERN_ERR_NOMEM, "out of memory");
     int k = 0;

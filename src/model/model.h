@@ -1,26 +1,36 @@
-/* model.h — the loaded model behind tern_model_t: weights, Transformer, vocabularies, tokenizers. */
+/* model.h — the loaded model behind tern_model_t: its family table and network (family.h),
+ * weights, vocabularies and tokenizers; or an ensemble of such models (ensemble.h). */
 #ifndef TERN_MODEL_H
 #define TERN_MODEL_H
 
+#include "family.h"
+#include "search/vmap.h"
 #include "text/spm.h"
 #include "text/vocab.h"
-#include "transformer.h"
 #include "weights.h"
 
 struct tern_model {
     char dir[1024];
-    char format[16];             /* "ctranslate2" or "tern" */
-    weights_t *weights;
-    transformer_t tf;
-    vocab_t *src_vocab, *tgt_vocab; /* may be the same object */
+    char format[16];             /* "ctranslate2", "tern" or "ensemble" */
+    const model_family_t *fam;   /* the family table the translator and the search use */
+    void *net;                   /* the family's network (read-only, shared by translators) */
+    tern_model_info_t info;      /* described once at load */
+    weights_t *weights;          /* NULL for an ensemble */
+    vocab_t *src_vocab, *tgt_vocab; /* may be the same object; NULL for an ensemble */
+    char src_vocab_path[1024], tgt_vocab_path[1024];
     spm_t *src_spm, *tgt_spm;       /* NULL: pre-tokenized input/output */
     model_config_t cfg;
     int src_bos, src_eos, src_unk;  /* ids in the source vocabulary (-1: absent) */
-    int tgt_start, tgt_eos, tgt_unk;
+    int tgt_start, tgt_eos, tgt_unk;/* an ensemble: its members' (all equal) */
+    /* an ensemble: its members (owned), whose target side (member 0's) decodes the output */
+    tern_model_t **members;
+    int n_members;
+    vmap_t *vmap;                /* the vocabulary map, or NULL (an ensemble: member 0's, not owned) */
 };
 
 /* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,
- * bos/eos added as the config says), truncated to max_len with *truncated set.
+ * bos/eos added as the config says), truncated to max_len with *truncated set. An ensemble's
+ * source is its members' sources packed as ensemble.h says, *n the longest of them.
  * *ids is malloc'd (free it); *n may be 0 for an empty line. */
 tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
                                   int **ids, int *n, int *truncated);

@@ -41,6 +41,13 @@ struct transformer_state {
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
     void *lin_ws;
     size_t lin_ws_cap;
+    /* target vocabulary restriction (transformer_set_vocab): the output projection's rows of the
+     * candidates, gathered once per batch; vm.N == 0: the whole vocabulary */
+    linear_t vm;
+    float *vm_w, *vm_scale, *vm_bias;
+    int8_t *vm_q;
+    int32_t *vm_comp;
+    int vm_cap;
 };
 
 /* ------------------------------------------------------------------ profiling
@@ -232,6 +239,11 @@ void transformer_state_free(transformer_state_t *st) {
         if (st->k_cache && st->k_cache[l]) munmap(st->k_cache[l], bytes);
         if (st->v_cache && st->v_cache[l]) munmap(st->v_cache[l], bytes);
     }
+    aligned_free(st->vm_w);
+    aligned_free(st->vm_q);
+    free(st->vm_scale);
+    free(st->vm_bias);
+    free(st->vm_comp);
     free(st->cross_kv);
     free(st->k_cache);
     free(st->v_cache);
@@ -582,10 +594,68 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         layernorm(h, x, &m->dec_ln, R, d, m->eps);
         out = h;
     }
-    PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, R));
+    if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, NULL, R));
+    else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, R));
     if (s) return s;
     st->n_slots += R;
     st->t = t + 1;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------------ vocabulary restriction */
+
+tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int n) {
+    const transformer_t *m = st->m;
+    const linear_t *P = &m->proj;
+    if (n <= 0 || !ids) {
+        st->vm.N = 0;
+        return TERN_OK;
+    }
+    if (P->kind == WEIGHT_F32 && !P->w)
+        return tern_error(TERN_ERR_UNSUPPORTED, "the output projection was packed and its plain weights given back: "
+                                                "load the model with the vocabulary map (tern_model_options_t.vmap)");
+    const int K = P->K;
+    if (n > st->vm_cap) {
+        aligned_free(st->vm_w);
+        aligned_free(st->vm_q);
+        free(st->vm_scale);
+        free(st->vm_bias);
+        free(st->vm_comp);
+        st->vm_w = NULL, st->vm_q = NULL, st->vm_scale = st->vm_bias = NULL, st->vm_comp = NULL;
+        st->vm_cap = 0;
+        int ok = 1;
+        if (P->kind == WEIGHT_F32) ok &= (st->vm_w = aligned_alloc64((size_t)n * K * sizeof(float))) != NULL;
+        else {
+            ok &= (st->vm_q = aligned_alloc64((size_t)n * K)) != NULL;
+            ok &= (st->vm_scale = malloc((size_t)n * sizeof(float))) != NULL;
+            ok &= (st->vm_comp = malloc((size_t)n * sizeof(int32_t))) != NULL;
+        }
+        if (P->bias) ok &= (st->vm_bias = malloc((size_t)n * sizeof(float))) != NULL;
+        if (!ok) return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
+        st->vm_cap = n;
+    }
+    linear_t *L = &st->vm;
+    memset(L, 0, sizeof *L);
+    L->kind = P->kind;
+    L->K = K;
+    for (int i = 0; i < n; i++) {
+        int id = ids[i];
+        if (id < 0 || id >= P->N || (i && id <= ids[i - 1]))
+            return tern_error(TERN_ERR_INVALID_ARG, "vocabulary restriction: id %d at %d (ids must be increasing, "
+                                                    "in [0, %d))", id, i, P->N);
+        if (P->kind == WEIGHT_F32) memcpy(st->vm_w + (size_t)i * K, P->w + (size_t)id * K, (size_t)K * sizeof(float));
+        else {
+            memcpy(st->vm_q + (size_t)i * K, P->q + (size_t)id * K, (size_t)K);
+            st->vm_scale[i] = P->scale[id];
+        }
+        if (P->bias) st->vm_bias[i] = P->bias[id];
+    }
+    L->N = n;
+    L->w = st->vm_w;
+    L->q = st->vm_q;
+    L->scale = st->vm_scale;
+    L->bias = P->bias ? st->vm_bias : NULL;
+    if (P->kind == WEIGHT_S8) linear_prepare(L, st->vm_comp);
     return TERN_OK;
 }
 
@@ -723,7 +793,7 @@ tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
             (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)))
             return s;
     }
-    if ((s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;
+    if (!m->keep_proj && (s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;
     if (w) release_unused(m, w);
     return TERN_OK;
 }

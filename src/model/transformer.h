@@ -75,6 +75,8 @@ typedef struct {
     int src_vocab, tgt_vocab;
     int int8;                 /* linear weights run in int8 */
     const void *pk_proj;      /* proj packed (gemm_packed.h), or NULL */
+    int keep_proj;            /* set before transformer_pack: proj stays unpacked (its rows are
+                                 gathered by transformer_set_vocab: a vocabulary map) */
     int ffn1_relu_packed;     /* packed ffn1 layers apply the ReLU themselves */
     size_t packed_bytes;      /* bytes of packed weights */
     size_t weight_bytes;      /* bytes of weights as run */
@@ -117,6 +119,12 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
 /* Sets the next rows: new row i continues old row parent[i] (its cache path) and belongs to
  * sentence sent[i]. R may grow (beam expansion after step 0) or shrink (finished sentences). */
 tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R);
+
+/* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
+ * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output
+ * projection's rows (float32 or int8 with their scales) once; errors when the model's plain
+ * projection weights were given back after packing (set keep_proj before transformer_pack). */
+tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int n);
 
 int transformer_rows(const transformer_state_t *st);
 int transformer_source_len(const transformer_state_t *st); /* padded S of the batch */

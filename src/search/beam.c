@@ -120,6 +120,18 @@ static inline float cand_score(const float *x, const float *mx, const float *lse
     return ((x[(size_t)r * V + v] - mx[r]) - lse[r]) + score[r];
 }
 
+/* For a model whose step gives scores already in log space (decoder_iface_t.logprobs): statistics
+ * that make cand_score() the score itself plus the hypothesis score (mx 0, lse 0; mx -inf for a
+ * row of -inf, as log_softmax_stats). */
+static void scores_stats(float *mx, float *lse, const float *x, int M, int V) {
+    for (int r = 0; r < M; r++) {
+        float m = -INFINITY;
+        for (int v = 0; v < V && m == -INFINITY; v++) m = x[(size_t)r * V + v];
+        mx[r] = m == -INFINITY ? -INFINITY : 0.0f;
+        lse[r] = 0.0f;
+    }
+}
+
 /* Inserts (v, i) into the sorted list of length *len (capacity k); entries come in increasing index
  * order, so an equal value never goes before an existing one (as topk() in ops.c). */
 static void cand_insert(float *values, int *indices, int *len, int k, float v, int i) {
@@ -229,7 +241,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         {
             int nth = omp_get_num_threads(), ith = omp_get_thread_num();
             int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
-            log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+            if (dec->logprobs && t >= opt->min_length) scores_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+            else log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
 #pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
             for (int g = 0; g < G; g++) {

@@ -1,6 +1,7 @@
 /*
  * greedy.c — greedy search: argmax over the logits at each step (no softmax unless scores or a
- * length penalty are asked for); finished sentences leave the batch at once.
+ * length penalty are asked for; a model whose step gives log-space scores, as an ensemble's, is
+ * taken at its word); finished sentences leave the batch at once.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -76,7 +77,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         int R2 = 0;
         for (int r = 0; r < R; r++) {
             int n = sent[r], tok = best[r];
-            if (opt->need_scores) score[n] += bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
+            if (opt->need_scores)
+                score[n] += dec->logprobs && t >= opt->min_length
+                                ? bestv[r] /* scores in log space (an ensemble's) */
+                                : bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
             if (need_attn)
                 for (int j = 0; j < S; j++) cov[(size_t)n * S + j] += attn[(size_t)r * S + j];
             int is_eos = tok == opt->eos;

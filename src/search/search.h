@@ -1,7 +1,8 @@
 /*
  * search.h — greedy and beam search, transparent to the model.
  *
- * A model is seen through decoder_iface_t only: step() gives the logits of the current rows,
+ * A model is seen through decoder_iface_t only: step() gives the logits (or log-probabilities,
+ * see decoder_iface_t.logprobs) of the current rows,
  * set_rows() reorders/expands/compacts the rows (the paper's GETMATRIXBYROWS). Sentences that
  * finish leave the batch at once. Legend: N sentences, B beam size, R rows, V vocabulary,
  * S padded source length.
@@ -19,6 +20,10 @@ typedef struct {
     tern_status_t (*step)(void *self, const int *tokens, int t, float *logits, float *attn);
     /* new row i continues old row parent[i] and belongs to sentence sent[i] */
     tern_status_t (*set_rows)(void *self, const int *parent, const int *sent, int R);
+    /* 0: step() writes logits, normalized here by a log-softmax; 1: it writes token scores in log
+     * space (an ensemble's combination), used as they are -- except at steps before min_length,
+     * where EOS is removed and the rest renormalized by a log-softmax as for logits */
+    int logprobs;
 } decoder_iface_t;
 
 typedef struct {

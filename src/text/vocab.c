@@ -243,7 +243,8 @@ tern_status_t model_config_load(model_config_t *c, const char *path) {
         (st = get_token(c->decoder_start_token, sizeof c->decoder_start_token, root,
                         "decoder_start_token", path)) ||
         (st = get_bool(&c->add_source_bos, root, "add_source_bos", path)) ||
-        (st = get_bool(&c->add_source_eos, root, "add_source_eos", path)))
+        (st = get_bool(&c->add_source_eos, root, "add_source_eos", path)) ||
+        (st = get_token(c->architecture, sizeof c->architecture, root, "architecture", path)))
         goto done;
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "layer_norm_epsilon");
     if (eps && !cJSON_IsNull(eps)) {

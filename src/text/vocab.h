@@ -24,8 +24,9 @@ typedef struct {
     char unk_token[64], bos_token[64], eos_token[64], decoder_start_token[64];
     int add_source_bos, add_source_eos;
     float layer_norm_epsilon;        /* < 0 when absent: the model's own default applies */
+    char architecture[64];           /* the model family (src/model/family.h); "" when absent */
 } model_config_t;
-void model_config_defaults(model_config_t *c);   /* <unk>, <s>, </s>, <s>, 0, 0, -1 */
+void model_config_defaults(model_config_t *c);   /* <unk>, <s>, </s>, <s>, 0, 0, -1, "" */
 tern_status_t model_config_load(model_config_t *c, const char *path);
 
 #endif

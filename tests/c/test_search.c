@@ -272,6 +272,7 @@ static void mock_init(mock_t *m, decoder_iface_t *dec, const world_t *w, int N, 
     dec->source_len = w->S;
     dec->step = mock_step;
     dec->set_rows = mock_set_rows;
+    dec->logprobs = 0; /* logits: the search normalizes them */
 }
 
 static void mock_free(mock_t *m) {

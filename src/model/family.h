@@ -1,0 +1,73 @@
+/*
+ * family.h — the one table of operations every model family implements for inference, and the
+ * registry that chooses a family by the "architecture" key of config.json.
+ *
+ * The translator, the stream, the search adapter, `tern rescore` and `tern info` see a model only
+ * through this table (model_family_t) and its opaque objects: the network (read-only after build,
+ * shared by every thread) and a per-translator state (encoder output, caches, workspace). An
+ * ensemble (ensemble.h) is one more implementation of the table, so the search does not change.
+ * docs/model-families.md says how to add a family.
+ *
+ * Legend: N sentences, R decoder rows (sentences x beams, flattened, grouped by sentence), S the
+ * padded source length of the batch, V the target vocabulary.
+ */
+#ifndef TERN_MODEL_FAMILY_H
+#define TERN_MODEL_FAMILY_H
+
+#include "../base/base.h"
+#include "../text/vocab.h"
+#include "weights.h"
+
+typedef struct model_family {
+    const char *name;  /* the config.json "architecture" value that selects it, e.g. "transformer" */
+    /* What step() writes: 0: logits (the caller normalizes them with a log-softmax); 1: token
+     * scores already in log space, used as they are (an ensemble's combination). */
+    int step_logprobs;
+
+    /* Builds the network from the weights and config.json (cfg). It may keep pointers into w
+     * (w outlives the network) and give back memory of tensors it copied (weights_release).
+     * Errors name the weights file and the tensor at fault. */
+    tern_status_t (*build)(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
+                           unsigned flags);
+    void (*free)(void *net);
+    /* Fills the common fields (family, vocabulary sizes, maximum lengths, int8, weight_bytes) and
+     * the family's own part of info; format, has_spm and num_members are set by the caller. */
+    void (*describe)(const void *net, tern_model_info_t *info);
+    /* The tensor whose rows give the source (target = 0) or target (1) vocabulary size, for the
+     * message when a vocabulary file disagrees with the weights. */
+    const char *(*vocab_tensor)(const void *net, const weights_t *w, int target);
+
+    /* Per-translator state (NULL when out of memory). */
+    void *(*state_new)(const void *net);
+    void (*state_free)(void *state);
+    /* Encodes N sentences (src[i]: src_len[i] >= 1 source ids, as model_encode_source gives them)
+     * and prepares one decoder row per sentence (row i -> sentence i). */
+    tern_status_t (*encode)(void *state, const int *const *src, const int *src_len, int N);
+    /* S of the current batch (the width of the attention rows step() writes). */
+    int (*source_len)(const void *state);
+    /* One decoder step for the current R rows: tokens (R) are the previous tokens, t the step (0:
+     * the start token). Writes out (R, V) (logits or log-probs, see step_logprobs) and, when attn
+     * is not NULL, the cross-attention row (R, S) used for the coverage penalty (zeros past each
+     * sentence's length). No allocation once the state has seen rows of this size. */
+    tern_status_t (*step)(void *state, const int *tokens, int t, float *out, float *attn);
+    /* GETMATRIXBYROWS: new row i continues old row parent[i] and belongs to sentence sent[i]. R
+     * may grow (beam expansion after step 0) or shrink (finished sentences). */
+    tern_status_t (*set_rows)(void *state, const int *parent, const int *sent, int R);
+    /* Target vocabulary reduction (a vocabulary map, search/vmap.h): the following steps write
+     * (R, n) instead of (R, V), column i for target id ids[i] (increasing); n = 0: the whole
+     * vocabulary again. NULL when the family cannot (a vocabulary map is then refused at load).
+     * The network was built with MODEL_BUILD_VOCAB_MAP. */
+    tern_status_t (*set_vocab)(void *state, const int *ids, int n);
+} model_family_t;
+
+/* build() flags */
+#define MODEL_BUILD_VOCAB_MAP 1u /* set_vocab will be used: keep what it needs (e.g. unpacked rows) */
+
+/* The families of the registry. */
+extern const model_family_t model_family_transformer;
+
+/* The family named by config.json's "architecture" (cfg->architecture; "" -> "transformer"), or
+ * TERN_ERR_UNSUPPORTED naming config_path and the value. */
+tern_status_t model_family_find(const model_family_t **fam, const model_config_t *cfg, const char *config_path);
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * transformer_family.c — the Transformer behind the model family table (family.h): the only
+ * place outside transformer*.c/h that would otherwise name it is the registry's one entry.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "family.h"
+#include "transformer.h"
+
+static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
+                              unsigned flags) {
+    *net = NULL;
+    transformer_t *m = calloc(1, sizeof *m);
+    if (!m) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    tern_status_t st = transformer_build(m, w, compute, cfg->layer_norm_epsilon);
+    m->keep_proj = (flags & MODEL_BUILD_VOCAB_MAP) != 0;
+    if (!st) st = transformer_pack(m, w);
+    if (st) {
+        transformer_free(m);
+        free(m);
+        return st;
+    }
+    *net = m;
+    return TERN_OK;
+}
+
+static void tf_free(void *net) {
+    if (!net) return;
+    transformer_free(net);
+    free(net);
+}
+
+static void tf_describe(const void *net, tern_model_info_t *in) {
+    const transformer_t *m = net;
+    in->family = "transformer";
+    in->source_vocab_size = m->src_vocab;
+    in->target_vocab_size = m->tgt_vocab;
+    in->max_source_length = m->enc_max_pos;
+    in->max_target_length = m->dec_max_pos;
+    in->int8 = m->int8;
+    in->weight_bytes = m->weight_bytes;
+    in->transformer.encoder_layers = m->enc_layers;
+    in->transformer.decoder_layers = m->dec_layers;
+    in->transformer.d_model = m->d;
+    in->transformer.num_heads = m->H;
+    in->transformer.ffn_dim = m->F;
+    in->transformer.pre_norm = m->pre_norm;
+}
+
+static const char *tf_vocab_tensor(const void *net, const weights_t *w, int target) {
+    (void)net;
+    if (target) return "decoder/embeddings/weight";
+    return weights_get(w, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight" : "encoder/embeddings/weight";
+}
+
+static void *tf_state_new(const void *net) { return transformer_state_new(net); }
+static void tf_state_free(void *st) { transformer_state_free(st); }
+static tern_status_t tf_encode(void *st, const int *const *src, const int *len, int N) {
+    return transformer_encode(st, src, len, N);
+}
+static int tf_source_len(const void *st) { return transformer_source_len(st); }
+static tern_status_t tf_step(void *st, const int *tokens, int t, float *out, float *attn) {
+    return transformer_step(st, tokens, t, out, attn);
+}
+static tern_status_t tf_set_rows(void *st, const int *parent, const int *sent, int R) {
+    return transformer_set_rows(st, parent, sent, R);
+}
+static tern_status_t tf_set_vocab(void *st, const int *ids, int n) { return transformer_set_vocab(st, ids, n); }
+
+const model_family_t model_family_transformer = {
+    .name = "transformer",
+    .step_logprobs = 0,
+    .build = tf_build,
+    .free = tf_free,
+    .describe = tf_describe,
+    .vocab_tensor = tf_vocab_tensor,
+    .state_new = tf_state_new,
+    .state_free = tf_state_free,
+    .encode = tf_encode,
+    .source_len = tf_source_len,
+    .step = tf_step,
+    .set_rows = tf_set_rows,
+    .set_vocab = tf_set_vocab,
+};
