@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extras.h"
 #include "translator.h"
 
 typedef struct {
@@ -21,6 +22,7 @@ typedef struct {
     const tern_translate_options_t *opt;
     int **ids;
     int *len;
+    search_sentence_t **sd;  /* per-sentence search data (NULL: none) */
     int *order;         /* sentence indices sorted by length, longest first */
     batch_t *batches;
     int n_batches, next;
@@ -42,6 +44,7 @@ static void *worker_main(void *p) {
     int **bsrc = NULL;
     int *blen = NULL;
     search_result_t *bres = NULL;
+    const search_sentence_t **bsd = NULL;
     int cap = 0;
     for (;;) {
         pthread_mutex_lock(&w->mu);
@@ -51,20 +54,22 @@ static void *worker_main(void *p) {
         batch_t *bt = &w->batches[b];
         if (bt->count > cap) {
             cap = bt->count;
-            free(bsrc), free(blen), free(bres);
+            free(bsrc), free(blen), free(bres), free(bsd);
             bsrc = malloc((size_t)cap * sizeof(int *));
             blen = malloc((size_t)cap * sizeof(int));
             bres = calloc((size_t)cap, sizeof *bres);
+            bsd = calloc((size_t)cap, sizeof *bsd);
         }
         tern_status_t st;
-        if (!bsrc || !blen || !bres) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        if (!bsrc || !blen || !bres || !bsd) st = tern_error(TERN_ERR_NOMEM, "out of memory");
         else {
             for (int k = 0; k < bt->count; k++) {
                 int i = w->order[bt->start + k];
                 bsrc[k] = w->ids[i];
                 blen[k] = w->len[i];
+                bsd[k] = w->sd ? w->sd[i] : NULL;
             }
-            st = translator_translate_ids(a->tr, bsrc, blen, bt->count, bres);
+            st = translator_translate_ids_sd(a->tr, bsrc, blen, w->sd ? bsd : NULL, bt->count, bres);
             if (!st)
                 for (int k = 0; k < bt->count; k++) w->res[w->order[bt->start + k]] = bres[k];
         }
@@ -78,7 +83,7 @@ static void *worker_main(void *p) {
             break;
         }
     }
-    free(bsrc), free(blen), free(bres);
+    free(bsrc), free(blen), free(bres), free(bsd);
     return NULL;
 }
 
@@ -125,8 +130,12 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
     int W = o.workers;
     tern_translator_t **trs = calloc((size_t)W, sizeof *trs);
     if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    decode_extras_t *extras = NULL; /* prefixes, suppressed sequences, restrictions, LMBR evidence */
+    search_sentence_t **sd = NULL;
     for (int k = 0; k < W; k++)
         if ((st = tern_translator_create(&trs[k], model, &o))) goto cleanup;
+    if ((st = extras_open(&extras, model, &o))) goto cleanup;
+    for (int k = 0; k < W; k++) trs[k]->global = extras_global(extras);
 
     long budget = (long)o.read_ahead * o.max_batch_tokens;
     if (budget < 1) budget = 1;
@@ -137,7 +146,8 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
     size_t line_cap = 0;
     long line_no = 0, written = 0, tokens_out = 0;
     double t0 = time_now();
-    if (!ids || !len) {
+    if (extras) sd = calloc((size_t)cap, sizeof *sd);
+    if (!ids || !len || (extras && !sd)) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -160,7 +170,9 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
                 if (ni) ids = ni;
                 int *nl = realloc(len, (size_t)cap * sizeof(int));
                 if (nl) len = nl;
-                if (!ni || !nl) {
+                search_sentence_t **ns = extras ? realloc(sd, (size_t)cap * sizeof *sd) : NULL;
+                if (ns) sd = ns;
+                if (!ni || !nl || (extras && !ns)) {
                     st = tern_error(TERN_ERR_NOMEM, "out of memory");
                     goto done;
                 }
@@ -171,6 +183,10 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
                 goto done;
             }
             if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", line_no, o.max_input_length);
+            if (extras && (st = extras_next(extras, line_no - 1, &sd[n]))) {
+                free(ids[n]);
+                goto done;
+            }
             toks += len[n] > 0 ? len[n] : 1;
             n++;
         }
@@ -202,6 +218,7 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
         w.opt = &o;
         w.ids = ids;
         w.len = len;
+        w.sd = sd;
         w.order = order;
         w.batches = batches;
         w.n_batches = nb;
@@ -236,6 +253,7 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
             search_result_free(&res[i]);
             free(ids[i]);
             ids[i] = NULL;
+            if (sd) extras_sentence_free(sd[i]), sd[i] = NULL;
         }
         free(order), free(batches), free(res);
         n = 0;
@@ -245,9 +263,13 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
     }
     if (fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
 done:
-    for (int i = 0; i < n; i++) free(ids[i]);
-    free(ids), free(len), free(line);
+    for (int i = 0; i < n; i++) {
+        free(ids[i]);
+        if (sd) extras_sentence_free(sd[i]);
+    }
+    free(ids), free(len), free(line), free(sd);
 cleanup:
+    extras_close(extras, st ? -1 : line_no);
     for (int k = 0; k < W; k++) tern_translator_free(trs[k]);
     free(trs);
     return st;
