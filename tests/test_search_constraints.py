@@ -1,0 +1,186 @@
+"""Constraints by masking (issue 11) on the random-weight peer models of tests/peer/make_models.py.
+
+  --target-prefix   tokens and scores equal CTranslate2's translate_batch(target_prefix=...) (greedy and
+                    beam 4: every output identical; scores within 1e-4 + 2e-5 relative (float sums over up to 256 steps));
+  --suppress        equal to CTranslate2's suppress_sequences (single pieces and 2-piece sequences);
+  --restrict-to     every output is one of the given hypotheses, its score equals the sum of
+                    `tern rescore`'s log-probs (1e-4), and the best one is the best of the set by rescore;
+  --prune-width     an infinite width (1e30) gives byte-identical output to no pruning;
+  bad input         a prefix file with fewer/more lines than the input, unknown pieces: a warning that
+                    names the file and the line, and still one output line per input line.
+"""
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peer"))
+os.environ.setdefault("CT2_USE_MKL", "1")
+ctranslate2 = pytest.importorskip("ctranslate2")
+import make_models  # noqa: E402
+
+TERN = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
+SPECIALS = ("<unk>", "<s>", "</s>", "<blank>", "<pad>")
+SHAPES = list(make_models.SHAPES_BY_NAME)[:2]
+
+
+def tern(args, check=True):
+    r = subprocess.run([TERN] + args, capture_output=True, text=True, timeout=600)
+    if check:
+        assert r.returncode == 0, f"tern {' '.join(args)} failed:\n{r.stderr}"
+    return r
+
+
+def write(path, lines):
+    path.write_text("".join(" ".join(s) + "\n" if isinstance(s, list) else s + "\n" for s in lines))
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def model(request, tmp_path_factory):
+    d = str(tmp_path_factory.mktemp(request.param))
+    make_models.make_model(request.param, d)
+    rng = random.Random(sum(map(ord, request.param)))
+    src = [t for t in make_models.read_vocabulary(d, "source") if t not in SPECIALS]
+    tgt = [t for t in make_models.read_vocabulary(d, "target") if t not in SPECIALS]
+    inputs = [[rng.choice(src) for _ in range(rng.randint(1, 20))] for _ in range(150)]
+    return {"dir": d, "ct2": ctranslate2.Translator(d, device="cpu", intra_threads=1), "inputs": inputs,
+            "tgt": tgt, "rng": rng}
+
+
+def parse_scored(out):
+    rows = []
+    for line in out.splitlines():
+        i, h, s = line.split(" ||| ")
+        rows.append((int(i), h.split(), float(s)))
+    return rows
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_target_prefix_equals_ctranslate2(model, tmp_path, beam):
+    rng = random.Random(beam)
+    prefixes = [[rng.choice(model["tgt"]) for _ in range(rng.randint(0, 5))] for _ in model["inputs"]]
+    ref = model["ct2"].translate_batch(model["inputs"], target_prefix=[p or None for p in prefixes], beam_size=beam,
+                                       length_penalty=0, return_scores=True, max_batch_size=32)
+    out = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", str(beam), "--scores", "-q",
+                "--target-prefix", write(tmp_path / "prefix.txt", prefixes),
+                write(tmp_path / "in.txt", model["inputs"])]).stdout
+    rows = parse_scored(out)
+    assert len(rows) == len(model["inputs"])
+    for (i, hyp, score), r, p in zip(rows, ref, prefixes):
+        assert hyp[:len(p)] == p, f"line {i}: the prefix is not reproduced"
+        assert hyp == r.hypotheses[0], f"line {i}: {hyp} != CTranslate2's {r.hypotheses[0]}"
+        assert abs(score - r.scores[0]) <= 1e-4 + 2e-5 * abs(r.scores[0]), f"line {i}: score {score} != {r.scores[0]}"
+
+
+def test_target_prefix_c_api_equals_file(model, tmp_path):
+    """tern_translate_batch_prefix() through the example program is the same search: here the CLI with
+    an all-empty prefix file equals the CLI without one (the prefix processor is a no-op then)."""
+    inp = write(tmp_path / "in.txt", model["inputs"][:40])
+    plain = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "4", "-q", inp]).stdout
+    empty = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "4", "-q", "--target-prefix",
+                  write(tmp_path / "p.txt", [""] * 40), inp]).stdout
+    assert plain == empty
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_suppress_equals_ctranslate2(model, tmp_path, beam):
+    inputs = model["inputs"]
+    plain = model["ct2"].translate_batch(inputs, beam_size=beam, length_penalty=0, max_batch_size=32)
+    # suppress the pieces the model likes most, and a 2-piece sequence it produces
+    counts = {}
+    for r in plain:
+        for t in r.hypotheses[0]:
+            counts[t] = counts.get(t, 0) + 1
+    top = sorted(counts, key=lambda t: -counts[t])
+    seqs = [[top[0]]]
+    for r in plain:
+        h = r.hypotheses[0]
+        if len(h) >= 2 and h[0] != top[0] and h[1] != top[0]:
+            seqs.append(h[:2])
+            break
+    ref = model["ct2"].translate_batch(inputs, beam_size=beam, length_penalty=0, max_batch_size=32,
+                                       suppress_sequences=seqs)
+    out = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", str(beam), "-q", "--suppress",
+                write(tmp_path / "sup.txt", seqs), write(tmp_path / "in.txt", inputs)]).stdout.split("\n")[:-1]
+    assert len(out) == len(inputs)
+    same = sum(o.split() == r.hypotheses[0] for o, r in zip(out, ref))
+    for o in out:
+        h = o.split()
+        assert top[0] not in h
+        assert all(h[k:k + 2] != seqs[1] for k in range(len(h) - 1)) if len(seqs) > 1 else True
+    print(f"\nsuppress {seqs}: {same}/{len(inputs)} identical to CTranslate2")
+    assert same == len(inputs)
+
+
+def test_restrict_to_scores_equal_rescore(model, tmp_path):
+    inputs = model["inputs"][:60]
+    rng = random.Random(5)
+    nb = model["ct2"].translate_batch(inputs, beam_size=4, num_hypotheses=3, length_penalty=0, max_batch_size=32)
+    lines, pairs = [], []
+    for i, r in enumerate(nb):
+        hyps = [h for h in r.hypotheses]
+        hyps.append([rng.choice(model["tgt"]) for _ in range(rng.randint(1, 6))])  # an unlikely one
+        hyps.append(hyps[0][:-1] if len(hyps[0]) > 1 else hyps[0] + hyps[0])       # a prefix of another
+        uniq = []
+        for h in hyps:
+            if h not in uniq:
+                uniq.append(h)
+        for h in uniq:
+            lines.append(f"{i} ||| {' '.join(h)} ||| 0")
+            pairs.append((i, h))
+    restrict = tmp_path / "restrict.txt"
+    restrict.write_text("\n".join(lines) + "\n")
+    inp = write(tmp_path / "in.txt", inputs)
+    out = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "8", "-n", "5", "--no-early-stop", "-q",
+                "--restrict-to", str(restrict), inp]).stdout
+    got = parse_scored(out)
+    # force-decoded scores of every given hypothesis
+    src = write(tmp_path / "rs_src.txt", [inputs[i] for i, _ in pairs])
+    tgt = write(tmp_path / "rs_tgt.txt", [h for _, h in pairs])
+    resc = tern(["rescore", "-m", model["dir"], "--pretokenized", "-s", src, "--target", tgt]).stdout.splitlines()
+    total = {}
+    for (i, h), line in zip(pairs, resc):
+        total[(i, " ".join(h))] = float(line.split(" ||| ")[1])
+    n_checked = 0
+    for i in range(len(inputs)):
+        mine = [(h, s) for j, h, s in got if j == i and h]
+        given = {k[1]: v for k, v in total.items() if k[0] == i}
+        assert mine, f"line {i}: no output"
+        for h, s in mine:
+            key = " ".join(h)
+            assert key in given, f"line {i}: '{key}' is not one of the given hypotheses"
+            assert abs(s - given[key]) <= 1e-4, f"line {i}: score {s} != rescore's {given[key]}"
+            n_checked += 1
+        best = max(given.values())
+        assert abs(mine[0][1] - best) <= 1e-4, f"line {i}: the best given hypothesis scores {best}, got {mine[0][1]}"
+    assert n_checked >= 3 * len(inputs)
+
+
+def test_prune_width_infinite_is_identical(model, tmp_path):
+    inp = write(tmp_path / "in.txt", model["inputs"])
+    for b in ("4", "10"):
+        plain = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", b, "-n", "2", "-q", inp]).stdout
+        inf = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", b, "-n", "2", "-q", "--prune-width",
+                    "1e30", inp]).stdout
+        assert plain == inf
+
+
+def test_bad_prefix_file_warns_and_keeps_lines(model, tmp_path):
+    inputs = model["inputs"][:10]
+    inp = write(tmp_path / "in.txt", inputs)
+    short = write(tmp_path / "short.txt", [[model["tgt"][0]]] * 6)
+    r = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "2", "--target-prefix", short, inp])
+    assert len(r.stdout.split("\n")[:-1]) == len(inputs)
+    assert "short.txt: 6 lines" in r.stderr and "input line 7" in r.stderr
+    long_ = write(tmp_path / "long.txt", [[model["tgt"][0]]] * 12)
+    r = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "2", "--target-prefix", long_, inp])
+    assert len(r.stdout.split("\n")[:-1]) == len(inputs)
+    assert "long.txt: more lines than the input's 10" in r.stderr
+    unk = write(tmp_path / "unk.txt", [["no_such_piece"]] + [[]] * 9)
+    r = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "2", "--target-prefix", unk, inp])
+    assert len(r.stdout.split("\n")[:-1]) == len(inputs)
+    assert "unk.txt line 1: unknown piece" in r.stderr
