@@ -136,6 +136,9 @@ typedef struct {
     const char *restrict_file;      /* n-best list ("i ||| hypothesis ||| score", Moses, or one
                                        hypothesis per line): decoding of input i follows only the
                                        paths of its hypotheses (exact model scores) */
+    const char *constraints_file;   /* one JSON list of target phrases per input line, each of which
+                                       must appear in the output (constrained beam search, dynamic
+                                       beam allocation) */
     const char *const *lmbr_evidence; /* n-best lists of one or more systems: LMBR posteriors */
     int num_lmbr_evidence;
     const float *lmbr_weights;  /* (num_lmbr_evidence) per-system weights (NULL: all 1) */

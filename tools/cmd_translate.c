@@ -57,6 +57,10 @@ static void usage(FILE *f) {
 "                              per line): input i is decoded along its hypotheses' paths only; the\n"
 "                              scores are exact model scores (as tern rescore's); sets\n"
 "                              --min-length 0 unless given\n"
+"  --constraints FILE          one JSON list of target phrases per input line (text, or pieces\n"
+"                              with --pretokenized), e.g. [\"Haus\", \"am See\"]: each appears in the\n"
+"                              output whenever the maximum length allows (constrained beam search\n"
+"                              with dynamic beam allocation, Post & Vilar 2018)\n"
 "  --lmbr-evidence FILE        n-best list of a system (repeat for several): LMBR n-gram\n"
 "                              posteriors added at every step (Iglesias et al. 2018)\n"
 "  --lmbr-weights W1,W2,...    per-system weights of the evidence (default: all 1)\n"
@@ -87,7 +91,7 @@ enum {
     O_COMPUTE = 1000, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_PROGRESS, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P, O_LMBR_R, O_LMBR_L,
-    O_PRUNE_W, O_PRUNE_T
+    O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS
 };
 
 static const struct option long_opts[] = {
@@ -121,6 +125,7 @@ static const struct option long_opts[] = {
     {"suppress", required_argument, 0, O_SUPPRESS},
     {"target-prefix", required_argument, 0, O_PREFIX},
     {"restrict-to", required_argument, 0, O_RESTRICT},
+    {"constraints", required_argument, 0, O_CONSTRAINTS},
     {"lmbr-evidence", required_argument, 0, O_LMBR_EV},
     {"lmbr-weights", required_argument, 0, O_LMBR_W},
     {"lmbr-alpha", required_argument, 0, O_LMBR_A},
@@ -194,6 +199,7 @@ int cmd_translate(int argc, char **argv) {
         case O_SUPPRESS: o.suppress_file = optarg; break;
         case O_PREFIX: o.target_prefix_file = optarg; break;
         case O_RESTRICT: o.restrict_file = optarg; break;
+        case O_CONSTRAINTS: o.constraints_file = optarg; break;
         case O_LMBR_EV:
             if (n_ev == 64) {
                 fprintf(stderr, "tern translate: at most 64 --lmbr-evidence files\n");

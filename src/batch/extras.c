@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "search/constraints.h"
 #include "search/lmbr.h"
 #include "search/nbest.h"
 
@@ -14,6 +17,10 @@ struct decode_extras {
     search_global_t global;
     search_suppress_t suppress;
     lmbr_params_t lmbr;
+    FILE *cons_in;
+    const char *cons_path;
+    long cons_lines;
+    int cons_eof;
     FILE *prefix_in;
     const char *prefix_path;
     long prefix_lines;
@@ -32,6 +39,7 @@ typedef struct {
     search_trie_t trie;
     int has_trie;
     lmbr_sentence_t *lmbr;
+    cons_sentence_t *cons;
 } owned_sentence_t;
 
 /* text -> target ids; warns (file, line) when a piece is unknown */
@@ -94,7 +102,9 @@ static tern_status_t read_suppress(decode_extras_t *x, const char *path) {
 
 tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const tern_translate_options_t *o) {
     *out = NULL;
-    if (!o->suppress_file && !o->target_prefix_file && !o->restrict_file && o->num_lmbr_evidence <= 0) return TERN_OK;
+    if (!o->suppress_file && !o->target_prefix_file && !o->restrict_file && o->num_lmbr_evidence <= 0 &&
+        !o->constraints_file)
+        return TERN_OK;
     decode_extras_t *x = calloc(1, sizeof *x);
     if (!x) return tern_error(TERN_ERR_NOMEM, "out of memory");
     x->m = m;
@@ -109,6 +119,14 @@ tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const te
         x->prefix_in = fopen(o->target_prefix_file, "r");
         if (!x->prefix_in) {
             st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", o->target_prefix_file, strerror(errno));
+            goto fail;
+        }
+    }
+    if (o->constraints_file) {
+        x->cons_path = o->constraints_file;
+        x->cons_in = fopen(o->constraints_file, "r");
+        if (!x->cons_in) {
+            st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", o->constraints_file, strerror(errno));
             goto fail;
         }
     }
@@ -148,6 +166,7 @@ void extras_sentence_free(search_sentence_t *s) {
     free(w->prefix);
     if (w->has_trie) trie_free(&w->trie);
     lmbr_sentence_free(w->lmbr);
+    cons_sentence_free(w->cons);
     free(w);
 }
 
@@ -172,6 +191,65 @@ static void free_ids(int **tok, int *len, int K) {
     free(tok), free(len);
 }
 
+/* the JSON list of phrases of input line i: malformed lines, unknown pieces and phrases longer
+ * than the maximum length are warned about (file, line) and left out */
+static tern_status_t read_constraints(decode_extras_t *x, long i, owned_sentence_t *w) {
+    ssize_t r = getline(&x->line, &x->line_cap, x->cons_in);
+    if (r < 0) {
+        x->cons_eof = 1;
+        TERN_WARN("%s: %ld lines, but the input has more: input line %ld on are decoded without constraints",
+                  x->cons_path, x->cons_lines, i + 1);
+        return TERN_OK;
+    }
+    long ln = ++x->cons_lines;
+    while (r > 0 && (x->line[r - 1] == '\n' || x->line[r - 1] == '\r')) x->line[--r] = 0;
+    const char *p = x->line;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) return TERN_OK;
+    cJSON *j = cJSON_Parse(x->line);
+    if (!j || !cJSON_IsArray(j)) {
+        TERN_WARN("%s line %ld: not a JSON list of strings: decoded without constraints", x->cons_path, ln);
+        cJSON_Delete(j);
+        return TERN_OK;
+    }
+    int n = cJSON_GetArraySize(j), C = 0, total = 0;
+    int **phr = calloc((size_t)(n ? n : 1), sizeof *phr), *len = calloc((size_t)(n ? n : 1), sizeof *len);
+    tern_status_t st = phr && len ? TERN_OK : tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n && !st; k++) {
+        cJSON *e = cJSON_GetArrayItem(j, k);
+        if (!cJSON_IsString(e)) {
+            TERN_WARN("%s line %ld: constraint %d is not a string: left out", x->cons_path, ln, k + 1);
+            continue;
+        }
+        if (C == CONS_MAX) {
+            TERN_WARN("%s line %ld: more than %d constraints: the rest are left out", x->cons_path, ln, CONS_MAX);
+            break;
+        }
+        if ((st = encode(x, e->valuestring, x->cons_path, ln, &phr[C], &len[C]))) break;
+        if (len[C] == 0) {
+            free(phr[C]);
+            continue;
+        }
+        if (len[C] >= x->o->max_decoding_length || len[C] >= 4096) {
+            TERN_WARN("%s line %ld: constraint %d (%d tokens) is longer than the maximum length (%d): left out",
+                      x->cons_path, ln, k + 1, len[C], x->o->max_decoding_length);
+            free(phr[C]);
+            continue;
+        }
+        total += len[C];
+        C++;
+    }
+    if (!st && total >= x->o->max_decoding_length)
+        TERN_WARN("%s line %ld: the constraints (%d tokens) cannot all fit in the maximum length (%d)", x->cons_path,
+                  ln, total, x->o->max_decoding_length);
+    if (!st && C > 0 && !(st = cons_sentence_new(&w->cons, (const int *const *)phr, len, C)))
+        w->s.constraints = w->cons;
+    for (int k = 0; k < C; k++) free(phr[k]);
+    free(phr), free(len);
+    cJSON_Delete(j);
+    return st;
+}
+
 tern_status_t extras_next(decode_extras_t *x, long i, search_sentence_t **out) {
     *out = NULL;
     owned_sentence_t *w = calloc(1, sizeof *w);
@@ -193,6 +271,7 @@ tern_status_t extras_next(decode_extras_t *x, long i, search_sentence_t **out) {
                           x->prefix_path, x->prefix_lines, w->s.prefix_len, x->o->max_decoding_length);
         }
     }
+    if (x->cons_in && !x->cons_eof && (st = read_constraints(x, i, w))) goto fail;
     if (x->has_restrict) {
         int **tok = NULL, *len = NULL, K = i < x->restrict_nb.n ? x->restrict_nb.sent[i].K : 0;
         if ((st = encode_nbest(x, &x->restrict_nb, i, &tok, &len))) {
@@ -253,6 +332,8 @@ fail:
 void extras_close(decode_extras_t *x, long lines) {
     if (!x) return;
     if (lines >= 0) {
+        if (x->cons_in && !x->cons_eof && getline(&x->line, &x->line_cap, x->cons_in) >= 0)
+            TERN_WARN("%s: more lines than the input's %ld: line %ld on are ignored", x->cons_path, lines, lines + 1);
         if (x->prefix_in && !x->prefix_eof && getline(&x->line, &x->line_cap, x->prefix_in) >= 0)
             TERN_WARN("%s: more lines than the input's %ld: line %ld on are ignored", x->prefix_path, lines, lines + 1);
         if (x->has_restrict && x->restrict_nb.n > lines)
@@ -264,6 +345,7 @@ void extras_close(decode_extras_t *x, long lines) {
                           x->ev[k].n - 1, lines);
     }
     if (x->prefix_in) fclose(x->prefix_in);
+    if (x->cons_in) fclose(x->cons_in);
     free(x->line);
     for (int k = 0; k < x->suppress.n; k++) free(x->suppress.seq[k]);
     free(x->suppress.seq), free(x->suppress.len);

@@ -136,12 +136,15 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.prune_width = o->prune_width;
     so.prune_threshold = o->prune_threshold;
     search_procs_t *procs = NULL; /* processors of this batch: prefixes, restrictions, LMBR, ... */
-    if ((st = search_procs_bind(&procs, tr->global, sd, n, m->tf.tgt_vocab, m->tgt_eos, o->beam_size > 1))) {
+    if ((st = search_procs_bind(&procs, tr->global, sd, n, m->tf.tgt_vocab, m->tgt_eos, o->beam_size))) {
         free(max_len);
         return st;
     }
     so.procs = search_procs_list(procs, &so.num_procs);
-    st = o->beam_size == 1 ? greedy_search(&dec, n, max_len, &so, res) : beam_search(&dec, n, max_len, &so, res);
+    int constrained = 0; /* terminology constraints need the beam search's selection, even at beam 1 */
+    for (int i = 0; sd && i < n; i++) constrained |= sd[i] && sd[i]->constraints;
+    st = o->beam_size == 1 && !constrained ? greedy_search(&dec, n, max_len, &so, res)
+                                           : beam_search(&dec, n, max_len, &so, res);
     search_procs_free(procs);
     free(max_len);
     return st;

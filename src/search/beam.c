@@ -81,7 +81,9 @@ static int add_finished(finished_t *f, hypothesis_t h, int keep) {
     if (f->n > 2 * keep) {
         int worst = 0;
         for (int i = 1; i < f->n; i++)
-            if (f->h[i].score < f->h[worst].score) worst = i;
+            if (f->h[i].unmet > f->h[worst].unmet ||
+                (f->h[i].unmet == f->h[worst].unmet && f->h[i].score < f->h[worst].score))
+                worst = i;
         free(f->h[worst].tokens);
         f->h[worst] = f->h[--f->n];
     }
@@ -90,6 +92,7 @@ static int add_finished(finished_t *f, hypothesis_t h, int keep) {
 
 static int cmp_hyp(const void *a, const void *b) {
     const hypothesis_t *x = a, *y = b;
+    if (x->unmet != y->unmet) return x->unmet < y->unmet ? -1 : 1;
     if (x->score > y->score) return -1;
     if (x->score < y->score) return 1;
     return 0;
@@ -202,6 +205,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         goto done;
     }
     const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    const int sel = chain.sel >= 0 && chain.p[chain.sel].select && on_logprobs;
     const int pruning = opt->prune_width > 0.0f && opt->prune_width < INFINITY;
     const float log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
     if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cands_v || !cands_i || !grp || !row_mx ||
@@ -264,9 +268,20 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             for (int g = 0; g < G; g++) {
                 int b = grp[g + 1] - grp[g];
                 int kc = K < b * V ? K : b * V;
+                if (sel) continue; /* below, one sentence at a time */
                 topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)grp[g] * V,
                                 row_mx + grp[g], row_lse + grp[g], score + grp[g], b, V, kc);
             }
+        }
+        for (int g = 0; sel && g < G; g++) {
+            /* a processor chooses the candidates (constrained beam search), or leaves the plain top-K */
+            int a = grp[g], b = grp[g + 1] - grp[g];
+            int kc = K < b * V ? K : b * V;
+            const search_proc_t *p = &chain.p[chain.sel];
+            if (!p->select(p->self, sent[a], logits + (size_t)a * V, score + a, b, V, chain.state + (size_t)a * chain.W,
+                           chain.W, chain.off[chain.sel], B, kc, cands_v + (size_t)g * K, cands_i + (size_t)g * K))
+                topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)a * V, row_mx + a,
+                                row_lse + a, score + a, b, V, kc);
         }
         for (int r = 0; r < R; r++) eos_taken[r] = 0;
         int R2 = 0;
@@ -293,6 +308,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                     h.tokens = backtrack(&L, entry[r], t, is_eos ? -1 : tok, &h.length);
                     if (!h.tokens) NOMEM();
                     h.raw = cv;
+                    h.unmet = proc_chain_unmet(&chain, r, n, is_eos ? -1 : tok);
                     /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
                     h.score = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                     if (use_cov) {
@@ -342,6 +358,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 if (!h.tokens) NOMEM();
                 h.raw = e;
                 h.score = sc;
+                h.unmet = proc_chain_unmet(&chain, r, n, -1);
                 free(f->fallen.tokens);
                 f->fallen = h;
             }

@@ -42,9 +42,11 @@ tern_status_t proc_chain_init(proc_chain_t *c, const search_proc_t *procs, int n
         if (p->history > c->H) c->H = p->history;
         c->p[c->np++] = *p;
     }
+    c->sel = -1;
     for (int i = 0; i < c->np; i++) {
         c->has_stage[c->p[i].stage] = 1;
         c->may_raise |= c->p[i].may_raise;
+        if ((c->p[i].select || c->p[i].unmet) && c->sel < 0) c->sel = i;
     }
     size_t rows = (size_t)(max_rows > 0 ? max_rows : 1);
     if (c->H) {
@@ -109,4 +111,13 @@ void proc_chain_advance(proc_chain_t *c, const int *parent, const int *sent2, co
         t = c->hist, c->hist = c->hist2, c->hist2 = t;
         t = c->state, c->state = c->state2, c->state2 = t;
     }
+}
+
+int proc_chain_unmet(const proc_chain_t *c, int r, int n, int tok) {
+    if (c->sel < 0 || !c->p[c->sel].unmet) return 0;
+    const search_proc_t *p = &c->p[c->sel];
+    int tmp[SEARCH_MAX_STATE];
+    memcpy(tmp, c->state + (size_t)r * c->W + c->off[c->sel], (size_t)p->state_ints * sizeof(int));
+    if (tok >= 0 && p->advance) p->advance(p->self, n, tmp, tok);
+    return p->unmet(p->self, n, tmp);
 }

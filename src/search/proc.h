@@ -46,6 +46,17 @@ typedef struct {
     void (*apply)(void *self, float *x, const search_rows_t *rows);
     /* the row of sentence n took token tok: update its state in place (state_ints > 0) */
     void (*advance)(void *self, int n, int *state, int tok);
+    /* optional, beam search only (one processor at most): chooses the candidates of sentence n
+     * instead of the plain top-K. x (b, V): the rows' log-probs after every processor, score (b) the
+     * rows' scores, state (b, W) with this processor's ints at off. Writes exactly K candidates
+     * (value = score + log-prob, index = row * V + token, rows from 0; -inf values pad), the first B
+     * of them the next beam in any order the caller takes them in, the rest replacements, and
+     * returns 1; returns 0 to leave the sentence to the plain top-K. */
+    int (*select)(void *self, int n, const float *x, const float *score, int b, int V, const int *state, int W,
+                  int off, int B, int K, float *values, int *indices);
+    /* optional: how many of sentence n's requirements a row state leaves unmet (finished hypotheses
+     * with fewer unmet come first) */
+    int (*unmet)(void *self, int n, const int *state);
 } search_proc_t;
 
 #define SEARCH_MAX_PROCS 16
@@ -64,6 +75,7 @@ typedef struct {
     int *hist, *hist2;   /* (max_rows, H) */
     int *state, *state2; /* (max_rows, W) */
     int min_length, eos; /* the built-in minimum-length processor */
+    int sel;             /* the processor with select/unmet (-1: none) */
 } proc_chain_t;
 
 /* procs (np): the caller's processors (may be NULL). Returns TERN_ERR_NOMEM / INVALID_ARG. */
@@ -77,5 +89,8 @@ void proc_chain_apply(proc_chain_t *c, int stage, float *x, int R, int V, int t,
 /* The next rows: new row i continues old row parent[i] (sentence sent2[i]) with token tok2[i].
  * in_place: parent[i] <= i for every i (greedy's compaction) and the rows stay in their buffers. */
 void proc_chain_advance(proc_chain_t *c, const int *parent, const int *sent2, const int *tok2, int R2, int in_place);
+/* Unmet requirements of row r (sentence n) after it takes tok (-1: nothing, e.g. EOS): 0 without a
+ * processor that counts them. */
+int proc_chain_unmet(const proc_chain_t *c, int r, int n, int tok);
 
 #endif

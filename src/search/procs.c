@@ -10,7 +10,9 @@
  *   restrict   log-prob stage: each row follows a node of the sentence's prefix tree (state: the
  *              node); only its children (and EOS where a sequence ends) keep their log-probs, so a
  *              hypothesis' score is its force-decoded log-probability;
- *   lmbr       log-prob stage: LMBR n-gram posteriors (lmbr.h) from the row's last 3 tokens.
+ *   lmbr       log-prob stage: LMBR n-gram posteriors (lmbr.h) from the row's last 3 tokens;
+ *   constraints log-prob stage: EOS removed while a row has unmet phrases; the beam's candidates
+ *              chosen by dynamic beam allocation (constraints.h; state: met phrases, progress).
  */
 #include "procs.h"
 
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "constraints.h"
 #include "lmbr.h"
 
 /* ------------------------------------------------------------ prefix tree */
@@ -69,7 +72,7 @@ tern_status_t trie_insert(search_trie_t *t, const int *seq, int len) {
 /* ------------------------------------------------------------ the processors */
 
 struct search_procs {
-    search_proc_t list[4];
+    search_proc_t list[5];
     int n;
     const search_global_t *g;
     const search_sentence_t *const *sd;
@@ -77,6 +80,7 @@ struct search_procs {
     int beam;    /* beam search (else greedy) */
     float *keep; /* (V) values kept by a mask */
     int *keep_tok;
+    cons_workspace_t *cons;
 };
 
 static void suppress_apply(void *self, float *x, const search_rows_t *rows) {
@@ -158,14 +162,44 @@ static void lmbr_apply(void *self, float *x, const search_rows_t *rows) {
     }
 }
 
+static const cons_sentence_t *cons_of(const search_procs_t *P, int n) { return P->sd[n]->constraints; }
+
+static void cons_init(void *self, int n, int *state) { cons_state_init(state); }
+
+static void cons_advance(void *self, int n, int *state, int tok) {
+    const cons_sentence_t *c = cons_of(self, n);
+    if (c) cons_state_advance(c, state, tok);
+}
+
+static void cons_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    for (int r = 0; r < rows->R; r++) {
+        const cons_sentence_t *c = cons_of(P, rows->sent[r]);
+        if (c && cons_state_unmet(c, rows->state + (size_t)r * rows->W + rows->off) > 0)
+            x[(size_t)r * rows->V + P->eos] = -INFINITY;
+    }
+}
+
+static int cons_select_fn(void *self, int n, const float *x, const float *score, int b, int V, const int *state,
+                          int W, int off, int B, int K, float *values, int *indices) {
+    search_procs_t *P = self;
+    return cons_select(P->cons, cons_of(P, n), x, score, b, V, state, W, off, B, K, P->eos, values, indices);
+}
+
+static int cons_unmet_fn(void *self, int n, const int *state) {
+    const cons_sentence_t *c = cons_of(self, n);
+    return c ? cons_state_unmet(c, state) : 0;
+}
+
 tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
                                 int N, int V, int eos, int beam) {
     *out = NULL;
-    int any_prefix = 0, any_restrict = 0, suppress_h = 0;
+    int any_prefix = 0, any_restrict = 0, any_cons = 0, suppress_h = 0;
     for (int n = 0; sd && n < N; n++) {
         if (!sd[n]) continue;
         any_prefix |= sd[n]->prefix_len > 0;
         any_restrict |= sd[n]->restrict_to != NULL;
+        any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
     }
     int sup = g && g->suppress && g->suppress->n > 0;
     for (int k = 0; sup && k < g->suppress->n; k++) {
@@ -175,14 +209,15 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         if (g->suppress->len[k] - 1 > suppress_h) suppress_h = g->suppress->len[k] - 1;
     }
     int lm = g && g->lmbr;
-    if (!any_prefix && !any_restrict && !sup && !lm) return TERN_OK;
+    if (!any_prefix && !any_restrict && !sup && !lm && !any_cons) return TERN_OK;
     search_procs_t *P = calloc(1, sizeof *P);
     static const search_sentence_t none = {0};
     const search_sentence_t **sdc = malloc((size_t)(N ? N : 1) * sizeof *sdc);
     if (P) P->keep = malloc((size_t)(V + 1) * sizeof(float));
     if (P) P->keep_tok = malloc((size_t)(V + 1) * sizeof(int));
-    if (!P || !sdc || !P->keep || !P->keep_tok) {
-        if (P) free(P->keep), free(P->keep_tok);
+    if (P && any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1));
+    if (!P || !sdc || !P->keep || !P->keep_tok || (any_cons && !P->cons)) {
+        if (P) free(P->keep), free(P->keep_tok), cons_workspace_free(P->cons);
         free(P), free(sdc);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
@@ -192,7 +227,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     P->N = N;
     P->V = V;
     P->eos = eos;
-    P->beam = beam;
+    P->beam = beam > 1;
     if (sup) {
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = suppress_h, p.apply = suppress_apply;
@@ -215,6 +250,13 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         p.apply = lmbr_apply;
         P->list[P->n++] = p;
     }
+    if (any_cons) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 2;
+        p.init_state = cons_init, p.advance = cons_advance, p.apply = cons_apply;
+        p.select = cons_select_fn, p.unmet = cons_unmet_fn;
+        P->list[P->n++] = p;
+    }
     *out = P;
     return TERN_OK;
 }
@@ -222,6 +264,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
 void search_procs_free(search_procs_t *P) {
     if (!P) return;
     free(P->keep), free(P->keep_tok);
+    cons_workspace_free(P->cons);
     free((void *)P->sd);
     free(P);
 }

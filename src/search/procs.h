@@ -42,6 +42,7 @@ typedef struct {
     int prefix_len;
     const search_trie_t *restrict_to; /* only these sequences (each followed by EOS); NULL: free */
     const lmbr_sentence_t *lmbr;      /* n-gram posteriors; NULL: no LMBR for this sentence */
+    const cons_sentence_t *constraints; /* target phrases that must appear (constraints.h); NULL: none */
 } search_sentence_t;
 
 typedef struct {
@@ -63,7 +64,7 @@ typedef struct {
 
 typedef struct search_procs search_procs_t;
 
-/* Builds the processors for a batch (beam: 1 for beam search, 0 greedy): sd (N) per-sentence data (entries may be NULL), g global data
+/* Builds the processors for a batch (beam: the beam size, 1 for greedy search): sd (N) per-sentence data (entries may be NULL), g global data
  * (may be NULL). *out is NULL when no processor applies; else free with search_procs_free(). */
 tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
                                 int N, int V, int eos, int beam);

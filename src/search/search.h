@@ -50,6 +50,7 @@ typedef struct {
     int length;
     float score;   /* normalized (length/coverage penalties applied) */
     float raw;     /* sum of token log-probs (EOS included when it ended with EOS) */
+    int unmet;     /* constraints it leaves unmet (0 without constraints); fewer come first */
 } hypothesis_t;
 
 typedef struct {
