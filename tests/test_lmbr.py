@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DRIVER = os.path.join(os.path.dirname(HERE), "build", "tests", "tools", "search_driver")
+DRIVER = os.environ.get("SEARCH_DRIVER", os.path.join(os.path.dirname(HERE), "build", "tests", "tools", "search_driver"))
 M64 = (1 << 64) - 1
 
 
@@ -182,7 +182,7 @@ def test_lmbr_cli_on_peer_model(tmp_path):
     os.environ.setdefault("CT2_USE_MKL", "1")
     ctranslate2 = pytest.importorskip("ctranslate2")
     import make_models
-    tern_bin = os.path.join(os.path.dirname(HERE), "build", "tern")
+    tern_bin = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
     shape = list(make_models.SHAPES_BY_NAME)[0]
     d = str(tmp_path / "model")
     make_models.make_model(shape, d)
