@@ -76,14 +76,24 @@ def test_target_prefix_equals_ctranslate2(model, tmp_path, beam):
         assert abs(score - r.scores[0]) <= 1e-4 + 2e-5 * abs(r.scores[0]), f"line {i}: score {score} != {r.scores[0]}"
 
 
-def test_target_prefix_c_api_equals_file(model, tmp_path):
-    """tern_translate_batch_prefix() through the example program is the same search: here the CLI with
-    an all-empty prefix file equals the CLI without one (the prefix processor is a no-op then)."""
-    inp = write(tmp_path / "in.txt", model["inputs"][:40])
-    plain = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "4", "-q", inp]).stdout
-    empty = tern(["translate", "-m", model["dir"], "--pretokenized", "-b", "4", "-q", "--target-prefix",
-                  write(tmp_path / "p.txt", [""] * 40), inp]).stdout
-    assert plain == empty
+def test_target_prefix_c_api_equals_ctranslate2(model, tmp_path):
+    """tern_translate_batch_prefix() (the C API, via tests/tools/prefix_api_driver) gives CTranslate2's
+    target_prefix output too (beam 4)."""
+    driver = os.environ.get("PREFIX_API_DRIVER", os.path.join(os.path.dirname(HERE), "build", "tests", "tools",
+                                                             "prefix_api_driver"))
+    rng = random.Random(99)
+    inputs = model["inputs"][:60]
+    prefixes = [[rng.choice(model["tgt"]) for _ in range(rng.randint(0, 4))] for _ in inputs]
+    ref = model["ct2"].translate_batch(inputs, target_prefix=[p or None for p in prefixes], beam_size=4,
+                                       length_penalty=0, return_scores=True)
+    r = subprocess.run([driver, model["dir"], "4", write(tmp_path / "in.txt", inputs),
+                        write(tmp_path / "p.txt", prefixes)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(" ||| ") for line in r.stdout.splitlines()]
+    assert len(rows) == len(inputs)
+    for i, ((hyp, score), rr) in enumerate(zip(rows, ref)):
+        assert hyp.split() == rr.hypotheses[0], f"line {i}"
+        assert abs(float(score) - rr.scores[0]) <= 1e-4 + 2e-5 * abs(rr.scores[0]), f"line {i}"
 
 
 @pytest.mark.parametrize("beam", [1, 4])
