@@ -232,3 +232,46 @@ def test_lmbr_cli_on_peer_model(tmp_path):
             ref += theta[0] + sum(theta[k] * post.get(tuple(y[t - k + 1:t + 1]), 0.0) for k in range(1, 5) if t >= k - 1)
         assert abs(float(score) - ref) <= 1e-4, f"line {i} '{hyp}': score {score}, reference {ref}"
     assert checked == 3 * len(inputs)
+
+
+def test_lmbr_tune_reports_reproducible_best(tmp_path):
+    """`tern lmbr-tune` with the shipped en-de model on 40 Multi30k val lines (evidence: its own 6-best
+    lists): the best setting it prints is the highest BLEU of the settings it printed, and
+    `tern translate` with those options gives that BLEU under sacreBLEU (as does the plain line)."""
+    sacrebleu = pytest.importorskip("sacrebleu")
+    root = os.path.dirname(HERE)
+    tern_bin = os.environ.get("TERN_BIN", os.path.join(root, "build", "tern"))
+    mdir = os.path.join(root, "models", "en-de")
+    data = os.environ.get("TERN_DATA", os.path.join(root, "..", "shared", "data"))
+    if not os.path.isdir(mdir) or not os.path.isdir(data):
+        pytest.skip("models/en-de or the shared data is not there")
+    src = open(os.path.join(data, "multi30k", "val.en"), encoding="utf-8").read().split("\n")[:40]
+    refs = open(os.path.join(data, "multi30k", "val.de"), encoding="utf-8").read().split("\n")[:40]
+    (tmp_path / "in.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    nb = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "6", "-n", "6", "-q", "-t", "1",
+                         str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
+    assert nb.returncode == 0, nb.stderr
+    (tmp_path / "ev.nbest").write_text(nb.stdout, encoding="utf-8")
+    r = subprocess.run([tern_bin, "lmbr-tune", "-m", mdir, "-s", str(tmp_path / "in.txt"), "-r",
+                        str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--grid-alpha",
+                        "0.5,2", "--grid-p", "0.7,0.9", "--grid-r", "0.6,0.8", "--grid-lambda", "0.3,1,3", "-t", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    tried = [float(l.rsplit("BLEU", 1)[1]) for l in lines if l.startswith("alpha ")]
+    best_line = [l for l in lines if l.startswith("best: ")][0]
+    plain_line = [l for l in lines if l.startswith("plain beam search")][0]
+    opts = best_line.split()[1:9]
+    best_bleu = float(best_line.split("BLEU")[1].split()[0])
+    print("\n" + r.stdout)
+    assert len(tried) >= 8 and best_bleu == max(tried) and len(set(tried)) > 1
+
+    def bleu_of(extra):
+        out = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "4", "-q", "-t", "1", str(tmp_path / "in.txt")]
+                             + extra, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return sacrebleu.corpus_bleu(out.stdout.split("\n")[:-1], [refs]).score
+
+    assert abs(bleu_of(["--lmbr-evidence", str(tmp_path / "ev.nbest")] + opts) - best_bleu) <= 0.005 + 1e-9
+    assert abs(bleu_of([]) - float(plain_line.split("BLEU")[1])) <= 0.005 + 1e-9
