@@ -103,13 +103,18 @@ struct cons_workspace {
     int bank_cap;
 };
 
-cons_workspace_t *cons_workspace_new(int B, int K) {
+cons_workspace_t *cons_workspace_new(int B, int K, int max_total) {
     cons_workspace_t *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->cap = K + B * (2 + CONS_MAX) + 8;
     w->pool = malloc((size_t)w->cap * sizeof *w->pool);
     w->taken = malloc((size_t)w->cap * sizeof(int));
-    if (!w->pool || !w->taken) {
+    w->bank_cap = max_total + 1;
+    w->bank_n = malloc((size_t)w->bank_cap * sizeof(int));
+    w->bank_start = malloc((size_t)w->bank_cap * sizeof(int));
+    w->bank_used = malloc((size_t)w->bank_cap * sizeof(int));
+    w->bank_quota = malloc((size_t)w->bank_cap * sizeof(int));
+    if (!w->pool || !w->taken || !w->bank_n || !w->bank_start || !w->bank_used || !w->bank_quota) {
         cons_workspace_free(w);
         return NULL;
     }
@@ -184,7 +189,7 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
     }
     /* banks: constraint tokens met after the candidate */
     int banks = s->total + 1;
-    if (banks > w->bank_cap) {
+    if (banks > w->bank_cap) { /* sized by cons_workspace_new for the batch: not reached */
         int *a = realloc(w->bank_n, (size_t)banks * sizeof(int));
         if (a) w->bank_n = a;
         int *c = realloc(w->bank_start, (size_t)banks * sizeof(int));

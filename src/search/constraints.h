@@ -37,9 +37,10 @@ void cons_state_advance(const cons_sentence_t *s, int *state, int tok);
 int cons_state_met_tokens(const cons_sentence_t *s, const int *state); /* the bank */
 int cons_state_unmet(const cons_sentence_t *s, const int *state);      /* phrases not complete */
 
-/* Workspace of the selection for beams up to B, K candidates, phrases up to CONS_MAX. */
+/* Workspace of the selection for beams up to B, K candidates, phrases up to CONS_MAX and up to
+ * max_total constraint tokens per sentence (sized once per batch: nothing allocated per step). */
 typedef struct cons_workspace cons_workspace_t;
-cons_workspace_t *cons_workspace_new(int B, int K);
+cons_workspace_t *cons_workspace_new(int B, int K, int max_total);
 void cons_workspace_free(cons_workspace_t *w);
 
 /* The DBA selection of one sentence (the select of search_proc_t), with the rows' states at off. */

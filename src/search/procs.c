@@ -194,12 +194,13 @@ static int cons_unmet_fn(void *self, int n, const int *state) {
 tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
                                 int N, int V, int eos, int beam) {
     *out = NULL;
-    int any_prefix = 0, any_restrict = 0, any_cons = 0, suppress_h = 0;
+    int any_prefix = 0, any_restrict = 0, any_cons = 0, suppress_h = 0, cons_total = 0;
     for (int n = 0; sd && n < N; n++) {
         if (!sd[n]) continue;
         any_prefix |= sd[n]->prefix_len > 0;
         any_restrict |= sd[n]->restrict_to != NULL;
         any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
+        if (sd[n]->constraints && sd[n]->constraints->total > cons_total) cons_total = sd[n]->constraints->total;
     }
     int sup = g && g->suppress && g->suppress->n > 0;
     for (int k = 0; sup && k < g->suppress->n; k++) {
@@ -215,7 +216,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     const search_sentence_t **sdc = malloc((size_t)(N ? N : 1) * sizeof *sdc);
     if (P) P->keep = malloc((size_t)(V + 1) * sizeof(float));
     if (P) P->keep_tok = malloc((size_t)(V + 1) * sizeof(int));
-    if (P && any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1));
+    if (P && any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1), cons_total);
     if (!P || !sdc || !P->keep || !P->keep_tok || (any_cons && !P->cons)) {
         if (P) free(P->keep), free(P->keep_tok), cons_workspace_free(P->cons);
         free(P), free(sdc);
