@@ -153,3 +153,16 @@ def test_mbr_speed_100best_1000_lines(data_dir, tmp_path):
         assert len(r.stdout.split("\n")[:-1]) == 1000
         print(f"\ntern mbr --metric {metric}: 1000 lines x 100-best in {dt:.2f} s")
         assert dt < 60
+
+
+def test_malformed_nbest_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.nbest"
+    bad.write_text("0 ||| ein Haus ||| -1.5\nx ||| ein Hund ||| -2\n")
+    r = subprocess.run([TERN, "mbr", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "bad.nbest line 2: the sentence index 'x' is not a number" in r.stderr
+    bad.write_text("0 ||| ein Haus ||| -1.5\n1 ||| ein Hund ||| zwei\n")
+    r = subprocess.run([TERN, "mbr", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "bad.nbest line 2: the score 'zwei' is not a number" in r.stderr
+    bad.write_text("0 ||| ein Haus\n")
+    r = subprocess.run([TERN, "mbr", str(bad)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "bad.nbest line 1: expected" in r.stderr
