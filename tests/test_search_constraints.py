@@ -266,3 +266,23 @@ def test_terminology_raises_bleu_on_shipped_model(data_dir, tmp_path):
     print(f"\nterminology constraints: {hit}/{n} present; BLEU {b0:.2f} -> {b1:.2f}")
     assert n > 100 and hit == n
     assert b1 > b0 + 1.0
+
+
+def test_per_sentence_data_follow_their_lines_across_workers(model, tmp_path):
+    """Prefixes and constraints reach the right sentence whatever the batching: 2 workers and small
+    batches (sentences sorted by length, batches taken in any order) give the output of 1 worker and
+    one batch."""
+    import json
+    rng = random.Random(4)
+    inputs = model["inputs"]
+    prefixes = [[rng.choice(model["tgt"]) for _ in range(rng.randint(0, 2))] for _ in inputs]
+    cons = [[rng.choice(model["tgt"])] if rng.random() < 0.5 else [] for _ in inputs]
+    cf = tmp_path / "c.jsonl"
+    cf.write_text("".join(json.dumps(c) + "\n" for c in cons))
+    args = ["translate", "-m", model["dir"], "--pretokenized", "-b", "3", "-q", "--target-prefix",
+            write(tmp_path / "p.txt", prefixes), "--constraints", str(cf), write(tmp_path / "in.txt", inputs)]
+    one = tern(args + ["-w", "1", "-t", "1"]).stdout
+    many = tern(args + ["-w", "2", "-t", "1", "--max-batch-tokens", "40", "--read-ahead", "2"]).stdout
+    assert one == many
+    for o, p, c in zip(one.split("\n"), prefixes, cons):
+        assert o.split()[:len(p)] == p and all(x in o.split() for x in c)
