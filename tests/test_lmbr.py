@@ -195,7 +195,7 @@ def test_lmbr_cli_on_peer_model(tmp_path):
     nb2 = ct2.translate_batch(inputs, beam_size=3, num_hypotheses=3, length_penalty=1, return_scores=True)
     ev1, ev2 = tmp_path / "ev1.nbest", tmp_path / "ev2.moses"
     ev1.write_text("".join(f"{i} ||| {' '.join(h)} ||| {s:.6f}\n" for i, r in enumerate(nb)
-                           for h, s in zip(r.hypotheses, r.scores)))
+                           for h, s in zip(r.hypotheses, r.scores)) + "45 ||| at ||| -1.0\n")  # beyond the input
     ev2.write_text("".join(f"{i} ||| {' '.join(h)} ||| LM0= -1.5 TM0= 2 ||| {s:.6f}\n" for i, r in enumerate(nb2)
                            for h, s in zip(r.hypotheses, r.scores) if i != 3))  # no evidence for line 3
     (tmp_path / "in.txt").write_text("".join(" ".join(s) + "\n" for s in inputs))
@@ -206,6 +206,7 @@ def test_lmbr_cli_on_peer_model(tmp_path):
                         str(c["alpha"]), str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "ev2.moses: no evidence for input line 4" in r.stderr
+    assert f"ev1.nbest line {6 * len(inputs) + 1}: evidence for sentence 40 and beyond" in r.stderr
     rows = [line.split(" ||| ") for line in r.stdout.splitlines()]
     assert len(rows) == 3 * len(inputs)
     theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]

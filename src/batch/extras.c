@@ -329,6 +329,20 @@ fail:
     return st;
 }
 
+/* n-best entries for sentences the input does not have: a warning naming the first such line */
+static void warn_beyond(const nbest_file_t *f, long lines, const char *what) {
+    long first = -1;
+    int count = 0;
+    for (long i = lines; i < f->n; i++)
+        for (int k = 0; k < f->sent[i].K; k++) {
+            count++;
+            if (first < 0 || f->sent[i].line[k] < first) first = f->sent[i].line[k];
+        }
+    if (count)
+        TERN_WARN("%s line %ld: %s for sentence %d and beyond, but the input has %ld lines: %d entries ignored",
+                  f->path, first, what, (int)lines, lines, count);
+}
+
 void extras_close(decode_extras_t *x, long lines) {
     if (!x) return;
     if (lines >= 0) {
@@ -336,13 +350,8 @@ void extras_close(decode_extras_t *x, long lines) {
             TERN_WARN("%s: more lines than the input's %ld: line %ld on are ignored", x->cons_path, lines, lines + 1);
         if (x->prefix_in && !x->prefix_eof && getline(&x->line, &x->line_cap, x->prefix_in) >= 0)
             TERN_WARN("%s: more lines than the input's %ld: line %ld on are ignored", x->prefix_path, lines, lines + 1);
-        if (x->has_restrict && x->restrict_nb.n > lines)
-            TERN_WARN("%s: hypotheses for sentence %d, but the input has %ld lines: ignored", x->restrict_nb.path,
-                      x->restrict_nb.n - 1, lines);
-        for (int k = 0; k < x->nev; k++)
-            if (x->ev[k].n > lines)
-                TERN_WARN("%s: evidence for sentence %d, but the input has %ld lines: ignored", x->ev[k].path,
-                          x->ev[k].n - 1, lines);
+        if (x->has_restrict) warn_beyond(&x->restrict_nb, lines, "hypotheses");
+        for (int k = 0; k < x->nev; k++) warn_beyond(&x->ev[k], lines, "evidence");
     }
     if (x->prefix_in) fclose(x->prefix_in);
     if (x->cons_in) fclose(x->cons_in);
