@@ -48,6 +48,8 @@
  *   7 formulas     search_length_penalty / search_coverage_penalty against hand-computed values.
  *   8 processors   forced prefixes, restricted paths and terminology constraints (procs.c,
  *                  constraints.c) in exhaustive beams against the filtered brute force (see there).
+ *   9 pruning      an infinite width gives bit-identical results; finite widths and thresholds
+ *                  return valid hypotheses.
  * The mock itself is shown to catch a wrong parent, EOS fed back, a skipped step, duplicate rows
  * and too many rows. The last output line before the summary counts how often the random cases
  * met what they exist for (EOS taking a slot, backoff, staggered finishes, n-best lists, ...).
@@ -1310,8 +1312,67 @@ static void test_processors(int seeds) {
            cases[2], cases[3]);
 }
 
+/* ------------------------------------------------------------ 9. pruning
+ * An infinite width (1e30, through the pruning code) gives bit-identical results to no pruning;
+ * finite widths and thresholds still return valid hypotheses (scores recomputed, sorted, distinct,
+ * evaluated along their prefixes); the model rows of both are counted and printed. */
+static void test_pruning(int seeds) {
+    int pruned_rows = 0, plain_rows = 0;
+    for (int seed = 0; seed < seeds; seed++) {
+        rng_t g = {0xA000 + (uint64_t)seed};
+        int V = rng_int(&g, 4, 7), N = rng_int(&g, 1, 4), B = rng_int(&g, 2, 6), T = rng_int(&g, 2, MAXT);
+        world_t w;
+        world_random(&w, &g, V, N);
+        int max_len[MAXN];
+        for (int n = 0; n < N; n++) max_len[n] = T;
+        rule_t r = RULES[rng_int(&g, 0, NRULES - 1)];
+        tern_eos_policy_t pol = rng_int(&g, 0, 1) ? TERN_EOS_PAPER : TERN_EOS_COMMON;
+        search_options_t o = make_opts(&w, B, rng_int(&g, 1, B), r, pol, rng_int(&g, 0, 1), rng_int(&g, 0, 1));
+        search_result_t *res[3];
+        for (int k = 0; k < 3; k++) {
+            search_options_t ok = o;
+            if (k == 1) ok.prune_width = 1e30f;
+            if (k == 2) {
+                ok.prune_width = (float)(0.25 + 2.0 * rng_unit(&g));
+                ok.prune_threshold = rng_int(&g, 0, 1) ? (float)(0.2 * rng_unit(&g)) : 0.0f;
+            }
+            mock_t m;
+            decoder_iface_t dec;
+            mock_init(&m, &dec, &w, N, NULL, B);
+            res[k] = results_new(N);
+            CHECK(beam_search(&dec, N, max_len, &ok, res[k]) == TERN_OK);
+            CHECK_EQ_INT(m.violations, 0);
+            int rows = 0;
+            for (int t = 0; t < m.nsteps; t++)
+                for (int n = 0; n < N; n++) rows += m.rows[t][n];
+            if (k == 0) plain_rows += rows;
+            if (k == 2) {
+                pruned_rows += rows;
+                for (int n = 0; n < N; n++) {
+                    snprintf(ctx, sizeof ctx, "pruning seed %d sentence %d width %g threshold %g", seed, n,
+                             (double)ok.prune_width, (double)ok.prune_threshold);
+                    check_hyps(&w, n, T, r, &ok, &res[k][n], &m);
+                }
+            }
+            mock_free(&m);
+        }
+        for (int n = 0; n < N; n++) {
+            CHECK_EQ_INT(res[1][n].n, res[0][n].n);
+            for (int i = 0; i < res[0][n].n && i < res[1][n].n; i++) {
+                const hypothesis_t *a = &res[0][n].hyps[i], *b = &res[1][n].hyps[i];
+                CHECK_MSG(same_tokens(a->tokens, a->length, b->tokens, b->length) && a->score == b->score &&
+                              a->raw == b->raw,
+                          "pruning seed %d sentence %d: infinite width changed hyp %d", seed, n, i);
+            }
+        }
+        for (int k = 0; k < 3; k++) results_free(res[k], N);
+    }
+    printf("pruning: %d model rows without pruning, %d with finite widths\n", plain_rows, pruned_rows);
+}
+
 int main(void) {
     test_processors(300);
+    test_pruning(400);
     test_formulas();
     test_mock_catches();
     test_crafted();
