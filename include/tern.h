@@ -170,6 +170,27 @@ typedef struct {
     int keep_unk;               /* 1: keep <unk> tokens in the output text */
     int print_scores;           /* stream mode: "LINE ||| HYPOTHESIS ||| SCORE" lines even for
                                    one hypothesis per input */
+    /* beam pruning, off by default: */
+    float prune_width;          /* GNMT's beam width: candidates more than this below the best one of
+                                   the step, and live hypotheses whose normalized score is more than
+                                   this below the best finished one's, are dropped (0: off) */
+    float prune_threshold;      /* candidates whose token probability is below this are dropped,
+                                   except the best of the step (0: off) */
+    /* stream mode: decoding under constraints and posteriors, from files (NULL: none) */
+    const char *suppress_file;      /* pieces or piece sequences never output, one per line */
+    const char *target_prefix_file; /* one line per input line: forced first target tokens */
+    const char *restrict_file;      /* n-best list ("i ||| hypothesis ||| score", Moses, or one
+                                       hypothesis per line): decoding of input i follows only the
+                                       paths of its hypotheses (exact model scores) */
+    const char *constraints_file;   /* one JSON list of target phrases per input line, each of which
+                                       must appear in the output (constrained beam search, dynamic
+                                       beam allocation) */
+    const char *const *lmbr_evidence; /* n-best lists of one or more systems: LMBR posteriors */
+    int num_lmbr_evidence;
+    const float *lmbr_weights;  /* (num_lmbr_evidence) per-system weights (NULL: all 1) */
+    float lmbr_alpha;           /* posteriors p(e) ∝ exp(alpha * score) (default 1) */
+    float lmbr_p, lmbr_r;       /* Tromble's linear-BLEU: theta_n = 1 / (4 p r^(n-1)) (0.85, 0.7) */
+    float lmbr_lambda;          /* weight of the NMT log-probability (default 0.5) */
 } tern_translate_options_t;
 
 tern_translate_options_t tern_translate_default_options(void);
@@ -196,6 +217,12 @@ typedef struct {
 tern_status_t tern_translate_batch(tern_translator_t *translator, const char *const *sources, int n,
                                    tern_result_t *results);
 void tern_result_free(tern_result_t *result);
+
+/* As tern_translate_batch, with a target prefix per source (target_prefixes[i] NULL or "": none;
+ * text, or space-separated pieces without SentencePiece): the output starts with the prefix's
+ * tokens, forced, and the search goes on freely from there (CTranslate2's target_prefix). */
+tern_status_t tern_translate_batch_prefix(tern_translator_t *translator, const char *const *sources,
+                                          const char *const *target_prefixes, int n, tern_result_t *results);
 
 /* Force decoding: the log-probability of each target token (and of the final EOS) given the
  * source (an ensemble's: its combined score of each token). token_logprobs[i] (malloc'd) has

@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 make -j"$(nproc)"
-make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/tern build-san/examples/translate_api
+make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/tern build-san/examples/translate_api \
+  build-san/tests/tools/search_driver build-san/tests/tools/prefix_api_driver
 make SAN=1 test-c
 # Every instruction set this CPU allows below its own (the uncapped runs above and below cover the
 # top one): the kernel tests under ASan/UBSan and the int8 agreement with CTranslate2, with Tern's
@@ -29,5 +30,9 @@ san_tests=(tests/test_translate_text.py tests/test_examples.py)
 for t in tests/test_score_peer.py tests/test_filter.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider "${san_tests[@]}"
+# The search's processors (prefixes, suppression, restriction, constraints, LMBR) and `tern mbr`.
+TERN_BIN=build-san/tern SEARCH_DRIVER=build-san/tests/tools/search_driver \
+  PREFIX_API_DRIVER=build-san/tests/tools/prefix_api_driver .venv/bin/python -m pytest -q \
+  -p no:cacheprovider tests/test_search_constraints.py tests/test_lmbr.py tests/test_mbr.py -k "not speed"
 echo "== full test suite"
 .venv/bin/python -m pytest -q tests

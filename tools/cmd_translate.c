@@ -55,6 +55,30 @@ static void usage(FILE *f) {
 "  --scores                    print \"i ||| HYPOTHESIS ||| SCORE\" lines even for one hypothesis\n"
 "  --drop-unk                  remove unknown tokens from the output\n"
 "\n"
+"constraints and posteriors:\n"
+"  --suppress FILE             pieces or piece sequences (one per line, text or pieces) never\n"
+"                              output: a sequence's last piece is removed after the others\n"
+"  --target-prefix FILE        one line per input line: the output starts with it (forced), then\n"
+"                              the search goes on freely (CTranslate2's target_prefix)\n"
+"  --restrict-to FILE          n-best list (i ||| hypothesis ||| score, Moses, or one hypothesis\n"
+"                              per line): input i is decoded along its hypotheses' paths only; the\n"
+"                              scores are exact model scores (as tern rescore's); sets\n"
+"                              --min-length 0 unless given\n"
+"  --constraints FILE          one JSON list of target phrases per input line (text, or pieces\n"
+"                              with --pretokenized), e.g. [\"Haus\", \"am See\"]: each appears in the\n"
+"                              output whenever the maximum length allows (constrained beam search\n"
+"                              with dynamic beam allocation, Post & Vilar 2018)\n"
+"  --lmbr-evidence FILE        n-best list of a system (repeat for several): LMBR n-gram\n"
+"                              posteriors added at every step (Iglesias et al. 2018)\n"
+"  --lmbr-weights W1,W2,...    per-system weights of the evidence (default: all 1)\n"
+"  --lmbr-alpha A              posteriors p(e) ~ exp(A * score) (default 1)\n"
+"  --lmbr-p P, --lmbr-r R      linear-BLEU weights theta_n = 1 / (4 P R^(n-1)) (0.85, 0.7)\n"
+"  --lmbr-lambda L             weight of the NMT log-probability (default 0.5)\n"
+"  --prune-width W             GNMT beam pruning: drop candidates more than W below the step's\n"
+"                              best and live hypotheses more than W below the best finished one\n"
+"                              (normalized); default off\n"
+"  --prune-threshold P         drop candidates whose token probability is below P (default off)\n"
+"\n"
 "throughput:\n"
 "  --max-batch-tokens N        token budget of a batch: sentences x longest source (default 4096)\n"
 "  --max-batch-size N          cap on sentences per batch (default 0: none)\n"
@@ -73,7 +97,8 @@ static void usage(FILE *f) {
 enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
-    O_PROGRESS, O_ENS_W, O_ENS_MODE
+    O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
+    O_LMBR_R, O_LMBR_L, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS
 };
 
 static const struct option long_opts[] = {
@@ -108,6 +133,18 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, 0, 'q'},
     {"verbose", no_argument, 0, 'v'},
     {"progress", no_argument, 0, O_PROGRESS},
+    {"suppress", required_argument, 0, O_SUPPRESS},
+    {"target-prefix", required_argument, 0, O_PREFIX},
+    {"restrict-to", required_argument, 0, O_RESTRICT},
+    {"constraints", required_argument, 0, O_CONSTRAINTS},
+    {"lmbr-evidence", required_argument, 0, O_LMBR_EV},
+    {"lmbr-weights", required_argument, 0, O_LMBR_W},
+    {"lmbr-alpha", required_argument, 0, O_LMBR_A},
+    {"lmbr-p", required_argument, 0, O_LMBR_P},
+    {"lmbr-r", required_argument, 0, O_LMBR_R},
+    {"lmbr-lambda", required_argument, 0, O_LMBR_L},
+    {"prune-width", required_argument, 0, O_PRUNE_W},
+    {"prune-threshold", required_argument, 0, O_PRUNE_T},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -125,7 +162,10 @@ int cmd_translate(int argc, char **argv) {
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
-    int quiet = 0, verbose = 0, progress = 0, ok = 1, c;
+    int quiet = 0, verbose = 0, progress = 0, ok = 1, c, min_length_set = 0;
+    const char *evidence[64];
+    float ev_weights[64];
+    int n_ev = 0, n_w = 0;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:b:n:w:t:qvh", long_opts, NULL)) != -1) {
         switch (c) {
@@ -170,7 +210,32 @@ int cmd_translate(int argc, char **argv) {
         case O_MAXA: ok = cli_float(C, "--max-length-a", optarg, 0, 1000, &o.max_length_a); break;
         case O_MAXB: ok = cli_int(C, "--max-length-b", optarg, 0, 1 << 20, &o.max_length_b); break;
         case O_MAXDEC: ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &o.max_decoding_length); break;
-        case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length); break;
+        case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length), min_length_set = 1; break;
+        case O_SUPPRESS: o.suppress_file = optarg; break;
+        case O_PREFIX: o.target_prefix_file = optarg; break;
+        case O_RESTRICT: o.restrict_file = optarg; break;
+        case O_CONSTRAINTS: o.constraints_file = optarg; break;
+        case O_LMBR_EV:
+            if (n_ev == 64) {
+                fprintf(stderr, "tern translate: at most 64 --lmbr-evidence files\n");
+                ok = 0;
+            } else evidence[n_ev++] = optarg;
+            break;
+        case O_LMBR_W:
+            for (char *p = optarg, *q; ok && *p; p = *q ? q + 1 : q) {
+                q = p + strcspn(p, ",");
+                char tmp[64];
+                snprintf(tmp, sizeof tmp, "%.*s", (int)(q - p), p);
+                if (n_w == 64) ok = 0;
+                else ok = cli_float(C, "--lmbr-weights", tmp, 0, 1e6f, &ev_weights[n_w++]);
+            }
+            break;
+        case O_LMBR_A: ok = cli_float(C, "--lmbr-alpha", optarg, 0, 1e6f, &o.lmbr_alpha); break;
+        case O_LMBR_P: ok = cli_float(C, "--lmbr-p", optarg, 1e-6f, 1e6f, &o.lmbr_p); break;
+        case O_LMBR_R: ok = cli_float(C, "--lmbr-r", optarg, 1e-6f, 1e6f, &o.lmbr_r); break;
+        case O_LMBR_L: ok = cli_float(C, "--lmbr-lambda", optarg, 1e-9f, 1e9f, &o.lmbr_lambda); break;
+        case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width); break;
+        case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold); break;
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &o.max_input_length); break;
         case O_SCORES: o.print_scores = 1; break;
         case O_DROP_UNK: o.keep_unk = 0; break;
@@ -203,6 +268,14 @@ int cmd_translate(int argc, char **argv) {
                 o.num_hypotheses, o.beam_size);
         return 2;
     }
+    if (n_w && n_w != n_ev) {
+        fprintf(stderr, "tern translate: --lmbr-weights has %d values for %d --lmbr-evidence files\n", n_w, n_ev);
+        return 2;
+    }
+    o.lmbr_evidence = n_ev ? evidence : NULL;
+    o.num_lmbr_evidence = n_ev;
+    o.lmbr_weights = n_w ? ev_weights : NULL;
+    if (o.restrict_file && !min_length_set) o.min_length = 0;
     tern_set_log_level(quiet ? TERN_LOG_ERROR : verbose ? TERN_LOG_INFO : TERN_LOG_WARN);
     const char *in_path = optind < argc ? argv[optind] : NULL;
     const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;

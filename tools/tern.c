@@ -15,6 +15,8 @@ typedef struct {
 static const command_t commands[] = {
     {"translate", cmd_translate, "translate text with a model (greedy or beam search)"},
     {"rescore", cmd_rescore, "force-decode: log-probability of given translations"},
+    {"mbr", cmd_mbr, "minimum Bayes-risk reranking of n-best lists (sentence BLEU or chrF)"},
+    {"lmbr-tune", cmd_lmbr_tune, "tune LMBR's alpha, p, r, lambda on a development set for BLEU"},
     {"info", cmd_info, "print a model's shape, vocabulary sizes and format"},
     {"score", cmd_score, "corpus BLEU / chrF / GLEU, sacreBLEU-exact"},
     {"filter", cmd_filter, "clean a parallel corpus (empty, long, ratio, copies, duplicates)"},

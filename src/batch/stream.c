@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "extras.h"
 #include "translator.h"
 
 typedef struct {
@@ -21,6 +22,7 @@ typedef struct {
     const tern_translate_options_t *opt;
     int **ids;
     int *len;
+    search_sentence_t **sd;  /* per-sentence search data (NULL: none) */
     int *order;         /* sentence indices sorted by length, longest first */
     batch_t *batches;
     int n_batches, next;
@@ -42,6 +44,7 @@ static void *worker_main(void *p) {
     int **bsrc = NULL;
     int *blen = NULL;
     search_result_t *bres = NULL;
+    const search_sentence_t **bsd = NULL;
     int cap = 0;
     for (;;) {
         pthread_mutex_lock(&w->mu);
@@ -51,20 +54,22 @@ static void *worker_main(void *p) {
         batch_t *bt = &w->batches[b];
         if (bt->count > cap) {
             cap = bt->count;
-            free(bsrc), free(blen), free(bres);
+            free(bsrc), free(blen), free(bres), free(bsd);
             bsrc = malloc((size_t)cap * sizeof(int *));
             blen = malloc((size_t)cap * sizeof(int));
             bres = calloc((size_t)cap, sizeof *bres);
+            bsd = calloc((size_t)cap, sizeof *bsd);
         }
         tern_status_t st;
-        if (!bsrc || !blen || !bres) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        if (!bsrc || !blen || !bres || !bsd) st = tern_error(TERN_ERR_NOMEM, "out of memory");
         else {
             for (int k = 0; k < bt->count; k++) {
                 int i = w->order[bt->start + k];
                 bsrc[k] = w->ids[i];
                 blen[k] = w->len[i];
+                bsd[k] = w->sd ? w->sd[i] : NULL;
             }
-            st = translator_translate_ids(a->tr, bsrc, blen, bt->count, bres);
+            st = translator_translate_ids_sd(a->tr, bsrc, blen, w->sd ? bsd : NULL, bt->count, bres);
             if (!st)
                 for (int k = 0; k < bt->count; k++) w->res[w->order[bt->start + k]] = bres[k];
         }
@@ -78,7 +83,7 @@ static void *worker_main(void *p) {
             break;
         }
     }
-    free(bsrc), free(blen), free(bres);
+    free(bsrc), free(blen), free(bres), free(bsd);
     return NULL;
 }
 
@@ -113,16 +118,19 @@ static tern_status_t write_results(const tern_model_t *m, const tern_translate_o
     return TERN_OK;
 }
 
-/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n. */
+/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n; with decoding extras
+ * (prefixes, constraints, ...: extras.h) each line's search data sd[i]. */
 typedef struct {
     int **ids;
     int *len;
+    search_sentence_t **sd;
     int n, cap;
 } chunk_t;
 
 /* Reads and tokenizes lines into c until it holds budget source tokens or the input ends (*eof). */
 static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_options_t *o, FILE *in, long budget,
-                                chunk_t *c, char **line, size_t *line_cap, long *line_no, int *eof) {
+                                decode_extras_t *extras, chunk_t *c, char **line, size_t *line_cap, long *line_no,
+                                int *eof) {
     long toks = 0;
     c->n = 0;
     while (toks < budget) {
@@ -139,7 +147,9 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_
             if (ni) c->ids = ni;
             int *nl = realloc(c->len, (size_t)cap * sizeof(int));
             if (nl) c->len = nl;
-            if (!ni || !nl) return tern_error(TERN_ERR_NOMEM, "out of memory");
+            search_sentence_t **ns = extras ? realloc(c->sd, (size_t)cap * sizeof *ns) : NULL;
+            if (ns) c->sd = ns;
+            if (!ni || !nl || (extras && !ns)) return tern_error(TERN_ERR_NOMEM, "out of memory");
             c->cap = cap;
         }
         int trunc = 0;
@@ -147,6 +157,10 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_
                                                &c->len[c->n], &trunc);
         if (st) return tern_error_prefix(st, "input line %ld", *line_no);
         if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, o->max_input_length);
+        if (extras && (st = extras_next(extras, *line_no - 1, &c->sd[c->n]))) {
+            free(c->ids[c->n]);
+            return st;
+        }
         toks += c->len[c->n] > 0 ? c->len[c->n] : 1;
         c->n++;
     }
@@ -209,6 +223,7 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
         w.opt = o;
         w.ids = c->ids;
         w.len = c->len;
+        w.sd = c->sd;
         w.order = order;
         w.batches = batches;
         w.n_batches = cut_batches(c->len, n, o, order, batches);
@@ -224,6 +239,7 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
         if (res) search_result_free(&res[i]);
         free(c->ids[i]);
         c->ids[i] = NULL;
+        if (c->sd) extras_sentence_free(c->sd[i]), c->sd[i] = NULL;
     }
     c->n = 0;
     free(order), free(batches), free(res);
@@ -241,7 +257,10 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
     tern_status_t st = TERN_OK;
     tern_translator_t **trs = calloc((size_t)o.workers, sizeof *trs);
     if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    decode_extras_t *extras = NULL; /* prefixes, suppressed sequences, restrictions, LMBR evidence */
     for (int k = 0; k < o.workers && !st; k++) st = tern_translator_create(&trs[k], model, &o);
+    if (!st) st = extras_open(&extras, model, &o);
+    for (int k = 0; !st && k < o.workers; k++) trs[k]->global = extras_global(extras);
     long budget = (long)o.read_ahead * o.max_batch_tokens;
     if (budget < 1) budget = 1;
     chunk_t c = {0};
@@ -250,14 +269,18 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
     long line_no = 0, written = 0, tokens_out = 0;
     double t0 = time_now();
     for (int eof = 0; !st && !eof;) {
-        if ((st = read_chunk(model, &o, in, budget, &c, &line, &line_cap, &line_no, &eof)) || c.n == 0) break;
+        if ((st = read_chunk(model, &o, in, budget, extras, &c, &line, &line_cap, &line_no, &eof)) || c.n == 0) break;
         if ((st = translate_chunk(model, &o, trs, &c, out, written, &tokens_out))) break;
         written = line_no;
         if (progress) progress(written, tokens_out, time_now() - t0, user_data);
     }
     if (!st && fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
-    for (int i = 0; i < c.n; i++) free(c.ids[i]);
-    free(c.ids), free(c.len), free(line);
+    for (int i = 0; i < c.n; i++) {
+        free(c.ids[i]);
+        if (c.sd) extras_sentence_free(c.sd[i]);
+    }
+    free(c.ids), free(c.len), free(c.sd), free(line);
+    extras_close(extras, st ? -1 : line_no);
     for (int k = 0; k < o.workers; k++) tern_translator_free(trs[k]);
     free(trs);
     return st;

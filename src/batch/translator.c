@@ -34,6 +34,10 @@ tern_translate_options_t tern_translate_default_options(void) {
     o.workers = 0;
     o.threads_per_worker = 0;
     o.keep_unk = 1;
+    o.lmbr_alpha = 1.0f;
+    o.lmbr_p = 0.85f;
+    o.lmbr_r = 0.7f;
+    o.lmbr_lambda = 0.5f;
     return o;
 }
 
@@ -143,8 +147,8 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
 }
 
 /* Decodes one batch of non-empty sources. */
-static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len, int n,
-                                  search_result_t *res) {
+static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len,
+                                  const search_sentence_t *const *sd, int n, search_result_t *res) {
     const tern_model_t *m = tr->model;
     const tern_translate_options_t *o = &tr->opt;
     const model_family_t *fam = m->fam;
@@ -170,13 +174,35 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.need_scores = o->return_scores || o->length_penalty != 0 || o->coverage_penalty != 0;
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
-    vmap_decoder_t vd;
-    if (m->vmap && (st = vmap_restrict(tr, src, len, n, &vd, &dec, &so.bos, &so.eos))) {
-        fam->set_vocab(tr->state, NULL, 0);
+    so.prune_width = o->prune_width;
+    so.prune_threshold = o->prune_threshold;
+    int constrained = 0; /* terminology constraints need the beam search's selection, even at beam 1 */
+    int any_sd = 0;
+    for (int i = 0; sd && i < n; i++) {
+        constrained |= sd[i] && sd[i]->constraints;
+        any_sd |= sd[i] != NULL;
+    }
+    if (m->vmap && (tr->global || any_sd)) {
+        free(max_len);
+        return tern_error(TERN_ERR_UNSUPPORTED, "a vocabulary map cannot be combined with suppressed sequences, "
+                                                "target prefixes, restricted decoding, constraints or LMBR yet");
+    }
+    search_procs_t *procs = NULL; /* processors of this batch: prefixes, restrictions, LMBR, ... */
+    if ((st = search_procs_bind(&procs, tr->global, sd, n, m->info.target_vocab_size, m->tgt_eos, o->beam_size))) {
         free(max_len);
         return st;
     }
-    st = o->beam_size == 1 ? greedy_search(&dec, n, max_len, &so, res) : beam_search(&dec, n, max_len, &so, res);
+    so.procs = search_procs_list(procs, &so.num_procs);
+    vmap_decoder_t vd;
+    if (m->vmap && (st = vmap_restrict(tr, src, len, n, &vd, &dec, &so.bos, &so.eos))) {
+        fam->set_vocab(tr->state, NULL, 0);
+        search_procs_free(procs);
+        free(max_len);
+        return st;
+    }
+    st = o->beam_size == 1 && !constrained ? greedy_search(&dec, n, max_len, &so, res)
+                                           : beam_search(&dec, n, max_len, &so, res);
+    search_procs_free(procs);
     if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
         if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
         tern_status_t s2 = fam->set_vocab(tr->state, NULL, 0);
@@ -198,13 +224,19 @@ static int cmp_len_desc(const void *a, const void *b) {
 
 tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
                                        search_result_t *res) {
+    return translator_translate_ids_sd(tr, src, len, NULL, n, res);
+}
+
+tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
+                                          const search_sentence_t *const *sd, int n, search_result_t *res) {
     const tern_translate_options_t *o = &tr->opt;
     tern_status_t st = TERN_OK;
     len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
     int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
     search_result_t *bres = calloc((size_t)(n ? n : 1), sizeof *bres);
-    if (!order || !bsrc || !blen || !bres) {
+    const search_sentence_t **bsd = calloc((size_t)(n ? n : 1), sizeof *bsd);
+    if (!order || !bsrc || !blen || !bres || !bsd) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -233,13 +265,14 @@ tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, c
         for (int k = 0; k < b; k++) {
             bsrc[k] = src[order[a + k].idx];
             blen[k] = order[a + k].len;
+            bsd[k] = sd ? sd[order[a + k].idx] : NULL;
         }
-        if ((st = decode_batch(tr, bsrc, blen, b, bres))) goto done;
+        if ((st = decode_batch(tr, bsrc, blen, bsd, b, bres))) goto done;
         for (int k = 0; k < b; k++) res[order[a + k].idx] = bres[k];
         a += b;
     }
 done:
-    free(order), free(bsrc), free(blen), free(bres);
+    free(order), free(bsrc), free(blen), free(bres), free(bsd);
     return st;
 }
 
@@ -253,12 +286,19 @@ void tern_result_free(tern_result_t *r) {
 
 tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sources, int n,
                                    tern_result_t *results) {
+    return tern_translate_batch_prefix(tr, sources, NULL, n, results);
+}
+
+tern_status_t tern_translate_batch_prefix(tern_translator_t *tr, const char *const *sources,
+                                          const char *const *prefixes, int n, tern_result_t *results) {
     const tern_model_t *m = tr->model;
     tern_status_t st = TERN_OK;
     int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
     int *len = calloc((size_t)(n ? n : 1), sizeof(int));
     search_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
-    if (!ids || !len || !res) {
+    search_sentence_t *sd = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sd) : NULL;
+    const search_sentence_t **sdp = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sdp) : NULL;
+    if (!ids || !len || !res || (prefixes && (!sd || !sdp))) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -271,7 +311,18 @@ tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sou
             goto done;
         if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, tr->opt.max_input_length);
     }
-    if ((st = translator_translate_ids(tr, ids, len, n, res))) goto done;
+    for (int i = 0; prefixes && i < n; i++) { /* forced target prefixes */
+        const char *p = prefixes[i] ? prefixes[i] : "";
+        int *pid = NULL, plen = 0;
+        if ((st = model_encode_target(m, p, strlen(p), &pid, &plen))) {
+            tern_error_prefix(st, "target prefix %d", i);
+            goto done;
+        }
+        sd[i].prefix = pid;
+        sd[i].prefix_len = plen;
+        sdp[i] = &sd[i];
+    }
+    if ((st = translator_translate_ids_sd(tr, ids, len, sdp, n, res))) goto done;
     for (int i = 0; i < n; i++) {
         tern_result_t *r = &results[i];
         r->num_hypotheses = res[i].n;
@@ -290,7 +341,8 @@ tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sou
 done:
     for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
     for (int i = 0; i < n && ids; i++) free(ids[i]);
-    free(ids), free(len), free(res);
+    for (int i = 0; i < n && sd; i++) free((void *)sd[i].prefix);
+    free(ids), free(len), free(res), free(sd), free(sdp);
     if (st)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
     return st;

@@ -5,6 +5,7 @@
 
 #include "model/model.h"
 #include "search/search.h"
+#include "search/procs.h"
 
 struct tern_translator {
     const tern_model_t *model;
@@ -13,12 +14,18 @@ struct tern_translator {
     /* vocabulary map (model->vmap): candidates of the batch (V), scratch marks (V), tokens (rows) */
     int *vm_cand, *vm_tok, vm_tok_cap;
     uint8_t *vm_mark;
+    const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
 };
 
 /* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):
  * sorts them by length, cuts batches by the token budget, restores the order in res (n). */
 tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
                                        search_result_t *res);
+
+/* The same with per-sentence search data sd (n; NULL or entries NULL: none): forced prefixes,
+ * restricted paths, LMBR posteriors. */
+tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
+                                          const search_sentence_t *const *sd, int n, search_result_t *res);
 
 /* Sets the calling thread's intra-op threads from the options (0: all cores / workers). */
 void translator_set_threads(const tern_translate_options_t *opt);

@@ -165,9 +165,9 @@ int transformer_desc_parse(const char *name, tmodule_t *mod, int *layer, tpart_t
     if (pi < 0) return 0;
     size_t plen = (size_t)(slash - name);
     int l = -1;
-    if (!strncmp(name, "encoder/layer_", 14) || !strncmp(name, "decoder/layer_", 14)) {
+    if ((!strncmp(name, "encoder/layer_", 14) || !strncmp(name, "decoder/layer_", 14)) && name[14] >= '0' &&
+        name[14] <= '9') {
         const char *p = name + 14;
-        if (*p < '0' || *p > '9') return 0;
         l = 0;
         for (; *p >= '0' && *p <= '9' && l < (1 << 20); p++) l = l * 10 + (*p - '0');
     }

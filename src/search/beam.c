@@ -81,7 +81,9 @@ static int add_finished(finished_t *f, hypothesis_t h, int keep) {
     if (f->n > 2 * keep) {
         int worst = 0;
         for (int i = 1; i < f->n; i++)
-            if (f->h[i].score < f->h[worst].score) worst = i;
+            if (f->h[i].unmet > f->h[worst].unmet ||
+                (f->h[i].unmet == f->h[worst].unmet && f->h[i].score < f->h[worst].score))
+                worst = i;
         free(f->h[worst].tokens);
         f->h[worst] = f->h[--f->n];
     }
@@ -90,6 +92,7 @@ static int add_finished(finished_t *f, hypothesis_t h, int keep) {
 
 static int cmp_hyp(const void *a, const void *b) {
     const hypothesis_t *x = a, *y = b;
+    if (x->unmet != y->unmet) return x->unmet < y->unmet ? -1 : 1;
     if (x->score > y->score) return -1;
     if (x->score < y->score) return 1;
     return 0;
@@ -188,6 +191,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     const int ct2_exit = opt->length_penalty == 0.0f && !use_cov;
     const size_t maxR = (size_t)N * B;
     tern_status_t st = TERN_OK;
+    proc_chain_t chain;
+    memset(&chain, 0, sizeof chain);
 
     float *logits = aligned_alloc64(maxR * V * sizeof(float));
     float *attn = use_cov ? aligned_alloc64(maxR * (S ? S : 1) * sizeof(float)) : NULL;
@@ -206,6 +211,15 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     int *eos_taken = calloc(maxR, sizeof(int));
     finished_t *fin = calloc((size_t)N, sizeof *fin);
     steplog_t L = {0};
+    if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, (int)maxR))) {
+        free(fin);
+        fin = NULL;
+        goto done;
+    }
+    const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    const int sel = chain.sel >= 0 && chain.p[chain.sel].select && on_logprobs;
+    const int pruning = opt->prune_width > 0.0f && opt->prune_width < INFINITY;
+    const float log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
     if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cands_v || !cands_i || !grp || !row_mx ||
         !row_lse || !tokens || !tokens2 ||
         !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin) {
@@ -220,12 +234,12 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         results[n].n = 0;
         results[n].hyps = NULL;
     }
+    proc_chain_start(&chain, N);
     int R = N;
 #define NOMEM() do { st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory"); goto done; } while (0)
     for (int t = 0; R > 0; t++) {
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
-        if (t < opt->min_length)
-            for (int r = 0; r < R; r++) logits[(size_t)r * V + opt->eos] = -INFINITY;
+        proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
         /* log-softmax statistics of every row, then the top candidates of every sentence (rows
          * and sentences on the translator's threads) */
         int G = 0;
@@ -237,20 +251,55 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         grp[G] = R;
         int nt = kernels_get_num_threads();
         nt = nt < G ? nt : G;
+        if (on_logprobs) {
+            /* processors on log-probabilities: the rows become log-probs in place (the same values as
+             * the statistics give), the processors change them, and the scan below reads them with
+             * max 0 and lse 0 (x - 0 - 0 + score: the same float operations) */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+            {
+                int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+                int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
+                if (!(dec->logprobs && t >= opt->min_length)) /* else already log-space scores (an ensemble's) */
+                    log_softmax_forward(logits + (size_t)r0 * V, logits + (size_t)r0 * V, r1 - r0, V);
+            }
+            proc_chain_apply(&chain, SEARCH_STAGE_LOGPROBS, logits, R, V, t, sent);
+            for (int r = 0; r < R; r++) {
+                const float *x = logits + (size_t)r * V;
+                int any = 0;
+                for (int v = 0; v < V && !any; v++) any = x[v] > -INFINITY;
+                row_mx[r] = any ? 0.0f : -INFINITY;
+                row_lse[r] = 0.0f;
+            }
+        }
 #pragma omp parallel num_threads(nt) if (nt > 1)
         {
             int nth = omp_get_num_threads(), ith = omp_get_thread_num();
             int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
-            if (dec->logprobs && t >= opt->min_length) scores_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
-            else log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+            if (!on_logprobs) {
+                if (dec->logprobs && t >= opt->min_length) /* scores in log space (an ensemble's) */
+                    scores_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+                else
+                    log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+            }
 #pragma omp barrier
 #pragma omp for schedule(dynamic, 1)
             for (int g = 0; g < G; g++) {
                 int b = grp[g + 1] - grp[g];
                 int kc = K < b * V ? K : b * V;
+                if (sel) continue; /* below, one sentence at a time */
                 topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)grp[g] * V,
                                 row_mx + grp[g], row_lse + grp[g], score + grp[g], b, V, kc);
             }
+        }
+        for (int g = 0; sel && g < G; g++) {
+            /* a processor chooses the candidates (constrained beam search), or leaves the plain top-K */
+            int a = grp[g], b = grp[g + 1] - grp[g];
+            int kc = K < b * V ? K : b * V;
+            const search_proc_t *p = &chain.p[chain.sel];
+            if (!p->select(p->self, sent[a], logits + (size_t)a * V, score + a, b, V, chain.state + (size_t)a * chain.W,
+                           chain.W, chain.off[chain.sel], B, kc, cands_v + (size_t)g * K, cands_i + (size_t)g * K))
+                topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)a * V, row_mx + a,
+                                row_lse + a, score + a, b, V, kc);
         }
         for (int r = 0; r < R; r++) eos_taken[r] = 0;
         int R2 = 0;
@@ -268,13 +317,16 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 float cv = cand_v[k];
                 int ci = cand_i[k];
                 if (cv == -INFINITY) break;
+                if (pruning && !last && cv < cand_v[0] - opt->prune_width) break;
                 int r = a + ci / V, tok = ci % V;
+                if (k > 0 && !last && cv - score[r] < log_thr) continue;
                 int is_eos = tok == opt->eos;
                 if (is_eos || last) {
                     hypothesis_t h = {0};
                     h.tokens = backtrack(&L, entry[r], t, is_eos ? -1 : tok, &h.length);
                     if (!h.tokens) NOMEM();
                     h.raw = cv;
+                    h.unmet = proc_chain_unmet(&chain, r, n, is_eos ? -1 : tok);
                     /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
                     h.score = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
                     if (use_cov) {
@@ -293,8 +345,10 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                     if (last) continue;
                     /* replace it by the next non-EOS candidate (common policy) */
                     int j = sec;
-                    while (j < kc && (cand_i[j] % V == opt->eos || cand_v[j] == -INFINITY)) j++;
-                    if (j >= kc) continue;
+                    while (j < kc && (cand_i[j] % V == opt->eos || cand_v[j] == -INFINITY ||
+                                      cand_v[j] - score[a + cand_i[j] / V] < log_thr))
+                        j++;
+                    if (j >= kc || (pruning && cand_v[j] < cand_v[0] - opt->prune_width)) continue;
                     sec = j + 1;
                     cv = cand_v[j];
                     ci = cand_i[j];
@@ -322,15 +376,30 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                 if (!h.tokens) NOMEM();
                 h.raw = e;
                 h.score = sc;
+                h.unmet = proc_chain_unmet(&chain, r, n, -1);
                 free(f->fallen.tokens);
                 f->fallen = h;
+            }
+            /* GNMT pruning: live hypotheses whose normalized score is more than the width below the
+             * best finished one's leave the beam */
+            if (pruning && f->n > 0 && R2 > first_new) {
+                float best_fin = f->h[0].score;
+                for (int i = 1; i < f->n; i++) best_fin = f->h[i].score > best_fin ? f->h[i].score : best_fin;
+                float lp = search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
+                int w = first_new;
+                for (int i = first_new; i < R2; i++) {
+                    if (score2[i] / lp < best_fin - opt->prune_width) continue;
+                    parent[w] = parent[i], sent2[w] = sent2[i], tokens2[w] = tokens2[i], score2[w] = score2[i];
+                    w++;
+                }
+                R2 = w;
             }
             /* is the sentence finished? */
             int finished = last || R2 == first_new;
             if (!finished && ct2_exit && opt->early_stop && f->top_finished && f->registered >= nhyp) finished = 1;
             if (!finished && !ct2_exit && opt->early_stop && f->registered >= B && f->registered >= nhyp)
                 finished = 1;
-            if (!finished && !use_cov && f->eos_finished && f->n >= nhyp) {
+            if (!finished && !use_cov && !chain.may_raise && f->eos_finished && f->n >= nhyp) {
                 /* exact bound: no live hypothesis can reach the n-th best finished score */
                 float best_live = -INFINITY;
                 for (int i = first_new; i < R2; i++) best_live = score2[i] > best_live ? score2[i] : best_live;
@@ -354,6 +423,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             for (int i = 0; i < R2; i++)
                 for (int j = 0; j < S; j++)
                     cov2[(size_t)i * S + j] = cov[(size_t)parent[i] * S + j] + attn[(size_t)parent[i] * S + j];
+        proc_chain_advance(&chain, parent, sent2, tokens2, R2, 0);
         if ((st = dec->set_rows(dec->self, parent, sent2, R2))) goto done;
         int *ti;
         float *tf;
@@ -392,6 +462,7 @@ done:
         free(fin[n].fallen.tokens);
     }
     free(fin);
+    proc_chain_free(&chain);
     free(L.tok), free(L.par);
     aligned_free(logits);
     aligned_free(attn);

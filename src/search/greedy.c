@@ -1,7 +1,7 @@
 /*
- * greedy.c — greedy search: argmax over the logits at each step (no softmax unless scores or a
- * length penalty are asked for; a model whose step gives log-space scores, as an ensemble's, is
- * taken at its word); finished sentences leave the batch at once.
+ * greedy.c — greedy search: argmax over the logits at each step (no softmax unless scores, a
+ * length penalty or a processor on log-probabilities ask for it; a model whose step gives log-space
+ * scores, as an ensemble's, is taken at its word); finished sentences leave the batch at once.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -46,6 +46,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     int max_T = 0;
     for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
     tern_status_t st = TERN_OK;
+    proc_chain_t chain;
+    if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N))) return st;
+    /* processors on log-probabilities need them: the rows are then normalized in place */
+    const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
     int *tokens = malloc((size_t)N * sizeof(int));
     int *sent = malloc((size_t)N * sizeof(int));
     int *parent = malloc((size_t)N * sizeof(int));
@@ -68,16 +72,21 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         tokens[n] = opt->bos;
         sent[n] = n;
     }
+    proc_chain_start(&chain, N);
     int R = N;
     for (int t = 0; R > 0; t++) {
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
-        if (t < opt->min_length)
-            for (int r = 0; r < R; r++) logits[(size_t)r * V + opt->eos] = -INFINITY;
+        proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
+        if (on_logprobs) {
+            if (!(dec->logprobs && t >= opt->min_length)) log_softmax_forward(logits, logits, R, V);
+            proc_chain_apply(&chain, SEARCH_STAGE_LOGPROBS, logits, R, V, t, sent);
+        }
         argmax_rows(best, bestv, logits, R, V);
         int R2 = 0;
         for (int r = 0; r < R; r++) {
             int n = sent[r], tok = best[r];
-            if (opt->need_scores)
+            if (on_logprobs) score[n] += bestv[r];
+            else if (opt->need_scores)
                 score[n] += dec->logprobs && t >= opt->min_length
                                 ? bestv[r] /* scores in log space (an ensemble's) */
                                 : bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
@@ -109,11 +118,13 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
             }
         }
         if (R2 == 0) break;
+        proc_chain_advance(&chain, parent, sent, tokens, R2, 1);
         /* rows keep their order: only when some left does the model compact its state */
         if (R2 != R && (st = dec->set_rows(dec->self, parent, sent, R2))) goto done;
         R = R2;
     }
 done:
+    proc_chain_free(&chain);
     free(tokens), free(sent), free(parent), free(best), free(bestv), free(score), free(hyp), free(hlen);
     aligned_free(logits);
     aligned_free(attn);

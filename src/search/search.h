@@ -11,6 +11,7 @@
 #define TERN_SEARCH_H
 
 #include "tern.h"
+#include "proc.h"
 
 typedef struct {
     void *self;
@@ -38,6 +39,14 @@ typedef struct {
     int min_length;
     int need_scores;          /* greedy: compute log-probs (else argmax of the logits) */
     int bos, eos;             /* start token, end token */
+    const search_proc_t *procs; /* score processors run after the minimum length (proc.h) */
+    int num_procs;
+    /* beam pruning (GNMT; off when 0): a candidate more than prune_width below the best candidate of
+     * its sentence at that step is dropped, and so is a live hypothesis whose normalized score is more
+     * than prune_width below the best finished one's; a candidate whose token log-prob is below
+     * log(prune_threshold) is dropped (the SDL paper's threshold; 0: off) */
+    float prune_width;
+    float prune_threshold;
 } search_options_t;
 
 /* One finished hypothesis. */
@@ -46,6 +55,7 @@ typedef struct {
     int length;
     float score;   /* normalized (length/coverage penalties applied) */
     float raw;     /* sum of token log-probs (EOS included when it ended with EOS) */
+    int unmet;     /* constraints it leaves unmet (0 without constraints); fewer come first */
 } hypothesis_t;
 
 typedef struct {

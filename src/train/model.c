@@ -294,26 +294,22 @@ void tmodel_init_params(tmodel_t *m, uint64_t seed) {
         const tmodel_tensor_t *t = &m->tensors[i];
         float *x = m->params + t->offset;
         uint64_t key = rng_mix64(seed ^ rng_mix64((uint64_t)i + 1));
-        const char *n = t->name;
-        if (strstr(n, "embeddings") || strstr(n, "position_encodings") || strstr(n, "projection/weight")) {
+        tmodule_t mod = TM_COUNT;
+        int layer;
+        tpart_t part = TP_WEIGHT;
+        if (!transformer_desc_parse(t->name, &mod, &layer, &part)) continue; /* (every tensor of the layout parses) */
+        tmodule_kind_t kind = transformer_module_kind(mod);
+        if (kind == TK_EMBEDDING || kind == TK_POSITIONS || (mod == TM_PROJ && part == TP_WEIGHT)) {
             fill_normal(x, t->numel, std, key);
-            if (strstr(n, "embeddings")) memset(x + (size_t)c->pad_id * C, 0, (size_t)C * sizeof(float));
-            if (strstr(n, "position_encodings")) continue;
-        } else if (strstr(n, "gamma")) {
+            if (kind == TK_EMBEDDING) memset(x + (size_t)c->pad_id * C, 0, (size_t)C * sizeof(float));
+        } else if (part == TP_GAMMA) {
             fill_const(x, t->numel, 1.0f);
         } else if (t->rank == 1) {
             fill_const(x, t->numel, 0.0f); /* biases, betas */
-        } else if (strstr(n, "self_attention/linear_0") || strstr(n, "attention/linear_0") ||
-                   strstr(n, "attention/linear_1/weight")) {
-            /* Q, K, V projections: each (C, C) block Xavier-uniform with gain 1/sqrt(2). A cross-attention
-             * linear_1 is the fused K, V; a self-attention linear_1 is the output (handled below). */
-            int self_out = strstr(n, "self_attention/linear_1") != NULL;
-            if (self_out) {
-                fill_xavier(x, t->shape[0], t->shape[1], 1.0f, key);
-            } else {
-                for (int blk = 0; blk < t->shape[0] / C; blk++)
-                    fill_xavier(x + (size_t)blk * C * C, C, C, g_qkv, rng_mix64(key + (uint64_t)blk));
-            }
+        } else if (mod == TM_ENC_SELF_QKV || mod == TM_DEC_SELF_QKV || mod == TM_DEC_CROSS_Q || mod == TM_DEC_CROSS_KV) {
+            /* Q, K, V projections: each (C, C) block Xavier-uniform with gain 1/sqrt(2) */
+            for (int blk = 0; blk < t->shape[0] / C; blk++)
+                fill_xavier(x + (size_t)blk * C * C, C, C, g_qkv, rng_mix64(key + (uint64_t)blk));
         } else {
             fill_xavier(x, t->shape[0], t->shape[1], 1.0f, key);
         }

@@ -46,6 +46,10 @@
  *                  included, for every rule (section 2);
  *                  crafted: tied finished scores do not delay the exact stop.
  *   7 formulas     search_length_penalty / search_coverage_penalty against hand-computed values.
+ *   8 processors   forced prefixes, restricted paths and terminology constraints (procs.c,
+ *                  constraints.c) in exhaustive beams against the filtered brute force (see there).
+ *   9 pruning      an infinite width gives bit-identical results; finite widths and thresholds
+ *                  return valid hypotheses.
  * The mock itself is shown to catch a wrong parent, EOS fed back, a skipped step, duplicate rows
  * and too many rows. The last output line before the summary counts how often the random cases
  * met what they exist for (EOS taking a slot, backoff, staggered finishes, n-best lists, ...).
@@ -62,6 +66,8 @@
 
 #include "check.h"
 #include "kernels/kernels.h"
+#include "search/constraints.h"
+#include "search/procs.h"
 #include "search/search.h"
 
 #define MAXT 8             /* longest max length used (tokens) */
@@ -1155,7 +1161,219 @@ static void test_mock_catches(void) {
     fprintf(stderr, "(the mock model messages above were expected)\n");
 }
 
+/* ------------------------------------------------------------ 8. processors (procs.c, constraints.c)
+ *
+ * Exhaustive beams (every candidate fits) with a different requirement per sentence of a batch:
+ *   prefix       the n-best = the brute-force sequences that start with the prefix, scored by the
+ *                free part only (raw over the steps after the prefix, normalized by the whole
+ *                length), EOS right after the prefix only where it is the step's best token;
+ *   restrict     the n-best = the brute-force EOS-ended sequences of the given set, full scores;
+ *   constraints  the n-best = the brute-force sequences (EOS-ended, or cut at the maximum length)
+ *                that contain every phrase (1 or 2 phrases of 1 or 2 tokens, tokens distinct);
+ *   none         the plain brute force.
+ */
+
+static int has_phrase(const int *y, int L, const int *p, int n) {
+    for (int i = 0; i + n <= L; i++)
+        if (!memcmp(y + i, p, (size_t)n * sizeof(int))) return 1;
+    return 0;
+}
+
+static void test_processors(int seeds) {
+    static const int VT[][2] = {{4, 2}, {4, 3}, {5, 2}, {5, 3}, {3, 4}};
+    blist_t bf = {0}, want = {0};
+    int cases[4] = {0};
+    for (int seed = 0; seed < seeds; seed++) {
+        rng_t g = {0x9000 + (uint64_t)seed};
+        int pick = rng_int(&g, 0, (int)(sizeof VT / sizeof VT[0]) - 1);
+        int V = VT[pick][0], T = VT[pick][1], B = 1;
+        for (int i = 0; i < T; i++) B *= V;
+        int N = rng_int(&g, 1, 4), max_len[MAXN];
+        world_t w;
+        world_random(&w, &g, V, N);
+        for (int n = 0; n < N; n++) max_len[n] = T;
+        int min_length = rng_int(&g, 0, 1), nhyp = rng_int(&g, 1, 3);
+        rule_t r = RULES[rng_int(&g, 0, 1)];
+        int words[MAXV], nw = 0;
+        for (int v = 0; v < V; v++)
+            if (v != w.eos) words[nw++] = v;
+        search_sentence_t sd[MAXN];
+        const search_sentence_t *sdp[MAXN];
+        int mode[MAXN], prefix[MAXN][MAXT], phr[MAXN][2][2], plen[MAXN][2], np[MAXN];
+        search_trie_t trie[MAXN];
+        int set[MAXN][6][MAXT], setlen[MAXN][6], nset[MAXN];
+        cons_sentence_t *cons[MAXN] = {0};
+        memset(sd, 0, sizeof sd);
+        for (int n = 0; n < N; n++) {
+            sdp[n] = &sd[n];
+            mode[n] = rng_int(&g, 0, 3);
+            cases[mode[n]]++;
+            if (mode[n] == 0) { /* prefix */
+                int L = rng_int(&g, 1, T - 1);
+                for (int i = 0; i < L; i++) prefix[n][i] = words[rng_int(&g, 0, nw - 1)];
+                sd[n].prefix = prefix[n];
+                sd[n].prefix_len = L;
+            } else if (mode[n] == 1) { /* restrict */
+                trie_init(&trie[n]);
+                nset[n] = rng_int(&g, 1, 6);
+                for (int k = 0; k < nset[n]; k++) {
+                    setlen[n][k] = rng_int(&g, 1, T - 1);
+                    for (int i = 0; i < setlen[n][k]; i++) set[n][k][i] = words[rng_int(&g, 0, nw - 1)];
+                    trie_insert(&trie[n], set[n][k], setlen[n][k]);
+                }
+                sd[n].restrict_to = &trie[n];
+            } else if (mode[n] == 2) { /* constraints: distinct tokens */
+                int perm[MAXV];
+                for (int i = 0; i < nw; i++) perm[i] = words[i];
+                for (int i = nw - 1; i > 0; i--) {
+                    int j = rng_int(&g, 0, i), x = perm[i];
+                    perm[i] = perm[j], perm[j] = x;
+                }
+                np[n] = T - 1 >= 2 && nw >= 2 ? rng_int(&g, 1, 2) : 1;
+                int used = 0, total = 0;
+                const int *pp[2];
+                for (int k = 0; k < np[n]; k++) {
+                    plen[n][k] = total + 2 <= T - 1 && used + 2 <= nw ? rng_int(&g, 1, 2) : 1;
+                    if (used + plen[n][k] > nw || total + plen[n][k] > T - 1) {
+                        np[n] = k;
+                        break;
+                    }
+                    for (int i = 0; i < plen[n][k]; i++) phr[n][k][i] = perm[used++];
+                    total += plen[n][k];
+                    pp[k] = phr[n][k];
+                }
+                cons_sentence_new(&cons[n], pp, plen[n], np[n]);
+                sd[n].constraints = cons[n];
+            }
+        }
+        search_procs_t *P = NULL;
+        CHECK(search_procs_bind(&P, NULL, sdp, N, V, w.eos, B) == TERN_OK);
+        search_options_t o = make_opts(&w, B, nhyp, r, TERN_EOS_COMMON, 0, min_length);
+        o.procs = search_procs_list(P, &o.num_procs);
+        mock_t m;
+        decoder_iface_t dec;
+        mock_init(&m, &dec, &w, N, NULL, B);
+        search_result_t *res = results_new(N);
+        CHECK(beam_search(&dec, N, max_len, &o, res) == TERN_OK);
+        CHECK_EQ_INT(m.violations, 0);
+        for (int n = 0; n < N; n++) {
+            brute_force(&w, n, T, r, min_length, &bf);
+            want.n = 0;
+            for (int i = 0; i < bf.n; i++) {
+                bhyp_t h = bf.h[i];
+                int keep = 1;
+                if (mode[n] == 0) {
+                    int L = sd[n].prefix_len;
+                    keep = h.L >= L && !memcmp(h.tok, prefix[n], (size_t)L * sizeof(int));
+                    if (keep && h.L == L && h.eos) { /* ends right after the prefix: only as the best token */
+                        double lp[MAXV];
+                        float attn[MAXS];
+                        logprobs_d(&w, n, h.tok, L, min_length, lp, attn);
+                        for (int v = 0; v < V; v++) keep &= lp[v] <= lp[w.eos];
+                    }
+                    if (keep) { /* the score of the free part */
+                        double raw = 0, lp[MAXV];
+                        float attn[MAXS];
+                        int steps = h.L + h.eos;
+                        for (int t = L; t < steps; t++) {
+                            logprobs_d(&w, n, h.tok, t, min_length, lp, attn);
+                            raw += lp[t < h.L ? h.tok[t] : w.eos];
+                        }
+                        h.raw = raw;
+                        h.score = raw / lp_d(steps, r);
+                    }
+                } else if (mode[n] == 1) {
+                    keep = 0;
+                    for (int k = 0; k < nset[n] && h.eos; k++) keep |= same_tokens(h.tok, h.L, set[n][k], setlen[n][k]);
+                } else if (mode[n] == 2) {
+                    for (int k = 0; k < np[n]; k++) keep &= has_phrase(h.tok, h.L, phr[n][k], plen[n][k]);
+                }
+                if (keep) blist_push(&want, &h);
+            }
+            qsort(want.h, (size_t)want.n, sizeof *want.h, cmp_bhyp);
+            snprintf(ctx, sizeof ctx, "processors seed %d sentence %d mode %d V %d T %d nhyp %d rule %g min %d", seed,
+                     n, mode[n], V, T, nhyp, (double)r.alpha, min_length);
+            check_equals_brute(&res[n], &want, nhyp);
+            if (mode[n] == 2)
+                for (int i = 0; i < res[n].n && i < want.n; i++)
+                    for (int k = 0; k < np[n]; k++)
+                        CHECK_MSG(has_phrase(res[n].hyps[i].tokens, res[n].hyps[i].length, phr[n][k], plen[n][k]),
+                                  "%s: hyp %d lacks constraint %d", ctx, i, k);
+        }
+        results_free(res, N);
+        mock_free(&m);
+        search_procs_free(P);
+        for (int n = 0; n < N; n++) {
+            if (mode[n] == 1) trie_free(&trie[n]);
+            cons_sentence_free(cons[n]);
+        }
+    }
+    free(bf.h), free(want.h);
+    printf("processors: %d prefixes, %d restricted, %d constrained, %d free sentences\n", cases[0], cases[1],
+           cases[2], cases[3]);
+}
+
+/* ------------------------------------------------------------ 9. pruning
+ * An infinite width (1e30, through the pruning code) gives bit-identical results to no pruning;
+ * finite widths and thresholds still return valid hypotheses (scores recomputed, sorted, distinct,
+ * evaluated along their prefixes); the model rows of both are counted and printed. */
+static void test_pruning(int seeds) {
+    int pruned_rows = 0, plain_rows = 0;
+    for (int seed = 0; seed < seeds; seed++) {
+        rng_t g = {0xA000 + (uint64_t)seed};
+        int V = rng_int(&g, 4, 7), N = rng_int(&g, 1, 4), B = rng_int(&g, 2, 6), T = rng_int(&g, 2, MAXT);
+        world_t w;
+        world_random(&w, &g, V, N);
+        int max_len[MAXN];
+        for (int n = 0; n < N; n++) max_len[n] = T;
+        rule_t r = RULES[rng_int(&g, 0, NRULES - 1)];
+        tern_eos_policy_t pol = rng_int(&g, 0, 1) ? TERN_EOS_PAPER : TERN_EOS_COMMON;
+        search_options_t o = make_opts(&w, B, rng_int(&g, 1, B), r, pol, rng_int(&g, 0, 1), rng_int(&g, 0, 1));
+        search_result_t *res[3];
+        for (int k = 0; k < 3; k++) {
+            search_options_t ok = o;
+            if (k == 1) ok.prune_width = 1e30f;
+            if (k == 2) {
+                ok.prune_width = (float)(0.25 + 2.0 * rng_unit(&g));
+                ok.prune_threshold = rng_int(&g, 0, 1) ? (float)(0.2 * rng_unit(&g)) : 0.0f;
+            }
+            mock_t m;
+            decoder_iface_t dec;
+            mock_init(&m, &dec, &w, N, NULL, B);
+            res[k] = results_new(N);
+            CHECK(beam_search(&dec, N, max_len, &ok, res[k]) == TERN_OK);
+            CHECK_EQ_INT(m.violations, 0);
+            int rows = 0;
+            for (int t = 0; t < m.nsteps; t++)
+                for (int n = 0; n < N; n++) rows += m.rows[t][n];
+            if (k == 0) plain_rows += rows;
+            if (k == 2) {
+                pruned_rows += rows;
+                for (int n = 0; n < N; n++) {
+                    snprintf(ctx, sizeof ctx, "pruning seed %d sentence %d width %g threshold %g", seed, n,
+                             (double)ok.prune_width, (double)ok.prune_threshold);
+                    check_hyps(&w, n, T, r, &ok, &res[k][n], &m);
+                }
+            }
+            mock_free(&m);
+        }
+        for (int n = 0; n < N; n++) {
+            CHECK_EQ_INT(res[1][n].n, res[0][n].n);
+            for (int i = 0; i < res[0][n].n && i < res[1][n].n; i++) {
+                const hypothesis_t *a = &res[0][n].hyps[i], *b = &res[1][n].hyps[i];
+                CHECK_MSG(same_tokens(a->tokens, a->length, b->tokens, b->length) && a->score == b->score &&
+                              a->raw == b->raw,
+                          "pruning seed %d sentence %d: infinite width changed hyp %d", seed, n, i);
+            }
+        }
+        for (int k = 0; k < 3; k++) results_free(res[k], N);
+    }
+    printf("pruning: %d model rows without pruning, %d with finite widths\n", plain_rows, pruned_rows);
+}
+
 int main(void) {
+    test_processors(300);
+    test_pruning(400);
     test_formulas();
     test_mock_catches();
     test_crafted();

@@ -1,0 +1,212 @@
+/*
+ * lmbr.c — n-gram posteriors of an evidence space and the step-wise LMBR scores (lmbr.h).
+ *
+ * The matrix L: the distinct n-grams u of the evidence (n = 1..4) with their posteriors P(u),
+ * sorted by (n, tokens), so that the n-grams sharing a history of n-1 tokens are contiguous; an
+ * open-addressing table maps (n, history) to that range. A step costs, per row, one pass over the
+ * vocabulary (λ·x + Θ0) and one lookup per order.
+ */
+#include "lmbr.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+
+typedef struct {
+    int n;
+    int h[LMBR_ORDER - 1];
+    int start, count; /* into tok/post */
+} hist_t;
+
+struct lmbr_sentence {
+    hist_t *tab;  /* (cap) open addressing; n == 0: empty slot */
+    int cap;
+    int *tok;     /* (M) last token of each n-gram */
+    float *post;  /* (M) its posterior */
+    int M;
+};
+
+typedef struct {
+    int n;
+    int t[LMBR_ORDER];
+    int hyp;      /* global hypothesis index (presence: one count per hypothesis) */
+    double p;
+} gram_t;
+
+static int cmp_gram(const void *a, const void *b) {
+    const gram_t *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    for (int i = 0; i < x->n; i++)
+        if (x->t[i] != y->t[i]) return x->t[i] < y->t[i] ? -1 : 1;
+    if (x->hyp != y->hyp) return x->hyp < y->hyp ? -1 : 1;
+    return 0;
+}
+
+static uint64_t hist_hash(int n, const int *h) {
+    uint64_t x = (uint64_t)n * 0x9E3779B97F4A7C15ULL;
+    for (int i = 0; i < n - 1; i++) {
+        x ^= (uint64_t)(uint32_t)h[i] + 0x632BE59BD9B4E019ULL + (x << 6) + (x >> 2);
+        x *= 0xBF58476D1CE4E5B9ULL;
+    }
+    return x ^ (x >> 31);
+}
+
+static int same_hist(const hist_t *e, int n, const int *h) {
+    if (e->n != n) return 0;
+    for (int i = 0; i < n - 1; i++)
+        if (e->h[i] != h[i]) return 0;
+    return 1;
+}
+
+static hist_t *hist_find(const lmbr_sentence_t *s, int n, const int *h) {
+    if (!s->cap) return NULL;
+    size_t mask = (size_t)s->cap - 1, i = (size_t)hist_hash(n, h) & mask;
+    for (;; i = (i + 1) & mask) {
+        hist_t *e = &s->tab[i];
+        if (e->n == 0) return NULL;
+        if (same_hist(e, n, h)) return e;
+    }
+}
+
+tern_status_t lmbr_sentence_build(lmbr_sentence_t **out, const lmbr_evidence_t *const *ev, const float *weights,
+                                  int S, float alpha) {
+    *out = NULL;
+    lmbr_sentence_t *s = calloc(1, sizeof *s);
+    if (!s) return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    size_t G = 0;
+    double wsum = 0;
+    for (int k = 0; k < S; k++) {
+        if (!ev[k] || ev[k]->K <= 0) continue;
+        wsum += weights ? weights[k] : 1.0;
+        for (int e = 0; e < ev[k]->K; e++) {
+            int L = ev[k]->len[e];
+            for (int n = 1; n <= LMBR_ORDER; n++) G += L >= n ? (size_t)(L - n + 1) : 0;
+        }
+    }
+    gram_t *g = malloc((G ? G : 1) * sizeof *g);
+    if (!g) {
+        free(s);
+        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    }
+    size_t m = 0;
+    int hyp = 0;
+    for (int k = 0; k < S; k++) {
+        const lmbr_evidence_t *E = ev[k];
+        if (!E || E->K <= 0 || wsum <= 0) continue;
+        /* p_s(e) = softmax(alpha * score) within the system, weighted */
+        double mx = -INFINITY, z = 0;
+        for (int e = 0; e < E->K; e++) mx = fmax(mx, (double)alpha * E->score[e]);
+        for (int e = 0; e < E->K; e++) z += exp((double)alpha * E->score[e] - mx);
+        double w = (weights ? weights[k] : 1.0) / wsum;
+        for (int e = 0; e < E->K; e++, hyp++) {
+            double p = w * exp((double)alpha * E->score[e] - mx) / z;
+            int L = E->len[e];
+            for (int n = 1; n <= LMBR_ORDER; n++)
+                for (int i = 0; i + n <= L; i++) {
+                    gram_t *x = &g[m++];
+                    memset(x, 0, sizeof *x);
+                    x->n = n;
+                    memcpy(x->t, E->tok[e] + i, (size_t)n * sizeof(int));
+                    x->hyp = hyp;
+                    x->p = p;
+                }
+        }
+    }
+    qsort(g, m, sizeof *g, cmp_gram);
+    /* distinct n-grams, each hypothesis counted once (presence) */
+    size_t M = 0, nh = 0;
+    for (size_t i = 0; i < m; i++) {
+        int new_gram = i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)g[i].n * sizeof(int));
+        if (new_gram) {
+            int new_hist = i == 0 || g[i].n != g[i - 1].n ||
+                           memcmp(g[i].t, g[i - 1].t, (size_t)(g[i].n - 1) * sizeof(int));
+            nh += new_hist;
+            M++;
+        }
+    }
+    s->M = (int)M;
+    s->tok = malloc((M ? M : 1) * sizeof(int));
+    s->post = malloc((M ? M : 1) * sizeof(float));
+    s->cap = 16;
+    while ((size_t)s->cap < 2 * nh + 2) s->cap *= 2;
+    s->tab = calloc((size_t)s->cap, sizeof *s->tab);
+    if (!s->tok || !s->post || !s->tab) {
+        free(g);
+        lmbr_sentence_free(s);
+        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    }
+    int j = -1;
+    hist_t *cur = NULL;
+    double acc = 0;
+    for (size_t i = 0; i < m; i++) {
+        int new_gram = i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)g[i].n * sizeof(int));
+        if (new_gram) {
+            if (j >= 0) s->post[j] = (float)acc;
+            int new_hist = i == 0 || g[i].n != g[i - 1].n ||
+                           memcmp(g[i].t, g[i - 1].t, (size_t)(g[i].n - 1) * sizeof(int));
+            j++;
+            s->tok[j] = g[i].t[g[i].n - 1];
+            acc = 0;
+            if (new_hist) {
+                size_t mask = (size_t)s->cap - 1, h = (size_t)hist_hash(g[i].n, g[i].t) & mask;
+                while (s->tab[h].n) h = (h + 1) & mask;
+                cur = &s->tab[h];
+                cur->n = g[i].n;
+                memcpy(cur->h, g[i].t, (size_t)(g[i].n - 1) * sizeof(int));
+                cur->start = j;
+                cur->count = 0;
+            }
+            cur->count++;
+        }
+        if (i == 0 || new_gram || g[i].hyp != g[i - 1].hyp) acc += g[i].p;
+    }
+    if (j >= 0) s->post[j] = (float)acc;
+    free(g);
+    *out = s;
+    return TERN_OK;
+}
+
+void lmbr_sentence_free(lmbr_sentence_t *s) {
+    if (!s) return;
+    free(s->tab), free(s->tok), free(s->post);
+    free(s);
+}
+
+float lmbr_posterior(const lmbr_sentence_t *s, const int *h, int n, int y) {
+    const hist_t *e = hist_find(s, n, h);
+    if (!e) return 0.0f;
+    for (int i = 0; i < e->count; i++)
+        if (s->tok[e->start + i] == y) return s->post[e->start + i];
+    return 0.0f;
+}
+
+lmbr_params_t lmbr_params(float lambda, float p, float r) {
+    lmbr_params_t q;
+    q.lambda = lambda;
+    q.theta[0] = -1.0f;
+    for (int n = 1; n <= LMBR_ORDER; n++) q.theta[n] = (float)(1.0 / (4.0 * p * pow(r, n - 1)));
+    return q;
+}
+
+void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, int V, int eos, const int *hist,
+                    int H) {
+    const float lam = p->lambda, t0 = p->theta[0];
+    float xe = x[eos];
+    for (int v = 0; v < V; v++) x[v] = lam * x[v] + t0;
+    x[eos] = lam * xe;
+    if (!s) return;
+    for (int n = 1; n <= LMBR_ORDER; n++) {
+        if (n - 1 > H) break;
+        const int *h = hist + (H - (n - 1));
+        if (n > 1 && h[0] < 0) break; /* the row has fewer than n-1 tokens */
+        const hist_t *e = hist_find(s, n, h);
+        if (!e) continue;
+        const float th = p->theta[n];
+        for (int i = 0; i < e->count; i++) {
+            int y = s->tok[e->start + i];
+            if (y != eos && y >= 0 && y < V) x[y] += th * s->post[e->start + i];
+        }
+    }
+}

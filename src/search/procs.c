@@ -1,0 +1,276 @@
+/*
+ * procs.c — the standard score processors (procs.h):
+ *   suppress   logits stage: a suppressed sequence's last token gets -inf whenever the row's
+ *              history ends with the rest of it (single pieces: always), before the softmax, as
+ *              CTranslate2's suppress_sequences;
+ *   prefix     log-prob stage: while t < the prefix length, the prefix token is the only candidate,
+ *              and adds 0 to the score: a hypothesis' score is the log-probability of the free
+ *              part given the prefix; at the first free step beam search ends only when EOS is
+ *              the best candidate (both as CTranslate2's target_prefix);
+ *   restrict   log-prob stage: each row follows a node of the sentence's prefix tree (state: the
+ *              node); only its children (and EOS where a sequence ends) keep their log-probs, so a
+ *              hypothesis' score is its force-decoded log-probability;
+ *   lmbr       log-prob stage: LMBR n-gram posteriors (lmbr.h) from the row's last 3 tokens;
+ *   constraints log-prob stage: EOS removed while a row has unmet phrases; the beam's candidates
+ *              chosen by dynamic beam allocation (constraints.h; state: met phrases, progress).
+ */
+#include "procs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "constraints.h"
+#include "lmbr.h"
+
+/* ------------------------------------------------------------ prefix tree */
+
+tern_status_t trie_init(search_trie_t *t) {
+    memset(t, 0, sizeof *t);
+    t->cap = 16;
+    t->node = malloc((size_t)t->cap * sizeof *t->node);
+    if (!t->node) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    t->node[0] = (trie_node_t){-1, -1, -1, 0};
+    t->n = 1;
+    return TERN_OK;
+}
+
+void trie_free(search_trie_t *t) {
+    free(t->node);
+    memset(t, 0, sizeof *t);
+}
+
+int trie_child(const search_trie_t *t, int node, int tok) {
+    for (int c = t->node[node].child; c >= 0; c = t->node[c].sibling)
+        if (t->node[c].tok == tok) return c;
+    return -1;
+}
+
+tern_status_t trie_insert(search_trie_t *t, const int *seq, int len) {
+    int cur = 0;
+    for (int i = 0; i < len; i++) {
+        int c = trie_child(t, cur, seq[i]);
+        if (c < 0) {
+            if (t->n == t->cap) {
+                int cap = t->cap * 2;
+                trie_node_t *nn = realloc(t->node, (size_t)cap * sizeof *nn);
+                if (!nn) return tern_error(TERN_ERR_NOMEM, "out of memory");
+                t->node = nn;
+                t->cap = cap;
+            }
+            c = t->n++;
+            t->node[c] = (trie_node_t){seq[i], -1, t->node[cur].child, 0};
+            t->node[cur].child = c;
+        }
+        cur = c;
+    }
+    t->node[cur].end = 1;
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ the processors */
+
+struct search_procs {
+    search_proc_t list[5];
+    int n;
+    const search_global_t *g;
+    const search_sentence_t *const *sd;
+    int N, V, eos;
+    int beam;    /* beam search (else greedy) */
+    float *keep; /* (V) values kept by a mask */
+    int *keep_tok;
+    cons_workspace_t *cons;
+};
+
+static void suppress_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    const search_suppress_t *S = P->g->suppress;
+    for (int r = 0; r < rows->R; r++) {
+        float *row = x + (size_t)r * rows->V;
+        const int *h = rows->hist + (size_t)r * rows->H;
+        for (int k = 0; k < S->n; k++) {
+            int L = S->len[k];
+            const int *q = S->seq[k];
+            int match = 1;
+            for (int i = 0; i < L - 1 && match; i++) match = h[rows->H - (L - 1) + i] == q[i];
+            if (match) row[q[L - 1]] = -INFINITY;
+        }
+    }
+}
+
+/* keeps x[tok[i]] (i < n) of a row, -inf elsewhere */
+static void keep_only(const search_procs_t *P, float *row, int V, const int *tok, int n) {
+    for (int i = 0; i < n; i++) P->keep[i] = row[tok[i]];
+    for (int v = 0; v < V; v++) row[v] = -INFINITY;
+    for (int i = 0; i < n; i++) row[tok[i]] = P->keep[i];
+}
+
+static void prefix_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    for (int r = 0; r < rows->R; r++) {
+        const search_sentence_t *s = P->sd[rows->sent[r]];
+        if (!s || s->prefix_len <= 0 || rows->t > s->prefix_len) continue;
+        if (rows->t == s->prefix_len) {
+            /* the first free step: beam search ends here only when EOS is the best candidate (as
+             * CTranslate2, whose beam search keeps EOS only in the first slot at this step) */
+            float *row = x + (size_t)r * rows->V, mx = -INFINITY;
+            if (!P->beam) continue;
+            for (int v = 0; v < rows->V; v++) mx = row[v] > mx ? row[v] : mx;
+            if (row[P->eos] < mx) row[P->eos] = -INFINITY;
+            continue;
+        }
+        float *row = x + (size_t)r * rows->V;
+        int tok = s->prefix[rows->t];
+        if (tok < 0 || tok >= rows->V) continue;
+        for (int v = 0; v < rows->V; v++) row[v] = -INFINITY;
+        row[tok] = 0.0f; /* forced: the score counts only the free part (as CTranslate2's) */
+    }
+}
+
+static void restrict_init(void *self, int n, int *state) { state[0] = 0; }
+
+static void restrict_advance(void *self, int n, int *state, int tok) {
+    const search_procs_t *P = self;
+    const search_sentence_t *s = P->sd[n];
+    if (!s || !s->restrict_to || state[0] < 0) return;
+    state[0] = trie_child(s->restrict_to, state[0], tok);
+}
+
+static void restrict_apply(void *self, float *x, const search_rows_t *rows) {
+    search_procs_t *P = self;
+    for (int r = 0; r < rows->R; r++) {
+        const search_sentence_t *s = P->sd[rows->sent[r]];
+        if (!s || !s->restrict_to) continue;
+        const search_trie_t *T = s->restrict_to;
+        int node = rows->state[(size_t)r * rows->W + rows->off], n = 0;
+        if (node >= 0) {
+            for (int c = T->node[node].child; c >= 0; c = T->node[c].sibling)
+                if (T->node[c].tok != P->eos && T->node[c].tok >= 0 && T->node[c].tok < rows->V) P->keep_tok[n++] = T->node[c].tok;
+            if (T->node[node].end) P->keep_tok[n++] = P->eos;
+        }
+        keep_only(P, x + (size_t)r * rows->V, rows->V, P->keep_tok, n);
+    }
+}
+
+static void lmbr_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    for (int r = 0; r < rows->R; r++) {
+        const search_sentence_t *s = P->sd[rows->sent[r]];
+        lmbr_apply_row(s ? s->lmbr : NULL, P->g->lmbr, x + (size_t)r * rows->V, rows->V, P->eos,
+                       rows->hist + (size_t)r * rows->H, rows->H);
+    }
+}
+
+static const cons_sentence_t *cons_of(const search_procs_t *P, int n) { return P->sd[n]->constraints; }
+
+static void cons_init(void *self, int n, int *state) { cons_state_init(state); }
+
+static void cons_advance(void *self, int n, int *state, int tok) {
+    const cons_sentence_t *c = cons_of(self, n);
+    if (c) cons_state_advance(c, state, tok);
+}
+
+static void cons_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    for (int r = 0; r < rows->R; r++) {
+        const cons_sentence_t *c = cons_of(P, rows->sent[r]);
+        if (c && cons_state_unmet(c, rows->state + (size_t)r * rows->W + rows->off) > 0)
+            x[(size_t)r * rows->V + P->eos] = -INFINITY;
+    }
+}
+
+static int cons_select_fn(void *self, int n, const float *x, const float *score, int b, int V, const int *state,
+                          int W, int off, int B, int K, float *values, int *indices) {
+    search_procs_t *P = self;
+    return cons_select(P->cons, cons_of(P, n), x, score, b, V, state, W, off, B, K, P->eos, values, indices);
+}
+
+static int cons_unmet_fn(void *self, int n, const int *state) {
+    const cons_sentence_t *c = cons_of(self, n);
+    return c ? cons_state_unmet(c, state) : 0;
+}
+
+tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
+                                int N, int V, int eos, int beam) {
+    *out = NULL;
+    int any_prefix = 0, any_restrict = 0, any_cons = 0, suppress_h = 0, cons_total = 0;
+    for (int n = 0; sd && n < N; n++) {
+        if (!sd[n]) continue;
+        any_prefix |= sd[n]->prefix_len > 0;
+        any_restrict |= sd[n]->restrict_to != NULL;
+        any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
+        if (sd[n]->constraints && sd[n]->constraints->total > cons_total) cons_total = sd[n]->constraints->total;
+    }
+    int sup = g && g->suppress && g->suppress->n > 0;
+    for (int k = 0; sup && k < g->suppress->n; k++) {
+        if (g->suppress->len[k] < 1 || g->suppress->len[k] - 1 > SEARCH_MAX_HISTORY)
+            return tern_error(TERN_ERR_INVALID_ARG, "suppressed sequence %d: 1 to %d pieces", k + 1,
+                              SEARCH_MAX_HISTORY + 1);
+        if (g->suppress->len[k] - 1 > suppress_h) suppress_h = g->suppress->len[k] - 1;
+    }
+    int lm = g && g->lmbr;
+    if (!any_prefix && !any_restrict && !sup && !lm && !any_cons) return TERN_OK;
+    search_procs_t *P = calloc(1, sizeof *P);
+    static const search_sentence_t none = {0};
+    const search_sentence_t **sdc = malloc((size_t)(N ? N : 1) * sizeof *sdc);
+    if (P) P->keep = malloc((size_t)(V + 1) * sizeof(float));
+    if (P) P->keep_tok = malloc((size_t)(V + 1) * sizeof(int));
+    if (P && any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1), cons_total);
+    if (!P || !sdc || !P->keep || !P->keep_tok || (any_cons && !P->cons)) {
+        if (P) free(P->keep), free(P->keep_tok), cons_workspace_free(P->cons);
+        free(P), free(sdc);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    for (int n = 0; n < N; n++) sdc[n] = sd && sd[n] ? sd[n] : &none;
+    P->g = g;
+    P->sd = sdc;
+    P->N = N;
+    P->V = V;
+    P->eos = eos;
+    P->beam = beam > 1;
+    if (sup) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = suppress_h, p.apply = suppress_apply;
+        P->list[P->n++] = p;
+    }
+    if (any_prefix) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.apply = prefix_apply;
+        P->list[P->n++] = p;
+    }
+    if (any_restrict) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 1;
+        p.init_state = restrict_init, p.advance = restrict_advance, p.apply = restrict_apply;
+        P->list[P->n++] = p;
+    }
+    if (lm) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.history = LMBR_ORDER - 1, p.may_raise = 1;
+        p.apply = lmbr_apply;
+        P->list[P->n++] = p;
+    }
+    if (any_cons) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 2;
+        p.init_state = cons_init, p.advance = cons_advance, p.apply = cons_apply;
+        p.select = cons_select_fn, p.unmet = cons_unmet_fn;
+        P->list[P->n++] = p;
+    }
+    *out = P;
+    return TERN_OK;
+}
+
+void search_procs_free(search_procs_t *P) {
+    if (!P) return;
+    free(P->keep), free(P->keep_tok);
+    cons_workspace_free(P->cons);
+    free((void *)P->sd);
+    free(P);
+}
+
+const search_proc_t *search_procs_list(const search_procs_t *P, int *count) {
+    *count = P ? P->n : 0;
+    return P ? P->list : NULL;
+}
