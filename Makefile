@@ -14,7 +14,7 @@ WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
-LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz \
+LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz -lmicrohttpd \
            -lstdc++ -lgomp -lpthread -lm
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
 # (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
@@ -53,6 +53,15 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+# The web page and the OpenAPI description of `tern serve`, embedded in the library as byte arrays
+# (generated header; od is in coreutils).
+SERVE_ASSETS := src/serve/page.html src/serve/openapi.json
+$(BUILD)/gen/serve_assets.h: $(SERVE_ASSETS) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed.sh $(SERVE_ASSETS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/serve/server.o: $(BUILD)/gen/serve_assets.h
+$(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
 
 $(BUILD)/libtern.a: $(LIB_OBJ)
 	@rm -f $@

@@ -10,7 +10,8 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libsentencepiece-dev sentencepiece
   libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev
   gnuplot-nox
-  libopenmpi-dev openmpi-bin)  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libmicrohttpd-dev)  # HTTP server of `tern serve` (src/serve/)
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch

@@ -18,6 +18,7 @@ int cmd_vocab(int argc, char **argv);
 int cmd_average(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_cpu(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Strict parsing of an option's value in [lo, hi]; prints "tern CMD: OPT expects ..." and
  * returns 0 on a bad value. */

@@ -22,6 +22,7 @@ static const command_t commands[] = {
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
+    {"serve", cmd_serve, "HTTP translation server (LibreTranslate API, batching across requests)"},
     {"cpu", cmd_cpu, "the instruction sets Tern uses on this CPU (and the caps it can run)"},
 };
 
