@@ -1,7 +1,9 @@
 /* cmd_serve.c — `tern serve`: an HTTP translation server (src/serve/). Signals: SIGTERM/SIGINT stop
  * accepting, answer the requests in flight and exit 0; SIGHUP reloads the models from their
  * directories without dropping requests. */
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,15 @@ static const struct option long_opts[] = {
 };
 
 #define MAX_MODELS 16
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(sig_pipe[1], &b, 1) < 0) { /* nothing to do in a handler */ }
+    errno = saved;
+}
 
 int cmd_serve(int argc, char **argv) {
     const char *C = "serve";
@@ -188,12 +199,28 @@ int cmd_serve(int argc, char **argv) {
         so.max_decoding_length = eo.translate_options.max_decoding_length;
     tern_set_log_level(quiet ? TERN_LOG_ERROR : TERN_LOG_WARN);
 
-    /* Every thread (workers, HTTP) inherits this mask; the main thread takes the signals. */
+    /* Our threads (workers, HTTP) inherit a mask that blocks these signals; the main thread
+     * unblocks them once they run, with handlers that only write the signal's number into a pipe
+     * it reads. A library thread started before (OpenBLAS's) may still take one: the handler runs
+     * there just as well, instead of the default action that would kill the process. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGHUP);
+    if (pipe(sig_pipe) != 0) {
+        fprintf(stderr, "tern serve: cannot create a pipe\n");
+        rc = 1;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -215,9 +242,13 @@ int cmd_serve(int argc, char **argv) {
     }
     fprintf(stderr, "tern serve: listening on http://%s:%d\n", so.host, server_port(server));
     fflush(stderr);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     for (;;) {
-        int sig = 0;
-        if (sigwait(&set, &sig)) continue;
+        unsigned char b;
+        ssize_t got = read(sig_pipe[0], &b, 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got != 1) break;
+        int sig = b;
         if (sig == SIGHUP) {
             if (!quiet) fprintf(stderr, "tern serve: SIGHUP: reloading the models\n");
             st = engine_reload(engine);
@@ -235,6 +266,7 @@ int cmd_serve(int argc, char **argv) {
     engine_free(engine);
     if (!quiet) fprintf(stderr, "tern serve: stopped\n");
 out:
+    if (sig_pipe[0] >= 0) close(sig_pipe[0]), close(sig_pipe[1]);
     for (int i = 0; i < n_specs; i++) free(spec_buf[i]);
     return rc;
 }

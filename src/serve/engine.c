@@ -461,13 +461,15 @@ tern_status_t engine_create(engine_t **out, const engine_model_spec_t *specs, in
         }
         for (int w = 0; w < o->workers; w++) {
             worker_arg_t *a = malloc(sizeof *a);
+            if (a) {
+                a->m = m;
+                a->w = w;
+            }
             if (!a || pthread_create(&m->threads[w], NULL, worker_main, a)) {
                 free(a);
                 engine_free(e);
                 return tern_error(TERN_ERR_INTERNAL, "cannot start a worker thread");
             }
-            a->m = m;
-            a->w = w;
             m->n_threads = w + 1;
         }
     }
