@@ -1082,6 +1082,32 @@ static enum MHD_Result handle_metrics(server_t *s, struct MHD_Connection *c, con
 
 /* ------------------------------------------------------------------ dispatch */
 
+/* 405 with the Allow header RFC 9110 asks for. */
+static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *method,
+                                const char *url) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "Method Not Allowed: %s %s", method, url);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return MHD_NO;
+    cJSON_AddStringToObject(j, "error", msg);
+    char *txt = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    int post = cx->route == R_TRANSLATE || cx->route == R_V1_TRANSLATE || cx->route == R_V1_SCORE;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Allow", post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    add_common_headers(resp);
+    enum MHD_Result r = MHD_queue_response(c, 405, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->metrics, cx->route, 405, time_now() - cx->t0);
+    return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
@@ -1180,7 +1206,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return handle_v1(s, c, cx, cx->route == R_V1_SCORE);
     default: return send_error(s, c, cx, 404, 0, "Not Found: %s", url);
     }
-    return send_error(s, c, cx, 405, 0, "Method Not Allowed: %s %s", method, url);
+    return send_405(s, c, cx, method, url);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
