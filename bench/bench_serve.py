@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -164,6 +165,10 @@ def main():
                 for line in f:
                     if line.startswith("VmHWM:"):
                         peak = int(line.split()[1])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
+                metrics = resp.read().decode()
+            bsum = float(re.search(r'^tern_batch_size_sum\{model="en-de"\} (\S+)', metrics, re.M).group(1))
+            bcnt = float(re.search(r'^tern_batch_size_count\{model="en-de"\} (\S+)', metrics, re.M).group(1))
         finally:
             proc.send_signal(signal.SIGTERM)
             rc = proc.wait(120)
@@ -179,7 +184,7 @@ def main():
             "refused_503": st["refused"], "peak_rss_mib": round(peak / 1024, 1),
             "rss_mib_first_half_max": round(max(first) / 1024, 1) if first else None,
             "rss_mib_second_half_max": round(max(half) / 1024, 1) if half else None,
-            "server_exit": rc,
+            "mean_batch": round(bsum / max(bcnt, 1), 1), "server_exit": rc,
         }
         results[mode] = r
         print(json.dumps(r), flush=True)
