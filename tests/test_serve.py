@@ -249,6 +249,8 @@ def test_errors(server):
         (400, "Invalid request: q is not valid UTF-8")
     assert post("/translate", b"q=%C3%28&source=en&target=de",
                 {"Content-Type": "application/x-www-form-urlencoded"}) == (400, "Invalid request: q is not valid UTF-8")
+    assert post("/translate", b'{"q": ["ok", "\xc3\x28"], "source": "en", "target": "de"}', jh) == \
+        (400, "Invalid request: q[1] is not valid UTF-8")
     # an unpaired surrogate escape is not text either
     assert post("/translate", b'{"q": "\\ud800", "source": "en", "target": "de"}', jh)[0] == 400
     # limits: characters (default 20000), list items (256), segments (512)

@@ -581,7 +581,8 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     for (int i = 0; i < n_items; i++) {
         long l = utf8_length(items[i]);
         if (l < 0) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: q%s is not valid UTF-8", is_list ? "[i]" : "");
+            if (is_list) result = send_error(s, c, cx, 400, 0, "Invalid request: q[%d] is not valid UTF-8", i);
+            else result = send_error(s, c, cx, 400, 0, "Invalid request: q is not valid UTF-8");
             goto done;
         }
         chars += l;
