@@ -77,6 +77,10 @@ def test_libretranslate_shapes(server):
           f"--{b}\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\nde\r\n--{b}--\r\n").encode()
     st, h, data = server.request("POST", "/translate", mp, {"Content-Type": f"multipart/form-data; boundary={b}"})
     assert st == 200 and json.loads(data) == j
+    # no body, the values in the query string (Flask's request.values reads them too)
+    st, h, data = server.request("POST", "/translate?" + urllib.parse.urlencode(
+        {"q": "A man is riding a bicycle.", "source": "en", "target": "de"}))
+    assert st == 200 and json.loads(data) == j
     # alternatives (LibreTranslate >= 1.6): n-best beyond the best
     st, j3, _ = server.json("POST", "/translate", {"q": "A man is riding a bicycle.", "source": "en", "target": "de",
                                                     "alternatives": 2})

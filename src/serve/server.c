@@ -1139,8 +1139,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                     cx->early_done = 1;
                     return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
                 }
-            } else if (cx->route == R_TRANSLATE && !json && ct && *ct) {
-                cx->is_form = 1; /* another type: values from the query string only, as Flask's request.values */
+            } else if (cx->route == R_TRANSLATE && !json) {
+                cx->is_form = 1; /* another type or none: values from the query string, as Flask's request.values */
             }
         }
         return MHD_YES;
