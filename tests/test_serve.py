@@ -528,3 +528,28 @@ def test_disconnecting_client_under_asan(tmp_path):
     assert "ERROR: AddressSanitizer" not in err and "ERROR: LeakSanitizer" not in err, err
     assert "runtime error" not in err, err
     assert rc == 0, err
+
+
+def test_several_models_and_workers(tmp_path, flickr):
+    """Two models at once (the shipped model under two names), two translators each: requests
+    are routed by pair or by name, /languages lists both targets, and each answers as the CLI."""
+    s = Server(tmp_path, "-m", f"en-fr={MODEL}", "-w", "2", "-t", "1")
+    try:
+        ref = cli_translate(flickr[:10])
+        st, langs, _ = s.json("GET", "/languages")
+        assert st == 200 and langs == [{"code": "en", "name": "English", "targets": ["de", "fr"]},
+                                       {"code": "de", "name": "German", "targets": []},
+                                       {"code": "fr", "name": "French", "targets": []}]
+        for target in ("de", "fr"):
+            st, j, _ = s.json("POST", "/translate", {"q": flickr[:10], "source": "en", "target": target})
+            assert st == 200 and j["translatedText"] == ref
+        st, j, _ = s.json("POST", "/v1/translate", {"q": flickr[:3], "model": "en-fr"})
+        assert st == 200 and j["model"] == "en-fr" and [t["hypotheses"][0] for t in j["translations"]] == ref[:3]
+        st, j, _ = s.json("POST", "/v1/translate", {"q": flickr[:3]})
+        assert (st, j) == (400, {"error": "Invalid request: several models are loaded: give model (or source and target)"})
+        st, j, _ = s.json("POST", "/translate", {"q": "A dog.", "source": "auto", "target": "de"})
+        assert st == 200
+        m = s.metrics()
+        assert m['tern_segments_total{model="en-de"}'] == 11 and m['tern_segments_total{model="en-fr"}'] == 13
+    finally:
+        assert s.stop() == 0, s.stderr()
