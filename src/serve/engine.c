@@ -191,6 +191,11 @@ void request_wait(serve_request_t *r) {
 }
 
 tern_status_t request_status(const serve_request_t *r, const char **message) {
+    /* the results were published under the model's lock: taking it orders our reads after them */
+    if (r->model) {
+        pthread_mutex_lock(&r->model->mu);
+        pthread_mutex_unlock(&r->model->mu);
+    }
     if (message) *message = r->error;
     return r->status;
 }

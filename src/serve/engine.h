@@ -82,7 +82,8 @@ void request_cancel(serve_request_t *r);
 /* Drops the caller's reference (the request is freed with its last reference). */
 void request_release(serve_request_t *r);
 
-/* After completion: status (TERN_OK or the error of a batch) and its message. */
+/* After completion: status (TERN_OK or the error of a batch) and its message. Call it before
+ * reading the results (it orders the reads after the workers' writes). */
 tern_status_t request_status(const serve_request_t *r, const char **message);
 int request_size(const serve_request_t *r);
 const tern_result_t *request_result(const serve_request_t *r, int i);    /* translate */
