@@ -30,6 +30,7 @@
 #include "base/base.h"
 #include "cjson/cJSON.h"
 #include "serve/metrics.h"
+#include "serve/segments.h"
 #include "serve_assets.h" /* generated: page_html[], openapi_json[] */
 
 /* ------------------------------------------------------------------ keys and rate limits */
@@ -336,73 +337,9 @@ static int run_request(server_t *s, struct MHD_Connection *c, conn_t *cx, engine
     return 0;
 }
 
-/* ------------------------------------------------------------------ segments of a request */
-
-typedef struct {
-    char **seg;    /* segments sent to the engine */
-    int *ntok;
-    int n, cap;
-    int *item_first, *item_count; /* per q item: its segments (lines), -1 for an empty line */
-    int *line_seg;                /* per line of all items: segment index or -1 (empty line) */
-    int n_lines, lines_cap;
-} segs_t;
-
-static void segs_free(segs_t *g) {
-    for (int i = 0; i < g->n; i++) free(g->seg[i]);
-    free(g->seg), free(g->ntok), free(g->item_first), free(g->item_count), free(g->line_seg);
-    memset(g, 0, sizeof *g);
-}
-
-static int segs_add_line(segs_t *g, const char *p, size_t len) {
-    if (g->n_lines == g->lines_cap) {
-        int cap = g->lines_cap ? 2 * g->lines_cap : 16;
-        int *l = realloc(g->line_seg, (size_t)cap * sizeof *l);
-        if (!l) return -1;
-        g->line_seg = l;
-        g->lines_cap = cap;
-    }
-    if (len > 0 && p[len - 1] == '\r') len--;
-    if (len == 0) {
-        g->line_seg[g->n_lines++] = -1;
-        return 0;
-    }
-    if (g->n == g->cap) {
-        int cap = g->cap ? 2 * g->cap : 16;
-        char **s2 = realloc(g->seg, (size_t)cap * sizeof *s2);
-        if (!s2) return -1;
-        g->seg = s2;
-        int *t2 = realloc(g->ntok, (size_t)cap * sizeof *t2);
-        if (!t2) return -1;
-        g->ntok = t2;
-        g->cap = cap;
-    }
-    char *d = strndup(p, len);
-    if (!d) return -1;
-    g->seg[g->n] = d;
-    g->line_seg[g->n_lines++] = g->n++;
-    return 0;
-}
-
-/* Splits items into lines (split_lines) or takes each item whole. Returns 0 or -1 (memory). */
-static int segs_build(segs_t *g, const char *const *items, int n_items, int split_lines) {
-    g->item_first = malloc((size_t)(n_items ? n_items : 1) * sizeof(int));
-    g->item_count = malloc((size_t)(n_items ? n_items : 1) * sizeof(int));
-    if (!g->item_first || !g->item_count) return -1;
-    for (int i = 0; i < n_items; i++) {
-        g->item_first[i] = g->n_lines;
-        const char *p = items[i];
-        if (split_lines) {
-            for (;;) {
-                const char *nl = strchr(p, '\n');
-                size_t len = nl ? (size_t)(nl - p) : strlen(p);
-                if (segs_add_line(g, p, len)) return -1;
-                if (!nl) break;
-                p = nl + 1;
-            }
-        } else if (segs_add_line(g, p, strlen(p))) return -1;
-        g->item_count[i] = g->n_lines - g->item_first[i];
-    }
-    return 0;
+static const char *result_text(void *ctx, int seg, int h) {
+    const tern_result_t *res = request_result(ctx, seg);
+    return res->num_hypotheses ? res->hypotheses[h < res->num_hypotheses ? h : 0] : NULL;
 }
 
 /* ------------------------------------------------------------------ LibreTranslate /translate */
@@ -441,7 +378,7 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     const char *source = NULL, *target = NULL, *format = NULL, *api_key = NULL, *single = NULL;
     char *norm_q = NULL;
     enum MHD_Result result;
-    segs_t g = {0};
+    segments_t g = {0};
     serve_request_t *r = NULL;
 
     if (!cx->is_form) {
@@ -627,11 +564,11 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
         goto done;
     }
     if (!format || !*format) format = "text";
-    if (strcmp(format, "text")) {
+    if (strcmp(format, "text") && strcmp(format, "html")) {
         result = send_error(s, c, cx, 400, 0, "%s format is not supported", format);
         goto done;
     }
-    if (segs_build(&g, items, n_items, 1)) {
+    if (segments_build(&g, items, n_items, !strcmp(format, "html"))) {
         result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
         goto done;
     }
@@ -657,39 +594,16 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     }
     if (run_request(s, c, cx, m, r, &result)) goto done;
 
-    /* join each item's lines back; hypothesis h of a line (its best when it has fewer) */
+    /* each item with its segments' translations in place; hypothesis h of a segment (its best
+     * when it has fewer) */
     int n_out = 1 + alternatives;
     cJSON *resp = cJSON_CreateObject(), *texts = is_list ? cJSON_CreateArray() : NULL,
           *alts = alternatives ? cJSON_CreateArray() : NULL;
     for (int i = 0; i < n_items; i++) {
         cJSON *item_alts = alternatives && is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            size_t len = 0;
-            for (int l = 0; l < g.item_count[i]; l++) {
-                int sgi = g.line_seg[g.item_first[i] + l];
-                if (sgi >= 0) {
-                    const tern_result_t *res = request_result(r, sgi);
-                    int hh = h < res->num_hypotheses ? h : 0;
-                    len += res->num_hypotheses ? strlen(res->hypotheses[hh]) : 0;
-                }
-                len++;
-            }
-            char *txt = malloc(len + 1), *d = txt;
-            if (!txt) break;
-            for (int l = 0; l < g.item_count[i]; l++) {
-                int sgi = g.line_seg[g.item_first[i] + l];
-                if (l) *d++ = '\n';
-                if (sgi >= 0) {
-                    const tern_result_t *res = request_result(r, sgi);
-                    int hh = h < res->num_hypotheses ? h : 0;
-                    if (res->num_hypotheses) {
-                        size_t k = strlen(res->hypotheses[hh]);
-                        memcpy(d, res->hypotheses[hh], k);
-                        d += k;
-                    }
-                }
-            }
-            *d = 0;
+            char *txt = segments_join(&g, i, h, result_text, r);
+            if (!txt) continue;
             if (h == 0) {
                 if (is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
                 else cJSON_AddStringToObject(resp, "translatedText", txt);
@@ -715,7 +629,7 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     result = send_json(s, c, cx, 200, resp, 0);
 done:
     request_release(r);
-    segs_free(&g);
+    segments_free(&g);
     free(items);
     free(norm_q);
     cJSON_Delete(root);
@@ -801,7 +715,7 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
     const char **items = NULL, **targets = NULL;
     int n_items = 0, n_targets = 0;
     char err[512] = "";
-    segs_t g = {0};
+    int *ntok = NULL;
     serve_request_t *r = NULL;
     long at = 0;
     root = parse_json(cx, &at);
@@ -944,18 +858,17 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
             goto done;
         }
     }
-    g.seg = calloc((size_t)n_items, sizeof *g.seg);
-    g.ntok = calloc((size_t)n_items, sizeof *g.ntok);
-    if (!g.seg || !g.ntok) {
+    ntok = calloc((size_t)n_items, sizeof *ntok);
+    if (!ntok) {
         result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
         goto done;
     }
     for (int i = 0; i < n_items; i++)
-        if (engine_count_tokens(m, items[i], &g.ntok[i])) {
+        if (engine_count_tokens(m, items[i], &ntok[i])) {
             result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", tern_last_error());
             goto done;
         }
-    r = request_new(score ? REQ_SCORE : REQ_TRANSLATE, &call, n_items, items, targets, g.ntok);
+    r = request_new(score ? REQ_SCORE : REQ_TRANSLATE, &call, n_items, items, targets, ntok);
     if (!r) {
         result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
         goto done;
@@ -995,7 +908,7 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
     result = send_json(s, c, cx, 200, resp, 0);
 done:
     request_release(r);
-    free(g.seg), free(g.ntok);
+    free(ntok);
     free(items), free(targets);
     cJSON_Delete(root);
     return result;
