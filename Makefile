@@ -100,7 +100,8 @@ FUZZ_C     := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_BIN   := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
 FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct2_format.c \
               src/model/safetensors.c src/model/transformer_load.c src/kernels/gemm.c \
-              src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c
+              src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
+              src/serve/segments.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -111,7 +112,7 @@ build-fuzz-lib/%.o: %.c
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

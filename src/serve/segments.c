@@ -69,12 +69,8 @@ static void build_text(segments_t *g, const char *p, int *err) {
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
 
-/* Appends the UTF-8 of code point cp (a space for U+00A0 and invalid ones). */
+/* Appends the UTF-8 of a valid code point. */
 static char *put_cp(char *d, long cp) {
-    if (cp == 0xA0 || cp <= 0 || cp > 0x10FFFF || !utf8proc_codepoint_valid((utf8proc_int32_t)cp)) {
-        *d++ = ' ';
-        return d;
-    }
     return d + utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)d);
 }
 
@@ -96,17 +92,23 @@ static char *html_text(const char *t, size_t len) {
             const char *semi = memchr(t + i, ';', len - i < 12 ? len - i : 12);
             long cp = -1;
             if (semi && t[i + 1] == '#') {
+                int hex = t[i + 2] == 'x' || t[i + 2] == 'X';
+                const char *digits = t + i + (hex ? 3 : 2);
                 char *e;
-                cp = t[i + 2] == 'x' || t[i + 2] == 'X' ? strtol(t + i + 3, &e, 16) : strtol(t + i + 2, &e, 10);
-                if (e != semi) cp = -1;
+                cp = isxdigit((unsigned char)*digits) ? strtol(digits, &e, hex ? 16 : 10) : -1;
+                if (cp >= 0 && e != semi) cp = -1;
             } else if (semi)
                 for (size_t k = 0; k < sizeof named / sizeof named[0]; k++)
                     if ((size_t)(semi - (t + i + 1)) == strlen(named[k].name) &&
                         !strncmp(t + i + 1, named[k].name, strlen(named[k].name)))
                         cp = named[k].cp;
             if (cp >= 0) {
-                d = put_cp(d, cp);
                 i = (size_t)(semi - t) + 1;
+                if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\f' || cp == 0xA0 || cp == 0 ||
+                    cp > 0x10FFFF || !utf8proc_codepoint_valid((utf8proc_int32_t)cp)) {
+                    if (d > out && d[-1] != ' ') *d++ = ' '; /* white space (or no character): collapsed */
+                } else
+                    d = put_cp(d, cp);
                 continue;
             }
         }
@@ -176,8 +178,8 @@ int segments_build(segments_t *g, const char *const *items, int n_items, int htm
 
 char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx) {
     size_t len = 0;
-    const seg_part_t *parts = g->parts + g->item_first[item];
     int np = g->item_count[item];
+    const seg_part_t *parts = np ? g->parts + g->item_first[item] : NULL;
     for (int k = 0; k < np; k++) {
         if (parts[k].seg < 0) {
             len += parts[k].len;
