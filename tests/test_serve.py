@@ -514,7 +514,7 @@ def test_slow_client_times_out(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists(TERN_SAN), reason="build-san/tern missing: make SAN=1 build-san/tern")
 def test_disconnecting_client_under_asan(tmp_path):
-    """Clients that hang up mid-request (queued, and decoding) are cancelled: the server goes on
+    """Clients that hang up mid-request (mid-body, queued, decoding) are cancelled: the server goes on
     serving, counts them, and exits 0 under ASan/LSan (no leak, no use after free)."""
     s = Server(tmp_path, "--drain-timeout", "120", binary=TERN_SAN,
                env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=23"}, start_timeout=300)
@@ -525,6 +525,11 @@ def test_disconnecting_client_under_asan(tmp_path):
             sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
                          f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
             return sock
+        # one that hangs up halfway through its body
+        half = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        half.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"q\": \"A man")
+        half.close()
         # one decoding when it hangs up, two still queued behind it
         a = send_and_drop({"q": ["A man."], **SLOW})
         wait_until(lambda: s.metrics()['tern_segments_running{model="en-de"}'] == 1, timeout=120, what="running")
