@@ -272,6 +272,13 @@ def test_errors(server):
                 {"Content-Type": "application/x-www-form-urlencoded"}) == (400, "Invalid request: q is not valid UTF-8")
     assert post("/translate", b'{"q": ["ok", "\xc3\x28"], "source": "en", "target": "de"}', jh) == \
         (400, "Invalid request: q[1] is not valid UTF-8")
+    # what the client sent, quoted in a message, stays valid UTF-8 (bad bytes as "?", a character
+    # cut by the message's length limit too)
+    st, _, data = server.request("POST", "/translate", b'{"q": "a", "source": "x\xffy", "target": "de"}', jh)
+    assert st == 400 and json.loads(data.decode("utf-8")) == {"error": "x?y is not supported"}
+    st, _, data = server.request("POST", "/translate", json.dumps({"q": "a", "source": "\u00e9" * 600,
+                                                                   "target": "de"}).encode(), jh)
+    assert st == 400 and json.loads(data.decode("utf-8"))["error"].startswith("\u00e9" * 500)
     # an unpaired surrogate escape is not text either
     assert post("/translate", b'{"q": "\\ud800", "source": "en", "target": "de"}', jh)[0] == 400
     # limits: characters (default 20000), list items (256), segments (512)

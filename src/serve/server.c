@@ -222,6 +222,19 @@ static enum MHD_Result send_json(server_t *s, struct MHD_Connection *c, conn_t *
     return send_body(s, c, cx, status, txt, strlen(txt), "application/json", retry_after);
 }
 
+/* Replaces each byte that does not start a valid UTF-8 sequence by '?' (error messages quote
+ * what the client sent -- a language code, a URL -- and may cut a character when truncated; JSON
+ * text must be UTF-8). */
+static void utf8_sanitize(char *str) {
+    utf8proc_uint8_t *p = (utf8proc_uint8_t *)str;
+    while (*p) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p, -1, &cp);
+        if (k < 0) *p++ = '?';
+        else p += k;
+    }
+}
+
 static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, int retry_after,
                                   const char *fmt, ...) TERN_PRINTF(6, 7);
 static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, int retry_after,
@@ -231,6 +244,7 @@ static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_sanitize(msg);
     cJSON *j = cJSON_CreateObject();
     if (!j) return MHD_NO;
     cJSON_AddStringToObject(j, "error", msg);
