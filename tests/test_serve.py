@@ -582,3 +582,38 @@ def test_several_models_and_workers(tmp_path, flickr):
         assert m['tern_segments_total{model="en-de"}'] == 11 and m['tern_segments_total{model="en-fr"}'] == 13
     finally:
         assert s.stop() == 0, s.stderr()
+
+
+def test_sighup_reload_failure_keeps_old_model(tmp_path):
+    """A reload that fails (the model file replaced by a truncated one) keeps the old model
+    serving and is counted; once a whole file is back, SIGHUP reloads it. Files are replaced by
+    rename, as a deployment must: the running weights are memory-mapped, and a file truncated in
+    place would pull the pages from under them (SIGBUS)."""
+    import shutil
+    d = tmp_path / "model"
+    shutil.copytree(MODEL, d)
+    weights = d / "model.safetensors"
+    good = weights.read_bytes()
+
+    def replace(data):
+        tmp = d / "model.safetensors.new"
+        tmp.write_bytes(data)
+        os.replace(tmp, weights)
+    s = Server(tmp_path, "-m", f"en-fr={d}")
+    try:
+        ref = cli_translate(["A man is riding a bicycle."])
+        replace(good[:1000])
+        s.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: s.metrics()['tern_reload_failures_total{model="en-fr"}'] == 1, what="failed reload")
+        m = s.metrics()
+        assert m['tern_reloads_total{model="en-fr"}'] == 0
+        st, j, _ = s.json("POST", "/translate", {"q": "A man is riding a bicycle.", "source": "en", "target": "fr"})
+        assert (st, j) == (200, {"translatedText": ref[0]})
+        replace(good)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: s.metrics()['tern_reloads_total{model="en-fr"}'] == 1, what="reload")
+        st, j, _ = s.json("POST", "/translate", {"q": "A man is riding a bicycle.", "source": "en", "target": "fr"})
+        assert (st, j) == (200, {"translatedText": ref[0]})
+        assert "reload failed, the old models keep serving" in s.stderr()
+    finally:
+        assert s.stop() == 0, s.stderr()
