@@ -30,7 +30,8 @@ static void usage(FILE *f) {
 "  --compute-type TYPE         auto (default), float32, int8\n"
 "  -w, --workers N             translators per model, each on its own thread, sharing one copy\n"
 "                              of the weights (default 1)\n"
-"  -t, --threads N             intra-op threads of each translator (default: cores / workers)\n"
+"  -t, --threads N             intra-op threads of each translator (default: cores / (workers x\n"
+"                              models), at least 1)\n"
 "\n"
 "default search (a /v1/translate request may change them per call):\n"
 "  -b, --beam-size N           default 4\n"
@@ -194,6 +195,11 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     so.max_body = (size_t)body;
+    if (eo.translate_options.threads_per_worker == 0) { /* cores shared by every worker of every model */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long t = (cores > 0 ? cores : 1) / ((long)eo.workers * n_specs);
+        eo.translate_options.threads_per_worker = t > 0 ? (int)t : 1;
+    }
     so.quiet = quiet;
     if (so.max_decoding_length < eo.translate_options.max_decoding_length)
         so.max_decoding_length = eo.translate_options.max_decoding_length;
