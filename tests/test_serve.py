@@ -363,6 +363,25 @@ def test_api_keys_and_rate_limit(tmp_path):
         assert s.stop() == 0, s.stderr()
 
 
+def test_req_limit_per_address(tmp_path):
+    """--req-limit: requests without a valid key, per client address (LibreTranslate's flag);
+    a key with its own rate is not held to it."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("unlimited-key\n")
+    s = Server(tmp_path, "--api-keys", str(keys), "--req-limit", "2")
+    try:
+        body = {"q": "A dog.", "source": "en", "target": "de"}
+        assert s.json("POST", "/translate", body)[0] == 200
+        assert s.json("POST", "/v1/translate", {"q": "A dog."})[0] == 200
+        st, j, h = s.json("POST", "/translate", body)
+        assert (st, j) == (429, {"error": "Slowdown: 2 per 1 minute"}) and int(h["Retry-After"]) >= 1
+        for _ in range(3):
+            assert s.json("POST", "/translate", {**body, "api_key": "unlimited-key"})[0] == 200
+        assert s.json("GET", "/languages")[0] == 200
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
 # ------------------------------------------------------------------------------------ batching
 
 

@@ -58,13 +58,15 @@ static void usage(FILE *f) {
 "  --api-keys FILE             lines \"KEY [REQUESTS_PER_MINUTE]\": an unknown key gets 403, a key\n"
 "                              over its rate 429\n"
 "  --require-api-key           with --api-keys: requests without a key get 400\n"
+"  --req-limit N               requests per minute from one client address without a valid key,\n"
+"                              else 429 (as LibreTranslate's --req-limit; default 0: none)\n"
 "  -q, --quiet                 no messages but errors\n"
 "  -h, --help                  this help\n");
 }
 
 enum {
     O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_BATCHLIM, O_MAXSEG,
-    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY
+    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT
 };
 
 static const struct option long_opts[] = {
@@ -91,6 +93,7 @@ static const struct option long_opts[] = {
     {"drain-timeout", required_argument, 0, O_DRAIN},
     {"api-keys", required_argument, 0, O_KEYS},
     {"require-api-key", no_argument, 0, O_REQKEY},
+    {"req-limit", required_argument, 0, O_REQLIMIT},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -171,6 +174,7 @@ int cmd_serve(int argc, char **argv) {
         case O_DRAIN: ok = cli_int(C, "--drain-timeout", optarg, 0, 1 << 20, &drain_s); break;
         case O_KEYS: so.api_keys_file = optarg; break;
         case O_REQKEY: so.require_api_key = 1; break;
+        case O_REQLIMIT: ok = cli_int(C, "--req-limit", optarg, 0, 1 << 24, &so.req_limit); break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;

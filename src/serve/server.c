@@ -41,6 +41,12 @@ typedef struct {
     double tokens, last;
 } api_key_t;
 
+typedef struct {
+    uint32_t ip;
+    int used;
+    double tokens, last;
+} ip_bucket_t;
+
 struct server {
     engine_t *engine;
     server_options_t opt;
@@ -51,6 +57,7 @@ struct server {
     metrics_t metrics;
     api_key_t *keys;
     int n_keys;
+    ip_bucket_t *ips; /* [IP_SLOTS] when req_limit > 0 */
     pthread_mutex_t keys_mu;
 };
 
@@ -90,29 +97,66 @@ static tern_status_t load_keys(server_t *s, const char *path) {
 
 typedef enum { KEY_OK = 0, KEY_INVALID, KEY_MISSING, KEY_LIMITED } key_check_t;
 
-/* Token bucket per key: per_minute requests of burst, refilled at per_minute / 60 per second. */
-static key_check_t check_key(server_t *s, const char *key, int *limit) {
+/* One token bucket: per_minute requests of burst, refilled at per_minute / 60 per second.
+ * Returns 1 when a request may go (and takes its token). keys_mu held. */
+static int bucket_take(double *tokens, double *last, int per_minute) {
+    double now = time_now();
+    *tokens += (now - *last) * per_minute / 60.0;
+    if (*tokens > per_minute) *tokens = per_minute;
+    *last = now;
+    if (*tokens < 1.0) return 0;
+    *tokens -= 1.0;
+    return 1;
+}
+
+/* Requests without a key, per client address (--req-limit): a table of IP_SLOTS buckets, each
+ * address probing IP_PROBE slots; a new address takes a free slot or the one idle longest. */
+#define IP_SLOTS 4096
+#define IP_PROBE 8
+static int ip_take(server_t *s, uint32_t ip) {
+    unsigned h = (ip * 2654435761u) % IP_SLOTS, pick = h;
+    for (unsigned k = 0; k < IP_PROBE; k++) {
+        ip_bucket_t *b = &s->ips[(h + k) % IP_SLOTS];
+        if (b->used && b->ip == ip) return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
+        ip_bucket_t *p = &s->ips[pick];
+        if (!b->used ? p->used : (p->used && b->last < p->last)) pick = (h + k) % IP_SLOTS;
+    }
+    ip_bucket_t *b = &s->ips[pick];
+    b->used = 1;
+    b->ip = ip;
+    b->tokens = s->opt.req_limit;
+    b->last = time_now();
+    return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
+}
+
+static key_check_t check_key(server_t *s, struct MHD_Connection *c, const char *key, int *limit) {
     *limit = 0;
-    if (!s->opt.api_keys_file) return KEY_OK;
-    if (!key || !*key) return s->opt.require_api_key ? KEY_MISSING : KEY_OK;
+    key_check_t r = KEY_OK;
+    int keyed = 0;
     pthread_mutex_lock(&s->keys_mu);
-    key_check_t r = KEY_INVALID;
-    for (int i = 0; i < s->n_keys; i++) {
-        api_key_t *k = &s->keys[i];
-        if (strcmp(k->key, key)) continue;
-        r = KEY_OK;
-        if (k->per_minute > 0) {
-            double now = time_now();
-            k->tokens += (now - k->last) * k->per_minute / 60.0;
-            if (k->tokens > k->per_minute) k->tokens = k->per_minute;
-            k->last = now;
-            if (k->tokens >= 1.0) k->tokens -= 1.0;
-            else {
+    if (s->opt.api_keys_file && key && *key) {
+        r = KEY_INVALID;
+        for (int i = 0; i < s->n_keys; i++) {
+            api_key_t *k = &s->keys[i];
+            if (strcmp(k->key, key)) continue;
+            r = KEY_OK;
+            keyed = 1;
+            if (k->per_minute > 0 && !bucket_take(&k->tokens, &k->last, k->per_minute)) {
                 r = KEY_LIMITED;
                 *limit = k->per_minute;
             }
+            break;
         }
-        break;
+    } else if (s->opt.api_keys_file && s->opt.require_api_key)
+        r = KEY_MISSING;
+    if (r == KEY_OK && !keyed && s->opt.req_limit > 0) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+        uint32_t ip = sa && sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_addr.s_addr : 0;
+        if (!ip_take(s, ip)) {
+            r = KEY_LIMITED;
+            *limit = s->opt.req_limit;
+        }
     }
     pthread_mutex_unlock(&s->keys_mu);
     return r;
@@ -492,7 +536,7 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     }
 
     int limit;
-    switch (check_key(s, api_key, &limit)) {
+    switch (check_key(s, c, api_key, &limit)) {
     case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
     case KEY_MISSING:
         result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
@@ -757,7 +801,7 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
         result = send_error(s, c, cx, 400, 0, "Invalid request: api_key must be a string");
         goto done;
     }
-    switch (check_key(s, api_key, &limit)) {
+    switch (check_key(s, c, api_key, &limit)) {
     case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
     case KEY_MISSING:
         result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
@@ -1180,6 +1224,10 @@ tern_status_t server_start(server_t **out, engine_t *engine, const server_option
     pthread_mutex_init(&s->keys_mu, NULL);
     metrics_init(&s->metrics);
     tern_status_t st;
+    if (o->req_limit > 0 && !(s->ips = calloc(IP_SLOTS, sizeof *s->ips))) {
+        server_stop(s);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
     if (o->api_keys_file && (st = load_keys(s, o->api_keys_file))) {
         server_stop(s);
         return st;
@@ -1228,6 +1276,7 @@ void server_stop(server_t *s) {
     if (!s) return;
     if (s->daemon) MHD_stop_daemon(s->daemon);
     free(s->keys);
+    free(s->ips);
     pthread_mutex_destroy(&s->keys_mu);
     metrics_free(&s->metrics);
     free(s);

@@ -24,6 +24,7 @@ typedef struct {
     int timeout_s;           /* an idle or slow connection is closed after this many seconds */
     const char *api_keys_file; /* lines "KEY [REQUESTS_PER_MINUTE]"; NULL: no keys */
     int require_api_key;     /* 1: requests without a key are refused (400, as LibreTranslate) */
+    int req_limit;           /* requests per minute per client address without a valid key; 0: none */
     int quiet;               /* no access log */
 } server_options_t;
 
