@@ -89,6 +89,9 @@ def test_libretranslate_shapes(server):
     assert st == 200
     assert langs == [{"code": "en", "name": "English", "targets": ["de"]},
                      {"code": "de", "name": "German", "targets": []}]
+    st, fs, _ = server.json("GET", "/frontend/settings")
+    assert st == 200 and fs["charLimit"] == 20000 and fs["apiKeys"] is False and fs["keyRequired"] is False
+    assert fs["language"] == {"source": {"code": "en", "name": "English"}, "target": {"code": "de", "name": "German"}}
     # source "auto": the one language that reaches the target; detectedLanguage as LibreTranslate
     st, j4, _ = server.json("POST", "/translate", {"q": "A man is riding a bicycle.", "source": "auto", "target": "de"})
     assert st == 200 and j4["translatedText"] == j["translatedText"]

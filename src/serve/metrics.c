@@ -9,9 +9,10 @@
 static const int codes[METRICS_CODES] = {200, 204, 400, 403, 404, 405, 413, 429, 500, 503, 0, 0};
 static const double buckets[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                 1,     2.5,  5,     10,   30,  60,  120};
-static const char *const route_names[R_COUNT] = {"/",       "/translate", "/languages", "/v1/translate",
+static const char *const route_names[] = {"/",       "/translate", "/languages", "/v1/translate",
                                                  "/v1/score", "/v1/models", "/health",    "/metrics",
-                                                 "/openapi.json", "other"};
+                                                 "/openapi.json", "/frontend/settings", "other"};
+_Static_assert(sizeof route_names / sizeof route_names[0] == R_COUNT, "a name for every route");
 
 void metrics_init(metrics_t *m) {
     memset(m, 0, sizeof *m);

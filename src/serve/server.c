@@ -211,7 +211,8 @@ static route_t route_of(const char *url) {
         route_t r;
     } table[] = {{"/", R_PAGE},          {"/translate", R_TRANSLATE}, {"/languages", R_LANGUAGES},
                  {"/v1/translate", R_V1_TRANSLATE}, {"/v1/score", R_V1_SCORE},   {"/v1/models", R_V1_MODELS},
-                 {"/health", R_HEALTH},   {"/metrics", R_METRICS},     {"/openapi.json", R_OPENAPI}};
+                 {"/health", R_HEALTH},   {"/metrics", R_METRICS},     {"/openapi.json", R_OPENAPI},
+                 {"/frontend/settings", R_SETTINGS}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].url)) return table[i].r;
     return R_OTHER;
@@ -1033,6 +1034,29 @@ static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn
     return send_json(s, c, cx, 200, resp, 0);
 }
 
+/* LibreTranslate's GET /frontend/settings, which its web page and some clients read for the
+ * limits: the character limit, whether keys are needed, the default pair (the first model). */
+static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    char a[64], b[64];
+    model_langs(engine_model_at(s->engine, 0), a, b, sizeof a);
+    cJSON *o = cJSON_CreateObject(), *lang = cJSON_CreateObject(), *src = cJSON_CreateObject(),
+          *tgt = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "charLimit", s->opt.char_limit);
+    cJSON_AddNumberToObject(o, "frontendTimeout", 500);
+    cJSON_AddBoolToObject(o, "apiKeys", s->opt.api_keys_file != NULL);
+    cJSON_AddBoolToObject(o, "keyRequired", s->opt.require_api_key);
+    cJSON_AddBoolToObject(o, "suggestions", 0);
+    cJSON_AddItemToObject(o, "supportedFilesFormat", cJSON_CreateArray());
+    cJSON_AddStringToObject(src, "code", a);
+    cJSON_AddStringToObject(src, "name", language_name(a));
+    cJSON_AddStringToObject(tgt, "code", b);
+    cJSON_AddStringToObject(tgt, "name", language_name(b));
+    cJSON_AddItemToObject(lang, "source", src);
+    cJSON_AddItemToObject(lang, "target", tgt);
+    cJSON_AddItemToObject(o, "language", lang);
+    return send_json(s, c, cx, 200, o, 0);
+}
+
 static enum MHD_Result handle_health(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     cJSON *o = cJSON_CreateObject();
     int draining = atomic_load(&s->draining);
@@ -1154,6 +1178,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_PAGE:
         if (!get) break;
         return send_static(s, c, cx, page_html, page_html_len, "text/html; charset=utf-8");
+    case R_SETTINGS:
+        if (!get) break;
+        return handle_settings(s, c, cx);
     case R_OPENAPI:
         if (!get) break;
         return send_static(s, c, cx, openapi_json, openapi_json_len, "application/json");
