@@ -14,7 +14,7 @@ WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
-LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz \
+LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz -lmicrohttpd \
            -lstdc++ -lgomp -lpthread -lm
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
 # (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
@@ -54,6 +54,15 @@ $(BUILD)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
+# The web page and the OpenAPI description of `tern serve`, embedded in the library as byte arrays
+# (generated header; od is in coreutils).
+SERVE_ASSETS := src/serve/page.html src/serve/openapi.json
+$(BUILD)/gen/serve_assets.h: $(SERVE_ASSETS) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed.sh $(SERVE_ASSETS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/src/serve/server.o: $(BUILD)/gen/serve_assets.h
+$(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
+
 $(BUILD)/libtern.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -91,7 +100,8 @@ FUZZ_C     := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_BIN   := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
 FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct2_format.c \
               src/model/safetensors.c src/model/transformer_load.c src/kernels/gemm.c \
-              src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c
+              src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
+              src/serve/segments.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -102,7 +112,7 @@ build-fuzz-lib/%.o: %.c
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

@@ -283,6 +283,42 @@ typedef struct {
 
 tern_cpu_info_t tern_cpu_info(void);
 
+/* ---------------------------------------------------------------- per-call options (server, bindings) */
+
+/* The search options that may change from one call to the next on the same translator, apart
+ * from the translator's set-up options (threads, batch budget, file mode). Start from
+ * tern_call_options_from(&translator_options) and change what a call needs. */
+typedef struct {
+    int beam_size;                  /* 1: greedy; >1: beam search */
+    int num_hypotheses;             /* n-best size (1..beam_size) */
+    float length_penalty;           /* alpha; 0 disables it */
+    tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
+    float coverage_penalty;         /* beta; 0 disables it */
+    float max_length_a;             /* max output length = a * source length + b ... */
+    int max_length_b;               /* ... (b alone when a = 0), never above max_decoding_length */
+    int max_decoding_length;        /* hard cap on output tokens */
+    int min_length;                 /* no EOS before this many output tokens */
+    int return_scores;              /* 1: fill scores in the results */
+} tern_call_options_t;
+
+/* The per-call part of a translator's options. Thread-safe. */
+tern_call_options_t tern_call_options_from(const tern_translate_options_t *options);
+/* Checks per-call options (ranges, num_hypotheses <= beam_size); TERN_ERR_INVALID_ARG with a
+ * message naming the field otherwise. Thread-safe. */
+tern_status_t tern_call_options_check(const tern_call_options_t *call);
+
+/* tern_translate_batch() with these per-call options instead of the translator's own (which
+ * are left as they were). Not thread-safe for one translator (one translator per thread). */
+tern_status_t tern_translate_batch_with(tern_translator_t *translator, const char *const *sources, int n,
+                                        const tern_call_options_t *call, tern_result_t *results);
+
+/* Number of source tokens the model's tokenizer gives for text (with the end-of-sentence token
+ * the model adds, before any truncation): what a batch's token budget counts. Thread-safe. */
+tern_status_t tern_model_source_tokens(const tern_model_t *model, const char *text, int *count);
+
+/* The library's version string, e.g. "0.1.0" (TERN_VERSION of the build). Thread-safe. */
+const char *tern_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the model-loader fuzz targets (make fuzz: clang + libFuzzer + ASan/UBSan) and runs each
+# Builds the fuzz targets (model loaders, the text segmenter of `tern serve`; make fuzz: clang +
+# libFuzzer + ASan/UBSan) and runs each
 # for a bounded time on a seed corpus written at run time (tiny valid models, see
 # fuzz/fuzz_common.h), with the format's dictionary. Exits non-zero when a target crashes, leaks,
 # hits undefined behaviour or a timeout; the input that did it is kept in build-fuzz/artifacts/.

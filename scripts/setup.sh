@@ -10,7 +10,8 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libsentencepiece-dev sentencepiece
   libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev
   gnuplot-nox
-  libopenmpi-dev openmpi-bin)  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libmicrohttpd-dev)  # HTTP server of `tern serve` (src/serve/)
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch
@@ -20,6 +21,13 @@ DEB_PKGS=(build-essential pkg-config python3-venv
 # gigabytes of CUDA wheels. TERN_NO_TORCH=1 skips it (the comparison then skips, or fails in CI).
 if [ "${TERN_NO_TORCH:-0}" != 1 ]; then
   DEB_PKGS+=(python3-torch libopenblas0-pthread)
+fi
+
+# --- web page test of `tern serve` (issue 12) ----------------------------------------------------
+# tests/test_serve_web.py drives Debian's headless Chromium through chromedriver (Selenium from
+# tests/requirements.txt). TERN_NO_BROWSER=1 leaves them out (the test then skips, saying why).
+if [ "${TERN_NO_BROWSER:-0}" != 1 ]; then
+  DEB_PKGS+=(chromium chromium-driver)
 fi
 
 missing=()

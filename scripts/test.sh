@@ -25,9 +25,9 @@ done
 if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi
-# Bad input, raw text, formats, the C API example and the scorer/filter under ASan + UBSan.
+# Bad input, raw text, formats, the C API example, the scorer/filter and the server under ASan + UBSan.
 san_tests=(tests/test_translate_text.py tests/test_examples.py)
-for t in tests/test_score_peer.py tests/test_filter.py; do [ -f "$t" ] && san_tests+=("$t"); done
+for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider "${san_tests[@]}"
 # The search's processors (prefixes, suppression, restriction, constraints, LMBR) and `tern mbr`.

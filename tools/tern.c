@@ -25,6 +25,7 @@ static const command_t commands[] = {
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
     {"vmap", cmd_vmap, "build a vocabulary map (target vocabulary reduction) from a parallel corpus"},
+    {"serve", cmd_serve, "HTTP translation server (LibreTranslate API, batching across requests)"},
     {"cpu", cmd_cpu, "the instruction sets Tern uses on this CPU (and the caps it can run)"},
 };
 

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Load test of `tern serve` on loopback: N concurrent clients (asyncio, one keep-alive HTTP/1.1
+connection each, standard library only) send LibreTranslate /translate requests of 1 to 10
+sentences drawn from a text file for a fixed time; prints throughput (requests/s, sentences/s),
+latency p50/p99, failures by status, and the server's resident memory over the run.
+
+Runs the server itself, once per mode given: `cross` (batching across requests, the default) and
+`alone` (--no-cross-batching: each request's sentences batched alone), same model and threads.
+
+  nice python3 bench/bench_serve.py --seconds 60 --clients 64 \\
+      --data ../shared/data/multi30k/test_2016_flickr.en --modes cross alone
+
+A 503 (queue full) is counted apart: it is the server refusing on purpose, not a failure.
+"""
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_server(args, mode):
+    err = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".err", delete=False)
+    cmd = [args.tern, "serve", "-m", f"en-de={args.model}", "-p", "0", "-q", "-w", str(args.workers),
+           "-t", str(args.threads), "--max-queue", str(args.max_queue)]
+    if mode == "alone":
+        cmd.append("--no-cross-batching")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", open(err.name, "rb").read())
+        if m:
+            return proc, int(m.group(1)), err.name, cmd
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("server did not start:\n" + open(err.name).read())
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def http_post(reader, writer, path, body):
+    writer.write(f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    await writer.drain()
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("closed")
+    status = int(status_line.split()[1])
+    length = 0
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            break
+        k, _, v = line.decode().partition(":")
+        if k.lower() == "content-length":
+            length = int(v)
+    data = await reader.readexactly(length)
+    return status, data
+
+
+async def client(port, lines, stop_at, stats, rng):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while time.monotonic() < stop_at:
+            n = rng.randint(1, 10)
+            i = rng.randrange(0, len(lines) - n)
+            q = lines[i:i + n]
+            body = json.dumps({"q": q, "source": "en", "target": "de"}).encode()
+            t0 = time.monotonic()
+            try:
+                status, data = await http_post(reader, writer, "/translate", body)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                stats["errors"] += 1
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                continue
+            dt = time.monotonic() - t0
+            if status == 200:
+                out = json.loads(data)["translatedText"]
+                if len(out) != n:
+                    stats["errors"] += 1
+                    continue
+                stats["lat"].append(dt)
+                stats["ok"] += 1
+                stats["sentences"] += n
+            elif status == 503:
+                stats["refused"] += 1
+                await asyncio.sleep(0.05)
+            else:
+                stats["status"][status] = stats["status"].get(status, 0) + 1
+    finally:
+        writer.close()
+
+
+async def sample_rss(pid, stop_at, samples):
+    t0 = time.monotonic()
+    while time.monotonic() < stop_at:
+        samples.append((time.monotonic() - t0, rss_kib(pid)))
+        await asyncio.sleep(1.0)
+
+
+async def run_load(port, pid, lines, args):
+    stats = {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": []}
+    # warm-up (not counted): a few seconds of the same load
+    warm = {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": []}
+    stop_warm = time.monotonic() + args.warmup
+    await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(1000 + k)) for k in range(args.clients)])
+    samples = []
+    t0 = time.monotonic()
+    stop_at = t0 + args.seconds
+    await asyncio.gather(sample_rss(pid, stop_at, samples),
+                         *[client(port, lines, stop_at, stats, random.Random(k)) for k in range(args.clients)])
+    stats["wall"] = time.monotonic() - t0
+    stats["rss"] = samples
+    return stats
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tern", default=os.path.join(ROOT, "build", "tern"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "en-de"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "multi30k", "test_2016_flickr.en"))
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--warmup", type=float, default=5)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-queue", type=int, default=4096)
+    ap.add_argument("--modes", nargs="+", default=["cross", "alone"], choices=["cross", "alone"])
+    ap.add_argument("--json", help="write the results here too")
+    args = ap.parse_args()
+    with open(args.data, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    results = {}
+    for mode in args.modes:
+        proc, port, err, cmd = start_server(args, mode)
+        try:
+            st = asyncio.run(run_load(port, proc.pid, lines, args))
+            peak = 0
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = int(line.split()[1])
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
+                metrics = resp.read().decode()
+            bsum = float(re.search(r'^tern_batch_size_sum\{model="en-de"\} (\S+)', metrics, re.M).group(1))
+            bcnt = float(re.search(r'^tern_batch_size_count\{model="en-de"\} (\S+)', metrics, re.M).group(1))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(120)
+        rss = st["rss"]
+        half = [r for t, r in rss if t >= args.seconds / 2]
+        first = [r for t, r in rss if t < args.seconds / 2]
+        r = {
+            "mode": mode, "command": " ".join(cmd), "clients": args.clients, "seconds": round(st["wall"], 2),
+            "requests_ok": st["ok"], "sentences": st["sentences"],
+            "requests_per_s": round(st["ok"] / st["wall"], 2), "sentences_per_s": round(st["sentences"] / st["wall"], 2),
+            "p50_ms": round(1000 * pct(st["lat"], 50), 1), "p99_ms": round(1000 * pct(st["lat"], 99), 1),
+            "failed": st["errors"] + sum(st["status"].values()), "failed_by_status": st["status"],
+            "refused_503": st["refused"], "peak_rss_mib": round(peak / 1024, 1),
+            "rss_mib_first_half_max": round(max(first) / 1024, 1) if first else None,
+            "rss_mib_second_half_max": round(max(half) / 1024, 1) if half else None,
+            "mean_batch": round(bsum / max(bcnt, 1), 1), "server_exit": rc,
+        }
+        results[mode] = r
+        print(json.dumps(r), flush=True)
+    if "cross" in results and "alone" in results:
+        ratio = results["cross"]["sentences_per_s"] / max(results["alone"]["sentences_per_s"], 1e-9)
+        print(f"throughput ratio cross/alone: {ratio:.2f}x", flush=True)
+        results["ratio"] = round(ratio, 2)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

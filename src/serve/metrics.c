@@ -1,0 +1,194 @@
+/* metrics.c — counters and the Prometheus text format (version 0.0.4) of GET /metrics. */
+#include "serve/metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const int codes[METRICS_CODES] = {200, 204, 400, 403, 404, 405, 413, 429, 500, 503, 0, 0};
+static const double buckets[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                1,     2.5,  5,     10,   30,  60,  120};
+static const char *const route_names[] = {"/",       "/translate", "/languages", "/v1/translate",
+                                                 "/v1/score", "/v1/models", "/health",    "/metrics",
+                                                 "/openapi.json", "/frontend/settings", "other"};
+_Static_assert(sizeof route_names / sizeof route_names[0] == R_COUNT, "a name for every route");
+
+void metrics_init(metrics_t *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void metrics_free(metrics_t *m) { pthread_mutex_destroy(&m->mu); }
+
+void metrics_request(metrics_t *m, route_t route, int status, double seconds) {
+    int k = METRICS_CODES - 1; /* last slot: any other code */
+    for (int i = 0; i < METRICS_CODES - 2; i++)
+        if (codes[i] == status) k = i;
+    int b = 0;
+    while (b < METRICS_BUCKETS && seconds > buckets[b]) b++;
+    pthread_mutex_lock(&m->mu);
+    m->requests[route][k]++;
+    m->latency[route][b]++;
+    m->latency_sum[route] += seconds;
+    m->latency_count[route]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_disconnect(metrics_t *m, route_t route) {
+    pthread_mutex_lock(&m->mu);
+    m->disconnects[route]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_rejected(metrics_t *m) {
+    pthread_mutex_lock(&m->mu);
+    m->rejected++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_translated(metrics_t *m, int segments, long tokens) {
+    (void)tokens;
+    pthread_mutex_lock(&m->mu);
+    m->segments += (uint64_t)segments;
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sb_t;
+
+static void sb_printf(sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sb_t *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->buf && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *p = realloc(b->buf, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = p;
+        b->cap = cap;
+    }
+}
+
+char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
+    metrics_t c;
+    pthread_mutex_lock(&m->mu);
+    memcpy(&c, m, sizeof c);
+    pthread_mutex_unlock(&m->mu);
+    sb_t b = {0};
+    sb_printf(&b, "# HELP tern_http_requests_total HTTP requests answered, by route and status code.\n"
+                  "# TYPE tern_http_requests_total counter\n");
+    for (int r = 0; r < R_COUNT; r++)
+        for (int k = 0; k < METRICS_CODES; k++) {
+            if (!c.requests[r][k]) continue;
+            if (k < METRICS_CODES - 2)
+                sb_printf(&b, "tern_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], codes[k],
+                          (unsigned long long)c.requests[r][k]);
+            else
+                sb_printf(&b, "tern_http_requests_total{route=\"%s\",code=\"other\"} %llu\n", route_names[r],
+                          (unsigned long long)c.requests[r][k]);
+        }
+    sb_printf(&b, "# HELP tern_http_request_duration_seconds Time from a request's headers to its response.\n"
+                  "# TYPE tern_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < R_COUNT; r++) {
+        if (!c.latency_count[r]) continue;
+        uint64_t cum = 0;
+        for (int k = 0; k < METRICS_BUCKETS; k++) {
+            cum += c.latency[r][k];
+            sb_printf(&b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n", route_names[r],
+                      buckets[k], (unsigned long long)cum);
+        }
+        cum += c.latency[r][METRICS_BUCKETS];
+        sb_printf(&b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", route_names[r],
+                  (unsigned long long)cum);
+        sb_printf(&b, "tern_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", route_names[r], c.latency_sum[r]);
+        sb_printf(&b, "tern_http_request_duration_seconds_count{route=\"%s\"} %llu\n", route_names[r],
+                  (unsigned long long)c.latency_count[r]);
+    }
+    sb_printf(&b, "# HELP tern_http_client_disconnects_total Requests abandoned by their client before the answer.\n"
+                  "# TYPE tern_http_client_disconnects_total counter\n");
+    for (int r = 0; r < R_COUNT; r++)
+        if (c.disconnects[r])
+            sb_printf(&b, "tern_http_client_disconnects_total{route=\"%s\"} %llu\n", route_names[r],
+                      (unsigned long long)c.disconnects[r]);
+    sb_printf(&b, "# HELP tern_rejected_total Requests refused with 503 because a queue was full.\n"
+                  "# TYPE tern_rejected_total counter\ntern_rejected_total %llu\n",
+              (unsigned long long)c.rejected);
+    sb_printf(&b, "# HELP tern_http_requests_in_flight Requests received and not yet answered.\n"
+                  "# TYPE tern_http_requests_in_flight gauge\ntern_http_requests_in_flight %d\n",
+              inflight);
+    sb_printf(&b, "# HELP tern_segments_answered_total Segments (lines) returned to clients.\n"
+                  "# TYPE tern_segments_answered_total counter\ntern_segments_answered_total %llu\n",
+              (unsigned long long)c.segments);
+
+    static const char *const help[][3] = {
+        {"tern_queue_depth", "gauge", "Segments waiting in the model's queue."},
+        {"tern_segments_running", "gauge", "Segments in batches being decoded."},
+        {"tern_segments_total", "counter", "Segments decoded (translated or scored)."},
+        {"tern_source_tokens_total", "counter", "Source tokens decoded."},
+        {"tern_batch_padded_tokens_total", "counter", "Batch size times longest source, summed over batches."},
+        {"tern_reloads_total", "counter", "Successful model reloads."},
+        {"tern_reload_failures_total", "counter", "Failed model reloads (the old model kept serving)."},
+    };
+    int nm = engine_num_models(e);
+    engine_stats_t *st = calloc((size_t)(nm ? nm : 1), sizeof *st);
+    if (!st) {
+        free(b.buf);
+        return NULL;
+    }
+    for (int i = 0; i < nm; i++) engine_model_stats(engine_model_at(e, i), &st[i]);
+    for (size_t h = 0; h < sizeof help / sizeof help[0]; h++) {
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", help[h][0], help[h][2], help[h][0], help[h][1]);
+        for (int i = 0; i < nm; i++) {
+            unsigned long long v = 0;
+            switch (h) {
+            case 0: v = (unsigned long long)st[i].queued; break;
+            case 1: v = (unsigned long long)st[i].running; break;
+            case 2: v = st[i].segments; break;
+            case 3: v = st[i].source_tokens; break;
+            case 4: v = st[i].batch_tokens; break;
+            case 5: v = st[i].reloads; break;
+            case 6: v = st[i].reload_failures; break;
+            }
+            sb_printf(&b, "%s{model=\"%s\"} %llu\n", help[h][0], engine_model_name(engine_model_at(e, i)), v);
+        }
+    }
+    sb_printf(&b, "# HELP tern_batch_size Segments per decoded batch.\n# TYPE tern_batch_size histogram\n");
+    for (int i = 0; i < nm; i++) {
+        const char *name = engine_model_name(engine_model_at(e, i));
+        uint64_t cum = 0;
+        for (int k = 0; k < 10; k++) {
+            cum += st[i].batch_size_hist[k];
+            sb_printf(&b, "tern_batch_size_bucket{model=\"%s\",le=\"%d\"} %llu\n", name, 1 << k, (unsigned long long)cum);
+        }
+        cum += st[i].batch_size_hist[10];
+        sb_printf(&b, "tern_batch_size_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+        sb_printf(&b, "tern_batch_size_sum{model=\"%s\"} %llu\ntern_batch_size_count{model=\"%s\"} %llu\n", name,
+                  (unsigned long long)st[i].batch_segments, name, (unsigned long long)st[i].batches);
+    }
+    free(st);
+    if (b.oom) {
+        free(b.buf);
+        return NULL;
+    }
+    *len = b.len;
+    return b.buf;
+}

@@ -1,0 +1,40 @@
+/* segments.h — cutting the texts of a /translate request into the segments the engine translates,
+ * and putting the translations back in their place.
+ *
+ * Plain text: each line of an item is a segment (an empty line stays empty, "\r\n" ends a line
+ * too); the translation joins the lines' translations with "\n".
+ * HTML (LibreTranslate's format "html"): the text between tags is translated, the tags (and
+ * comments, and the content of <script> and <style>) are kept as they are. A text run's
+ * character references are decoded and its white space collapsed before translation, its
+ * leading and trailing white space kept, and its translation escaped (&, <, >) in place. */
+#ifndef TERN_SERVE_SEGMENTS_H
+#define TERN_SERVE_SEGMENTS_H
+
+#include <stddef.h>
+
+typedef struct {
+    int seg;         /* segment index, or -1: literal text */
+    int escape;      /* 1: escape the translation for HTML */
+    const char *lit; /* literal: points into the item (not owned) */
+    size_t len;
+} seg_part_t;
+
+typedef struct {
+    char **seg; /* [n] segment texts (owned) */
+    int *ntok;  /* [n] source tokens of each (filled by the caller) */
+    int n, cap;
+    seg_part_t *parts;
+    int n_parts, parts_cap;
+    int *item_first, *item_count; /* per item: its parts */
+} segments_t;
+
+/* Cuts items (kept alive by the caller while g is used) into segments. 0, or -1: out of memory. */
+int segments_build(segments_t *g, const char *const *items, int n_items, int html);
+void segments_free(segments_t *g);
+
+/* The hypothesis h of segment seg (NULL: none, taken as empty). */
+typedef const char *(*segment_text_fn)(void *ctx, int seg, int h);
+/* Item i with every segment replaced by its hypothesis h; malloc'd (NULL: out of memory). */
+char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx);
+
+#endif

@@ -1,0 +1,1310 @@
+/*
+ * server.c — HTTP/1.1 for `tern serve` on libmicrohttpd, one thread per connection.
+ *
+ * A request's body is gathered (up to max_body, else 413), parsed (JSON, or form-encoded for
+ * /translate as LibreTranslate accepts), checked (types, UTF-8, limits, API key, rate), split
+ * into segments and submitted to the engine; the connection's thread then waits on the request's
+ * eventfd and on the client's socket at once: a client that hangs up cancels its request (the
+ * engine drops its waiting segments and discards running ones) and the connection is closed.
+ */
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <strings.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+#include "base/base.h"
+#include "cjson/cJSON.h"
+#include "serve/metrics.h"
+#include "serve/segments.h"
+#include "serve_assets.h" /* generated: page_html[], openapi_json[] */
+
+/* ------------------------------------------------------------------ keys and rate limits */
+
+typedef struct {
+    char key[128];
+    int per_minute; /* 0: no limit */
+    double tokens, last;
+} api_key_t;
+
+typedef struct {
+    uint32_t ip;
+    int used;
+    double tokens, last;
+} ip_bucket_t;
+
+struct server {
+    engine_t *engine;
+    server_options_t opt;
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_int inflight;
+    atomic_int draining;
+    metrics_t metrics;
+    api_key_t *keys;
+    int n_keys;
+    ip_bucket_t *ips; /* [IP_SLOTS] when req_limit > 0 */
+    pthread_mutex_t keys_mu;
+};
+
+static tern_status_t load_keys(server_t *s, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return tern_error(TERN_ERR_IO, "%s: cannot open the API keys file", path);
+    char line[512];
+    int lineno = 0;
+    tern_status_t st = TERN_OK;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == '#' || *p == '\n' || *p == '\r' || !*p) continue;
+        char key[256] = "";
+        int limit = 0, n = sscanf(p, "%255s %d", key, &limit);
+        if (n < 1 || strlen(key) >= sizeof s->keys[0].key || limit < 0) {
+            st = tern_error(TERN_ERR_FORMAT, "%s:%d: expected \"KEY [REQUESTS_PER_MINUTE]\"", path, lineno);
+            break;
+        }
+        api_key_t *k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
+        if (!k) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            break;
+        }
+        s->keys = k;
+        k = &s->keys[s->n_keys++];
+        memset(k, 0, sizeof *k);
+        snprintf(k->key, sizeof k->key, "%s", key);
+        k->per_minute = n == 2 ? limit : 0;
+        k->tokens = k->per_minute;
+        k->last = time_now();
+    }
+    fclose(f);
+    return st;
+}
+
+typedef enum { KEY_OK = 0, KEY_INVALID, KEY_MISSING, KEY_LIMITED } key_check_t;
+
+/* One token bucket: per_minute requests of burst, refilled at per_minute / 60 per second.
+ * Returns 1 when a request may go (and takes its token). keys_mu held. */
+static int bucket_take(double *tokens, double *last, int per_minute) {
+    double now = time_now();
+    *tokens += (now - *last) * per_minute / 60.0;
+    if (*tokens > per_minute) *tokens = per_minute;
+    *last = now;
+    if (*tokens < 1.0) return 0;
+    *tokens -= 1.0;
+    return 1;
+}
+
+/* Requests without a key, per client address (--req-limit): a table of IP_SLOTS buckets, each
+ * address probing IP_PROBE slots; a new address takes a free slot or the one idle longest. */
+#define IP_SLOTS 4096
+#define IP_PROBE 8
+static int ip_take(server_t *s, uint32_t ip) {
+    unsigned h = (ip * 2654435761u) % IP_SLOTS, pick = h;
+    for (unsigned k = 0; k < IP_PROBE; k++) {
+        ip_bucket_t *b = &s->ips[(h + k) % IP_SLOTS];
+        if (b->used && b->ip == ip) return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
+        ip_bucket_t *p = &s->ips[pick];
+        if (!b->used ? p->used : (p->used && b->last < p->last)) pick = (h + k) % IP_SLOTS;
+    }
+    ip_bucket_t *b = &s->ips[pick];
+    b->used = 1;
+    b->ip = ip;
+    b->tokens = s->opt.req_limit;
+    b->last = time_now();
+    return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
+}
+
+static key_check_t check_key(server_t *s, struct MHD_Connection *c, const char *key, int *limit) {
+    *limit = 0;
+    key_check_t r = KEY_OK;
+    int keyed = 0;
+    pthread_mutex_lock(&s->keys_mu);
+    if (s->opt.api_keys_file && key && *key) {
+        r = KEY_INVALID;
+        for (int i = 0; i < s->n_keys; i++) {
+            api_key_t *k = &s->keys[i];
+            if (strcmp(k->key, key)) continue;
+            r = KEY_OK;
+            keyed = 1;
+            if (k->per_minute > 0 && !bucket_take(&k->tokens, &k->last, k->per_minute)) {
+                r = KEY_LIMITED;
+                *limit = k->per_minute;
+            }
+            break;
+        }
+    } else if (s->opt.api_keys_file && s->opt.require_api_key)
+        r = KEY_MISSING;
+    if (r == KEY_OK && !keyed && s->opt.req_limit > 0) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+        uint32_t ip = sa && sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_addr.s_addr : 0;
+        if (!ip_take(s, ip)) {
+            r = KEY_LIMITED;
+            *limit = s->opt.req_limit;
+        }
+    }
+    pthread_mutex_unlock(&s->keys_mu);
+    return r;
+}
+
+/* ------------------------------------------------------------------ connections */
+
+typedef struct {
+    route_t route;
+    int is_post, is_form, after_drain, early_done;
+    char *body;
+    size_t len, cap;
+    int too_large;
+    struct MHD_PostProcessor *pp;
+    char *form[6]; /* q, source, target, format, api_key, alternatives */
+    double t0;
+} conn_t;
+
+static const char *const form_keys[6] = {"q", "source", "target", "format", "api_key", "alternatives"};
+enum { F_Q, F_SOURCE, F_TARGET, F_FORMAT, F_API_KEY, F_ALTERNATIVES };
+
+static void conn_free(conn_t *cx) {
+    if (!cx) return;
+    if (cx->pp) MHD_destroy_post_processor(cx->pp);
+    for (int i = 0; i < 6; i++) free(cx->form[i]);
+    free(cx->body);
+    free(cx);
+}
+
+static enum MHD_Result on_form_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                                     const char *content_type, const char *transfer_encoding, const char *data,
+                                     uint64_t off, size_t size) {
+    conn_t *cx = cls;
+    for (int i = 0; i < 6; i++) {
+        if (strcmp(key, form_keys[i])) continue;
+        if (off == 0 && cx->form[i]) return MHD_YES; /* the first value of a repeated key, as Flask */
+        size_t old = cx->form[i] ? strlen(cx->form[i]) : 0;
+        if (old != off) return MHD_YES;
+        char *p = realloc(cx->form[i], old + size + 1);
+        if (!p) return MHD_NO;
+        memcpy(p + old, data, size);
+        p[old + size] = 0;
+        cx->form[i] = p;
+        return MHD_YES;
+    }
+    return MHD_YES;
+}
+
+static route_t route_of(const char *url) {
+    static const struct {
+        const char *url;
+        route_t r;
+    } table[] = {{"/", R_PAGE},          {"/translate", R_TRANSLATE}, {"/languages", R_LANGUAGES},
+                 {"/v1/translate", R_V1_TRANSLATE}, {"/v1/score", R_V1_SCORE},   {"/v1/models", R_V1_MODELS},
+                 {"/health", R_HEALTH},   {"/metrics", R_METRICS},     {"/openapi.json", R_OPENAPI},
+                 {"/frontend/settings", R_SETTINGS}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(url, table[i].url)) return table[i].r;
+    return R_OTHER;
+}
+
+static void add_common_headers(struct MHD_Response *resp) {
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST");
+    MHD_add_response_header(resp, "Server", "tern/" TERN_VERSION);
+}
+
+/* Sends body (taken: freed by MHD) with status; records the request in the metrics. */
+static enum MHD_Result send_body(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, char *body,
+                                 size_t len, const char *type, int retry_after) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    add_common_headers(resp);
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(resp, "Retry-After", v);
+    }
+    if (atomic_load(&s->draining)) MHD_add_response_header(resp, "Connection", "close");
+    enum MHD_Result r = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->metrics, cx ? cx->route : R_OTHER, status, cx ? time_now() - cx->t0 : 0);
+    return r;
+}
+
+static enum MHD_Result send_static(server_t *s, struct MHD_Connection *c, conn_t *cx, const unsigned char *data,
+                                   size_t len, const char *type) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", type);
+    add_common_headers(resp);
+    enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->metrics, cx->route, 200, time_now() - cx->t0);
+    return r;
+}
+
+static enum MHD_Result send_json(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, cJSON *j,
+                                 int retry_after) {
+    char *txt = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!txt) return MHD_NO;
+    return send_body(s, c, cx, status, txt, strlen(txt), "application/json", retry_after);
+}
+
+/* Replaces each byte that does not start a valid UTF-8 sequence by '?' (error messages quote
+ * what the client sent -- a language code, a URL -- and may cut a character when truncated; JSON
+ * text must be UTF-8). */
+static void utf8_sanitize(char *str) {
+    utf8proc_uint8_t *p = (utf8proc_uint8_t *)str;
+    while (*p) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p, -1, &cp);
+        if (k < 0) *p++ = '?';
+        else p += k;
+    }
+}
+
+static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, int retry_after,
+                                  const char *fmt, ...) TERN_PRINTF(6, 7);
+static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t *cx, int status, int retry_after,
+                                  const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    utf8_sanitize(msg);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return MHD_NO;
+    cJSON_AddStringToObject(j, "error", msg);
+    return send_json(s, c, cx, status, j, retry_after);
+}
+
+/* ------------------------------------------------------------------ text checks */
+
+/* Code points of a valid UTF-8 string, or -1. */
+static long utf8_length(const char *str) {
+    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)str;
+    long n = 0;
+    for (;;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate(p, -1, &cp);
+        if (k < 0) return -1;
+        if (cp == 0) return n;
+        p += k;
+        n++;
+    }
+}
+
+static const char *language_name(const char *code) {
+    static const char *const names[][2] = {
+        {"en", "English"}, {"de", "German"},  {"fr", "French"},    {"cs", "Czech"},   {"es", "Spanish"},
+        {"it", "Italian"}, {"pt", "Portuguese"}, {"nl", "Dutch"},  {"ru", "Russian"}, {"pl", "Polish"},
+        {"uk", "Ukrainian"}, {"zh", "Chinese"}, {"ja", "Japanese"}, {"ar", "Arabic"}, {"tr", "Turkish"},
+        {"ro", "Romanian"}, {"fi", "Finnish"}, {"et", "Estonian"}, {"lv", "Latvian"}, {"lt", "Lithuanian"},
+        {"hi", "Hindi"},   {"ko", "Korean"},  {"sv", "Swedish"},   {"da", "Danish"},  {"hu", "Hungarian"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(names[i][0], code)) return names[i][1];
+    return code;
+}
+
+/* Source and target language of a model named "src-tgt". */
+static void model_langs(const engine_model_t *m, char *src, char *tgt, size_t n) {
+    const char *name = engine_model_name(m), *dash = strchr(name, '-');
+    if (!dash) {
+        snprintf(src, n, "%s", name);
+        tgt[0] = 0;
+        return;
+    }
+    snprintf(src, n, "%.*s", (int)(dash - name), name);
+    snprintf(tgt, n, "%s", dash + 1);
+}
+
+static engine_model_t *find_pair(server_t *s, const char *src, const char *tgt) {
+    char a[64], b[64];
+    for (int i = 0; i < engine_num_models(s->engine); i++) {
+        engine_model_t *m = engine_model_at(s->engine, i);
+        model_langs(m, a, b, sizeof a);
+        if (!strcmp(a, src) && !strcmp(b, tgt)) return m;
+    }
+    return NULL;
+}
+
+static int lang_known(server_t *s, const char *code, int as_source) {
+    char a[64], b[64];
+    for (int i = 0; i < engine_num_models(s->engine); i++) {
+        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
+        if (!strcmp(as_source ? a : b, code) || !strcmp(as_source ? b : a, code)) return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ waiting for the engine */
+
+typedef enum { WAIT_DONE = 0, WAIT_GONE } wait_t;
+
+static wait_t wait_request(struct MHD_Connection *c, serve_request_t *r) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int cfd = ci ? ci->connect_fd : -1;
+    struct pollfd pf[2] = {{request_fd(r), POLLIN, 0}, {cfd, POLLRDHUP, 0}};
+    for (;;) {
+        int k = poll(pf, cfd >= 0 ? 2 : 1, -1);
+        if (k < 0 && errno == EINTR) continue;
+        if (pf[0].revents & POLLIN) return WAIT_DONE;
+        if (cfd >= 0 && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) return WAIT_GONE;
+        if (k < 0) return WAIT_GONE;
+    }
+}
+
+/* Submits and waits; on success returns 0 with the request complete. Otherwise the response is
+ * sent (or the connection is to be closed: *result MHD_NO) and 1 is returned. */
+static int run_request(server_t *s, struct MHD_Connection *c, conn_t *cx, engine_model_t *m, serve_request_t *r,
+                       enum MHD_Result *result) {
+    if (engine_submit(m, r)) {
+        metrics_rejected(&s->metrics);
+        *result = send_error(s, c, cx, 503, 1, "Server busy: the translation queue of %s is full, retry later",
+                             engine_model_name(m));
+        return 1;
+    }
+    if (wait_request(c, r) == WAIT_GONE) {
+        request_cancel(r);
+        metrics_disconnect(&s->metrics, cx->route);
+        *result = MHD_NO;
+        return 1;
+    }
+    const char *msg;
+    if (request_status(r, &msg)) {
+        *result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", msg);
+        return 1;
+    }
+    return 0;
+}
+
+static const char *result_text(void *ctx, int seg, int h) {
+    const tern_result_t *res = request_result(ctx, seg);
+    return res->num_hypotheses ? res->hypotheses[h < res->num_hypotheses ? h : 0] : NULL;
+}
+
+/* ------------------------------------------------------------------ LibreTranslate /translate */
+
+/* The body as one JSON value followed by nothing but whitespace; NULL otherwise (*at: the offset
+ * of trailing data, 0 for a parse error). */
+static cJSON *parse_json(conn_t *cx, long *at) {
+    *at = 0;
+    if (!cx->body) return NULL;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(cx->body, cx->len, &end, 0);
+    if (!j) return NULL; /* (cJSON_GetErrorPtr() is a global: not safe across threads) */
+    while (end < cx->body + cx->len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end != cx->body + cx->len) {
+        *at = (long)(end - cx->body);
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+static const char *json_str(cJSON *o, const char *key, int *bad) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return NULL;
+    if (!cJSON_IsString(v)) {
+        *bad = 1;
+        return NULL;
+    }
+    return v->valuestring;
+}
+
+static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    cJSON *root = NULL;
+    const char **items = NULL;
+    int n_items = 0, is_list = 0, bad_type = 0, alternatives = 0;
+    const char *source = NULL, *target = NULL, *format = NULL, *api_key = NULL, *single = NULL;
+    char *norm_q = NULL;
+    enum MHD_Result result;
+    segments_t g = {0};
+    serve_request_t *r = NULL;
+
+    if (!cx->is_form) {
+        if (!cx->body) {
+            result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
+            goto done;
+        }
+        long at = 0;
+        root = parse_json(cx, &at);
+        if (!root) {
+            if (at) result = send_error(s, c, cx, 400, 0, "Invalid JSON format: trailing data at byte %ld", at);
+            else result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
+            goto done;
+        }
+        if (!cJSON_IsObject(root)) {
+            result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
+            goto done;
+        }
+        api_key = json_str(root, "api_key", &bad_type);
+        cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q");
+        if (cJSON_IsString(q)) single = q->valuestring;
+        else if (cJSON_IsArray(q)) {
+            is_list = 1;
+            n_items = cJSON_GetArraySize(q);
+            items = calloc((size_t)(n_items ? n_items : 1), sizeof *items);
+            if (!items) {
+                result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+                goto done;
+            }
+            int i = 0;
+            cJSON *it;
+            cJSON_ArrayForEach(it, q) {
+                if (!cJSON_IsString(it)) {
+                    result = send_error(s, c, cx, 400, 0, "Invalid request: q[%d] is not a string", i);
+                    goto done;
+                }
+                items[i++] = it->valuestring;
+            }
+        } else if (q && !cJSON_IsNull(q)) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: q must be a string or a list of strings");
+            goto done;
+        }
+        source = json_str(root, "source", &bad_type);
+        target = json_str(root, "target", &bad_type);
+        format = json_str(root, "format", &bad_type);
+        cJSON *alt = cJSON_GetObjectItemCaseSensitive(root, "alternatives");
+        if (alt && !cJSON_IsNull(alt)) {
+            if (!cJSON_IsNumber(alt) || alt->valuedouble != floor(alt->valuedouble) || alt->valuedouble < 0 ||
+                alt->valuedouble > s->opt.max_beam - 1) {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: alternatives must be an integer in 0..%d",
+                                    s->opt.max_beam - 1);
+                goto done;
+            }
+            alternatives = (int)alt->valuedouble;
+        }
+        if (bad_type) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: source, target, format and api_key must be strings");
+            goto done;
+        }
+    } else {
+        /* form values, then the query string (Flask's request.values) */
+        const char *vals[6];
+        for (int i = 0; i < 6; i++) {
+            vals[i] = cx->form[i];
+            if (!vals[i]) vals[i] = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, form_keys[i]);
+        }
+        api_key = vals[F_API_KEY];
+        source = vals[F_SOURCE];
+        target = vals[F_TARGET];
+        format = vals[F_FORMAT];
+        if (vals[F_ALTERNATIVES] && *vals[F_ALTERNATIVES]) {
+            char *e;
+            long a = strtol(vals[F_ALTERNATIVES], &e, 10);
+            if (*e || a < 0 || a > s->opt.max_beam - 1) {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: alternatives must be an integer in 0..%d",
+                                    s->opt.max_beam - 1);
+                goto done;
+            }
+            alternatives = (int)a;
+        }
+        if (vals[F_Q]) { /* line endings normalized to LF, as LibreTranslate does for forms */
+            norm_q = malloc(strlen(vals[F_Q]) + 1);
+            if (!norm_q) {
+                result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+                goto done;
+            }
+            char *d = norm_q;
+            for (const char *p = vals[F_Q]; *p; p++) {
+                if (*p == '\r') {
+                    *d++ = '\n';
+                    if (p[1] == '\n') p++;
+                } else *d++ = *p;
+            }
+            *d = 0;
+            single = norm_q;
+        }
+    }
+
+    int limit;
+    switch (check_key(s, c, api_key, &limit)) {
+    case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
+    case KEY_MISSING:
+        result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
+        goto done;
+    case KEY_LIMITED:
+        result = send_error(s, c, cx, 429, 60 / (limit > 0 ? limit : 1) + 1, "Slowdown: %d per 1 minute", limit);
+        goto done;
+    case KEY_OK: break;
+    }
+    if ((!is_list && (!single || !*single)) || (is_list && n_items == 0)) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
+        goto done;
+    }
+    if (!source || !*source) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: missing source parameter");
+        goto done;
+    }
+    if (!target || !*target) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: missing target parameter");
+        goto done;
+    }
+    if (is_list && s->opt.batch_limit >= 0 && n_items > s->opt.batch_limit) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d) exceeds text limit (%d)", n_items,
+                            s->opt.batch_limit);
+        goto done;
+    }
+    if (!is_list) {
+        items = calloc(1, sizeof *items);
+        if (!items) {
+            result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+            goto done;
+        }
+        items[0] = single;
+        n_items = 1;
+    }
+    long chars = 0;
+    for (int i = 0; i < n_items; i++) {
+        long l = utf8_length(items[i]);
+        if (l < 0) {
+            if (is_list) result = send_error(s, c, cx, 400, 0, "Invalid request: q[%d] is not valid UTF-8", i);
+            else result = send_error(s, c, cx, 400, 0, "Invalid request: q is not valid UTF-8");
+            goto done;
+        }
+        chars += l;
+    }
+    if (s->opt.char_limit >= 0 && chars > s->opt.char_limit) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%ld) exceeds text limit (%d)", chars,
+                            s->opt.char_limit);
+        goto done;
+    }
+    /* "auto": the one language the loaded models translate into target from */
+    char auto_src[64] = "";
+    if (!strcmp(source, "auto")) {
+        char a[64], b[64];
+        int found = 0;
+        for (int i = 0; i < engine_num_models(s->engine); i++) {
+            model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
+            if (!strcmp(b, target)) {
+                found++;
+                snprintf(auto_src, sizeof auto_src, "%s", a);
+            }
+        }
+        if (found != 1) {
+            result = send_error(s, c, cx, 400, 0,
+                                "auto is not supported: this server has %s model into %s; give the source language",
+                                found ? "more than one" : "no", target);
+            goto done;
+        }
+        source = auto_src;
+    }
+    if (!lang_known(s, source, 1)) {
+        result = send_error(s, c, cx, 400, 0, "%s is not supported", source);
+        goto done;
+    }
+    if (!lang_known(s, target, 0)) {
+        result = send_error(s, c, cx, 400, 0, "%s is not supported", target);
+        goto done;
+    }
+    engine_model_t *m = find_pair(s, source, target);
+    if (!m) {
+        result = send_error(s, c, cx, 400, 0, "%s (%s) is not available as a target language from %s (%s)",
+                            language_name(target), target, language_name(source), source);
+        goto done;
+    }
+    if (!format || !*format) format = "text";
+    if (strcmp(format, "text") && strcmp(format, "html")) {
+        result = send_error(s, c, cx, 400, 0, "%s format is not supported", format);
+        goto done;
+    }
+    if (segments_build(&g, items, n_items, !strcmp(format, "html"))) {
+        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+        goto done;
+    }
+    if (g.n > s->opt.max_segments) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d segments) exceeds segment limit (%d)", g.n,
+                            s->opt.max_segments);
+        goto done;
+    }
+    for (int i = 0; i < g.n; i++)
+        if (engine_count_tokens(m, g.seg[i], &g.ntok[i])) {
+            result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", tern_last_error());
+            goto done;
+        }
+    tern_call_options_t call = engine_default_call_options(s->engine);
+    if (alternatives > 0) {
+        call.num_hypotheses = alternatives + 1;
+        if (call.beam_size < call.num_hypotheses) call.beam_size = call.num_hypotheses;
+    }
+    r = request_new(REQ_TRANSLATE, &call, g.n, (const char *const *)g.seg, NULL, g.ntok);
+    if (!r) {
+        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+        goto done;
+    }
+    if (run_request(s, c, cx, m, r, &result)) goto done;
+
+    /* each item with its segments' translations in place; hypothesis h of a segment (its best
+     * when it has fewer) */
+    int n_out = 1 + alternatives;
+    cJSON *resp = cJSON_CreateObject(), *texts = is_list ? cJSON_CreateArray() : NULL,
+          *alts = alternatives ? cJSON_CreateArray() : NULL;
+    for (int i = 0; i < n_items; i++) {
+        cJSON *item_alts = alternatives && is_list ? cJSON_CreateArray() : alts;
+        for (int h = 0; h < n_out; h++) {
+            char *txt = segments_join(&g, i, h, result_text, r);
+            if (!txt) continue;
+            if (h == 0) {
+                if (is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
+                else cJSON_AddStringToObject(resp, "translatedText", txt);
+            } else cJSON_AddItemToArray(item_alts, cJSON_CreateString(txt));
+            free(txt);
+        }
+        if (alternatives && is_list) cJSON_AddItemToArray(alts, item_alts);
+    }
+    if (is_list) cJSON_AddItemToObject(resp, "translatedText", texts);
+    if (alts) cJSON_AddItemToObject(resp, "alternatives", alts);
+    if (auto_src[0]) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddNumberToObject(d, "confidence", 100.0);
+        cJSON_AddStringToObject(d, "language", auto_src);
+        if (is_list) {
+            cJSON *arr = cJSON_CreateArray();
+            for (int i = 0; i < n_items; i++) cJSON_AddItemToArray(arr, cJSON_Duplicate(d, 1));
+            cJSON_Delete(d);
+            cJSON_AddItemToObject(resp, "detectedLanguage", arr);
+        } else cJSON_AddItemToObject(resp, "detectedLanguage", d);
+    }
+    metrics_translated(&s->metrics, g.n, 0);
+    result = send_json(s, c, cx, 200, resp, 0);
+done:
+    request_release(r);
+    segments_free(&g);
+    free(items);
+    free(norm_q);
+    cJSON_Delete(root);
+    return result;
+}
+
+/* ------------------------------------------------------------------ Tern's /v1 API */
+
+/* The model of a /v1 request: "model", or "source" + "target", or the only one loaded. */
+static engine_model_t *v1_model(server_t *s, cJSON *root, char *err, size_t n) {
+    int bad = 0;
+    const char *name = json_str(root, "model", &bad), *src = json_str(root, "source", &bad),
+               *tgt = json_str(root, "target", &bad);
+    if (bad) {
+        snprintf(err, n, "model, source and target must be strings");
+        return NULL;
+    }
+    engine_model_t *m = NULL;
+    if (name) {
+        if (!(m = engine_find(s->engine, name))) snprintf(err, n, "no model named %s", name);
+    } else if (src || tgt) {
+        if (!src || !tgt) snprintf(err, n, "give both source and target (or model)");
+        else if (!(m = find_pair(s, src, tgt))) snprintf(err, n, "no model from %s to %s", src, tgt);
+    } else if (engine_num_models(s->engine) == 1) m = engine_model_at(s->engine, 0);
+    else snprintf(err, n, "several models are loaded: give model (or source and target)");
+    return m;
+}
+
+static int json_int_field(cJSON *root, const char *key, int lo, int hi, int *out, char *err, size_t n) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
+        snprintf(err, n, "%s must be an integer in %d..%d", key, lo, hi);
+        return -1;
+    }
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+static int json_float_field(cJSON *root, const char *key, double lo, double hi, float *out, char *err, size_t n) {
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        snprintf(err, n, "%s must be a number in %g..%g", key, lo, hi);
+        return -1;
+    }
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+/* A list of strings (or one string when allow_single) into a fresh array of borrowed pointers. */
+static const char **json_strings(cJSON *v, const char *key, int allow_single, int *n, char *err, size_t en) {
+    *n = 0;
+    const char **out = NULL;
+    if (allow_single && cJSON_IsString(v)) {
+        out = malloc(sizeof *out);
+        if (out) out[0] = v->valuestring, *n = 1;
+        return out;
+    }
+    if (!cJSON_IsArray(v)) {
+        snprintf(err, en, "%s must be %s", key, allow_single ? "a string or a list of strings" : "a list of strings");
+        return NULL;
+    }
+    int k = cJSON_GetArraySize(v), i = 0;
+    out = calloc((size_t)(k ? k : 1), sizeof *out);
+    if (!out) return NULL;
+    cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!cJSON_IsString(it)) {
+            snprintf(err, en, "%s[%d] is not a string", key, i);
+            free(out);
+            return NULL;
+        }
+        out[i++] = it->valuestring;
+    }
+    *n = k;
+    return out;
+}
+
+static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *cx, int score) {
+    enum MHD_Result result;
+    cJSON *root = NULL;
+    const char **items = NULL, **targets = NULL;
+    int n_items = 0, n_targets = 0;
+    char err[512] = "";
+    int *ntok = NULL;
+    serve_request_t *r = NULL;
+    long at = 0;
+    root = parse_json(cx, &at);
+    if (!root || !cJSON_IsObject(root)) {
+        result = send_error(s, c, cx, 400, 0, "Invalid JSON format: expected an object");
+        goto done;
+    }
+    static const char *const known_translate[] = {"model", "source", "target", "q", "api_key", "beam_size",
+                                                  "num_hypotheses", "length_penalty", "length_norm",
+                                                  "coverage_penalty", "max_decoding_length", "max_length_a",
+                                                  "max_length_b", "min_length", "return_scores", NULL};
+    static const char *const known_score[] = {"model", "source", "target", "q", "targets", "api_key", NULL};
+    cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        const char *const *k = score ? known_score : known_translate;
+        while (*k && strcmp(*k, f->string)) k++;
+        if (!*k) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: unknown field %s", f->string);
+            goto done;
+        }
+    }
+    int bad = 0, limit;
+    const char *api_key = json_str(root, "api_key", &bad);
+    if (bad) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: api_key must be a string");
+        goto done;
+    }
+    switch (check_key(s, c, api_key, &limit)) {
+    case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
+    case KEY_MISSING:
+        result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
+        goto done;
+    case KEY_LIMITED:
+        result = send_error(s, c, cx, 429, 60 / (limit > 0 ? limit : 1) + 1, "Slowdown: %d per 1 minute", limit);
+        goto done;
+    case KEY_OK: break;
+    }
+    engine_model_t *m = v1_model(s, root, err, sizeof err);
+    if (!m) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err);
+        goto done;
+    }
+    cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q");
+    if (!q) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
+        goto done;
+    }
+    if (!(items = json_strings(q, "q", !score, &n_items, err, sizeof err))) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err[0] ? err : "out of memory");
+        goto done;
+    }
+    if (n_items == 0) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
+        goto done;
+    }
+    if (score) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "targets");
+        if (!t) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: missing targets parameter");
+            goto done;
+        }
+        if (!(targets = json_strings(t, "targets", 0, &n_targets, err, sizeof err))) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err[0] ? err : "out of memory");
+            goto done;
+        }
+        if (n_targets != n_items) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: %d targets for %d sources", n_targets, n_items);
+            goto done;
+        }
+    }
+    if (s->opt.batch_limit >= 0 && n_items > s->opt.batch_limit) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d) exceeds text limit (%d)", n_items,
+                            s->opt.batch_limit);
+        goto done;
+    }
+    if (n_items > s->opt.max_segments) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d segments) exceeds segment limit (%d)",
+                            n_items, s->opt.max_segments);
+        goto done;
+    }
+    long chars = 0;
+    for (int pass = 0; pass < (score ? 2 : 1); pass++)
+        for (int i = 0; i < n_items; i++) {
+            const char *txt = pass ? targets[i] : items[i];
+            long l = utf8_length(txt);
+            if (l < 0) {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: %s[%d] is not valid UTF-8", pass ? "targets" : "q", i);
+                goto done;
+            }
+            if (strchr(txt, '\n')) {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: %s[%d] contains a newline: send one segment per item",
+                                    pass ? "targets" : "q", i);
+                goto done;
+            }
+            chars += l;
+        }
+    if (s->opt.char_limit >= 0 && chars > s->opt.char_limit) {
+        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%ld) exceeds text limit (%d)", chars,
+                            s->opt.char_limit);
+        goto done;
+    }
+    tern_call_options_t call = engine_default_call_options(s->engine);
+    if (!score) {
+        cJSON *ln = cJSON_GetObjectItemCaseSensitive(root, "length_norm");
+        cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "return_scores");
+        if (json_int_field(root, "beam_size", 1, s->opt.max_beam, &call.beam_size, err, sizeof err) ||
+            json_int_field(root, "num_hypotheses", 1, s->opt.max_beam, &call.num_hypotheses, err, sizeof err) ||
+            json_float_field(root, "length_penalty", 0, 10, &call.length_penalty, err, sizeof err) ||
+            json_float_field(root, "coverage_penalty", 0, 10, &call.coverage_penalty, err, sizeof err) ||
+            json_int_field(root, "max_decoding_length", 1, s->opt.max_decoding_length, &call.max_decoding_length, err,
+                           sizeof err) ||
+            json_float_field(root, "max_length_a", 0, 100, &call.max_length_a, err, sizeof err) ||
+            json_int_field(root, "max_length_b", 0, s->opt.max_decoding_length, &call.max_length_b, err, sizeof err) ||
+            json_int_field(root, "min_length", 0, s->opt.max_decoding_length, &call.min_length, err, sizeof err)) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err);
+            goto done;
+        }
+        if (ln) {
+            if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "plain")) call.length_norm = TERN_LENPEN_PLAIN;
+            else if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "gnmt")) call.length_norm = TERN_LENPEN_GNMT;
+            else {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: length_norm must be \"plain\" or \"gnmt\"");
+                goto done;
+            }
+        }
+        if (rs) {
+            if (!cJSON_IsBool(rs)) {
+                result = send_error(s, c, cx, 400, 0, "Invalid request: return_scores must be true or false");
+                goto done;
+            }
+            call.return_scores = cJSON_IsTrue(rs);
+        }
+        if (call.num_hypotheses > call.beam_size) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: num_hypotheses (%d) exceeds beam_size (%d)",
+                                call.num_hypotheses, call.beam_size);
+            goto done;
+        }
+        if (call.min_length > call.max_decoding_length) {
+            result = send_error(s, c, cx, 400, 0, "Invalid request: min_length exceeds max_decoding_length");
+            goto done;
+        }
+    }
+    ntok = calloc((size_t)n_items, sizeof *ntok);
+    if (!ntok) {
+        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_items; i++)
+        if (engine_count_tokens(m, items[i], &ntok[i])) {
+            result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", tern_last_error());
+            goto done;
+        }
+    r = request_new(score ? REQ_SCORE : REQ_TRANSLATE, &call, n_items, items, targets, ntok);
+    if (!r) {
+        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
+        goto done;
+    }
+    if (run_request(s, c, cx, m, r, &result)) goto done;
+    cJSON *resp = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddStringToObject(resp, "model", engine_model_name(m));
+    for (int i = 0; i < n_items; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!score) {
+            const tern_result_t *res = request_result(r, i);
+            cJSON *h = cJSON_CreateArray(), *sc = cJSON_CreateArray();
+            for (int k = 0; k < res->num_hypotheses; k++) {
+                cJSON_AddItemToArray(h, cJSON_CreateString(res->hypotheses[k]));
+                if (res->scores) cJSON_AddItemToArray(sc, cJSON_CreateNumber(res->scores[k]));
+            }
+            cJSON_AddItemToObject(o, "hypotheses", h);
+            if (res->scores) cJSON_AddItemToObject(o, "scores", sc);
+            else cJSON_Delete(sc);
+        } else {
+            int cnt;
+            const float *lp = request_logprobs(r, i, &cnt);
+            cJSON *a = cJSON_CreateArray();
+            double sum = 0;
+            for (int k = 0; k < cnt; k++) {
+                cJSON_AddItemToArray(a, cJSON_CreateNumber(lp[k]));
+                sum += lp[k];
+            }
+            cJSON_AddNumberToObject(o, "log_prob", sum);
+            cJSON_AddNumberToObject(o, "tokens", cnt);
+            cJSON_AddItemToObject(o, "token_log_probs", a);
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON_AddItemToObject(resp, score ? "scores" : "translations", arr);
+    metrics_translated(&s->metrics, n_items, 0);
+    result = send_json(s, c, cx, 200, resp, 0);
+done:
+    request_release(r);
+    free(ntok);
+    free(items), free(targets);
+    cJSON_Delete(root);
+    return result;
+}
+
+/* ------------------------------------------------------------------ GET endpoints */
+
+static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    cJSON *arr = cJSON_CreateArray();
+    char codes[64][64];
+    int n = 0;
+    char a[64], b[64];
+    for (int i = 0; i < engine_num_models(s->engine); i++) {
+        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
+        const char *both[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            int seen = 0;
+            for (int j = 0; j < n; j++) seen |= !strcmp(codes[j], both[k]);
+            if (!seen && n < 64) snprintf(codes[n++], sizeof codes[0], "%s", both[k]);
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "code", codes[j]);
+        cJSON_AddStringToObject(o, "name", language_name(codes[j]));
+        for (int i = 0; i < engine_num_models(s->engine); i++) {
+            model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
+            if (!strcmp(a, codes[j])) cJSON_AddItemToArray(t, cJSON_CreateString(b));
+        }
+        cJSON_AddItemToObject(o, "targets", t);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return send_json(s, c, cx, 200, arr, 0);
+}
+
+static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    cJSON *arr = cJSON_CreateArray();
+    tern_call_options_t d = engine_default_call_options(s->engine);
+    char a[64], b[64];
+    for (int i = 0; i < engine_num_models(s->engine); i++) {
+        engine_model_t *m = engine_model_at(s->engine, i);
+        model_langs(m, a, b, sizeof a);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", engine_model_name(m));
+        cJSON_AddStringToObject(o, "source", a);
+        cJSON_AddStringToObject(o, "target", b);
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON *resp = cJSON_CreateObject();
+    cJSON_AddItemToObject(resp, "models", arr);
+    cJSON *def = cJSON_CreateObject();
+    cJSON_AddNumberToObject(def, "beam_size", d.beam_size);
+    cJSON_AddNumberToObject(def, "num_hypotheses", d.num_hypotheses);
+    cJSON_AddNumberToObject(def, "length_penalty", d.length_penalty);
+    cJSON_AddNumberToObject(def, "max_decoding_length", d.max_decoding_length);
+    cJSON_AddItemToObject(resp, "defaults", def);
+    cJSON *lim = cJSON_CreateObject();
+    cJSON_AddNumberToObject(lim, "max_beam", s->opt.max_beam);
+    cJSON_AddNumberToObject(lim, "max_decoding_length", s->opt.max_decoding_length);
+    cJSON_AddNumberToObject(lim, "char_limit", s->opt.char_limit);
+    cJSON_AddNumberToObject(lim, "max_segments", s->opt.max_segments);
+    cJSON_AddItemToObject(resp, "limits", lim);
+    cJSON_AddStringToObject(resp, "version", tern_version());
+    return send_json(s, c, cx, 200, resp, 0);
+}
+
+/* LibreTranslate's GET /frontend/settings, which its web page and some clients read for the
+ * limits: the character limit, whether keys are needed, the default pair (the first model). */
+static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    char a[64], b[64];
+    model_langs(engine_model_at(s->engine, 0), a, b, sizeof a);
+    cJSON *o = cJSON_CreateObject(), *lang = cJSON_CreateObject(), *src = cJSON_CreateObject(),
+          *tgt = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "charLimit", s->opt.char_limit);
+    cJSON_AddNumberToObject(o, "frontendTimeout", 500);
+    cJSON_AddBoolToObject(o, "apiKeys", s->opt.api_keys_file != NULL);
+    cJSON_AddBoolToObject(o, "keyRequired", s->opt.require_api_key);
+    cJSON_AddBoolToObject(o, "suggestions", 0);
+    cJSON_AddItemToObject(o, "supportedFilesFormat", cJSON_CreateArray());
+    cJSON_AddStringToObject(src, "code", a);
+    cJSON_AddStringToObject(src, "name", language_name(a));
+    cJSON_AddStringToObject(tgt, "code", b);
+    cJSON_AddStringToObject(tgt, "name", language_name(b));
+    cJSON_AddItemToObject(lang, "source", src);
+    cJSON_AddItemToObject(lang, "target", tgt);
+    cJSON_AddItemToObject(o, "language", lang);
+    return send_json(s, c, cx, 200, o, 0);
+}
+
+static enum MHD_Result handle_health(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    cJSON *o = cJSON_CreateObject();
+    int draining = atomic_load(&s->draining);
+    cJSON_AddStringToObject(o, "status", draining ? "draining" : "ok");
+    cJSON_AddStringToObject(o, "version", tern_version());
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < engine_num_models(s->engine); i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateString(engine_model_name(engine_model_at(s->engine, i))));
+    cJSON_AddItemToObject(o, "models", arr);
+    return send_json(s, c, cx, draining ? 503 : 200, o, 0);
+}
+
+static enum MHD_Result handle_metrics(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    size_t len = 0;
+    char *txt = metrics_render(&s->metrics, s->engine, atomic_load(&s->inflight), &len);
+    if (!txt) return MHD_NO;
+    return send_body(s, c, cx, 200, txt, len, "text/plain; version=0.0.4; charset=utf-8", 0);
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+/* 405 with the Allow header RFC 9110 asks for. */
+static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *method,
+                                const char *url) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "Method Not Allowed: %s %s", method, url);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return MHD_NO;
+    cJSON_AddStringToObject(j, "error", msg);
+    char *txt = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!txt) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(txt);
+        return MHD_NO;
+    }
+    int post = cx->route == R_TRANSLATE || cx->route == R_V1_TRANSLATE || cx->route == R_V1_SCORE;
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    MHD_add_response_header(resp, "Allow", post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    add_common_headers(resp);
+    enum MHD_Result r = MHD_queue_response(c, 405, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->metrics, cx->route, 405, time_now() - cx->t0);
+    return r;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    server_t *s = cls;
+    conn_t *cx = *con_cls;
+    if (!cx) {
+        cx = calloc(1, sizeof *cx);
+        if (!cx) return MHD_NO;
+        *con_cls = cx;
+        atomic_fetch_add(&s->inflight, 1);
+        cx->t0 = time_now();
+        cx->route = route_of(url);
+        cx->after_drain = atomic_load(&s->draining);
+        cx->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
+        if (cx->is_post) {
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
+                cx->early_done = 1;
+                return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+            }
+            const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+            int json = ct && (strstr(ct, "application/json") || strstr(ct, "+json"));
+            if (cx->route == R_TRANSLATE && !json && ct &&
+                (!strncasecmp(ct, "application/x-www-form-urlencoded", 33) || !strncasecmp(ct, "multipart/form-data", 19))) {
+                cx->is_form = 1;
+                cx->pp = MHD_create_post_processor(c, 16384, on_form_field, cx);
+                if (!cx->pp) {
+                    cx->early_done = 1;
+                    return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
+                }
+            } else if (cx->route == R_TRANSLATE && !json) {
+                cx->is_form = 1; /* another type or none: values from the query string, as Flask's request.values */
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (cx->early_done || cx->too_large) return MHD_YES;
+        if (cx->len + n > s->opt.max_body) {
+            cx->too_large = 1;
+            return MHD_YES;
+        }
+        if (cx->pp) {
+            if (MHD_post_process(cx->pp, upload_data, n) != MHD_YES) cx->too_large = 2;
+            cx->len += n;
+            return MHD_YES;
+        }
+        if (cx->len + n + 1 > cx->cap) {
+            size_t cap = cx->cap ? cx->cap : 4096;
+            while (cap < cx->len + n + 1) cap *= 2;
+            char *b = realloc(cx->body, cap);
+            if (!b) return MHD_NO;
+            cx->body = b;
+            cx->cap = cap;
+        }
+        memcpy(cx->body + cx->len, upload_data, n);
+        cx->len += n;
+        cx->body[cx->len] = 0;
+        return MHD_YES;
+    }
+    if (cx->early_done) return MHD_YES;
+    if (cx->too_large == 1) return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+    if (cx->too_large == 2) return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
+    if (cx->after_drain && cx->route != R_HEALTH && cx->route != R_METRICS)
+        return send_error(s, c, cx, 503, 1, "Server shutting down");
+
+    int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS)) return send_body(s, c, cx, 204, NULL, 0, "text/plain", 0);
+    switch (cx->route) {
+    case R_PAGE:
+        if (!get) break;
+        return send_static(s, c, cx, page_html, page_html_len, "text/html; charset=utf-8");
+    case R_SETTINGS:
+        if (!get) break;
+        return handle_settings(s, c, cx);
+    case R_OPENAPI:
+        if (!get) break;
+        return send_static(s, c, cx, openapi_json, openapi_json_len, "application/json");
+    case R_LANGUAGES:
+        if (!get) break;
+        return handle_languages(s, c, cx);
+    case R_V1_MODELS:
+        if (!get) break;
+        return handle_models(s, c, cx);
+    case R_HEALTH:
+        if (!get) break;
+        return handle_health(s, c, cx);
+    case R_METRICS:
+        if (!get) break;
+        return handle_metrics(s, c, cx);
+    case R_TRANSLATE:
+        if (!cx->is_post) break;
+        return handle_translate(s, c, cx);
+    case R_V1_TRANSLATE:
+    case R_V1_SCORE:
+        if (!cx->is_post) break;
+        return handle_v1(s, c, cx, cx->route == R_V1_SCORE);
+    default: return send_error(s, c, cx, 404, 0, "Not Found: %s", url);
+    }
+    return send_405(s, c, cx, method, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    server_t *s = cls;
+    conn_t *cx = *con_cls;
+    if (!cx) return;
+    conn_free(cx);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->inflight, 1);
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap) {
+    server_t *s = cls;
+    if (s->opt.quiet) return;
+    fprintf(stderr, "tern serve: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+/* ------------------------------------------------------------------ life cycle */
+
+server_options_t server_default_options(void) {
+    server_options_t o;
+    memset(&o, 0, sizeof o);
+    o.host = "127.0.0.1";
+    o.port = 5000;
+    o.max_body = 1 << 20;
+    o.char_limit = 20000;
+    o.batch_limit = 256;
+    o.max_segments = 512;
+    o.max_beam = 16;
+    o.max_decoding_length = 512;
+    o.max_connections = 256;
+    o.timeout_s = 30;
+    return o;
+}
+
+tern_status_t server_start(server_t **out, engine_t *engine, const server_options_t *o) {
+    *out = NULL;
+    server_t *s = calloc(1, sizeof *s);
+    if (!s) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    s->engine = engine;
+    s->opt = *o;
+    pthread_mutex_init(&s->keys_mu, NULL);
+    metrics_init(&s->metrics);
+    tern_status_t st;
+    if (o->req_limit > 0 && !(s->ips = calloc(IP_SLOTS, sizeof *s->ips))) {
+        server_stop(s);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    if (o->api_keys_file && (st = load_keys(s, o->api_keys_file))) {
+        server_stop(s);
+        return st;
+    }
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)o->port);
+    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+        server_stop(s);
+        return tern_error(TERN_ERR_INVALID_ARG, "--host %s: not an IPv4 address", o->host);
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
+    s->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
+                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                 MHD_OPTION_END);
+    if (!s->daemon) {
+        server_stop(s);
+        return tern_error(TERN_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)", o->host, o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    *out = s;
+    return TERN_OK;
+}
+
+int server_port(const server_t *s) { return s->port; }
+
+int server_drain(server_t *s, double timeout_s) {
+    atomic_store(&s->draining, 1);
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    double t0 = time_now();
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    while (atomic_load(&s->inflight) > 0 && time_now() - t0 < timeout_s) nanosleep(&ts, NULL);
+    return atomic_load(&s->inflight);
+}
+
+void server_stop(server_t *s) {
+    if (!s) return;
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    free(s->keys);
+    free(s->ips);
+    pthread_mutex_destroy(&s->keys_mu);
+    metrics_free(&s->metrics);
+    free(s);
+}

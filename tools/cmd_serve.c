@@ -1,0 +1,282 @@
+/* cmd_serve.c — `tern serve`: an HTTP translation server (src/serve/). Signals: SIGTERM/SIGINT stop
+ * accepting, answer the requests in flight and exit 0; SIGHUP reloads the models from their
+ * directories without dropping requests. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve/engine.h"
+#include "serve/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+"usage: tern serve --model SRC-TGT=DIR [--model SRC-TGT=DIR ...] [options]\n"
+"\n"
+"Serves translation over HTTP/1.1: LibreTranslate's API (POST /translate, GET /languages), Tern's\n"
+"own (POST /v1/translate with per-call search options and n-best scores, POST /v1/score,\n"
+"GET /v1/models), GET /health, GET /metrics (Prometheus), a web page at /, GET /openapi.json.\n"
+"Segments of all waiting requests are batched together per model (length-sorted, under the\n"
+"token budget). SIGTERM or SIGINT: stop accepting, answer the requests in flight, exit 0.\n"
+"SIGHUP: reload every model from its directory; requests in flight are not dropped.\n"
+"\n"
+"models:\n"
+"  -m, --model SRC-TGT=DIR     a model and its language pair, e.g. en-de=models/en-de (repeat\n"
+"                              for more models)\n"
+"  --compute-type TYPE         auto (default), float32, int8\n"
+"  -w, --workers N             translators per model, each on its own thread, sharing one copy\n"
+"                              of the weights (default 1)\n"
+"  -t, --threads N             intra-op threads of each translator (default: cores / (workers x\n"
+"                              models), at least 1)\n"
+"\n"
+"default search (a /v1/translate request may change them per call):\n"
+"  -b, --beam-size N           default 4\n"
+"  --length-penalty A          default 0\n"
+"  --max-decoding-length N     default 256\n"
+"\n"
+"batching and limits:\n"
+"  --max-batch-tokens N        token budget of a batch: segments x longest source (default 4096)\n"
+"  --max-batch-size N          cap on segments per batch (default 0: none)\n"
+"  --no-cross-batching         batch each request's segments alone (for comparison)\n"
+"  --max-queue N               segments waiting per model; beyond, 503 + Retry-After (default 4096)\n"
+"  --max-body BYTES            request body limit, else 413 (default 1048576)\n"
+"  --char-limit N              characters per request, else 400 (default 20000; -1: none)\n"
+"  --batch-limit N             items of a q list, else 400 (default 256; -1: none)\n"
+"  --max-segments N            segments (lines) per request, else 400 (default 512)\n"
+"  --max-beam N                largest beam a call may ask for (default 16)\n"
+"\n"
+"network:\n"
+"  --host ADDR                 IPv4 address to listen on (default 127.0.0.1)\n"
+"  -p, --port N                port (default 5000; 0: any free port, printed on stderr)\n"
+"  --max-connections N         connections at once (default 256)\n"
+"  --timeout S                 idle/slow connections closed after S seconds (default 30)\n"
+"  --drain-timeout S           on SIGTERM, wait at most S seconds for requests in flight (default 60)\n"
+"  --api-keys FILE             lines \"KEY [REQUESTS_PER_MINUTE]\": an unknown key gets 403, a key\n"
+"                              over its rate 429\n"
+"  --require-api-key           with --api-keys: requests without a key get 400\n"
+"  --req-limit N               requests per minute from one client address without a valid key,\n"
+"                              else 429 (as LibreTranslate's --req-limit; default 0: none)\n"
+"  -q, --quiet                 no messages but errors\n"
+"  -h, --help                  this help\n");
+}
+
+enum {
+    O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_BATCHLIM, O_MAXSEG,
+    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT
+};
+
+static const struct option long_opts[] = {
+    {"model", required_argument, 0, 'm'},
+    {"compute-type", required_argument, 0, O_COMPUTE},
+    {"workers", required_argument, 0, 'w'},
+    {"threads", required_argument, 0, 't'},
+    {"beam-size", required_argument, 0, 'b'},
+    {"length-penalty", required_argument, 0, O_LP},
+    {"max-decoding-length", required_argument, 0, O_MAXDEC},
+    {"max-batch-tokens", required_argument, 0, O_MBT},
+    {"max-batch-size", required_argument, 0, O_MBS},
+    {"no-cross-batching", no_argument, 0, O_NO_CROSS},
+    {"max-queue", required_argument, 0, O_MAXQ},
+    {"max-body", required_argument, 0, O_MAXBODY},
+    {"char-limit", required_argument, 0, O_CHARS},
+    {"batch-limit", required_argument, 0, O_BATCHLIM},
+    {"max-segments", required_argument, 0, O_MAXSEG},
+    {"max-beam", required_argument, 0, O_MAXBEAM},
+    {"host", required_argument, 0, O_HOST},
+    {"port", required_argument, 0, 'p'},
+    {"max-connections", required_argument, 0, O_MAXCONN},
+    {"timeout", required_argument, 0, O_TIMEOUT},
+    {"drain-timeout", required_argument, 0, O_DRAIN},
+    {"api-keys", required_argument, 0, O_KEYS},
+    {"require-api-key", no_argument, 0, O_REQKEY},
+    {"req-limit", required_argument, 0, O_REQLIMIT},
+    {"quiet", no_argument, 0, 'q'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+#define MAX_MODELS 16
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(sig_pipe[1], &b, 1) < 0) { /* nothing to do in a handler */ }
+    errno = saved;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *C = "serve";
+    engine_model_spec_t specs[MAX_MODELS];
+    char *spec_buf[MAX_MODELS];
+    int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20;
+    engine_options_t eo;
+    memset(&eo, 0, sizeof eo);
+    eo.model_options = tern_model_default_options();
+    eo.translate_options = tern_translate_default_options();
+    eo.workers = 1;
+    eo.max_queue = 4096;
+    eo.cross_batching = 1;
+    server_options_t so = server_default_options();
+    optind = 1;
+    while (ok && (c = getopt_long(argc, argv, "m:w:t:b:p:qh", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1] || !memchr(optarg, '-', (size_t)(eq - optarg)) || eq - optarg > 60) {
+                fprintf(stderr, "tern serve: --model expects SRC-TGT=DIR (e.g. en-de=models/en-de), got '%s'\n", optarg);
+                ok = 0;
+            } else if (n_specs == MAX_MODELS) {
+                fprintf(stderr, "tern serve: at most %d models\n", MAX_MODELS);
+                ok = 0;
+            } else {
+                spec_buf[n_specs] = strndup(optarg, (size_t)(eq - optarg));
+                specs[n_specs].name = spec_buf[n_specs];
+                specs[n_specs].dir = eq + 1;
+                n_specs++;
+            }
+            break;
+        }
+        case O_COMPUTE:
+            if (!strcmp(optarg, "auto") || !strcmp(optarg, "default")) eo.model_options.compute_type = TERN_COMPUTE_AUTO;
+            else if (!strcmp(optarg, "float32")) eo.model_options.compute_type = TERN_COMPUTE_FLOAT32;
+            else if (!strcmp(optarg, "int8")) eo.model_options.compute_type = TERN_COMPUTE_INT8;
+            else {
+                fprintf(stderr, "tern serve: --compute-type is auto, float32 or int8, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case 'w': ok = cli_int(C, "--workers", optarg, 1, 256, &eo.workers); break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &eo.translate_options.threads_per_worker); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.translate_options.beam_size); break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.translate_options.length_penalty); break;
+        case O_MAXDEC:
+            ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &eo.translate_options.max_decoding_length);
+            break;
+        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &eo.translate_options.max_batch_tokens); break;
+        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &eo.translate_options.max_batch_size); break;
+        case O_NO_CROSS: eo.cross_batching = 0; break;
+        case O_MAXQ: ok = cli_int(C, "--max-queue", optarg, 1, 1 << 24, &eo.max_queue); break;
+        case O_MAXBODY: ok = cli_int(C, "--max-body", optarg, 1, 1 << 30, &body); break;
+        case O_CHARS: ok = cli_int(C, "--char-limit", optarg, -1, 1 << 30, &so.char_limit); break;
+        case O_BATCHLIM: ok = cli_int(C, "--batch-limit", optarg, -1, 1 << 24, &so.batch_limit); break;
+        case O_MAXSEG: ok = cli_int(C, "--max-segments", optarg, 1, 1 << 24, &so.max_segments); break;
+        case O_MAXBEAM: ok = cli_int(C, "--max-beam", optarg, 1, 1024, &so.max_beam); break;
+        case O_HOST: so.host = optarg; break;
+        case 'p': ok = cli_int(C, "--port", optarg, 0, 65535, &so.port); break;
+        case O_MAXCONN: ok = cli_int(C, "--max-connections", optarg, 1, 1 << 16, &so.max_connections); break;
+        case O_TIMEOUT: ok = cli_int(C, "--timeout", optarg, 1, 1 << 20, &so.timeout_s); break;
+        case O_DRAIN: ok = cli_int(C, "--drain-timeout", optarg, 0, 1 << 20, &drain_s); break;
+        case O_KEYS: so.api_keys_file = optarg; break;
+        case O_REQKEY: so.require_api_key = 1; break;
+        case O_REQLIMIT: ok = cli_int(C, "--req-limit", optarg, 0, 1 << 24, &so.req_limit); break;
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: ok = 0; break;
+        }
+    }
+    int rc = 2;
+    if (ok && n_specs == 0) {
+        fprintf(stderr, "tern serve: no model (--model SRC-TGT=DIR)\n");
+        ok = 0;
+    }
+    if (ok && optind < argc) {
+        fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
+        ok = 0;
+    }
+    if (ok && so.max_segments > eo.max_queue) so.max_segments = eo.max_queue;
+    if (ok && so.require_api_key && !so.api_keys_file) {
+        fprintf(stderr, "tern serve: --require-api-key needs --api-keys FILE\n");
+        ok = 0;
+    }
+    if (!ok) {
+        fprintf(stderr, "see tern serve --help\n");
+        goto out;
+    }
+    so.max_body = (size_t)body;
+    if (eo.translate_options.threads_per_worker == 0) { /* cores shared by every worker of every model */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long t = (cores > 0 ? cores : 1) / ((long)eo.workers * n_specs);
+        eo.translate_options.threads_per_worker = t > 0 ? (int)t : 1;
+    }
+    so.quiet = quiet;
+    if (so.max_decoding_length < eo.translate_options.max_decoding_length)
+        so.max_decoding_length = eo.translate_options.max_decoding_length;
+    tern_set_log_level(quiet ? TERN_LOG_ERROR : TERN_LOG_WARN);
+
+    /* Our threads (workers, HTTP) inherit a mask that blocks these signals; the main thread
+     * unblocks them once they run, with handlers that only write the signal's number into a pipe
+     * it reads. A library thread started before (OpenBLAS's) may still take one: the handler runs
+     * there just as well, instead of the default action that would kill the process. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    if (pipe(sig_pipe) != 0) {
+        fprintf(stderr, "tern serve: cannot create a pipe\n");
+        rc = 1;
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = 1;
+    engine_t *engine = NULL;
+    server_t *server = NULL;
+    tern_status_t st = engine_create(&engine, specs, n_specs, &eo);
+    if (st) {
+        cli_fail(C, st);
+        goto out;
+    }
+    if ((st = server_start(&server, engine, &so))) {
+        cli_fail(C, st);
+        engine_free(engine);
+        goto out;
+    }
+    if (!quiet) {
+        for (int i = 0; i < n_specs; i++) fprintf(stderr, "tern serve: model %s from %s\n", specs[i].name, specs[i].dir);
+    }
+    fprintf(stderr, "tern serve: listening on http://%s:%d\n", so.host, server_port(server));
+    fflush(stderr);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    for (;;) {
+        unsigned char b;
+        ssize_t got = read(sig_pipe[0], &b, 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got != 1) break;
+        int sig = b;
+        if (sig == SIGHUP) {
+            if (!quiet) fprintf(stderr, "tern serve: SIGHUP: reloading the models\n");
+            st = engine_reload(engine);
+            if (st) fprintf(stderr, "tern serve: reload failed, the old models keep serving: %s\n", tern_last_error());
+            else if (!quiet) fprintf(stderr, "tern serve: models reloaded\n");
+            continue;
+        }
+        if (!quiet) fprintf(stderr, "tern serve: %s: draining\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        int left = server_drain(server, drain_s);
+        if (left) fprintf(stderr, "tern serve: %d requests still in flight after %d s; closing them\n", left, drain_s);
+        rc = left ? 1 : 0;
+        break;
+    }
+    server_stop(server);
+    engine_free(engine);
+    if (!quiet) fprintf(stderr, "tern serve: stopped\n");
+out:
+    if (sig_pipe[0] >= 0) close(sig_pipe[0]), close(sig_pipe[1]);
+    for (int i = 0; i < n_specs; i++) free(spec_buf[i]);
+    return rc;
+}
