@@ -1,0 +1,34 @@
+/*
+ * gnmt_table.h — GNMT's training table (family.h; architecture "gnmt"): an encoder of Le LSTM
+ * layers (bottom bidirectional, residuals from the third layer up), a decoder of Ld LSTM layers
+ * with GNMT's attention from the bottom decoder layer, the context fed to every decoder layer,
+ * a softmax over the (shared) wordpieces. Tensors: src/model/gnmt_desc.h; layers:
+ * src/train/rnn_layers.h; docs/rnn.md.
+ */
+#ifndef TERN_TRAIN_GNMT_TABLE_H
+#define TERN_TRAIN_GNMT_TABLE_H
+
+#include "family.h"
+
+/* The configuration (`tern train --architecture gnmt`). */
+typedef struct {
+    int hidden;            /* H: LSTM state and embedding width (default 512) */
+    int att;               /* A: attention hidden size (0: H) */
+    int enc_layers, dec_layers; /* Le, Ld (default 4 + 4; GNMT: 8 + 8) */
+    int share_emb;         /* one embedding for both sides (-1: when the vocabulary is joint) */
+    int tie_proj;          /* the output projection is the decoder embedding (default 0) */
+    float init_range;      /* > 0: every parameter uniform in [-r, r] (GNMT: 0.04); 0: uniform
+                              +-1/sqrt(fan-in) (PyTorch's LSTM/Linear), embeddings +-0.1 */
+    float dropout;         /* on the embeddings and on the top decoder output (default 0.2) */
+    float label_smoothing; /* (default 0.1) */
+} gnmt_train_config_t;
+
+extern const train_family_t train_family_gnmt;
+
+/* The teacher-forced forward up to the logits (for the parity test): after it,
+ * gnmt_train_logits(ws) holds the (B, T, V) logits of the batch (train 0: no dropout). */
+tern_status_t gnmt_train_forward_logits(train_model_t *m, void *ws, const int *src, const int *tgt_in, int B, int S,
+                                        int T, int train, uint64_t seed, uint64_t step);
+const float *gnmt_train_logits(const void *ws);
+
+#endif
