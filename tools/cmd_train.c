@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "train/dist.h"
+#include "train/gnmt_table.h"
 #include "train/trainer.h"
 
 static void usage(FILE *f) {
@@ -53,6 +54,13 @@ static void usage(FILE *f) {
 "  --layer-norm-eps E          (default 1e-6)\n"
 "  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
 "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"
+"  --architecture A            transformer (default) or gnmt (docs/rnn.md)\n"
+"GNMT (--architecture gnmt; also --layers/--encoder-layers/--decoder-layers, --dropout,\n"
+"--label-smoothing, --share-embeddings; GNMT clips at --clip-norm 5):\n"
+"  --hidden N                  LSTM state and embedding width (default: --d-model)\n"
+"  --attention-size N          attention hidden size (default: --hidden)\n"
+"  --init-uniform R            every parameter uniform in [-R, R] (GNMT: 0.04; default: +-1/sqrt(fan-in))\n"
+"  --tie-projection            the output projection is the decoder embedding\n"
 "Optimization:\n"
 "  --lr LR                     peak learning rate (default 5e-4)\n"
 "  --lr-scheduler S            inverse_sqrt (default; fairseq's), constant, gnmt\n"
@@ -121,7 +129,8 @@ enum {
     O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
-    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION
+    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION,
+    O_ARCH = 1900, O_GNMT_HIDDEN, O_GNMT_ATT, O_GNMT_INIT, O_GNMT_TIE
 };
 
 static const struct option long_opts[] = {
@@ -203,12 +212,32 @@ static const struct option long_opts[] = {
     {"plot-only", required_argument, 0, O_PLOT_ONLY},
     {"bucket-mb", required_argument, 0, O_BUCKET_MB},
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
+    {"architecture", required_argument, 0, O_ARCH},
+    {"hidden", required_argument, 0, O_GNMT_HIDDEN},
+    {"attention-size", required_argument, 0, O_GNMT_ATT},
+    {"init-uniform", required_argument, 0, O_GNMT_INIT},
+    {"tie-projection", no_argument, 0, O_GNMT_TIE},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
 
 static volatile sig_atomic_t g_stop = 0;
+
+/* --architecture gnmt: its configuration (hidden 0: --d-model), completed by gnmt_config(). */
+static gnmt_train_config_t g_gnmt = {.hidden = 0, .att = 0, .init_range = 0, .tie_proj = 0};
+
+/* The GNMT configuration from the shared options (layers, dropout, label smoothing, sharing). */
+static void gnmt_config(trainer_options_t *o) {
+    g_gnmt.enc_layers = o->model.enc_layers;
+    g_gnmt.dec_layers = o->model.dec_layers;
+    if (!g_gnmt.hidden) g_gnmt.hidden = o->model.d;
+    g_gnmt.share_emb = o->model.share_emb;
+    g_gnmt.dropout = o->model.dropout;
+    g_gnmt.label_smoothing = o->model.label_smoothing;
+    o->architecture = "gnmt";
+    o->model_config = &g_gnmt;
+}
 
 /* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
  * checkpoint; a second SIGINT kills the process the default way.
@@ -347,6 +376,18 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         case O_PROJ_BIAS: o->model.proj_bias = 1; break;
         case O_LEARNED_POS: o->model.learned_pos = 1; break;
         case O_NO_SCALE: o->model.scale_emb = 0; break;
+        case O_ARCH:
+            if (!strcmp(optarg, "transformer")) o->architecture = NULL;
+            else if (!strcmp(optarg, "gnmt")) o->architecture = "gnmt";
+            else {
+                fprintf(stderr, "tern train: --architecture: '%s' is not one of transformer, gnmt\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_GNMT_HIDDEN: ok = cli_int(C, "--hidden", optarg, 1, 1 << 16, &g_gnmt.hidden); break;
+        case O_GNMT_ATT: ok = cli_int(C, "--attention-size", optarg, 1, 1 << 16, &g_gnmt.att); break;
+        case O_GNMT_INIT: ok = cli_float(C, "--init-uniform", optarg, 0, 10, &g_gnmt.init_range); break;
+        case O_GNMT_TIE: g_gnmt.tie_proj = 1; break;
         case O_LN_EPS: ok = cli_float(C, "--layer-norm-eps", optarg, 0, 1, &o->model.eps); break;
         case O_LR: ok = cli_float(C, "--lr", optarg, 0, 1e3f, &o->sched.lr); break;
         case O_SCHED:
@@ -523,5 +564,6 @@ int cmd_train(int argc, char **argv) {
         else usage(stderr);
         return 2;
     }
+    if (o.architecture && !strcmp(o.architecture, "gnmt")) gnmt_config(&o);
     return run_training(&o, plot);
 }

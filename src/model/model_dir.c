@@ -121,6 +121,7 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
                 cJSON_AddNumberToObject(root, "layer_norm_epsilon", cfg->layer_norm_epsilon);
             else
                 cJSON_AddNullToObject(root, "layer_norm_epsilon");
+            if (cfg->architecture[0]) cJSON_AddStringToObject(root, "architecture", cfg->architecture);
         }
     }
     if (!root) return tern_error(TERN_ERR_NOMEM, "out of memory");

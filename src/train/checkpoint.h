@@ -64,6 +64,7 @@ typedef struct {
     const char *spec_name;             /* model.safetensors' "ct2_spec" metadata ("TransformerSpec"), or NULL */
     const data_vocab_t *vocab;         /* vocabularies, SentencePiece models, special tokens */
     float layer_norm_epsilon;          /* config.json's layer_norm_epsilon (<= 0: null, the default) */
+    const char *architecture;          /* config.json's "architecture" (NULL: none written, the Transformer) */
     /* the trainer state */
     const ckpt_group_t *groups;        /* optimizer moments and other tensors */
     int n_groups;

@@ -351,6 +351,7 @@ static tern_status_t save_checkpoint(trainer_t *t) {
     c.spec_name = t->fam->spec_name;
     c.vocab = &t->vocab;
     c.layer_norm_epsilon = t->m.layer_norm_epsilon;
+    if (strcmp(t->fam->architecture, TRAIN_DEFAULT_ARCHITECTURE)) c.architecture = t->fam->architecture;
     c.groups = g;
     c.n_groups = 2;
     c.values = v;
