@@ -8,6 +8,8 @@ for 300 updates on 3,000 Multi30k pairs with a 1,000-piece `tern vocab` vocabula
   `tern translate` (one non-empty output line per input line, float32 and int8, beam 4 with GNMT's
   coverage penalty) and scores in `tern rescore` (every line's total equals the sum of its tokens'
   log-probs within 1e-4);
+* exact resume: 80 updates straight equal 30 + --resume (every curve row);
+* an ensemble of the GNMT checkpoint with a Transformer decodes, its scores the members' mean;
 * a wrong --architecture is refused with a message naming it.
 Binary: $TERN_BIN (default build/tern). One thread.
 """
@@ -80,3 +82,47 @@ def test_unknown_architecture(tmp_path):
     r = run(TERN, "train", "--architecture", "lstm9", "--vocab", tmp_path, "--train-src", "x", "--train-tgt", "y",
             "--save-dir", tmp_path / "s")
     assert r.returncode == 2 and "lstm9" in r.stderr
+
+
+def test_exact_resume(trained, tmp_path):
+    """80 updates straight vs 30 + --resume to 80 (dropout on, one thread): every per-update row of
+    train_curve.tsv (loss, nll, ppl, lr, gradient norm, tokens) and every validation row identical."""
+    d, _ = trained
+    common = ["--architecture", "gnmt", "--vocab", d / "vocab", "--cache-dir", d / "cache", "--layers", 2,
+              "--hidden", 32, "--init-uniform", 0.1, "-t", 1, "--no-plot", "-q", "--train-src", d / "train.en",
+              "--train-tgt", d / "train.de", "--valid-src", d / "valid.en", "--valid-tgt", d / "valid.de",
+              "--max-tokens", 1500, "--lr", "1e-2", "--warmup", 100, "--dropout", 0.1, "--clip-norm", 5,
+              "--log-interval", 10, "--valid-interval-updates", 20, "--no-bleu", "--keep-last", 3]
+    ok(TERN, "train", *common, "--save-dir", tmp_path / "a", "--max-updates", 80, timeout=600)
+    ok(TERN, "train", *common, "--save-dir", tmp_path / "b", "--max-updates", 30, timeout=600)
+    ok(TERN, "train", *common, "--save-dir", tmp_path / "b", "--max-updates", 80, "--resume", timeout=600)
+    a, b = curve(tmp_path / "a" / "train_curve.tsv"), curve(tmp_path / "b" / "train_curve.tsv")
+    assert len(a) == len(b) == 80
+    assert [r[:8] for r in a] == [r[:8] for r in b]
+    assert curve(tmp_path / "a" / "valid_curve.tsv") == curve(tmp_path / "b" / "valid_curve.tsv")
+
+
+def test_ensemble_with_transformer(trained, tmp_path):
+    """The GNMT checkpoint and a Transformer trained on the same vocabulary decode as one ensemble
+    (members of different families): one output line per input, and its force-decoding scores are
+    the weighted mean of the members' (tern rescore, logprob-mean, equal weights) within 1e-4."""
+    d, save = trained
+    ok(TERN, "train", "--vocab", d / "vocab", "--cache-dir", d / "cache", "--save-dir", tmp_path / "tf",
+       "--layers", 1, "--d-model", 32, "--ff", 64, "--heads", 2, "-t", 1, "--no-plot", "-q",
+       "--train-src", d / "train.en", "--train-tgt", d / "train.de", "--max-tokens", 1500, "--max-updates", 20,
+       "--no-bleu", timeout=600)
+    g, t = save / "checkpoint-00000300", tmp_path / "tf" / "checkpoint-00000020"
+    src = "".join((d / "valid.en").read_text().splitlines(True)[:20])
+    (tmp_path / "src.en").write_text(src)
+    out = ok(TERN, "translate", "-m", g, "-m", t, "-t", 1, "-b", 4, input=src).stdout
+    assert out.count("\n") == 20
+    (tmp_path / "hyp.de").write_text(out)
+
+    def totals(*models):
+        args = [a for m in models for a in ("-m", m)]
+        r = ok(TERN, "rescore", *args, "-s", tmp_path / "src.en", "--target", tmp_path / "hyp.de").stdout
+        return [[float(x) for x in line.split("|||")[0].split()] for line in r.strip("\n").split("\n")]
+
+    ens, a, b = totals(g, t), totals(g), totals(t)
+    worst = max(abs(e - (x + y) / 2) for le, la, lb in zip(ens, a, b) for e, x, y in zip(le, la, lb))
+    assert worst <= 1e-4, worst
