@@ -4,6 +4,8 @@ tests/tools/gnmt_torch_ref.py rebuilds the model from torch.nn.LSTMCell and GNMT
 written out (float64) and decodes 200 random inputs of each random-weight model (shapes below):
 * greedy: `tern translate -b 1` gives the reference's output on >= 99.5 % of the inputs
   (identical token sequences; near-ties between the two top tokens may flip in float32);
+* beam 4 (no penalties, --min-length 0): identical to the reference's beam search (CTranslate2's
+  candidates as Tern's src/search/beam.c takes them) on >= 97 % of the inputs;
 * force decoding: `tern rescore` gives every token's log-probability (the end token included)
   within 1e-4 of the reference's (targets: the reference's greedy outputs);
 * int8 (`--compute-type int8`, every matrix quantized per output row): every forced token's
@@ -175,6 +177,24 @@ def test_int8(case):
     print(f"\n{label}: int8 greedy identical {same:.1%}; force-decoding max |log-prob difference| {diff:.3g}")
     assert same >= INT8_MIN_SAME
     assert diff <= INT8_MAX_DIFF
+
+
+def test_beam4(case):
+    """Beam 4 (no penalties, --min-length 0) against the reference's beam search over the same
+    candidates (tests/tools/gnmt_torch_ref.py, beam()): identical outputs on >= 97 %."""
+    label, d, srcs, ref = case
+    out = run(TERN, "translate", "-m", d / "model", "--pretokenized", "-t", 1, "--max-decoding-length", MAX_LEN,
+              "-b", 4, "--min-length", 0, input=(d / "src.txt").read_text())
+    hyps = [line.split() for line in out.split("\n")[:N_INPUTS]]
+    req = {"eos": EOS, "start": START, "max_len": MAX_LEN, "beam_size": 4,
+           "beam": [[int(i) for i in s] + [EOS] for s in srcs]}
+    (d / "req4.json").write_text(json.dumps(req))
+    subprocess.run([TORCH_PY, REF, str(d / "model"), str(d / "req4.json"), str(d / "ref4.json")], check=True,
+                   timeout=900)
+    want = [[PIECES[i] for i in h] for h in json.loads((d / "ref4.json").read_text())["beam"]]
+    same = sum(h == w for h, w in zip(hyps, want)) / N_INPUTS
+    print(f"\n{label}: beam 4 identical {same:.1%} of {N_INPUTS}")
+    assert same >= 0.97
 
 
 def test_coverage_penalty(case):

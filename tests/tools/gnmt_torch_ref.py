@@ -115,6 +115,51 @@ def main():
             hyp.append(tok)
         return hyp
 
+    def beam(src, B):
+        """CTranslate2's beam search as Tern's search (src/search/beam.c, common end-token policy,
+        no penalties, min length 0): at each step the top 2B continuations of the live hypotheses
+        by total log-prob; among the first B, an end token finishes a hypothesis and is replaced by
+        the next non-end candidate from rank B on; the sentence stops once a step's best candidate
+        is the end token, or when no live hypothesis can beat the best finished one (log-probs only
+        fall), or at max_len (every candidate then finishes). Returns the best finished."""
+        model.encode(src)
+        live = [(0.0, [], start, [h.clone() for h in model.h], [c.clone() for c in model.c])]
+        fin = []
+        for t in range(req["max_len"]):
+            last = t + 1 >= req["max_len"]
+            cands = []
+            for i, (sc, toks, tok, hs, cs) in enumerate(live):
+                model.h, model.c = [h.clone() for h in hs], [c.clone() for c in cs]
+                lp, _ = model.step(tok)
+                nh, nc = model.h, model.c
+                for v in range(lp.shape[0]):
+                    cands.append((sc + float(lp[v]), i, v, nh, nc))
+            cands.sort(key=lambda x: -x[0])
+            K = min(2 * B, len(cands))
+            nxt, sec, top_fin = [], B, False
+            for k in range(min(B, K)):
+                cv, i, v, nh, nc = cands[k]
+                if v == eos or last:
+                    fin.append((cv, live[i][1] + ([] if v == eos else [v])))
+                    if v == eos and k == 0:
+                        top_fin = True
+                    if last:
+                        continue
+                    j = sec
+                    while j < K and cands[j][2] == eos:
+                        j += 1
+                    if j >= K:
+                        continue
+                    sec = j + 1
+                    cv, i, v, nh, nc = cands[j]
+                nxt.append((cv, live[i][1] + [v], v, nh, nc))
+            if last or not nxt or (top_fin and fin):
+                break
+            if fin and max(f[0] for f in fin) >= max(x[0] for x in nxt):
+                break
+            live = nxt
+        return max(fin, key=lambda f: f[0])[1]
+
     with torch.no_grad():
         cal = req.get("calibrate")
         if cal:  # the end token's bias b in [lo, hi] whose mean greedy length is nearest the target
@@ -129,6 +174,7 @@ def main():
             out["eos_bias"] = (lo + hi) / 2
         for src in req.get("greedy", []):
             out["greedy"].append(greedy(src, out["attn"]))
+        out["beam"] = [beam(src, req["beam_size"]) for src in req.get("beam", [])]
         out["coverage"] = []
         for src, tgt in req.get("force", []):
             model.encode(src)
