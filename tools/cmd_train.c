@@ -564,6 +564,12 @@ int cmd_train(int argc, char **argv) {
         else usage(stderr);
         return 2;
     }
-    if (o.architecture && !strcmp(o.architecture, "gnmt")) gnmt_config(&o);
+    if (o.architecture && !strcmp(o.architecture, "gnmt")) {
+        if (o.model.precision != TPREC_F32) {
+            fprintf(stderr, "tern train: --precision bfloat16 is not implemented for --architecture gnmt\n");
+            return 2;
+        }
+        gnmt_config(&o);
+    }
     return run_training(&o, plot);
 }
