@@ -13,6 +13,8 @@
  *      step's for every valid (sentence, step) within 1e-4, float32, with the rows selected by
  *      set_rows between steps (rows repeated: 1 -> 2 and 3 rows; rows dropped and reordered);
  *      int8 (every matrix quantized per row): within 0.02 (measured 0.0011-0.0028);
+ *      a second state restricted by set_vocab to the odd target ids writes those columns of the
+ *      logits (within 1e-5), float32 and int8;
  *   4. the attention rows the step writes (coverage penalty) are distributions over each
  *      sentence's source (sum 1 within 1e-5, 0 past its length);
  *   5. bad input: a model directory with a tensor missing, and one whose config key disagrees with
@@ -173,9 +175,15 @@ static void run_shape(const shape_t *sh) {
         memset(&info, 0, sizeof info);
         mf->describe(net, &info);
         CHECK(!strcmp(info.family, "gnmt") && info.int8 == q && info.target_vocab_size == V);
-        void *state = mf->state_new(net);
+        void *state = mf->state_new(net), *vstate = mf->state_new(net);
         const int *sp[B] = {src, src + S, src + 2 * S};
         CHECK(!mf->encode(state, sp, SRC_LEN, B));
+        /* a second state restricted to the odd target ids (set_vocab), run in lockstep */
+        int vids[64], nv = 0;
+        for (int j = 1; j < V; j += 2) vids[nv++] = j;
+        CHECK(!mf->encode(vstate, sp, SRC_LEN, B));
+        CHECK(!mf->set_vocab(vstate, vids, nv));
+        double vmax = 0;
         CHECK_EQ_INT(mf->source_len(state), S);
         /* rows: step 0 one per sentence; then [s0, s0, s1, s2, s2, s2]; from step 3 [s0(row1), s2, s2(row5), s0(row0)] */
         int rows[8] = {0, 1, 2}, R = B;
@@ -186,17 +194,26 @@ static void run_shape(const shape_t *sh) {
             if (t == 1) {
                 int parent[6] = {0, 0, 1, 2, 2, 2}, sent[6] = {0, 0, 1, 2, 2, 2};
                 CHECK(!mf->set_rows(state, parent, sent, 6));
+                CHECK(!mf->set_rows(vstate, parent, sent, 6));
                 R = 6;
                 memcpy(rows, sent, sizeof sent);
             } else if (t == 3) {
                 int parent[4] = {1, 3, 5, 0}, sent[4] = {0, 2, 2, 0};
                 CHECK(!mf->set_rows(state, parent, sent, 4));
+                CHECK(!mf->set_rows(vstate, parent, sent, 4));
                 R = 4;
                 memcpy(rows, sent, sizeof sent);
             }
             int tok[8];
             for (int i = 0; i < R; i++) tok[i] = tin[rows[i] * T + t];
             CHECK(!mf->step(state, tok, t, out, attn));
+            float vout[8 * 64];
+            CHECK(!mf->step(vstate, tok, t, vout, NULL));
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < nv; j++) {
+                    double dv = fabs(vout[i * nv + j] - out[(size_t)i * V + vids[j]]);
+                    vmax = dv > vmax ? dv : vmax;
+                }
             for (int i = 0; i < R; i++) {
                 int b = rows[i];
                 double sum = 0;
@@ -219,7 +236,9 @@ static void run_shape(const shape_t *sh) {
         else CHECK_MSG(maxd <= 1e-4, "%s float32: %g", sh->label, maxd);
         CHECK_MSG(attn_err <= 1e-5 && attn_zero, "%s: attention rows: sum error %g, zero past the source %d",
                   sh->label, attn_err, attn_zero);
+        CHECK_MSG(vmax <= 1e-5, "%s: set_vocab logits differ by %g", sh->label, vmax);
         mf->state_free(state);
+        mf->state_free(vstate);
         mf->free(net);
         weights_free(w);
     }
