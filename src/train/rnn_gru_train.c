@@ -287,6 +287,8 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
     return TERN_OK;
 }
 
+const float *rnn_gru_train_probs(const void *ws) { return ((const gru_ws_t *)ws)->acts.logits; }
+
 static size_t gru_ws_bytes(const void *p) {
     const gru_ws_t *ws = p;
     return ws->n_floats * sizeof(float);

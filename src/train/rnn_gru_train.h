@@ -26,6 +26,10 @@ typedef struct {
 
 void rnn_gru_default_config(rnn_gru_config_t *c);
 
+/* The probabilities (B·T, Vt) of the last forward (the softmax of its logits), for the parity
+ * test with the inference step (tests/c/test_rnn_gru.c); valid until the backward. */
+const float *rnn_gru_train_probs(const void *ws);
+
 extern const train_family_t train_family_rnn_gru;
 
 #endif
