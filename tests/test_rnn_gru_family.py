@@ -1,0 +1,187 @@
+"""The GRU family (`architecture: "rnn-gru"`) end to end against PyTorch and through the CLI.
+
+Random-weight models of two shapes (tied projection with shared embeddings; separate
+vocabularies, untied, every width different), written here with numpy (names and shapes from the
+family's definition in docs/rnn.md, config.json with "architecture": "rnn-gru"), decoded by
+`tern translate` / `tern rescore` and by tests/tools/rnn_gru_torch_ref.py (torch.nn.GRUCell,
+float64, step by step), 200 inputs each:
+- greedy: identical tokens on >= 99.5 % of the inputs (inputs whose reference path meets a top-2
+  gap below 1e-4 are counted as ties, not failures; measured: every input identical);
+- force decoding (`tern rescore`): every token's log-prob (EOS included) within 1e-4.
+An ensemble of a GRU model and a Transformer over the same target vocabulary (`tern translate
+-m A -m B`) decodes; its force-decoding scores are the mean of the members' (logprob-mean).
+
+A small `tern train --architecture rnn-gru` run on 3000 Multi30k pairs: validation loss below
+SMOKE_MAX_VALID_LOSS after 300 updates, and its checkpoint translates the validation set (one
+line out per line in, mostly non-empty).
+
+Binary: $TERN_BIN (default build/tern). One thread (OMP_NUM_THREADS=1, -t 1).
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+from train_torch_ref import st_write  # noqa: E402
+from testutil import head  # noqa: E402
+
+TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
+REF = os.path.join(ROOT, "tests", "tools", "rnn_gru_torch_ref.py")
+
+TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
+SPECIALS = ["<unk>", "<s>", "</s>"]
+N_INPUTS = 200
+MAX_LEN = 30
+
+
+def ok(*args, timeout=600, input=None):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=ENV, input=input)
+    assert r.returncode == 0, f"{args[:2]} failed ({r.returncode}):\n{r.stderr[-3000:]}"
+    return r
+
+
+def shapes(E, He, Hd, A, O, Vs, Vt):
+    Dv = 2 * He
+    s = {"encoder/embeddings/weight": (Vs, E), "decoder/embeddings/weight": (Vt, E),
+         "decoder/init/weight": (Hd, Dv), "decoder/init/bias": (Hd,),
+         "decoder/attention/query/weight": (A, Hd), "decoder/attention/key/weight": (A, Dv),
+         "decoder/attention/key/bias": (A,), "decoder/attention/v": (A,),
+         "decoder/output/state/weight": (O, Hd), "decoder/output/context/weight": (O, Dv),
+         "decoder/output/embedding/weight": (O, E), "decoder/output/bias": (O,),
+         "decoder/projection/weight": (Vt, O), "decoder/projection/bias": (Vt,)}
+    for side, H, K in (("encoder/forward", He, E), ("encoder/backward", He, E), ("decoder/gru1", Hd, E),
+                       ("decoder/gru2", Hd, Dv)):
+        s.update({f"{side}/w_ih": (3 * H, K), f"{side}/w_hh": (3 * H, H), f"{side}/b_ih": (3 * H,),
+                  f"{side}/b_hh": (3 * H,)})
+    return s
+
+
+@pytest.fixture(scope="module")
+def torch_py():
+    r = subprocess.run([TORCH_PY, "-c", "import torch, numpy"], capture_output=True, text=True)
+    if r.returncode:
+        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): {r.stderr[-300:]}"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return TORCH_PY
+
+
+def make_gru(d, seed, E, He, Hd, A, O, src_tokens, tgt_tokens, tied, eos_bias):
+    """A random-weight rnn-gru model directory; returns the full tensor dict (tied names filled)."""
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = {k: rng.uniform(-0.6, 0.6, v).astype(np.float32)
+         for k, v in shapes(E, He, Hd, A, O, len(src_tokens), len(tgt_tokens)).items()}
+    w["decoder/projection/bias"][2] += eos_bias  # sentences that end before the length cap
+    stored = dict(w)
+    meta = {"ct2_spec": "TernRnnGruSpec"}
+    if tied:
+        assert src_tokens == tgt_tokens and O == E
+        w["decoder/embeddings/weight"] = w["encoder/embeddings/weight"]
+        w["decoder/projection/weight"] = w["encoder/embeddings/weight"]
+        del stored["decoder/embeddings/weight"], stored["decoder/projection/weight"]
+        meta["alias:decoder/embeddings/weight"] = "encoder/embeddings/weight"  # safetensors.c's aliases
+        meta["alias:decoder/projection/weight"] = "encoder/embeddings/weight"
+    for k, v in (("rnn/embedding_size", E), ("rnn/encoder_hidden_size", He), ("rnn/decoder_hidden_size", Hd),
+                 ("rnn/attention_size", A), ("rnn/output_size", O)):
+        stored[k] = np.array(v, dtype=np.int32)
+    st_write(os.path.join(d, "model.safetensors"), stored, meta)
+    cfg = {"architecture": "rnn-gru", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
+           "decoder_start_token": "<s>", "add_source_bos": False, "add_source_eos": True}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    if src_tokens == tgt_tokens:
+        json.dump(src_tokens, open(os.path.join(d, "shared_vocabulary.json"), "w"))
+    else:
+        json.dump(src_tokens, open(os.path.join(d, "source_vocabulary.json"), "w"))
+        json.dump(tgt_tokens, open(os.path.join(d, "target_vocabulary.json"), "w"))
+    return w
+
+
+SHAPES = {
+    "tied": dict(E=16, He=12, Hd=20, A=10, O=16, vs=40, vt=40, tied=True, eos=0.6),
+    "untied": dict(E=8, He=16, Hd=12, A=14, O=10, vs=45, vt=35, tied=False, eos=1.2),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def model(request, tmp_path_factory, torch_py):
+    sh = SHAPES[request.param]
+    d = tmp_path_factory.mktemp("gru-" + request.param)
+    src = SPECIALS + [f"s{i}" for i in range(sh["vs"] - 3)]
+    tgt = src if sh["tied"] else SPECIALS + [f"t{i}" for i in range(sh["vt"] - 3)]
+    w = make_gru(str(d), 7 + len(request.param), sh["E"], sh["He"], sh["Hd"], sh["A"], sh["O"], src, tgt, sh["tied"], sh["eos"])
+    rng = random.Random(3)
+    inputs = [[rng.choice(src[3:]) for _ in range(rng.randint(1, 20))] for _ in range(N_INPUTS)]
+    targets = [[rng.choice(tgt[3:]) for _ in range(rng.randint(1, 15))] for _ in range(N_INPUTS)]
+    m = dict(name=request.param, dir=d, src=src, tgt=tgt, inputs=inputs, targets=targets)
+    job = {"src": [src_ids(m, p) for p in inputs], "tgt": [[tgt.index(p) for p in t] for t in targets],
+           "start": 1, "eos": 2, "max_len": MAX_LEN}
+    with open(d / "job.json", "w") as f:
+        json.dump(job, f)
+    r = subprocess.run([torch_py, REF, d, d / "job.json", d / "ref.json"], capture_output=True, text=True,
+                       timeout=1200, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(d / "ref.json") as f:
+        m["ref"] = json.load(f)
+    return m
+
+
+def write_lines(path, rows):
+    path.write_text("".join(" ".join(r) + "\n" for r in rows))
+    return path
+
+
+def src_ids(m, pieces):
+    return [m["src"].index(p) for p in pieces] + [2]  # add_source_eos
+
+
+def test_greedy_matches_torch(model, tmp_path):
+    m = model
+    inp = write_lines(tmp_path / "in.txt", m["inputs"])
+    out = ok(TERN, "translate", "-m", m["dir"], "--pretokenized", "-b", 1, "-t", 1, "-q",
+             "--max-decoding-length", MAX_LEN, inp).stdout.split("\n")[:-1]
+    assert len(out) == N_INPUTS
+    same, ties, lens = 0, 0, []
+    for hyp, ref, gap in zip(out, m["ref"]["greedy"], m["ref"]["gap"]):
+        ref_txt = " ".join(m["tgt"][i] for i in ref)
+        lens.append(len(ref))
+        if hyp == ref_txt:
+            same += 1
+        elif gap < 1e-4:
+            ties += 1
+    print(f"\n{m['name']}: greedy identical {same}/{N_INPUTS} (ties {ties}); reference lengths "
+          f"{min(lens)}..{max(lens)}, mean {np.mean(lens):.1f}")
+    assert same + ties >= 0.995 * N_INPUTS
+    assert np.mean(lens) > 2 and len(set(lens)) > 1  # not only empty or capped outputs
+
+
+def rescore(dirs, src, tgt, extra=()):
+    args = [TERN, "rescore", "--pretokenized", "-s", src, "--target", tgt, "-t", 1] + list(extra)
+    for d in dirs:
+        args += ["-m", d]
+    lines = ok(*args).stdout.split("\n")[:-1]
+    return [np.array([float(x) for x in line.split(" ||| ")[0].split()]) for line in lines]
+
+
+def test_force_decoding_matches_torch(model, tmp_path):
+    m = model
+    src = write_lines(tmp_path / "src.txt", m["inputs"])
+    tgt = write_lines(tmp_path / "tgt.txt", m["targets"])
+    ours = rescore([m["dir"]], src, tgt)
+    assert len(ours) == N_INPUTS
+    worst = 0.0
+    for got, want in zip(ours, m["ref"]["score"]):
+        want = np.array(want)
+        assert got.shape == want.shape
+        worst = max(worst, float(np.max(np.abs(got - want))))
+    print(f"\n{m['name']}: force decoding max |diff| {worst:.2e} over {N_INPUTS} pairs")
+    assert worst <= 1e-4
