@@ -185,3 +185,59 @@ def test_force_decoding_matches_torch(model, tmp_path):
         worst = max(worst, float(np.max(np.abs(got - want))))
     print(f"\n{m['name']}: force decoding max |diff| {worst:.2e} over {N_INPUTS} pairs")
     assert worst <= 1e-4
+
+
+# ------------------------------------------------------------------ tern train --architecture rnn-gru
+
+N_TRAIN, N_VALID = 3000, 200
+SMOKE_MAX_VALID_LOSS = None  # set below from measurements
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+    if not os.path.exists(TERN):
+        pytest.skip(f"{TERN} not built")
+    d = tmp_path_factory.mktemp("gru_train")
+    m = os.path.join(data_dir, "multi30k")
+    for lang in ("en", "de"):
+        head(os.path.join(m, f"train.{lang}"), d / f"train.{lang}", N_TRAIN)
+        head(os.path.join(m, f"val.{lang}"), d / f"valid.{lang}", N_VALID)
+    ok(TERN, "vocab", "--model-dir", d / "vocab", "--source", d / "train.en", "--target", d / "train.de",
+       "--vocab-size", 1000, "-t", 1)
+    save = d / "save"
+    ok(TERN, "train", "--architecture", "rnn-gru", "--emb-dim", 64, "--rnn-dim", 64, "--vocab", d / "vocab",
+       "--cache-dir", d / "cache", "--save-dir", save, "-t", 1, "--no-plot", "-q",
+       "--train-src", d / "train.en", "--train-tgt", d / "train.de", "--valid-src", d / "valid.en",
+       "--valid-tgt", d / "valid.de", "--max-tokens", 1500, "--lr", "5e-3", "--warmup", 100, "--dropout", 0.1,
+       "--clip-norm", 5, "--max-updates", 300, "--valid-interval-updates", 100, "--bleu-beam", 2, "--keep-last", 2)
+    return d, save
+
+
+def test_ensemble_with_transformer(model, tmp_path):
+    """A GRU model and a CTranslate2 Transformer over the same vocabulary: `tern rescore -m A -m B`
+    gives the mean of the members' token log-probs (logprob-mean, within 1e-5) and `tern translate
+    -m A -m B` decodes every input."""
+    if model["name"] != "tied":
+        pytest.skip("one shape is enough (the tied model has one shared vocabulary)")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
+    pytest.importorskip("ctranslate2")
+    import make_models
+
+    tf = str(tmp_path / "tf")
+    shape = dict(name="ens-gru-tf", enc_layers=1, dec_layers=1, heads=2, d=16, ff=32, pre_norm=True,
+                 activation="relu", tokens=model["src"], src_vocab=len(model["src"]), tgt_vocab=len(model["src"]),
+                 shared_vocab=True, tie_output=False, share_embeddings=False, learned_pos=False,
+                 scale_embeddings=True, eps=None)
+    make_models.make_model(shape, tf, seed=5)
+    assert make_models.read_vocabulary(tf, "target") == model["tgt"]
+    src = write_lines(tmp_path / "src.txt", model["inputs"][:50])
+    tgt = write_lines(tmp_path / "tgt.txt", model["targets"][:50])
+    a = rescore([model["dir"]], src, tgt)
+    b = rescore([tf], src, tgt)
+    both = rescore([model["dir"], tf], src, tgt, ["--ensemble-mode", "logprob-mean"])
+    worst = max(float(np.max(np.abs(e - (x + y) / 2))) for x, y, e in zip(a, b, both))
+    print(f"\nensemble rnn-gru + transformer: force decoding max |diff| to the members' mean {worst:.2e}")
+    assert worst <= 1e-5
+    out = ok(TERN, "translate", "-m", model["dir"], "-m", tf, "--pretokenized", "-b", 4, "-t", 1, "-q",
+             "--max-decoding-length", MAX_LEN, src).stdout.split("\n")[:-1]
+    assert len(out) == 50 and all(t in model["tgt"] for line in out for t in line.split())
