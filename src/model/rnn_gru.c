@@ -31,6 +31,13 @@ typedef struct {
     cgru_weights_t dec;
     cgru_dims_t cd;
     size_t weight_bytes;
+    /* int8 (compute type int8, or int8 weights stored): every matrix as a per-output-row int8
+     * linear_t run by linear_forward; the float32 copies serve the embeddings' lookups */
+    int int8;
+    linear_t lin[RG_COUNT]; /* the matrices (rnn_gru_tensor_is_matrix), biases fused where the layer has one */
+    int8_t *qbuf;
+    float *sbuf;
+    int32_t *cbuf;
 } gru_net_t;
 
 typedef struct {
@@ -53,6 +60,14 @@ typedef struct {
     int vn, capv;
     float *vw, *vb; /* (vn, O), (vn) the projection's rows for ids */
     float *u;       /* (R, O) */
+    /* int8 path */
+    int8_t *vq;     /* (vn, O) the quantized projection's rows for ids */
+    float *vs;      /* (vn) their scales */
+    linear_t vlin;
+    float *i8;      /* scratch of the int8 path (i8_n floats) */
+    size_t i8_n;
+    void *lws;      /* linear_forward's workspace (lws_n bytes) */
+    size_t lws_n;
 } gru_state_t;
 
 /* u (R, O) = tanh(W_s s + W_c ctx + W_e e + b): the deep output (as rnn_layers' cGRU step computes it),
@@ -71,8 +86,68 @@ static void deep_output(float *u, const float *s, const float *ctx, const float 
 
 static void net_free(gru_net_t *n) {
     if (!n) return;
+    free(n->qbuf), free(n->sbuf), free(n->cbuf);
     free(n->buf);
     free(n);
+}
+
+/* The bias fused into each matrix's linear layer. */
+static const float *matrix_bias(const gru_net_t *n, rg_tensor_t i) {
+    switch (i) {
+    case RG_ENC_F_WIH: return n->t[RG_ENC_F_BIH];
+    case RG_ENC_F_WHH: return n->t[RG_ENC_F_BHH];
+    case RG_ENC_B_WIH: return n->t[RG_ENC_B_BIH];
+    case RG_ENC_B_WHH: return n->t[RG_ENC_B_BHH];
+    case RG_INIT_W: return n->t[RG_INIT_B];
+    case RG_GRU1_WIH: return n->t[RG_GRU1_BIH];
+    case RG_GRU1_WHH: return n->t[RG_GRU1_BHH];
+    case RG_GRU2_WIH: return n->t[RG_GRU2_BIH];
+    case RG_GRU2_WHH: return n->t[RG_GRU2_BHH];
+    case RG_ATT_WK: return n->t[RG_ATT_B];
+    case RG_OUT_WS: return n->t[RG_OUT_B];
+    case RG_PROJ_W: return n->t[RG_PROJ_B];
+    default: return NULL;
+    }
+}
+
+/* Every matrix to int8 with per-output-row scales (CTranslate2's quantization, quantize_rows_s8). */
+static tern_status_t quantize_net(gru_net_t *n) {
+    size_t nq = 0, ns = 0;
+    for (int i = 0; i < RG_COUNT; i++) {
+        if (!rnn_gru_tensor_is_matrix((rg_tensor_t)i)) continue;
+        int r, c;
+        rnn_gru_tensor_shape(&n->d, (rg_tensor_t)i, &r, &c);
+        nq += (size_t)r * c;
+        ns += (size_t)r;
+    }
+    n->qbuf = malloc(nq);
+    n->sbuf = malloc(ns * sizeof(float));
+    n->cbuf = malloc(ns * sizeof(int32_t));
+    if (!n->qbuf || !n->sbuf || !n->cbuf) return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory for int8 weights");
+    size_t oq = 0, os = 0, bytes = 0;
+    for (int i = 0; i < RG_COUNT; i++) {
+        int r, c;
+        rnn_gru_tensor_shape(&n->d, (rg_tensor_t)i, &r, &c);
+        if (!rnn_gru_tensor_is_matrix((rg_tensor_t)i)) {
+            bytes += (size_t)r * (c ? c : 1) * sizeof(float);
+            continue;
+        }
+        linear_t *l = &n->lin[i];
+        memset(l, 0, sizeof *l);
+        l->kind = WEIGHT_S8;
+        l->N = r;
+        l->K = c;
+        quantize_rows_s8(n->qbuf + oq, n->sbuf + os, n->t[i], r, c);
+        l->q = n->qbuf + oq;
+        l->scale = n->sbuf + os;
+        l->bias = matrix_bias(n, (rg_tensor_t)i);
+        linear_prepare(l, n->cbuf + os);
+        oq += (size_t)r * c;
+        os += (size_t)r;
+        bytes += (size_t)r * c + (size_t)r * 8;
+    }
+    n->weight_bytes = bytes;
+    return TERN_OK;
 }
 
 static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
@@ -130,6 +205,16 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
     };
     n->cd = (cgru_dims_t){.H = n->d.dec_hidden, .E = n->d.emb, .Dv = 2 * n->d.enc_hidden, .A = n->d.att,
                           .O = n->d.out, .V = n->d.tgt_vocab};
+    int stored_int8 = 0;
+    for (int i = 0; i < RG_COUNT; i++) {
+        const tensor_t *t = weights_get(w, rnn_gru_tensor_name((rg_tensor_t)i));
+        if (rnn_gru_tensor_is_matrix((rg_tensor_t)i) && t->dtype == DT_I8) stored_int8 = 1;
+    }
+    n->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && stored_int8);
+    if (n->int8 && (st = quantize_net(n))) {
+        net_free(n);
+        return st;
+    }
     *out = n;
     return TERN_OK;
 }
@@ -143,7 +228,7 @@ static void gru_describe(const void *net, tern_model_info_t *in) {
     in->target_vocab_size = n->d.tgt_vocab;
     in->max_source_length = 1024;
     in->max_target_length = 1024;
-    in->int8 = 0;
+    in->int8 = n->int8;
     in->weight_bytes = n->weight_bytes;
 }
 
@@ -164,6 +249,7 @@ static void gru_state_free(void *p) {
     free(s->emb), free(s->gates), free(s->enc), free(s->kp), free(s->slen);
     free(s->s), free(s->s_new), free(s->e), free(s->ctx), free(s->alpha), free(s->src_of_row), free(s->src_tmp);
     free(s->scratch), free(s->vw), free(s->vb), free(s->u);
+    free(s->vq), free(s->vs), free(s->i8), free(s->lws);
     free(s);
 }
 
@@ -192,6 +278,151 @@ static tern_status_t ensure_rows(gru_state_t *s, int R, int S) {
     s->capS = cS > s->capS ? cS : s->capS;
     s->scratch_n = ns;
     return TERN_OK;
+}
+
+/* ------------------------------------------------------------ the int8 path
+ * The same functions as rnn_layers' (checked against the float32 path in tests/c/test_rnn_gru.c),
+ * with every matrix product a linear_forward of per-row int8 weights. */
+
+static size_t i8_floats(const gru_net_t *n, int N, int S, int R) {
+    const cgru_dims_t d = n->cd;
+    int He = n->d.enc_hidden, Hd = d.H;
+    size_t NS = (size_t)N * S;
+    size_t enc = NS * 3 * He + (size_t)N * 3 * He + (size_t)2 * N * He + (size_t)N * (d.Dv + Hd);
+    size_t step = (size_t)R * (6 * (size_t)Hd + Hd + d.A + 2 * (size_t)d.O);
+    return enc > step ? enc : step;
+}
+
+static tern_status_t ensure_i8(gru_state_t *s, int N, int S, int R) {
+    const gru_net_t *n = s->net;
+    if (!n->int8) return TERN_OK;
+    size_t need = i8_floats(n, N, S, R);
+    if (need > s->i8_n) {
+        float *p = realloc(s->i8, need * sizeof(float));
+        if (!p) return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory");
+        s->i8 = p;
+        s->i8_n = need;
+    }
+    int M = N * S > R ? N * S : R;
+    size_t lw = 0;
+    for (int i = 0; i < RG_COUNT; i++)
+        if (rnn_gru_tensor_is_matrix((rg_tensor_t)i)) {
+            size_t b = linear_workspace_size(&n->lin[i], M);
+            if (b > lw) lw = b;
+        }
+    if (lw > s->lws_n) {
+        free(s->lws);
+        s->lws = aligned_alloc64(lw);
+        if (!s->lws) {
+            s->lws_n = 0;
+            return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory");
+        }
+        s->lws_n = lw;
+    }
+    return TERN_OK;
+}
+
+static inline float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* h (R, H) from gi = W_ih x + b_ih and gh = W_hh h_prev + b_hh (R, 3H, gates [r; z; n]) and h_prev
+ * (NULL: zeros): torch.nn.GRUCell's combination. */
+static void gru_combine(float *h, const float *gi, const float *gh, const float *hp, int R, int H) {
+    for (int r = 0; r < R; r++) {
+        const float *a = gi + (size_t)r * 3 * H, *b = gh + (size_t)r * 3 * H;
+        const float *p = hp ? hp + (size_t)r * H : NULL;
+        float *o = h + (size_t)r * H;
+        for (int j = 0; j < H; j++) {
+            float rg = sigm(a[j] + b[j]), z = sigm(a[H + j] + b[H + j]);
+            float nn = tanhf(a[2 * H + j] + rg * b[2 * H + j]);
+            o[j] = (1.0f - z) * nn + z * (p ? p[j] : 0.0f);
+        }
+    }
+}
+
+/* One direction of the encoder over the projected inputs gi (N, S, 3He): out[n, t, off..off+He). */
+static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, int reverse, int off, float *h,
+                       float *hn, float *gh) {
+    const gru_net_t *n = s->net;
+    int N = s->N, S = s->S, He = n->d.enc_hidden, Dv = 2 * He;
+    memset(h, 0, sizeof(float) * (size_t)N * He);
+    for (int k = 0; k < S; k++) {
+        int t = reverse ? S - 1 - k : k;
+        linear_forward(gh, h, whh, N, s->lws);
+        for (int b = 0; b < N; b++) {
+            float *hb = h + (size_t)b * He;
+            if (t < s->slen[b]) {
+                gru_combine(hn + (size_t)b * He, gi + ((size_t)b * S + t) * 3 * He, gh + (size_t)b * 3 * He, hb, 1,
+                            He);
+                memcpy(hb, hn + (size_t)b * He, sizeof(float) * He);
+            }
+            memcpy(s->enc + ((size_t)b * S + t) * Dv + off, hb, sizeof(float) * He);
+        }
+    }
+}
+
+static void encode_i8(gru_state_t *s) {
+    const gru_net_t *n = s->net;
+    const cgru_dims_t d = n->cd;
+    int N = s->N, S = s->S, He = n->d.enc_hidden;
+    size_t NS = (size_t)N * S;
+    float *gi = s->i8, *gh = gi + NS * 3 * He, *h = gh + (size_t)N * 3 * He, *hn = h + (size_t)N * He;
+    float *mean = hn + (size_t)N * He, *pre = mean + (size_t)N * d.Dv;
+    linear_forward(gi, s->emb, &n->lin[RG_ENC_F_WIH], (int)NS, s->lws); /* all steps, one GEMM */
+    enc_dir_i8(s, gi, &n->lin[RG_ENC_F_WHH], 0, 0, h, hn, gh);
+    linear_forward(gi, s->emb, &n->lin[RG_ENC_B_WIH], (int)NS, s->lws);
+    enc_dir_i8(s, gi, &n->lin[RG_ENC_B_WHH], 1, He, h, hn, gh);
+    linear_forward(s->kp, s->enc, &n->lin[RG_ATT_WK], (int)NS, s->lws); /* keys, once */
+    for (int b = 0; b < N; b++) {
+        float *m = mean + (size_t)b * d.Dv;
+        memset(m, 0, sizeof(float) * d.Dv);
+        for (int j = 0; j < s->slen[b]; j++)
+            for (int k = 0; k < d.Dv; k++) m[k] += s->enc[((size_t)b * S + j) * d.Dv + k];
+        for (int k = 0; k < d.Dv; k++) m[k] *= 1.0f / (float)s->slen[b];
+    }
+    linear_forward(pre, mean, &n->lin[RG_INIT_W], N, s->lws);
+    for (size_t i = 0; i < (size_t)N * d.H; i++) s->s[i] = tanhf(pre[i]);
+}
+
+static void step_i8(gru_state_t *s, float *out) {
+    const gru_net_t *n = s->net;
+    const cgru_dims_t d = n->cd;
+    int R = s->R, S = s->S, H = d.H;
+    float *gi = s->i8, *gh = gi + (size_t)R * 3 * H, *s1 = gh + (size_t)R * 3 * H, *qp = s1 + (size_t)R * H;
+    float *u2 = qp + (size_t)R * d.A, *u3 = u2 + (size_t)R * d.O;
+    linear_forward(gi, s->e, &n->lin[RG_GRU1_WIH], R, s->lws);
+    linear_forward(gh, s->s, &n->lin[RG_GRU1_WHH], R, s->lws);
+    gru_combine(s1, gi, gh, s->s, R, H);
+    linear_forward(qp, s1, &n->lin[RG_ATT_WQ], R, s->lws);
+    const float *v = n->t[RG_ATT_V];
+    for (int r = 0; r < R; r++) { /* additive attention over the row's sentence */
+        int b = s->src_of_row[r], L = s->slen[b];
+        float *al = s->alpha + (size_t)r * S, mx = -INFINITY;
+        for (int j = 0; j < L; j++) {
+            const float *k = s->kp + ((size_t)b * S + j) * d.A, *q = qp + (size_t)r * d.A;
+            float e = 0;
+            for (int a = 0; a < d.A; a++) e += v[a] * tanhf(q[a] + k[a]);
+            al[j] = e;
+            mx = e > mx ? e : mx;
+        }
+        float sum = 0;
+        for (int j = 0; j < L; j++) sum += (al[j] = expf(al[j] - mx));
+        for (int j = 0; j < L; j++) al[j] /= sum;
+        for (int j = L; j < S; j++) al[j] = 0;
+        float *c = s->ctx + (size_t)r * d.Dv;
+        memset(c, 0, sizeof(float) * d.Dv);
+        for (int j = 0; j < L; j++) {
+            const float *ev = s->enc + ((size_t)b * S + j) * d.Dv;
+            for (int k = 0; k < d.Dv; k++) c[k] += al[j] * ev[k];
+        }
+    }
+    linear_forward(gi, s->ctx, &n->lin[RG_GRU2_WIH], R, s->lws);
+    linear_forward(gh, s1, &n->lin[RG_GRU2_WHH], R, s->lws);
+    gru_combine(s->s_new, gi, gh, s1, R, H);
+    linear_forward(s->u, s->s_new, &n->lin[RG_OUT_WS], R, s->lws); /* + b */
+    linear_forward(u2, s->ctx, &n->lin[RG_OUT_WC], R, s->lws);
+    linear_forward(u3, s->e, &n->lin[RG_OUT_WE], R, s->lws);
+    for (size_t i = 0; i < (size_t)R * d.O; i++) s->u[i] = tanhf(s->u[i] + u2[i] + u3[i]);
+    linear_forward(out, s->u, s->vn ? &s->vlin : &n->lin[RG_PROJ_W], R, s->lws);
 }
 
 static tern_status_t gru_encode(void *p, const int *const *src, const int *src_len, int N) {
@@ -223,6 +454,7 @@ static tern_status_t gru_encode(void *p, const int *const *src, const int *src_l
         }
     }
     tern_status_t st = ensure_rows(s, N, S);
+    if (!st) st = ensure_i8(s, N, S, N);
     if (st) return st;
     s->N = N;
     s->S = S;
@@ -235,6 +467,12 @@ static tern_status_t gru_encode(void *p, const int *const *src, const int *src_l
         }
     }
     size_t NS = (size_t)N * S;
+    if (n->int8) {
+        encode_i8(s);
+        for (int i = 0; i < N; i++) s->src_of_row[i] = i;
+        s->R = N;
+        return TERN_OK;
+    }
     nn_bigru_forward(s->enc, s->gates, s->gates + NS * 4 * He, s->emb, &n->enc_f, &n->enc_b, s->slen, N, S, E, He);
     nn_additive_keys_forward(s->kp, s->enc, n->dec.att_wk, n->dec.att_b, N, S, d.Dv, d.A);
     rnn_gru_init_state(s->s, s->scratch, s->enc, s->slen, n->t[RG_INIT_W], n->t[RG_INIT_B], N, S, d.Dv, d.H);
@@ -256,7 +494,9 @@ static tern_status_t gru_step(void *p, const int *tokens, int t, float *out, flo
             return tern_error(TERN_ERR_INVALID_ARG, "rnn-gru: target id %d out of range [0, %d)", tokens[r], d.V);
         memcpy(s->e + (size_t)r * d.E, n->t[RG_DEC_EMB] + (size_t)tokens[r] * d.E, sizeof(float) * d.E);
     }
-    if (!s->vn) {
+    if (n->int8) {
+        step_i8(s, out);
+    } else if (!s->vn) {
         nn_cgru_step_forward(s->s_new, s->ctx, s->alpha, out, s->scratch, s->e, s->s, s->kp, s->enc, s->slen,
                              s->src_of_row, &n->dec, R, S, d);
     } else {
@@ -276,6 +516,7 @@ static tern_status_t gru_set_rows(void *p, const int *parent, const int *sent, i
     gru_state_t *s = p;
     const int H = s->net->cd.H;
     tern_status_t st = ensure_rows(s, R, s->S);
+    if (!st) st = ensure_i8(s, s->N, s->S, R);
     if (st) return st;
     for (int i = 0; i < R; i++) {
         if (parent[i] < 0 || parent[i] >= s->R || sent[i] < 0 || sent[i] >= s->N)
@@ -297,7 +538,8 @@ static tern_status_t gru_set_vocab(void *p, const int *ids, int vn) {
     const gru_net_t *n = s->net;
     const cgru_dims_t d = n->cd;
     if (vn > s->capv) {
-        if (!grow((void **)&s->vw, sizeof(float) * vn * d.O) || !grow((void **)&s->vb, sizeof(float) * vn))
+        if (!grow((void **)&s->vw, sizeof(float) * vn * d.O) || !grow((void **)&s->vb, sizeof(float) * vn) ||
+            !grow((void **)&s->vq, (size_t)vn * d.O) || !grow((void **)&s->vs, sizeof(float) * vn))
             return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory for a vocabulary of %d", vn);
         s->capv = vn;
     }
@@ -306,6 +548,17 @@ static tern_status_t gru_set_vocab(void *p, const int *ids, int vn) {
             return tern_error(TERN_ERR_INVALID_ARG, "rnn-gru: vocabulary map id %d out of range [0, %d)", ids[i], d.V);
         memcpy(s->vw + (size_t)i * d.O, n->dec.out_wo + (size_t)ids[i] * d.O, sizeof(float) * d.O);
         s->vb[i] = n->dec.out_bo ? n->dec.out_bo[ids[i]] : 0.0f;
+    }
+    if (n->int8) {
+        const linear_t *P = &n->lin[RG_PROJ_W];
+        for (int i = 0; i < vn; i++) {
+            memcpy(s->vq + (size_t)i * d.O, P->q + (size_t)ids[i] * d.O, (size_t)d.O);
+            s->vs[i] = P->scale[ids[i]];
+        }
+        s->vlin = (linear_t){.kind = WEIGHT_S8, .N = vn, .K = d.O, .q = s->vq, .scale = s->vs,
+                             .bias = n->dec.out_bo ? s->vb : NULL, .comp = NULL};
+        s->vlin.q_has_min = 0;
+        for (size_t i = 0; i < (size_t)vn * d.O; i++) s->vlin.q_has_min |= s->vq[i] == -128;
     }
     s->vn = vn;
     return TERN_OK;
