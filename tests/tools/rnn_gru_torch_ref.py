@@ -96,6 +96,61 @@ class GruModel:
             out.append(y)
         return out, gap
 
+    def beam(self, src, start, eos, max_len, beam, min_len=1):
+        """Beam search as Tern's default and CTranslate2's (no length penalty): per step the top 2·beam
+        extensions (score + log p) of the live hypotheses; the first `beam` are taken in order, an EOS
+        among them finishes a hypothesis and is replaced by the next non-EOS extension after them; at
+        the length cap every taken extension finishes. The search ends when the best extension of a
+        step is EOS, or when no live hypothesis beats the best finished one. Returns the tokens of
+        the best finished hypothesis and the smallest score gap between candidates ranked beam-1/beam
+        and 2·beam-1/2·beam (a near tie that float32 may order differently)."""
+        enc, kp, s0 = self.encode(src)
+        live = [(0.0, [], start, s0)]  # score, tokens, last token, state
+        finished, gap = [], float("inf")
+        for t in range(max_len):
+            cands = []
+            for r, (sc, toks, y, s) in enumerate(live):
+                lp, s2 = self.step(enc, kp, s, y)
+                if t < min_len:
+                    lp = lp.clone()
+                    lp[eos] = -float("inf")
+                for v in range(lp.shape[0]):
+                    cands.append((sc + float(lp[v]), r, v, s2))
+            cands.sort(key=lambda c: -c[0])
+            K = min(2 * beam, len(cands))
+            vals = [c[0] for c in cands[:K + 1]]
+            for i in range(1, len(vals)):
+                gap = min(gap, vals[i - 1] - vals[i])
+            last = t + 1 >= max_len
+            new, sec, top_eos = [], beam, False
+            for k in range(min(beam, K)):
+                cv, r, v, s2 = cands[k]
+                if cv == -float("inf"):
+                    break
+                if v == eos or last:
+                    finished.append((cv, live[r][1] + ([] if v == eos else [v])))
+                    if v == eos and k == 0:
+                        top_eos = True
+                    if last:
+                        continue
+                    j = sec
+                    while j < K and (cands[j][2] == eos or cands[j][0] == -float("inf")):
+                        j += 1
+                    if j >= K:
+                        continue
+                    sec = j + 1
+                    cv, r, v, s2 = cands[j]
+                new.append((cv, live[r][1] + [v], v, s2))
+            done = last or not new or top_eos
+            if not done and finished and any(f[1] is not None for f in finished):
+                if max(f[0] for f in finished) >= max(n[0] for n in new):
+                    done = True
+            if done:
+                break
+            live = new
+        best = max(finished, key=lambda f: f[0])
+        return best[1], gap
+
     def score(self, src, tgt, start, eos):
         """log p of every target token and of the final EOS."""
         enc, kp, s = self.encode(src)
@@ -123,11 +178,15 @@ def main(model_dir, inp, out):
             w[k[6:]] = w[v]
     m = GruModel(w)
     job = json.load(open(inp))
-    res = {"greedy": [], "gap": [], "score": []}
+    res = {"greedy": [], "gap": [], "score": [], "beam": [], "beam_gap": []}
     for i, src in enumerate(job["src"]):
         toks, gap = m.greedy(src, job["start"], job["eos"], job["max_len"])
         res["greedy"].append(toks)
         res["gap"].append(gap)
+        if job.get("beam"):
+            toks, gap = m.beam(src, job["start"], job["eos"], job["max_len"], job["beam"])
+            res["beam"].append(toks)
+            res["beam_gap"].append(gap)
         if job.get("tgt"):
             res["score"].append(m.score(src, job["tgt"][i], job["start"], job["eos"]))
     json.dump(res, open(out, "w"))
