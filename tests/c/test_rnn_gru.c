@@ -145,7 +145,7 @@ static void parity(int joint, const char *dir) {
         CHECK_EQ_INT(inf->source_len(state), S);
         int R = B, sent[2 * B] = {0};
         for (int r = 0; r < R; r++) sent[r] = r;
-        int ids[10], nid = 0;
+        int ids[32], nid = 0;
         if (pass == 2) {
             for (int v = 0; v < Vt; v += 2) ids[nid++] = v;
             CHECK(inf->set_vocab(state, ids, nid) == TERN_OK);
