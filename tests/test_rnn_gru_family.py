@@ -7,13 +7,18 @@ family's definition in docs/rnn.md, config.json with "architecture": "rnn-gru"),
 float64, step by step), 200 inputs each:
 - greedy: identical tokens on >= 99.5 % of the inputs (inputs whose reference path meets a top-2
   gap below 1e-4 are counted as ties, not failures; measured: every input identical);
+- beam 4 (`tern translate -b 4`, no length penalty) against the reference's beam search with
+  CTranslate2's semantics (top 2·beam extensions, EOS finishes and is replaced, stop when the best
+  extension is EOS or no live hypothesis beats the best finished): identical on >= 97 %
+  (measured: every input identical);
 - force decoding (`tern rescore`): every token's log-prob (EOS included) within 1e-4.
 An ensemble of a GRU model and a Transformer over the same target vocabulary (`tern translate
 -m A -m B`) decodes; its force-decoding scores are the mean of the members' (logprob-mean).
 
 A small `tern train --architecture rnn-gru` run on 3000 Multi30k pairs: validation loss below
 SMOKE_MAX_VALID_LOSS after 300 updates, and its checkpoint translates the validation set (one
-line out per line in, mostly non-empty).
+line out per line in, mostly non-empty). A resumed run (12 updates, stop, --resume to 24) equals
+the straight run: the same curve and bit-identical parameters.
 
 Binary: $TERN_BIN (default build/tern). One thread (OMP_NUM_THREADS=1, -t 1).
 """
@@ -277,3 +282,23 @@ def test_train_validation_loss_falls_and_checkpoint_translates(trained):
     hyps = out.read_text(encoding="utf-8").split("\n")
     assert hyps[-1] == "" and len(hyps) - 1 == N_VALID
     assert sum(1 for h in hyps[:-1] if h.strip()) >= 0.95 * N_VALID
+
+
+def test_resume_is_exact(trained):
+    """24 updates straight = 12, stop, --resume to 24: the same curve and bit-identical parameters
+    (dropout, clipping, Adam moments and the data order all restored)."""
+    from train_torch_ref import st_read
+
+    d, _ = trained
+    args = ["--architecture", "rnn-gru", "--emb-dim", 32, "--rnn-dim", 32, "--vocab", d / "vocab", "--cache-dir",
+            d / "cache", "-t", 1, "--no-plot", "-q", "--train-src", d / "train.en", "--train-tgt", d / "train.de",
+            "--max-tokens", 800, "--no-bleu", "--dropout", 0.2, "--clip-norm", 1, "--lr", "3e-3", "--warmup", 5]
+    ok(TERN, "train", *args, "--save-dir", d / "ra", "--max-updates", 24)
+    ok(TERN, "train", *args, "--save-dir", d / "rb", "--max-updates", 12)
+    ok(TERN, "train", *args, "--save-dir", d / "rb", "--max-updates", 24, "--resume")
+    rows = [[line.split("\t")[:4] for line in open(d / s / "train_curve.tsv") if not line.startswith("#")]
+            for s in ("ra", "rb")]
+    assert len(rows[0]) == 24 and rows[0] == rows[1]
+    a, _ = st_read(d / "ra" / "checkpoint-00000024" / "model.safetensors")
+    b, _ = st_read(d / "rb" / "checkpoint-00000024" / "model.safetensors")
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
