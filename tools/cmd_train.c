@@ -233,13 +233,15 @@ static volatile sig_atomic_t g_stop = 0;
 /* The GRU family's configuration (--architecture rnn-gru); the options shared with the
  * Transformer (--dropout, --label-smoothing, embeddings' sharing and tying) are copied in. */
 static rnn_gru_config_t g_gru;
-static void family_config(trainer_options_t *o) {
-    if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return;
+static const char *family_config(trainer_options_t *o) {
+    if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return NULL;
+    if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (rnn-gru trains in float32)";
     g_gru.dropout = o->model.dropout;
     g_gru.label_smoothing = o->model.label_smoothing;
     g_gru.share_emb = o->model.share_emb;
     g_gru.tie_proj = o->model.tie_proj;
     o->model_config = &g_gru;
+    return NULL;
 }
 
 /* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
@@ -567,6 +569,9 @@ int cmd_train(int argc, char **argv) {
         else usage(stderr);
         return 2;
     }
-    family_config(&o);
+    if ((err = family_config(&o))) {
+        fprintf(stderr, "tern train: %s\n", err);
+        return 2;
+    }
     return run_training(&o, plot);
 }
