@@ -18,7 +18,7 @@ An ensemble of a GRU model and a Transformer over the same target vocabulary (`t
 
 A small `tern train --architecture rnn-gru` run on 3000 Multi30k pairs: validation loss below
 SMOKE_MAX_VALID_LOSS after 300 updates, and its checkpoint translates the validation set (one
-line out per line in, mostly non-empty). A resumed run (12 updates, stop, --resume to 24) equals
+line out per line in, mostly non-empty), as does `tern average --last 2` (the mean). A resumed run (12 updates, stop, --resume to 24) equals
 the straight run: the same curve and bit-identical parameters; `mpirun -np 2` equals --update-freq 2.
 
 Binary: $TERN_BIN (default build/tern). One thread (OMP_NUM_THREADS=1, -t 1).
@@ -299,6 +299,20 @@ def test_train_validation_loss_falls_and_checkpoint_translates(trained):
     hyps = out.read_text(encoding="utf-8").split("\n")
     assert hyps[-1] == "" and len(hyps) - 1 == N_VALID
     assert sum(1 for h in hyps[:-1] if h.strip()) >= 0.95 * N_VALID
+    # `tern average --last 2`: the element-wise mean of the two checkpoints, and it translates
+    from train_torch_ref import st_read
+
+    ok(TERN, "average", "-o", d / "avg", "--last", 2, save)
+    names = sorted(p.name for p in save.iterdir() if p.name.startswith("checkpoint-"))
+    a, _ = st_read(save / names[-2] / "model.safetensors")
+    b, _ = st_read(save / names[-1] / "model.safetensors")
+    m, _ = st_read(d / "avg" / "model.safetensors")
+    for k in a:
+        if a[k].dtype == np.float32:
+            assert np.allclose(m[k], (a[k] + b[k]) / 2, rtol=1e-6, atol=1e-7), k
+        else:
+            assert np.array_equal(m[k], a[k]), k
+    ok(TERN, "translate", "-m", d / "avg", "-t", 1, "-q", d / "valid.en", d / "avg.hyp")
 
 
 def test_resume_is_exact(trained):
