@@ -253,12 +253,11 @@ def trained(tmp_path_factory, data_dir):
     return d, save
 
 
+@pytest.mark.parametrize("model", ["tied"], indirect=True)  # the shape with one shared vocabulary
 def test_ensemble_with_transformer(model, tmp_path):
     """A GRU model and a CTranslate2 Transformer over the same vocabulary: `tern rescore -m A -m B`
     gives the mean of the members' token log-probs (logprob-mean, within 1e-5) and `tern translate
     -m A -m B` decodes every input."""
-    if model["name"] != "tied":
-        pytest.skip("one shape is enough (the tied model has one shared vocabulary)")
     sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
     pytest.importorskip("ctranslate2")
     import make_models
