@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "train/dist.h"
 #include "train/trainer.h"
+#include "train/rnn_gru_train.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -53,6 +54,15 @@ static void usage(FILE *f) {
 "  --layer-norm-eps E          (default 1e-6)\n"
 "  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
 "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"
+"  --architecture A            transformer (default) or rnn-gru (docs/rnn.md)\n"
+"rnn-gru (with --dropout on the embeddings, --label-smoothing, --[no-]share-embeddings,\n"
+"--no-tie-projection):\n"
+"  --emb-dim N                 embedding width (default 256)\n"
+"  --rnn-dim N                 encoder (per direction) and decoder GRU width (default 256);\n"
+"                              --encoder-rnn-dim N, --decoder-rnn-dim N for one side\n"
+"  --attention-dim N           attention hidden size (default: the decoder GRU width)\n"
+"  --output-dim N              deep-output width (default: --emb-dim, needed by a tied projection)\n"
+"  --init-scale S              weights uniform in [-S, S] (default 0: Glorot-uniform)\n"
 "Optimization:\n"
 "  --lr LR                     peak learning rate (default 5e-4)\n"
 "  --lr-scheduler S            inverse_sqrt (default; fairseq's), constant, gnmt\n"
@@ -121,7 +131,9 @@ enum {
     O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
-    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION
+    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION,
+    /* the recurrent families */
+    O_ARCH, O_EMB_DIM, O_RNN_DIM, O_ENC_RNN_DIM, O_DEC_RNN_DIM, O_ATT_DIM, O_OUT_DIM, O_INIT_SCALE
 };
 
 static const struct option long_opts[] = {
@@ -203,12 +215,34 @@ static const struct option long_opts[] = {
     {"plot-only", required_argument, 0, O_PLOT_ONLY},
     {"bucket-mb", required_argument, 0, O_BUCKET_MB},
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
+    {"architecture", required_argument, 0, O_ARCH},
+    {"emb-dim", required_argument, 0, O_EMB_DIM},
+    {"rnn-dim", required_argument, 0, O_RNN_DIM},
+    {"encoder-rnn-dim", required_argument, 0, O_ENC_RNN_DIM},
+    {"decoder-rnn-dim", required_argument, 0, O_DEC_RNN_DIM},
+    {"attention-dim", required_argument, 0, O_ATT_DIM},
+    {"output-dim", required_argument, 0, O_OUT_DIM},
+    {"init-scale", required_argument, 0, O_INIT_SCALE},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
 
 static volatile sig_atomic_t g_stop = 0;
+
+/* The GRU family's configuration (--architecture rnn-gru); the options shared with the
+ * Transformer (--dropout, --label-smoothing, embeddings' sharing and tying) are copied in. */
+static rnn_gru_config_t g_gru;
+static const char *family_config(trainer_options_t *o) {
+    if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return NULL;
+    if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (rnn-gru trains in float32)";
+    g_gru.dropout = o->model.dropout;
+    g_gru.label_smoothing = o->model.label_smoothing;
+    g_gru.share_emb = o->model.share_emb;
+    g_gru.tie_proj = o->model.tie_proj;
+    o->model_config = &g_gru;
+    return NULL;
+}
 
 /* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
  * checkpoint; a second SIGINT kills the process the default way.
@@ -434,6 +468,17 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
             break;
         }
         case O_NO_OVERLAP: o->comm_overlap = 0; break;
+        case O_ARCH: o->architecture = optarg; break;
+        case O_EMB_DIM: ok = cli_int(C, "--emb-dim", optarg, 1, 1 << 16, &g_gru.emb); break;
+        case O_RNN_DIM:
+            ok = cli_int(C, "--rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden);
+            g_gru.dec_hidden = g_gru.enc_hidden;
+            break;
+        case O_ENC_RNN_DIM: ok = cli_int(C, "--encoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden); break;
+        case O_DEC_RNN_DIM: ok = cli_int(C, "--decoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.dec_hidden); break;
+        case O_ATT_DIM: ok = cli_int(C, "--attention-dim", optarg, 1, 1 << 16, &g_gru.att); break;
+        case O_OUT_DIM: ok = cli_int(C, "--output-dim", optarg, 1, 1 << 16, &g_gru.out); break;
+        case O_INIT_SCALE: ok = cli_float(C, "--init-scale", optarg, 0, 10.0f, &g_gru.init_scale); break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 2;
         default: ok = 0; break;
@@ -505,6 +550,7 @@ int cmd_train(int argc, char **argv) {
     block_stop_signals(); /* before any thread is started (see signal_thread) */
     trainer_options_t o = trainer_default_options();
     o.model.share_emb = -1; /* shared when the vocabulary is joint */
+    rnn_gru_default_config(&g_gru);
     const char *plot_only = NULL;
     int plot = 1; /* curves.png at the end */
     int ok = parse_options(argc, argv, &o, &plot, &plot_only);
@@ -521,6 +567,10 @@ int cmd_train(int argc, char **argv) {
     if (!ok || err) {
         if (err) fprintf(stderr, "tern train: %s\n", err);
         else usage(stderr);
+        return 2;
+    }
+    if ((err = family_config(&o))) {
+        fprintf(stderr, "tern train: %s\n", err);
         return 2;
     }
     return run_training(&o, plot);

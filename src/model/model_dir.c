@@ -111,6 +111,7 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
         if (!cfg) cfg = &c;
         root = cJSON_CreateObject();
         if (root) {
+            if (cfg->architecture[0]) cJSON_AddStringToObject(root, "architecture", cfg->architecture);
             cJSON_AddStringToObject(root, "unk_token", cfg->unk_token);
             cJSON_AddStringToObject(root, "bos_token", cfg->bos_token);
             cJSON_AddStringToObject(root, "eos_token", cfg->eos_token);

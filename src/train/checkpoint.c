@@ -215,6 +215,7 @@ static tern_status_t write_model_files(const char *dir, const ckpt_contents_t *c
     if (!v) return TERN_OK;
     model_config_t cfg = v->cfg;
     cfg.layer_norm_epsilon = c->layer_norm_epsilon > 0 ? c->layer_norm_epsilon : -1.0f;
+    if (c->architecture) snprintf(cfg.architecture, sizeof cfg.architecture, "%s", c->architecture);
     if ((st = model_dir_write_config(dir, NULL, &cfg, v->pad_token))) return st;
     char p[4096];
     if (v->tgt_vocab == v->src_vocab) {

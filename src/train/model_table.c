@@ -166,7 +166,7 @@ void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) 
 
 /* ------------------------------------------------------------ registry */
 
-static const train_family_t *const FAMILIES[] = {&train_family_transformer};
+static const train_family_t *const FAMILIES[] = {&train_family_transformer, &train_family_rnn_gru};
 
 const train_family_t *train_family_find(const char *architecture) {
     for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)

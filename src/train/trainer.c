@@ -349,6 +349,7 @@ static tern_status_t save_checkpoint(trainer_t *t) {
     c.n_aliases = t->m.n_aliases;
     c.n_scalars = t->fam->scalars(&t->m, &c.scalars);
     c.spec_name = t->fam->spec_name;
+    if (t->fam != &train_family_transformer) c.architecture = t->fam->architecture;
     c.vocab = &t->vocab;
     c.layer_norm_epsilon = t->m.layer_norm_epsilon;
     c.groups = g;
