@@ -10,6 +10,7 @@
 #include "train/dist.h"
 #include "train/gnmt_table.h"
 #include "train/trainer.h"
+#include "train/rnn_gru_train.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -54,7 +55,15 @@ static void usage(FILE *f) {
 "  --layer-norm-eps E          (default 1e-6)\n"
 "  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
 "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"
-"  --architecture A            transformer (default) or gnmt (docs/rnn.md)\n"
+"  --architecture A            transformer (default), rnn-gru or gnmt (docs/rnn.md)\n"
+"rnn-gru (with --dropout on the embeddings, --label-smoothing, --[no-]share-embeddings,\n"
+"--no-tie-projection):\n"
+"  --emb-dim N                 embedding width (default 256)\n"
+"  --rnn-dim N                 encoder (per direction) and decoder GRU width (default 256);\n"
+"                              --encoder-rnn-dim N, --decoder-rnn-dim N for one side\n"
+"  --attention-dim N           attention hidden size (default: the decoder GRU width)\n"
+"  --output-dim N              deep-output width (default: --emb-dim, needed by a tied projection)\n"
+"  --init-scale S              weights uniform in [-S, S] (default 0: Glorot-uniform)\n"
 "GNMT (--architecture gnmt; also --layers/--encoder-layers/--decoder-layers, --dropout,\n"
 "--label-smoothing, --share-embeddings; GNMT clips at --clip-norm 5):\n"
 "  --hidden N                  LSTM state and embedding width (default: --d-model)\n"
@@ -130,7 +139,9 @@ enum {
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION,
-    O_ARCH = 1900, O_GNMT_HIDDEN, O_GNMT_ATT, O_GNMT_INIT, O_GNMT_TIE
+    /* the recurrent families */
+    O_ARCH, O_EMB_DIM, O_RNN_DIM, O_ENC_RNN_DIM, O_DEC_RNN_DIM, O_ATT_DIM, O_OUT_DIM, O_INIT_SCALE,
+    O_GNMT_HIDDEN, O_GNMT_ATT, O_GNMT_INIT, O_GNMT_TIE
 };
 
 static const struct option long_opts[] = {
@@ -213,6 +224,13 @@ static const struct option long_opts[] = {
     {"bucket-mb", required_argument, 0, O_BUCKET_MB},
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
     {"architecture", required_argument, 0, O_ARCH},
+    {"emb-dim", required_argument, 0, O_EMB_DIM},
+    {"rnn-dim", required_argument, 0, O_RNN_DIM},
+    {"encoder-rnn-dim", required_argument, 0, O_ENC_RNN_DIM},
+    {"decoder-rnn-dim", required_argument, 0, O_DEC_RNN_DIM},
+    {"attention-dim", required_argument, 0, O_ATT_DIM},
+    {"output-dim", required_argument, 0, O_OUT_DIM},
+    {"init-scale", required_argument, 0, O_INIT_SCALE},
     {"hidden", required_argument, 0, O_GNMT_HIDDEN},
     {"attention-size", required_argument, 0, O_GNMT_ATT},
     {"init-uniform", required_argument, 0, O_GNMT_INIT},
@@ -237,6 +255,25 @@ static void gnmt_config(trainer_options_t *o) {
     g_gnmt.label_smoothing = o->model.label_smoothing;
     o->architecture = "gnmt";
     o->model_config = &g_gnmt;
+}
+
+/* The GRU family's configuration (--architecture rnn-gru); the options shared with the
+ * Transformer (--dropout, --label-smoothing, embeddings' sharing and tying) are copied in. */
+static rnn_gru_config_t g_gru;
+static const char *family_config(trainer_options_t *o) {
+    if (o->architecture && !strcmp(o->architecture, "gnmt")) {
+        if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (gnmt trains in float32)";
+        gnmt_config(o);
+        return NULL;
+    }
+    if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return NULL;
+    if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (rnn-gru trains in float32)";
+    g_gru.dropout = o->model.dropout;
+    g_gru.label_smoothing = o->model.label_smoothing;
+    g_gru.share_emb = o->model.share_emb;
+    g_gru.tie_proj = o->model.tie_proj;
+    o->model_config = &g_gru;
+    return NULL;
 }
 
 /* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
@@ -376,14 +413,6 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         case O_PROJ_BIAS: o->model.proj_bias = 1; break;
         case O_LEARNED_POS: o->model.learned_pos = 1; break;
         case O_NO_SCALE: o->model.scale_emb = 0; break;
-        case O_ARCH:
-            if (!strcmp(optarg, "transformer")) o->architecture = NULL;
-            else if (!strcmp(optarg, "gnmt")) o->architecture = "gnmt";
-            else {
-                fprintf(stderr, "tern train: --architecture: '%s' is not one of transformer, gnmt\n", optarg);
-                ok = 0;
-            }
-            break;
         case O_GNMT_HIDDEN: ok = cli_int(C, "--hidden", optarg, 1, 1 << 16, &g_gnmt.hidden); break;
         case O_GNMT_ATT: ok = cli_int(C, "--attention-size", optarg, 1, 1 << 16, &g_gnmt.att); break;
         case O_GNMT_INIT: ok = cli_float(C, "--init-uniform", optarg, 0, 10, &g_gnmt.init_range); break;
@@ -475,6 +504,17 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
             break;
         }
         case O_NO_OVERLAP: o->comm_overlap = 0; break;
+        case O_ARCH: o->architecture = optarg; break;
+        case O_EMB_DIM: ok = cli_int(C, "--emb-dim", optarg, 1, 1 << 16, &g_gru.emb); break;
+        case O_RNN_DIM:
+            ok = cli_int(C, "--rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden);
+            g_gru.dec_hidden = g_gru.enc_hidden;
+            break;
+        case O_ENC_RNN_DIM: ok = cli_int(C, "--encoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden); break;
+        case O_DEC_RNN_DIM: ok = cli_int(C, "--decoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.dec_hidden); break;
+        case O_ATT_DIM: ok = cli_int(C, "--attention-dim", optarg, 1, 1 << 16, &g_gru.att); break;
+        case O_OUT_DIM: ok = cli_int(C, "--output-dim", optarg, 1, 1 << 16, &g_gru.out); break;
+        case O_INIT_SCALE: ok = cli_float(C, "--init-scale", optarg, 0, 10.0f, &g_gru.init_scale); break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 2;
         default: ok = 0; break;
@@ -546,6 +586,7 @@ int cmd_train(int argc, char **argv) {
     block_stop_signals(); /* before any thread is started (see signal_thread) */
     trainer_options_t o = trainer_default_options();
     o.model.share_emb = -1; /* shared when the vocabulary is joint */
+    rnn_gru_default_config(&g_gru);
     const char *plot_only = NULL;
     int plot = 1; /* curves.png at the end */
     int ok = parse_options(argc, argv, &o, &plot, &plot_only);
@@ -564,12 +605,9 @@ int cmd_train(int argc, char **argv) {
         else usage(stderr);
         return 2;
     }
-    if (o.architecture && !strcmp(o.architecture, "gnmt")) {
-        if (o.model.precision != TPREC_F32) {
-            fprintf(stderr, "tern train: --precision bfloat16 is not implemented for --architecture gnmt\n");
-            return 2;
-        }
-        gnmt_config(&o);
+    if ((err = family_config(&o))) {
+        fprintf(stderr, "tern train: %s\n", err);
+        return 2;
     }
     return run_training(&o, plot);
 }

@@ -10,6 +10,7 @@
 static const model_family_t *const FAMILIES[] = {
     &model_family_transformer,
     &model_family_gnmt,
+    &model_family_rnn_gru,
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 

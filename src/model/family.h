@@ -66,6 +66,7 @@ typedef struct model_family {
 /* The families of the registry. */
 extern const model_family_t model_family_transformer;
 extern const model_family_t model_family_gnmt; /* gnmt.c */
+extern const model_family_t model_family_rnn_gru; /* rnn_gru.c */
 
 /* The family named by config.json's "architecture" (cfg->architecture; "" -> "transformer"), or
  * TERN_ERR_UNSUPPORTED naming config_path and the value. */

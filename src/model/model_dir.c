@@ -111,6 +111,7 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
         if (!cfg) cfg = &c;
         root = cJSON_CreateObject();
         if (root) {
+            if (cfg->architecture[0]) cJSON_AddStringToObject(root, "architecture", cfg->architecture);
             cJSON_AddStringToObject(root, "unk_token", cfg->unk_token);
             cJSON_AddStringToObject(root, "bos_token", cfg->bos_token);
             cJSON_AddStringToObject(root, "eos_token", cfg->eos_token);
@@ -121,7 +122,6 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
                 cJSON_AddNumberToObject(root, "layer_norm_epsilon", cfg->layer_norm_epsilon);
             else
                 cJSON_AddNullToObject(root, "layer_norm_epsilon");
-            if (cfg->architecture[0]) cJSON_AddStringToObject(root, "architecture", cfg->architecture);
         }
     }
     if (!root) return tern_error(TERN_ERR_NOMEM, "out of memory");

@@ -62,9 +62,9 @@ typedef struct {
     const tensor_t *scalars;           /* the family's config keys as rank-0 tensors (written after params; */
     int n_scalars;                     /*   the training table's scalars op), or none */
     const char *spec_name;             /* model.safetensors' "ct2_spec" metadata ("TransformerSpec"), or NULL */
+    const char *architecture;          /* config.json's "architecture" (NULL: not written, the Transformer) */
     const data_vocab_t *vocab;         /* vocabularies, SentencePiece models, special tokens */
     float layer_norm_epsilon;          /* config.json's layer_norm_epsilon (<= 0: null, the default) */
-    const char *architecture;          /* config.json's "architecture" (NULL: none written, the Transformer) */
     /* the trainer state */
     const ckpt_group_t *groups;        /* optimizer moments and other tensors */
     int n_groups;

@@ -115,5 +115,7 @@ const train_family_t *train_family_find(const char *architecture);
 
 /* The Transformer's table (src/train/model_table.c); its configuration is a tmodel_config_t. */
 extern const train_family_t train_family_transformer;
+/* The GRU family's (src/train/rnn_gru_train.c); its configuration is an rnn_gru_config_t. */
+extern const train_family_t train_family_rnn_gru;
 
 #endif

@@ -167,7 +167,8 @@ void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) 
 
 /* ------------------------------------------------------------ registry */
 
-static const train_family_t *const FAMILIES[] = {&train_family_transformer, &train_family_gnmt};
+static const train_family_t *const FAMILIES[] = {&train_family_transformer, &train_family_gnmt,
+                                                 &train_family_rnn_gru};
 
 const train_family_t *train_family_find(const char *architecture) {
     for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)

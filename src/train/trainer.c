@@ -349,9 +349,9 @@ static tern_status_t save_checkpoint(trainer_t *t) {
     c.n_aliases = t->m.n_aliases;
     c.n_scalars = t->fam->scalars(&t->m, &c.scalars);
     c.spec_name = t->fam->spec_name;
+    if (t->fam != &train_family_transformer) c.architecture = t->fam->architecture;
     c.vocab = &t->vocab;
     c.layer_norm_epsilon = t->m.layer_norm_epsilon;
-    if (strcmp(t->fam->architecture, TRAIN_DEFAULT_ARCHITECTURE)) c.architecture = t->fam->architecture;
     c.groups = g;
     c.n_groups = 2;
     c.values = v;

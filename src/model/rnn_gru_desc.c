@@ -1,0 +1,210 @@
+/*
+ * rnn_gru_desc.c — names, shapes and config keys of the GRU family (rnn_gru_desc.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "rnn_gru_desc.h"
+
+static const char *const NAMES[RG_COUNT] = {
+    "encoder/embeddings/weight",
+    "encoder/forward/w_ih", "encoder/forward/w_hh", "encoder/forward/b_ih", "encoder/forward/b_hh",
+    "encoder/backward/w_ih", "encoder/backward/w_hh", "encoder/backward/b_ih", "encoder/backward/b_hh",
+    "decoder/embeddings/weight",
+    "decoder/init/weight", "decoder/init/bias",
+    "decoder/gru1/w_ih", "decoder/gru1/w_hh", "decoder/gru1/b_ih", "decoder/gru1/b_hh",
+    "decoder/attention/query/weight",
+    "decoder/attention/key/weight", "decoder/attention/key/bias",
+    "decoder/attention/v",
+    "decoder/gru2/w_ih", "decoder/gru2/w_hh", "decoder/gru2/b_ih", "decoder/gru2/b_hh",
+    "decoder/output/state/weight", "decoder/output/context/weight", "decoder/output/embedding/weight",
+    "decoder/output/bias",
+    "decoder/projection/weight", "decoder/projection/bias",
+};
+
+static const char *const KEYS[RGKEY_COUNT] = {
+    "rnn/embedding_size", "rnn/encoder_hidden_size", "rnn/decoder_hidden_size", "rnn/attention_size",
+    "rnn/output_size",
+};
+
+const char *rnn_gru_tensor_name(rg_tensor_t i) { return (unsigned)i < RG_COUNT ? NAMES[i] : "?"; }
+const char *rnn_gru_key_name(rg_key_t k) { return (unsigned)k < RGKEY_COUNT ? KEYS[k] : "?"; }
+
+void rnn_gru_tensor_shape(const rnn_gru_dims_t *d, rg_tensor_t i, int *rows, int *cols) {
+    int E = d->emb, He = d->enc_hidden, Hd = d->dec_hidden, Dv = 2 * He, A = d->att, O = d->out;
+    int r = 0, c = 0;
+    switch (i) {
+    case RG_ENC_EMB: r = d->src_vocab, c = E; break;
+    case RG_ENC_F_WIH: case RG_ENC_B_WIH: r = 3 * He, c = E; break;
+    case RG_ENC_F_WHH: case RG_ENC_B_WHH: r = 3 * He, c = He; break;
+    case RG_ENC_F_BIH: case RG_ENC_F_BHH: case RG_ENC_B_BIH: case RG_ENC_B_BHH: r = 3 * He; break;
+    case RG_DEC_EMB: r = d->tgt_vocab, c = E; break;
+    case RG_INIT_W: r = Hd, c = Dv; break;
+    case RG_INIT_B: r = Hd; break;
+    case RG_GRU1_WIH: r = 3 * Hd, c = E; break;
+    case RG_GRU1_WHH: case RG_GRU2_WHH: r = 3 * Hd, c = Hd; break;
+    case RG_GRU1_BIH: case RG_GRU1_BHH: case RG_GRU2_BIH: case RG_GRU2_BHH: r = 3 * Hd; break;
+    case RG_ATT_WQ: r = A, c = Hd; break;
+    case RG_ATT_WK: r = A, c = Dv; break;
+    case RG_ATT_B: case RG_ATT_V: r = A; break;
+    case RG_GRU2_WIH: r = 3 * Hd, c = Dv; break;
+    case RG_OUT_WS: r = O, c = Hd; break;
+    case RG_OUT_WC: r = O, c = Dv; break;
+    case RG_OUT_WE: r = O, c = E; break;
+    case RG_OUT_B: r = O; break;
+    case RG_PROJ_W: r = d->tgt_vocab, c = O; break;
+    case RG_PROJ_B: r = d->tgt_vocab; break;
+    default: break;
+    }
+    *rows = r;
+    *cols = c;
+}
+
+int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i) {
+    if (i == RG_DEC_EMB && d->share_emb) return 0;
+    if (i == RG_PROJ_W && d->tie_proj) return 0;
+    return 1;
+}
+
+int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]) {
+    int n = 0;
+    if (d->share_emb) names[n] = NAMES[RG_DEC_EMB], targets[n++] = NAMES[RG_ENC_EMB];
+    if (d->tie_proj)
+        names[n] = NAMES[RG_PROJ_W], targets[n++] = d->share_emb ? NAMES[RG_ENC_EMB] : NAMES[RG_DEC_EMB];
+    return n;
+}
+
+int rnn_gru_tensor_is_matrix(rg_tensor_t i) {
+    switch (i) {
+    case RG_ENC_F_WIH: case RG_ENC_F_WHH: case RG_ENC_B_WIH: case RG_ENC_B_WHH: case RG_INIT_W:
+    case RG_GRU1_WIH: case RG_GRU1_WHH: case RG_ATT_WQ: case RG_ATT_WK: case RG_GRU2_WIH: case RG_GRU2_WHH:
+    case RG_OUT_WS: case RG_OUT_WC: case RG_OUT_WE: case RG_PROJ_W:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d) {
+    int32_t v[RGKEY_COUNT] = {d->emb, d->enc_hidden, d->dec_hidden, d->att, d->out};
+    for (int k = 0; k < RGKEY_COUNT; k++) {
+        s->v[k] = v[k];
+        memset(&s->t[k], 0, sizeof s->t[k]);
+        s->t[k].name = KEYS[k];
+        s->t[k].dtype = DT_I32;
+        s->t[k].rank = 0;
+        s->t[k].numel = 1;
+        s->t[k].data = &s->v[k];
+        s->t[k].nbytes = sizeof(int32_t);
+    }
+    return RGKEY_COUNT;
+}
+
+/* Whether name is stored as an alias of target in w. */
+static int is_alias_of(const weights_t *w, const char *name, const char *target) {
+    for (int i = 0; i < weights_alias_count(w); i++) {
+        const char *t = NULL, *a = weights_alias_at(w, i, &t);
+        if (a && t && !strcmp(a, name) && !strcmp(t, target)) return 1;
+    }
+    return 0;
+}
+
+tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
+    const char *path = weights_path(w);
+    memset(d, 0, sizeof *d);
+    int *dst[RGKEY_COUNT] = {&d->emb, &d->enc_hidden, &d->dec_hidden, &d->att, &d->out};
+    for (int k = 0; k < RGKEY_COUNT; k++) {
+        int64_t v = 0;
+        if (!weights_get_int(w, KEYS[k], &v))
+            return tern_error(TERN_ERR_FORMAT, "%s: config key tensor '%s' is missing (an rnn-gru model stores its "
+                              "sizes as rank-0 tensors)", path, KEYS[k]);
+        if (v < 1 || v > (1 << 20))
+            return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld is out of range", path, KEYS[k],
+                              (long long)v);
+        *dst[k] = (int)v;
+    }
+    const tensor_t *es = weights_get(w, NAMES[RG_ENC_EMB]), *et = weights_get(w, NAMES[RG_DEC_EMB]);
+    if (!es) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[RG_ENC_EMB]);
+    if (!et) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[RG_DEC_EMB]);
+    if (es->rank != 2 || et->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is not a matrix", path,
+                          es->rank != 2 ? NAMES[RG_ENC_EMB] : NAMES[RG_DEC_EMB]);
+    d->src_vocab = (int)es->shape[0];
+    d->tgt_vocab = (int)et->shape[0];
+    d->share_emb = is_alias_of(w, NAMES[RG_DEC_EMB], NAMES[RG_ENC_EMB]);
+    d->tie_proj = is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_DEC_EMB]) ||
+                  is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_ENC_EMB]);
+    for (int i = 0; i < RG_COUNT; i++) {
+        const tensor_t *t = weights_get(w, NAMES[i]);
+        if (!t) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[i]);
+        int r, c;
+        rnn_gru_tensor_shape(d, (rg_tensor_t)i, &r, &c);
+        int rank = c ? 2 : 1;
+        if (t->rank != rank || t->shape[0] != r || (rank == 2 && t->shape[1] != c)) {
+            char got[64];
+            if (t->rank == 2) snprintf(got, sizeof got, "(%lld, %lld)", (long long)t->shape[0], (long long)t->shape[1]);
+            else if (t->rank == 1) snprintf(got, sizeof got, "(%lld)", (long long)t->shape[0]);
+            else snprintf(got, sizeof got, "rank %d", t->rank);
+            char want[64];
+            if (rank == 2) snprintf(want, sizeof want, "(%d, %d)", r, c);
+            else snprintf(want, sizeof want, "(%d)", r);
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' has shape %s, but the config keys (E %d, He %d, Hd %d, "
+                              "A %d, O %d) and vocabularies (%d/%d) give %s", path, NAMES[i], got, d->emb,
+                              d->enc_hidden, d->dec_hidden, d->att, d->out, d->src_vocab, d->tgt_vocab, want);
+        }
+        char sc[128];
+        snprintf(sc, sizeof sc, "%s_scale", NAMES[i]);
+        if (t->dtype == DT_I8 && !weights_get(w, sc))
+            return tern_error(TERN_ERR_FORMAT, "%s: int8 tensor '%s' has no '%s'", path, NAMES[i], sc);
+    }
+    return TERN_OK;
+}
+
+/* ------------------------------------------------------------ shared computations */
+
+#include "../kernels/kernels.h"
+#include <math.h>
+
+void rnn_gru_init_state(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
+                        const float *b_init, int N, int S, int Dv, int Hd) {
+    for (int i = 0; i < N; i++) {
+        float *m = mean + (size_t)i * Dv;
+        int L = slen ? slen[i] : S;
+        memset(m, 0, sizeof(float) * (size_t)Dv);
+        for (int j = 0; j < L; j++) {
+            const float *e = enc + ((size_t)i * S + j) * Dv;
+            for (int k = 0; k < Dv; k++) m[k] += e[k];
+        }
+        float inv = L > 0 ? 1.0f / (float)L : 0.0f;
+        for (int k = 0; k < Dv; k++) m[k] *= inv;
+    }
+    gemm_f32(0, 1, N, Hd, Dv, 1.0f, mean, Dv, w_init, Dv, 0.0f, s0, Hd);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < Hd; k++) {
+            float *x = s0 + (size_t)i * Hd + k;
+            *x = tanhf(*x + (b_init ? b_init[k] : 0.0f));
+        }
+}
+
+void rnn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
+                                 const float *s0, const float *mean, const int *slen, const float *w_init, int N,
+                                 int S, int Dv, int Hd) {
+    float *dp = scratch;
+    for (size_t i = 0; i < (size_t)N * Hd; i++) dp[i] = ds0[i] * (1.0f - s0[i] * s0[i]);
+    gemm_f32(1, 0, Hd, Dv, N, 1.0f, dp, Hd, mean, Dv, 1.0f, dw_init, Dv);
+    if (db_init)
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < Hd; k++) db_init[k] += dp[(size_t)i * Hd + k];
+    if (!denc) return;
+    for (int i = 0; i < N; i++) {
+        int L = slen ? slen[i] : S;
+        if (L <= 0) continue;
+        /* dmean = dp · W_init / L, spread over the valid positions */
+        float *dm = scratch + (size_t)N * Hd;
+        gemm_f32(0, 0, 1, Dv, Hd, 1.0f / (float)L, dp + (size_t)i * Hd, Hd, w_init, Dv, 0.0f, dm, Dv);
+        for (int j = 0; j < L; j++) {
+            float *de = denc + ((size_t)i * S + j) * Dv;
+            for (int k = 0; k < Dv; k++) de[k] += dm[k];
+        }
+    }
+}

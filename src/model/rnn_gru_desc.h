@@ -1,0 +1,116 @@
+/*
+ * rnn_gru_desc.h — the one description of the GRU family's stored tensors (`architecture:
+ * "rnn-gru"`, the SDL papers' FNMT: Bahdanau attention, Nematus/Marian s2s form): names, shapes
+ * and config keys. The inference family (rnn_gru.c), the training table (src/train/rnn_gru_train.c)
+ * and the checkpoint writer read the names from here; nothing else spells them.
+ *
+ * The model (docs/rnn.md, "The GRU family"):
+ *   encoder: x_j = Emb_s[src_j] (E); h_j = [GRU_f(x)_j ; GRU_b(x)_j] (Dv = 2·He), zero initial states
+ *   decoder: s_0 = tanh(W_init · mean_{j<len} h_j + b_init) (Hd)
+ *            the conditional GRU of rnn_layers.h (GRU1 over e_{t-1}, additive attention with
+ *            s'_t as query over h, GRU2 over the context), deep output
+ *            u_t = tanh(W_s s_t + W_c c_t + W_e e_{t-1} + b), logits = W_o u_t + b_o.
+ * Recurrent cells are PyTorch's (torch.nn.GRUCell): w_ih (3H, K) rows [r; z; n], w_hh (3H, H),
+ * b_ih, b_hh (3H).
+ *
+ * Legend: Vs/Vt source/target vocabulary, E embedding width, He encoder GRU width (per
+ * direction), Hd decoder GRU width, Dv = 2·He, A attention hidden size, O deep-output width.
+ */
+#ifndef TERN_RNN_GRU_DESC_H
+#define TERN_RNN_GRU_DESC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weights.h"
+
+#define RNN_GRU_ARCHITECTURE "rnn-gru"
+/* model.safetensors' "ct2_spec" metadata */
+#define RNN_GRU_SPEC_NAME "TernRnnGruSpec"
+
+/* The stored tensors, in buffer order. */
+typedef enum {
+    RG_ENC_EMB = 0,              /* encoder/embeddings/weight             (Vs, E) */
+    RG_ENC_F_WIH, RG_ENC_F_WHH,  /* encoder/forward/w_ih, w_hh            (3He, E), (3He, He) */
+    RG_ENC_F_BIH, RG_ENC_F_BHH,  /* encoder/forward/b_ih, b_hh            (3He) */
+    RG_ENC_B_WIH, RG_ENC_B_WHH,  /* encoder/backward/...                  as forward */
+    RG_ENC_B_BIH, RG_ENC_B_BHH,
+    RG_DEC_EMB,                  /* decoder/embeddings/weight             (Vt, E) */
+    RG_INIT_W, RG_INIT_B,        /* decoder/init/weight, bias             (Hd, Dv), (Hd) */
+    RG_GRU1_WIH, RG_GRU1_WHH,    /* decoder/gru1/w_ih, w_hh               (3Hd, E), (3Hd, Hd) */
+    RG_GRU1_BIH, RG_GRU1_BHH,    /* decoder/gru1/b_ih, b_hh               (3Hd) */
+    RG_ATT_WQ,                   /* decoder/attention/query/weight        (A, Hd) */
+    RG_ATT_WK, RG_ATT_B,         /* decoder/attention/key/weight, bias    (A, Dv), (A) */
+    RG_ATT_V,                    /* decoder/attention/v                   (A) */
+    RG_GRU2_WIH, RG_GRU2_WHH,    /* decoder/gru2/w_ih, w_hh               (3Hd, Dv), (3Hd, Hd) */
+    RG_GRU2_BIH, RG_GRU2_BHH,    /* decoder/gru2/b_ih, b_hh               (3Hd) */
+    RG_OUT_WS,                   /* decoder/output/state/weight           (O, Hd) */
+    RG_OUT_WC,                   /* decoder/output/context/weight         (O, Dv) */
+    RG_OUT_WE,                   /* decoder/output/embedding/weight       (O, E) */
+    RG_OUT_B,                    /* decoder/output/bias                   (O) */
+    RG_PROJ_W,                   /* decoder/projection/weight             (Vt, O)  tied: decoder/embeddings */
+    RG_PROJ_B,                   /* decoder/projection/bias               (Vt) */
+    RG_COUNT
+} rg_tensor_t;
+
+typedef struct {
+    int src_vocab, tgt_vocab; /* Vs, Vt */
+    int emb;                  /* E */
+    int enc_hidden;           /* He */
+    int dec_hidden;           /* Hd */
+    int att;                  /* A */
+    int out;                  /* O */
+    int share_emb;            /* decoder/embeddings is encoder/embeddings (an alias; Vs == Vt) */
+    int tie_proj;             /* decoder/projection/weight is decoder/embeddings (an alias; O == E) */
+} rnn_gru_dims_t;
+
+/* The stored name of tensor i. */
+const char *rnn_gru_tensor_name(rg_tensor_t i);
+/* Its shape under dims: rows, cols (cols 0 for rank 1). */
+void rnn_gru_tensor_shape(const rnn_gru_dims_t *d, rg_tensor_t i, int *rows, int *cols);
+/* Whether tensor i is stored (not an alias) under dims. */
+int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i);
+/* Tied names: names[i] is stored as targets[i] (at most 2). Returns the count. */
+int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]);
+/* Whether the matrix is multiplied by linear_forward at inference (int8 per output row). */
+int rnn_gru_tensor_is_matrix(rg_tensor_t i);
+
+/* ------------------------------------------------------------ config keys
+ * Rank-0 int32 tensors of model.safetensors: the sizes that the tensors' shapes must match. */
+typedef enum {
+    RGKEY_EMB = 0,    /* rnn/embedding_size */
+    RGKEY_ENC_HIDDEN, /* rnn/encoder_hidden_size */
+    RGKEY_DEC_HIDDEN, /* rnn/decoder_hidden_size */
+    RGKEY_ATT,        /* rnn/attention_size */
+    RGKEY_OUT,        /* rnn/output_size */
+    RGKEY_COUNT
+} rg_key_t;
+
+const char *rnn_gru_key_name(rg_key_t k);
+
+typedef struct {
+    int32_t v[RGKEY_COUNT];
+    tensor_t t[RGKEY_COUNT];
+} rnn_gru_scalars_t;
+
+/* Fills s with the RGKEY_COUNT rank-0 tensors of dims (pointing into s); returns RGKEY_COUNT. */
+int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d);
+
+/* Reads dims from model weights: the config keys, vocabularies from the embeddings, the aliases
+ * from the weights' tied names; then checks every tensor's presence and shape. Errors
+ * (TERN_ERR_FORMAT) name the weights file and the tensor at fault. */
+tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w);
+
+#endif
+
+/* ------------------------------------------------------------ shared computations
+ * Training and inference compute the decoder's initial state with these functions. */
+
+/* s0 (N, Hd) = tanh(W_init · mean (N, Dv) + b_init), mean[i] = the mean of enc[i, j] (N, S, Dv)
+ * over j < slen[i]. mean is saved (the backward reads it). */
+void rnn_gru_init_state(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
+                        const float *b_init, int N, int S, int Dv, int Hd);
+/* denc (N, S, Dv), dw_init, db_init += the gradients given ds0 (N, Hd); scratch N·Hd + Dv floats. */
+void rnn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
+                                 const float *s0, const float *mean, const int *slen, const float *w_init, int N,
+                                 int S, int Dv, int Hd);
