@@ -31,7 +31,9 @@ typedef enum {
     TERN_ERR_INVALID_ARG,   /* a caller passed a bad argument or option value */
     TERN_ERR_INPUT,         /* bad input data (e.g. line counts differ between files) */
     TERN_ERR_NOMEM,         /* an allocation failed */
-    TERN_ERR_INTERNAL       /* a bug in Tern: please report it */
+    TERN_ERR_INTERNAL,      /* a bug in Tern: please report it */
+    TERN_ERR_CANCELLED      /* the caller's cancellation flag was set (tern_call_options_t.cancel)
+                               or a callback asked to stop; nothing of the call is left allocated */
 } tern_status_t;
 
 /* A short constant description of a status ("I/O error", ...). */
@@ -42,7 +44,18 @@ const char *tern_last_error(void);
 
 /* Log verbosity for messages Tern writes to stderr (warnings about truncated lines, ...). */
 typedef enum { TERN_LOG_QUIET = 0, TERN_LOG_ERROR, TERN_LOG_WARN, TERN_LOG_INFO, TERN_LOG_DEBUG } tern_log_level_t;
+/* Process-wide; thread-safe (an atomic store). */
 void tern_set_log_level(tern_log_level_t level);
+
+/* A log message (NUL-terminated, without the "tern: level: " prefix or a newline), valid during
+ * the call only. It may be called from any thread that calls into Tern, several at once: the
+ * function must be thread-safe. */
+typedef void (*tern_log_fn)(tern_log_level_t level, const char *message, void *user_data);
+/* Sends Tern's log messages (those at or above the log level) to fn instead of stderr; NULL
+ * restores stderr. Process-wide; thread-safe (a message is given either to the old or to the new
+ * function, never half of it), but the old user_data may still be in use by a message being
+ * logged while this returns. */
+void tern_set_log_callback(tern_log_fn fn, void *user_data);
 
 /* ---------------------------------------------------------------- model */
 
@@ -285,6 +298,41 @@ tern_cpu_info_t tern_cpu_info(void);
 
 /* ---------------------------------------------------------------- per-call options (server, bindings) */
 
+/* Per-sentence completion callback: input index (0..n-1 in the call) and its result, exactly what
+ * tern_translate_batch() gives for it (valid during the call only; results[index] when the call
+ * has a results array). Called once per input, on the calling thread, as soon as the input's
+ * search is finished (so in no particular order; empty inputs first). Return 0 to go on, nonzero
+ * to stop the call with TERN_ERR_CANCELLED. */
+typedef int (*tern_result_fn)(int index, const tern_result_t *result, void *user_data);
+
+/* One step of one input's search, for streaming (tern_token_fn). */
+typedef struct {
+    int index;              /* input index (0..n-1 in the call) */
+    int step;               /* decoding step, from 0 (the step that chose token step of the output) */
+    const int *token_ids;   /* the hypothesis so far: target vocabulary ids, without start or end
+                               token (num_tokens of them); valid during the call only */
+    int num_tokens;
+    const char *text;       /* the hypothesis so far as the result will give it (detokenized, or
+                               pieces joined by spaces) */
+    const char *delta;      /* greedy search: the text this event adds to what the previous events
+                               of this input gave, so the deltas of an input concatenate to its
+                               final hypothesis (when the detokenized prefix of a step is not a
+                               prefix of the next one, e.g. an incomplete UTF-8 byte sequence,
+                               the delta waits until it is); beam search: NULL */
+    int is_last;            /* 1: the input's last event (its search is finished; text is its
+                               final best hypothesis) */
+} tern_token_event_t;
+
+/* Per-token streaming callback, called on the calling thread. Greedy search (beam_size 1): one
+ * event per input per decoding step, the token chosen at that step appended (an end token adds
+ * nothing; is_last on the step that ends the hypothesis). Beam search: one event per input per
+ * step while it has live hypotheses, giving the best live hypothesis (the highest sum of token
+ * log-probabilities among the beams kept at that step, no length penalty: it may change from one
+ * step to the next and need not be a prefix of the final result), then one event with is_last = 1
+ * giving the final best hypothesis. Return 0 to go on, nonzero to stop the call with
+ * TERN_ERR_CANCELLED. */
+typedef int (*tern_token_fn)(const tern_token_event_t *event, void *user_data);
+
 /* The search options that may change from one call to the next on the same translator, apart
  * from the translator's set-up options (threads, batch budget, file mode). Start from
  * tern_call_options_from(&translator_options) and change what a call needs. */
@@ -299,6 +347,22 @@ typedef struct {
     int max_decoding_length;        /* hard cap on output tokens */
     int min_length;                 /* no EOS before this many output tokens */
     int return_scores;              /* 1: fill scores in the results */
+    /* what a binding or a server needs (tern_call_options_from() sets them to 0 / NULL): */
+    int pretokenized;               /* 1: sources, prefixes and targets are space-separated pieces
+                                       even when the model has SentencePiece, and the hypotheses
+                                       are pieces joined by spaces (CTranslate2's token lists) */
+    int max_batch_size;             /* > 0: cap on sentences per batch for this call (else the
+                                       translator's max_batch_size) */
+    int max_batch_tokens;           /* > 0: token budget of a batch for this call (else the
+                                       translator's max_batch_tokens) */
+    tern_result_fn on_result;       /* per-sentence completion callback (NULL: none) */
+    void *on_result_data;           /* its user_data */
+    tern_token_fn on_token;         /* per-token streaming callback (NULL: none) */
+    void *on_token_data;            /* its user_data */
+    const volatile int *cancel;     /* NULL, or a flag another thread may set to nonzero: the call
+                                       checks it before each batch and each decoding step, stops
+                                       with TERN_ERR_CANCELLED and frees everything it allocated
+                                       (the results are left empty) */
 } tern_call_options_t;
 
 /* The per-call part of a translator's options. Thread-safe. */
@@ -311,6 +375,21 @@ tern_status_t tern_call_options_check(const tern_call_options_t *call);
  * are left as they were). Not thread-safe for one translator (one translator per thread). */
 tern_status_t tern_translate_batch_with(tern_translator_t *translator, const char *const *sources, int n,
                                         const tern_call_options_t *call, tern_result_t *results);
+
+/* The general form: tern_translate_batch_with() with target prefixes (NULL, or n entries each
+ * NULL/"" or a prefix, as tern_translate_batch_prefix()). results may be NULL when call->on_result
+ * is set: each result is then given to the callback only (and freed after it). On any failure
+ * (TERN_ERR_CANCELLED included) the results are left empty (zeroed). Not thread-safe for one
+ * translator. */
+tern_status_t tern_translate_batch_ex(tern_translator_t *translator, const char *const *sources,
+                                      const char *const *target_prefixes, int n,
+                                      const tern_call_options_t *call, tern_result_t *results);
+
+/* tern_score_batch() honouring call->pretokenized and call->cancel (the other fields are unused;
+ * call may be NULL). Not thread-safe for one translator. */
+tern_status_t tern_score_batch_with(tern_translator_t *translator, const char *const *sources,
+                                    const char *const *targets, int n, const tern_call_options_t *call,
+                                    float **token_logprobs, int *token_counts);
 
 /* Number of source tokens the model's tokenizer gives for text (with the end-of-sentence token
  * the model adds, before any truncation): what a batch's token budget counts. Thread-safe. */
