@@ -355,6 +355,8 @@ typedef struct {
                                        translator's max_batch_size) */
     int max_batch_tokens;           /* > 0: token budget of a batch for this call (else the
                                        translator's max_batch_tokens) */
+    int max_input_length;           /* > 0: longer inputs are truncated for this call (else the
+                                       translator's max_input_length) */
     tern_result_fn on_result;       /* per-sentence completion callback (NULL: none) */
     void *on_result_data;           /* its user_data */
     tern_token_fn on_token;         /* per-token streaming callback (NULL: none) */
@@ -394,6 +396,46 @@ tern_status_t tern_score_batch_with(tern_translator_t *translator, const char *c
 /* Number of source tokens the model's tokenizer gives for text (with the end-of-sentence token
  * the model adds, before any truncation): what a batch's token budget counts. Thread-safe. */
 tern_status_t tern_model_source_tokens(const tern_model_t *model, const char *text, int *count);
+
+/* ---------------------------------------------------------------- evaluation (sacreBLEU-exact) */
+
+/* BLEU options, as sacreBLEU's BLEU() arguments (defaults from tern_bleu_default_options()). */
+typedef struct {
+    const char *tokenize;      /* "13a" (default), "intl", "char", "none" */
+    int lowercase;             /* 1: case-insensitive */
+    const char *smooth_method; /* "exp" (default), "none", "floor", "add-k" */
+    double smooth_value;       /* < 0: the method's default (floor 0.1, add-k 1) */
+    int max_ngram_order;       /* 1..4 (4) */
+    int effective_order;       /* 1: stop at the first order without n-grams (sentence BLEU) */
+} tern_bleu_options_t;
+
+typedef struct {
+    double score;              /* 0..100 */
+    double precisions[4];      /* percent, orders 1..max_ngram_order */
+    double bp, ratio;          /* brevity penalty, hypothesis length / reference length */
+    long long sys_len, ref_len;
+} tern_bleu_score_t;
+
+tern_bleu_options_t tern_bleu_default_options(void);
+/* Corpus BLEU of n hypotheses against num_refs reference streams (refs[r][i]: reference r of
+ * hypothesis i), equal to sacrebleu.corpus_bleu's (same floating-point operations). Thread-safe. */
+tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, const char *const *const *refs,
+                               size_t n, int num_refs, const tern_bleu_options_t *options);
+
+/* chrF options, as sacreBLEU's CHRF() arguments (defaults from tern_chrf_default_options()). */
+typedef struct {
+    int char_order;            /* 6 */
+    int word_order;            /* 0 (2: chrF++) */
+    int beta;                  /* 2 */
+    int lowercase;             /* 0 */
+    int whitespace;            /* 0 */
+    int eps_smoothing;         /* 0 */
+} tern_chrf_options_t;
+
+tern_chrf_options_t tern_chrf_default_options(void);
+/* Corpus chrF (0..100), equal to sacrebleu.corpus_chrf's. Thread-safe. */
+tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const char *const *const *refs, size_t n,
+                               int num_refs, const tern_chrf_options_t *options);
 
 /* The library's version string, e.g. "0.1.0" (TERN_VERSION of the build). Thread-safe. */
 const char *tern_version(void);

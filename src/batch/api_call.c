@@ -63,8 +63,8 @@ tern_status_t tern_translate_batch_ex(tern_translator_t *tr, const char *const *
     if (st) return st;
     if (n > 0 && !results && !c->on_result)
         return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_ex: NULL results without on_result");
-    if (c->max_batch_size < 0 || c->max_batch_tokens < 0)
-        return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size and max_batch_tokens must be >= 0");
+    if (c->max_batch_size < 0 || c->max_batch_tokens < 0 || c->max_input_length < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, max_batch_tokens and max_input_length must be >= 0");
     tern_translate_options_t saved = tr->opt;
     tr->opt.beam_size = c->beam_size;
     tr->opt.num_hypotheses = c->num_hypotheses;
@@ -78,6 +78,7 @@ tern_status_t tern_translate_batch_ex(tern_translator_t *tr, const char *const *
     tr->opt.return_scores = c->return_scores;
     if (c->max_batch_size > 0) tr->opt.max_batch_size = c->max_batch_size;
     if (c->max_batch_tokens > 0) tr->opt.max_batch_tokens = c->max_batch_tokens;
+    if (c->max_input_length > 0) tr->opt.max_input_length = c->max_input_length;
     st = translator_translate_strings(tr, sources, prefixes, n, c, results);
     tr->opt = saved;
     return st;
