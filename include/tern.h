@@ -6,6 +6,10 @@
  * per thread; each translator owns its workspace. No function here calls exit() or aborts on bad
  * input: each returns a tern_status_t and, on failure, tern_last_error() (per thread) says what
  * went wrong, naming the file, tensor or input line at fault.
+ *
+ * Threads, in short: a model is read-only once loaded and may be used by any number of threads at
+ * once; a translator is used by one thread at a time (one per thread); functions without a handle
+ * are thread-safe. Each declaration below says which of these applies.
  */
 #ifndef TERN_H
 #define TERN_H
@@ -36,10 +40,10 @@ typedef enum {
                                or a callback asked to stop; nothing of the call is left allocated */
 } tern_status_t;
 
-/* A short constant description of a status ("I/O error", ...). */
+/* A short constant description of a status ("I/O error", ...). Thread-safe. */
 const char *tern_status_string(tern_status_t status);
 /* The message of the last error set on this thread ("" if none). Valid until the next failing
- * call on the same thread. */
+ * call on the same thread. Thread-safe (per-thread storage). */
 const char *tern_last_error(void);
 
 /* Log verbosity for messages Tern writes to stderr (warnings about truncated lines, ...). */
@@ -83,11 +87,14 @@ typedef struct {
                                          an error when absent), unless vmap is given (0) */
 } tern_model_options_t;
 
-tern_model_options_t tern_model_default_options(void);
+tern_model_options_t tern_model_default_options(void); /* thread-safe */
 
 /* Loads a model directory: Tern's own format (config.json + model.safetensors) or a CTranslate2
- * Transformer model directory (model.bin + config.json + vocabularies). */
+ * Transformer model directory (model.bin + config.json + vocabularies). Thread-safe: several
+ * models may load at once (one-time library set-up is guarded). */
 tern_status_t tern_model_load(tern_model_t **model, const char *dir, const tern_model_options_t *options);
+/* Frees a model. Not thread-safe for that model: only once no thread uses it and every translator
+ * created on it has been freed. */
 void tern_model_free(tern_model_t *model);
 
 /* How an ensemble combines its members' next-token distributions (weights w_k, normalized to sum 1). */
@@ -126,7 +133,7 @@ typedef struct {
         tern_ensemble_info_t ensemble;
     };
 } tern_model_info_t;
-tern_model_info_t tern_model_info(const tern_model_t *model);
+tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */
 
 /* Loads n model directories as one model, an ensemble: at each step its next-token scores are the
  * members' distributions combined by mode with weights (n entries > 0, normalized to sum 1; NULL:
@@ -136,11 +143,12 @@ tern_model_info_t tern_model_info(const tern_model_t *model);
  * and SentencePiece model (the source is encoded once per member) and its own weights (members
  * share nothing; the same directory twice is loaded twice). The coverage penalty uses the
  * weighted mean of the members' attention rows. options apply to every member. Free with
- * tern_model_free(). */
+ * tern_model_free(). Thread-safe, as tern_model_load(). */
 tern_status_t tern_model_load_ensemble(tern_model_t **model, const char *const *dirs, int n,
                                        const float *weights, tern_ensemble_mode_t mode,
                                        const tern_model_options_t *options);
-/* Member i (0 <= i < num_members) of an ensemble, or NULL; a single model is its own member 0. */
+/* Member i (0 <= i < num_members) of an ensemble, or NULL; a single model is its own member 0.
+ * Thread-safe. */
 const tern_model_t *tern_model_member(const tern_model_t *model, int i);
 
 /* ---------------------------------------------------------------- translation options */
@@ -206,15 +214,17 @@ typedef struct {
     float lmbr_lambda;          /* weight of the NMT log-probability (default 0.5) */
 } tern_translate_options_t;
 
-tern_translate_options_t tern_translate_default_options(void);
+tern_translate_options_t tern_translate_default_options(void); /* thread-safe */
 
 /* ---------------------------------------------------------------- translator */
 
 typedef struct tern_translator tern_translator_t;
 
-/* A translator holds the per-thread state (workspace, caches) for one model. Create one per thread. */
+/* A translator holds the per-thread state (workspace, caches) for one model. Create one per thread.
+ * Thread-safe: translators on one model may be created at once from several threads. */
 tern_status_t tern_translator_create(tern_translator_t **translator, const tern_model_t *model,
                                      const tern_translate_options_t *options);
+/* Not thread-safe for that translator (no call on it may be running). */
 void tern_translator_free(tern_translator_t *translator);
 
 /* One input's result: num_hypotheses outputs, best first. */
@@ -226,7 +236,10 @@ typedef struct {
 } tern_result_t;
 
 /* Translates n source strings (raw text, or space-separated pieces without SentencePiece).
- * results must point to n tern_result_t; free each with tern_result_free(). */
+ * results must point to n tern_result_t; free each with tern_result_free(). This and every other
+ * function taking a translator: not thread-safe for one translator (one call at a time on it);
+ * different translators, on one model or several, run in parallel from different threads.
+ * tern_result_free() and tern_score_results_free() touch only their arguments: thread-safe. */
 tern_status_t tern_translate_batch(tern_translator_t *translator, const char *const *sources, int n,
                                    tern_result_t *results);
 void tern_result_free(tern_result_t *result);
@@ -251,7 +264,9 @@ typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seco
 
 /* Translates a stream, one output line per input line in the input's order, in constant memory.
  * With num_hypotheses > 1 each input line gives num_hypotheses lines "i ||| hypothesis ||| score"
- * (i counts input lines from 0). Runs options->workers translators in parallel. */
+ * (i counts input lines from 0). Runs options->workers translators in parallel. Thread-safe (it
+ * creates its own translators; the progress callback runs on the calling thread); in and out
+ * must not be used by another thread meanwhile. */
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options,
                                     tern_progress_fn progress, void *user_data);
@@ -270,14 +285,15 @@ typedef struct {
     long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
 } tern_vmap_options_t;
 
-tern_vmap_options_t tern_vmap_default_options(void);
+tern_vmap_options_t tern_vmap_default_options(void); /* thread-safe */
 
 /* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
  * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
  * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
  * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
  * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
- * out_path (atomically). A line of progress goes to report when not NULL. */
+ * out_path (atomically). A line of progress goes to report when not NULL. Thread-safe (the model
+ * is only read); two builds must not write the same out_path at once. */
 tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
                               const char *out_path, const tern_vmap_options_t *options, FILE *report);
 
@@ -416,7 +432,7 @@ typedef struct {
     long long sys_len, ref_len;
 } tern_bleu_score_t;
 
-tern_bleu_options_t tern_bleu_default_options(void);
+tern_bleu_options_t tern_bleu_default_options(void); /* thread-safe */
 /* Corpus BLEU of n hypotheses against num_refs reference streams (refs[r][i]: reference r of
  * hypothesis i), equal to sacrebleu.corpus_bleu's (same floating-point operations). Thread-safe. */
 tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, const char *const *const *refs,
@@ -432,7 +448,7 @@ typedef struct {
     int eps_smoothing;         /* 0 */
 } tern_chrf_options_t;
 
-tern_chrf_options_t tern_chrf_default_options(void);
+tern_chrf_options_t tern_chrf_default_options(void); /* thread-safe */
 /* Corpus chrF (0..100), equal to sacrebleu.corpus_chrf's. Thread-safe. */
 tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const char *const *const *refs, size_t n,
                                int num_refs, const tern_chrf_options_t *options);
