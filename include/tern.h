@@ -324,7 +324,8 @@ typedef int (*tern_result_fn)(int index, const tern_result_t *result, void *user
 /* One step of one input's search, for streaming (tern_token_fn). */
 typedef struct {
     int index;              /* input index (0..n-1 in the call) */
-    int step;               /* decoding step, from 0 (the step that chose token step of the output) */
+    int step;               /* decoding step, from 0 (the step that chose output token `step`);
+                               -1 in beam search's final event */
     const int *token_ids;   /* the hypothesis so far: target vocabulary ids, without start or end
                                token (num_tokens of them); valid during the call only */
     int num_tokens;
