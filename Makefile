@@ -41,10 +41,11 @@ TEST_C  := $(sort $(wildcard tests/c/test_*.c))
 TEST_BIN:= $(TEST_C:tests/c/%.c=$(BUILD)/tests/%)
 EX_C    := $(sort $(wildcard examples/*.c))
 EX_BIN  := $(EX_C:examples/%.c=$(BUILD)/examples/%)
+EX_SHARED := $(BUILD)/examples/translate_api_shared
 BENCH_C := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_C:bench/%.c=$(BUILD)/bench/%)
 
-all: $(BUILD)/libtern.a $(BUILD)/tern $(TEST_BIN) $(EX_BIN) $(BENCH_BIN)
+all: $(BUILD)/libtern.a $(BUILD)/libtern.so $(BUILD)/tern $(TEST_BIN) $(EX_BIN) $(BENCH_BIN) $(EX_SHARED)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -66,6 +67,21 @@ $(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
 $(BUILD)/libtern.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# The shared library (the Python package and other bindings link it): it exports exactly the
+# functions include/tern.h declares, through a version script generated from the header.
+$(BUILD)/libtern.map: include/tern.h scripts/export_map.sh
+	@mkdir -p $(dir $@)
+	sh scripts/export_map.sh "$(CC)" include/tern.h > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/libtern.so: $(LIB_OBJ) $(BUILD)/libtern.map
+	$(CC) -shared $(CFLAGS) $(LDFLAGS) -Wl,--version-script=$(BUILD)/libtern.map -Wl,-soname,libtern.so \
+	  -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS)
+
+# examples/translate_api.c linked against libtern.so (found next to build/ through its rpath)
+$(BUILD)/examples/translate_api_shared: examples/translate_api.c $(BUILD)/libtern.so
+	@mkdir -p $(dir $@)
+	$(CC) -Iinclude -D_GNU_SOURCE $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ltern -Wl,-rpath,'$$ORIGIN/..'
 
 $(BUILD)/tern: $(CLI_OBJ) $(BUILD)/libtern.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtern.a $(LDLIBS)

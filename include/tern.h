@@ -6,6 +6,10 @@
  * per thread; each translator owns its workspace. No function here calls exit() or aborts on bad
  * input: each returns a tern_status_t and, on failure, tern_last_error() (per thread) says what
  * went wrong, naming the file, tensor or input line at fault.
+ *
+ * Threads, in short: a model is read-only once loaded and may be used by any number of threads at
+ * once; a translator is used by one thread at a time (one per thread); functions without a handle
+ * are thread-safe. Each declaration below says which of these applies.
  */
 #ifndef TERN_H
 #define TERN_H
@@ -31,18 +35,31 @@ typedef enum {
     TERN_ERR_INVALID_ARG,   /* a caller passed a bad argument or option value */
     TERN_ERR_INPUT,         /* bad input data (e.g. line counts differ between files) */
     TERN_ERR_NOMEM,         /* an allocation failed */
-    TERN_ERR_INTERNAL       /* a bug in Tern: please report it */
+    TERN_ERR_INTERNAL,      /* a bug in Tern: please report it */
+    TERN_ERR_CANCELLED      /* the caller's cancellation flag was set (tern_call_options_t.cancel)
+                               or a callback asked to stop; nothing of the call is left allocated */
 } tern_status_t;
 
-/* A short constant description of a status ("I/O error", ...). */
+/* A short constant description of a status ("I/O error", ...). Thread-safe. */
 const char *tern_status_string(tern_status_t status);
 /* The message of the last error set on this thread ("" if none). Valid until the next failing
- * call on the same thread. */
+ * call on the same thread. Thread-safe (per-thread storage). */
 const char *tern_last_error(void);
 
 /* Log verbosity for messages Tern writes to stderr (warnings about truncated lines, ...). */
 typedef enum { TERN_LOG_QUIET = 0, TERN_LOG_ERROR, TERN_LOG_WARN, TERN_LOG_INFO, TERN_LOG_DEBUG } tern_log_level_t;
+/* Process-wide; thread-safe (an atomic store). */
 void tern_set_log_level(tern_log_level_t level);
+
+/* A log message (NUL-terminated, without the "tern: level: " prefix or a newline), valid during
+ * the call only. It may be called from any thread that calls into Tern, several at once: the
+ * function must be thread-safe. */
+typedef void (*tern_log_fn)(tern_log_level_t level, const char *message, void *user_data);
+/* Sends Tern's log messages (those at or above the log level) to fn instead of stderr; NULL
+ * restores stderr. Process-wide; thread-safe (a message is given either to the old or to the new
+ * function, never half of it), but the old user_data may still be in use by a message being
+ * logged while this returns. */
+void tern_set_log_callback(tern_log_fn fn, void *user_data);
 
 /* ---------------------------------------------------------------- model */
 
@@ -70,11 +87,14 @@ typedef struct {
                                          an error when absent), unless vmap is given (0) */
 } tern_model_options_t;
 
-tern_model_options_t tern_model_default_options(void);
+tern_model_options_t tern_model_default_options(void); /* thread-safe */
 
 /* Loads a model directory: Tern's own format (config.json + model.safetensors) or a CTranslate2
- * Transformer model directory (model.bin + config.json + vocabularies). */
+ * Transformer model directory (model.bin + config.json + vocabularies). Thread-safe: several
+ * models may load at once (one-time library set-up is guarded). */
 tern_status_t tern_model_load(tern_model_t **model, const char *dir, const tern_model_options_t *options);
+/* Frees a model. Not thread-safe for that model: only once no thread uses it and every translator
+ * created on it has been freed. */
 void tern_model_free(tern_model_t *model);
 
 /* How an ensemble combines its members' next-token distributions (weights w_k, normalized to sum 1). */
@@ -113,7 +133,7 @@ typedef struct {
         tern_ensemble_info_t ensemble;
     };
 } tern_model_info_t;
-tern_model_info_t tern_model_info(const tern_model_t *model);
+tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */
 
 /* Loads n model directories as one model, an ensemble: at each step its next-token scores are the
  * members' distributions combined by mode with weights (n entries > 0, normalized to sum 1; NULL:
@@ -123,11 +143,12 @@ tern_model_info_t tern_model_info(const tern_model_t *model);
  * and SentencePiece model (the source is encoded once per member) and its own weights (members
  * share nothing; the same directory twice is loaded twice). The coverage penalty uses the
  * weighted mean of the members' attention rows. options apply to every member. Free with
- * tern_model_free(). */
+ * tern_model_free(). Thread-safe, as tern_model_load(). */
 tern_status_t tern_model_load_ensemble(tern_model_t **model, const char *const *dirs, int n,
                                        const float *weights, tern_ensemble_mode_t mode,
                                        const tern_model_options_t *options);
-/* Member i (0 <= i < num_members) of an ensemble, or NULL; a single model is its own member 0. */
+/* Member i (0 <= i < num_members) of an ensemble, or NULL; a single model is its own member 0.
+ * Thread-safe. */
 const tern_model_t *tern_model_member(const tern_model_t *model, int i);
 
 /* ---------------------------------------------------------------- translation options */
@@ -193,15 +214,17 @@ typedef struct {
     float lmbr_lambda;          /* weight of the NMT log-probability (default 0.5) */
 } tern_translate_options_t;
 
-tern_translate_options_t tern_translate_default_options(void);
+tern_translate_options_t tern_translate_default_options(void); /* thread-safe */
 
 /* ---------------------------------------------------------------- translator */
 
 typedef struct tern_translator tern_translator_t;
 
-/* A translator holds the per-thread state (workspace, caches) for one model. Create one per thread. */
+/* A translator holds the per-thread state (workspace, caches) for one model. Create one per thread.
+ * Thread-safe: translators on one model may be created at once from several threads. */
 tern_status_t tern_translator_create(tern_translator_t **translator, const tern_model_t *model,
                                      const tern_translate_options_t *options);
+/* Not thread-safe for that translator (no call on it may be running). */
 void tern_translator_free(tern_translator_t *translator);
 
 /* One input's result: num_hypotheses outputs, best first. */
@@ -213,7 +236,10 @@ typedef struct {
 } tern_result_t;
 
 /* Translates n source strings (raw text, or space-separated pieces without SentencePiece).
- * results must point to n tern_result_t; free each with tern_result_free(). */
+ * results must point to n tern_result_t; free each with tern_result_free(). This and every other
+ * function taking a translator: not thread-safe for one translator (one call at a time on it);
+ * different translators, on one model or several, run in parallel from different threads.
+ * tern_result_free() and tern_score_results_free() touch only their arguments: thread-safe. */
 tern_status_t tern_translate_batch(tern_translator_t *translator, const char *const *sources, int n,
                                    tern_result_t *results);
 void tern_result_free(tern_result_t *result);
@@ -238,7 +264,9 @@ typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seco
 
 /* Translates a stream, one output line per input line in the input's order, in constant memory.
  * With num_hypotheses > 1 each input line gives num_hypotheses lines "i ||| hypothesis ||| score"
- * (i counts input lines from 0). Runs options->workers translators in parallel. */
+ * (i counts input lines from 0). Runs options->workers translators in parallel. Thread-safe (it
+ * creates its own translators; the progress callback runs on the calling thread); in and out
+ * must not be used by another thread meanwhile. */
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options,
                                     tern_progress_fn progress, void *user_data);
@@ -257,14 +285,15 @@ typedef struct {
     long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
 } tern_vmap_options_t;
 
-tern_vmap_options_t tern_vmap_default_options(void);
+tern_vmap_options_t tern_vmap_default_options(void); /* thread-safe */
 
 /* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
  * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
  * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
  * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
  * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
- * out_path (atomically). A line of progress goes to report when not NULL. */
+ * out_path (atomically). A line of progress goes to report when not NULL. Thread-safe (the model
+ * is only read); two builds must not write the same out_path at once. */
 tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
                               const char *out_path, const tern_vmap_options_t *options, FILE *report);
 
@@ -285,6 +314,42 @@ tern_cpu_info_t tern_cpu_info(void);
 
 /* ---------------------------------------------------------------- per-call options (server, bindings) */
 
+/* Per-sentence completion callback: input index (0..n-1 in the call) and its result, exactly what
+ * tern_translate_batch() gives for it (valid during the call only; results[index] when the call
+ * has a results array). Called once per input, on the calling thread, as soon as the input's
+ * search is finished (so in no particular order; empty inputs first). Return 0 to go on, nonzero
+ * to stop the call with TERN_ERR_CANCELLED. */
+typedef int (*tern_result_fn)(int index, const tern_result_t *result, void *user_data);
+
+/* One step of one input's search, for streaming (tern_token_fn). */
+typedef struct {
+    int index;              /* input index (0..n-1 in the call) */
+    int step;               /* decoding step, from 0 (the step that chose output token `step`);
+                               -1 in beam search's final event */
+    const int *token_ids;   /* the hypothesis so far: target vocabulary ids, without start or end
+                               token (num_tokens of them); valid during the call only */
+    int num_tokens;
+    const char *text;       /* the hypothesis so far as the result will give it (detokenized, or
+                               pieces joined by spaces) */
+    const char *delta;      /* greedy search: the text this event adds to what the previous events
+                               of this input gave, so the deltas of an input concatenate to its
+                               final hypothesis (when the detokenized prefix of a step is not a
+                               prefix of the next one, e.g. an incomplete UTF-8 byte sequence,
+                               the delta waits until it is); beam search: NULL */
+    int is_last;            /* 1: the input's last event (its search is finished; text is its
+                               final best hypothesis) */
+} tern_token_event_t;
+
+/* Per-token streaming callback, called on the calling thread. Greedy search (beam_size 1): one
+ * event per input per decoding step, the token chosen at that step appended (an end token adds
+ * nothing; is_last on the step that ends the hypothesis). Beam search: one event per input per
+ * step while it has live hypotheses, giving the best live hypothesis (the highest sum of token
+ * log-probabilities among the beams kept at that step, no length penalty: it may change from one
+ * step to the next and need not be a prefix of the final result), then one event with is_last = 1
+ * giving the final best hypothesis. Return 0 to go on, nonzero to stop the call with
+ * TERN_ERR_CANCELLED. */
+typedef int (*tern_token_fn)(const tern_token_event_t *event, void *user_data);
+
 /* The search options that may change from one call to the next on the same translator, apart
  * from the translator's set-up options (threads, batch budget, file mode). Start from
  * tern_call_options_from(&translator_options) and change what a call needs. */
@@ -299,6 +364,24 @@ typedef struct {
     int max_decoding_length;        /* hard cap on output tokens */
     int min_length;                 /* no EOS before this many output tokens */
     int return_scores;              /* 1: fill scores in the results */
+    /* what a binding or a server needs (tern_call_options_from() sets them to 0 / NULL): */
+    int pretokenized;               /* 1: sources, prefixes and targets are space-separated pieces
+                                       even when the model has SentencePiece, and the hypotheses
+                                       are pieces joined by spaces (CTranslate2's token lists) */
+    int max_batch_size;             /* > 0: cap on sentences per batch for this call (else the
+                                       translator's max_batch_size) */
+    int max_batch_tokens;           /* > 0: token budget of a batch for this call (else the
+                                       translator's max_batch_tokens) */
+    int max_input_length;           /* > 0: longer inputs are truncated for this call (else the
+                                       translator's max_input_length) */
+    tern_result_fn on_result;       /* per-sentence completion callback (NULL: none) */
+    void *on_result_data;           /* its user_data */
+    tern_token_fn on_token;         /* per-token streaming callback (NULL: none) */
+    void *on_token_data;            /* its user_data */
+    const volatile int *cancel;     /* NULL, or a flag another thread may set to nonzero: the call
+                                       checks it before each batch and each decoding step, stops
+                                       with TERN_ERR_CANCELLED and frees everything it allocated
+                                       (the results are left empty) */
 } tern_call_options_t;
 
 /* The per-call part of a translator's options. Thread-safe. */
@@ -312,9 +395,64 @@ tern_status_t tern_call_options_check(const tern_call_options_t *call);
 tern_status_t tern_translate_batch_with(tern_translator_t *translator, const char *const *sources, int n,
                                         const tern_call_options_t *call, tern_result_t *results);
 
+/* The general form: tern_translate_batch_with() with target prefixes (NULL, or n entries each
+ * NULL/"" or a prefix, as tern_translate_batch_prefix()). results may be NULL when call->on_result
+ * is set: each result is then given to the callback only (and freed after it). On any failure
+ * (TERN_ERR_CANCELLED included) the results are left empty (zeroed). Not thread-safe for one
+ * translator. */
+tern_status_t tern_translate_batch_ex(tern_translator_t *translator, const char *const *sources,
+                                      const char *const *target_prefixes, int n,
+                                      const tern_call_options_t *call, tern_result_t *results);
+
+/* tern_score_batch() honouring call->pretokenized and call->cancel (the other fields are unused;
+ * call may be NULL). Not thread-safe for one translator. */
+tern_status_t tern_score_batch_with(tern_translator_t *translator, const char *const *sources,
+                                    const char *const *targets, int n, const tern_call_options_t *call,
+                                    float **token_logprobs, int *token_counts);
+
 /* Number of source tokens the model's tokenizer gives for text (with the end-of-sentence token
  * the model adds, before any truncation): what a batch's token budget counts. Thread-safe. */
 tern_status_t tern_model_source_tokens(const tern_model_t *model, const char *text, int *count);
+
+/* ---------------------------------------------------------------- evaluation (sacreBLEU-exact) */
+
+/* BLEU options, as sacreBLEU's BLEU() arguments (defaults from tern_bleu_default_options()). */
+typedef struct {
+    const char *tokenize;      /* "13a" (default), "intl", "char", "none" */
+    int lowercase;             /* 1: case-insensitive */
+    const char *smooth_method; /* "exp" (default), "none", "floor", "add-k" */
+    double smooth_value;       /* < 0: the method's default (floor 0.1, add-k 1) */
+    int max_ngram_order;       /* 1..4 (4) */
+    int effective_order;       /* 1: stop at the first order without n-grams (sentence BLEU) */
+} tern_bleu_options_t;
+
+typedef struct {
+    double score;              /* 0..100 */
+    double precisions[4];      /* percent, orders 1..max_ngram_order */
+    double bp, ratio;          /* brevity penalty, hypothesis length / reference length */
+    long long sys_len, ref_len;
+} tern_bleu_score_t;
+
+tern_bleu_options_t tern_bleu_default_options(void); /* thread-safe */
+/* Corpus BLEU of n hypotheses against num_refs reference streams (refs[r][i]: reference r of
+ * hypothesis i), equal to sacrebleu.corpus_bleu's (same floating-point operations). Thread-safe. */
+tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, const char *const *const *refs,
+                               size_t n, int num_refs, const tern_bleu_options_t *options);
+
+/* chrF options, as sacreBLEU's CHRF() arguments (defaults from tern_chrf_default_options()). */
+typedef struct {
+    int char_order;            /* 6 */
+    int word_order;            /* 0 (2: chrF++) */
+    int beta;                  /* 2 */
+    int lowercase;             /* 0 */
+    int whitespace;            /* 0 */
+    int eps_smoothing;         /* 0 */
+} tern_chrf_options_t;
+
+tern_chrf_options_t tern_chrf_default_options(void); /* thread-safe */
+/* Corpus chrF (0..100), equal to sacrebleu.corpus_chrf's. Thread-safe. */
+tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const char *const *const *refs, size_t n,
+                               int num_refs, const tern_chrf_options_t *options);
 
 /* The library's version string, e.g. "0.1.0" (TERN_VERSION of the build). Thread-safe. */
 const char *tern_version(void);

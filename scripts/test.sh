@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 make -j"$(nproc)"
-make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/tern build-san/examples/translate_api \
+make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/libtern.so build-san/tern build-san/examples/translate_api \
+  build-san/examples/translate_api_shared \
   build-san/tests/tools/search_driver build-san/tests/tools/prefix_api_driver
 make SAN=1 test-c
 # Every instruction set this CPU allows below its own (the uncapped runs above and below cover the

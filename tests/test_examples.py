@@ -25,3 +25,38 @@ def test_c_api_example_reports_errors(tmp_path):
                         input=b"x\n", capture_output=True, timeout=60)
     assert ex.returncode == 1
     assert str(tmp_path) in ex.stderr.decode() and "no model.safetensors or model.bin" in ex.stderr.decode()
+
+
+def declared_functions():
+    """The functions include/tern.h declares: names followed by '(' outside comments."""
+    import re
+    with open(os.path.join(ROOT, "include", "tern.h"), encoding="utf-8") as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return set(re.findall(r"\b(tern_[a-z0-9_]+)\s*\(", text))
+
+
+def test_shared_library_exports_only_the_public_api():
+    lib = os.path.join(BUILD, "libtern.so")
+    r = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    exported = {line.split()[-1] for line in r.stdout.splitlines() if line.strip()}
+    declared = declared_functions()
+    assert len(declared) > 30
+    # nothing the toolchain must export shows up with a version script (local: *); none allowed
+    assert exported == declared, (f"exported, not in tern.h: {sorted(exported - declared)}; "
+                                  f"in tern.h, not exported: {sorted(declared - exported)}")
+
+
+def test_example_linked_against_shared_library(spm_model, data_dir):
+    shared = os.path.join(BUILD, "examples", "translate_api_shared")
+    ldd = subprocess.run(["ldd", shared], capture_output=True, text=True, timeout=60).stdout
+    assert os.path.realpath(os.path.join(BUILD, "libtern.so")) in {
+        os.path.realpath(w) for w in ldd.split() if w.endswith("libtern.so")}, ldd
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
+        text = "".join([next(f) for _ in range(20)])
+    runs = [subprocess.run([os.path.join(BUILD, "examples", b), spm_model["dir"], "4"], input=text.encode(),
+                           capture_output=True, timeout=300) for b in ("translate_api_shared", "translate_api")]
+    assert runs[0].returncode == 0, runs[0].stderr.decode()
+    assert runs[0].stdout.count(b"\n") == 2 * 20
+    assert runs[0].stdout == runs[1].stdout

@@ -1,12 +1,17 @@
 /* status.c — status strings, per-thread last error, logging. */
 #include "base.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 static _Thread_local char last_error[1024];
-static tern_log_level_t log_level = TERN_LOG_WARN;
+static int log_level = TERN_LOG_WARN; /* read and written atomically */
+/* the log callback and its user_data, changed together under the lock */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern_log_fn log_fn;
+static void *log_data;
 
 const char *tern_status_string(tern_status_t status) {
     switch (status) {
@@ -19,6 +24,7 @@ const char *tern_status_string(tern_status_t status) {
     case TERN_ERR_INPUT: return "bad input";
     case TERN_ERR_NOMEM: return "out of memory";
     case TERN_ERR_INTERNAL: return "internal error";
+    case TERN_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }
@@ -44,15 +50,27 @@ tern_status_t tern_error_prefix(tern_status_t status, const char *fmt, ...) {
     return status;
 }
 
-void tern_set_log_level(tern_log_level_t level) { log_level = level; }
+void tern_set_log_level(tern_log_level_t level) { __atomic_store_n(&log_level, (int)level, __ATOMIC_RELAXED); }
+
+void tern_set_log_callback(tern_log_fn fn, void *user_data) {
+    pthread_mutex_lock(&log_lock);
+    log_fn = fn;
+    log_data = user_data;
+    pthread_mutex_unlock(&log_lock);
+}
 
 void tern_log(tern_log_level_t level, const char *fmt, ...) {
-    if (level > log_level || level == TERN_LOG_QUIET) return;
+    if ((int)level > __atomic_load_n(&log_level, __ATOMIC_RELAXED) || level == TERN_LOG_QUIET) return;
     static const char *names[] = {"", "error", "warning", "info", "debug"};
     char buf[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "tern: %s: %s\n", names[level], buf);
+    pthread_mutex_lock(&log_lock);
+    tern_log_fn fn = log_fn;
+    void *data = log_data;
+    pthread_mutex_unlock(&log_lock);
+    if (fn) fn(level, buf, data);
+    else fprintf(stderr, "tern: %s: %s\n", names[level], buf);
 }

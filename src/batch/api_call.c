@@ -50,10 +50,21 @@ tern_status_t tern_call_options_check(const tern_call_options_t *c) {
 
 tern_status_t tern_translate_batch_with(tern_translator_t *tr, const char *const *sources, int n,
                                         const tern_call_options_t *c, tern_result_t *results) {
-    if (!tr || (n > 0 && (!sources || !results)) || n < 0)
-        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_with: NULL translator, sources or results");
+    if (!results && n > 0) return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_with: NULL results");
+    return tern_translate_batch_ex(tr, sources, NULL, n, c, results);
+}
+
+tern_status_t tern_translate_batch_ex(tern_translator_t *tr, const char *const *sources,
+                                      const char *const *prefixes, int n, const tern_call_options_t *c,
+                                      tern_result_t *results) {
+    if (!tr || n < 0 || (n > 0 && !sources))
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_ex: NULL translator or sources");
     tern_status_t st = tern_call_options_check(c);
     if (st) return st;
+    if (n > 0 && !results && !c->on_result)
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_ex: NULL results without on_result");
+    if (c->max_batch_size < 0 || c->max_batch_tokens < 0 || c->max_input_length < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, max_batch_tokens and max_input_length must be >= 0");
     tern_translate_options_t saved = tr->opt;
     tr->opt.beam_size = c->beam_size;
     tr->opt.num_hypotheses = c->num_hypotheses;
@@ -65,9 +76,20 @@ tern_status_t tern_translate_batch_with(tern_translator_t *tr, const char *const
     tr->opt.max_decoding_length = c->max_decoding_length;
     tr->opt.min_length = c->min_length;
     tr->opt.return_scores = c->return_scores;
-    st = tern_translate_batch(tr, sources, n, results);
+    if (c->max_batch_size > 0) tr->opt.max_batch_size = c->max_batch_size;
+    if (c->max_batch_tokens > 0) tr->opt.max_batch_tokens = c->max_batch_tokens;
+    if (c->max_input_length > 0) tr->opt.max_input_length = c->max_input_length;
+    st = translator_translate_strings(tr, sources, prefixes, n, c, results);
     tr->opt = saved;
     return st;
+}
+
+tern_status_t tern_score_batch_with(tern_translator_t *tr, const char *const *sources, const char *const *targets,
+                                    int n, const tern_call_options_t *c, float **token_logprobs, int *token_counts) {
+    if (!tr || n < 0 || (n > 0 && (!sources || !targets || !token_logprobs || !token_counts)))
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_score_batch_with: NULL translator, sources, targets or outputs");
+    return translator_score_strings(tr, sources, targets, n, c ? c->pretokenized : 0, c ? c->cancel : NULL,
+                                    token_logprobs, token_counts);
 }
 
 tern_status_t tern_model_source_tokens(const tern_model_t *m, const char *text, int *count) {

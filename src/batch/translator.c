@@ -146,9 +146,120 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
     return TERN_OK;
 }
 
-/* Decodes one batch of non-empty sources. */
+/* ------------------------------------------------------------------ hooks of a call */
+
+/* What a call with callbacks or a cancellation flag carries through the batches. */
+struct call_hooks {
+    tern_translator_t *tr;
+    const tern_call_options_t *call;
+    tern_result_t *results;  /* the caller's (n), or NULL: results go to on_result only */
+    uint8_t *given;          /* (n) 1: results[i] already converted (and given to on_result) */
+    char **emitted;          /* (n) greedy: the text the token events of input i gave so far */
+    const int *batch_idx;    /* input index of each sentence of the batch being decoded */
+    int beam;                /* 1: beam search (token events give the best live hypothesis) */
+    int *map;                /* scratch for token ids under a vocabulary map */
+    int map_cap;
+};
+
+/* The search's tokens as vocabulary ids (through the vocabulary map when there is one). */
+static const int *hook_ids(struct call_hooks *h, const int *tokens, int len) {
+    const int *cand = h->tr->model->vmap ? h->tr->vm_cand : NULL;
+    if (!cand || len == 0) return tokens;
+    if (len > h->map_cap) {
+        int *m = realloc(h->map, (size_t)len * sizeof(int));
+        if (!m) return NULL;
+        h->map = m;
+        h->map_cap = len;
+    }
+    for (int i = 0; i < len; i++) h->map[i] = cand[tokens[i]];
+    return h->map;
+}
+
+/* A search result (vocabulary ids) as the API's result. */
+static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res, int pretok, tern_result_t *r,
+                               struct call_hooks *h) {
+    const tern_model_t *m = tr->model;
+    memset(r, 0, sizeof *r);
+    r->hypotheses = calloc((size_t)(res->n ? res->n : 1), sizeof(char *));
+    r->scores = tr->opt.return_scores ? calloc((size_t)(res->n ? res->n : 1), sizeof(float)) : NULL;
+    if (!r->hypotheses || (tr->opt.return_scores && !r->scores)) {
+        free(r->hypotheses), free(r->scores);
+        memset(r, 0, sizeof *r);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    r->num_hypotheses = res->n;
+    for (int k = 0; k < res->n; k++) {
+        const hypothesis_t *hy = &res->hyps[k];
+        const int *ids = h ? hook_ids(h, hy->tokens, hy->length) : hy->tokens;
+        tern_status_t st = ids || hy->length == 0 ? model_decode_target_ex(m, ids, hy->length, tr->opt.keep_unk, pretok, &r->hypotheses[k])
+                               : tern_error(TERN_ERR_NOMEM, "out of memory");
+        if (st) {
+            tern_result_free(r);
+            return st;
+        }
+        if (r->scores) r->scores[k] = hy->score;
+    }
+    return TERN_OK;
+}
+
+/* Input i's search is finished (res: vocabulary ids when ids, else the search's tokens): convert
+ * it, give it to on_result, keep it in results[i] (or free it). Nonzero: stop. */
+static int hook_finish_input(struct call_hooks *h, int i, const search_result_t *res) {
+    const tern_call_options_t *c = h->call;
+    tern_result_t tmp, *r = h->results ? &h->results[i] : &tmp;
+    if (to_result(h->tr, res, c->pretokenized, r, h)) return 1;
+    h->given[i] = 1;
+    int stop = 0;
+    if (c->on_token && h->beam && res->n > 0) { /* beam search: the final best hypothesis */
+        const hypothesis_t *hy = &res->hyps[0];
+        tern_token_event_t ev = {i, -1, hook_ids(h, hy->tokens, hy->length), hy->length, r->hypotheses[0], NULL, 1};
+        stop = c->on_token(&ev, c->on_token_data);
+    }
+    if (!stop && c->on_result) stop = c->on_result(i, r, c->on_result_data);
+    if (!h->results) tern_result_free(&tmp);
+    return stop;
+}
+
+static int hook_finish(void *ctx, int n, const search_result_t *res) {
+    struct call_hooks *h = ctx;
+    return hook_finish_input(h, h->batch_idx[n], res);
+}
+
+static int hook_step(void *ctx, int n, int t, const int *tokens, int len, int last) {
+    struct call_hooks *h = ctx;
+    const tern_call_options_t *c = h->call;
+    int i = h->batch_idx[n];
+    const int *ids = hook_ids(h, tokens, len);
+    char *text = NULL;
+    if ((!ids && len > 0) || model_decode_target_ex(h->tr->model, ids, len, h->tr->opt.keep_unk, c->pretokenized, &text)) return 1;
+    tern_token_event_t ev = {i, t, ids, len, text, NULL, last};
+    if (!h->beam) { /* the delta: what the text adds to what was given, once it extends it */
+        const char *prev = h->emitted[i] ? h->emitted[i] : "";
+        size_t pl = strlen(prev);
+        if (strncmp(text, prev, pl) == 0) {
+            ev.delta = text + pl;
+            free(h->emitted[i]);
+            h->emitted[i] = strdup(text);
+            if (!h->emitted[i]) {
+                free(text);
+                return 1;
+            }
+        } else {
+            ev.delta = "";
+        }
+    }
+    int stop = c->on_token(&ev, c->on_token_data);
+    free(text);
+    return stop;
+}
+
+static int hooks_cancelled(const struct call_hooks *h) {
+    return h && h->call->cancel && __atomic_load_n(h->call->cancel, __ATOMIC_RELAXED);
+}
+
+/* Decodes one batch of non-empty sources (idx: their input indices, for the hooks). */
 static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len,
-                                  const search_sentence_t *const *sd, int n, search_result_t *res) {
+                                  const search_sentence_t *const *sd, const int *idx, int n, search_result_t *res) {
     const tern_model_t *m = tr->model;
     const tern_translate_options_t *o = &tr->opt;
     const model_family_t *fam = m->fam;
@@ -176,6 +287,15 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
     so.prune_threshold = o->prune_threshold;
+    struct call_hooks *h = tr->hooks;
+    if (h) {
+        so.cancel = h->call->cancel;
+        h->batch_idx = idx;
+        h->beam = !(o->beam_size == 1);
+        if (h->call->on_result || h->call->on_token) so.on_finish = hook_finish;
+        if (h->call->on_token) so.on_step = hook_step;
+        so.hook_ctx = h;
+    }
     int constrained = 0; /* terminology constraints need the beam search's selection, even at beam 1 */
     int any_sd = 0;
     for (int i = 0; sd && i < n; i++) {
@@ -200,6 +320,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         free(max_len);
         return st;
     }
+    if (h) h->beam = !(o->beam_size == 1 && !constrained);
     st = o->beam_size == 1 && !constrained ? greedy_search(&dec, n, max_len, &so, res)
                                            : beam_search(&dec, n, max_len, &so, res);
     search_procs_free(procs);
@@ -234,9 +355,10 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
     len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
     int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
+    int *bidx = malloc((size_t)(n ? n : 1) * sizeof(int));
     search_result_t *bres = calloc((size_t)(n ? n : 1), sizeof *bres);
     const search_sentence_t **bsd = calloc((size_t)(n ? n : 1), sizeof *bsd);
-    if (!order || !bsrc || !blen || !bres || !bsd) {
+    if (!order || !bsrc || !blen || !bidx || !bres || !bsd) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -253,10 +375,18 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
                 goto done;
             }
             res[i].n = nh;
+            if (tr->hooks && tr->hooks->given && hook_finish_input(tr->hooks, i, &res[i])) {
+                st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
+                goto done;
+            }
         }
     }
     qsort(order, (size_t)m, sizeof *order, cmp_len_desc);
     for (int a = 0; a < m;) {
+        if (hooks_cancelled(tr->hooks)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled before batch of input %d", order[a].idx);
+            goto done;
+        }
         /* longest first: the first length is the padded width of the batch */
         int width = order[a].len, b = 0;
         while (a + b < m && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
@@ -266,13 +396,14 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
             bsrc[k] = src[order[a + k].idx];
             blen[k] = order[a + k].len;
             bsd[k] = sd ? sd[order[a + k].idx] : NULL;
+            bidx[k] = order[a + k].idx;
         }
-        if ((st = decode_batch(tr, bsrc, blen, bsd, b, bres))) goto done;
+        if ((st = decode_batch(tr, bsrc, blen, bsd, bidx, b, bres))) goto done;
         for (int k = 0; k < b; k++) res[order[a + k].idx] = bres[k];
         a += b;
     }
 done:
-    free(order), free(bsrc), free(blen), free(bres), free(bsd);
+    free(order), free(bsrc), free(blen), free(bidx), free(bres), free(bsd);
     return st;
 }
 
@@ -291,30 +422,50 @@ tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sou
 
 tern_status_t tern_translate_batch_prefix(tern_translator_t *tr, const char *const *sources,
                                           const char *const *prefixes, int n, tern_result_t *results) {
+    return translator_translate_strings(tr, sources, prefixes, n, NULL, results);
+}
+
+tern_status_t translator_translate_strings(tern_translator_t *tr, const char *const *sources,
+                                           const char *const *prefixes, int n, const tern_call_options_t *call,
+                                           tern_result_t *results) {
     const tern_model_t *m = tr->model;
+    const int pretok = call ? call->pretokenized : 0;
     tern_status_t st = TERN_OK;
     int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
     int *len = calloc((size_t)(n ? n : 1), sizeof(int));
     search_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
     search_sentence_t *sd = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sd) : NULL;
     const search_sentence_t **sdp = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sdp) : NULL;
+    struct call_hooks hooks = {0};
+    if (call && (call->on_result || call->on_token || call->cancel)) {
+        hooks.tr = tr;
+        hooks.call = call;
+        hooks.results = results;
+        hooks.given = calloc((size_t)(n ? n : 1), 1);
+        hooks.emitted = calloc((size_t)(n ? n : 1), sizeof(char *));
+        if (!hooks.given || !hooks.emitted) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        tr->hooks = &hooks;
+    }
     if (!ids || !len || !res || (prefixes && (!sd || !sdp))) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
-    memset(results, 0, (size_t)n * sizeof *results);
+    if (results) memset(results, 0, (size_t)n * sizeof *results);
     translator_set_threads(&tr->opt);
     for (int i = 0; i < n; i++) {
         int trunc = 0;
         const char *s = sources[i] ? sources[i] : "";
-        if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &ids[i], &len[i], &trunc)))
+        if ((st = model_encode_source_ex(m, s, strlen(s), tr->opt.max_input_length, pretok, &ids[i], &len[i], &trunc)))
             goto done;
         if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, tr->opt.max_input_length);
     }
     for (int i = 0; prefixes && i < n; i++) { /* forced target prefixes */
         const char *p = prefixes[i] ? prefixes[i] : "";
         int *pid = NULL, plen = 0;
-        if ((st = model_encode_target(m, p, strlen(p), &pid, &plen))) {
+        if ((st = model_encode_target_ex(m, p, strlen(p), pretok, &pid, &plen))) {
             tern_error_prefix(st, "target prefix %d", i);
             goto done;
         }
@@ -323,27 +474,17 @@ tern_status_t tern_translate_batch_prefix(tern_translator_t *tr, const char *con
         sdp[i] = &sd[i];
     }
     if ((st = translator_translate_ids_sd(tr, ids, len, sdp, n, res))) goto done;
-    for (int i = 0; i < n; i++) {
-        tern_result_t *r = &results[i];
-        r->num_hypotheses = res[i].n;
-        r->hypotheses = calloc((size_t)(res[i].n ? res[i].n : 1), sizeof(char *));
-        r->scores = tr->opt.return_scores ? calloc((size_t)(res[i].n ? res[i].n : 1), sizeof(float)) : NULL;
-        if (!r->hypotheses || (tr->opt.return_scores && !r->scores)) {
-            st = tern_error(TERN_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int k = 0; k < res[i].n; k++) {
-            hypothesis_t *h = &res[i].hyps[k];
-            if ((st = model_decode_target(m, h->tokens, h->length, tr->opt.keep_unk, &r->hypotheses[k]))) goto done;
-            if (r->scores) r->scores[k] = h->score;
-        }
-    }
+    for (int i = 0; results && i < n; i++)
+        if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], pretok, &results[i], NULL))) goto done;
 done:
+    tr->hooks = NULL;
     for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
     for (int i = 0; i < n && ids; i++) free(ids[i]);
     for (int i = 0; i < n && sd; i++) free((void *)sd[i].prefix);
+    for (int i = 0; i < n && hooks.emitted; i++) free(hooks.emitted[i]);
+    free(hooks.given), free(hooks.emitted), free(hooks.map);
     free(ids), free(len), free(res), free(sd), free(sdp);
-    if (st)
+    if (st && results)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
     return st;
 }
@@ -354,7 +495,7 @@ done:
  * ids (tids[rows[r]], tlen[rows[r]] tokens, then EOS): lp[rows[r]][t] = the model's log-prob (an
  * ensemble's score) of target token t. */
 static tern_status_t force_decode(tern_translator_t *tr, int *const *src, const int *len, int ns, const int *rows,
-                                  int *const *tids, const int *tlen, float **lp) {
+                                  int *const *tids, const int *tlen, float **lp, const volatile int *cancel) {
     const tern_model_t *m = tr->model;
     const model_family_t *fam = m->fam;
     const int V = m->info.target_vocab_size;
@@ -372,6 +513,10 @@ static tern_status_t force_decode(tern_translator_t *tr, int *const *src, const 
         tok[r] = m->tgt_start;
     }
     for (int t = 0, R = ns; R > 0; t++) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled at step %d of force decoding", t);
+            goto done;
+        }
         if ((st = fam->step(tr->state, tok, t, logits, NULL))) goto done;
         if (!fam->step_logprobs) log_softmax_forward(logits, logits, R, V);
         int R2 = 0;
@@ -398,6 +543,12 @@ done:
 
 tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
                                int n, float **token_logprobs, int *token_counts) {
+    return translator_score_strings(tr, sources, targets, n, 0, NULL, token_logprobs, token_counts);
+}
+
+tern_status_t translator_score_strings(tern_translator_t *tr, const char *const *sources, const char *const *targets,
+                                       int n, int pretok, const volatile int *cancel, float **token_logprobs,
+                                       int *token_counts) {
     const tern_model_t *m = tr->model;
     tern_status_t st = TERN_OK;
     size_t nn = (size_t)(n ? n : 1);
@@ -417,8 +568,9 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
     for (int i = 0; i < n; i++) {
         int trunc;
         const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
-        if ((st = model_encode_source(m, s, strlen(s), tr->opt.max_input_length, &sids[i], &slen[i], &trunc))) goto done;
-        if ((st = model_encode_target(m, t, strlen(t), &tids[i], &tlen[i]))) goto done;
+        if ((st = model_encode_source_ex(m, s, strlen(s), tr->opt.max_input_length, pretok, &sids[i], &slen[i], &trunc)))
+            goto done;
+        if ((st = model_encode_target_ex(m, t, strlen(t), pretok, &tids[i], &tlen[i]))) goto done;
         if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;
         token_counts[i] = slen[i] > 0 ? tlen[i] + 1 : 0;
         if (!(token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float)))) {
@@ -431,7 +583,7 @@ tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources
             rows[ns++] = i;
         }
     }
-    if (ns > 0) st = force_decode(tr, bsrc, blen, ns, rows, tids, tlen, token_logprobs);
+    if (ns > 0) st = force_decode(tr, bsrc, blen, ns, rows, tids, tlen, token_logprobs, cancel);
 done:
     for (int i = 0; i < n; i++) {
         if (sids) free(sids[i]);

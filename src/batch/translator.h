@@ -15,6 +15,7 @@ struct tern_translator {
     int *vm_cand, *vm_tok, vm_tok_cap;
     uint8_t *vm_mark;
     const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
+    struct call_hooks *hooks;      /* callbacks and cancellation flag of the current call (NULL: none) */
 };
 
 /* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):
@@ -26,6 +27,16 @@ tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, c
  * restricted paths, LMBR posteriors. */
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
                                           const search_sentence_t *const *sd, int n, search_result_t *res);
+
+/* tern_translate_batch_prefix() with the hooks of a call (callbacks, cancel flag, pretokenized; call
+ * NULL: none); the options in tr->opt are the call's. results may be NULL with call->on_result. */
+tern_status_t translator_translate_strings(tern_translator_t *tr, const char *const *sources,
+                                           const char *const *prefixes, int n, const tern_call_options_t *call,
+                                           tern_result_t *results);
+/* tern_score_batch() with pretok and a cancellation flag (NULL: none). */
+tern_status_t translator_score_strings(tern_translator_t *tr, const char *const *sources, const char *const *targets,
+                                       int n, int pretok, const volatile int *cancel, float **token_logprobs,
+                                       int *token_counts);
 
 /* Sets the calling thread's intra-op threads from the options (0: all cores / workers). */
 void translator_set_threads(const tern_translate_options_t *opt);

@@ -293,10 +293,10 @@ static tern_status_t text_to_ids(const vocab_t *v, const spm_t *sp, int unk, con
 }
 
 static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                       int **ids, int *n, int *truncated) {
+                                       int pretok, int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
-    tern_status_t st = text_to_ids(m->src_vocab, m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
+    tern_status_t st = text_to_ids(m->src_vocab, pretok ? NULL : m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
     if (st) return st;
     if (nt == 0) { /* empty input: no tokens at all, even with bos/eos configured */
         *ids = tok;
@@ -323,7 +323,7 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
 /* An ensemble's source: each member's ids prefixed by their count (ensemble.h); a member that
  * finds no token in a line others do gets its end token (else unknown token, else id 0). */
 static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                            int **ids, int *n, int *truncated) {
+                                            int pretok, int **ids, int *n, int *truncated) {
     int K = m->n_members;
     int **part = calloc((size_t)K, sizeof *part), *plen = calloc((size_t)K, sizeof *plen);
     tern_status_t st = TERN_OK;
@@ -337,7 +337,7 @@ static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *t
     int longest = 0, total = 0;
     for (int k = 0; k < K; k++) {
         int tr = 0;
-        if ((st = encode_source_one(m->members[k], text, len, max_len, &part[k], &plen[k], &tr))) goto done;
+        if ((st = encode_source_one(m->members[k], text, len, max_len, pretok, &part[k], &plen[k], &tr))) goto done;
         *truncated |= tr;
         if (plen[k] > longest) longest = plen[k];
     }
@@ -368,32 +368,47 @@ done:
     return st;
 }
 
+tern_status_t model_encode_source_ex(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
+                                     int **ids, int *n, int *truncated) {
+    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, pretok, ids, n, truncated);
+    return encode_source_one(m, text, len, max_len, pretok, ids, n, truncated);
+}
+
 tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
                                   int **ids, int *n, int *truncated) {
-    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, ids, n, truncated);
-    return encode_source_one(m, text, len, max_len, ids, n, truncated);
+    return model_encode_source_ex(m, text, len, max_len, 0, ids, n, truncated);
+}
+
+tern_status_t model_encode_target_ex(const tern_model_t *m, const char *text, size_t len, int pretok, int **ids,
+                                     int *n) {
+    if (m->n_members) m = m->members[0]; /* the members' target vocabularies are identical */
+    return text_to_ids(m->tgt_vocab, pretok ? NULL : m->tgt_spm, m->tgt_unk, text, len, 0, ids, n);
 }
 
 tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_t len, int **ids, int *n) {
-    if (m->n_members) m = m->members[0]; /* the members' target vocabularies are identical */
-    return text_to_ids(m->tgt_vocab, m->tgt_spm, m->tgt_unk, text, len, 0, ids, n);
+    return model_encode_target_ex(m, text, len, 0, ids, n);
 }
 
 tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, int keep_unk, char **text) {
+    return model_decode_target_ex(m, ids, n, keep_unk, 0, text);
+}
+
+tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
+                                     char **text) {
     if (m->n_members) m = m->members[0];
     const char **pieces = malloc((size_t)(n + 1) * sizeof(char *));
     if (!pieces) return tern_error(TERN_ERR_NOMEM, "out of memory");
     int k = 0;
     size_t total = 1;
     for (int i = 0; i < n; i++) {
-        if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm) continue;
+        if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm && !pretok) continue;
         const char *p = vocab_token(m->tgt_vocab, ids[i]);
         if (!p) p = "";
         pieces[k++] = p;
         total += strlen(p) + 1;
     }
     tern_status_t st = TERN_OK;
-    if (m->tgt_spm) {
+    if (m->tgt_spm && !pretok) {
         st = spm_decode(m->tgt_spm, pieces, k, text);
     } else {
         char *s = malloc(total);

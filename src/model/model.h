@@ -38,5 +38,13 @@ tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_
 tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, int keep_unk, char **text);
 /* Target text -> ids (for force decoding), without start/end tokens. */
 tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_t len, int **ids, int *n);
+/* The same with pretok = 1: text is space-separated pieces even when the model has SentencePiece
+ * (and the output is pieces joined by spaces), as CTranslate2 takes and gives tokens. */
+tern_status_t model_encode_source_ex(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
+                                     int **ids, int *n, int *truncated);
+tern_status_t model_encode_target_ex(const tern_model_t *m, const char *text, size_t len, int pretok, int **ids,
+                                     int *n);
+tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
+                                     char **text);
 
 #endif

@@ -67,6 +67,14 @@ static int *backtrack(const steplog_t *L, int e, int len, int extra, int *out_le
     return t;
 }
 
+/* Tokens of the path ending at entry e (length len) into buf (len entries). */
+static void backtrack_into(const steplog_t *L, int e, int len, int *buf) {
+    for (int i = len - 1; i >= 0; i--) {
+        buf[i] = L->tok[e];
+        e = L->par[e];
+    }
+}
+
 static int add_finished(finished_t *f, hypothesis_t h, int keep) {
     if (f->n == f->cap) {
         int cap = f->cap ? f->cap * 2 : 8;
@@ -180,6 +188,29 @@ static void topk_candidates(float *values, int *indices, const float *x, const f
     }
 }
 
+/* Sentence n's result from its finished hypotheses (sorted, with the backoff when none ended
+ * with EOS); they move to the result. Returns -1 when out of memory. */
+static int finalize(search_result_t *res, finished_t *f, int common, int nhyp) {
+    qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
+    int use_fallen = !common && !f->eos_finished && f->fallen.tokens;
+    int total = f->n + use_fallen;
+    int cnt = total < nhyp ? total : nhyp;
+    res->hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));
+    if (!res->hyps) return -1;
+    int k = 0;
+    if (use_fallen && k < cnt) {
+        res->hyps[k++] = f->fallen;
+        f->fallen.tokens = NULL;
+    }
+    for (int i = 0; k < cnt; i++) {
+        res->hyps[k++] = f->h[i];
+        f->h[i].tokens = NULL;
+    }
+    res->n = cnt;
+    f->done = 2;
+    return 0;
+}
+
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                           const search_options_t *opt, search_result_t *results) {
     const int V = dec->vocab_size, S = dec->source_len, B = opt->beam_size;
@@ -193,6 +224,13 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     tern_status_t st = TERN_OK;
     proc_chain_t chain;
     memset(&chain, 0, sizeof chain);
+    int max_T = 1;
+    for (int n = 0; n < N; n++) {
+        results[n].n = 0;
+        results[n].hyps = NULL;
+        max_T = max_len[n] > max_T ? max_len[n] : max_T;
+    }
+    int *hook_buf = opt->on_step ? malloc((size_t)(max_T + 1) * sizeof(int)) : NULL;
 
     float *logits = aligned_alloc64(maxR * V * sizeof(float));
     float *attn = use_cov ? aligned_alloc64(maxR * (S ? S : 1) * sizeof(float)) : NULL;
@@ -222,7 +260,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     const float log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
     if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cands_v || !cands_i || !grp || !row_mx ||
         !row_lse || !tokens || !tokens2 ||
-        !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin) {
+        !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin ||
+        (opt->on_step && !hook_buf)) {
         st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
         goto done;
     }
@@ -231,13 +270,15 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         sent[n] = n;
         score[n] = 0.0f;
         entry[n] = -1;
-        results[n].n = 0;
-        results[n].hyps = NULL;
     }
     proc_chain_start(&chain, N);
     int R = N;
 #define NOMEM() do { st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory"); goto done; } while (0)
     for (int t = 0; R > 0; t++) {
+        if (search_cancelled(opt)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+            goto done;
+        }
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
         proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
         /* log-softmax statistics of every row, then the top candidates of every sentence (rows
@@ -410,6 +451,11 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             if (finished) {
                 R2 = first_new; /* its rows leave the batch */
                 f->done = 1;
+                if (finalize(&results[n], f, common, nhyp)) NOMEM();
+                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
+                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
+                    goto done;
+                }
             }
         }
         if (R2 == 0) break;
@@ -418,6 +464,17 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
             int e = log_push(&L, tokens2[i], entry[parent[i]]);
             if (e < 0) NOMEM();
             entry2[i] = e;
+        }
+        for (int a = 0; opt->on_step && a < R2;) { /* each sentence's best live hypothesis */
+            int b = a, best_i = a;
+            for (; b < R2 && sent2[b] == sent2[a]; b++)
+                if (score2[b] > score2[best_i]) best_i = b;
+            backtrack_into(&L, entry2[best_i], t + 1, hook_buf);
+            if (opt->on_step(opt->hook_ctx, sent2[a], t, hook_buf, t + 1, 0)) {
+                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
+                goto done;
+            }
+            a = b;
         }
         if (use_cov)
             for (int i = 0; i < R2; i++)
@@ -434,28 +491,21 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         if (use_cov) tf = cov, cov = cov2, cov2 = tf;
         R = R2;
     }
-    /* results: sorted finished hypotheses, with the backoff when none ended with EOS */
-    for (int n = 0; n < N; n++) {
-        finished_t *f = &fin[n];
-        qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
-        int use_fallen = !common && !f->eos_finished && f->fallen.tokens;
-        int total = f->n + use_fallen;
-        int cnt = total < nhyp ? total : nhyp;
-        results[n].hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));
-        if (!results[n].hyps) NOMEM();
-        int k = 0;
-        if (use_fallen && k < cnt) {
-            results[n].hyps[k++] = f->fallen;
-            f->fallen.tokens = NULL;
+    /* results of sentences not finished in the loop (none expected: every sentence leaves through
+     * `finished`) */
+    for (int n = 0; n < N; n++)
+        if (fin[n].done != 2) {
+            if (finalize(&results[n], &fin[n], common, nhyp)) NOMEM();
+            if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
+                st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
+                goto done;
+            }
         }
-        for (int i = 0; k < cnt; i++) {
-            results[n].hyps[k++] = f->h[i];
-            f->h[i].tokens = NULL;
-        }
-        results[n].n = cnt;
-    }
 #undef NOMEM
 done:
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    free(hook_buf);
     for (int n = 0; fin && n < N; n++) {
         for (int i = 0; i < fin[n].n; i++) free(fin[n].h[i].tokens);
         free(fin[n].h);

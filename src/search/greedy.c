@@ -46,6 +46,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     int max_T = 0;
     for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
     tern_status_t st = TERN_OK;
+    for (int n = 0; n < N; n++) {
+        results[n].n = 0;
+        results[n].hyps = NULL;
+    }
     proc_chain_t chain;
     if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N))) return st;
     /* processors on log-probabilities need them: the rows are then normalized in place */
@@ -67,14 +71,16 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         goto done;
     }
     for (int n = 0; n < N; n++) {
-        results[n].n = 0;
-        results[n].hyps = NULL;
         tokens[n] = opt->bos;
         sent[n] = n;
     }
     proc_chain_start(&chain, N);
     int R = N;
     for (int t = 0; R > 0; t++) {
+        if (search_cancelled(opt)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+            goto done;
+        }
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
         proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
         if (on_logprobs) {
@@ -94,7 +100,12 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                 for (int j = 0; j < S; j++) cov[(size_t)n * S + j] += attn[(size_t)r * S + j];
             int is_eos = tok == opt->eos;
             if (!is_eos) hyp[(size_t)n * max_T + hlen[n]++] = tok;
-            if (is_eos || t + 1 >= max_len[n]) {
+            int ends = is_eos || t + 1 >= max_len[n];
+            if (opt->on_step && opt->on_step(opt->hook_ctx, n, t, hyp + (size_t)n * max_T, hlen[n], ends)) {
+                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
+                goto done;
+            }
+            if (ends) {
                 hypothesis_t *h = calloc(1, sizeof *h);
                 int *tk = malloc((size_t)(hlen[n] ? hlen[n] : 1) * sizeof(int));
                 if (!h || !tk) {
@@ -110,6 +121,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                 if (need_attn) h->score += search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty);
                 results[n].hyps = h;
                 results[n].n = 1;
+                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
+                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
+                    goto done;
+                }
             } else {
                 parent[R2] = r;
                 sent[R2] = n;
@@ -124,6 +139,8 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         R = R2;
     }
 done:
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
     proc_chain_free(&chain);
     free(tokens), free(sent), free(parent), free(best), free(bestv), free(score), free(hyp), free(hlen);
     aligned_free(logits);

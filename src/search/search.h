@@ -13,6 +13,8 @@
 #include "tern.h"
 #include "proc.h"
 
+struct search_result;
+
 typedef struct {
     void *self;
     int vocab_size;
@@ -47,7 +49,22 @@ typedef struct {
      * log(prune_threshold) is dropped (the SDL paper's threshold; 0: off) */
     float prune_width;
     float prune_threshold;
+    /* hooks of one call (NULL: none; nothing is computed for them when absent) */
+    const volatile int *cancel; /* read before each step: nonzero stops with TERN_ERR_CANCELLED */
+    /* sentence n's search is finished; r is its final result (still the search's); nonzero: stop
+     * with TERN_ERR_CANCELLED */
+    int (*on_finish)(void *ctx, int n, const struct search_result *r);
+    /* step t of sentence n: greedy, its hypothesis after the step's token (last: it ended at this
+     * step); beam, its best live hypothesis (highest raw score) after the step, last 0; tokens
+     * (len) are the search's (vocabulary positions under a vocabulary map); nonzero: stop */
+    int (*on_step)(void *ctx, int n, int t, const int *tokens, int len, int last);
+    void *hook_ctx;
 } search_options_t;
+
+/* 1 when the call's cancellation flag is set (a relaxed atomic load). */
+static inline int search_cancelled(const search_options_t *o) {
+    return o->cancel && __atomic_load_n(o->cancel, __ATOMIC_RELAXED);
+}
 
 /* One finished hypothesis. */
 typedef struct {
@@ -58,7 +75,7 @@ typedef struct {
     int unmet;     /* constraints it leaves unmet (0 without constraints); fewer come first */
 } hypothesis_t;
 
-typedef struct {
+typedef struct search_result {
     int n;
     hypothesis_t *hyps; /* (n) best first */
 } search_result_t;
@@ -66,7 +83,8 @@ typedef struct {
 void search_result_free(search_result_t *r);
 
 /* Decodes N sentences whose rows (one per sentence, row i -> sentence i) are ready in the model.
- * max_len (N): maximum output tokens per sentence. results (N) are filled. */
+ * max_len (N): maximum output tokens per sentence. results (N) are filled; on failure (a
+ * cancellation included) they are left empty (n 0, hyps NULL) and nothing is allocated. */
 tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
                             const search_options_t *opt, search_result_t *results);
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,

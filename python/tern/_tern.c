@@ -1,0 +1,635 @@
+/*
+ * _tern.c — the CPython extension under the `tern` package: a thin layer over libtern's public C
+ * API (include/tern.h, linked as libtern.so). The Python side (tern/__init__.py) shapes the
+ * arguments and results as ctranslate2.Translator does; this file converts them, releases the GIL
+ * around every call into libtern, and keeps a pool of inter_threads translators per model so that
+ * several Python threads translate at once.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tern.h"
+
+static PyObject *TernError;     /* tern.TernError (RuntimeError) */
+static PyObject *TernCancelled; /* tern.CancelledError (TernError) */
+
+/* Raises the Python exception for a Tern status (the message from tern_last_error()). */
+static PyObject *raise_status(tern_status_t st, const char *msg) {
+    PyObject *type = TernError;
+    if (st == TERN_ERR_INVALID_ARG) type = PyExc_ValueError;
+    else if (st == TERN_ERR_IO) type = PyExc_OSError;
+    else if (st == TERN_ERR_NOMEM) type = PyExc_MemoryError;
+    else if (st == TERN_ERR_CANCELLED) type = TernCancelled;
+    PyErr_Format(type, "%s: %s", tern_status_string(st), msg && *msg ? msg : "(no message)");
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ string lists */
+
+typedef struct {
+    const char **s; /* n UTF-8 strings owned by the objects in `keep` */
+    PyObject *keep; /* a list holding the bytes/str objects */
+    Py_ssize_t n;
+} strlist_t;
+
+static void strlist_free(strlist_t *l) {
+    free(l->s);
+    Py_XDECREF(l->keep);
+    memset(l, 0, sizeof *l);
+}
+
+/* A sequence of str (or None, as "") into C strings; 0 on success, -1 with an exception. */
+static int strlist_from(strlist_t *l, PyObject *seq, const char *what) {
+    memset(l, 0, sizeof *l);
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    l->s = calloc((size_t)(n ? n : 1), sizeof(char *));
+    l->keep = fast;
+    l->n = n;
+    if (!l->s) {
+        PyErr_NoMemory();
+        strlist_free(l);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        if (o == Py_None) {
+            l->s[i] = NULL;
+            continue;
+        }
+        if (!PyUnicode_Check(o)) {
+            PyErr_Format(PyExc_TypeError, "%s: item %zd is not a str", what, i);
+            strlist_free(l);
+            return -1;
+        }
+        const char *u = PyUnicode_AsUTF8(o); /* cached in the str object, which `fast` holds */
+        if (!u) {
+            strlist_free(l);
+            return -1;
+        }
+        l->s[i] = u;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the translator object */
+
+typedef struct {
+    PyObject_HEAD
+    tern_model_t *model;
+    tern_translate_options_t opt;
+    tern_translator_t **tr;     /* inter_threads translators */
+    int *busy;
+    int ntr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int sync_ok;
+} TranslatorObject;
+
+/* Takes a free translator (waits without the GIL for one). */
+static int pool_take(TranslatorObject *self) {
+    pthread_mutex_lock(&self->mu);
+    for (;;) {
+        for (int i = 0; i < self->ntr; i++)
+            if (!self->busy[i]) {
+                self->busy[i] = 1;
+                pthread_mutex_unlock(&self->mu);
+                return i;
+            }
+        pthread_cond_wait(&self->cv, &self->mu);
+    }
+}
+
+static void pool_give(TranslatorObject *self, int i) {
+    pthread_mutex_lock(&self->mu);
+    self->busy[i] = 0;
+    pthread_cond_signal(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+}
+
+static void Translator_dealloc(TranslatorObject *self) {
+    for (int i = 0; self->tr && i < self->ntr; i++) tern_translator_free(self->tr[i]);
+    free(self->tr);
+    free(self->busy);
+    if (self->model) tern_model_free(self->model);
+    if (self->sync_ok) {
+        pthread_mutex_destroy(&self->mu);
+        pthread_cond_destroy(&self->cv);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"model_dir", "compute_type", "inter_threads", "intra_threads", "max_batch_tokens",
+                             "use_spm", NULL};
+    const char *dir, *ct = "default";
+    int inter = 1, intra = 0, max_tokens = 4096, use_spm = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|siiii", kwlist, &dir, &ct, &inter, &intra, &max_tokens, &use_spm))
+        return -1;
+    if (self->model) {
+        PyErr_SetString(PyExc_RuntimeError, "Translator already initialized");
+        return -1;
+    }
+    tern_model_options_t mo = tern_model_default_options();
+    if (!strcmp(ct, "default") || !strcmp(ct, "auto")) mo.compute_type = TERN_COMPUTE_AUTO;
+    else if (!strcmp(ct, "float32")) mo.compute_type = TERN_COMPUTE_FLOAT32;
+    else if (!strcmp(ct, "int8") || !strcmp(ct, "int8_float32")) mo.compute_type = TERN_COMPUTE_INT8;
+    else {
+        PyErr_Format(PyExc_ValueError, "compute_type '%s' is not supported (default, auto, float32, int8, int8_float32)", ct);
+        return -1;
+    }
+    mo.use_spm = use_spm;
+    if (inter < 1 || intra < 0 || max_tokens < 1) {
+        PyErr_SetString(PyExc_ValueError, "inter_threads must be >= 1, intra_threads >= 0, max_batch_tokens >= 1");
+        return -1;
+    }
+    tern_status_t st;
+    Py_BEGIN_ALLOW_THREADS
+    st = tern_model_load(&self->model, dir, &mo);
+    Py_END_ALLOW_THREADS
+    if (st) return raise_status(st, tern_last_error()), -1;
+    self->opt = tern_translate_default_options();
+    self->opt.workers = inter;
+    self->opt.threads_per_worker = intra;
+    self->opt.max_batch_tokens = max_tokens;
+    self->tr = calloc((size_t)inter, sizeof *self->tr);
+    self->busy = calloc((size_t)inter, sizeof *self->busy);
+    if (!self->tr || !self->busy) return PyErr_NoMemory(), -1;
+    self->ntr = inter;
+    for (int i = 0; i < inter; i++)
+        if ((st = tern_translator_create(&self->tr[i], self->model, &self->opt))) return raise_status(st, tern_last_error()), -1;
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->cv, NULL);
+    self->sync_ok = 1;
+    return 0;
+}
+
+static int check_ready(TranslatorObject *self) {
+    if (!self->model) {
+        PyErr_SetString(PyExc_RuntimeError, "Translator not initialized");
+        return -1;
+    }
+    return 0;
+}
+
+/* The token callback: calls the Python function with the GIL held. */
+typedef struct {
+    PyObject *fn;
+    PyObject *error; /* the first exception the callback raised (a new reference) */
+} pycb_t;
+
+static int token_trampoline(const tern_token_event_t *ev, void *ud) {
+    pycb_t *cb = ud;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 0;
+    PyObject *ids = PyList_New(ev->num_tokens);
+    for (int k = 0; ids && k < ev->num_tokens; k++) PyList_SET_ITEM(ids, k, PyLong_FromLong(ev->token_ids[k]));
+    PyObject *r = ids ? PyObject_CallFunction(cb->fn, "iiNsOi", ev->index, ev->step, ids, ev->text,
+                                              ev->delta ? PyUnicode_FromString(ev->delta) : Py_NewRef(Py_None),
+                                              ev->is_last)
+                      : NULL;
+    if (!r) {
+        if (!cb->error) {
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_NormalizeException(&t, &v, &tb);
+            if (tb) PyException_SetTraceback(v, tb);
+            cb->error = v;
+            Py_XDECREF(t);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_Clear();
+        }
+        stop = 1;
+    } else {
+        stop = PyObject_IsTrue(r) == 1;
+        Py_DECREF(r);
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
+/* _translate(sources, target_prefix, pretokenized, beam_size, num_hypotheses, length_penalty,
+ *            coverage_penalty, max_decoding_length, min_decoding_length, return_scores,
+ *            max_batch_size, max_batch_tokens, max_input_length, callback)
+ * -> list of (hypotheses: list[str], scores: list[float] | None) */
+static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"sources", "target_prefix", "pretokenized", "beam_size", "num_hypotheses",
+                             "length_penalty", "coverage_penalty", "max_decoding_length", "min_decoding_length",
+                             "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
+                             "callback", NULL};
+    PyObject *sources, *prefixes = Py_None, *callback = Py_None;
+    int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
+    float lp = 1.0f, cp = 0.0f;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiO", kwlist, &sources, &prefixes, &pretok, &beam,
+                                     &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback))
+        return NULL;
+    if (check_ready(self)) return NULL;
+    if (callback != Py_None && !PyCallable_Check(callback)) {
+        PyErr_SetString(PyExc_TypeError, "callback must be callable");
+        return NULL;
+    }
+    if (mil < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_input_length must be >= 1");
+        return NULL;
+    }
+    strlist_t src, pre = {0};
+    if (strlist_from(&src, sources, "sources must be a sequence")) return NULL;
+    if (prefixes != Py_None) {
+        if (strlist_from(&pre, prefixes, "target_prefix must be a sequence")) {
+            strlist_free(&src);
+            return NULL;
+        }
+        if (pre.n != src.n) {
+            PyErr_Format(PyExc_ValueError, "target_prefix has %zd entries for %zd sources", pre.n, src.n);
+            strlist_free(&src), strlist_free(&pre);
+            return NULL;
+        }
+    }
+    if (src.n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "too many sources");
+        strlist_free(&src), strlist_free(&pre);
+        return NULL;
+    }
+    int n = (int)src.n;
+    tern_call_options_t call = tern_call_options_from(&self->opt);
+    call.beam_size = beam;
+    call.num_hypotheses = nhyp;
+    call.length_penalty = lp;
+    call.coverage_penalty = cp;
+    call.max_decoding_length = maxlen;
+    call.min_length = minlen;
+    call.return_scores = rs;
+    call.pretokenized = pretok;
+    call.max_batch_size = mbs;
+    call.max_batch_tokens = mbt;
+    call.max_input_length = mil;
+    pycb_t cb = {callback, NULL};
+    if (callback != Py_None) {
+        call.on_token = token_trampoline;
+        call.on_token_data = &cb;
+    }
+    tern_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
+    if (!res) {
+        strlist_free(&src), strlist_free(&pre);
+        return PyErr_NoMemory();
+    }
+    tern_status_t st;
+    char err[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    int w = pool_take(self);
+    tern_translator_t *tr = self->tr[w];
+    st = tern_translate_batch_ex(tr, src.s, pre.s, n, &call, res);
+    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    pool_give(self, w);
+    Py_END_ALLOW_THREADS
+    strlist_free(&src), strlist_free(&pre);
+    if (cb.error) { /* the callback raised: that exception, not the cancellation it caused */
+        for (int i = 0; i < n; i++) tern_result_free(&res[i]);
+        free(res);
+        PyErr_SetObject((PyObject *)Py_TYPE(cb.error), cb.error);
+        Py_DECREF(cb.error);
+        return NULL;
+    }
+    if (st) {
+        free(res);
+        return raise_status(st, err);
+    }
+    PyObject *out = PyList_New(n);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *hyps = PyList_New(res[i].num_hypotheses);
+        PyObject *scores = res[i].scores ? PyList_New(res[i].num_hypotheses) : Py_NewRef(Py_None);
+        if (!hyps || !scores) {
+            Py_XDECREF(hyps), Py_XDECREF(scores);
+            Py_CLEAR(out);
+            break;
+        }
+        for (int k = 0; k < res[i].num_hypotheses; k++) {
+            PyList_SET_ITEM(hyps, k, PyUnicode_DecodeUTF8(res[i].hypotheses[k], (Py_ssize_t)strlen(res[i].hypotheses[k]),
+                                                          "replace"));
+            if (res[i].scores) PyList_SET_ITEM(scores, k, PyFloat_FromDouble(res[i].scores[k]));
+        }
+        PyList_SET_ITEM(out, i, PyTuple_Pack(2, hyps, scores));
+        Py_DECREF(hyps), Py_DECREF(scores);
+    }
+    for (int i = 0; i < n; i++) tern_result_free(&res[i]);
+    free(res);
+    return out;
+}
+
+/* _score(sources, targets, pretokenized) -> list[list[float]] (per target token, EOS last) */
+static PyObject *Translator_score(TranslatorObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"sources", "targets", "pretokenized", NULL};
+    PyObject *sources, *targets;
+    int pretok = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|p", kwlist, &sources, &targets, &pretok)) return NULL;
+    if (check_ready(self)) return NULL;
+    strlist_t src, tgt;
+    if (strlist_from(&src, sources, "sources must be a sequence")) return NULL;
+    if (strlist_from(&tgt, targets, "targets must be a sequence")) {
+        strlist_free(&src);
+        return NULL;
+    }
+    if (src.n != tgt.n || src.n > 0x7fffffff) {
+        PyErr_Format(PyExc_ValueError, "%zd sources for %zd targets", src.n, tgt.n);
+        strlist_free(&src), strlist_free(&tgt);
+        return NULL;
+    }
+    int n = (int)src.n;
+    float **lp = calloc((size_t)(n ? n : 1), sizeof *lp);
+    int *cnt = calloc((size_t)(n ? n : 1), sizeof *cnt);
+    if (!lp || !cnt) {
+        free(lp), free(cnt);
+        strlist_free(&src), strlist_free(&tgt);
+        return PyErr_NoMemory();
+    }
+    tern_call_options_t call = tern_call_options_from(&self->opt);
+    call.pretokenized = pretok;
+    tern_status_t st;
+    char err[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    int w = pool_take(self);
+    st = tern_score_batch_with(self->tr[w], src.s, tgt.s, n, &call, lp, cnt);
+    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    pool_give(self, w);
+    Py_END_ALLOW_THREADS
+    strlist_free(&src), strlist_free(&tgt);
+    PyObject *out = NULL;
+    if (st) raise_status(st, err);
+    else if ((out = PyList_New(n)))
+        for (int i = 0; i < n; i++) {
+            PyObject *l = PyList_New(cnt[i]);
+            for (int k = 0; l && k < cnt[i]; k++) PyList_SET_ITEM(l, k, PyFloat_FromDouble(lp[i][k]));
+            if (!l) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, i, l);
+        }
+    tern_score_results_free(lp, n);
+    free(lp), free(cnt);
+    return out;
+}
+
+typedef struct {
+    long sentences, tokens;
+    double seconds;
+} progress_t;
+
+static void on_progress(long sentences, long tokens, double seconds, void *ud) {
+    progress_t *p = ud;
+    p->sentences = sentences;
+    p->tokens = tokens;
+    p->seconds = seconds;
+}
+
+/* _translate_file(input_path, output_path, beam_size, num_hypotheses, length_penalty,
+ *                 coverage_penalty, max_decoding_length, min_decoding_length, with_scores,
+ *                 max_batch_size, max_batch_tokens, max_input_length) -> (sentences, tokens, seconds) */
+static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"input_path", "output_path", "beam_size", "num_hypotheses", "length_penalty",
+                             "coverage_penalty", "max_decoding_length", "min_decoding_length", "with_scores",
+                             "max_batch_size", "max_batch_tokens", "max_input_length", NULL};
+    const char *in_path, *out_path;
+    int beam = 2, nhyp = 1, maxlen = 256, minlen = 1, ws = 0, mbs = 0, mbt = 0, mil = 1024;
+    float lp = 1.0f, cp = 0.0f;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|iiffiipiii", kwlist, &in_path, &out_path, &beam, &nhyp, &lp, &cp,
+                                     &maxlen, &minlen, &ws, &mbs, &mbt, &mil))
+        return NULL;
+    if (check_ready(self)) return NULL;
+    tern_translate_options_t o = self->opt;
+    o.beam_size = beam;
+    o.num_hypotheses = nhyp;
+    o.length_penalty = lp;
+    o.coverage_penalty = cp;
+    o.max_decoding_length = maxlen;
+    o.min_length = minlen;
+    o.print_scores = ws;
+    o.return_scores = 1;
+    o.max_input_length = mil;
+    if (mbs > 0) o.max_batch_size = mbs;
+    if (mbt > 0) o.max_batch_tokens = mbt;
+    tern_call_options_t c = tern_call_options_from(&o);
+    tern_status_t st = tern_call_options_check(&c);
+    if (st) return raise_status(st, tern_last_error());
+    FILE *in = fopen(in_path, "rb");
+    if (!in) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, in_path);
+    FILE *out = fopen(out_path, "wb");
+    if (!out) {
+        fclose(in);
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
+    }
+    progress_t p = {0, 0, 0};
+    char err[1024] = "";
+    int close_err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    st = tern_translate_stream(self->model, in, out, &o, on_progress, &p);
+    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    fclose(in);
+    close_err = fclose(out) != 0;
+    Py_END_ALLOW_THREADS
+    if (st) return raise_status(st, err);
+    if (close_err) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
+    return Py_BuildValue("(lld)", p.sentences, p.tokens, p.seconds);
+}
+
+static PyObject *Translator_info(TranslatorObject *self, PyObject *unused) {
+    if (check_ready(self)) return NULL;
+    tern_model_info_t mi = tern_model_info(self->model);
+    return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:n,s:i}", "family", mi.family, "format", mi.format,
+                         "source_vocab_size", mi.source_vocab_size, "target_vocab_size", mi.target_vocab_size,
+                         "int8", mi.int8, "has_spm", mi.has_spm, "max_target_length", mi.max_target_length,
+                         "weight_bytes", (Py_ssize_t)mi.weight_bytes, "inter_threads", self->ntr);
+}
+
+static PyMethodDef Translator_methods[] = {
+    {"_translate", (PyCFunction)(void (*)(void))Translator_translate, METH_VARARGS | METH_KEYWORDS,
+     "Translates a list of strings (the GIL is released). See tern.Translator.translate_batch."},
+    {"_score", (PyCFunction)(void (*)(void))Translator_score, METH_VARARGS | METH_KEYWORDS,
+     "Force-decodes targets given sources: per-token log-probabilities (EOS last)."},
+    {"_translate_file", (PyCFunction)(void (*)(void))Translator_translate_file, METH_VARARGS | METH_KEYWORDS,
+     "Translates a text file line by line (tern_translate_stream, as the CLI)."},
+    {"_info", (PyCFunction)Translator_info, METH_NOARGS, "Facts about the loaded model."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject TranslatorType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tern._tern._Translator",
+    .tp_basicsize = sizeof(TranslatorObject),
+    .tp_dealloc = (destructor)Translator_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "A loaded model and a pool of translators (the C layer of tern.Translator).",
+    .tp_methods = Translator_methods,
+    .tp_init = (initproc)Translator_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------ scores */
+
+/* refs: a sequence of reference streams, each a sequence of n str. */
+static int refs_from(strlist_t **out, int *R, PyObject *refs, Py_ssize_t n) {
+    PyObject *fast = PySequence_Fast(refs, "references must be a sequence of reference streams");
+    if (!fast) return -1;
+    Py_ssize_t r = PySequence_Fast_GET_SIZE(fast);
+    if (r < 1 || r > 1000) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "references: 1..1000 reference streams");
+        return -1;
+    }
+    strlist_t *l = calloc((size_t)r, sizeof *l);
+    if (!l) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < r; k++) {
+        if (strlist_from(&l[k], PySequence_Fast_GET_ITEM(fast, k), "a reference stream must be a sequence") ||
+            l[k].n != n) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "reference stream %zd has %zd sentences for %zd hypotheses", k, l[k].n, n);
+            for (Py_ssize_t j = 0; j <= k; j++) strlist_free(&l[j]);
+            free(l);
+            Py_DECREF(fast);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!l[k].s[i]) {
+                PyErr_SetString(PyExc_TypeError, "references must be str");
+                for (Py_ssize_t j = 0; j <= k; j++) strlist_free(&l[j]);
+                free(l);
+                Py_DECREF(fast);
+                return -1;
+            }
+    }
+    Py_DECREF(fast);
+    *out = l;
+    *R = (int)r;
+    return 0;
+}
+
+static PyObject *py_corpus_bleu(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"hypotheses", "references", "tokenize", "lowercase", "smooth_method", "smooth_value",
+                             "max_ngram_order", "effective_order", NULL};
+    PyObject *hyps_o, *refs_o, *sv = Py_None;
+    tern_bleu_options_t o = tern_bleu_default_options();
+    int lc = 0, eff = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|spsOip", kwlist, &hyps_o, &refs_o, &o.tokenize, &lc,
+                                     &o.smooth_method, &sv, &o.max_ngram_order, &eff))
+        return NULL;
+    o.lowercase = lc;
+    o.effective_order = eff;
+    if (sv != Py_None && (o.smooth_value = PyFloat_AsDouble(sv)) == -1.0 && PyErr_Occurred()) return NULL;
+    strlist_t hyps, *refs = NULL;
+    int R = 0;
+    if (strlist_from(&hyps, hyps_o, "hypotheses must be a sequence")) return NULL;
+    for (Py_ssize_t i = 0; i < hyps.n; i++)
+        if (!hyps.s[i]) {
+            strlist_free(&hyps);
+            PyErr_SetString(PyExc_TypeError, "hypotheses must be str");
+            return NULL;
+        }
+    if (refs_from(&refs, &R, refs_o, hyps.n)) {
+        strlist_free(&hyps);
+        return NULL;
+    }
+    const char **rp[1000];
+    for (int r = 0; r < R; r++) rp[r] = refs[r].s;
+    tern_bleu_score_t b;
+    tern_status_t st;
+    char err[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    st = tern_corpus_bleu(&b, hyps.s, (const char *const *const *)rp, (size_t)hyps.n, R, &o);
+    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    Py_END_ALLOW_THREADS
+    for (int r = 0; r < R; r++) strlist_free(&refs[r]);
+    free(refs);
+    strlist_free(&hyps);
+    if (st) return raise_status(st, err);
+    PyObject *prec = PyList_New(o.max_ngram_order);
+    for (int k = 0; prec && k < o.max_ngram_order; k++) PyList_SET_ITEM(prec, k, PyFloat_FromDouble(b.precisions[k]));
+    return Py_BuildValue("(dNddLL)", b.score, prec, b.bp, b.ratio, b.sys_len, b.ref_len);
+}
+
+static PyObject *py_corpus_chrf(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"hypotheses", "references", "char_order", "word_order", "beta", "lowercase",
+                             "whitespace", "eps_smoothing", NULL};
+    PyObject *hyps_o, *refs_o;
+    tern_chrf_options_t o = tern_chrf_default_options();
+    int lc = 0, ws = 0, eps = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|iiippp", kwlist, &hyps_o, &refs_o, &o.char_order, &o.word_order,
+                                     &o.beta, &lc, &ws, &eps))
+        return NULL;
+    o.lowercase = lc, o.whitespace = ws, o.eps_smoothing = eps;
+    strlist_t hyps, *refs = NULL;
+    int R = 0;
+    if (strlist_from(&hyps, hyps_o, "hypotheses must be a sequence")) return NULL;
+    for (Py_ssize_t i = 0; i < hyps.n; i++)
+        if (!hyps.s[i]) {
+            strlist_free(&hyps);
+            PyErr_SetString(PyExc_TypeError, "hypotheses must be str");
+            return NULL;
+        }
+    if (refs_from(&refs, &R, refs_o, hyps.n)) {
+        strlist_free(&hyps);
+        return NULL;
+    }
+    const char **rp[1000];
+    for (int r = 0; r < R; r++) rp[r] = refs[r].s;
+    double score = 0;
+    tern_status_t st;
+    char err[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    st = tern_corpus_chrf(&score, hyps.s, (const char *const *const *)rp, (size_t)hyps.n, R, &o);
+    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    Py_END_ALLOW_THREADS
+    for (int r = 0; r < R; r++) strlist_free(&refs[r]);
+    free(refs);
+    strlist_free(&hyps);
+    if (st) return raise_status(st, err);
+    return PyFloat_FromDouble(score);
+}
+
+static PyObject *py_version(PyObject *mod, PyObject *unused) { return PyUnicode_FromString(tern_version()); }
+
+static PyObject *py_set_log_level(PyObject *mod, PyObject *arg) {
+    long l = PyLong_AsLong(arg);
+    if (l == -1 && PyErr_Occurred()) return NULL;
+    if (l < TERN_LOG_QUIET || l > TERN_LOG_DEBUG) {
+        PyErr_SetString(PyExc_ValueError, "log level must be 0 (quiet) .. 4 (debug)");
+        return NULL;
+    }
+    tern_set_log_level((tern_log_level_t)l);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"corpus_bleu", (PyCFunction)(void (*)(void))py_corpus_bleu, METH_VARARGS | METH_KEYWORDS,
+     "corpus_bleu(hypotheses, references, ...) -> (score, precisions, bp, ratio, sys_len, ref_len)"},
+    {"corpus_chrf", (PyCFunction)(void (*)(void))py_corpus_chrf, METH_VARARGS | METH_KEYWORDS,
+     "corpus_chrf(hypotheses, references, ...) -> score"},
+    {"version", py_version, METH_NOARGS, "libtern's version string."},
+    {"set_log_level", py_set_log_level, METH_O, "Sets libtern's log level (0 quiet .. 4 debug)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_tern", "The C layer of the tern package.", -1,
+                                       module_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__tern(void) {
+    if (PyType_Ready(&TranslatorType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    TernError = PyErr_NewExceptionWithDoc("tern.TernError", "An error reported by libtern.", PyExc_RuntimeError, NULL);
+    TernCancelled = PyErr_NewExceptionWithDoc("tern.CancelledError", "A translation was stopped by its callback.",
+                                              TernError, NULL);
+    if (!TernError || !TernCancelled || PyModule_AddObject(m, "TernError", Py_NewRef(TernError)) < 0 ||
+        PyModule_AddObject(m, "CancelledError", Py_NewRef(TernCancelled)) < 0 ||
+        PyModule_AddObject(m, "_Translator", Py_NewRef((PyObject *)&TranslatorType)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
