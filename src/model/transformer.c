@@ -258,7 +258,6 @@ void transformer_state_free(transformer_state_t *st) {
     free(st);
 }
 
-int transformer_rows(const transformer_state_t *st) { return st->R; }
 int transformer_source_len(const transformer_state_t *st) { return st->S; }
 
 static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {

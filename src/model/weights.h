@@ -51,10 +51,9 @@ int weights_binary_version(const weights_t *w);
 /* Metadata of a safetensors header's "__metadata__" (string values), or NULL. */
 const char *weights_metadata(const weights_t *w, const char *key);
 
-/* Scalar helpers: read a rank-0 (or 1-element) tensor of any integer/float dtype.
+/* Scalar helper: read a rank-0 (or 1-element) tensor of any integer/float dtype.
  * Return 0 and leave *v unchanged when the tensor is absent. */
 int weights_get_int(const weights_t *w, const char *name, int64_t *v);
-int weights_get_float(const weights_t *w, const char *name, double *v);
 
 /* Writes tensors as a safetensors file (atomically: tmp file + rename), with optional
  * metadata (n_meta key/value pairs). Used by `tern convert` and training checkpoints. */
