@@ -33,9 +33,11 @@ struct transformer_state {
     int *row_sent;             /* (rows_cap) */
     int *path, *path_tmp;      /* (rows_cap, t_cap) slot ids */
     int *tmp_sent;
-    /* self-attention cache: slots of (d) keys and values per layer */
+    /* self-attention cache: slots of (d) keys and values per layer; slots no live row's path
+     * reaches are reclaimed (compact_slots) before the cache grows */
     float **k_cache, **v_cache;
     int n_slots, slot_cap;
+    int *slot_map;             /* (slot_cap) compact_slots' old -> new slot ids */
     /* workspace */
     float *x, *h, *big, *ctx, *scores;
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
@@ -249,6 +251,7 @@ void transformer_state_free(transformer_state_t *st) {
     free(st->path);
     free(st->path_tmp);
     free(st->tmp_sent);
+    free(st->slot_map);
     aligned_free(st->x);
     aligned_free(st->h);
     aligned_free(st->big);
@@ -431,11 +434,50 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
     return TERN_OK;
 }
 
-static tern_status_t ensure_slots(transformer_state_t *st, int need) {
+/* Moves the cache slots on the paths of the live rows (steps 0..t-1) to the front, in their
+ * order, rewrites the paths, and returns the number kept. Slots of dropped hypotheses and finished
+ * sentences go: a beam's rows share most of their prefixes, so this keeps far fewer slots than
+ * rows × steps. Values are moved, never changed (the outputs stay bit for bit the same). */
+static int compact_slots(transformer_state_t *st) {
+    const transformer_t *m = st->m;
+    int *map = st->slot_map, tc = st->t_cap, t = st->t, d = m->d;
+    for (int i = 0; i < st->n_slots; i++) map[i] = -1;
+    for (int r = 0; r < st->R; r++)
+        for (int tau = 0; tau < t; tau++) map[st->path[(size_t)r * tc + tau]] = 0;
+    int kept = 0;
+    for (int i = 0; i < st->n_slots; i++)
+        if (map[i] == 0) map[i] = kept++;
+    if (kept == st->n_slots) return kept;
+    for (int l = 0; l < m->dec_layers; l++) {
+        float *K = st->k_cache[l], *Vc = st->v_cache[l];
+        for (int i = 0; i < st->n_slots; i++) /* map[i] <= i: moving down in order never overwrites a source */
+            if (map[i] >= 0 && map[i] != i) {
+                memcpy(K + (size_t)map[i] * d, K + (size_t)i * d, (size_t)d * sizeof(float));
+                memcpy(Vc + (size_t)map[i] * d, Vc + (size_t)i * d, (size_t)d * sizeof(float));
+            }
+    }
+    for (int r = 0; r < st->R; r++)
+        for (int tau = 0; tau < t; tau++) {
+            int *p = &st->path[(size_t)r * tc + tau];
+            *p = map[*p];
+        }
+    st->n_slots = kept;
+    return kept;
+}
+
+/* Room for R more slots: reclaims unreachable slots first, and grows the cache (doubling) only
+ * when the kept ones and R fill more than half of it (so a compaction frees at least half the
+ * cache: its cost, a copy of each kept slot, stays below one slot copy per slot written). */
+static tern_status_t ensure_slots(transformer_state_t *st, int R) {
+    if (st->n_slots + R <= st->slot_cap) return TERN_OK;
+    if (st->n_slots > 0 && compact_slots(st) + R <= st->slot_cap / 2) return TERN_OK;
+    int need = st->n_slots + R;
     if (need <= st->slot_cap) return TERN_OK;
     const transformer_t *m = st->m;
     int cap = st->slot_cap ? st->slot_cap : 256;
     while (cap < need) cap *= 2;
+    int *map = malloc((size_t)cap * sizeof(int));
+    if (!map) return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
     size_t row = (size_t)m->d * sizeof(float), old = (size_t)st->slot_cap * row, new = (size_t)cap * row;
     for (int l = 0; l < m->dec_layers; l++) {
         float *k = cache_resize(st->k_cache[l], old, new);
@@ -447,9 +489,12 @@ static tern_status_t ensure_slots(transformer_state_t *st, int need) {
                 if (j < l || k) st->k_cache[j] = cache_shrink(st->k_cache[j], new, old);
                 if (j < l) st->v_cache[j] = cache_shrink(st->v_cache[j], new, old);
             }
+            free(map);
             return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
         }
     }
+    free(st->slot_map);
+    st->slot_map = map;
     st->slot_cap = cap;
     return TERN_OK;
 }
@@ -469,7 +514,7 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     int d = m->d, F = m->F, R = st->R;
     tern_status_t s;
     if ((s = ensure_rows(st, R, t + 1))) return s;
-    if ((s = ensure_slots(st, st->n_slots + R))) return s;
+    if ((s = ensure_slots(st, R))) return s;
     size_t wide = (size_t)R * (size_t)(3 * d > F ? 3 * d : F);
     GROW_F(st, x, (size_t)R * d);
     GROW_F(st, h, (size_t)R * d);
