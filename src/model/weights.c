@@ -116,6 +116,10 @@ static void drop_mapped_pages(const weights_t *w, const void *p, size_t n) {
     if (e > s) madvise((void *)s, e - s, MADV_DONTNEED);
 }
 
+void weights_drop_pages(const weights_t *w, const void *p, size_t n) {
+    if (w && p) drop_mapped_pages(w, p, n);
+}
+
 void weights_release(weights_t *w, const void *data) {
     if (!w || !data) return;
     for (int i = 0; i < w->n; i++) {
