@@ -66,9 +66,11 @@ static double prof_now(void) {
     clock_gettime(getenv("TERN_PROFILE_WALL") ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+static long prof_rows, prof_steps; /* decoder rows and steps run (GEMM rows: FLOP counts) */
 static void prof_dump(void) {
     for (int i = 0; i < 32; i++)
         if (prof_name[i]) fprintf(stderr, "prof %-14s %8.3f s\n", prof_name[i], prof_acc[i]);
+    fprintf(stderr, "prof decoder rows %ld in %ld steps\n", prof_rows, prof_steps);
 }
 static void prof_register(void) {
     static int done;
@@ -658,6 +660,9 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
 static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
 tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
     tern_status_t s;
+#ifdef TERN_PROF
+    prof_rows += st->R, prof_steps++;
+#endif
     PROF(15, "step (total)", s = decoder_step(st, tokens, t, logits, attn));
     return s;
 }
