@@ -1,14 +1,13 @@
-/* gemm.c — float32 GEMM through oneDNN (dnnl_sgemm) or OpenBLAS (cblas_sgemm), chosen per shape
- * by measurement (bench/bench_gemm.c, figures in docs/kernels.md), and intra-op thread control.
+/* gemm.c — float32 GEMM through oneDNN (dnnl_sgemm), the packed float32 linear layers
+ * (gemm_packed.h) and intra-op thread control.
  *
  * Legend: M rows of op(A) and C, N columns of op(B) and C, K the shared dimension.
  *
  * Threads: kernels_set_num_threads(n) stores n in a thread-local and calls omp_set_num_threads(n),
  * which sets the OpenMP nthreads ICV of the calling thread only: oneDNN (built on OpenMP) then runs
  * that thread's gemms with n threads, and several translator threads can each have their own count.
- * OpenBLAS 0.3.21 (Debian) has only a process-wide thread count, so it is pinned to 1 thread once
- * and used only where a single thread is wanted (see gemm_use_openblas). */
-#include <cblas.h>
+ * (OpenBLAS was once a second backend chosen per shape; measured slower or equal on every shape the
+ * models run, bench/bench_gemm.c, it is no longer called by the library.) */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -23,10 +22,6 @@
 #include "kernels/kernels.h"
 
 static _Thread_local int tl_threads = 0; /* 0: never set on this thread -> omp_get_max_threads() */
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_init(void) { openblas_set_num_threads(1); }
-
 void kernels_set_num_threads(int n) {
     if (n < 1) n = 1;
     tl_threads = n;
@@ -35,15 +30,10 @@ void kernels_set_num_threads(int n) {
 
 int kernels_get_num_threads(void) { return tl_threads > 0 ? tl_threads : omp_get_max_threads(); }
 
-/* Which library runs a gemm of this shape with this many threads (1 = OpenBLAS, 0 = oneDNN).
- * Rule from bench/bench_gemm.c on the development machine (docs/kernels.md). */
-static int gemm_use_openblas(int transA, int transB, int M, int N, int K, int threads) {
-    (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)threads;
-    return 0;
-}
-
+/* The library that runs gemm_f32 for a shape: oneDNN for every shape. */
 const char *gemm_f32_backend_name(int transA, int transB, int M, int N, int K) {
-    return gemm_use_openblas(transA, transB, M, N, K, kernels_get_num_threads()) ? "OpenBLAS" : "oneDNN";
+    (void)transA, (void)transB, (void)M, (void)N, (void)K;
+    return "oneDNN";
 }
 
 /* C = beta * C for a K == 0 product (the libraries disagree on this corner). */
@@ -55,18 +45,13 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
     }
 }
 
-static void gemm_one(int use_blas, int transA, int transB, int M, int N, int K, float alpha,
+static void gemm_one(int transA, int transB, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     /* op(A) is M x K: stored M x K (K x M when transposed); op(B) K x N: stored K x N (N x K) */
     extcheck_2d("gemm_f32", "A", A, transA ? K : M, transA ? M : K, lda, sizeof(float));
     extcheck_2d("gemm_f32", "B", B, transB ? N : K, transB ? K : N, ldb, sizeof(float));
     extcheck_2d("gemm_f32", "C", C, M, N, ldc, sizeof(float));
-    if (use_blas) {
-        cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    } else {
-        dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
+    dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_f32(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
@@ -76,9 +61,7 @@ void gemm_f32(int transA, int transB, int M, int N, int K, float alpha, const fl
         scale_c(M, N, beta, C, ldc);
         return;
     }
-    int use_blas = gemm_use_openblas(transA, transB, M, N, K, kernels_get_num_threads());
-    if (use_blas) pthread_once(&blas_once, blas_init);
-    gemm_one(use_blas, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_one(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
@@ -90,20 +73,18 @@ void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, 
         return;
     }
     int threads = kernels_get_num_threads();
-    int use_blas = gemm_use_openblas(transA, transB, M, N, K, 1);
-    if (use_blas) pthread_once(&blas_once, blas_init);
     /* Small per-head gemms: one gemm per thread (the libraries run single-threaded inside an OpenMP
      * parallel region) rather than every gemm split across threads. */
     int nt = threads < batch ? threads : batch;
     if (nt > 1 && (double)M * N * K <= 256.0 * 256 * 64) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int b = 0; b < batch; b++)
-            gemm_one(use_blas, transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB, ldb, beta,
+            gemm_one(transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB, ldb, beta,
                      C + b * strideC, ldc);
         return;
     }
     for (int b = 0; b < batch; b++)
-        gemm_one(use_blas, transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB, ldb, beta,
+        gemm_one(transA, transB, M, N, K, alpha, A + b * strideA, lda, B + b * strideB, ldb, beta,
                  C + b * strideC, ldc);
 }
 

@@ -62,6 +62,128 @@ static dtype_t dtype_from_item_size(uint32_t item) {
     return item == 4 ? DT_F32 : item == 2 ? DT_I16 : DT_I8;
 }
 
+/* The header: binary version, spec name and revision (v >= 2), number of variables. */
+static tern_status_t ct2_read_header(weights_t *w, cursor_t *c, const char *path, uint32_t *version,
+                                     uint32_t *count) {
+    const char *err = NULL;
+    uint32_t revision = 0;
+#define HEADER_FAIL(...) return tern_error(TERN_ERR_FORMAT, "%s: header: " __VA_ARGS__)
+    if (rd_u32(c, version)) HEADER_FAIL("%s", path, "truncated binary version");
+    if (*version > 6 && *version < 256) /* a plausible later version: say so */
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: header: binary version %u is newer than 6 (not supported; "
+                          "convert the model with CTranslate2 <= 4.x)", path, *version);
+    if (*version < 1 || *version > 6)
+        return tern_error(TERN_ERR_FORMAT, "%s: header: binary version %u is invalid (not a CTranslate2 "
+                          "model.bin?)", path, *version);
+    w->binary_version = (int)*version;
+    if (*version >= 2) {
+        const char *s;
+        size_t len;
+        if ((err = rd_string(c, &s, &len))) HEADER_FAIL("spec name: %s", path, err);
+        char *sn = malloc(len + 1);
+        if (!sn) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+        memcpy(sn, s, len);
+        sn[len] = 0;
+        free(w->spec_name);
+        w->spec_name = sn;
+        if (rd_u32(c, &revision)) HEADER_FAIL("%s", path, "truncated spec revision");
+        w->spec_revision = (int)revision;
+    }
+    if (rd_u32(c, count)) HEADER_FAIL("%s", path, "truncated number of variables");
+    /* No check of count against the file size here: each variable takes at least 9 bytes, so a
+     * count too large for the file ends at the first variable that runs past the end, and that
+     * error names the variable (what a truncated file needs). Nothing is allocated by count. */
+#undef HEADER_FAIL
+    return TERN_OK;
+}
+
+/* Variable #k: name (into name, for later messages), shape, dtype and data, added to w. */
+static tern_status_t ct2_read_tensor(weights_t *w, cursor_t *c, const char *path, uint32_t version, uint32_t k,
+                                     char *name, size_t name_size) {
+    const char *err, *s;
+    size_t len;
+    if ((err = rd_string(c, &s, &len)))
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor #%u (after '%s'): name: %s", path, k, name, err);
+    snprintf(name, name_size, "%.*s", (int)TERN_MIN(len, name_size - 1), s);
+#define TFAIL(msg) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %s", path, name, msg)
+    uint32_t rank, dim, tag, size;
+    int64_t shape[TENSOR_MAX_RANK];
+    if (rd_u8(c, &rank)) TFAIL("truncated rank");
+    if (rank > TENSOR_MAX_RANK) TFAIL("rank exceeds 8");
+    /* numel is capped at 2^40 while it is multiplied (a file cannot hold more elements than
+     * bytes, so anything above its size is an error below), which keeps numel * dtype size
+     * from wrapping around: dims [2^31, 2^31] of float32 must not pass as 0 bytes. */
+    uint64_t numel = 1;
+    int too_large = 0;
+    for (uint32_t i = 0; i < rank; i++) {
+        if (rd_u32(c, &dim)) TFAIL("truncated shape");
+        shape[i] = dim;
+        numel *= dim;
+        if (numel > (UINT64_C(1) << 40)) {
+            too_large = 1;
+            numel = UINT64_C(1) << 40;
+        }
+    }
+    if (too_large && numel != 0) TFAIL("shape is too large"); /* (a zero dim makes numel 0) */
+    dtype_t dt;
+    uint64_t nbytes;
+    if (version >= 4) {
+        if (rd_u8(c, &tag)) TFAIL("truncated dtype");
+        if (tag > DT_BF16) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': unknown dtype id %u", path, name, tag);
+        dt = (dtype_t)tag;
+        if (rd_u32(c, &size)) TFAIL("truncated byte count");
+        nbytes = size;
+        if (nbytes != numel * dtype_size(dt))
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %llu bytes stored but its shape "
+                              "and dtype %s need %llu", path, name, (unsigned long long)nbytes,
+                              dtype_name(dt), (unsigned long long)(numel * dtype_size(dt)));
+    } else {
+        if (rd_u8(c, &tag)) TFAIL("truncated item size");
+        if (tag != 1 && tag != 2 && tag != 4)
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': item size %u (expected 1, 2 or 4)", path, name, tag);
+        dt = dtype_from_item_size(tag);
+        if (rd_u32(c, &size)) TFAIL("truncated element count");
+        if (size != numel)
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %u elements stored but its shape "
+                              "holds %llu", path, name, size, (unsigned long long)numel);
+        nbytes = numel * tag;
+    }
+#undef TFAIL
+    if (nbytes > c->left)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': data truncated (%llu bytes needed, "
+                          "%zu left in the file)", path, name, (unsigned long long)nbytes, c->left);
+    tern_status_t st = weights_add(w, s, len, dt, (int)rank, shape, c->p, (size_t)nbytes, 1);
+    if (st) return st;
+    c->p += nbytes;
+    c->left -= nbytes;
+    return TERN_OK;
+}
+
+/* The alias table (v >= 3); last is the last tensor's name, for the message of a truncated file. */
+static tern_status_t ct2_read_aliases(weights_t *w, cursor_t *c, const char *path, const char *last) {
+    const char *err;
+    uint32_t n_alias;
+    if (rd_u32(c, &n_alias))
+        return tern_error(TERN_ERR_FORMAT, "%s: aliases: truncated number of aliases (after the "
+                          "last tensor '%s')", path, last);
+    for (uint32_t k = 0; k < n_alias; k++) {
+        const char *a, *t;
+        size_t al, tl;
+        char an[1024], tn[1024];
+        if ((err = rd_string(c, &a, &al)))
+            return tern_error(TERN_ERR_FORMAT, "%s: alias #%u of %u: name: %s", path, k, n_alias, err);
+        snprintf(an, sizeof an, "%.*s", (int)TERN_MIN(al, sizeof an - 1), a);
+        if ((err = rd_string(c, &t, &tl)))
+            return tern_error(TERN_ERR_FORMAT, "%s: alias '%s': target: %s", path, an, err);
+        if (al >= sizeof an || tl >= sizeof tn)
+            return tern_error(TERN_ERR_FORMAT, "%s: alias '%s': name too long", path, an);
+        snprintf(tn, sizeof tn, "%.*s", (int)tl, t);
+        tern_status_t st = weights_add_alias(w, an, tn);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
 tern_status_t weights_load_ct2(weights_t **out, const char *path) {
     *out = NULL;
     weights_t *w = weights_new(path);
@@ -72,146 +194,13 @@ tern_status_t weights_load_ct2(weights_t **out, const char *path) {
         return st;
     }
     cursor_t c = {w->file.data, w->file.size};
-    const char *err = NULL;
     char name[1024];
-    uint32_t version, revision = 0, count;
-#define HEADER_FAIL(...) do { st = tern_error(TERN_ERR_FORMAT, "%s: header: " __VA_ARGS__); goto fail; } while (0)
-    if (rd_u32(&c, &version)) HEADER_FAIL("%s", path, "truncated binary version");
-    if (version > 6 && version < 256) { /* a plausible later version: say so */
-        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: header: binary version %u is newer than 6 (not supported; "
-                        "convert the model with CTranslate2 <= 4.x)", path, version);
-        goto fail;
-    }
-    if (version < 1 || version > 6) {
-        st = tern_error(TERN_ERR_FORMAT, "%s: header: binary version %u is invalid (not a CTranslate2 "
-                        "model.bin?)", path, version);
-        goto fail;
-    }
-    w->binary_version = (int)version;
-    if (version >= 2) {
-        const char *s;
-        size_t len;
-        if ((err = rd_string(&c, &s, &len))) HEADER_FAIL("spec name: %s", path, err);
-        char *sn = malloc(len + 1);
-        if (!sn) {
-            st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-            goto fail;
-        }
-        memcpy(sn, s, len);
-        sn[len] = 0;
-        free(w->spec_name);
-        w->spec_name = sn;
-        if (rd_u32(&c, &revision)) HEADER_FAIL("%s", path, "truncated spec revision");
-        w->spec_revision = (int)revision;
-    }
-    if (rd_u32(&c, &count)) HEADER_FAIL("%s", path, "truncated number of variables");
-    /* No check of count against the file size here: each variable takes at least 9 bytes, so a
-     * count too large for the file ends at the first variable that runs past the end, and that
-     * error names the variable (what a truncated file needs). Nothing is allocated by count. */
-#undef HEADER_FAIL
-
+    uint32_t version = 0, count = 0;
+    if ((st = ct2_read_header(w, &c, path, &version, &count))) goto fail;
     snprintf(name, sizeof name, "(first)");
-    for (uint32_t k = 0; k < count; k++) {
-        const char *s;
-        size_t len;
-        if ((err = rd_string(&c, &s, &len))) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: tensor #%u (after '%s'): name: %s", path, k, name, err);
-            goto fail;
-        }
-        snprintf(name, sizeof name, "%.*s", (int)TERN_MIN(len, sizeof name - 1), s);
-#define TFAIL(msg) do { st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %s", path, name, msg); goto fail; } while (0)
-        uint32_t rank, dim, tag, size;
-        int64_t shape[TENSOR_MAX_RANK];
-        if (rd_u8(&c, &rank)) TFAIL("truncated rank");
-        if (rank > TENSOR_MAX_RANK) TFAIL("rank exceeds 8");
-        /* numel is capped at 2^40 while it is multiplied (a file cannot hold more elements than
-         * bytes, so anything above its size is an error below), which keeps numel * dtype size
-         * from wrapping around: dims [2^31, 2^31] of float32 must not pass as 0 bytes. */
-        uint64_t numel = 1;
-        int too_large = 0;
-        for (uint32_t i = 0; i < rank; i++) {
-            if (rd_u32(&c, &dim)) TFAIL("truncated shape");
-            shape[i] = dim;
-            numel *= dim;
-            if (numel > (UINT64_C(1) << 40)) {
-                too_large = 1;
-                numel = UINT64_C(1) << 40;
-            }
-        }
-        if (too_large && numel != 0) TFAIL("shape is too large"); /* (a zero dim makes numel 0) */
-        dtype_t dt;
-        uint64_t nbytes;
-        if (version >= 4) {
-            if (rd_u8(&c, &tag)) TFAIL("truncated dtype");
-            if (tag > DT_BF16) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': unknown dtype id %u", path, name, tag);
-                goto fail;
-            }
-            dt = (dtype_t)tag;
-            if (rd_u32(&c, &size)) TFAIL("truncated byte count");
-            nbytes = size;
-            if (nbytes != numel * dtype_size(dt)) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %llu bytes stored but its shape "
-                                "and dtype %s need %llu", path, name, (unsigned long long)nbytes,
-                                dtype_name(dt), (unsigned long long)(numel * dtype_size(dt)));
-                goto fail;
-            }
-        } else {
-            if (rd_u8(&c, &tag)) TFAIL("truncated item size");
-            if (tag != 1 && tag != 2 && tag != 4) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': item size %u (expected 1, 2 or 4)",
-                                path, name, tag);
-                goto fail;
-            }
-            dt = dtype_from_item_size(tag);
-            if (rd_u32(&c, &size)) TFAIL("truncated element count");
-            if (size != numel) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %u elements stored but its shape "
-                                "holds %llu", path, name, size, (unsigned long long)numel);
-                goto fail;
-            }
-            nbytes = numel * tag;
-        }
-        if (nbytes > c.left) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': data truncated (%llu bytes needed, "
-                            "%zu left in the file)", path, name, (unsigned long long)nbytes, c.left);
-            goto fail;
-        }
-        if ((st = weights_add(w, s, len, dt, (int)rank, shape, c.p, (size_t)nbytes, 1)))
-            goto fail;
-        c.p += nbytes;
-        c.left -= nbytes;
-#undef TFAIL
-    }
-
-    if (version >= 3) {
-        uint32_t n_alias;
-        if (rd_u32(&c, &n_alias)) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: aliases: truncated number of aliases (after the "
-                            "last tensor '%s')", path, name);
-            goto fail;
-        }
-        for (uint32_t k = 0; k < n_alias; k++) {
-            const char *a, *t;
-            size_t al, tl;
-            char an[1024], tn[1024];
-            if ((err = rd_string(&c, &a, &al))) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: alias #%u of %u: name: %s", path, k, n_alias, err);
-                goto fail;
-            }
-            snprintf(an, sizeof an, "%.*s", (int)TERN_MIN(al, sizeof an - 1), a);
-            if ((err = rd_string(&c, &t, &tl))) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: alias '%s': target: %s", path, an, err);
-                goto fail;
-            }
-            if (al >= sizeof an || tl >= sizeof tn) {
-                st = tern_error(TERN_ERR_FORMAT, "%s: alias '%s': name too long", path, an);
-                goto fail;
-            }
-            snprintf(tn, sizeof tn, "%.*s", (int)tl, t);
-            if ((st = weights_add_alias(w, an, tn))) goto fail;
-        }
-    }
+    for (uint32_t k = 0; k < count; k++)
+        if ((st = ct2_read_tensor(w, &c, path, version, k, name, sizeof name))) goto fail;
+    if (version >= 3 && (st = ct2_read_aliases(w, &c, path, name))) goto fail;
     if ((st = weights_derive_scale_aliases(w))) goto fail;
     *out = w;
     return TERN_OK;

@@ -33,9 +33,11 @@ struct transformer_state {
     int *row_sent;             /* (rows_cap) */
     int *path, *path_tmp;      /* (rows_cap, t_cap) slot ids */
     int *tmp_sent;
-    /* self-attention cache: slots of (d) keys and values per layer */
+    /* self-attention cache: slots of (d) keys and values per layer; slots no live row's path
+     * reaches are reclaimed (compact_slots) before the cache grows */
     float **k_cache, **v_cache;
     int n_slots, slot_cap;
+    int *slot_map;             /* (slot_cap) compact_slots' old -> new slot ids */
     /* workspace */
     float *x, *h, *big, *ctx, *scores;
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
@@ -64,9 +66,11 @@ static double prof_now(void) {
     clock_gettime(getenv("TERN_PROFILE_WALL") ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+static long prof_rows, prof_steps; /* decoder rows and steps run (GEMM rows: FLOP counts) */
 static void prof_dump(void) {
     for (int i = 0; i < 32; i++)
         if (prof_name[i]) fprintf(stderr, "prof %-14s %8.3f s\n", prof_name[i], prof_acc[i]);
+    fprintf(stderr, "prof decoder rows %ld in %ld steps\n", prof_rows, prof_steps);
 }
 static void prof_register(void) {
     static int done;
@@ -83,12 +87,8 @@ static void prof_register(void) {
         prof_name[id] = name;                                                                      \
         prof_register();                                                                           \
     } while (0)
-#define PROF_BEGIN(var) double var = prof_now()
-#define PROF_END(var, id, name) (prof_acc[id] += prof_now() - var, prof_name[id] = name)
 #else
 #define PROF(id, name, stmt) do { stmt; } while (0)
-#define PROF_BEGIN(var) (void)0
-#define PROF_END(var, id, name) (void)0
 #endif
 
 /* ------------------------------------------------------------------ small helpers */
@@ -253,6 +253,7 @@ void transformer_state_free(transformer_state_t *st) {
     free(st->path);
     free(st->path_tmp);
     free(st->tmp_sent);
+    free(st->slot_map);
     aligned_free(st->x);
     aligned_free(st->h);
     aligned_free(st->big);
@@ -262,7 +263,6 @@ void transformer_state_free(transformer_state_t *st) {
     free(st);
 }
 
-int transformer_rows(const transformer_state_t *st) { return st->R; }
 int transformer_source_len(const transformer_state_t *st) { return st->S; }
 
 static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
@@ -436,11 +436,50 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
     return TERN_OK;
 }
 
-static tern_status_t ensure_slots(transformer_state_t *st, int need) {
+/* Moves the cache slots on the paths of the live rows (steps 0..t-1) to the front, in their
+ * order, rewrites the paths, and returns the number kept. Slots of dropped hypotheses and finished
+ * sentences go: a beam's rows share most of their prefixes, so this keeps far fewer slots than
+ * rows × steps. Values are moved, never changed (the outputs stay bit for bit the same). */
+static int compact_slots(transformer_state_t *st) {
+    const transformer_t *m = st->m;
+    int *map = st->slot_map, tc = st->t_cap, t = st->t, d = m->d;
+    for (int i = 0; i < st->n_slots; i++) map[i] = -1;
+    for (int r = 0; r < st->R; r++)
+        for (int tau = 0; tau < t; tau++) map[st->path[(size_t)r * tc + tau]] = 0;
+    int kept = 0;
+    for (int i = 0; i < st->n_slots; i++)
+        if (map[i] == 0) map[i] = kept++;
+    if (kept == st->n_slots) return kept;
+    for (int l = 0; l < m->dec_layers; l++) {
+        float *K = st->k_cache[l], *Vc = st->v_cache[l];
+        for (int i = 0; i < st->n_slots; i++) /* map[i] <= i: moving down in order never overwrites a source */
+            if (map[i] >= 0 && map[i] != i) {
+                memcpy(K + (size_t)map[i] * d, K + (size_t)i * d, (size_t)d * sizeof(float));
+                memcpy(Vc + (size_t)map[i] * d, Vc + (size_t)i * d, (size_t)d * sizeof(float));
+            }
+    }
+    for (int r = 0; r < st->R; r++)
+        for (int tau = 0; tau < t; tau++) {
+            int *p = &st->path[(size_t)r * tc + tau];
+            *p = map[*p];
+        }
+    st->n_slots = kept;
+    return kept;
+}
+
+/* Room for R more slots: reclaims unreachable slots first, and grows the cache (doubling) only
+ * when the kept ones and R fill more than half of it (so a compaction frees at least half the
+ * cache: its cost, a copy of each kept slot, stays below one slot copy per slot written). */
+static tern_status_t ensure_slots(transformer_state_t *st, int R) {
+    if (st->n_slots + R <= st->slot_cap) return TERN_OK;
+    if (st->n_slots > 0 && compact_slots(st) + R <= st->slot_cap / 2) return TERN_OK;
+    int need = st->n_slots + R;
     if (need <= st->slot_cap) return TERN_OK;
     const transformer_t *m = st->m;
     int cap = st->slot_cap ? st->slot_cap : 256;
     while (cap < need) cap *= 2;
+    int *map = malloc((size_t)cap * sizeof(int));
+    if (!map) return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
     size_t row = (size_t)m->d * sizeof(float), old = (size_t)st->slot_cap * row, new = (size_t)cap * row;
     for (int l = 0; l < m->dec_layers; l++) {
         float *k = cache_resize(st->k_cache[l], old, new);
@@ -452,28 +491,32 @@ static tern_status_t ensure_slots(transformer_state_t *st, int need) {
                 if (j < l || k) st->k_cache[j] = cache_shrink(st->k_cache[j], new, old);
                 if (j < l) st->v_cache[j] = cache_shrink(st->v_cache[j], new, old);
             }
+            free(map);
             return tern_error(TERN_ERR_NOMEM, "decoder cache: out of memory");
         }
     }
+    free(st->slot_map);
+    st->slot_map = map;
     st->slot_cap = cap;
     return TERN_OK;
 }
 
-static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
-tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
-    tern_status_t s;
-    PROF(15, "step (total)", s = decoder_step(st, tokens, t, logits, attn));
-    return s;
-}
-static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
+/* Per-step context of decoder_step's parts: the widths, the row count and the workspaces. */
+typedef struct {
+    transformer_state_t *st;
+    int d, H, dh, R, t, nt, tc, base;
+    size_t sc_stride;       /* floats of one thread's attention scores */
+    float qscale;
+    float *x, *h, *ctx, *big, *scores;
+} dstep_t;
+
+/* Workspaces for R rows at step t (grown once, kept between steps). */
+static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *c) {
     const transformer_t *m = st->m;
-    int d = m->d, F = m->F, H = m->H, dh = d / H, R = st->R;
+    int d = m->d, F = m->F, R = st->R;
     tern_status_t s;
-    if (t != st->t) return tern_error(TERN_ERR_INTERNAL, "decoder step %d, expected %d", t, st->t);
-    if (t >= m->dec_max_pos)
-        return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", t, m->dec_max_pos);
     if ((s = ensure_rows(st, R, t + 1))) return s;
-    if ((s = ensure_slots(st, st->n_slots + R))) return s;
+    if ((s = ensure_slots(st, R))) return s;
     size_t wide = (size_t)R * (size_t)(3 * d > F ? 3 * d : F);
     GROW_F(st, x, (size_t)R * d);
     GROW_F(st, h, (size_t)R * d);
@@ -483,121 +526,169 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
     int nt = team_size(R);
     size_t sc_stride = ((size_t)(t + 1 > st->S ? t + 1 : st->S) + 15) & ~(size_t)15;
     GROW_F(st, scores, sc_stride * nt);
-    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big, *scores = st->scores;
-    float emb_scale = m->dec_scale_emb ? sqrtf((float)d) : 1.0f;
-    float qscale = 1.0f / sqrtf((float)dh);
-    int tc = st->t_cap, base = st->n_slots;
+    *c = (dstep_t){.st = st, .d = d, .H = m->H, .dh = d / m->H, .R = R, .t = t, .nt = nt, .tc = st->t_cap,
+                   .base = st->n_slots, .sc_stride = sc_stride, .qscale = 1.0f / sqrtf((float)(d / m->H)),
+                   .x = st->x, .h = st->h, .ctx = st->ctx, .big = st->big, .scores = st->scores};
+    return TERN_OK;
+}
 
-    for (int r = 0; r < R; r++) {
-        float *row = x + (size_t)r * d;
+/* The rows' inputs (embedding + position) and their new cache slots on their paths. */
+static tern_status_t decoder_embed(const dstep_t *c, const int *tokens) {
+    transformer_state_t *st = c->st;
+    const transformer_t *m = st->m;
+    int d = c->d, t = c->t;
+    float emb_scale = m->dec_scale_emb ? sqrtf((float)d) : 1.0f;
+    for (int r = 0; r < c->R; r++) {
+        float *row = c->x + (size_t)r * d;
         if (tokens[r] < 0 || tokens[r] >= m->tgt_vocab)
             return tern_error(TERN_ERR_INVALID_ARG, "decoder: token id %d out of range [0, %d)", tokens[r], m->tgt_vocab);
         const float *pos = m->dec_pos + (size_t)t * d;
         if (t == 0 && m->dec_zero_start) memcpy(row, pos, (size_t)d * sizeof(float));
         else embed_row(row, &m->dec_emb, tokens[r], emb_scale, pos);
-        st->path[(size_t)r * tc + t] = base + r;
+        st->path[(size_t)r * c->tc + t] = c->base + r;
     }
-    if (attn) memset(attn, 0, (size_t)R * st->S * sizeof(float));
+    return TERN_OK;
+}
 
-    for (int l = 0; l < m->dec_layers; l++) {
-        const dec_layer_t *L = &m->dec[l];
-        /* masked self-attention over the cached path of each row */
-        const float *in = x;
-        if (m->pre_norm) {
-            layernorm(h, x, &L->ln_self, R, d, m->eps);
-            in = h;
-        }
-        PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
-        if (s) return s;
-        PROF_BEGIN(t_selfattn);
-        float *K = st->k_cache[l], *Vc = st->v_cache[l];
-        for (int r = 0; r < R; r++) {
-            memcpy(K + (size_t)(base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
-            memcpy(Vc + (size_t)(base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
-        }
+/* Input of a sub-layer: the layer-normed rows (pre-norm, in h) or the rows themselves. */
+static const float *sublayer_in(const dstep_t *c, const layernorm_t *ln) {
+    const transformer_t *m = c->st->m;
+    if (!m->pre_norm) return c->x;
+    layernorm(c->h, c->x, ln, c->R, c->d, m->eps);
+    return c->h;
+}
+
+/* Residual connection of a sub-layer's output (in h), then the post-norm. */
+static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
+    const transformer_t *m = c->st->m;
+    add_inplace(c->x, c->h, (size_t)c->R * c->d);
+    if (!m->pre_norm) layernorm(c->x, c->x, ln, c->R, c->d, m->eps);
+}
+
+/* Masked self-attention of each row over the cached keys and values of its path (the tree
+ * cache): this step's keys and values go into the rows' new slots; q, k, v in big (R, 3d). */
+static void decoder_self_attention(const dstep_t *c, int l) {
+    transformer_state_t *st = c->st;
+    int d = c->d, dh = c->dh, H = c->H, t = c->t, R = c->R, nt = c->nt;
+    float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
+    for (int r = 0; r < R; r++) {
+        memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+        memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
+    }
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-        for (int r = 0; r < R; r++) {
-            float *sc = scores + sc_stride * (size_t)omp_get_thread_num();
-            const int *path = st->path + (size_t)r * tc;
-            float *q = big + (size_t)r * 3 * d;
-            for (int i = 0; i < d; i++) q[i] *= qscale;
-            for (int hh = 0; hh < H; hh++) {
-                const float *qh = q + hh * dh;
-                for (int tau = 0; tau <= t; tau++) sc[tau] = dot(qh, K + (size_t)path[tau] * d + hh * dh, dh);
-                softmax_forward(sc, sc, 1, t + 1);
-                float *c = ctx + (size_t)r * d + hh * dh;
-                memset(c, 0, (size_t)dh * sizeof(float));
-                for (int tau = 0; tau <= t; tau++) axpy_n(c, sc[tau], Vc + (size_t)path[tau] * d + hh * dh, dh);
+    for (int r = 0; r < R; r++) {
+        float *sc = c->scores + c->sc_stride * (size_t)omp_get_thread_num();
+        const int *path = st->path + (size_t)r * c->tc;
+        float *q = big + (size_t)r * 3 * d;
+        for (int i = 0; i < d; i++) q[i] *= c->qscale;
+        for (int hh = 0; hh < H; hh++) {
+            const float *qh = q + hh * dh;
+            for (int tau = 0; tau <= t; tau++) sc[tau] = dot(qh, K + (size_t)path[tau] * d + hh * dh, dh);
+            softmax_forward(sc, sc, 1, t + 1);
+            float *o = c->ctx + (size_t)r * d + hh * dh;
+            memset(o, 0, (size_t)dh * sizeof(float));
+            for (int tau = 0; tau <= t; tau++) axpy_n(o, sc[tau], Vc + (size_t)path[tau] * d + hh * dh, dh);
+        }
+    }
+}
+
+/* Attention of each row over its sentence's encoder output (keys and values projected once per
+ * batch, cross_kv); queries in big (R, d). With attn, the alignment layer's mean over heads. */
+static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
+    transformer_state_t *st = c->st;
+    const transformer_t *m = st->m;
+    int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = c->nt;
+    const float *kv = st->cross_kv[l];
+    int want_attn = attn && l == m->alignment_layer;
+    int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int r = 0; r < R; r++) {
+        float *sc = c->scores + c->sc_stride * (size_t)omp_get_thread_num();
+        int n = st->row_sent[r], Ln = st->src_len[n], off = st->src_off[n];
+        float *q = c->big + (size_t)r * d;
+        for (int i = 0; i < d; i++) q[i] *= c->qscale;
+        for (int hh = 0; hh < H; hh++) {
+            const float *qh = q + hh * dh;
+            const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
+            const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
+            for (int j = 0; j < Ln; j++) sc[j] = dot(qh, Kb + (size_t)j * 2 * d, dh);
+            softmax_forward(sc, sc, 1, Ln);
+            float *o = c->ctx + (size_t)r * d + hh * dh;
+            memset(o, 0, (size_t)dh * sizeof(float));
+            for (int j = 0; j < Ln; j++) axpy_n(o, sc[j], Vb + (size_t)j * 2 * d, dh);
+            if (want_attn && hh < nheads_avg) {
+                float *a = attn + (size_t)r * st->S;
+                float wgt = 1.0f / (float)nheads_avg;
+                for (int j = 0; j < Ln; j++) a[j] += wgt * sc[j];
             }
         }
-        PROF_END(t_selfattn, 7, "dec_selfattn");
-        PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
-        if (s) return s;
-        add_inplace(x, h, (size_t)R * d);
-        if (!m->pre_norm) layernorm(x, x, &L->ln_self, R, d, m->eps);
-
-        /* cross-attention over the sentence's encoder output */
-        in = x;
-        if (m->pre_norm) {
-            layernorm(h, x, &L->ln_cross, R, d, m->eps);
-            in = h;
-        }
-        PROF(9, "dec_crossq", s = linear(st, big, in, &L->cross_q, L->pk_cross_q, R));
-        if (s) return s;
-        PROF_BEGIN(t_crossattn);
-        const float *kv = st->cross_kv[l];
-        int want_attn = attn && l == m->alignment_layer;
-        int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-        for (int r = 0; r < R; r++) {
-            float *sc = scores + sc_stride * (size_t)omp_get_thread_num();
-            int n = st->row_sent[r], Ln = st->src_len[n], off = st->src_off[n];
-            float *q = big + (size_t)r * d;
-            for (int i = 0; i < d; i++) q[i] *= qscale;
-            for (int hh = 0; hh < H; hh++) {
-                const float *qh = q + hh * dh;
-                const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
-                const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
-                for (int j = 0; j < Ln; j++) sc[j] = dot(qh, Kb + (size_t)j * 2 * d, dh);
-                softmax_forward(sc, sc, 1, Ln);
-                float *c = ctx + (size_t)r * d + hh * dh;
-                memset(c, 0, (size_t)dh * sizeof(float));
-                for (int j = 0; j < Ln; j++) axpy_n(c, sc[j], Vb + (size_t)j * 2 * d, dh);
-                if (want_attn && hh < nheads_avg) {
-                    float *a = attn + (size_t)r * st->S;
-                    float wgt = 1.0f / (float)nheads_avg;
-                    for (int j = 0; j < Ln; j++) a[j] += wgt * sc[j];
-                }
-            }
-        }
-        PROF_END(t_crossattn, 10, "dec_crossattn");
-        PROF(11, "dec_crossout", s = linear(st, h, ctx, &L->cross_out, L->pk_cross_out, R));
-        if (s) return s;
-        add_inplace(x, h, (size_t)R * d);
-        if (!m->pre_norm) layernorm(x, x, &L->ln_cross, R, d, m->eps);
-
-        /* feed-forward */
-        in = x;
-        if (m->pre_norm) {
-            layernorm(h, x, &L->ln_ffn, R, d, m->eps);
-            in = h;
-        }
-        PROF(12, "dec_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, R));
-        if (s) return s;
-        PROF(13, "dec_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, R));
-        if (s) return s;
-        add_inplace(x, h, (size_t)R * d);
-        if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, R, d, m->eps);
     }
-    const float *out = x;
-    if (m->dec_ln.gamma) {
-        layernorm(h, x, &m->dec_ln, R, d, m->eps);
-        out = h;
-    }
-    if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, NULL, R));
-    else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, R));
+}
+
+/* One decoder layer on the rows x: self-attention, cross-attention, feed-forward. */
+static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
+    transformer_state_t *st = c->st;
+    const dec_layer_t *L = &st->m->dec[l];
+    int R = c->R;
+    float *big = c->big, *h = c->h, *ctx = c->ctx;
+    tern_status_t s;
+    const float *in = sublayer_in(c, &L->ln_self);
+    PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
     if (s) return s;
-    st->n_slots += R;
+    PROF(7, "dec_selfattn", decoder_self_attention(c, l));
+    PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
+    if (s) return s;
+    sublayer_out(c, &L->ln_self);
+
+    in = sublayer_in(c, &L->ln_cross);
+    PROF(9, "dec_crossq", s = linear(st, big, in, &L->cross_q, L->pk_cross_q, R));
+    if (s) return s;
+    PROF(10, "dec_crossattn", decoder_cross_attention(c, l, attn));
+    PROF(11, "dec_crossout", s = linear(st, h, ctx, &L->cross_out, L->pk_cross_out, R));
+    if (s) return s;
+    sublayer_out(c, &L->ln_cross);
+
+    in = sublayer_in(c, &L->ln_ffn);
+    PROF(12, "dec_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, R));
+    if (s) return s;
+    PROF(13, "dec_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, R));
+    if (s) return s;
+    sublayer_out(c, &L->ln_ffn);
+    return TERN_OK;
+}
+
+static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
+tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
+    tern_status_t s;
+#ifdef TERN_PROF
+    prof_rows += st->R, prof_steps++;
+#endif
+    PROF(15, "step (total)", s = decoder_step(st, tokens, t, logits, attn));
+    return s;
+}
+
+static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
+    const transformer_t *m = st->m;
+    tern_status_t s;
+    if (t != st->t) return tern_error(TERN_ERR_INTERNAL, "decoder step %d, expected %d", t, st->t);
+    if (t >= m->dec_max_pos)
+        return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", t, m->dec_max_pos);
+    dstep_t c;
+    if ((s = decoder_workspace(st, t, &c))) return s;
+    if ((s = decoder_embed(&c, tokens))) return s;
+    if (attn) memset(attn, 0, (size_t)c.R * st->S * sizeof(float));
+    for (int l = 0; l < m->dec_layers; l++)
+        if ((s = decoder_layer(&c, l, attn))) return s;
+    /* output projection (of the final layer norm's output where the model has one) */
+    const float *out = c.x;
+    if (m->dec_ln.gamma) {
+        layernorm(c.h, c.x, &m->dec_ln, c.R, c.d, m->eps);
+        out = c.h;
+    }
+    if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, NULL, c.R));
+    else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
+    if (s) return s;
+    st->n_slots += c.R;
     st->t = t + 1;
     return TERN_OK;
 }

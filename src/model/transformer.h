@@ -126,7 +126,6 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
  * projection weights were given back after packing (set keep_proj before transformer_pack). */
 tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int n);
 
-int transformer_rows(const transformer_state_t *st);
 int transformer_source_len(const transformer_state_t *st); /* padded S of the batch */
 
 #endif

@@ -143,6 +143,9 @@ static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const cha
         float *scale = own_alloc(m, (size_t)N * sizeof(float));
         if (!q || !scale) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
         quantize_rows_s8(q, scale, out->w, (int)N, (int)K);
+        /* the float32 rows were read once, here: their file pages go now, not at the
+         * end of the load (else the whole float32 model is resident beside the int8 one: the peak) */
+        weights_drop_pages(w, out->w, (size_t)(N * K) * sizeof(float));
         out->q = q;
         out->scale = scale;
         out->w = NULL;

@@ -78,11 +78,6 @@ static int lookup_code(const weights_t *w, const char *name) {
     return w->slots[slot_find(w, name)];
 }
 
-int weights_find_tensor(const weights_t *w, const char *name) {
-    int c = lookup_code(w, name);
-    return c > 0 ? c - 1 : -1;
-}
-
 /* ------------------------------------------------------------------ building */
 
 weights_t *weights_new(const char *path) {
@@ -119,6 +114,10 @@ static void drop_mapped_pages(const weights_t *w, const void *p, size_t n) {
     if (pg <= 0) return;
     uintptr_t s = (a + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = b & ~((uintptr_t)pg - 1);
     if (e > s) madvise((void *)s, e - s, MADV_DONTNEED);
+}
+
+void weights_drop_pages(const weights_t *w, const void *p, size_t n) {
+    if (w && p) drop_mapped_pages(w, p, n);
 }
 
 void weights_release(weights_t *w, const void *data) {
@@ -402,9 +401,3 @@ int weights_get_int(const weights_t *w, const char *name, int64_t *v) {
     return 1;
 }
 
-int weights_get_float(const weights_t *w, const char *name, double *v) {
-    const tensor_t *t = weights_get(w, name);
-    if (!t || t->numel != 1) return 0;
-    *v = (double)tensor_get_f32(t, 0);
-    return 1;
-}

@@ -51,10 +51,9 @@ int weights_binary_version(const weights_t *w);
 /* Metadata of a safetensors header's "__metadata__" (string values), or NULL. */
 const char *weights_metadata(const weights_t *w, const char *key);
 
-/* Scalar helpers: read a rank-0 (or 1-element) tensor of any integer/float dtype.
+/* Scalar helper: read a rank-0 (or 1-element) tensor of any integer/float dtype.
  * Return 0 and leave *v unchanged when the tensor is absent. */
 int weights_get_int(const weights_t *w, const char *name, int64_t *v);
-int weights_get_float(const weights_t *w, const char *name, double *v);
 
 /* Writes tensors as a safetensors file (atomically: tmp file + rename), with optional
  * metadata (n_meta key/value pairs). Used by `tern convert` and training checkpoints. */
@@ -73,6 +72,10 @@ int weights_alias_is_derived(const weights_t *w, int i);
  * (the Transformer packed a copy for its GEMM kernel): a copy made at load is freed, pages of the
  * mapped file are dropped. Their data becomes NULL. */
 void weights_release(weights_t *w, const void *data);
+/* Gives back the resident pages of [p, p + n) where they lie in the file mapping (whole pages of a
+ * range of at least 1 MB; elsewhere nothing). The tensor stays valid: a page read again is read
+ * from the file again. For a loader that has converted a tensor (float32 -> int8). */
+void weights_drop_pages(const weights_t *w, const void *p, size_t n);
 
 /* Element i of a tensor of any dtype, as float. */
 float tensor_get_f32(const tensor_t *t, int64_t i);

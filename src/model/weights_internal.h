@@ -49,7 +49,5 @@ tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value)
 /* For every alias A -> T where T_scale exists and A_scale does not, adds A_scale -> T_scale
  * (as CTranslate2 does: tied int8 weights share their scales). Loaders call it last. */
 tern_status_t weights_derive_scale_aliases(weights_t *w);
-/* Index of a tensor name (aliases not resolved), or -1. */
-int weights_find_tensor(const weights_t *w, const char *name);
 
 #endif

@@ -188,15 +188,367 @@ static void topk_candidates(float *values, int *indices, const float *x, const f
     }
 }
 
+/* The search's working state: options read once, the per-step buffers (current rows and the
+ * next step's, swapped after each step), the finished sets and the step log. */
+typedef struct {
+    const decoder_iface_t *dec;
+    const search_options_t *opt;
+    const int *max_len;
+    int N, V, S, B, K, nhyp, keep;
+    int common, use_cov, ct2_exit, on_logprobs, sel, pruning;
+    float log_thr;
+    float *logits, *attn, *cov, *cov2, *cov_tmp;
+    float *cands_v;     /* (N, K) top candidates per sentence */
+    int *cands_i;
+    int *grp;           /* first row of each sentence's group; grp[G] = R */
+    float *row_mx, *row_lse;
+    int *tokens, *tokens2, *sent, *sent2, *parent, *entry, *entry2, *eos_taken;
+    float *score, *score2;
+    finished_t *fin;
+    steplog_t L;
+    proc_chain_t chain;
+    search_result_t *results; /* (N) the caller's: a sentence's result is made when it finishes */
+    int *hook_buf;            /* (max length + 1) tokens for opt->on_step, or NULL */
+} beam_t;
+
+static void beam_free(beam_t *b) {
+    for (int n = 0; b->fin && n < b->N; n++) {
+        for (int i = 0; i < b->fin[n].n; i++) free(b->fin[n].h[i].tokens);
+        free(b->fin[n].h);
+        free(b->fin[n].fallen.tokens);
+    }
+    free(b->fin);
+    proc_chain_free(&b->chain);
+    free(b->L.tok), free(b->L.par);
+    aligned_free(b->logits);
+    aligned_free(b->attn);
+    free(b->cov), free(b->cov2), free(b->cov_tmp), free(b->cands_v), free(b->cands_i), free(b->grp);
+    free(b->row_mx), free(b->row_lse);
+    free(b->tokens), free(b->tokens2), free(b->sent), free(b->sent2);
+    free(b->parent), free(b->score), free(b->score2), free(b->entry), free(b->entry2), free(b->eos_taken);
+    free(b->hook_buf);
+}
+
+/* Options and buffers for N sentences of up to B rows each; the first step's rows (one per
+ * sentence, BOS). */
+static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, const int *max_len,
+                               const search_options_t *opt) {
+    memset(b, 0, sizeof *b);
+    b->dec = dec, b->opt = opt, b->max_len = max_len, b->N = N;
+    b->V = dec->vocab_size, b->S = dec->source_len, b->B = opt->beam_size;
+    b->common = opt->eos_policy == TERN_EOS_COMMON;
+    b->K = b->common ? 2 * b->B : b->B; /* candidates taken per sentence */
+    b->nhyp = opt->num_hypotheses < 1 ? 1 : opt->num_hypotheses;
+    b->keep = b->nhyp > b->B ? b->nhyp : b->B;
+    b->use_cov = opt->coverage_penalty != 0.0f;
+    b->ct2_exit = opt->length_penalty == 0.0f && !b->use_cov;
+    const size_t maxR = (size_t)N * b->B, S1 = (size_t)(b->S ? b->S : 1);
+    b->logits = aligned_alloc64(maxR * b->V * sizeof(float));
+    if (b->use_cov) {
+        b->attn = aligned_alloc64(maxR * S1 * sizeof(float));
+        b->cov = calloc(maxR * S1, sizeof(float));
+        b->cov2 = calloc(maxR * S1, sizeof(float));
+        b->cov_tmp = calloc(S1, sizeof(float));
+    }
+    b->cands_v = malloc((size_t)N * b->K * sizeof(float));
+    b->cands_i = malloc((size_t)N * b->K * sizeof(int));
+    b->grp = malloc((size_t)(N + 1) * sizeof(int));
+    b->row_mx = malloc(maxR * sizeof(float)), b->row_lse = malloc(maxR * sizeof(float));
+    b->tokens = malloc(maxR * sizeof(int)), b->tokens2 = malloc(maxR * sizeof(int));
+    b->sent = malloc(maxR * sizeof(int)), b->sent2 = malloc(maxR * sizeof(int));
+    b->parent = malloc(maxR * sizeof(int));
+    b->score = malloc(maxR * sizeof(float)), b->score2 = malloc(maxR * sizeof(float));
+    b->entry = malloc(maxR * sizeof(int)), b->entry2 = malloc(maxR * sizeof(int));
+    b->eos_taken = calloc(maxR, sizeof(int));
+    b->fin = calloc((size_t)N, sizeof *b->fin);
+    if (!b->fin) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    if (opt->on_step) {
+        int max_T = 1;
+        for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
+        if (!(b->hook_buf = malloc((size_t)(max_T + 1) * sizeof(int))))
+            return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    }
+    tern_status_t st = proc_chain_init(&b->chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, (int)maxR);
+    if (st) {
+        free(b->fin);
+        b->fin = NULL;
+        return st;
+    }
+    b->on_logprobs = b->chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    b->sel = b->chain.sel >= 0 && b->chain.p[b->chain.sel].select && b->on_logprobs;
+    b->pruning = opt->prune_width > 0.0f && opt->prune_width < INFINITY;
+    b->log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
+    if (!b->logits || (b->use_cov && (!b->attn || !b->cov || !b->cov2 || !b->cov_tmp)) || !b->cands_v ||
+        !b->cands_i || !b->grp || !b->row_mx || !b->row_lse || !b->tokens || !b->tokens2 || !b->sent ||
+        !b->sent2 || !b->parent || !b->score || !b->score2 || !b->entry || !b->entry2 || !b->eos_taken)
+        return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    for (int n = 0; n < N; n++) {
+        b->tokens[n] = opt->bos;
+        b->sent[n] = n;
+        b->score[n] = 0.0f;
+        b->entry[n] = -1;
+    }
+    proc_chain_start(&b->chain, N);
+    return TERN_OK;
+}
+
+/* Groups the R rows by sentence (grp); returns the number of groups. */
+static int beam_groups(beam_t *b, int R) {
+    int G = 0;
+    for (int a = 0; a < R; G++) {
+        b->grp[G] = a;
+        int n = b->sent[a];
+        while (a < R && b->sent[a] == n) a++;
+    }
+    b->grp[G] = R;
+    return G;
+}
+
+/* Log-softmax statistics of every row, then the top candidates of every sentence (rows and
+ * sentences on the translator's threads). */
+static void beam_candidates(beam_t *b, int R, int G, int t) {
+    const int V = b->V, K = b->K;
+    const decoder_iface_t *dec = b->dec;
+    const search_options_t *opt = b->opt;
+    float *logits = b->logits;
+    int nt = kernels_get_num_threads();
+    nt = nt < G ? nt : G;
+    if (b->on_logprobs) {
+        /* processors on log-probabilities: the rows become log-probs in place (the same values as
+         * the statistics give), the processors change them, and the scan below reads them with
+         * max 0 and lse 0 (x - 0 - 0 + score: the same float operations) */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+            int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
+            if (!(dec->logprobs && t >= opt->min_length)) /* else already log-space scores (an ensemble's) */
+                log_softmax_forward(logits + (size_t)r0 * V, logits + (size_t)r0 * V, r1 - r0, V);
+        }
+        proc_chain_apply(&b->chain, SEARCH_STAGE_LOGPROBS, logits, R, V, t, b->sent);
+        for (int r = 0; r < R; r++) {
+            const float *x = logits + (size_t)r * V;
+            int any = 0;
+            for (int v = 0; v < V && !any; v++) any = x[v] > -INFINITY;
+            b->row_mx[r] = any ? 0.0f : -INFINITY;
+            b->row_lse[r] = 0.0f;
+        }
+    }
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
+        if (!b->on_logprobs) {
+            if (dec->logprobs && t >= opt->min_length) /* scores in log space (an ensemble's) */
+                scores_stats(b->row_mx + r0, b->row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+            else
+                log_softmax_stats(b->row_mx + r0, b->row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+        }
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+        for (int g = 0; g < G; g++) {
+            int a = b->grp[g], n = b->grp[g + 1] - a;
+            int kc = K < n * V ? K : n * V;
+            if (b->sel) continue; /* below, one sentence at a time */
+            topk_candidates(b->cands_v + (size_t)g * K, b->cands_i + (size_t)g * K, logits + (size_t)a * V,
+                            b->row_mx + a, b->row_lse + a, b->score + a, n, V, kc);
+        }
+    }
+    for (int g = 0; b->sel && g < G; g++) {
+        /* a processor chooses the candidates (constrained beam search), or leaves the plain top-K */
+        int a = b->grp[g], n = b->grp[g + 1] - a;
+        int kc = K < n * V ? K : n * V;
+        const proc_chain_t *c = &b->chain;
+        const search_proc_t *p = &c->p[c->sel];
+        if (!p->select(p->self, b->sent[a], logits + (size_t)a * V, b->score + a, n, V, c->state + (size_t)a * c->W,
+                       c->W, c->off[c->sel], b->B, kc, b->cands_v + (size_t)g * K, b->cands_i + (size_t)g * K))
+            topk_candidates(b->cands_v + (size_t)g * K, b->cands_i + (size_t)g * K, logits + (size_t)a * V,
+                            b->row_mx + a, b->row_lse + a, b->score + a, n, V, kc);
+    }
+}
+
+/* Score of a hypothesis that ends at step t on row r with raw score cv: length penalty, and the
+ * coverage penalty over every step of the hypothesis, the end token's included (as its length
+ * is). */
+static float beam_final_score(beam_t *b, int r, int t, float cv) {
+    const search_options_t *opt = b->opt;
+    const int S = b->S;
+    float sc = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
+    if (b->use_cov) {
+        float *c = b->cov + (size_t)r * S, *a = b->attn + (size_t)r * S;
+        for (int j = 0; j < S; j++) b->cov_tmp[j] = c[j] + a[j];
+        sc += search_coverage_penalty(b->cov_tmp, S, opt->coverage_penalty);
+    }
+    return sc;
+}
+
+/* Registers the hypothesis of row r extended by tok (EOS, or any token at the last step) with
+ * raw score cv into the sentence's finished set. */
+static tern_status_t beam_finish(beam_t *b, finished_t *f, int r, int n, int t, int tok, float cv, int k) {
+    int is_eos = tok == b->opt->eos;
+    hypothesis_t h = {0};
+    h.tokens = backtrack(&b->L, b->entry[r], t, is_eos ? -1 : tok, &h.length);
+    if (!h.tokens) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    h.raw = cv;
+    h.unmet = proc_chain_unmet(&b->chain, r, n, is_eos ? -1 : tok);
+    /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
+    h.score = beam_final_score(b, r, t, cv);
+    if (add_finished(f, h, b->keep)) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    if (is_eos) {
+        f->eos_finished = 1;
+        b->eos_taken[r] = 1;
+        if (k == 0) f->top_finished = 1;
+    }
+    return TERN_OK;
+}
+
+/* Backoff candidates (paper policy): the best EOS extension of rows [a, a + nr) that was not
+ * taken is kept as the sentence's fallen hypothesis. */
+static tern_status_t beam_backoff(beam_t *b, finished_t *f, int a, int nr, int n, int t) {
+    const search_options_t *opt = b->opt;
+    for (int r = a; r < a + nr; r++) {
+        float e = cand_score(b->logits, b->row_mx, b->row_lse, b->score, r, b->V, opt->eos);
+        if (b->eos_taken[r] || e == -INFINITY) continue;
+        float sc = beam_final_score(b, r, t, e);
+        if (f->fallen.tokens && sc <= f->fallen.score) continue;
+        hypothesis_t h = {0};
+        h.tokens = backtrack(&b->L, b->entry[r], t, -1, &h.length);
+        if (!h.tokens) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+        h.raw = e;
+        h.score = sc;
+        h.unmet = proc_chain_unmet(&b->chain, r, n, -1);
+        free(f->fallen.tokens);
+        f->fallen = h;
+    }
+    return TERN_OK;
+}
+
+/* GNMT pruning: new live hypotheses [first, R2) whose normalized score is more than the width below
+ * the best finished one's leave the beam; returns the new R2. */
+static int beam_prune_live(beam_t *b, const finished_t *f, int first, int R2, int t) {
+    const search_options_t *opt = b->opt;
+    float best_fin = f->h[0].score;
+    for (int i = 1; i < f->n; i++) best_fin = f->h[i].score > best_fin ? f->h[i].score : best_fin;
+    float lp = search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
+    int w = first;
+    for (int i = first; i < R2; i++) {
+        if (b->score2[i] / lp < best_fin - opt->prune_width) continue;
+        b->parent[w] = b->parent[i], b->sent2[w] = b->sent2[i], b->tokens2[w] = b->tokens2[i];
+        b->score2[w] = b->score2[i];
+        w++;
+    }
+    return w;
+}
+
+/* Is sentence n finished after this step, with live hypotheses [first, R2)? */
+static int beam_sentence_done(const beam_t *b, const finished_t *f, int n, int last, int first, int R2) {
+    const search_options_t *opt = b->opt;
+    if (last || R2 == first) return 1;
+    if (b->ct2_exit && opt->early_stop && f->top_finished && f->registered >= b->nhyp) return 1;
+    if (!b->ct2_exit && opt->early_stop && f->registered >= b->B && f->registered >= b->nhyp) return 1;
+    if (!b->use_cov && !b->chain.may_raise && f->eos_finished && f->n >= b->nhyp) {
+        /* exact bound: no live hypothesis can reach the n-th best finished score */
+        float best_live = -INFINITY;
+        for (int i = first; i < R2; i++) best_live = b->score2[i] > best_live ? b->score2[i] : best_live;
+        float bound = best_live / search_length_penalty(b->max_len[n], opt->length_penalty, opt->length_norm);
+        if (opt->length_penalty == 0.0f) bound = best_live;
+        if (kth_best(f, b->nhyp) >= bound) return 1;
+    }
+    return 0;
+}
+
+static tern_status_t beam_finalize(beam_t *b, int n);
+
+/* Sentence group g at step t: its candidates finish hypotheses or become the next step's rows
+ * (appended at *R2); a finished sentence's rows leave the batch. */
+static tern_status_t beam_expand_group(beam_t *b, int g, int t, int *R2io) {
+    const search_options_t *opt = b->opt;
+    const int V = b->V, B = b->B, K = b->K;
+    int a = b->grp[g], nr = b->grp[g + 1] - a, n = b->sent[a];
+    finished_t *f = &b->fin[n];
+    int last = t + 1 >= b->max_len[n];
+    int kc = K < nr * V ? K : nr * V;
+    const float *cand_v = b->cands_v + (size_t)g * K;
+    const int *cand_i = b->cands_i + (size_t)g * K;
+    int sec = b->common ? B : kc;
+    int R2 = *R2io, first_new = R2;
+    int take = B < kc ? B : kc;
+    tern_status_t st;
+    for (int k = 0; k < take; k++) {
+        float cv = cand_v[k];
+        int ci = cand_i[k];
+        if (cv == -INFINITY) break;
+        if (b->pruning && !last && cv < cand_v[0] - opt->prune_width) break;
+        int r = a + ci / V, tok = ci % V;
+        if (k > 0 && !last && cv - b->score[r] < b->log_thr) continue;
+        if (tok == opt->eos || last) {
+            if ((st = beam_finish(b, f, r, n, t, tok, cv, k))) return st;
+            if (last) continue;
+            /* replace it by the next non-EOS candidate (common policy) */
+            int j = sec;
+            while (j < kc && (cand_i[j] % V == opt->eos || cand_v[j] == -INFINITY ||
+                              cand_v[j] - b->score[a + cand_i[j] / V] < b->log_thr))
+                j++;
+            if (j >= kc || (b->pruning && cand_v[j] < cand_v[0] - opt->prune_width)) continue;
+            sec = j + 1;
+            cv = cand_v[j];
+            ci = cand_i[j];
+            r = a + ci / V;
+            tok = ci % V;
+        }
+        b->parent[R2] = r;
+        b->sent2[R2] = n;
+        b->tokens2[R2] = tok;
+        b->score2[R2] = cv;
+        R2++;
+    }
+    if (!b->common && (st = beam_backoff(b, f, a, nr, n, t))) return st;
+    if (b->pruning && f->n > 0 && R2 > first_new) R2 = beam_prune_live(b, f, first_new, R2, t);
+    *R2io = R2;
+    if (beam_sentence_done(b, f, n, last, first_new, R2)) {
+        *R2io = first_new; /* its rows leave the batch */
+        f->done = 1;
+        return beam_finalize(b, n);
+    }
+    return TERN_OK;
+}
+
+/* The R2 new rows become the current ones: step log entries, coverage, processor states, the
+ * model's rows (set_rows), and the buffers swapped. */
+static tern_status_t beam_advance(beam_t *b, int R2) {
+    const int S = b->S;
+    for (int i = 0; i < R2; i++) {
+        int e = log_push(&b->L, b->tokens2[i], b->entry[b->parent[i]]);
+        if (e < 0) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+        b->entry2[i] = e;
+    }
+    if (b->use_cov)
+        for (int i = 0; i < R2; i++)
+            for (int j = 0; j < S; j++)
+                b->cov2[(size_t)i * S + j] = b->cov[(size_t)b->parent[i] * S + j] + b->attn[(size_t)b->parent[i] * S + j];
+    proc_chain_advance(&b->chain, b->parent, b->sent2, b->tokens2, R2, 0);
+    tern_status_t st = b->dec->set_rows(b->dec->self, b->parent, b->sent2, R2);
+    if (st) return st;
+    int *ti;
+    float *tf;
+    ti = b->tokens, b->tokens = b->tokens2, b->tokens2 = ti;
+    ti = b->sent, b->sent = b->sent2, b->sent2 = ti;
+    ti = b->entry, b->entry = b->entry2, b->entry2 = ti;
+    tf = b->score, b->score = b->score2, b->score2 = tf;
+    if (b->use_cov) tf = b->cov, b->cov = b->cov2, b->cov2 = tf;
+    return TERN_OK;
+}
+
 /* Sentence n's result from its finished hypotheses (sorted, with the backoff when none ended
- * with EOS); they move to the result. Returns -1 when out of memory. */
-static int finalize(search_result_t *res, finished_t *f, int common, int nhyp) {
+ * with EOS); they move to the result; then the caller's on_finish hook. */
+static tern_status_t beam_finalize(beam_t *b, int n) {
+    finished_t *f = &b->fin[n];
+    search_result_t *res = &b->results[n];
     qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
-    int use_fallen = !common && !f->eos_finished && f->fallen.tokens;
+    int use_fallen = !b->common && !f->eos_finished && f->fallen.tokens;
     int total = f->n + use_fallen;
-    int cnt = total < nhyp ? total : nhyp;
+    int cnt = total < b->nhyp ? total : b->nhyp;
     res->hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));
-    if (!res->hyps) return -1;
+    if (!res->hyps) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
     int k = 0;
     if (use_fallen && k < cnt) {
         res->hyps[k++] = f->fallen;
@@ -208,316 +560,63 @@ static int finalize(search_result_t *res, finished_t *f, int common, int nhyp) {
     }
     res->n = cnt;
     f->done = 2;
-    return 0;
+    if (b->opt->on_finish && b->opt->on_finish(b->opt->hook_ctx, n, res))
+        return tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
+    return TERN_OK;
+}
+
+/* The token hook: each sentence's best live hypothesis (highest raw score) after step t, the
+ * current rows being the new ones. Nonzero from the hook stops the search. */
+static tern_status_t beam_step_hook(beam_t *b, int R, int t) {
+    const search_options_t *opt = b->opt;
+    for (int a = 0; a < R;) {
+        int e = a, best = a;
+        for (; e < R && b->sent[e] == b->sent[a]; e++)
+            if (b->score[e] > b->score[best]) best = e;
+        backtrack_into(&b->L, b->entry[best], t + 1, b->hook_buf);
+        if (opt->on_step(opt->hook_ctx, b->sent[a], t, b->hook_buf, t + 1, 0))
+            return tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
+        a = e;
+    }
+    return TERN_OK;
 }
 
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                           const search_options_t *opt, search_result_t *results) {
-    const int V = dec->vocab_size, S = dec->source_len, B = opt->beam_size;
-    const int common = opt->eos_policy == TERN_EOS_COMMON;
-    const int K = common ? 2 * B : B; /* candidates taken per sentence */
-    const int nhyp = opt->num_hypotheses < 1 ? 1 : opt->num_hypotheses;
-    const int keep = nhyp > B ? nhyp : B;
-    const int use_cov = opt->coverage_penalty != 0.0f;
-    const int ct2_exit = opt->length_penalty == 0.0f && !use_cov;
-    const size_t maxR = (size_t)N * B;
-    tern_status_t st = TERN_OK;
-    proc_chain_t chain;
-    memset(&chain, 0, sizeof chain);
-    int max_T = 1;
     for (int n = 0; n < N; n++) {
         results[n].n = 0;
         results[n].hyps = NULL;
-        max_T = max_len[n] > max_T ? max_len[n] : max_T;
     }
-    int *hook_buf = opt->on_step ? malloc((size_t)(max_T + 1) * sizeof(int)) : NULL;
-
-    float *logits = aligned_alloc64(maxR * V * sizeof(float));
-    float *attn = use_cov ? aligned_alloc64(maxR * (S ? S : 1) * sizeof(float)) : NULL;
-    float *cov = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
-    float *cov2 = use_cov ? calloc(maxR * (S ? S : 1), sizeof(float)) : NULL;
-    float *cov_tmp = use_cov ? calloc((size_t)(S ? S : 1), sizeof(float)) : NULL;
-    float *cands_v = malloc((size_t)N * K * sizeof(float)); /* (N, K) top candidates per sentence */
-    int *cands_i = malloc((size_t)N * K * sizeof(int));
-    int *grp = malloc((size_t)(N + 1) * sizeof(int)); /* first row of each sentence's group */
-    float *row_mx = malloc(maxR * sizeof(float)), *row_lse = malloc(maxR * sizeof(float));
-    int *tokens = malloc(maxR * sizeof(int)), *tokens2 = malloc(maxR * sizeof(int));
-    int *sent = malloc(maxR * sizeof(int)), *sent2 = malloc(maxR * sizeof(int));
-    int *parent = malloc(maxR * sizeof(int));
-    float *score = malloc(maxR * sizeof(float)), *score2 = malloc(maxR * sizeof(float));
-    int *entry = malloc(maxR * sizeof(int)), *entry2 = malloc(maxR * sizeof(int));
-    int *eos_taken = calloc(maxR, sizeof(int));
-    finished_t *fin = calloc((size_t)N, sizeof *fin);
-    steplog_t L = {0};
-    if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, (int)maxR))) {
-        free(fin);
-        fin = NULL;
-        goto done;
-    }
-    const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
-    const int sel = chain.sel >= 0 && chain.p[chain.sel].select && on_logprobs;
-    const int pruning = opt->prune_width > 0.0f && opt->prune_width < INFINITY;
-    const float log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
-    if (!logits || (use_cov && (!attn || !cov || !cov2 || !cov_tmp)) || !cands_v || !cands_i || !grp || !row_mx ||
-        !row_lse || !tokens || !tokens2 ||
-        !sent || !sent2 || !parent || !score || !score2 || !entry || !entry2 || !eos_taken || !fin ||
-        (opt->on_step && !hook_buf)) {
-        st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
-        goto done;
-    }
-    for (int n = 0; n < N; n++) {
-        tokens[n] = opt->bos;
-        sent[n] = n;
-        score[n] = 0.0f;
-        entry[n] = -1;
-    }
-    proc_chain_start(&chain, N);
+    beam_t b;
+    tern_status_t st = beam_init(&b, dec, N, max_len, opt);
+    b.results = results;
+    if (st) goto done;
     int R = N;
-#define NOMEM() do { st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory"); goto done; } while (0)
     for (int t = 0; R > 0; t++) {
         if (search_cancelled(opt)) {
             st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
             goto done;
         }
-        if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
-        proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
-        /* log-softmax statistics of every row, then the top candidates of every sentence (rows
-         * and sentences on the translator's threads) */
-        int G = 0;
-        for (int a = 0; a < R; G++) {
-            grp[G] = a;
-            int n = sent[a];
-            while (a < R && sent[a] == n) a++;
-        }
-        grp[G] = R;
-        int nt = kernels_get_num_threads();
-        nt = nt < G ? nt : G;
-        if (on_logprobs) {
-            /* processors on log-probabilities: the rows become log-probs in place (the same values as
-             * the statistics give), the processors change them, and the scan below reads them with
-             * max 0 and lse 0 (x - 0 - 0 + score: the same float operations) */
-#pragma omp parallel num_threads(nt) if (nt > 1)
-            {
-                int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-                int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
-                if (!(dec->logprobs && t >= opt->min_length)) /* else already log-space scores (an ensemble's) */
-                    log_softmax_forward(logits + (size_t)r0 * V, logits + (size_t)r0 * V, r1 - r0, V);
-            }
-            proc_chain_apply(&chain, SEARCH_STAGE_LOGPROBS, logits, R, V, t, sent);
-            for (int r = 0; r < R; r++) {
-                const float *x = logits + (size_t)r * V;
-                int any = 0;
-                for (int v = 0; v < V && !any; v++) any = x[v] > -INFINITY;
-                row_mx[r] = any ? 0.0f : -INFINITY;
-                row_lse[r] = 0.0f;
-            }
-        }
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-            int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
-            if (!on_logprobs) {
-                if (dec->logprobs && t >= opt->min_length) /* scores in log space (an ensemble's) */
-                    scores_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
-                else
-                    log_softmax_stats(row_mx + r0, row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
-            }
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-            for (int g = 0; g < G; g++) {
-                int b = grp[g + 1] - grp[g];
-                int kc = K < b * V ? K : b * V;
-                if (sel) continue; /* below, one sentence at a time */
-                topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)grp[g] * V,
-                                row_mx + grp[g], row_lse + grp[g], score + grp[g], b, V, kc);
-            }
-        }
-        for (int g = 0; sel && g < G; g++) {
-            /* a processor chooses the candidates (constrained beam search), or leaves the plain top-K */
-            int a = grp[g], b = grp[g + 1] - grp[g];
-            int kc = K < b * V ? K : b * V;
-            const search_proc_t *p = &chain.p[chain.sel];
-            if (!p->select(p->self, sent[a], logits + (size_t)a * V, score + a, b, V, chain.state + (size_t)a * chain.W,
-                           chain.W, chain.off[chain.sel], B, kc, cands_v + (size_t)g * K, cands_i + (size_t)g * K))
-                topk_candidates(cands_v + (size_t)g * K, cands_i + (size_t)g * K, logits + (size_t)a * V, row_mx + a,
-                                row_lse + a, score + a, b, V, kc);
-        }
-        for (int r = 0; r < R; r++) eos_taken[r] = 0;
+        if ((st = dec->step(dec->self, b.tokens, t, b.logits, b.attn))) goto done;
+        proc_chain_apply(&b.chain, SEARCH_STAGE_LOGITS, b.logits, R, b.V, t, b.sent);
+        int G = beam_groups(&b, R);
+        beam_candidates(&b, R, G, t);
+        for (int r = 0; r < R; r++) b.eos_taken[r] = 0;
         int R2 = 0;
-        for (int g = 0; g < G; g++) {
-            int a = grp[g], b = grp[g + 1] - grp[g], n = sent[a];
-            finished_t *f = &fin[n];
-            int last = t + 1 >= max_len[n];
-            int kc = K < b * V ? K : b * V;
-            const float *cand_v = cands_v + (size_t)g * K;
-            const int *cand_i = cands_i + (size_t)g * K;
-            int sec = common ? B : kc;
-            int first_new = R2;
-            int take = B < kc ? B : kc;
-            for (int k = 0; k < take; k++) {
-                float cv = cand_v[k];
-                int ci = cand_i[k];
-                if (cv == -INFINITY) break;
-                if (pruning && !last && cv < cand_v[0] - opt->prune_width) break;
-                int r = a + ci / V, tok = ci % V;
-                if (k > 0 && !last && cv - score[r] < log_thr) continue;
-                int is_eos = tok == opt->eos;
-                if (is_eos || last) {
-                    hypothesis_t h = {0};
-                    h.tokens = backtrack(&L, entry[r], t, is_eos ? -1 : tok, &h.length);
-                    if (!h.tokens) NOMEM();
-                    h.raw = cv;
-                    h.unmet = proc_chain_unmet(&chain, r, n, is_eos ? -1 : tok);
-                    /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
-                    h.score = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
-                    if (use_cov) {
-                        /* coverage over every step of the hypothesis, the end token's included
-                         * (as its length is) */
-                        float *c = cov + (size_t)r * S, *tmp = cov_tmp;
-                        for (int j = 0; j < S; j++) tmp[j] = c[j] + attn[(size_t)r * S + j];
-                        h.score += search_coverage_penalty(tmp, S, opt->coverage_penalty);
-                    }
-                    if (add_finished(f, h, keep)) NOMEM();
-                    if (is_eos) {
-                        f->eos_finished = 1;
-                        eos_taken[r] = 1;
-                        if (k == 0) f->top_finished = 1;
-                    }
-                    if (last) continue;
-                    /* replace it by the next non-EOS candidate (common policy) */
-                    int j = sec;
-                    while (j < kc && (cand_i[j] % V == opt->eos || cand_v[j] == -INFINITY ||
-                                      cand_v[j] - score[a + cand_i[j] / V] < log_thr))
-                        j++;
-                    if (j >= kc || (pruning && cand_v[j] < cand_v[0] - opt->prune_width)) continue;
-                    sec = j + 1;
-                    cv = cand_v[j];
-                    ci = cand_i[j];
-                    r = a + ci / V;
-                    tok = ci % V;
-                }
-                parent[R2] = r;
-                sent2[R2] = n;
-                tokens2[R2] = tok;
-                score2[R2] = cv;
-                R2++;
-            }
-            /* backoff candidates (paper policy): EOS extensions that were not taken */
-            for (int r = a; !common && r < a + b; r++) {
-                float e = cand_score(logits, row_mx, row_lse, score, r, V, opt->eos);
-                if (eos_taken[r] || e == -INFINITY) continue;
-                float sc = e / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
-                if (use_cov) {
-                    for (int j = 0; j < S; j++) cov_tmp[j] = cov[(size_t)r * S + j] + attn[(size_t)r * S + j];
-                    sc += search_coverage_penalty(cov_tmp, S, opt->coverage_penalty);
-                }
-                if (f->fallen.tokens && sc <= f->fallen.score) continue;
-                hypothesis_t h = {0};
-                h.tokens = backtrack(&L, entry[r], t, -1, &h.length);
-                if (!h.tokens) NOMEM();
-                h.raw = e;
-                h.score = sc;
-                h.unmet = proc_chain_unmet(&chain, r, n, -1);
-                free(f->fallen.tokens);
-                f->fallen = h;
-            }
-            /* GNMT pruning: live hypotheses whose normalized score is more than the width below the
-             * best finished one's leave the beam */
-            if (pruning && f->n > 0 && R2 > first_new) {
-                float best_fin = f->h[0].score;
-                for (int i = 1; i < f->n; i++) best_fin = f->h[i].score > best_fin ? f->h[i].score : best_fin;
-                float lp = search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
-                int w = first_new;
-                for (int i = first_new; i < R2; i++) {
-                    if (score2[i] / lp < best_fin - opt->prune_width) continue;
-                    parent[w] = parent[i], sent2[w] = sent2[i], tokens2[w] = tokens2[i], score2[w] = score2[i];
-                    w++;
-                }
-                R2 = w;
-            }
-            /* is the sentence finished? */
-            int finished = last || R2 == first_new;
-            if (!finished && ct2_exit && opt->early_stop && f->top_finished && f->registered >= nhyp) finished = 1;
-            if (!finished && !ct2_exit && opt->early_stop && f->registered >= B && f->registered >= nhyp)
-                finished = 1;
-            if (!finished && !use_cov && !chain.may_raise && f->eos_finished && f->n >= nhyp) {
-                /* exact bound: no live hypothesis can reach the n-th best finished score */
-                float best_live = -INFINITY;
-                for (int i = first_new; i < R2; i++) best_live = score2[i] > best_live ? score2[i] : best_live;
-                float bound = best_live / search_length_penalty(max_len[n], opt->length_penalty, opt->length_norm);
-                if (opt->length_penalty == 0.0f) bound = best_live;
-                if (kth_best(f, nhyp) >= bound) finished = 1;
-            }
-            if (finished) {
-                R2 = first_new; /* its rows leave the batch */
-                f->done = 1;
-                if (finalize(&results[n], f, common, nhyp)) NOMEM();
-                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
-                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
-                    goto done;
-                }
-            }
-        }
+        for (int g = 0; g < G; g++)
+            if ((st = beam_expand_group(&b, g, t, &R2))) goto done;
         if (R2 == 0) break;
-        /* step log entries and state of the new rows */
-        for (int i = 0; i < R2; i++) {
-            int e = log_push(&L, tokens2[i], entry[parent[i]]);
-            if (e < 0) NOMEM();
-            entry2[i] = e;
-        }
-        for (int a = 0; opt->on_step && a < R2;) { /* each sentence's best live hypothesis */
-            int b = a, best_i = a;
-            for (; b < R2 && sent2[b] == sent2[a]; b++)
-                if (score2[b] > score2[best_i]) best_i = b;
-            backtrack_into(&L, entry2[best_i], t + 1, hook_buf);
-            if (opt->on_step(opt->hook_ctx, sent2[a], t, hook_buf, t + 1, 0)) {
-                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
-                goto done;
-            }
-            a = b;
-        }
-        if (use_cov)
-            for (int i = 0; i < R2; i++)
-                for (int j = 0; j < S; j++)
-                    cov2[(size_t)i * S + j] = cov[(size_t)parent[i] * S + j] + attn[(size_t)parent[i] * S + j];
-        proc_chain_advance(&chain, parent, sent2, tokens2, R2, 0);
-        if ((st = dec->set_rows(dec->self, parent, sent2, R2))) goto done;
-        int *ti;
-        float *tf;
-        ti = tokens, tokens = tokens2, tokens2 = ti;
-        ti = sent, sent = sent2, sent2 = ti;
-        ti = entry, entry = entry2, entry2 = ti;
-        tf = score, score = score2, score2 = tf;
-        if (use_cov) tf = cov, cov = cov2, cov2 = tf;
+        if ((st = beam_advance(&b, R2))) goto done;
         R = R2;
+        if (opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
     }
-    /* results of sentences not finished in the loop (none expected: every sentence leaves through
-     * `finished`) */
-    for (int n = 0; n < N; n++)
-        if (fin[n].done != 2) {
-            if (finalize(&results[n], &fin[n], common, nhyp)) NOMEM();
-            if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
-                st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
-                goto done;
-            }
-        }
-#undef NOMEM
+    /* sentences not finished in the loop (none expected: every sentence leaves through
+     * beam_sentence_done) */
+    for (int n = 0; n < N && !st; n++)
+        if (b.fin[n].done != 2) st = beam_finalize(&b, n);
 done:
     if (st)
         for (int n = 0; n < N; n++) search_result_free(&results[n]);
-    free(hook_buf);
-    for (int n = 0; fin && n < N; n++) {
-        for (int i = 0; i < fin[n].n; i++) free(fin[n].h[i].tokens);
-        free(fin[n].h);
-        free(fin[n].fallen.tokens);
-    }
-    free(fin);
-    proc_chain_free(&chain);
-    free(L.tok), free(L.par);
-    aligned_free(logits);
-    aligned_free(attn);
-    free(cov), free(cov2), free(cov_tmp), free(cands_v), free(cands_i), free(grp), free(row_mx), free(row_lse);
-    free(tokens), free(tokens2), free(sent), free(sent2);
-    free(parent), free(score), free(score2), free(entry), free(entry2), free(eos_taken);
+    beam_free(&b);
     return st;
 }
