@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.dirname(os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern")))
 TERN = os.path.join(BUILD, "tern")
 MODEL = os.path.join(ROOT, "models", "en-de")
-N_LINES = 300
+N_LINES = 1000  # the whole of Multi30k test_2016_flickr
 
 
 @pytest.fixture(scope="module")
