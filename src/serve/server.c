@@ -296,6 +296,25 @@ static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t 
     return send_json(s, c, cx, status, j, retry_after);
 }
 
+/* Checks the request's API key (LibreTranslate's answers: 403 invalid, 400 missing, 429 over the
+ * key's rate); 1 with the error sent (*result) when the request is refused. */
+static int key_refused(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *api_key,
+                       enum MHD_Result *result) {
+    int limit;
+    switch (check_key(s, c, api_key, &limit)) {
+    case KEY_INVALID: *result = send_error(s, c, cx, 403, 0, "Invalid API key"); return 1;
+    case KEY_MISSING:
+        *result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
+        return 1;
+    case KEY_LIMITED:
+        *result = send_error(s, c, cx, 429, 60 / (limit > 0 ? limit : 1) + 1, "Slowdown: %d per 1 minute", limit);
+        return 1;
+    case KEY_OK: break;
+    }
+    return 0;
+}
+
+
 /* ------------------------------------------------------------------ text checks */
 
 /* Code points of a valid UTF-8 string, or -1. */
@@ -536,17 +555,7 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
         }
     }
 
-    int limit;
-    switch (check_key(s, c, api_key, &limit)) {
-    case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
-    case KEY_MISSING:
-        result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
-        goto done;
-    case KEY_LIMITED:
-        result = send_error(s, c, cx, 429, 60 / (limit > 0 ? limit : 1) + 1, "Slowdown: %d per 1 minute", limit);
-        goto done;
-    case KEY_OK: break;
-    }
+    if (key_refused(s, c, cx, api_key, &result)) goto done;
     if ((!is_list && (!single || !*single)) || (is_list && n_items == 0)) {
         result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
         goto done;
@@ -796,22 +805,13 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
             goto done;
         }
     }
-    int bad = 0, limit;
+    int bad = 0;
     const char *api_key = json_str(root, "api_key", &bad);
     if (bad) {
         result = send_error(s, c, cx, 400, 0, "Invalid request: api_key must be a string");
         goto done;
     }
-    switch (check_key(s, c, api_key, &limit)) {
-    case KEY_INVALID: result = send_error(s, c, cx, 403, 0, "Invalid API key"); goto done;
-    case KEY_MISSING:
-        result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
-        goto done;
-    case KEY_LIMITED:
-        result = send_error(s, c, cx, 429, 60 / (limit > 0 ? limit : 1) + 1, "Slowdown: %d per 1 minute", limit);
-        goto done;
-    case KEY_OK: break;
-    }
+    if (key_refused(s, c, cx, api_key, &result)) goto done;
     engine_model_t *m = v1_model(s, root, err, sizeof err);
     if (!m) {
         result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err);

@@ -15,6 +15,7 @@
  *   y_l = LSTM_l([y_{l-1}; a]) (+ y_{l-1} for l >= 2)            (nn_lstm_forward), l = 1 .. Ld-1
  *   logits = W_p dropout(y_{Ld-1}) + b_p; label-smoothed cross-entropy.
  */
+#include "model.h"
 #include "gnmt_table.h"
 
 #include <math.h>
@@ -216,13 +217,9 @@ static tern_status_t gn_load(train_model_t *m, const weights_t *w) {
     gn_impl_t *im = impl_of(m);
     for (int i = 0; i < im->n_tensors; i++) {
         const train_tensor_t *t = &im->tensors[i];
-        const tensor_t *s = weights_get(w, t->name);
-        if (!s) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", weights_path(w), t->name);
-        if (s->rank != t->rank || s->shape[0] != t->shape[0] || (t->rank == 2 && s->shape[1] != t->shape[1]))
-            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s' does not have the model's shape", weights_path(w),
-                              t->name);
-        float *p = im->params + t->offset;
-        for (size_t j = 0; j < t->numel; j++) p[j] = tensor_get_f32(s, (int64_t)j);
+        tern_status_t st = train_tensor_load(im->params + t->offset, w, t->name, t->rank, t->shape[0], t->shape[1],
+                                             t->numel);
+        if (st) return st;
     }
     return TERN_OK;
 }

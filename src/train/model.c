@@ -234,37 +234,49 @@ const tmodel_tensor_t *tmodel_find(const tmodel_t *m, const char *name) {
     return NULL;
 }
 
+void train_tensor_view(tensor_t *out, const char *name, int rank, int s0, int s1, size_t numel, const float *data) {
+    memset(out, 0, sizeof *out);
+    out->name = name;
+    out->dtype = DT_F32;
+    out->rank = rank;
+    out->shape[0] = s0;
+    out->shape[1] = s1;
+    out->numel = (int64_t)numel;
+    out->data = data;
+    out->nbytes = numel * sizeof(float);
+}
+
+tern_status_t train_tensor_load(float *dst, const weights_t *w, const char *name, int rank, int s0, int s1,
+                                size_t numel) {
+    const tensor_t *src = weights_get(w, name);
+    if (!src) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), name);
+    int ok = src->rank == rank && src->shape[0] == s0 && (rank == 1 || src->shape[1] == s1);
+    if (!ok)
+        return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%d, %d] (rank %d), got rank %d "
+                          "[%lld, %lld]", weights_path(w), name, s0, s1, rank, src->rank,
+                          (long long)(src->rank > 0 ? src->shape[0] : 0), (long long)(src->rank > 1 ? src->shape[1] : 0));
+    if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s", weights_path(w),
+                          name, dtype_name(src->dtype));
+    if (src->dtype == DT_F32) memcpy(dst, src->data, numel * sizeof(float));
+    else
+        for (size_t k = 0; k < numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
+    return TERN_OK;
+}
+
 void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out) {
     for (int i = 0; i < m->n_tensors; i++) {
         const tmodel_tensor_t *t = &m->tensors[i];
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].name = t->name;
-        out[i].dtype = DT_F32;
-        out[i].rank = t->rank;
-        out[i].shape[0] = t->shape[0];
-        out[i].shape[1] = t->shape[1];
-        out[i].numel = (int64_t)t->numel;
-        out[i].data = buf + t->offset;
-        out[i].nbytes = t->numel * sizeof(float);
+        train_tensor_view(&out[i], t->name, t->rank, t->shape[0], t->shape[1], t->numel, buf + t->offset);
     }
 }
 
 tern_status_t tmodel_load(tmodel_t *m, const weights_t *w) {
     for (int i = 0; i < m->n_tensors; i++) {
         const tmodel_tensor_t *t = &m->tensors[i];
-        const tensor_t *src = weights_get(w, t->name);
-        if (!src) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), t->name);
-        int ok = src->rank == t->rank && src->shape[0] == t->shape[0] && (t->rank == 1 || src->shape[1] == t->shape[1]);
-        if (!ok)
-            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%d, %d] (rank %d), got rank %d "
-                              "[%lld, %lld]", weights_path(w), t->name, t->shape[0], t->shape[1], t->rank, src->rank,
-                              (long long)(src->rank > 0 ? src->shape[0] : 0), (long long)(src->rank > 1 ? src->shape[1] : 0));
-        if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
-            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s",
-                              weights_path(w), t->name, dtype_name(src->dtype));
-        float *dst = m->params + t->offset;
-        if (src->dtype == DT_F32) memcpy(dst, src->data, t->numel * sizeof(float));
-        else for (size_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
+        tern_status_t st = train_tensor_load(m->params + t->offset, w, t->name, t->rank, t->shape[0], t->shape[1],
+                                             t->numel);
+        if (st) return st;
     }
     tmodel_params_changed(m);
     return TERN_OK;

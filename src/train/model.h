@@ -133,6 +133,13 @@ void tmodel_init_params(tmodel_t *m, uint64_t seed);
 /* Parameters from named tensors (CTranslate2 names; any float dtype is converted). Every tensor
  * of the layout must be present with its shape. */
 tern_status_t tmodel_load(tmodel_t *m, const weights_t *w);
+
+/* Shared by every family's flat parameter buffer: a float32 view of numel floats at data
+ * (rank 1 or 2, shape s0 x s1) named name; and loading the tensor name of w (float32, float16 or
+ * bfloat16, of that shape) into dst, with errors naming the file and the tensor. */
+void train_tensor_view(tensor_t *out, const char *name, int rank, int s0, int s1, size_t numel, const float *data);
+tern_status_t train_tensor_load(float *dst, const weights_t *w, const char *name, int rank, int s0, int s1,
+                                size_t numel);
 /* Fills out[0..n_tensors) with views of buf (m->params, m->grads or a moment) for
  * safetensors_write. */
 void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out);

@@ -153,15 +153,7 @@ const train_family_t train_family_transformer = {
 void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) {
     for (int i = 0; i < m->n_tensors; i++) {
         const train_tensor_t *t = &m->tensors[i];
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].name = t->name;
-        out[i].dtype = DT_F32;
-        out[i].rank = t->rank;
-        out[i].shape[0] = t->shape[0];
-        out[i].shape[1] = t->shape[1];
-        out[i].numel = (int64_t)t->numel;
-        out[i].data = buf + t->offset;
-        out[i].nbytes = t->numel * sizeof(float);
+        train_tensor_view(&out[i], t->name, t->rank, t->shape[0], t->shape[1], t->numel, buf + t->offset);
     }
 }
 

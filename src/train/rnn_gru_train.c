@@ -20,6 +20,7 @@
 
 #include "rnn_gru_train.h"
 #include "layers.h"
+#include "model.h"
 #include "rnn_layers.h"
 #include "../model/rnn_gru_desc.h"
 
@@ -178,17 +179,9 @@ static tern_status_t gru_load(train_model_t *m, const weights_t *w) {
     gru_impl_t *g = impl(m);
     for (int i = 0; i < g->n_tensors; i++) {
         const train_tensor_t *t = &g->tensors[i];
-        const tensor_t *src = weights_get(w, t->name);
-        if (!src) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), t->name);
-        if (src->rank != t->rank || src->shape[0] != t->shape[0] || (t->rank == 2 && src->shape[1] != t->shape[1]))
-            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%d, %d] (rank %d), got rank %d",
-                              weights_path(w), t->name, t->shape[0], t->shape[1], t->rank, src->rank);
-        if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
-            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s",
-                              weights_path(w), t->name, dtype_name(src->dtype));
-        float *dst = m->params + t->offset;
-        if (src->dtype == DT_F32) memcpy(dst, src->data, t->numel * sizeof(float));
-        else for (size_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
+        tern_status_t st = train_tensor_load(m->params + t->offset, w, t->name, t->rank, t->shape[0], t->shape[1],
+                                             t->numel);
+        if (st) return st;
     }
     return TERN_OK;
 }
