@@ -19,6 +19,7 @@
 #include "../kernels/kernels.h"
 #include "family.h"
 #include "gnmt_desc.h"
+#include "../train/rnn_layers.h"
 
 typedef struct {
     linear_t lin;
@@ -339,20 +340,8 @@ static tern_status_t ensure_rows(gnmt_state_t *s, int R) {
 
 static void tanh_inplace(float *x, int n) { activation_forward(x, (size_t)n, ACT_TANH); }
 
-/* The LSTM's gates g (4H, pre-activation, [i f g o]) -> h, c from c_prev (NULL: zeros), as
- * rnn_layers' lstm_act computes them. g is overwritten. */
-static void lstm_point(float *h, float *c, float *g, const float *cp, int H) {
-    for (int j = 0; j < 2 * H; j++) g[j] *= 0.5f;
-    for (int j = 3 * H; j < 4 * H; j++) g[j] *= 0.5f;
-    tanh_inplace(g, 4 * H);
-    for (int j = 0; j < 2 * H; j++) g[j] = 0.5f + 0.5f * g[j];
-    for (int j = 3 * H; j < 4 * H; j++) g[j] = 0.5f + 0.5f * g[j];
-    const float *i = g, *f = g + H, *gg = g + 2 * H, *o = g + 3 * H;
-    for (int j = 0; j < H; j++) c[j] = f[j] * (cp ? cp[j] : 0.0f) + i[j] * gg[j];
-    memcpy(h, c, (size_t)H * sizeof(float));
-    tanh_inplace(h, H);
-    for (int j = 0; j < H; j++) h[j] *= o[j];
-}
+/* The LSTM's pointwise part for one row: training's own (rnn_layers.h). */
+static void lstm_point(float *h, float *c, float *g, const float *cp, int H) { nn_lstm_point(h, c, g, cp, H); }
 
 /* One encoder direction over the N·S rows of x (K wide): out[b, t] (row stride ldo) = h after
  * step t (carried past len). */

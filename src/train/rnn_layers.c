@@ -287,6 +287,20 @@ static void lstm_hidden(float *g, size_t ldg, const float *hp, size_t ldh, int M
     if (hp) mm(0, 1, M, 4 * H, H, hp, (int)ldh, w->w_hh, H, 1.0f, g, (int)ldg);
 }
 
+void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H) {
+    /* sigmoid(x) = 0.5 + 0.5 tanh(x / 2): one tanh pass over all four gates */
+    for (int j = 0; j < 2 * H; j++) g[j] *= 0.5f;
+    for (int j = 3 * H; j < 4 * H; j++) g[j] *= 0.5f;
+    tanh_inplace(g, 4 * H);
+    for (int j = 0; j < 2 * H; j++) g[j] = 0.5f + 0.5f * g[j];
+    for (int j = 3 * H; j < 4 * H; j++) g[j] = 0.5f + 0.5f * g[j];
+    const float *i = g, *f = g + H, *gg = g + 2 * H, *o = g + 3 * H;
+    for (int j = 0; j < H; j++) c[j] = f[j] * (c_prev ? c_prev[j] : 0.0f) + i[j] * gg[j];
+    memcpy(h, c, (size_t)H * sizeof(float));
+    tanh_inplace(h, H);
+    for (int j = 0; j < H; j++) h[j] *= o[j];
+}
+
 static void lstm_act(float *h, size_t ldo, float *c, size_t ldc, float *g, size_t ldg, const float *hp,
                      size_t ldh, const float *cp, size_t ldcp, int M, int H, const int *len, int t) {
 #pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
@@ -300,17 +314,7 @@ static void lstm_act(float *h, size_t ldo, float *c, size_t ldc, float *g, size_
             else memset(cr, 0, (size_t)H * sizeof(float));
             continue;
         }
-        float *gr = g + (size_t)m * ldg;
-        for (int j = 0; j < 2 * H; j++) gr[j] *= 0.5f;
-        for (int j = 3 * H; j < 4 * H; j++) gr[j] *= 0.5f;
-        tanh_inplace(gr, 4 * H);
-        for (int j = 0; j < 2 * H; j++) gr[j] = 0.5f + 0.5f * gr[j];
-        for (int j = 3 * H; j < 4 * H; j++) gr[j] = 0.5f + 0.5f * gr[j];
-        const float *i = gr, *f = gr + H, *gg = gr + 2 * H, *o = gr + 3 * H;
-        for (int j = 0; j < H; j++) cr[j] = f[j] * (cpr ? cpr[j] : 0.0f) + i[j] * gg[j];
-        memcpy(hr, cr, (size_t)H * sizeof(float));
-        tanh_inplace(hr, H);
-        for (int j = 0; j < H; j++) hr[j] *= o[j];
+        nn_lstm_point(hr, cr, g + (size_t)m * ldg, cpr, H);
     }
 }
 

@@ -88,6 +88,10 @@ void nn_bigru_backward(float *dinp, const rnn_cell_t *dwf, const rnn_cell_t *dwb
  *   [i, f, g, o] = [σ, σ, tanh, σ](W_ih x + b_ih + W_hh h + b_hh)
  *   c' = f ⊙ c + i ⊙ g,   h' = o ⊙ tanh(c')
  * Saved gates (·, 4H) per row: the activated [i, f, g, o]; cell states (·, H). */
+/* The LSTM's pointwise part for one row: gates g (4H, pre-activation, [i f g o]; overwritten by the
+ * activations) and the previous cell c_prev (NULL: zeros) give c and h = o * tanh(c). The cell and
+ * sequence functions below use it, and so does inference (src/model/gnmt.c). */
+void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H);
 
 /* One step over R rows: h, c (R, H) from x (R, K), h_prev, c_prev (R, H) or NULL (zeros). */
 void nn_lstm_cell_forward(float *h, float *c, float *gates, const float *x, const float *h_prev,
