@@ -511,6 +511,23 @@ static int refs_from(strlist_t **out, int *R, PyObject *refs, Py_ssize_t n) {
     return 0;
 }
 
+/* The hypotheses (str only) and reference streams of tern.score's functions; -1 with a Python
+ * error set. */
+static int score_inputs(strlist_t *hyps, strlist_t **refs, int *R, PyObject *hyps_o, PyObject *refs_o) {
+    if (strlist_from(hyps, hyps_o, "hypotheses must be a sequence")) return -1;
+    for (Py_ssize_t i = 0; i < hyps->n; i++)
+        if (!hyps->s[i]) {
+            strlist_free(hyps);
+            PyErr_SetString(PyExc_TypeError, "hypotheses must be str");
+            return -1;
+        }
+    if (refs_from(refs, R, refs_o, hyps->n)) {
+        strlist_free(hyps);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_corpus_bleu(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"hypotheses", "references", "tokenize", "lowercase", "smooth_method", "smooth_value",
                              "max_ngram_order", "effective_order", NULL};
@@ -525,17 +542,7 @@ static PyObject *py_corpus_bleu(PyObject *mod, PyObject *args, PyObject *kw) {
     if (sv != Py_None && (o.smooth_value = PyFloat_AsDouble(sv)) == -1.0 && PyErr_Occurred()) return NULL;
     strlist_t hyps, *refs = NULL;
     int R = 0;
-    if (strlist_from(&hyps, hyps_o, "hypotheses must be a sequence")) return NULL;
-    for (Py_ssize_t i = 0; i < hyps.n; i++)
-        if (!hyps.s[i]) {
-            strlist_free(&hyps);
-            PyErr_SetString(PyExc_TypeError, "hypotheses must be str");
-            return NULL;
-        }
-    if (refs_from(&refs, &R, refs_o, hyps.n)) {
-        strlist_free(&hyps);
-        return NULL;
-    }
+    if (score_inputs(&hyps, &refs, &R, hyps_o, refs_o)) return NULL;
     const char **rp[1000];
     for (int r = 0; r < R; r++) rp[r] = refs[r].s;
     tern_bleu_score_t b;
@@ -566,17 +573,7 @@ static PyObject *py_corpus_chrf(PyObject *mod, PyObject *args, PyObject *kw) {
     o.lowercase = lc, o.whitespace = ws, o.eps_smoothing = eps;
     strlist_t hyps, *refs = NULL;
     int R = 0;
-    if (strlist_from(&hyps, hyps_o, "hypotheses must be a sequence")) return NULL;
-    for (Py_ssize_t i = 0; i < hyps.n; i++)
-        if (!hyps.s[i]) {
-            strlist_free(&hyps);
-            PyErr_SetString(PyExc_TypeError, "hypotheses must be str");
-            return NULL;
-        }
-    if (refs_from(&refs, &R, refs_o, hyps.n)) {
-        strlist_free(&hyps);
-        return NULL;
-    }
+    if (score_inputs(&hyps, &refs, &R, hyps_o, refs_o)) return NULL;
     const char **rp[1000];
     for (int r = 0; r < R; r++) rp[r] = refs[r].s;
     double score = 0;
