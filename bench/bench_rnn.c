@@ -54,7 +54,7 @@ static void bench_seq(int lstm, int B, int T, int H, int reps) {
     float *bih = randf((size_t)G * H, 0.1f), *bhh = randf((size_t)G * H, 0.1f);
     float *dwih = randf((size_t)G * H * K, 0), *dwhh = randf((size_t)G * H * H, 0);
     float *dbih = randf((size_t)G * H, 0), *dbhh = randf((size_t)G * H, 0);
-    size_t ns = lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H);
+    size_t ns = lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, 0);
     float *scr = randf(ns, 0);
     rnn_cell_t w = {wih, whh, bih, bhh}, dw = {dwih, dwhh, dbih, dbhh};
     double fwd, bwd, gin, grec, bstep, bend;

@@ -44,7 +44,7 @@ typedef struct {
     const gru_net_t *net;
     int N, S, capN, capS;
     float *emb;     /* (N, S, E) */
-    float *gates;   /* (2, N, S, 4He) */
+    float *gates;   /* (2, N, S, 4He) (and the normalization values: nn_gru_gates_size) */
     float *enc;     /* (N, S, Dv) */
     float *kp;      /* (N, S, A) */
     int *slen;      /* (N) */
@@ -91,8 +91,12 @@ static void net_free(gru_net_t *n) {
     free(n);
 }
 
-/* The bias fused into each matrix's linear layer. */
+/* The bias fused into each matrix's linear layer (none for the GRU matrices of a layer-normalized
+ * model: their biases come after the normalization, in gru_proj). */
 static const float *matrix_bias(const gru_net_t *n, rg_tensor_t i) {
+    if (n->d.layer_norm && (i == RG_ENC_F_WIH || i == RG_ENC_F_WHH || i == RG_ENC_B_WIH || i == RG_ENC_B_WHH ||
+                            i == RG_GRU1_WIH || i == RG_GRU1_WHH || i == RG_GRU2_WIH || i == RG_GRU2_WHH))
+        return NULL;
     switch (i) {
     case RG_ENC_F_WIH: return n->t[RG_ENC_F_BIH];
     case RG_ENC_F_WHH: return n->t[RG_ENC_F_BHH];
@@ -129,7 +133,7 @@ static tern_status_t quantize_net(gru_net_t *n) {
         int r, c;
         rnn_gru_tensor_shape(&n->d, (rg_tensor_t)i, &r, &c);
         if (!rnn_gru_tensor_is_matrix((rg_tensor_t)i)) {
-            bytes += (size_t)r * (c ? c : 1) * sizeof(float);
+            if (rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) bytes += (size_t)r * (c ? c : 1) * sizeof(float);
             continue;
         }
         linear_t *l = &n->lin[i];
@@ -164,8 +168,9 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
     size_t off[RG_COUNT], total = 0;
     for (int i = 0; i < RG_COUNT; i++) {
         int r, c;
-        rnn_gru_tensor_shape(&n->d, (rg_tensor_t)i, &r, &c);
         off[i] = total;
+        if (!rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) continue;
+        rnn_gru_tensor_shape(&n->d, (rg_tensor_t)i, &r, &c);
         total += (size_t)r * (c ? c : 1);
     }
     n->buf = malloc(total * sizeof(float));
@@ -174,6 +179,7 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
         return tern_error(TERN_ERR_NOMEM, "%s: out of memory for the weights", weights_path(w));
     }
     for (int i = 0; i < RG_COUNT; i++) {
+        if (!rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) continue;
         const tensor_t *t = weights_get(w, rnn_gru_tensor_name((rg_tensor_t)i));
         float *dst = n->buf + off[i];
         if (t->dtype == DT_F32) {
@@ -194,19 +200,12 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
     const float *const *T = n->t;
     float *F[RG_COUNT];
     for (int i = 0; i < RG_COUNT; i++) F[i] = (float *)T[i];
-    n->enc_f = (rnn_cell_t){F[RG_ENC_F_WIH], F[RG_ENC_F_WHH], F[RG_ENC_F_BIH], F[RG_ENC_F_BHH]};
-    n->enc_b = (rnn_cell_t){F[RG_ENC_B_WIH], F[RG_ENC_B_WHH], F[RG_ENC_B_BIH], F[RG_ENC_B_BHH]};
-    n->dec = (cgru_weights_t){
-        .gru1 = {F[RG_GRU1_WIH], F[RG_GRU1_WHH], F[RG_GRU1_BIH], F[RG_GRU1_BHH]},
-        .gru2 = {F[RG_GRU2_WIH], F[RG_GRU2_WHH], F[RG_GRU2_BIH], F[RG_GRU2_BHH]},
-        .att_wq = F[RG_ATT_WQ], .att_wk = F[RG_ATT_WK], .att_b = F[RG_ATT_B], .att_v = F[RG_ATT_V],
-        .out_ws = F[RG_OUT_WS], .out_wc = F[RG_OUT_WC], .out_we = F[RG_OUT_WE], .out_b = F[RG_OUT_B],
-        .out_wo = F[RG_PROJ_W], .out_bo = F[RG_PROJ_B],
-    };
+    rnn_gru_views(&n->d, F, &n->enc_f, &n->enc_b, &n->dec);
     n->cd = (cgru_dims_t){.H = n->d.dec_hidden, .E = n->d.emb, .Dv = 2 * n->d.enc_hidden, .A = n->d.att,
-                          .O = n->d.out, .V = n->d.tgt_vocab};
+                          .O = n->d.out, .V = n->d.tgt_vocab, .ln = n->d.layer_norm};
     int stored_int8 = 0;
     for (int i = 0; i < RG_COUNT; i++) {
+        if (!rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) continue;
         const tensor_t *t = weights_get(w, rnn_gru_tensor_name((rg_tensor_t)i));
         if (rnn_gru_tensor_is_matrix((rg_tensor_t)i) && t->dtype == DT_I8) stored_int8 = 1;
     }
@@ -339,15 +338,23 @@ static void gru_combine(float *h, const float *gi, const float *gh, const float 
     }
 }
 
+/* g (M, 3H) = the GRU projection lin · x of M rows, then (layer-normalized model) its normalization
+ * with the cell's gains, shifts and bias (the same function as the float32 layers'). */
+static void gru_proj(float *g, const float *x, const linear_t *lin, int M, const float *gain, const float *beta,
+                     const float *bias, int H, void *lws) {
+    linear_forward(g, x, lin, M, lws);
+    if (gain) nn_gru_ln_apply(g, 3 * H, M, H, gain, beta, bias);
+}
+
 /* One direction of the encoder over the projected inputs gi (N, S, 3He): out[n, t, off..off+He). */
-static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, int reverse, int off, float *h,
-                       float *hn, float *gh) {
+static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, const rnn_cell_t *cell, int reverse,
+                       int off, float *h, float *hn, float *gh) {
     const gru_net_t *n = s->net;
     int N = s->N, S = s->S, He = n->d.enc_hidden, Dv = 2 * He;
     memset(h, 0, sizeof(float) * (size_t)N * He);
     for (int k = 0; k < S; k++) {
         int t = reverse ? S - 1 - k : k;
-        linear_forward(gh, h, whh, N, s->lws);
+        gru_proj(gh, h, whh, N, cell->ln_hh_g, cell->ln_hh_b, cell->b_hh, He, s->lws);
         for (int b = 0; b < N; b++) {
             float *hb = h + (size_t)b * He;
             if (t < s->slen[b]) {
@@ -367,10 +374,11 @@ static void encode_i8(gru_state_t *s) {
     size_t NS = (size_t)N * S;
     float *gi = s->i8, *gh = gi + NS * 3 * He, *h = gh + (size_t)N * 3 * He, *hn = h + (size_t)N * He;
     float *mean = hn + (size_t)N * He, *pre = mean + (size_t)N * d.Dv;
-    linear_forward(gi, s->emb, &n->lin[RG_ENC_F_WIH], (int)NS, s->lws); /* all steps, one GEMM */
-    enc_dir_i8(s, gi, &n->lin[RG_ENC_F_WHH], 0, 0, h, hn, gh);
-    linear_forward(gi, s->emb, &n->lin[RG_ENC_B_WIH], (int)NS, s->lws);
-    enc_dir_i8(s, gi, &n->lin[RG_ENC_B_WHH], 1, He, h, hn, gh);
+    const rnn_cell_t *cf = &n->enc_f, *cb = &n->enc_b;
+    gru_proj(gi, s->emb, &n->lin[RG_ENC_F_WIH], (int)NS, cf->ln_ih_g, cf->ln_ih_b, cf->b_ih, He, s->lws); /* all steps */
+    enc_dir_i8(s, gi, &n->lin[RG_ENC_F_WHH], cf, 0, 0, h, hn, gh);
+    gru_proj(gi, s->emb, &n->lin[RG_ENC_B_WIH], (int)NS, cb->ln_ih_g, cb->ln_ih_b, cb->b_ih, He, s->lws);
+    enc_dir_i8(s, gi, &n->lin[RG_ENC_B_WHH], cb, 1, He, h, hn, gh);
     linear_forward(s->kp, s->enc, &n->lin[RG_ATT_WK], (int)NS, s->lws); /* keys, once */
     for (int b = 0; b < N; b++) {
         float *m = mean + (size_t)b * d.Dv;
@@ -389,8 +397,9 @@ static void step_i8(gru_state_t *s, float *out) {
     int R = s->R, S = s->S, H = d.H;
     float *gi = s->i8, *gh = gi + (size_t)R * 3 * H, *s1 = gh + (size_t)R * 3 * H, *qp = s1 + (size_t)R * H;
     float *u2 = qp + (size_t)R * d.A, *u3 = u2 + (size_t)R * d.O;
-    linear_forward(gi, s->e, &n->lin[RG_GRU1_WIH], R, s->lws);
-    linear_forward(gh, s->s, &n->lin[RG_GRU1_WHH], R, s->lws);
+    const rnn_cell_t *c1 = &n->dec.gru1, *c2 = &n->dec.gru2;
+    gru_proj(gi, s->e, &n->lin[RG_GRU1_WIH], R, c1->ln_ih_g, c1->ln_ih_b, c1->b_ih, H, s->lws);
+    gru_proj(gh, s->s, &n->lin[RG_GRU1_WHH], R, c1->ln_hh_g, c1->ln_hh_b, c1->b_hh, H, s->lws);
     gru_combine(s1, gi, gh, s->s, R, H);
     linear_forward(qp, s1, &n->lin[RG_ATT_WQ], R, s->lws);
     const float *v = n->t[RG_ATT_V];
@@ -415,8 +424,8 @@ static void step_i8(gru_state_t *s, float *out) {
             for (int k = 0; k < d.Dv; k++) c[k] += al[j] * ev[k];
         }
     }
-    linear_forward(gi, s->ctx, &n->lin[RG_GRU2_WIH], R, s->lws);
-    linear_forward(gh, s1, &n->lin[RG_GRU2_WHH], R, s->lws);
+    gru_proj(gi, s->ctx, &n->lin[RG_GRU2_WIH], R, c2->ln_ih_g, c2->ln_ih_b, c2->b_ih, H, s->lws);
+    gru_proj(gh, s1, &n->lin[RG_GRU2_WHH], R, c2->ln_hh_g, c2->ln_hh_b, c2->b_hh, H, s->lws);
     gru_combine(s->s_new, gi, gh, s1, R, H);
     linear_forward(s->u, s->s_new, &n->lin[RG_OUT_WS], R, s->lws); /* + b */
     linear_forward(u2, s->ctx, &n->lin[RG_OUT_WC], R, s->lws);
@@ -443,7 +452,7 @@ static tern_status_t gru_encode(void *p, const int *const *src, const int *src_l
     if (N > s->capN || S > s->capS || (size_t)N * S > (size_t)s->capN * s->capS) {
         int cN = N > s->capN ? N : s->capN, cS = S > s->capS ? S : s->capS;
         size_t NS = (size_t)cN * cS;
-        if (!grow((void **)&s->emb, sizeof(float) * NS * E) || !grow((void **)&s->gates, sizeof(float) * 2 * NS * 4 * He) ||
+        if (!grow((void **)&s->emb, sizeof(float) * NS * E) || !grow((void **)&s->gates, sizeof(float) * 2 * nn_gru_gates_size(NS, He, D->layer_norm)) ||
             !grow((void **)&s->enc, sizeof(float) * NS * d.Dv) || !grow((void **)&s->kp, sizeof(float) * NS * d.A) ||
             !grow((void **)&s->slen, sizeof(int) * cN))
             return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory for %d sentences of %d tokens", N, S);
@@ -473,7 +482,7 @@ static tern_status_t gru_encode(void *p, const int *const *src, const int *src_l
         s->R = N;
         return TERN_OK;
     }
-    nn_bigru_forward(s->enc, s->gates, s->gates + NS * 4 * He, s->emb, &n->enc_f, &n->enc_b, s->slen, N, S, E, He);
+    nn_bigru_forward(s->enc, s->gates, s->gates + nn_gru_gates_size(NS, He, D->layer_norm), s->emb, &n->enc_f, &n->enc_b, s->slen, N, S, E, He);
     nn_additive_keys_forward(s->kp, s->enc, n->dec.att_wk, n->dec.att_b, N, S, d.Dv, d.A);
     rnn_gru_init_state(s->s, s->scratch, s->enc, s->slen, n->t[RG_INIT_W], n->t[RG_INIT_B], N, S, d.Dv, d.H);
     for (int i = 0; i < N; i++) s->src_of_row[i] = i;

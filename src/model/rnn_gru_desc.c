@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rnn_gru_desc.h"
+#include "../train/rnn_layers.h"
 
 static const char *const NAMES[RG_COUNT] = {
     "encoder/embeddings/weight",
@@ -20,11 +21,17 @@ static const char *const NAMES[RG_COUNT] = {
     "decoder/output/state/weight", "decoder/output/context/weight", "decoder/output/embedding/weight",
     "decoder/output/bias",
     "decoder/projection/weight", "decoder/projection/bias",
+    "encoder/forward/ln_ih/gain", "encoder/forward/ln_ih/bias", "encoder/forward/ln_hh/gain",
+    "encoder/forward/ln_hh/bias",
+    "encoder/backward/ln_ih/gain", "encoder/backward/ln_ih/bias", "encoder/backward/ln_hh/gain",
+    "encoder/backward/ln_hh/bias",
+    "decoder/gru1/ln_ih/gain", "decoder/gru1/ln_ih/bias", "decoder/gru1/ln_hh/gain", "decoder/gru1/ln_hh/bias",
+    "decoder/gru2/ln_ih/gain", "decoder/gru2/ln_ih/bias", "decoder/gru2/ln_hh/gain", "decoder/gru2/ln_hh/bias",
 };
 
 static const char *const KEYS[RGKEY_COUNT] = {
     "rnn/embedding_size", "rnn/encoder_hidden_size", "rnn/decoder_hidden_size", "rnn/attention_size",
-    "rnn/output_size",
+    "rnn/output_size", "rnn/layer_norm",
 };
 
 const char *rnn_gru_tensor_name(rg_tensor_t i) { return (unsigned)i < RG_COUNT ? NAMES[i] : "?"; }
@@ -54,13 +61,43 @@ void rnn_gru_tensor_shape(const rnn_gru_dims_t *d, rg_tensor_t i, int *rows, int
     case RG_OUT_B: r = O; break;
     case RG_PROJ_W: r = d->tgt_vocab, c = O; break;
     case RG_PROJ_B: r = d->tgt_vocab; break;
-    default: break;
+    default:
+        if (i >= RG_LN_FIRST && i <= RG_LN_LAST) r = 3 * (i < RG_LN_FIRST + 8 ? He : Hd);
+        break;
     }
     *rows = r;
     *cols = c;
 }
 
+int rnn_gru_tensor_used(const rnn_gru_dims_t *d, rg_tensor_t i) {
+    return i < RG_LN_FIRST || d->layer_norm;
+}
+
+void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec) {
+    rnn_cell_t *cells[4];
+    cgru_weights_t *w = dec;
+    *(rnn_cell_t *)enc_f = (rnn_cell_t){.w_ih = P[RG_ENC_F_WIH], .w_hh = P[RG_ENC_F_WHH], .b_ih = P[RG_ENC_F_BIH],
+                                        .b_hh = P[RG_ENC_F_BHH]};
+    *(rnn_cell_t *)enc_b = (rnn_cell_t){.w_ih = P[RG_ENC_B_WIH], .w_hh = P[RG_ENC_B_WHH], .b_ih = P[RG_ENC_B_BIH],
+                                        .b_hh = P[RG_ENC_B_BHH]};
+    *w = (cgru_weights_t){
+        .gru1 = {.w_ih = P[RG_GRU1_WIH], .w_hh = P[RG_GRU1_WHH], .b_ih = P[RG_GRU1_BIH], .b_hh = P[RG_GRU1_BHH]},
+        .gru2 = {.w_ih = P[RG_GRU2_WIH], .w_hh = P[RG_GRU2_WHH], .b_ih = P[RG_GRU2_BIH], .b_hh = P[RG_GRU2_BHH]},
+        .att_wq = P[RG_ATT_WQ], .att_wk = P[RG_ATT_WK], .att_b = P[RG_ATT_B], .att_v = P[RG_ATT_V],
+        .out_ws = P[RG_OUT_WS], .out_wc = P[RG_OUT_WC], .out_we = P[RG_OUT_WE], .out_b = P[RG_OUT_B],
+        .out_wo = P[RG_PROJ_W], .out_bo = P[RG_PROJ_B],
+    };
+    if (!d->layer_norm) return;
+    cells[0] = enc_f, cells[1] = enc_b, cells[2] = &w->gru1, cells[3] = &w->gru2;
+    for (int c = 0; c < 4; c++) {
+        const int k = RG_LN_FIRST + 4 * c;
+        cells[c]->ln_ih_g = P[k], cells[c]->ln_ih_b = P[k + 1];
+        cells[c]->ln_hh_g = P[k + 2], cells[c]->ln_hh_b = P[k + 3];
+    }
+}
+
 int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i) {
+    if (!rnn_gru_tensor_used(d, i)) return 0;
     if (i == RG_DEC_EMB && d->share_emb) return 0;
     if (i == RG_PROJ_W && d->tie_proj) return 0;
     return 1;
@@ -86,7 +123,7 @@ int rnn_gru_tensor_is_matrix(rg_tensor_t i) {
 }
 
 int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d) {
-    int32_t v[RGKEY_COUNT] = {d->emb, d->enc_hidden, d->dec_hidden, d->att, d->out};
+    int32_t v[RGKEY_COUNT] = {d->emb, d->enc_hidden, d->dec_hidden, d->att, d->out, d->layer_norm};
     for (int k = 0; k < RGKEY_COUNT; k++) {
         s->v[k] = v[k];
         memset(&s->t[k], 0, sizeof s->t[k]);
@@ -112,9 +149,17 @@ static int is_alias_of(const weights_t *w, const char *name, const char *target)
 tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
     const char *path = weights_path(w);
     memset(d, 0, sizeof *d);
-    int *dst[RGKEY_COUNT] = {&d->emb, &d->enc_hidden, &d->dec_hidden, &d->att, &d->out};
+    int *dst[RGKEY_COUNT] = {&d->emb, &d->enc_hidden, &d->dec_hidden, &d->att, &d->out, &d->layer_norm};
     for (int k = 0; k < RGKEY_COUNT; k++) {
         int64_t v = 0;
+        if (k == RGKEY_LAYER_NORM) { /* optional: models written before it have no normalization */
+            if (!weights_get_int(w, KEYS[k], &v)) v = 0;
+            if (v != 0 && v != 1)
+                return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld must be 0 or 1", path, KEYS[k],
+                                  (long long)v);
+            *dst[k] = (int)v;
+            continue;
+        }
         if (!weights_get_int(w, KEYS[k], &v))
             return tern_error(TERN_ERR_FORMAT, "%s: config key tensor '%s' is missing (an rnn-gru model stores its "
                               "sizes as rank-0 tensors)", path, KEYS[k]);
@@ -135,8 +180,11 @@ tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
     d->tie_proj = is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_DEC_EMB]) ||
                   is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_ENC_EMB]);
     for (int i = 0; i < RG_COUNT; i++) {
+        if (!rnn_gru_tensor_used(d, (rg_tensor_t)i)) continue;
         const tensor_t *t = weights_get(w, NAMES[i]);
-        if (!t) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[i]);
+        if (!t)
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing%s", path, NAMES[i],
+                              i >= RG_LN_FIRST ? " (rnn/layer_norm = 1)" : "");
         int r, c;
         rnn_gru_tensor_shape(d, (rg_tensor_t)i, &r, &c);
         int rank = c ? 2 : 1;

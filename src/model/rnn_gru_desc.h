@@ -50,6 +50,11 @@ typedef enum {
     RG_OUT_B,                    /* decoder/output/bias                   (O) */
     RG_PROJ_W,                   /* decoder/projection/weight             (Vt, O)  tied: decoder/embeddings */
     RG_PROJ_B,                   /* decoder/projection/bias               (Vt) */
+    /* layer normalization (stored only when rnn/layer_norm = 1): per GRU cell <c> of
+     * encoder/forward, encoder/backward, decoder/gru1, decoder/gru2, in that order:
+     * <c>/ln_ih/gain, <c>/ln_ih/bias, <c>/ln_hh/gain, <c>/ln_hh/bias  (3H) each */
+    RG_LN_FIRST,
+    RG_LN_LAST = RG_LN_FIRST + 15,
     RG_COUNT
 } rg_tensor_t;
 
@@ -62,14 +67,21 @@ typedef struct {
     int out;                  /* O */
     int share_emb;            /* decoder/embeddings is encoder/embeddings (an alias; Vs == Vt) */
     int tie_proj;             /* decoder/projection/weight is decoder/embeddings (an alias; O == E) */
+    int layer_norm;           /* layer-normalized GRU cells (rnn/layer_norm; absent: 0) */
 } rnn_gru_dims_t;
 
 /* The stored name of tensor i. */
 const char *rnn_gru_tensor_name(rg_tensor_t i);
 /* Its shape under dims: rows, cols (cols 0 for rank 1). */
 void rnn_gru_tensor_shape(const rnn_gru_dims_t *d, rg_tensor_t i, int *rows, int *cols);
-/* Whether tensor i is stored (not an alias) under dims. */
+/* Whether tensor i is part of the model under dims (the normalization's only with layer_norm). */
+int rnn_gru_tensor_used(const rnn_gru_dims_t *d, rg_tensor_t i);
+/* Whether tensor i is stored (used, and not an alias) under dims. */
 int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i);
+/* The views of a buffer's tensors P[RG_COUNT] (weights or gradients) as the layers' structs
+ * (src/train/rnn_layers.h): the encoder's two cells and the decoder's weights; the normalization
+ * pointers are set only with layer_norm. Training and inference both build their views here. */
+void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec);
 /* Tied names: names[i] is stored as targets[i] (at most 2). Returns the count. */
 int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]);
 /* Whether the matrix is multiplied by linear_forward at inference (int8 per output row). */
@@ -83,6 +95,7 @@ typedef enum {
     RGKEY_DEC_HIDDEN, /* rnn/decoder_hidden_size */
     RGKEY_ATT,        /* rnn/attention_size */
     RGKEY_OUT,        /* rnn/output_size */
+    RGKEY_LAYER_NORM, /* rnn/layer_norm (0 or 1; optional when reading: absent means 0) */
     RGKEY_COUNT
 } rg_key_t;
 

@@ -71,15 +71,7 @@ static gru_impl_t *impl(const train_model_t *m) { return m->impl; }
 static void views(const gru_impl_t *g, float *buf, rnn_cell_t *ef, rnn_cell_t *eb, cgru_weights_t *w,
                   float **P) {
     for (int i = 0; i < RG_COUNT; i++) P[i] = buf + g->off[i];
-    *ef = (rnn_cell_t){P[RG_ENC_F_WIH], P[RG_ENC_F_WHH], P[RG_ENC_F_BIH], P[RG_ENC_F_BHH]};
-    *eb = (rnn_cell_t){P[RG_ENC_B_WIH], P[RG_ENC_B_WHH], P[RG_ENC_B_BIH], P[RG_ENC_B_BHH]};
-    *w = (cgru_weights_t){
-        .gru1 = {P[RG_GRU1_WIH], P[RG_GRU1_WHH], P[RG_GRU1_BIH], P[RG_GRU1_BHH]},
-        .gru2 = {P[RG_GRU2_WIH], P[RG_GRU2_WHH], P[RG_GRU2_BIH], P[RG_GRU2_BHH]},
-        .att_wq = P[RG_ATT_WQ], .att_wk = P[RG_ATT_WK], .att_b = P[RG_ATT_B], .att_v = P[RG_ATT_V],
-        .out_ws = P[RG_OUT_WS], .out_wc = P[RG_OUT_WC], .out_we = P[RG_OUT_WE], .out_b = P[RG_OUT_B],
-        .out_wo = P[RG_PROJ_W], .out_bo = P[RG_PROJ_B],
-    };
+    rnn_gru_views(&g->d, P, ef, eb, w);
 }
 
 static void gru_destroy(train_model_t *m) {
@@ -113,9 +105,9 @@ static tern_status_t gru_create(train_model_t *m, const void *config, const trai
     g->c = c;
     g->joint = data->joint_vocab;
     g->d = (rnn_gru_dims_t){c.src_vocab, c.tgt_vocab, c.emb, c.enc_hidden, c.dec_hidden, c.att, c.out,
-                            c.share_emb, c.tie_proj};
+                            c.share_emb, c.tie_proj, c.layer_norm};
     g->cd = (cgru_dims_t){.H = c.dec_hidden, .E = c.emb, .Dv = 2 * c.enc_hidden, .A = c.att, .O = c.out,
-                          .V = c.tgt_vocab};
+                          .V = c.tgt_vocab, .ln = c.layer_norm};
     size_t total = 0;
     for (int i = 0; i < RG_COUNT; i++) {
         if (!rnn_gru_tensor_stored(&g->d, (rg_tensor_t)i)) continue;
@@ -163,8 +155,10 @@ static void gru_init_params(train_model_t *m, uint64_t seed) {
         const train_tensor_t *t = &g->tensors[i];
         float *x = m->params + t->offset;
         uint64_t key = rng_mix64(seed ^ rng_mix64((uint64_t)i + 101));
-        if (t->rank == 1) {
-            memset(x, 0, t->numel * sizeof(float));
+        if (t->rank == 1) { /* biases 0, layer normalization gains 1 */
+            size_t nl = strlen(t->name);
+            float v = nl > 5 && !strcmp(t->name + nl - 5, "/gain") ? 1.0f : 0.0f;
+            for (size_t k = 0; k < t->numel; k++) x[k] = v;
             continue;
         }
         double bound = g->c.init_scale > 0 ? g->c.init_scale : sqrt(6.0 / (double)(t->shape[0] + t->shape[1]));
@@ -177,6 +171,10 @@ static void gru_init_params(train_model_t *m, uint64_t seed) {
 
 static tern_status_t gru_load(train_model_t *m, const weights_t *w) {
     gru_impl_t *g = impl(m);
+    int64_t ln = 0;
+    if (weights_get_int(w, rnn_gru_key_name(RGKEY_LAYER_NORM), &ln) && ln != g->c.layer_norm)
+        return tern_error(TERN_ERR_MISMATCH, "%s: the model has %s = %lld, this run %d (--layer-norm)",
+                          weights_path(w), rnn_gru_key_name(RGKEY_LAYER_NORM), (long long)ln, g->c.layer_norm);
     for (int i = 0; i < g->n_tensors; i++) {
         const train_tensor_t *t = &g->tensors[i];
         tern_status_t st = train_tensor_load(m->params + t->offset, w, t->name, t->rank, t->shape[0], t->shape[1],
@@ -190,14 +188,16 @@ static void gru_params_changed(train_model_t *m) { (void)m; }
 
 static int gru_config_values(const train_model_t *m, ckpt_value_t *v) {
     const rnn_gru_config_t *c = &impl(m)->c;
-    enum { N = 9 };
+    enum { N = 10 };
     static const char *names[N] = {"model:src_vocab", "model:tgt_vocab", "model:emb", "model:enc_hidden",
                                    "model:dec_hidden", "model:att", "model:out", "model:share_emb",
-                                   "model:tie_proj"};
+                                   "model:tie_proj", "model:layer_norm"};
     int vals[N] = {c->src_vocab, c->tgt_vocab, c->emb, c->enc_hidden, c->dec_hidden, c->att, c->out,
-                   c->share_emb, c->tie_proj};
-    for (int i = 0; i < N; i++) v[i] = (ckpt_value_t){.name = names[i], .type = CKPT_INT, .i = vals[i]};
-    return N;
+                   c->share_emb, c->tie_proj, c->layer_norm};
+    /* "model:layer_norm" only when set: checkpoints written before it resume unchanged */
+    int n = c->layer_norm ? N : N - 1;
+    for (int i = 0; i < n; i++) v[i] = (ckpt_value_t){.name = names[i], .type = CKPT_INT, .i = vals[i]};
+    return n;
 }
 
 static int gru_scalars(const train_model_t *m, const tensor_t **out) {
@@ -212,9 +212,9 @@ static int gru_describe(const train_model_t *m, int line, char *buf, size_t n) {
     char voc[64];
     if (g->joint) snprintf(voc, sizeof voc, "%d joint", c->src_vocab);
     else snprintf(voc, sizeof voc, "%d/%d", c->src_vocab, c->tgt_vocab);
-    snprintf(buf, n, "rnn-gru: bidirectional GRU encoder %d, conditional GRU decoder %d, embeddings %d, attention %d, "
-             "deep output %d, vocabulary %s, %s embeddings, %.2fM parameters",
-             c->enc_hidden, c->dec_hidden, c->emb, c->att, c->out, voc,
+    snprintf(buf, n, "rnn-gru: bidirectional GRU encoder %d, conditional GRU decoder %d%s, embeddings %d, "
+             "attention %d, deep output %d, vocabulary %s, %s embeddings, %.2fM parameters",
+             c->enc_hidden, c->dec_hidden, c->layer_norm ? " (layer-normalized)" : "", c->emb, c->att, c->out, voc,
              c->share_emb ? (c->tie_proj ? "shared + tied" : "shared") : (c->tie_proj ? "tied" : "separate"),
              (double)m->n_params / 1e6);
     return 1;
@@ -240,17 +240,20 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
     if (!ws) return tern_error(TERN_ERR_NOMEM, "out of memory");
     ws->cap_ms = ms, ws->cap_mt = mt, ws->cap_B = mB, ws->max_S = mS, ws->max_T = mT;
     /* bounds of nn_cgru_backward_scratch and nn_gru_backward_scratch (linear in B·T, B·S and B) */
-    size_t cg = (size_t)mt * (O + Dv + Hd + 8 * (size_t)Hd) + (size_t)mB * (2 * Hd + 2 * A) + (size_t)ms * A;
-    size_t gg = (size_t)ms * 4 * He + (size_t)2 * mB * He;
+    int ln = g->c.layer_norm;
+    size_t cg = (size_t)mt * (O + Dv + Hd + 8 * (size_t)Hd) + (size_t)mB * (2 * Hd + 2 * A) + (size_t)ms * A +
+                (ln ? (size_t)mt * 10 * Hd : 0);
+    size_t gg = (size_t)ms * (ln ? 7 : 4) * He + (size_t)2 * mB * He;
     size_t ig = (size_t)mB * (Hd + Dv), eg = (size_t)(ms > mt ? ms : mt) * E; /* init state; dropout */
     ws->scratch_n = cg > gg ? cg : gg;
     if (ws->scratch_n < ig) ws->scratch_n = ig;
     if (ws->scratch_n < eg) ws->scratch_n = eg;
     size_t sizes[] = {
-        (size_t)ms * E, (size_t)ms * Dv, (size_t)ms * 4 * He, (size_t)ms * 4 * He, (size_t)mB * Dv, (size_t)mB * Hd,
-        (size_t)mt * E, (size_t)mt, (size_t)mt,
-        /* acts */ (size_t)ms * A, (size_t)mt * 4 * Hd, (size_t)mt * Hd, (size_t)mt * A, (size_t)mt * mS,
-        (size_t)mt * Dv, (size_t)mt * 4 * Hd, (size_t)mt * Hd, (size_t)mt * O, (size_t)mt * V,
+        (size_t)ms * E, (size_t)ms * Dv, nn_gru_gates_size((size_t)ms, He, ln), nn_gru_gates_size((size_t)ms, He, ln),
+        (size_t)mB * Dv, (size_t)mB * Hd, (size_t)mt * E, (size_t)mt, (size_t)mt,
+        /* acts */ (size_t)ms * A, nn_gru_gates_size((size_t)mt, Hd, ln), (size_t)mt * Hd, (size_t)mt * A,
+        (size_t)mt * mS, (size_t)mt * Dv, nn_gru_gates_size((size_t)mt, Hd, ln), (size_t)mt * Hd, (size_t)mt * O,
+        (size_t)mt * V,
         /* grads */ (size_t)ms * E, (size_t)ms * Dv, (size_t)mB * Hd, (size_t)mt * E, ws->scratch_n,
     };
     enum { NB = sizeof sizes / sizeof sizes[0] };

@@ -18,6 +18,7 @@ typedef struct {
     int share_emb;        /* one embedding for both sides: 1, 0, -1 when the vocabulary is joint */
     int tie_proj;         /* the output projection is the target embedding (needs O == E) */
     float init_scale;     /* > 0: every weight uniform in [-s, s]; 0: Glorot-uniform matrices */
+    int layer_norm;       /* layer-normalized GRU cells (Nematus/Marian; rnn_layers.h) */
     float dropout;        /* on the source and target embeddings */
     float label_smoothing;
     /* from the data (set by create) */

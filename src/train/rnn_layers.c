@@ -64,9 +64,9 @@ static inline int active(const int *len, int m, int t) { return !len || t < len[
  * Row (b, t) of dg pairs with row (b, t ∓ 1) of out (row stride ldo): ONE GEMM over the B·T − 1
  * row pairs i ↔ i ∓ 1, minus the B − 1 pairs that cross from one sentence into the next, plus h0's
  * term; instead of T GEMMs whose inner dimension is only B. Padded steps have dg = 0. */
-static void rec_weight_grad(float *dwhh, const float *dg, int NG, const float *out, size_t ldo, const float *h0,
+static void rec_weight_grad(float *dwhh, const float *dg, int G, int NG, const float *out, size_t ldo, const float *h0,
                             int B, int T, int H, int reverse) {
-    int BT = B * T, G = 4 * H;
+    int BT = B * T;
     size_t ldg = (size_t)T * G, ldt = (size_t)T * ldo;
     if (!reverse) {
         mm(1, 0, NG, H, BT - 1, dg + G, G, out, (int)ldo, 1.0f, dwhh, H);
@@ -80,12 +80,73 @@ static void rec_weight_grad(float *dwhh, const float *dg, int NG, const float *o
     }
 }
 
-/* ------------------------------------------------------------ GRU */
+/* ------------------------------------------------------------ GRU
+ * Layer normalization (optional; Nematus/Marian's layer-normalized GRU): when the cell has gains
+ * (w->ln_ih_g), the input projection a = W_ih x and the recurrent projection c = W_hh h are each
+ * normalized in two blocks, [r; z] (2H) and [n] (H), then scaled and shifted per unit:
+ *   â = [LN(a_rz); LN(a_n)] ⊙ γ_ih + β_ih,   ĉ = [LN(c_rz); LN(c_n)] ⊙ γ_hh + β_hh
+ * and take the places of W_ih x and W_hh h in the equations (b_ih, b_hh are still added).
+ * LN(v) = (v − mean v) / sqrt(var v + ε), ε = 1e-5 (Nematus'), biased variance. A zero state
+ * (h = NULL) has c = 0, so ĉ = β_hh. The saved values follow the gates: per row (GRU_LNS floats)
+ * [â normalized (3H) | ĉ normalized (3H) | rstd of a_rz, a_n, c_rz, c_n]. */
+
+#define GRU_LN_EPS 1e-5f
+static inline size_t gru_lns(int H) { return (size_t)6 * H + 4; }
+
+size_t nn_gru_gates_size(size_t M, int H, int ln) { return M * 4 * H + (ln ? M * gru_lns(H) : 0); }
+
+/* x (n) <- (x − mean) · rstd; returns rstd. */
+static float ln_norm(float *x, int n) {
+    double m = 0, v = 0;
+    for (int j = 0; j < n; j++) m += x[j];
+    m /= n;
+    for (int j = 0; j < n; j++) v += ((double)x[j] - m) * ((double)x[j] - m);
+    float rs = (float)(1.0 / sqrt(v / n + (double)GRU_LN_EPS));
+    for (int j = 0; j < n; j++) x[j] = (float)((x[j] - m) * rs);
+    return rs;
+}
+
+/* dx (n) = the gradient of the raw values given dy (n) of LN(·) ⊙ γ: rstd (γ dy − mean(γ dy) −
+ * x̂ mean(γ dy x̂)). dx may alias dy. */
+static void ln_back(float *dx, const float *dy, const float *xh, const float *gain, float rs, int n) {
+    double s1 = 0, s2 = 0;
+    for (int j = 0; j < n; j++) {
+        double d = (double)dy[j] * gain[j];
+        s1 += d;
+        s2 += d * xh[j];
+    }
+    float m1 = (float)(s1 / n), m2 = (float)(s2 / n);
+    for (int j = 0; j < n; j++) dx[j] = rs * (dy[j] * gain[j] - m1 - xh[j] * m2);
+}
+
+void nn_gru_ln_apply(float *g, int ldg, int M, int H, const float *gain, const float *beta, const float *bias) {
+    for (int m = 0; m < M; m++) {
+        float *r = g + (size_t)m * ldg;
+        ln_norm(r, 2 * H);
+        ln_norm(r + 2 * H, H);
+        for (int j = 0; j < 3 * H; j++) r[j] = r[j] * gain[j] + beta[j] + (bias ? bias[j] : 0.0f);
+    }
+}
 
 /* Input side of M rows (x stride ldx) into gates (stride ldg): [W_ir x + b_ir + b_hr,
- * W_iz x + b_iz + b_hz, b_hn, W_in x + b_in]. */
-static void gru_input(float *g, size_t ldg, const float *x, size_t ldx, int M, const rnn_cell_t *w,
-                      int K, int H) {
+ * W_iz x + b_iz + b_hz, b_hn, W_in x + b_in] (W_i· x normalized when ln; ln: saved rows, stride ldl). */
+static void gru_input(float *g, size_t ldg, float *ln, size_t ldl, const float *x, size_t ldx, int M,
+                      const rnn_cell_t *w, int K, int H) {
+    if (w->ln_ih_g) {
+        mm(0, 1, M, 3 * H, K, x, (int)ldx, w->w_ih, K, 0.0f, ln, (int)ldl);
+#pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
+        for (int m = 0; m < M; m++) {
+            float *xi = ln + (size_t)m * ldl, *rs = xi + 6 * H, *r = g + (size_t)m * ldg;
+            const float *gn = w->ln_ih_g, *bn = w->ln_ih_b;
+            rs[0] = ln_norm(xi, 2 * H);
+            rs[1] = ln_norm(xi + 2 * H, H);
+            for (int j = 0; j < 2 * H; j++)
+                r[j] = xi[j] * gn[j] + bn[j] + (w->b_ih ? w->b_ih[j] : 0.0f) + (w->b_hh ? w->b_hh[j] : 0.0f);
+            for (int j = 0; j < H; j++) r[2 * H + j] = w->b_hh ? w->b_hh[2 * H + j] : 0.0f;
+            for (int j = 2 * H; j < 3 * H; j++) r[H + j] = xi[j] * gn[j] + bn[j] + (w->b_ih ? w->b_ih[j] : 0.0f);
+        }
+        return;
+    }
     mm(0, 1, M, 2 * H, K, x, (int)ldx, w->w_ih, K, 0.0f, g, (int)ldg);
     mm(0, 1, M, H, K, x, (int)ldx, w->w_ih + (size_t)2 * H * K, K, 0.0f, g + 3 * H, (int)ldg);
 #pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
@@ -101,10 +162,23 @@ static void gru_input(float *g, size_t ldg, const float *x, size_t ldx, int M, c
     }
 }
 
-/* gates[:, 0:3H] += h_prev · W_hh^T (one GEMM over the M rows); nothing for a zero state. */
-static void gru_hidden(float *g, size_t ldg, const float *hp, size_t ldh, int M, const rnn_cell_t *w,
-                       int H) {
-    if (hp) mm(0, 1, M, 3 * H, H, hp, (int)ldh, w->w_hh, H, 1.0f, g, (int)ldg);
+/* gates[:, 0:3H] += h_prev · W_hh^T (one GEMM over the M rows; normalized when ln); nothing for a
+ * zero state without ln. */
+static void gru_hidden(float *g, size_t ldg, float *ln, size_t ldl, const float *hp, size_t ldh, int M,
+                       const rnn_cell_t *w, int H) {
+    if (!w->ln_hh_g) {
+        if (hp) mm(0, 1, M, 3 * H, H, hp, (int)ldh, w->w_hh, H, 1.0f, g, (int)ldg);
+        return;
+    }
+    if (hp) mm(0, 1, M, 3 * H, H, hp, (int)ldh, w->w_hh, H, 0.0f, ln + 3 * H, (int)ldl);
+#pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        float *xh = ln + (size_t)m * ldl + 3 * H, *rs = ln + (size_t)m * ldl + 6 * H, *r = g + (size_t)m * ldg;
+        if (!hp) memset(xh, 0, (size_t)3 * H * sizeof(float));
+        rs[2] = ln_norm(xh, 2 * H);
+        rs[3] = ln_norm(xh + 2 * H, H);
+        for (int j = 0; j < 3 * H; j++) r[j] += xh[j] * w->ln_hh_g[j] + w->ln_hh_b[j];
+    }
 }
 
 /* The gates' activations and the new state of M rows; rows past their length (t >= len[m]) copy
@@ -162,16 +236,64 @@ static void gru_act_back(float *dg, size_t lddg, float *dhp, size_t ldhp, const 
     }
 }
 
-/* The recurrent side's GEMMs: dhp += dg[:, 0:3H] · W_hh (dhp may be NULL), dW_hh += dg^T · hp
- * (hp NULL: zero state, no term), db_hh += column sums. */
-static void gru_hidden_back(float *dhp, size_t ldhp, const rnn_cell_t *dw, const float *dg, size_t lddg,
-                            const float *hp, size_t ldh, int M, const rnn_cell_t *w, int H) {
-    if (dhp) mm(0, 0, M, H, 3 * H, dg, (int)lddg, w->w_hh, H, 1.0f, dhp, (int)ldhp);
-    if (hp) mm(1, 0, 3 * H, H, M, dg, (int)lddg, hp, (int)ldh, 1.0f, dw->w_hh, H);
-    if (w->b_hh) colsum_acc(dw->b_hh, dg, lddg, M, 3 * H);
+/* The recurrent projection's gradient of M rows: drh (stride lddr, 3H) from the gate gradients dg
+ * (slots [dr dz dhn]) through the normalization (ln only; without ln the caller uses dg itself). */
+static void gru_ln_hidden_raw(float *drh, size_t lddr, const float *dg, size_t lddg, const float *ln, size_t ldl,
+                              const rnn_cell_t *w, int M, int H) {
+#pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        const float *dy = dg + (size_t)m * lddg, *xh = ln + (size_t)m * ldl + 3 * H, *rs = ln + (size_t)m * ldl + 6 * H;
+        float *o = drh + (size_t)m * lddr;
+        ln_back(o, dy, xh, w->ln_hh_g, rs[2], 2 * H);
+        ln_back(o + 2 * H, dy + 2 * H, xh + 2 * H, w->ln_hh_g + 2 * H, rs[3], H);
+    }
 }
 
-/* The input side's GEMMs: dx += [dr dz] · W_i[rz] + dn · W_in (dx may be NULL), dW_ih, db_ih. */
+/* In place: the gate gradients' input slots [dr dz · dn] of M rows become the raw input projection's
+ * gradient (ln only). */
+static void gru_ln_input_raw(float *dg, size_t lddg, const float *ln, size_t ldl, const rnn_cell_t *w, int M, int H) {
+#pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
+    for (int m = 0; m < M; m++) {
+        float *dy = dg + (size_t)m * lddg;
+        const float *xi = ln + (size_t)m * ldl, *rs = xi + 6 * H;
+        ln_back(dy, dy, xi, w->ln_ih_g, rs[0], 2 * H);
+        ln_back(dy + 3 * H, dy + 3 * H, xi + 2 * H, w->ln_ih_g + 2 * H, rs[1], H);
+    }
+}
+
+/* acc_g[n] += Σ_m dy[m, n] x̂[m, n], acc_b[n] += Σ_m dy[m, n] over M rows, in double. */
+static void ln_param_grad(float *acc_g, float *acc_b, const float *dy, size_t lddy, const float *xh, size_t ldx,
+                          int M, int N) {
+    int nblk = (N + 15) / 16;
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= RNN_PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * 16, c1 = c0 + 16 < N ? c0 + 16 : N;
+        double sg[16] = {0}, sb[16] = {0};
+        for (int m = 0; m < M; m++) {
+            const float *d = dy + (size_t)m * lddy, *x = xh + (size_t)m * ldx;
+            for (int c = c0; c < c1; c++) sg[c - c0] += (double)d[c] * x[c], sb[c - c0] += d[c];
+        }
+        for (int c = c0; c < c1; c++) acc_g[c] += (float)sg[c - c0], acc_b[c] += (float)sb[c - c0];
+    }
+}
+
+/* The biases' (and, with ln, the gains' and shifts') gradients of M rows from the gate gradients dg. */
+static void gru_bias_grads(const rnn_cell_t *dw, const float *dg, size_t lddg, const float *ln, size_t ldl,
+                           const rnn_cell_t *w, int M, int H) {
+    if (w->b_hh) colsum_acc(dw->b_hh, dg, lddg, M, 3 * H);
+    if (w->b_ih) {
+        colsum_acc(dw->b_ih, dg, lddg, M, 2 * H);
+        colsum_acc(dw->b_ih + 2 * H, dg + 3 * H, lddg, M, H);
+    }
+    if (w->ln_hh_g) ln_param_grad(dw->ln_hh_g, dw->ln_hh_b, dg, lddg, ln + 3 * H, ldl, M, 3 * H);
+    if (w->ln_ih_g) {
+        ln_param_grad(dw->ln_ih_g, dw->ln_ih_b, dg, lddg, ln, ldl, M, 2 * H);
+        ln_param_grad(dw->ln_ih_g + 2 * H, dw->ln_ih_b + 2 * H, dg + 3 * H, lddg, ln + 2 * H, ldl, M, H);
+    }
+}
+
+/* The input side's GEMMs from the raw input projection's gradient dg (slots [dr dz · dn]):
+ * dx += [dr dz] · W_i[rz] + dn · W_in (dx may be NULL), dW_ih += (biases: gru_bias_grads). */
 static void gru_input_back(float *dx, size_t lddx, const rnn_cell_t *dw, const float *dg, size_t lddg,
                            const float *x, size_t ldx, int M, const rnn_cell_t *w, int K, int H) {
     const float *wn = w->w_ih + (size_t)2 * H * K;
@@ -181,52 +303,67 @@ static void gru_input_back(float *dx, size_t lddx, const rnn_cell_t *dw, const f
     }
     mm(1, 0, 2 * H, K, M, dg, (int)lddg, x, (int)ldx, 1.0f, dw->w_ih, K);
     mm(1, 0, H, K, M, dg + 3 * H, (int)lddg, x, (int)ldx, 1.0f, dw->w_ih + (size_t)2 * H * K, K);
-    if (w->b_ih) {
-        colsum_acc(dw->b_ih, dg, lddg, M, 2 * H);
-        colsum_acc(dw->b_ih + 2 * H, dg + 3 * H, lddg, M, H);
-    }
 }
 
 void nn_gru_cell_forward(float *h, float *gates, const float *x, const float *h_prev,
                          const rnn_cell_t *w, int R, int K, int H) {
-    gru_input(gates, (size_t)4 * H, x, (size_t)K, R, w, K, H);
-    gru_hidden(gates, (size_t)4 * H, h_prev, (size_t)H, R, w, H);
-    gru_act(h, (size_t)H, gates, (size_t)4 * H, h_prev, (size_t)H, R, H, NULL, 0);
+    size_t G = (size_t)4 * H;
+    float *ln = gates + (size_t)R * G;
+    gru_input(gates, G, ln, gru_lns(H), x, (size_t)K, R, w, K, H);
+    gru_hidden(gates, G, ln, gru_lns(H), h_prev, (size_t)H, R, w, H);
+    gru_act(h, (size_t)H, gates, G, h_prev, (size_t)H, R, H, NULL, 0);
 }
 
 void nn_gru_cell_backward(float *dx, float *dh_prev, const rnn_cell_t *dw, float *scratch,
                           const float *dh, const float *x, const float *h_prev, const rnn_cell_t *w,
                           const float *gates, int R, int K, int H) {
-    size_t G = (size_t)4 * H;
-    gru_act_back(scratch, G, dh_prev, (size_t)H, dh, (size_t)H, gates, G, h_prev, (size_t)H, R, H, NULL, 0);
-    gru_hidden_back(dh_prev, (size_t)H, dw, scratch, G, h_prev, (size_t)H, R, w, H);
-    gru_input_back(dx, (size_t)K, dw, scratch, G, x, (size_t)K, R, w, K, H);
+    size_t G = (size_t)4 * H, LS = gru_lns(H);
+    const float *ln = gates + (size_t)R * G;
+    float *dg = scratch, *drh = dg;
+    size_t ldr = G;
+    gru_act_back(dg, G, dh_prev, (size_t)H, dh, (size_t)H, gates, G, h_prev, (size_t)H, R, H, NULL, 0);
+    gru_bias_grads(dw, dg, G, ln, LS, w, R, H);
+    if (w->ln_hh_g) {
+        drh = dg + (size_t)R * G, ldr = (size_t)3 * H;
+        gru_ln_hidden_raw(drh, ldr, dg, G, ln, LS, w, R, H);
+    }
+    if (dh_prev) mm(0, 0, R, H, 3 * H, drh, (int)ldr, w->w_hh, H, 1.0f, dh_prev, H);
+    if (h_prev) mm(1, 0, 3 * H, H, R, drh, (int)ldr, h_prev, H, 1.0f, dw->w_hh, H);
+    if (w->ln_ih_g) gru_ln_input_raw(dg, G, ln, LS, w, R, H);
+    gru_input_back(dx, (size_t)K, dw, dg, G, x, (size_t)K, R, w, K, H);
 }
+
+size_t nn_gru_cell_backward_scratch(int R, int H, int ln) { return (size_t)R * (4 + (ln ? 3 : 0)) * H; }
 
 void nn_gru_forward(float *out, int ldo, float *gates, const float *inp, const float *h0,
                     const rnn_cell_t *w, const int *len, int B, int T, int K, int H, int reverse) {
-    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldt = (size_t)T * ldo;
-    gru_input(gates, G, inp, (size_t)K, B * T, w, K, H); /* all steps: one GEMM */
+    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldt = (size_t)T * ldo, LS = gru_lns(H), ldl = (size_t)T * LS;
+    float *ln = gates + (size_t)B * T * G;
+    gru_input(gates, G, ln, LS, inp, (size_t)K, B * T, w, K, H); /* all steps: one GEMM */
     for (int s = 0; s < T; s++) {
         int t = reverse ? T - 1 - s : s, tp = reverse ? t + 1 : t - 1;
         const float *hp = s == 0 ? h0 : out + (size_t)tp * ldo;
         size_t ldh = s == 0 ? (size_t)H : ldt;
         float *g = gates + (size_t)t * G;
-        gru_hidden(g, ldg, hp, ldh, B, w, H); /* the whole batch: one GEMM */
+        gru_hidden(g, ldg, ln + (size_t)t * LS, ldl, hp, ldh, B, w, H); /* the whole batch: one GEMM */
         gru_act(out + (size_t)t * ldo, ldt, g, ldg, hp, ldh, B, H, len, t);
     }
 }
 
-size_t nn_gru_backward_scratch(int B, int T, int H) {
-    return (size_t)B * T * 4 * H + (size_t)2 * B * H;
+size_t nn_gru_backward_scratch(int B, int T, int H, int ln) {
+    return (size_t)B * T * (4 + (ln ? 3 : 0)) * H + (size_t)2 * B * H;
 }
 
 void nn_gru_backward(float *dinp, float *dh0, const rnn_cell_t *dw, float *scratch,
                      const float *dout, int ldo, const float *inp, const float *h0,
                      const rnn_cell_t *w, const float *out, const float *gates, const int *len,
                      int B, int T, int K, int H, int reverse) {
-    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldt = (size_t)T * ldo;
-    float *dg = scratch, *dh = dg + (size_t)B * T * G, *carry = dh + (size_t)B * H;
+    size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldt = (size_t)T * ldo, LS = gru_lns(H), ldl = (size_t)T * LS;
+    int lnh = w->ln_hh_g != NULL;
+    const float *ln = gates + (size_t)B * T * G;
+    float *dg = scratch, *dh = dg + (size_t)B * T * G, *carry = dh + (size_t)B * H, *drh = carry + (size_t)B * H;
+    size_t R3 = lnh ? (size_t)3 * H : G; /* row stride of the recurrent projection's gradient */
+    if (!lnh) drh = dg;
     memset(carry, 0, (size_t)B * H * sizeof(float));
     for (int s = T - 1; s >= 0; s--) {
         int t = reverse ? T - 1 - s : s, tp = reverse ? t + 1 : t - 1;
@@ -238,15 +375,17 @@ void nn_gru_backward(float *dinp, float *dh0, const rnn_cell_t *dw, float *scrat
             for (int j = 0; j < H; j++) o[j] = d[j] + c[j];
         }
         memset(carry, 0, (size_t)B * H * sizeof(float));
-        float *dgt = dg + (size_t)t * G;
+        float *dgt = dg + (size_t)t * G, *drt = drh + (size_t)t * R3;
         gru_act_back(dgt, ldg, carry, (size_t)H, dh, (size_t)H, gates + (size_t)t * G, ldg, hp, ldh, B, H,
                      len, t);
-        mm(0, 0, B, H, 3 * H, dgt, (int)ldg, w->w_hh, H, 1.0f, carry, H); /* the state's gradient */
+        if (lnh) gru_ln_hidden_raw(drt, (size_t)T * R3, dgt, ldg, ln + (size_t)t * LS, ldl, w, B, H);
+        mm(0, 0, B, H, 3 * H, drt, (int)((size_t)T * R3), w->w_hh, H, 1.0f, carry, H); /* the state's gradient */
     }
-    rec_weight_grad(dw->w_hh, dg, 3 * H, out, (size_t)ldo, h0, B, T, H, reverse);
-    if (w->b_hh) colsum_acc(dw->b_hh, dg, G, B * T, 3 * H);
+    rec_weight_grad(dw->w_hh, drh, (int)R3, 3 * H, out, (size_t)ldo, h0, B, T, H, reverse);
+    gru_bias_grads(dw, dg, G, ln, LS, w, B * T, H);
     if (dh0)
         for (size_t i = 0; i < (size_t)B * H; i++) dh0[i] += carry[i];
+    if (w->ln_ih_g) gru_ln_input_raw(dg, G, ln, LS, w, B * T, H);
     gru_input_back(dinp, (size_t)K, dw, dg, G, inp, (size_t)K, B * T, w, K, H); /* all steps */
 }
 
@@ -432,7 +571,7 @@ void nn_lstm_backward(float *dinp, float *dh0, float *dc0, const rnn_cell_t *dw,
                       ldg, cell + (size_t)t * H, ldc, cp, ldcp, B, H, len, t);
         mm(0, 0, B, H, 4 * H, dgt, (int)ldg, w->w_hh, H, 1.0f, ch, H);
     }
-    rec_weight_grad(dw->w_hh, dg, 4 * H, out, (size_t)ldo, h0, B, T, H, reverse);
+    rec_weight_grad(dw->w_hh, dg, 4 * H, 4 * H, out, (size_t)ldo, h0, B, T, H, reverse);
     if (w->b_hh) colsum_acc(dw->b_hh, dg, G, B * T, 4 * H);
     if (dh0)
         for (size_t i = 0; i < BH; i++) dh0[i] += ch[i];
@@ -658,20 +797,23 @@ void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, co
                      const int *slen, const cgru_weights_t *w, int B, int T, int S, cgru_dims_t d) {
     int H = d.H, BT = B * T;
     size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldh = (size_t)T * H, ldc = (size_t)T * d.Dv;
+    size_t LS = gru_lns(H), ldl = (size_t)T * LS;
+    float *ln1 = a->g1 + (size_t)BT * G, *ln2 = a->g2 + (size_t)BT * G; /* used with layer normalization */
     nn_additive_keys_forward(a->kp, enc, w->att_wk, w->att_b, B, S, d.Dv, d.A);
-    gru_input(a->g1, G, emb, (size_t)d.E, BT, &w->gru1, d.E, H); /* GRU1's inputs: all steps, one GEMM */
+    gru_input(a->g1, G, ln1, LS, emb, (size_t)d.E, BT, &w->gru1, d.E, H); /* GRU1's inputs: all steps, one GEMM */
     for (int t = 0; t < T; t++) {
         const float *sp = t == 0 ? s0 : a->s + (size_t)(t - 1) * H;
         size_t ldsp = t == 0 ? (size_t)H : ldh;
         float *g1 = a->g1 + (size_t)t * G, *g2 = a->g2 + (size_t)t * G;
+        float *l1 = ln1 + (size_t)t * LS, *l2 = ln2 + (size_t)t * LS;
         float *s1 = a->s1 + (size_t)t * H, *st = a->s + (size_t)t * H, *ct = a->ctx + (size_t)t * d.Dv;
-        gru_hidden(g1, ldg, sp, ldsp, B, &w->gru1, H);
+        gru_hidden(g1, ldg, l1, ldl, sp, ldsp, B, &w->gru1, H);
         gru_act(s1, ldh, g1, ldg, sp, ldsp, B, H, NULL, 0);
         nn_additive_attention_forward(ct, (int)ldc, a->qp + (size_t)t * B * d.A, a->alpha + (size_t)t * B * S, s1,
                                       (int)ldh, a->kp, enc, slen, NULL, w->att_wq, w->att_v, B, 1, S, H, d.A,
                                       d.Dv);
-        gru_input(g2, ldg, ct, ldc, B, &w->gru2, d.Dv, H);
-        gru_hidden(g2, ldg, s1, ldh, B, &w->gru2, H);
+        gru_input(g2, ldg, l2, ldl, ct, ldc, B, &w->gru2, d.Dv, H);
+        gru_hidden(g2, ldg, l2, ldl, s1, ldh, B, &w->gru2, H);
         gru_act(st, ldh, g2, ldg, s1, ldh, B, H, NULL, 0);
     }
     deep_output_forward(a->u, a->logits, a->s, H, a->ctx, d.Dv, emb, d.E, BT, w, d); /* all steps */
@@ -680,7 +822,7 @@ void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, co
 size_t nn_cgru_backward_scratch(int B, int T, int S, cgru_dims_t d) {
     size_t BT = (size_t)B * T;
     return BT * d.O + BT * d.Dv + BT * d.H + BT * 4 * d.H + BT * 4 * d.H + (size_t)B * d.H +
-           (size_t)2 * B * d.A + (size_t)B * S * d.A + (size_t)B * d.H;
+           (size_t)2 * B * d.A + (size_t)B * S * d.A + (size_t)B * d.H + (d.ln ? BT * 10 * (size_t)d.H : 0);
 }
 
 void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t *dw,
@@ -689,9 +831,18 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
                       const cgru_acts_t *a, int B, int T, int S, cgru_dims_t d) {
     int H = d.H, BT = B * T;
     size_t G = (size_t)4 * H, ldg = (size_t)T * G, ldh = (size_t)T * H, ldc = (size_t)T * d.Dv;
+    size_t LS = gru_lns(H), ldl = (size_t)T * LS;
+    const float *ln1 = a->g1 + (size_t)BT * G, *ln2 = a->g2 + (size_t)BT * G;
+    int lnh1 = w->gru1.ln_hh_g != NULL, lnh2 = w->gru2.ln_hh_g != NULL, lni2 = w->gru2.ln_ih_g != NULL;
     float *du = scratch, *dctx = du + (size_t)BT * d.O, *ds = dctx + (size_t)BT * d.Dv;
     float *dg1 = ds + (size_t)BT * H, *dg2 = dg1 + (size_t)BT * G, *ds1 = dg2 + (size_t)BT * G;
     float *datt = ds1 + (size_t)B * H, *dkp = datt + (size_t)2 * B * d.A, *carry = dkp + (size_t)B * S * d.A;
+    /* with layer normalization: the raw projections' gradients (GRU1's recurrent, GRU2's recurrent
+     * and input); without, the gate gradients themselves */
+    float *ext = carry + (size_t)B * H;
+    float *drh1 = lnh1 ? ext : dg1, *drh2 = lnh2 ? ext + (size_t)BT * 3 * H : dg2;
+    float *dri2 = lni2 ? ext + (size_t)BT * 6 * H : dg2;
+    size_t R1 = lnh1 ? (size_t)3 * H : G, R2 = lnh2 ? (size_t)3 * H : G;
 
     /* deep output, all steps at once */
     mm(0, 0, BT, d.O, d.V, dlogits, d.V, w->out_wo, d.O, 0.0f, du, d.O);
@@ -719,10 +870,17 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
         memset(ds1, 0, (size_t)B * H * sizeof(float));
         /* GRU2: input ctx_t, state s'_t; per step only the gradients of s'_t and ctx_t */
         float *dg2t = dg2 + (size_t)t * G;
+        float *drh2t = drh2 + (size_t)t * R2, *dri2t = dri2 + (size_t)t * G;
         gru_act_back(dg2t, ldg, ds1, (size_t)H, dst, ldh, a->g2 + (size_t)t * G, ldg, s1, ldh, B, H, NULL, 0);
-        mm(0, 0, B, H, 3 * H, dg2t, (int)ldg, w->gru2.w_hh, H, 1.0f, ds1, H);
-        mm(0, 0, B, d.Dv, 2 * H, dg2t, (int)ldg, w->gru2.w_ih, d.Dv, 1.0f, dct, (int)ldc);
-        mm(0, 0, B, d.Dv, H, dg2t + 3 * H, (int)ldg, w->gru2.w_ih + (size_t)2 * H * d.Dv, d.Dv, 1.0f, dct, (int)ldc);
+        if (lnh2) gru_ln_hidden_raw(drh2t, (size_t)T * R2, dg2t, ldg, ln2 + (size_t)t * LS, ldl, &w->gru2, B, H);
+        if (lni2) {
+            for (int b = 0; b < B; b++)
+                memcpy(dri2t + (size_t)b * ldg, dg2t + (size_t)b * ldg, G * sizeof(float));
+            gru_ln_input_raw(dri2t, ldg, ln2 + (size_t)t * LS, ldl, &w->gru2, B, H);
+        }
+        mm(0, 0, B, H, 3 * H, drh2t, (int)((size_t)T * R2), w->gru2.w_hh, H, 1.0f, ds1, H);
+        mm(0, 0, B, d.Dv, 2 * H, dri2t, (int)ldg, w->gru2.w_ih, d.Dv, 1.0f, dct, (int)ldc);
+        mm(0, 0, B, d.Dv, H, dri2t + 3 * H, (int)ldg, w->gru2.w_ih + (size_t)2 * H * d.Dv, d.Dv, 1.0f, dct, (int)ldc);
         /* attention with query s'_t */
         nn_additive_attention_backward(ds1, H, dw->att_wq, dw->att_v, dkp, denc, datt, dct, (int)ldc, s1, (int)ldh,
                                        a->qp + (size_t)t * B * d.A, a->kp, enc, a->alpha + (size_t)t * B * S, slen,
@@ -730,22 +888,25 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
         /* GRU1: state s_{t-1}; its weights' gradients wait for the end (all steps at once) */
         gru_act_back(dg1t, ldg, carry, (size_t)H, ds1, (size_t)H, a->g1 + (size_t)t * G, ldg, sp, ldsp, B, H, NULL,
                      0);
-        mm(0, 0, B, H, 3 * H, dg1t, (int)ldg, w->gru1.w_hh, H, 1.0f, carry, H);
+        float *drh1t = drh1 + (size_t)t * R1;
+        if (lnh1) gru_ln_hidden_raw(drh1t, (size_t)T * R1, dg1t, ldg, ln1 + (size_t)t * LS, ldl, &w->gru1, B, H);
+        mm(0, 0, B, H, 3 * H, drh1t, (int)((size_t)T * R1), w->gru1.w_hh, H, 1.0f, carry, H);
     }
     if (ds0)
         for (size_t i = 0; i < (size_t)B * H; i++) ds0[i] += carry[i];
     /* the weights' gradients of all steps: a few GEMMs over B·T rows */
-    rec_weight_grad(dw->gru1.w_hh, dg1, 3 * H, a->s, (size_t)H, s0, B, T, H, 0);
-    if (w->gru1.b_hh) colsum_acc(dw->gru1.b_hh, dg1, G, BT, 3 * H);
+    rec_weight_grad(dw->gru1.w_hh, drh1, (int)R1, 3 * H, a->s, (size_t)H, s0, B, T, H, 0);
+    gru_bias_grads(&dw->gru1, dg1, G, ln1, LS, &w->gru1, BT, H);
+    if (w->gru1.ln_ih_g) gru_ln_input_raw(dg1, G, ln1, LS, &w->gru1, BT, H);
     gru_input_back(demb, (size_t)d.E, &dw->gru1, dg1, G, emb, (size_t)d.E, BT, &w->gru1, d.E, H);
-    mm(1, 0, 3 * H, H, BT, dg2, (int)G, a->s1, H, 1.0f, dw->gru2.w_hh, H); /* GRU2's state is s' of the same step */
-    if (w->gru2.b_hh) colsum_acc(dw->gru2.b_hh, dg2, G, BT, 3 * H);
-    gru_input_back(NULL, 0, &dw->gru2, dg2, G, a->ctx, (size_t)d.Dv, BT, &w->gru2, d.Dv, H);
+    mm(1, 0, 3 * H, H, BT, drh2, (int)R2, a->s1, H, 1.0f, dw->gru2.w_hh, H); /* GRU2's state is s' of the same step */
+    gru_bias_grads(&dw->gru2, dg2, G, ln2, LS, &w->gru2, BT, H);
+    gru_input_back(NULL, 0, &dw->gru2, dri2, G, a->ctx, (size_t)d.Dv, BT, &w->gru2, d.Dv, H);
     nn_additive_keys_backward(denc, dw->att_wk, w->att_b ? dw->att_b : NULL, dkp, enc, w->att_wk, B, S, d.Dv, d.A);
 }
 
 size_t nn_cgru_step_scratch(int R, cgru_dims_t d) {
-    return (size_t)R * (8 * d.H + d.H + d.A + d.O);
+    return (size_t)R * (8 * d.H + d.H + d.A + d.O) + (d.ln ? 2 * (size_t)R * gru_lns(d.H) : 0);
 }
 
 void nn_cgru_step_forward(float *s, float *ctx, float *alpha, float *logits, float *scratch,
@@ -753,7 +914,8 @@ void nn_cgru_step_forward(float *s, float *ctx, float *alpha, float *logits, flo
                           const float *enc, const int *slen, const int *src_of_row,
                           const cgru_weights_t *w, int R, int S, cgru_dims_t d) {
     int H = d.H;
-    float *g1 = scratch, *g2 = g1 + (size_t)R * 4 * H, *s1 = g2 + (size_t)R * 4 * H;
+    size_t GL = nn_gru_gates_size((size_t)R, H, d.ln); /* a cell's gates (and normalization values) */
+    float *g1 = scratch, *g2 = g1 + GL, *s1 = g2 + GL;
     float *qp = s1 + (size_t)R * H, *u = qp + (size_t)R * d.A;
     nn_gru_cell_forward(s1, g1, e_prev, s_prev, &w->gru1, R, d.E, H);
     nn_additive_attention_forward(ctx, d.Dv, qp, alpha, s1, H, kp, enc, slen, src_of_row, w->att_wq, w->att_v, R,
@@ -847,7 +1009,7 @@ void nn_gnmt_dec_bottom_backward(float *demb, float *dh0, float *dc0, float *den
     if (dc0)
         for (size_t i = 0; i < BH; i++) dc0[i] += cc[i];
     /* the weights' gradients of all steps at once */
-    rec_weight_grad(dw->lstm.w_hh, dg, 4 * H, a->y, (size_t)H, h0, B, T, H, 0);
+    rec_weight_grad(dw->lstm.w_hh, dg, 4 * H, 4 * H, a->y, (size_t)H, h0, B, T, H, 0);
     if (w->lstm.b_hh) colsum_acc(dw->lstm.b_hh, dg, G, BT, 4 * H);
     if (w->lstm.b_ih) colsum_acc(dw->lstm.b_ih, dg, G, BT, 4 * H);
     if (demb) mm(0, 0, BT, d.E, 4 * H, dg, (int)G, w->lstm.w_ih, KI, 1.0f, demb, d.E);

@@ -43,6 +43,11 @@ typedef struct {
     float *w_hh; /* (G*H, H) */
     float *b_ih; /* (G*H) or NULL */
     float *b_hh; /* (G*H) or NULL */
+    /* GRU only, optional (NULL: none): layer normalization of the input projection W_ih x and of the
+     * recurrent projection W_hh h, each in the blocks [r; z] (2H) and [n] (H), with a gain and a
+     * shift per unit (Nematus/Marian's layer-normalized GRU; see "GRU" below). */
+    float *ln_ih_g, *ln_ih_b; /* (3H) */
+    float *ln_hh_g, *ln_hh_b; /* (3H) */
 } rnn_cell_t;
 
 /* ------------------------------------------------------------ GRU (torch.nn.GRUCell)
@@ -50,14 +55,24 @@ typedef struct {
  *   z = σ(W_iz x + b_iz + W_hz h + b_hz)
  *   n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))
  *   h' = (1 − z) ⊙ n + z ⊙ h
- * Saved gates (·, 4H) per row: [r, z, hn = W_hn h + b_hn, n]. */
+ * Saved gates (·, 4H) per row: [r, z, hn = W_hn h + b_hn, n].
+ * Layer-normalized (the cell's ln_* set): W_ih x and W_hh h are replaced by
+ *   [LN(W_i[rz] x); LN(W_in x)] ⊙ γ_ih + β_ih   and   [LN(W_h[rz] h); LN(W_hn h)] ⊙ γ_hh + β_hh,
+ * LN(v) = (v − mean v) / sqrt(var v + 1e-5) (a zero state h = NULL gives β_hh). The saved buffer
+ * `gates` of M rows is then followed by M rows of 6H + 4 normalization values (x̂ of both
+ * projections and their four 1/σ): nn_gru_gates_size(M, H, 1) floats in all. */
+size_t nn_gru_gates_size(size_t M, int H, int ln);
+/* The normalization of the int8 inference path (src/model/rnn_gru.c): each row of g (M rows,
+ * stride ldg, 3H raw projections [rz | n]) <- [LN(rz); LN(n)] ⊙ gain + beta + bias (bias may be NULL). */
+void nn_gru_ln_apply(float *g, int ldg, int M, int H, const float *gain, const float *beta, const float *bias);
 
 /* One step over R rows: h (R, H) = GRU(x (R, K), h_prev (R, H) or NULL for zeros); gates (R, 4H)
  * saved. h may not alias h_prev. Usable by a decoder step (no allocation). */
 void nn_gru_cell_forward(float *h, float *gates, const float *x, const float *h_prev,
                          const rnn_cell_t *w, int R, int K, int H);
 /* dx (R, K) and dh_prev (R, H) (either may be NULL) and dw += the gradients of one step given
- * dh (R, H). scratch (R, 4H). */
+ * dh (R, H). scratch: nn_gru_cell_backward_scratch(R, H, ln) floats ((R, 4H) without ln). */
+size_t nn_gru_cell_backward_scratch(int R, int H, int ln);
 void nn_gru_cell_backward(float *dx, float *dh_prev, const rnn_cell_t *dw, float *scratch,
                           const float *dh, const float *x, const float *h_prev, const rnn_cell_t *w,
                           const float *gates, int R, int K, int H);
@@ -67,15 +82,16 @@ void nn_gru_cell_backward(float *dx, float *dh_prev, const rnn_cell_t *dw, float
 void nn_gru_forward(float *out, int ldo, float *gates, const float *inp, const float *h0,
                     const rnn_cell_t *w, const int *len, int B, int T, int K, int H, int reverse);
 /* dinp (B, T, K), dh0 (B, H) (either may be NULL), dw += the gradients given dout (row stride ldo).
- * scratch: nn_gru_backward_scratch(B, T, H) floats. */
-size_t nn_gru_backward_scratch(int B, int T, int H);
+ * scratch: nn_gru_backward_scratch(B, T, H, ln) floats (ln: the cell is layer-normalized). */
+size_t nn_gru_backward_scratch(int B, int T, int H, int ln);
 void nn_gru_backward(float *dinp, float *dh0, const rnn_cell_t *dw, float *scratch,
                      const float *dout, int ldo, const float *inp, const float *h0,
                      const rnn_cell_t *w, const float *out, const float *gates, const int *len,
                      int B, int T, int K, int H, int reverse);
 
 /* Bidirectional: out (B, T, 2H) = [forward GRU (wf); backward GRU (wb)], zero initial states.
- * gates_f, gates_b (B, T, 4H) saved. Backward: scratch nn_gru_backward_scratch(B, T, H). */
+ * gates_f, gates_b (nn_gru_gates_size(B·T, H, ln) floats each) saved. Backward: scratch
+ * nn_gru_backward_scratch(B, T, H, ln). */
 void nn_bigru_forward(float *out, float *gates_f, float *gates_b, const float *inp,
                       const rnn_cell_t *wf, const rnn_cell_t *wb, const int *len, int B, int T,
                       int K, int H);
@@ -211,17 +227,19 @@ typedef struct {
 
 typedef struct {
     int H, E, Dv, A, O, V;
+    int ln; /* GRU1 and GRU2 are layer-normalized (their gates buffers g1, g2 and the step's scratch
+               then hold the normalization values too: nn_gru_gates_size) */
 } cgru_dims_t;
 
 /* Saved activations of a decoder run through time over (B, T) targets and (B, S) sources. */
 typedef struct {
     float *kp;     /* (B, S, A) the keys' projection */
-    float *g1;     /* (B, T, 4H) GRU1 gates */
+    float *g1;     /* (B, T, 4H) GRU1 gates (nn_gru_gates_size(B·T, H, ln) floats) */
     float *s1;     /* (B, T, H) s' */
     float *qp;     /* (T, B, A) time-major: step t's rows are contiguous */
     float *alpha;  /* (T, B, S) time-major */
     float *ctx;    /* (B, T, Dv) */
-    float *g2;     /* (B, T, 4H) GRU2 gates */
+    float *g2;     /* (B, T, 4H) GRU2 gates (as g1) */
     float *s;      /* (B, T, H) */
     float *u;      /* (B, T, O) deep output */
     float *logits; /* (B, T, V) */

@@ -144,13 +144,35 @@ static void ref_lin(double *y, const double *W, const double *b, const double *x
     }
 }
 
-typedef struct { const double *wih, *whh, *bih, *bhh; } dcell_t;
+typedef struct { const double *wih, *whh, *bih, *bhh, *ig, *ib, *hg, *hb; } dcell_t;
 
-/* torch.nn.GRUCell */
+/* v (3H) <- [LN(v[0, 2H)); LN(v[2H, 3H))] ⊙ g + b + bias (bias may be NULL): Nematus' layer-normalized
+ * GRU's projections, LN(u) = (u − mean) / sqrt(var + 1e-5). */
+static void ref_ln3(double *v, const double *g, const double *b, const double *bias, int H) {
+    for (int blk = 0; blk < 2; blk++) {
+        int o = blk ? 2 * H : 0, n = blk ? H : 2 * H;
+        double m = 0, var = 0;
+        for (int j = 0; j < n; j++) m += v[o + j];
+        m /= n;
+        for (int j = 0; j < n; j++) var += (v[o + j] - m) * (v[o + j] - m);
+        var /= n;
+        for (int j = 0; j < n; j++) v[o + j] = (v[o + j] - m) / sqrt(var + 1e-5);
+    }
+    for (int j = 0; j < 3 * H; j++) v[j] = v[j] * g[j] + b[j] + (bias ? bias[j] : 0);
+}
+
+/* torch.nn.GRUCell (with the normalization when the cell has gains) */
 static void ref_gru_cell(double *h, const double *x, const double *hp, dcell_t w, int K, int H) {
     double gi[3 * 64], gh[3 * 64];
-    ref_lin(gi, w.wih, w.bih, x, 3 * H, K);
-    ref_lin(gh, w.whh, w.bhh, hp, 3 * H, H);
+    if (w.ig) {
+        ref_lin(gi, w.wih, NULL, x, 3 * H, K);
+        ref_ln3(gi, w.ig, w.ib, w.bih, H);
+        ref_lin(gh, w.whh, NULL, hp, 3 * H, H);
+        ref_ln3(gh, w.hg, w.hb, w.bhh, H);
+    } else {
+        ref_lin(gi, w.wih, w.bih, x, 3 * H, K);
+        ref_lin(gh, w.whh, w.bhh, hp, 3 * H, H);
+    }
     for (int j = 0; j < H; j++) {
         double r = sig(gi[j] + gh[j]), z = sig(gi[H + j] + gh[H + j]);
         double n = tanh(gi[2 * H + j] + r * gh[2 * H + j]);
@@ -195,15 +217,32 @@ static void ref_seq(double *out, int ldo, const double *inp, const double *h0, c
     }
 }
 
-static rnn_cell_t fcell(param_t *p) { return (rnn_cell_t){p[0].f, p[1].f, p[2].f, p[3].f}; }
-static rnn_cell_t gcell(param_t *p) { return (rnn_cell_t){p[0].g, p[1].g, p[2].g, p[3].g}; }
-static dcell_t dcell(param_t *p) { return (dcell_t){p[0].d, p[1].d, p[2].d, p[3].d}; }
+/* GRU cells added while g_ln is set are layer-normalized (four more tensors after the biases). */
+static int g_ln;
+static int cell_ln(param_t *p) { return p[0].name[strlen(p[0].name) - 1] == '+'; }
+
+static rnn_cell_t fcell(param_t *p) {
+    rnn_cell_t c = {.w_ih = p[0].f, .w_hh = p[1].f, .b_ih = p[2].f, .b_hh = p[3].f};
+    if (cell_ln(p)) c.ln_ih_g = p[4].f, c.ln_ih_b = p[5].f, c.ln_hh_g = p[6].f, c.ln_hh_b = p[7].f;
+    return c;
+}
+static rnn_cell_t gcell(param_t *p) {
+    rnn_cell_t c = {.w_ih = p[0].g, .w_hh = p[1].g, .b_ih = p[2].g, .b_hh = p[3].g};
+    if (cell_ln(p)) c.ln_ih_g = p[4].g, c.ln_ih_b = p[5].g, c.ln_hh_g = p[6].g, c.ln_hh_b = p[7].g;
+    return c;
+}
+static dcell_t dcell(param_t *p) {
+    dcell_t c = {p[0].d, p[1].d, p[2].d, p[3].d, NULL, NULL, NULL, NULL};
+    if (cell_ln(p)) c.ig = p[4].d, c.ib = p[5].d, c.hg = p[6].d, c.hb = p[7].d;
+    return c;
+}
 
 static param_t *add_cell(const char *prefix, int G, int K, int H) {
-    static char names[16][4][48];
+    static char names[16][8][48];
     static int used;
+    int ln = g_ln && G == 3;
     char(*nm)[48] = names[used++ % 16];
-    snprintf(nm[0], 48, "%sw_ih", prefix);
+    snprintf(nm[0], 48, "%sw_ih%s", prefix, ln ? " (ln)+" : ""); /* the '+' marks a normalized cell */
     snprintf(nm[1], 48, "%sw_hh", prefix);
     snprintf(nm[2], 48, "%sb_ih", prefix);
     snprintf(nm[3], 48, "%sb_hh", prefix);
@@ -211,6 +250,15 @@ static param_t *add_cell(const char *prefix, int G, int K, int H) {
     add(nm[1], (size_t)G * H * H, 0.6);
     add(nm[2], (size_t)G * H, 0.3);
     add(nm[3], (size_t)G * H, 0.3);
+    if (ln) {
+        const char *ln_names[4] = {"ln_ih.gain", "ln_ih.bias", "ln_hh.gain", "ln_hh.bias"};
+        for (int k = 0; k < 4; k++) {
+            snprintf(nm[4 + k], 48, "%s%s", prefix, ln_names[k]);
+            param_t *q = add(nm[4 + k], (size_t)G * H, 0.4);
+            if (k % 2 == 0) /* gains around 1 */
+                for (size_t i = 0; i < q->n; i++) q->f[i] += 1.0f, q->d[i] = q->f[i];
+        }
+    }
     return p;
 }
 
@@ -245,15 +293,15 @@ static void test_seq_shape(int lstm, int bi, int reverse, int B, int T, int *len
     if (bi) S.wb = add_cell("bwd.", G, K, H);
     double *Rd;
     float *R = rand_f(BT * W, 1.0, &Rd);
-    float *out = zeros(BT * W), *gf = zeros(BT * 4 * H), *gb = zeros(BT * 4 * H);
+    float *out = zeros(BT * W), *gf = zeros(nn_gru_gates_size(BT, H, 1)), *gb = zeros(nn_gru_gates_size(BT, H, 1));
     float *cf = zeros(BT * H), *cb = zeros(BT * H);
-    size_t ns = lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H);
+    size_t ns = lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, g_ln);
     float *scr = zeros(ns);
     rnn_cell_t wf = fcell(S.w), dwf = gcell(S.w), wbk = {0}, dwb = {0};
     if (bi) wbk = fcell(S.wb), dwb = gcell(S.wb);
     char name[64];
-    snprintf(name, sizeof name, "%s%s%s B=%d T=%d", bi ? "bi" : "", lstm ? "lstm" : "gru", reverse ? " reverse" : "", B,
-             T);
+    snprintf(name, sizeof name, "%s%s%s%s B=%d T=%d", bi ? "bi" : "", lstm ? "lstm" : "gru",
+             !lstm && g_ln ? "-ln" : "", reverse ? " reverse" : "", B, T);
     if (!lstm && !bi) {
         nn_gru_forward(out, H, gf, S.inp->f, S.h0->f, &wf, len, B, T, K, H, reverse);
         nn_gru_backward(S.inp->g, S.h0->g, &dwf, scr, R, H, S.inp->f, S.h0->f, &wf, out, gf, len, B, T, K, H, reverse);
@@ -303,7 +351,8 @@ static void test_cell(int lstm) {
     C1.w = add_cell("", lstm ? 4 : 3, K, H);
     double *Rd;
     float *Rf = rand_f((size_t)R * W, 1.0, &Rd);
-    float *out = zeros((size_t)R * W), *g = zeros((size_t)R * 4 * H), *scr = zeros((size_t)R * 4 * H);
+    float *out = zeros((size_t)R * W), *g = zeros(nn_gru_gates_size((size_t)R, H, 1));
+    float *scr = zeros(nn_gru_cell_backward_scratch(R, H, 1));
     rnn_cell_t w = fcell(C1.w), dw = gcell(C1.w);
     if (lstm) {
         /* out rows: [h, c]; dh and dc are the two halves of R */
@@ -321,7 +370,7 @@ static void test_cell(int lstm) {
         nn_gru_cell_forward(out, g, C1.x->f, C1.h->f, &w, R, K, H);
         nn_gru_cell_backward(C1.x->g, C1.h->g, &dw, scr, Rf, C1.x->f, C1.h->f, &w, g, R, K, H);
     }
-    check_all(lstm ? "lstm cell" : "gru cell", out, Rd, (size_t)R * W, ref_cell_case);
+    check_all(lstm ? "lstm cell" : g_ln ? "gru-ln cell" : "gru cell", out, Rd, (size_t)R * W, ref_cell_case);
     free(Rf), free(Rd), free(out), free(g), free(scr);
     free_params();
 }
@@ -502,7 +551,7 @@ static void ref_cgru_case(double *out) {
 
 static void test_cgru(void) {
     int B = 3, T = 4, S = 5;
-    cgru_dims_t d = {.H = 3, .E = 4, .Dv = 6, .A = 5, .O = 4, .V = 7};
+    cgru_dims_t d = {.H = 3, .E = 4, .Dv = 6, .A = 5, .O = 4, .V = 7, .ln = g_ln};
     static int slen[3] = {5, 2, 4};
     memset(&CG, 0, sizeof CG);
     CG.B = B, CG.T = T, CG.S = S, CG.d = d, CG.slen = slen;
@@ -526,8 +575,8 @@ static void test_cgru(void) {
                         CG.wc->f, CG.we->f, CG.ob->f, CG.wo->f, CG.bo->f};
     cgru_weights_t dw = {gcell(CG.g1), gcell(CG.g2), CG.wq->g, CG.wk->g, CG.ab->g, CG.av->g, CG.ws->g,
                          CG.wc->g, CG.we->g, CG.ob->g, CG.wo->g, CG.bo->g};
-    cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(BT * 4 * d.H), zeros(BT * d.H), zeros(BT * d.A),
-                     zeros(BT * S), zeros(BT * d.Dv), zeros(BT * 4 * d.H), zeros(BT * d.H), zeros(BT * d.O),
+    cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(nn_gru_gates_size(BT, d.H, d.ln)), zeros(BT * d.H), zeros(BT * d.A),
+                     zeros(BT * S), zeros(BT * d.Dv), zeros(nn_gru_gates_size(BT, d.H, d.ln)), zeros(BT * d.H), zeros(BT * d.O),
                      zeros(BT * d.V)};
     nn_cgru_forward(&a, CG.emb->f, CG.s0->f, CG.enc->f, slen, &w, B, T, S, d);
     double *Rd;
@@ -535,7 +584,7 @@ static void test_cgru(void) {
     float *scr = zeros(nn_cgru_backward_scratch(B, T, S, d));
     nn_cgru_backward(CG.emb->g, CG.s0->g, CG.enc->g, &dw, scr, Rf, CG.emb->f, CG.s0->f, CG.enc->f, slen, &w, &a, B,
                      T, S, d);
-    check_all("cgru decoder", a.logits, Rd, BT * d.V, ref_cgru_case);
+    check_all(g_ln ? "cgru-ln decoder" : "cgru decoder", a.logits, Rd, BT * d.V, ref_cgru_case);
 
     /* The decoding step, run step by step over rows given in another order (row r = sentence
      * map[r]), gives the training forward's states, contexts, attention and logits. */
@@ -559,7 +608,7 @@ static void test_cgru(void) {
         }
         memcpy(s, sn, (size_t)R * d.H * sizeof(float));
     }
-    printf("%-28s step forward vs training       max abs diff %.2e\n", "cgru decoder", md);
+    printf("%-28s step forward vs training       max abs diff %.2e\n", g_ln ? "cgru-ln decoder" : "cgru decoder", md);
     CHECK(md <= 1e-6);
     free(s), free(sn), free(ctx), free(al), free(lg), free(e), free(ss);
     float **pa = (float **)&a;
@@ -692,5 +741,16 @@ int main(void) {
     test_cgru();
     test_gnmt_dec_bottom(1);
     test_gnmt_dec_bottom(0);
+    /* the layer-normalized GRU (Nematus/Marian): cell, sequences both ways with h0 and padding,
+     * bidirectional, edge shapes, the cGRU decoder and its step */
+    g_ln = 1;
+    test_cell(0);
+    test_seq(0, 0, 0);
+    test_seq(0, 0, 1);
+    test_seq(0, 1, 0);
+    test_seq_shape(0, 1, 0, 2, 1, len1);
+    test_seq_shape(0, 0, 1, 1, 2, len2);
+    test_cgru();
+    g_ln = 0;
     return check_report("test_rnn_grad");
 }

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
         nout = BT * W;
         out = zeros(nout);
         float *gf = zeros(BT * 4 * H), *gb = zeros(BT * 4 * H), *cf = zeros(BT * H), *cb = zeros(BT * H);
-        float *scr = zeros(lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H));
+        float *scr = zeros(lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, 0));
         if (bi) {
             rnn_cell_t wf = cell("fwd.", 0), wb = cell("bwd.", 0), dwf = cell("fwd.", 1), dwb = cell("bwd.", 1);
             if (lstm) {
