@@ -56,7 +56,8 @@ static void bench_seq(int lstm, int B, int T, int H, int reps) {
     float *dbih = randf((size_t)G * H, 0), *dbhh = randf((size_t)G * H, 0);
     size_t ns = lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, 0);
     float *scr = randf(ns, 0);
-    rnn_cell_t w = {wih, whh, bih, bhh}, dw = {dwih, dwhh, dbih, dbhh};
+    rnn_cell_t w = {.w_ih = wih, .w_hh = whh, .b_ih = bih, .b_hh = bhh},
+               dw = {.w_ih = dwih, .w_hh = dwhh, .b_ih = dbih, .b_hh = dbhh};
     double fwd, bwd, gin, grec, bstep, bend;
     if (lstm) {
         BEST(fwd, reps, nn_lstm_forward(out, H, cell, gates, x, NULL, NULL, &w, NULL, B, T, K, H, 0));
@@ -101,7 +102,7 @@ static void bench_cgru_step(int R, int S, int H, int reps) {
           *av = randf(d.A, 0.1f);
     float *ws = randf((size_t)d.O * H, 0.05f), *wc = randf((size_t)d.O * d.Dv, 0.05f), *we = randf((size_t)d.O * d.E, 0.05f),
           *ob = randf(d.O, 0.1f), *wo = randf((size_t)d.V * d.O, 0.05f), *bo = randf(d.V, 0.1f);
-    cgru_weights_t w = {{g1ih, g1hh, b1, b2}, {g2ih, g2hh, b3, b4}, wq, wk, ab, av, ws, wc, we, ob, wo, bo};
+    cgru_weights_t w = {{.w_ih = g1ih, .w_hh = g1hh, .b_ih = b1, .b_hh = b2}, {.w_ih = g2ih, .w_hh = g2hh, .b_ih = b3, .b_hh = b4}, wq, wk, ab, av, ws, wc, we, ob, wo, bo};
     float *enc = randf((size_t)R * S * d.Dv, 1), *kp = randf((size_t)R * S * d.A, 0);
     float *e = randf((size_t)R * d.E, 1), *sp = randf((size_t)R * H, 0.5f), *s = randf((size_t)R * H, 0);
     float *ctx = randf((size_t)R * d.Dv, 0), *al = randf((size_t)R * S, 0), *lg = randf((size_t)R * d.V, 0);

@@ -110,6 +110,15 @@ typedef struct {
     int pre_norm;                       /* 1 pre-norm, 0 post-norm */
 } tern_transformer_info_t;
 
+/* The GRU family's own facts (family "rnn-gru", docs/rnn.md). */
+typedef struct {
+    int embedding_size;                 /* E */
+    int encoder_hidden_size;            /* per direction */
+    int decoder_hidden_size;
+    int attention_size, output_size;    /* attention hidden size, deep-output width */
+    int layer_norm;                     /* 1: layer-normalized GRU cells */
+} tern_rnn_gru_info_t;
+
 /* An ensemble's own facts (family "ensemble"); each member's with tern_model_member(). */
 typedef struct {
     tern_ensemble_mode_t mode;
@@ -119,7 +128,7 @@ typedef struct {
 
 /* Facts about a loaded model, for tools and tests: common fields, then the family's own part. */
 typedef struct {
-    const char *family;                 /* "transformer", "ensemble" */
+    const char *family;                 /* "transformer", "rnn-gru", "gnmt", "ensemble" */
     const char *format;                 /* "ctranslate2" or "tern" ("ensemble" for an ensemble) */
     int source_vocab_size, target_vocab_size; /* an ensemble: its first member's source vocabulary */
     int max_source_length;              /* longest source (tokens) the model encodes */
@@ -131,6 +140,7 @@ typedef struct {
     union {                             /* by family */
         tern_transformer_info_t transformer;
         tern_ensemble_info_t ensemble;
+        tern_rnn_gru_info_t rnn_gru;
     };
 } tern_model_info_t;
 tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */

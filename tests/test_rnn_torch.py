@@ -13,6 +13,9 @@ bottom + residuals, and unidirectional), additive attention (several queries per
 and without the keys' bias), the conditional GRU decoder with deep output through time (with
 and without the optional biases), and GNMT's attentive bottom decoder layer (with and without
 initial states). Every case pads: some sentences/sources are shorter than T/S.
+The layer-normalized GRU (Nematus/Marian; the reference's LNGRUCell, written with
+F.layer_norm): sequences forward and reverse, bidirectional (one threaded), and the cGRU decoder
+with and without the optional biases.
 
 PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides),
 as tests/test_train_torch.py does.
@@ -48,25 +51,29 @@ def torch_python():
     return TORCH_PY
 
 
-def cell(rng, prefix, G, K, H, bias=True):
+def cell(rng, prefix, G, K, H, bias=True, ln=False):
     s = 1 / np.sqrt(H)
     out = {prefix + "w_ih": rng.uniform(-s, s, (G * H, K)), prefix + "w_hh": rng.uniform(-s, s, (G * H, H))}
     if bias:
         out[prefix + "b_ih"] = rng.uniform(-s, s, G * H)
         out[prefix + "b_hh"] = rng.uniform(-s, s, G * H)
+    if ln:  # the layer-normalized GRU: gains around 1, shifts around 0
+        for side in ("ih", "hh"):
+            out[f"{prefix}ln_{side}.gain"] = 1 + 0.3 * rng.standard_normal(G * H)
+            out[f"{prefix}ln_{side}.bias"] = 0.2 * rng.standard_normal(G * H)
     return out
 
 
-def seq_case(layer, B, T, K, H, lens, reverse=0):
+def seq_case(layer, B, T, K, H, lens, reverse=0, ln=False):
     def make(rng):
         lstm, bi = "lstm" in layer, layer.startswith("bi")
         G = 4 if lstm else 3
         t = {"inp": rng.standard_normal((B, T, K))}
         if bi:
-            t.update(cell(rng, "fwd.", G, K, H))
-            t.update(cell(rng, "bwd.", G, K, H))
+            t.update(cell(rng, "fwd.", G, K, H, ln=ln))
+            t.update(cell(rng, "bwd.", G, K, H, ln=ln))
         else:
-            t.update(cell(rng, "", G, K, H))
+            t.update(cell(rng, "", G, K, H, ln=ln))
             t["h0"] = 0.5 * rng.standard_normal((B, H))
             if lstm:
                 t["c0"] = 0.5 * rng.standard_normal((B, H))
@@ -100,13 +107,13 @@ def att_case(B, Tq, S, Dq, A, Dv, klen, bias=True):
     return make
 
 
-def cgru_case(B, T, S, H, E, Dv, A, O, V, slen, bias=True):
+def cgru_case(B, T, S, H, E, Dv, A, O, V, slen, bias=True, ln=False):
     def make(rng):
         n = lambda *shape: rng.standard_normal(shape) / np.sqrt(shape[-1])  # noqa: E731
         t = {"emb": rng.standard_normal((B, T, E)), "s0": 0.5 * rng.standard_normal((B, H)),
              "enc": rng.standard_normal((B, S, Dv))}
-        t.update(cell(rng, "gru1.", 3, E, H, bias))
-        t.update(cell(rng, "gru2.", 3, Dv, H, bias))
+        t.update(cell(rng, "gru1.", 3, E, H, bias, ln))
+        t.update(cell(rng, "gru2.", 3, Dv, H, bias, ln))
         t.update({"att.W_q": n(A, H), "att.W_k": n(A, Dv), "att.v": n(A), "out.W_s": n(O, H),
                   "out.W_c": n(O, Dv), "out.W_e": n(O, E), "out.W_o": n(V, O)})
         if bias:
@@ -147,6 +154,13 @@ CASES = {
     "cgru": cgru_case(4, 6, 8, 20, 12, 32, 18, 14, 30, [8, 5, 2, 7]),
     "cgru-nobias-threaded": cgru_case(16, 5, 12, 24, 16, 48, 128, 20, 40, [12 - (i % 6) for i in range(16)],
                                       bias=False),
+    "gru-ln": seq_case("gru", 4, 7, 16, 24, [7, 4, 1, 6], ln=True),
+    "gru-ln-reverse": seq_case("gru", 4, 7, 16, 24, [7, 4, 1, 6], reverse=1, ln=True),
+    "bigru-ln": seq_case("bigru", 5, 6, 20, 16, [6, 3, 5, 1, 6], ln=True),
+    "bigru-ln-threaded": seq_case("bigru", 32, 5, 48, 512, [5 - (i % 4) for i in range(32)], ln=True),
+    "cgru-ln": cgru_case(4, 6, 8, 20, 12, 32, 18, 14, 30, [8, 5, 2, 7], ln=True),
+    "cgru-ln-nobias-threaded": cgru_case(16, 5, 12, 24, 16, 48, 128, 20, 40, [12 - (i % 6) for i in range(16)],
+                                         bias=False, ln=True),
     "gnmt-decoder-bottom": gnmt_dec_case(4, 6, 8, 20, 12, 20, 18, [8, 5, 2, 7]),
     "gnmt-decoder-bottom-noh0-threaded": gnmt_dec_case(16, 5, 12, 32, 16, 32, 128, [12 - (i % 6) for i in range(16)],
                                                        h0=False),

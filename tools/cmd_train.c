@@ -64,6 +64,8 @@ static void usage(FILE *f) {
 "  --attention-dim N           attention hidden size (default: the decoder GRU width)\n"
 "  --output-dim N              deep-output width (default: --emb-dim, needed by a tied projection)\n"
 "  --init-scale S              weights uniform in [-S, S] (default 0: Glorot-uniform)\n"
+"  --layer-norm                layer-normalized GRU cells (Nematus/Marian: the input and recurrent\n"
+"                              projections of every GRU transition, gains and shifts per unit)\n"
 "GNMT (--architecture gnmt; also --layers/--encoder-layers/--decoder-layers, --dropout,\n"
 "--label-smoothing, --share-embeddings; GNMT clips at --clip-norm 5):\n"
 "  --hidden N                  LSTM state and embedding width (default: --d-model)\n"
@@ -140,7 +142,7 @@ enum {
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION,
     /* the recurrent families */
-    O_ARCH, O_EMB_DIM, O_RNN_DIM, O_ENC_RNN_DIM, O_DEC_RNN_DIM, O_ATT_DIM, O_OUT_DIM, O_INIT_SCALE,
+    O_ARCH, O_EMB_DIM, O_RNN_DIM, O_ENC_RNN_DIM, O_DEC_RNN_DIM, O_ATT_DIM, O_OUT_DIM, O_INIT_SCALE, O_GRU_LN,
     O_GNMT_HIDDEN, O_GNMT_ATT, O_GNMT_INIT, O_GNMT_TIE
 };
 
@@ -231,6 +233,7 @@ static const struct option long_opts[] = {
     {"attention-dim", required_argument, 0, O_ATT_DIM},
     {"output-dim", required_argument, 0, O_OUT_DIM},
     {"init-scale", required_argument, 0, O_INIT_SCALE},
+    {"layer-norm", no_argument, 0, O_GRU_LN},
     {"hidden", required_argument, 0, O_GNMT_HIDDEN},
     {"attention-size", required_argument, 0, O_GNMT_ATT},
     {"init-uniform", required_argument, 0, O_GNMT_INIT},
@@ -261,6 +264,8 @@ static void gnmt_config(trainer_options_t *o) {
  * Transformer (--dropout, --label-smoothing, embeddings' sharing and tying) are copied in. */
 static rnn_gru_config_t g_gru;
 static const char *family_config(trainer_options_t *o) {
+    if (g_gru.layer_norm && (!o->architecture || strcmp(o->architecture, "rnn-gru")))
+        return "--layer-norm is for --architecture rnn-gru (the Transformer always normalizes; gnmt has none)";
     if (o->architecture && !strcmp(o->architecture, "gnmt")) {
         if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (gnmt trains in float32)";
         gnmt_config(o);
@@ -515,6 +520,7 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         case O_ATT_DIM: ok = cli_int(C, "--attention-dim", optarg, 1, 1 << 16, &g_gru.att); break;
         case O_OUT_DIM: ok = cli_int(C, "--output-dim", optarg, 1, 1 << 16, &g_gru.out); break;
         case O_INIT_SCALE: ok = cli_float(C, "--init-scale", optarg, 0, 10.0f, &g_gru.init_scale); break;
+        case O_GRU_LN: g_gru.layer_norm = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 2;
         default: ok = 0; break;

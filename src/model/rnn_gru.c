@@ -229,6 +229,8 @@ static void gru_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = 1024;
     in->int8 = n->int8;
     in->weight_bytes = n->weight_bytes;
+    in->rnn_gru = (tern_rnn_gru_info_t){n->d.emb, n->d.enc_hidden, n->d.dec_hidden, n->d.att, n->d.out,
+                                        n->d.layer_norm};
 }
 
 static const char *gru_vocab_tensor(const void *net, const weights_t *w, int target) {

@@ -22,6 +22,10 @@
  *
  * Bad input: config keys that do not match the tensors, a missing recurrent tensor, and an
  * unknown architecture give errors naming the file and the tensor (or the architecture).
+ *
+ * The layer-normalized GRU (rnn/layer_norm = 1): the same gradient checks (separate; shared + tied
+ * with dropout) and the same parity passes (float32 and int8, both shapes), and a model missing a
+ * normalization tensor is refused naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,13 +83,14 @@ static void log_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] = (float)(x[i] - l);
 }
 
-static void parity(int joint, const char *dir) {
+static void parity(int joint, int ln, const char *dir) {
     const train_family_t *fam = train_family_find("rnn-gru");
     CHECK(fam == &train_family_rnn_gru);
     rnn_gru_config_t c;
     rnn_gru_default_config(&c);
     c.emb = 8, c.enc_hidden = 6, c.dec_hidden = 7, c.att = 5, c.out = joint ? 8 : 9;
     c.share_emb = joint, c.tie_proj = joint, c.dropout = 0, c.label_smoothing = 0;
+    c.layer_norm = ln;
     int Vs = 23, Vt = joint ? 23 : 19, pad = 0;
     train_data_dims_t dd = {Vs, Vt, joint, pad, 64};
     train_model_t m;
@@ -132,6 +137,8 @@ static void parity(int joint, const char *dir) {
     CHECK_EQ_INT(info.source_vocab_size, Vs);
     CHECK_EQ_INT(info.target_vocab_size, Vt);
     CHECK_EQ_INT(info.int8, q8);
+    CHECK_EQ_INT(info.rnn_gru.layer_norm, ln);
+    CHECK_EQ_INT(info.rnn_gru.decoder_hidden_size, 7);
     double tol = q8 ? TOL_INT8 : 1e-4;
     void *state = inf->state_new(net);
     const int *sp[B];
@@ -187,8 +194,8 @@ static void parity(int joint, const char *dir) {
             }
         }
         if (pass == 2) CHECK(inf->set_vocab(state, NULL, 0) == TERN_OK);
-        printf("rnn-gru parity (%s, %s, %s): max |log p_train - log p_step| = %.3g, attention row error %.3g\n",
-               q8 ? "int8" : "float32", joint ? "joint, shared + tied" : "separate, untied",
+        printf("rnn-gru parity (%s, %s%s, %s): max |log p_train - log p_step| = %.3g, attention row error %.3g\n",
+               q8 ? "int8" : "float32", joint ? "joint, shared + tied" : "separate, untied", ln ? ", layer norm" : "",
                pass == 0 ? "plain" : pass == 1 ? "after set_rows" : "vocabulary map (logit differences)", maxd,
                attn_err);
         CHECK(maxd <= tol);
@@ -201,7 +208,17 @@ static void parity(int joint, const char *dir) {
     fam->ws_free(ws);
 
     /* bad input */
-    if (!joint) {
+    if (!joint && ln) { /* a layer-normalized model without one of its normalization tensors */
+        const char *lt = "decoder/gru2/ln_hh/gain";
+        write_model(dir, &m, lt, -1, 0);
+        CHECK(weights_load_safetensors(&w, path) == TERN_OK);
+        st = inf->build(&net, w, &cfg, TERN_COMPUTE_FLOAT32, 0);
+        CHECK(st == TERN_ERR_FORMAT);
+        CHECK_MSG(strstr(tern_last_error(), lt) && strstr(tern_last_error(), path), "%s", tern_last_error());
+        printf("missing normalization tensor: %s\n", tern_last_error());
+        weights_free(w);
+    }
+    if (!joint && !ln) {
         const char *rec = "decoder/gru1/w_hh";
         write_model(dir, &m, rec, -1, 0);
         CHECK(weights_load_safetensors(&w, path) == TERN_OK);
@@ -230,12 +247,13 @@ static void parity(int joint, const char *dir) {
 
 /* Finite differences of the whole training table's loss (label smoothing, padding, shared/tied
  * names accumulating into one tensor) against its backward, 4 entries of every stored tensor. */
-static void grad_check(int joint, float dropout) {
+static void grad_check(int joint, float dropout, int ln) {
     const train_family_t *fam = &train_family_rnn_gru;
     rnn_gru_config_t c;
     rnn_gru_default_config(&c);
     c.emb = 6, c.enc_hidden = 5, c.dec_hidden = 4, c.att = 3, c.out = joint ? 6 : 7;
     c.share_emb = joint, c.tie_proj = joint, c.dropout = dropout, c.label_smoothing = 0.1f;
+    c.layer_norm = ln;
     int tr = dropout > 0;
     int Vs = 11, Vt = joint ? 11 : 9, pad = 0;
     train_data_dims_t dd = {Vs, Vt, joint, pad, 64};
@@ -276,20 +294,24 @@ static void grad_check(int joint, float dropout) {
             CHECK_MSG(err <= 2e-2, "%s[%zu]: finite difference %.6g, backward %.6g", t->name, j - t->offset, fd, an);
         }
     }
-    printf("rnn-gru gradient check (%s, dropout %.1f): worst |fd - backward| / (0.01 + |fd|) = %.3g\n",
-           joint ? "shared + tied" : "separate", dropout, worst);
+    printf("rnn-gru gradient check (%s, dropout %.1f%s): worst |fd - backward| / (0.01 + |fd|) = %.3g\n",
+           joint ? "shared + tied" : "separate", dropout, ln ? ", layer norm" : "", worst);
     fam->ws_free(ws);
     fam->destroy(&m);
 }
 
 int main(void) {
-    grad_check(0, 0.0f);
-    grad_check(1, 0.0f);
-    grad_check(0, 0.3f);
+    grad_check(0, 0.0f, 0);
+    grad_check(1, 0.0f, 0);
+    grad_check(0, 0.3f, 0);
+    grad_check(0, 0.0f, 1);
+    grad_check(1, 0.3f, 1);
     char dir[] = "/tmp/test_rnn_gru_XXXXXX";
     if (!mkdtemp(dir)) return 2;
-    parity(0, dir);
-    parity(1, dir);
+    parity(0, 0, dir);
+    parity(1, 0, dir);
+    parity(0, 1, dir);
+    parity(1, 1, dir);
     char p[600];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     unlink(p);

@@ -59,12 +59,20 @@ static float *Gd(const char *name) {
 static float *Vo(const char *name) { return find(name) >= 0 ? TT.val[find(name)] : NULL; }
 static float *Go(const char *name) { return find(name) >= 0 ? TT.grad[find(name)] : NULL; }
 
+/* A cell's tensors; a GRU cell with "<prefix>ln_ih.gain" (and ln_ih.bias, ln_hh.gain, ln_hh.bias)
+ * is layer-normalized. */
 static rnn_cell_t cell(const char *prefix, int grad) {
-    char n[4][64];
-    const char *s[4] = {"w_ih", "w_hh", "b_ih", "b_hh"};
-    for (int k = 0; k < 4; k++) snprintf(n[k], sizeof n[k], "%s%s", prefix, s[k]);
-    if (grad) return (rnn_cell_t){Gd(n[0]), Gd(n[1]), Go(n[2]), Go(n[3])};
-    return (rnn_cell_t){V(n[0]), V(n[1]), Vo(n[2]), Vo(n[3])};
+    char n[8][64];
+    const char *s[8] = {"w_ih", "w_hh", "b_ih", "b_hh", "ln_ih.gain", "ln_ih.bias", "ln_hh.gain", "ln_hh.bias"};
+    for (int k = 0; k < 8; k++) snprintf(n[k], sizeof n[k], "%s%s", prefix, s[k]);
+    rnn_cell_t c;
+    if (grad) c = (rnn_cell_t){.w_ih = Gd(n[0]), .w_hh = Gd(n[1]), .b_ih = Go(n[2]), .b_hh = Go(n[3])};
+    else c = (rnn_cell_t){.w_ih = V(n[0]), .w_hh = V(n[1]), .b_ih = Vo(n[2]), .b_hh = Vo(n[3])};
+    if (find(n[4]) >= 0) {
+        float *(*get)(const char *) = grad ? Gd : V;
+        c.ln_ih_g = get(n[4]), c.ln_ih_b = get(n[5]), c.ln_hh_g = get(n[6]), c.ln_hh_b = get(n[7]);
+    }
+    return c;
 }
 
 static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
@@ -111,8 +119,9 @@ int main(int argc, char **argv) {
         int W = bi ? 2 * H : H;
         nout = BT * W;
         out = zeros(nout);
-        float *gf = zeros(BT * 4 * H), *gb = zeros(BT * 4 * H), *cf = zeros(BT * H), *cb = zeros(BT * H);
-        float *scr = zeros(lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, 0));
+        float *gf = zeros(nn_gru_gates_size(BT, H, 1)), *gb = zeros(nn_gru_gates_size(BT, H, 1));
+        float *cf = zeros(BT * H), *cb = zeros(BT * H);
+        float *scr = zeros(lstm ? nn_lstm_backward_scratch(B, T, H) : nn_gru_backward_scratch(B, T, H, 1));
         if (bi) {
             rnn_cell_t wf = cell("fwd.", 0), wb = cell("bwd.", 0), dwf = cell("fwd.", 1), dwb = cell("bwd.", 1);
             if (lstm) {
@@ -176,15 +185,16 @@ int main(int argc, char **argv) {
     } else if (!strcmp(layer, "cgru")) {
         int S = (int)meta("S", 0);
         cgru_dims_t d = {H, (int)meta("E", 0), (int)meta("Dv", 0), (int)meta("A", 0), (int)meta("O", 0),
-                         (int)meta("V", 0)};
+                         (int)meta("V", 0), find("gru1.ln_ih.gain") >= 0};
         cgru_weights_t cw = {cell("gru1.", 0), cell("gru2.", 0), V("att.W_q"), V("att.W_k"), Vo("att.b"),
                              V("att.v"), V("out.W_s"), V("out.W_c"), V("out.W_e"), Vo("out.b"), V("out.W_o"),
                              Vo("out.b_o")};
         cgru_weights_t dcw = {cell("gru1.", 1), cell("gru2.", 1), Gd("att.W_q"), Gd("att.W_k"), Go("att.b"),
                               Gd("att.v"), Gd("out.W_s"), Gd("out.W_c"), Gd("out.W_e"), Go("out.b"),
                               Gd("out.W_o"), Go("out.b_o")};
-        cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(BT * 4 * H), zeros(BT * H), zeros(BT * d.A),
-                         zeros(BT * S), zeros(BT * d.Dv), zeros(BT * 4 * H), zeros(BT * H), zeros(BT * d.O),
+        cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(nn_gru_gates_size(BT, H, d.ln)), zeros(BT * H),
+                         zeros(BT * d.A), zeros(BT * S), zeros(BT * d.Dv), zeros(nn_gru_gates_size(BT, H, d.ln)),
+                         zeros(BT * H), zeros(BT * d.O),
                          zeros(BT * d.V)};
         nn_cgru_forward(&a, V("emb"), V("s0"), V("enc"), len, &cw, B, T, S, d);
         float *scr = zeros(nn_cgru_backward_scratch(B, T, S, d));

@@ -38,7 +38,10 @@ class Ref:
         return name in self.np
 
     def cell(self, prefix, lstm):
-        """A torch.nn.GRUCell / LSTMCell holding the tensors prefix+{w_ih, w_hh, b_ih, b_hh}."""
+        """A torch.nn.GRUCell / LSTMCell holding the tensors prefix+{w_ih, w_hh, b_ih, b_hh}; a GRU
+        with prefix+ln_ih.gain is the layer-normalized LNGRUCell."""
+        if not lstm and self.has(prefix + "ln_ih.gain"):
+            return LNGRUCell(self, prefix)
         w_ih = self.np[prefix + "w_ih"]
         H, K = w_ih.shape[0] // (4 if lstm else 3), w_ih.shape[1]
         bias = self.has(prefix + "b_ih")
@@ -50,6 +53,36 @@ class Ref:
             setattr(c, pt, p)
             self.leaves[prefix + tn] = p
         return c
+
+
+class LNGRUCell(torch.nn.Module):
+    """Nematus/Marian's layer-normalized GRU, written independently with F.layer_norm: the input
+    projection W_ih x and the recurrent projection W_hh h are each normalized in the blocks [r; z]
+    (2H) and [n] (H) (eps 1e-5, no affine inside), then multiplied by the gain and shifted per unit,
+    and take the places of W_ih x and W_hh h in torch.nn.GRUCell's equations (b_ih, b_hh added)."""
+
+    def __init__(self, ref, prefix):
+        super().__init__()
+        self.p = {k: ref.t(prefix + k) for k in ("w_ih", "w_hh", "ln_ih.gain", "ln_ih.bias", "ln_hh.gain",
+                                                  "ln_hh.bias")}
+        self.b_ih = ref.t(prefix + "b_ih") if ref.has(prefix + "b_ih") else 0
+        self.b_hh = ref.t(prefix + "b_hh") if ref.has(prefix + "b_hh") else 0
+        self.hidden_size = self.p["w_hh"].shape[1]
+
+    @staticmethod
+    def norm(a, gain, bias, H):
+        ln = torch.nn.functional.layer_norm
+        a = torch.cat([ln(a[:, :2 * H], (2 * H,), eps=1e-5), ln(a[:, 2 * H:], (H,), eps=1e-5)], -1)
+        return a * gain + bias
+
+    def forward(self, x, h):
+        H = self.hidden_size
+        gi = self.norm(x @ self.p["w_ih"].T, self.p["ln_ih.gain"], self.p["ln_ih.bias"], H) + self.b_ih
+        gh = self.norm(h @ self.p["w_hh"].T, self.p["ln_hh.gain"], self.p["ln_hh.bias"], H) + self.b_hh
+        r = torch.sigmoid(gi[:, :H] + gh[:, :H])
+        z = torch.sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
+        n = torch.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:])
+        return (1 - z) * n + z * h
 
 
 def run_seq(cell, x, lens, reverse, lstm, h0=None, c0=None):
