@@ -83,12 +83,18 @@ def torch_py():
     return TORCH_PY
 
 
-def make_gru(d, seed, E, He, Hd, A, O, src_tokens, tgt_tokens, tied, eos_bias):
-    """A random-weight rnn-gru model directory; returns the full tensor dict (tied names filled)."""
+def make_gru(d, seed, E, He, Hd, A, O, src_tokens, tgt_tokens, tied, eos_bias, ln=False):
+    """A random-weight rnn-gru model directory; returns the full tensor dict (tied names filled).
+    ln: layer-normalized GRU cells (rnn/layer_norm = 1 and each cell's ln_ih/ln_hh gain and bias)."""
     os.makedirs(d, exist_ok=True)
     rng = np.random.default_rng(seed)
     w = {k: rng.uniform(-0.6, 0.6, v).astype(np.float32)
          for k, v in shapes(E, He, Hd, A, O, len(src_tokens), len(tgt_tokens)).items()}
+    if ln:
+        for cell, H in (("encoder/forward", He), ("encoder/backward", He), ("decoder/gru1", Hd), ("decoder/gru2", Hd)):
+            for side in ("ih", "hh"):
+                w[f"{cell}/ln_{side}/gain"] = (1 + rng.uniform(-0.3, 0.3, 3 * H)).astype(np.float32)
+                w[f"{cell}/ln_{side}/bias"] = rng.uniform(-0.2, 0.2, 3 * H).astype(np.float32)
     w["decoder/projection/bias"][2] += eos_bias  # sentences that end before the length cap
     stored = dict(w)
     meta = {"ct2_spec": "TernRnnGruSpec"}
@@ -102,6 +108,8 @@ def make_gru(d, seed, E, He, Hd, A, O, src_tokens, tgt_tokens, tied, eos_bias):
     for k, v in (("rnn/embedding_size", E), ("rnn/encoder_hidden_size", He), ("rnn/decoder_hidden_size", Hd),
                  ("rnn/attention_size", A), ("rnn/output_size", O)):
         stored[k] = np.array(v, dtype=np.int32)
+    if ln:
+        stored["rnn/layer_norm"] = np.array(1, dtype=np.int32)
     st_write(os.path.join(d, "model.safetensors"), stored, meta)
     cfg = {"architecture": "rnn-gru", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
            "decoder_start_token": "<s>", "add_source_bos": False, "add_source_eos": True}
@@ -118,6 +126,8 @@ def make_gru(d, seed, E, He, Hd, A, O, src_tokens, tgt_tokens, tied, eos_bias):
 SHAPES = {
     "tied": dict(E=16, He=12, Hd=20, A=10, O=16, vs=40, vt=40, tied=True, eos=0.6),
     "untied": dict(E=8, He=16, Hd=12, A=14, O=10, vs=45, vt=35, tied=False, eos=0.9),
+    # the layer-normalized GRU (`tern train --layer-norm`), untied with separate vocabularies
+    "untied-ln": dict(E=10, He=12, Hd=14, A=9, O=11, vs=42, vt=37, tied=False, eos=2.2, ln=True),
 }
 
 
@@ -127,7 +137,8 @@ def model(request, tmp_path_factory, torch_py):
     d = tmp_path_factory.mktemp("gru-" + request.param)
     src = SPECIALS + [f"s{i}" for i in range(sh["vs"] - 3)]
     tgt = src if sh["tied"] else SPECIALS + [f"t{i}" for i in range(sh["vt"] - 3)]
-    w = make_gru(str(d), 7 + len(request.param), sh["E"], sh["He"], sh["Hd"], sh["A"], sh["O"], src, tgt, sh["tied"], sh["eos"])
+    w = make_gru(str(d), 7 + len(request.param), sh["E"], sh["He"], sh["Hd"], sh["A"], sh["O"], src, tgt, sh["tied"],
+                 sh["eos"], sh.get("ln", False))
     rng = random.Random(3)
     inputs = [[rng.choice(src[3:]) for _ in range(rng.randint(1, 20))] for _ in range(N_INPUTS)]
     targets = [[rng.choice(tgt[3:]) for _ in range(rng.randint(1, 15))] for _ in range(N_INPUTS)]

@@ -21,7 +21,35 @@ def _t(a):
     return torch.tensor(np.asarray(a, dtype=np.float64))
 
 
+class LNGRUCell(torch.nn.Module):
+    """The layer-normalized GRU (rnn/layer_norm = 1; Nematus/Marian): torch.nn.GRUCell's equations
+    with W_ih x and W_hh h each replaced by [LN(a[:2H]); LN(a[2H:])] * gain + shift (F.layer_norm,
+    eps 1e-5, the blocks [r; z] and [n]); b_ih and b_hh are added after the normalization."""
+
+    def __init__(self, w, prefix):
+        super().__init__()
+        self.p = {k: _t(w[f"{prefix}/{k}"]) for k in ("w_ih", "w_hh", "b_ih", "b_hh", "ln_ih/gain", "ln_ih/bias",
+                                                       "ln_hh/gain", "ln_hh/bias")}
+        self.hidden_size = self.p["w_hh"].shape[1]
+
+    def _norm(self, a, side):
+        H, ln = self.hidden_size, torch.nn.functional.layer_norm
+        a = torch.cat([ln(a[:, :2 * H], (2 * H,), eps=1e-5), ln(a[:, 2 * H:], (H,), eps=1e-5)], -1)
+        return a * self.p[f"ln_{side}/gain"] + self.p[f"ln_{side}/bias"]
+
+    def forward(self, x, h):
+        H, p = self.hidden_size, self.p
+        gi = self._norm(x @ p["w_ih"].T, "ih") + p["b_ih"]
+        gh = self._norm(h @ p["w_hh"].T, "hh") + p["b_hh"]
+        r = torch.sigmoid(gi[:, :H] + gh[:, :H])
+        z = torch.sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
+        n = torch.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:])
+        return (1 - z) * n + z * h
+
+
 def _cell(w, prefix):
+    if prefix + "/ln_ih/gain" in w:
+        return LNGRUCell(w, prefix)
     w_ih = w[prefix + "/w_ih"]
     H, K = w_ih.shape[0] // 3, w_ih.shape[1]
     c = torch.nn.GRUCell(K, H)
