@@ -9,10 +9,11 @@
  *
  * Forward (teacher-forced):
  *   xs = dropout(E_src[src])                                     (B, S, H)
- *   enc = GNMT encoder(xs)  (nn_gnmt_encoder_forward)             (B, S, Dv)
+ *   enc = GNMT encoder(xs)  (nn_gnmt_encoder_forward; dropout on the input of every layer l >= 1,
+ *                            the residual adding the input before dropout)  (B, S, Dv)
  *   xt = dropout(E_tgt[tgt_in])                                  (B, T, H)
  *   y0, a = attentive bottom layer(xt, enc) (nn_gnmt_dec_bottom_forward)
- *   y_l = LSTM_l([y_{l-1}; a]) (+ y_{l-1} for l >= 2)            (nn_lstm_forward), l = 1 .. Ld-1
+ *   y_l = LSTM_l([dropout(y_{l-1}); a]) (+ y_{l-1} for l >= 2)   (nn_lstm_forward), l = 1 .. Ld-1
  *   logits = W_p dropout(y_{Ld-1}) + b_p; label-smoothed cross-entropy.
  */
 #include "model.h"
@@ -56,6 +57,8 @@ typedef struct {
     int *slen;                 /* (B) */
     float *xs, *xt;            /* (B, S, H), (B, T, H) embeddings after dropout */
     float *eh[GN_MAX_LAYERS], *ey[GN_MAX_LAYERS], *ecell[GN_MAX_LAYERS], *egates[GN_MAX_LAYERS];
+    float *exd[GN_MAX_LAYERS];  /* (B, S, K_l) encoder layer l >= 1's input after dropout */
+    uint64_t ekeys[GN_MAX_LAYERS]; /* their masks' keys */
     gnmt_dec_acts_t bot;
     float *dx[GN_MAX_LAYERS];  /* (B, T, H + Dv) inputs of decoder layers l >= 1 */
     float *dh[GN_MAX_LAYERS], *dy[GN_MAX_LAYERS], *dcell[GN_MAX_LAYERS], *dgates[GN_MAX_LAYERS];
@@ -273,7 +276,7 @@ static void gn_ws_free(void *p) {
                      &ws->scratch};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]);
     for (int l = 0; l < GN_MAX_LAYERS; l++) {
-        free(ws->eh[l]), free(ws->ey[l]), free(ws->ecell[l]), free(ws->egates[l]);
+        free(ws->eh[l]), free(ws->ey[l]), free(ws->ecell[l]), free(ws->egates[l]), free(ws->exd[l]);
         free(ws->dx[l]), free(ws->dh[l]), free(ws->dy[l]), free(ws->dcell[l]), free(ws->dgates[l]);
     }
     free(ws);
@@ -310,6 +313,7 @@ static tern_status_t gn_ws_new(void **out, const train_model_t *m, int ms, int m
         if (l >= 2) ws->ey[l] = falloc(ws, S * H, &bad);
         ws->ecell[l] = falloc(ws, dirs * S * H, &bad);
         ws->egates[l] = falloc(ws, dirs * S * 4 * H, &bad);
+        if (l >= 1) ws->exd[l] = falloc(ws, S * H * (l == 1 ? 2 : 1), &bad);
     }
     ws->bot.kp = falloc(ws, S * A, &bad);
     ws->bot.qp = falloc(ws, T * A, &bad);
@@ -355,8 +359,12 @@ static size_t gn_ws_bytes(const void *ws) { return ((const gn_ws_t *)ws)->bytes;
 
 /* ------------------------------------------------------------ forward / backward */
 
-static gnmt_encoder_acts_t enc_acts(gn_ws_t *ws) {
-    return (gnmt_encoder_acts_t){ws->eh, ws->ey, ws->ecell, ws->egates};
+/* Dropout sites: the embeddings, the top decoder output, the input of encoder layer l >= 1
+ * (SITE_ENC + l) and of decoder layer l >= 1 (SITE_DEC + l). */
+enum { SITE_SRC = 1, SITE_TGT = 2, SITE_TOP = 3, SITE_ENC = 16, SITE_DEC = 16 + GN_MAX_LAYERS };
+
+static gnmt_encoder_acts_t enc_acts(gn_ws_t *ws, float p) {
+    return (gnmt_encoder_acts_t){ws->eh, ws->ey, ws->ecell, ws->egates, ws->exd, p, ws->ekeys};
 }
 
 static gnmt_dec_weights_t bot_weights(const gn_views_t *v, const gnmt_dims_t *d) {
@@ -364,7 +372,6 @@ static gnmt_dec_weights_t bot_weights(const gn_views_t *v, const gnmt_dims_t *d)
     return (gnmt_dec_weights_t){v->dec[0], v->att_wq, v->att_wk, v->att_b, v->att_v};
 }
 
-enum { SITE_SRC = 1, SITE_TGT = 2, SITE_TOP = 3 };
 
 /* [y; ctx] rows for the upper decoder layers. */
 static void concat_rows(float *x, const float *y, const float *ctx, size_t M, int H, int Dv) {
@@ -416,7 +423,8 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
     size_t BS = (size_t)B * S, BT = (size_t)B * T;
     nn_embedding_forward(ws->xs, src, im->p.enc_emb, NULL, B, S, H, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xs, ws->xs, BS * H, p, dropout_key(seed, step, SITE_SRC));
-    gnmt_encoder_acts_t ea = enc_acts(ws);
+    for (int l = 1; l < d->enc_layers; l++) ws->ekeys[l] = dropout_key(seed, step, SITE_ENC + (uint64_t)l);
+    gnmt_encoder_acts_t ea = enc_acts(ws, p);
     nn_gnmt_encoder_forward(&ea, ws->xs, im->p.enc, ws->slen, B, S, H, H, d->enc_layers, 1);
     const float *enc = nn_gnmt_encoder_output(&ea, d->enc_layers);
     nn_embedding_forward(ws->xt, tgt_in, im->p.dec_emb, NULL, B, T, H, 1.0f, pad);
@@ -425,7 +433,12 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
     nn_gnmt_dec_bottom_forward(&ws->bot, ws->xt, NULL, NULL, enc, ws->slen, &bw, B, T, S, dec_dims(d));
     for (int l = 1; l < d->dec_layers; l++) {
         const float *yp = dec_out(ws, l - 1);
-        concat_rows(ws->dx[l], yp, ws->bot.ctx, BT, H, Dv);
+        if (p > 0) { /* dropout on the layer's input (ws->dtmp: free until the backward) */
+            nn_dropout_forward(ws->dtmp, yp, BT * H, p, dropout_key(seed, step, SITE_DEC + (uint64_t)l));
+            concat_rows(ws->dx[l], ws->dtmp, ws->bot.ctx, BT, H, Dv);
+        } else {
+            concat_rows(ws->dx[l], yp, ws->bot.ctx, BT, H, Dv);
+        }
         nn_lstm_forward(ws->dh[l], H, ws->dcell[l], ws->dgates[l], ws->dx[l], NULL, NULL, &im->p.dec[l], NULL, B, T,
                         H + Dv, H, 0);
         if (l >= 2) nn_residual_forward(ws->dy[l], ws->dh[l], yp, BT * H);
@@ -458,15 +471,18 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
         for (size_t r = 0; r < BT; r++) {
             const float *di = ws->dinp + r * (size_t)(H + Dv);
             float *dn = ws->dtmp + r * (size_t)H, *dc = ws->dctx + r * (size_t)Dv;
-            const float *dres = ws->dcur + r * (size_t)H;
-            for (int j = 0; j < H; j++) dn[j] = di[j] + (l >= 2 ? dres[j] : 0.0f);
+            memcpy(dn, di, (size_t)H * sizeof(float));
             for (int j = 0; j < Dv; j++) dc[j] += di[H + j];
         }
+        if (p > 0) /* the input's dropout: its mask again */
+            nn_dropout_forward(ws->dtmp, ws->dtmp, BT * H, p, dropout_key(ws->seed, ws->step, SITE_DEC + (uint64_t)l));
+        if (l >= 2) /* the residual's branch (the input before dropout) */
+            for (size_t i = 0; i < BT * H; i++) ws->dtmp[i] += ws->dcur[i];
         float *t = ws->dcur;
         ws->dcur = ws->dtmp;
         ws->dtmp = t;
     }
-    gnmt_encoder_acts_t ea = enc_acts(ws);
+    gnmt_encoder_acts_t ea = enc_acts(ws, p);
     const float *enc = nn_gnmt_encoder_output(&ea, d->enc_layers);
     gnmt_dec_weights_t bw = bot_weights(&im->p, d), bg = bot_weights(&im->g, d);
     memset(ws->denc, 0, BS * Dv * sizeof(float));

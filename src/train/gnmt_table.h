@@ -19,7 +19,9 @@ typedef struct {
     int tie_proj;          /* the output projection is the decoder embedding (default 0) */
     float init_range;      /* > 0: every parameter uniform in [-r, r] (GNMT: 0.04); 0: uniform
                               +-1/sqrt(fan-in) (PyTorch's LSTM/Linear), embeddings +-0.1 */
-    float dropout;         /* on the embeddings and on the top decoder output (default 0.2) */
+    float dropout;         /* on the embeddings, between the LSTM layers (the input of every encoder
+                              and decoder layer above the first) and on the top decoder output
+                              before the softmax (default 0.2) */
     float label_smoothing; /* (default 0.1) */
 } gnmt_train_config_t;
 

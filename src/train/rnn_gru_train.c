@@ -9,7 +9,7 @@
  *   enc = BiGRU(xs, len)                (B, S, Dv)   nn_bigru_forward
  *   s0 = tanh(W_init mean(enc) + b)     (B, Hd)      rnn_gru_init_state (shared with inference)
  *   xt = dropout(Emb_t[tgt_in])         (B, T, E)
- *   logits = cGRU(xt, s0, enc)          (B, T, Vt)   nn_cgru_forward
+ *   logits = cGRU(xt, s0, enc)          (B, T, Vt)   nn_cgru_forward (dropout on its deep output u)
  *   loss = label-smoothed cross-entropy over tgt_out
  * The backward runs the same chain in reverse; parameter gradients accumulate (+=).
  */
@@ -253,7 +253,7 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
         (size_t)mB * Dv, (size_t)mB * Hd, (size_t)mt * E, (size_t)mt, (size_t)mt,
         /* acts */ (size_t)ms * A, nn_gru_gates_size((size_t)mt, Hd, ln), (size_t)mt * Hd, (size_t)mt * A,
         (size_t)mt * mS, (size_t)mt * Dv, nn_gru_gates_size((size_t)mt, Hd, ln), (size_t)mt * Hd, (size_t)mt * O,
-        (size_t)mt * V,
+        (size_t)mt * V, (size_t)mt * O,
         /* grads */ (size_t)ms * E, (size_t)ms * Dv, (size_t)mB * Hd, (size_t)mt * E, ws->scratch_n,
     };
     enum { NB = sizeof sizes / sizeof sizes[0] };
@@ -272,7 +272,7 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
     ws->n_floats = total;
     float **dst[] = {&ws->xs, &ws->enc, &ws->gf, &ws->gb, &ws->mean, &ws->s0, &ws->xt, &ws->losses, &ws->nlls,
                      &ws->acts.kp, &ws->acts.g1, &ws->acts.s1, &ws->acts.qp, &ws->acts.alpha, &ws->acts.ctx,
-                     &ws->acts.g2, &ws->acts.s, &ws->acts.u, &ws->acts.logits,
+                     &ws->acts.g2, &ws->acts.s, &ws->acts.u, &ws->acts.logits, &ws->acts.u_drop,
                      &ws->dxs, &ws->denc, &ws->ds0, &ws->dxt, &ws->scratch};
     float *p = ws->mem;
     for (int i = 0; i < NB; i++) {
@@ -319,6 +319,8 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     rnn_gru_init_state(ws->s0, ws->mean, ws->enc, ws->slen, P[RG_INIT_W], P[RG_INIT_B], B, S, d.Dv, d.H);
     nn_embedding_forward(ws->xt, tgt_in, P[RG_DEC_EMB], NULL, B, T, E, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xt, ws->xt, (size_t)B * T * E, p, dropout_key(seed, step, 1));
+    ws->acts.drop = p; /* on the deep output, before the output layer */
+    ws->acts.drop_key = dropout_key(seed, step, 2);
     nn_cgru_forward(&ws->acts, ws->xt, ws->s0, ws->enc, ws->slen, &w, B, T, S, d);
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->acts.logits, ws->losses, ws->nlls, &ls, &ns, ws->acts.logits, tgt_out,

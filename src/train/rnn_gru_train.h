@@ -19,7 +19,8 @@ typedef struct {
     int tie_proj;         /* the output projection is the target embedding (needs O == E) */
     float init_scale;     /* > 0: every weight uniform in [-s, s]; 0: Glorot-uniform matrices */
     int layer_norm;       /* layer-normalized GRU cells (Nematus/Marian; rnn_layers.h) */
-    float dropout;        /* on the source and target embeddings */
+    float dropout;        /* on the source and target embeddings and on the deep output (before the
+                             output layer) */
     float label_smoothing;
     /* from the data (set by create) */
     int src_vocab, tgt_vocab, pad_id;

@@ -614,10 +614,15 @@ void nn_gnmt_encoder_forward(const gnmt_encoder_acts_t *acts, const float *inp,
                           acts->gates[0] + BT * 4 * H, inp, &w[0], &w[L], len, B, T, K, H);
     else
         nn_lstm_forward(acts->h[0], H, acts->cell[0], acts->gates[0], inp, NULL, NULL, &w[0], len, B, T, K, H, 0);
+    int drop = acts->xd && acts->drop > 0;
     for (int l = 1; l < L; l++) {
-        const float *x = gnmt_y(acts, l - 1);
+        const float *x = gnmt_y(acts, l - 1), *xin = x;
         int Kin = l == 1 ? H * (bi ? 2 : 1) : H;
-        nn_lstm_forward(acts->h[l], H, acts->cell[l], acts->gates[l], x, NULL, NULL, &w[l], len, B, T, Kin, H, 0);
+        if (drop) {
+            nn_dropout_forward(acts->xd[l], x, BT * (size_t)Kin, acts->drop, acts->drop_keys[l]);
+            xin = acts->xd[l];
+        }
+        nn_lstm_forward(acts->h[l], H, acts->cell[l], acts->gates[l], xin, NULL, NULL, &w[l], len, B, T, Kin, H, 0);
         if (l >= 2) nn_residual_forward(acts->y[l], acts->h[l], x, BT * H);
     }
 }
@@ -635,9 +640,22 @@ void nn_gnmt_encoder_backward(float *dinp, const rnn_cell_t *dw, float *scratch,
     float *dcur = scratch, *dnext = dcur + BT * 2 * H, *rs = dnext + BT * 2 * H;
     int wout = L == 1 && bi ? 2 * H : H; /* the encoder output's width */
     memcpy(dcur, dout, BT * (size_t)wout * sizeof(float));
+    int drop = acts->xd && acts->drop > 0;
     for (int l = L - 1; l >= 1; l--) {
         const float *x = gnmt_y(acts, l - 1);
         int Kin = l == 1 ? H * (bi ? 2 : 1) : H;
+        if (drop) { /* the LSTM's input gradient through the mask, then the residual's branch */
+            memset(dnext, 0, BT * (size_t)Kin * sizeof(float));
+            nn_lstm_backward(dnext, NULL, NULL, &dw[l], rs, dcur, H, acts->xd[l], NULL, NULL, &w[l], acts->h[l],
+                             acts->cell[l], acts->gates[l], len, B, T, Kin, H, 0);
+            nn_dropout_forward(dnext, dnext, BT * (size_t)Kin, acts->drop, acts->drop_keys[l]);
+            if (l >= 2)
+                for (size_t i = 0; i < BT * H; i++) dnext[i] += dcur[i];
+            float *tmp = dcur;
+            dcur = dnext;
+            dnext = tmp;
+            continue;
+        }
         if (l >= 2) memcpy(dnext, dcur, BT * H * sizeof(float)); /* the residual's branch */
         else memset(dnext, 0, BT * (size_t)Kin * sizeof(float));
         nn_lstm_backward(dnext, NULL, NULL, &dw[l], rs, dcur, H, x, NULL, NULL, &w[l], acts->h[l], acts->cell[l],
@@ -816,6 +834,12 @@ void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, co
         gru_hidden(g2, ldg, l2, ldl, s1, ldh, B, &w->gru2, H);
         gru_act(st, ldh, g2, ldg, s1, ldh, B, H, NULL, 0);
     }
+    if (a->u_drop && a->drop > 0) { /* dropout on the deep output */
+        deep_output_forward(a->u, NULL, a->s, H, a->ctx, d.Dv, emb, d.E, BT, w, d);
+        nn_dropout_forward(a->u_drop, a->u, (size_t)BT * d.O, a->drop, a->drop_key);
+        nn_linear_forward(a->logits, a->u_drop, w->out_wo, w->out_bo, BT, d.O, d.V);
+        return;
+    }
     deep_output_forward(a->u, a->logits, a->s, H, a->ctx, d.Dv, emb, d.E, BT, w, d); /* all steps */
 }
 
@@ -844,10 +868,12 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
     float *dri2 = lni2 ? ext + (size_t)BT * 6 * H : dg2;
     size_t R1 = lnh1 ? (size_t)3 * H : G, R2 = lnh2 ? (size_t)3 * H : G;
 
-    /* deep output, all steps at once */
+    /* deep output, all steps at once (dropout: the output layer read u_drop; the mask again on du) */
+    int drop = a->u_drop && a->drop > 0;
     mm(0, 0, BT, d.O, d.V, dlogits, d.V, w->out_wo, d.O, 0.0f, du, d.O);
-    mm(1, 0, d.V, d.O, BT, dlogits, d.V, a->u, d.O, 1.0f, dw->out_wo, d.O);
+    mm(1, 0, d.V, d.O, BT, dlogits, d.V, drop ? a->u_drop : a->u, d.O, 1.0f, dw->out_wo, d.O);
     if (w->out_bo) colsum_acc(dw->out_bo, dlogits, (size_t)d.V, BT, d.V);
+    if (drop) nn_dropout_forward(du, du, (size_t)BT * d.O, a->drop, a->drop_key);
     for (size_t i = 0; i < (size_t)BT * d.O; i++) du[i] *= 1.0f - a->u[i] * a->u[i];
     mm(1, 0, d.O, H, BT, du, d.O, a->s, H, 1.0f, dw->out_ws, H);
     mm(1, 0, d.O, d.Dv, BT, du, d.O, a->ctx, d.Dv, 1.0f, dw->out_wc, d.Dv);

@@ -157,6 +157,12 @@ typedef struct {
     float **y;     /* L pointers, (B, T, H) for l >= 2, else unused */
     float **cell;  /* L pointers, (dirs, B, T, H) */
     float **gates; /* L pointers, (dirs, B, T, 4H) */
+    /* Optional dropout between the layers (training): with xd set and drop > 0, layer l >= 1 reads
+     * xd[l] = dropout(its input) (B, T, K_l), mask of key drop_keys[l]; the residual adds the input
+     * before dropout (GNMT's ResidualWrapper around a DropoutWrapper). xd NULL or drop 0: none. */
+    float **xd;
+    float drop;
+    const uint64_t *drop_keys;
 } gnmt_encoder_acts_t;
 
 void nn_gnmt_encoder_forward(const gnmt_encoder_acts_t *acts, const float *inp,
@@ -243,6 +249,12 @@ typedef struct {
     float *s;      /* (B, T, H) */
     float *u;      /* (B, T, O) deep output */
     float *logits; /* (B, T, V) */
+    /* Optional dropout on the deep output (training): with u_drop set and drop > 0 the output layer
+     * reads u_drop = dropout(u) (B, T, O), mask of key drop_key (inverted dropout, layers.h);
+     * u_drop NULL or drop 0: none. */
+    float *u_drop;
+    float drop;
+    uint64_t drop_key;
 } cgru_acts_t;
 
 /* Teacher-forced run: emb (B, T, E) the previous targets' embeddings, s0 (B, H) the initial state,

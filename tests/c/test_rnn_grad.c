@@ -13,6 +13,7 @@
  * checked against the training forward (same values at every step, within 1e-6).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,7 +418,7 @@ static void test_gnmt_encoder(int L, int bi) {
         h[l] = zeros(BT * d * H), y[l] = l >= 2 ? zeros(BT * H) : NULL;
         cell[l] = zeros(d * BT * H), gates[l] = zeros(d * BT * 4 * H);
     }
-    gnmt_encoder_acts_t acts = {h, y, cell, gates};
+    gnmt_encoder_acts_t acts = {h, y, cell, gates, NULL, 0.0f, NULL};
     rnn_cell_t w[8], dw[8];
     for (int l = 0; l < L + (bi ? 1 : 0); l++) w[l] = fcell(GE.w[l]), dw[l] = gcell(GE.w[l]);
     nn_gnmt_encoder_forward(&acts, GE.inp->f, w, len, B, T, K, H, L, bi);
@@ -577,7 +578,7 @@ static void test_cgru(void) {
                          CG.wc->g, CG.we->g, CG.ob->g, CG.wo->g, CG.bo->g};
     cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(nn_gru_gates_size(BT, d.H, d.ln)), zeros(BT * d.H), zeros(BT * d.A),
                      zeros(BT * S), zeros(BT * d.Dv), zeros(nn_gru_gates_size(BT, d.H, d.ln)), zeros(BT * d.H), zeros(BT * d.O),
-                     zeros(BT * d.V)};
+                     zeros(BT * d.V), NULL, 0.0f, 0};
     nn_cgru_forward(&a, CG.emb->f, CG.s0->f, CG.enc->f, slen, &w, B, T, S, d);
     double *Rd;
     float *Rf = rand_f(BT * d.V, 1.0, &Rd);
@@ -612,7 +613,7 @@ static void test_cgru(void) {
     CHECK(md <= 1e-6);
     free(s), free(sn), free(ctx), free(al), free(lg), free(e), free(ss);
     float **pa = (float **)&a;
-    for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);
+    for (size_t i = 0; i < offsetof(cgru_acts_t, u_drop) / sizeof(float *); i++) free(pa[i]);
     free(Rf), free(Rd), free(scr);
     free_params();
 }

@@ -17,8 +17,9 @@
  * The attention rows the step writes sum to 1 over each row's source and are 0 past its length.
  *
  * Gradients: central differences (h = 1e-2) of the training table's label-smoothed loss against
- * its backward at 4 random entries of every stored tensor (separate; shared + tied; with embedding
- * dropout 0.3 under a fixed key): |fd - backward| <= 2e-2 (0.01 + |fd|) (measured ~1e-3).
+ * its backward at 4 random entries of every stored tensor (separate; shared + tied; with dropout
+ * 0.3 on the embeddings and the deep output under fixed keys): |fd - backward| <= 2e-2 (0.01 + |fd|)
+ * (measured ~1e-3). With dropout 0 a training forward gives exactly the evaluation forward's loss.
  *
  * Bad input: config keys that do not match the tensors, a missing recurrent tensor, and an
  * unknown architecture give errors naming the file and the tensor (or the architecture).
@@ -272,7 +273,12 @@ static void grad_check(int joint, float dropout, int ln) {
     }
     void *ws = NULL;
     CHECK(fam->ws_new(&ws, &m, GB * GS, GB * GT, GS, GT) == TERN_OK);
-    train_loss_t L;
+    train_loss_t L, L1, L0;
+    /* dropout 0: the training forward is the evaluation forward, bit for bit; dropout > 0 changes it */
+    fam->forward(&m, ws, src, tin, tout, GB, GS, GT, 1, 7, 3, &L1);
+    fam->forward(&m, ws, src, tin, tout, GB, GS, GT, 0, 7, 3, &L0);
+    if (!tr) CHECK_MSG(L1.loss == L0.loss, "dropout 0: training loss %.17g, evaluation %.17g", L1.loss, L0.loss);
+    else CHECK(L1.loss != L0.loss);
     memset(m.grads, 0, m.n_params * sizeof(float));
     fam->forward(&m, ws, src, tin, tout, GB, GS, GT, tr, 7, 3, &L);
     fam->backward(&m, ws, 1.0f);

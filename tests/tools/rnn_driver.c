@@ -11,6 +11,7 @@
  * and cgru: source lengths).
  * OUT: "out" (the layer's output) and "grad/<name>" for every float input and parameter.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +160,7 @@ int main(int argc, char **argv) {
             snprintf(p, sizeof p, l == L ? "layer_0.bwd." : "layer_%d.", l);
             wc[l] = cell(p, 0), dwc[l] = cell(p, 1);
         }
-        gnmt_encoder_acts_t acts = {h, y, c, g};
+        gnmt_encoder_acts_t acts = {h, y, c, g, NULL, 0.0f, NULL};
         nn_gnmt_encoder_forward(&acts, V("inp"), wc, len, B, T, K, H, L, bi);
         float *scr = zeros(nn_gnmt_encoder_backward_scratch(B, T, H, bi));
         nn_gnmt_encoder_backward(Gd("inp"), dwc, scr, R, &acts, V("inp"), wc, len, B, T, K, H, L, bi);
@@ -195,7 +196,7 @@ int main(int argc, char **argv) {
         cgru_acts_t a = {zeros((size_t)B * S * d.A), zeros(nn_gru_gates_size(BT, H, d.ln)), zeros(BT * H),
                          zeros(BT * d.A), zeros(BT * S), zeros(BT * d.Dv), zeros(nn_gru_gates_size(BT, H, d.ln)),
                          zeros(BT * H), zeros(BT * d.O),
-                         zeros(BT * d.V)};
+                         zeros(BT * d.V), NULL, 0.0f, 0};
         nn_cgru_forward(&a, V("emb"), V("s0"), V("enc"), len, &cw, B, T, S, d);
         float *scr = zeros(nn_cgru_backward_scratch(B, T, S, d));
         nn_cgru_backward(Gd("emb"), Gd("s0"), Gd("enc"), &dcw, scr, R, V("emb"), V("s0"), V("enc"), len, &cw, &a, B,
@@ -205,7 +206,7 @@ int main(int argc, char **argv) {
         memcpy(out, a.logits, nout * sizeof(float));
         free(scr);
         float **pa = (float **)&a;
-        for (size_t i = 0; i < sizeof a / sizeof(float *); i++) free(pa[i]);
+        for (size_t i = 0; i < offsetof(cgru_acts_t, u_drop) / sizeof(float *); i++) free(pa[i]);
     } else if (!strcmp(layer, "gnmt_dec")) {
         int S = (int)meta("S", 0);
         gnmt_dec_dims_t d = {H, (int)meta("E", 0), (int)meta("Dv", 0), (int)meta("A", 0)};
