@@ -267,12 +267,12 @@ static const char *family_config(trainer_options_t *o) {
     if (g_gru.layer_norm && (!o->architecture || strcmp(o->architecture, "rnn-gru")))
         return "--layer-norm is for --architecture rnn-gru (the Transformer always normalizes; gnmt has none)";
     if (o->architecture && !strcmp(o->architecture, "gnmt")) {
-        if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (gnmt trains in float32)";
+        g_gnmt.bf16 = o->model.precision == TPREC_BF16;
         gnmt_config(o);
         return NULL;
     }
     if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return NULL;
-    if (o->model.precision != TPREC_F32) return "--precision bfloat16 is for the Transformer (rnn-gru trains in float32)";
+    g_gru.bf16 = o->model.precision == TPREC_BF16;
     g_gru.dropout = o->model.dropout;
     g_gru.label_smoothing = o->model.label_smoothing;
     g_gru.share_emb = o->model.share_emb;

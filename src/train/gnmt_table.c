@@ -74,6 +74,7 @@ typedef struct {
     uint64_t seed, step;
     train_backward_hook_t hook;
     void *hook_user;
+    nn_rnn_lowp_t lowp;        /* bfloat16 compute (cfg.bf16) */
 } gn_ws_t;
 
 static gn_impl_t *impl_of(const train_model_t *m) { return m->impl; }
@@ -255,6 +256,8 @@ static int gn_describe(const train_model_t *m, int line, char *buf, size_t n) {
              d->enc_layers, d->dec_layers, d->hidden, d->att, d->src_vocab, im->joint ? " joint" : "",
              d->share_emb ? (d->tie_proj ? "shared + tied" : "shared") : (d->tie_proj ? "tied" : "separate"),
              im->cfg.init_range > 0 ? "uniform" : "fan-in", (double)m->n_params / 1e6);
+    if (im->cfg.bf16) snprintf(buf + strlen(buf), n > strlen(buf) ? n - strlen(buf) : 0,
+                                "; bfloat16 GEMMs (float32 accumulation and master weights)");
     return 1;
 }
 
@@ -270,6 +273,7 @@ static void gn_ws_free(void *p) {
     gn_ws_t *ws = p;
     if (!ws) return;
     free(ws->slen);
+    nn_rnn_lowp_free(&ws->lowp);
     float **all[] = {&ws->xs, &ws->xt, &ws->bot.kp, &ws->bot.qp, &ws->bot.alpha, &ws->bot.ctx, &ws->bot.gates,
                      &ws->bot.cell, &ws->bot.y, &ws->top, &ws->logits, &ws->probs, &ws->losses, &ws->nlls,
                      &ws->dtop, &ws->dcur, &ws->dtmp, &ws->dinp, &ws->dctx, &ws->denc, &ws->dxs, &ws->dxt,
@@ -346,6 +350,17 @@ static tern_status_t gn_ws_new(void **out, const train_model_t *m, int ms, int m
     size_t enc = 4 * S * H + S * 4 * H + 4 * Bm * H;
     size_t bot = T * 4 * H + 4 * Bm * H + Bm * Dv + 2 * Bm * A + S * A;
     ws->scratch = falloc(ws, zmax(lstm, zmax(enc, bot)), &bad);
+    if (!bad && im->cfg.bf16) { /* the largest GEMM operand */
+        size_t cap = zmax(T * zmax(V, zmax(4 * H, H + Dv)), S * zmax(4 * H, zmax(2 * H, A)));
+        cap = zmax(cap, zmax(V * H, 4 * H * zmax(H + Dv, 2 * H)));
+        cap = zmax(cap, A * zmax(H, Dv));
+        tern_status_t st = nn_rnn_lowp_init(&ws->lowp, cap);
+        if (st) {
+            gn_ws_free(ws);
+            return st;
+        }
+        ws->bytes += 2 * cap * sizeof(uint16_t);
+    }
     if (bad) {
         gn_ws_free(ws);
         return tern_error(TERN_ERR_NOMEM, "gnmt: out of memory for the training workspace (%d source, %d target "
@@ -411,6 +426,7 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
     int H = d->hidden, Dv = gnmt_enc_width(d), V = d->tgt_vocab, pad = im->pad_id;
     if ((size_t)B * S > (size_t)ws->ms || (size_t)B * T > (size_t)ws->mt)
         return tern_error(TERN_ERR_INVALID_ARG, "gnmt: batch %dx%d/%dx%d exceeds the workspace", B, S, B, T);
+    if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
     ws->src = src, ws->tgt_in = tgt_in, ws->B = B, ws->S = S, ws->T = T, ws->train = train;
     ws->seed = seed, ws->step = step;
     for (int b = 0; b < B; b++) {
@@ -445,8 +461,8 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
     }
     const float *top = dec_out(ws, d->dec_layers - 1);
     nn_dropout_forward(ws->top, top, BT * H, p, dropout_key(seed, step, SITE_TOP));
-    nn_linear_forward(ws->logits, ws->top, im->p.proj_w, im->p.proj_b, (int)BT, H, V);
-    return TERN_OK;
+    nn_rnn_linear_forward(ws->logits, ws->top, im->p.proj_w, im->p.proj_b, (int)BT, H, V);
+    return nn_rnn_lowp_end();
 }
 
 const float *gnmt_train_logits(const void *ws) { return ((const gn_ws_t *)ws)->logits; }
@@ -460,7 +476,8 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     float p = ws->train ? im->cfg.dropout : 0.0f;
     nn_crossentropy_backward(ws->probs, ws->probs, ws->tgt_out, (int)BT, V, im->cfg.label_smoothing, pad, grad_scale);
     memset(ws->dtop, 0, BT * H * sizeof(float));
-    nn_linear_backward(ws->dtop, im->g.proj_w, im->g.proj_b, ws->probs, ws->top, im->p.proj_w, (int)BT, H, V);
+    if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
+    nn_rnn_linear_backward(ws->dtop, im->g.proj_w, im->g.proj_b, ws->probs, ws->top, im->p.proj_w, (int)BT, H, V);
     memset(ws->dcur, 0, BT * H * sizeof(float));
     nn_dropout_backward(ws->dcur, ws->dtop, BT * H, p, dropout_key(ws->seed, ws->step, SITE_TOP));
     memset(ws->dctx, 0, BT * Dv * sizeof(float));
@@ -501,7 +518,7 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     memset(ds, 0, BS * H * sizeof(float));
     nn_dropout_backward(ds, ws->dxs, BS * H, p, dropout_key(ws->seed, ws->step, SITE_SRC));
     nn_embedding_backward(im->g.enc_emb, NULL, ds, ws->src, B, S, H, 1.0f, pad);
-    return TERN_OK;
+    return nn_rnn_lowp_end();
 }
 
 static int gn_backward_stages(const train_model_t *m) { (void)m; return 1; }

@@ -23,6 +23,7 @@ typedef struct {
                               and decoder layer above the first) and on the top decoder output
                               before the softmax (default 0.2) */
     float label_smoothing; /* (default 0.1) */
+    int bf16;              /* bfloat16 compute of every GEMM (rnn_layers.h; `--precision bfloat16`) */
 } gnmt_train_config_t;
 
 extern const train_family_t train_family_gnmt;

@@ -63,6 +63,7 @@ typedef struct {
     size_t scratch_n;
     int B, S, T, train;
     uint64_t seed, step;
+    nn_rnn_lowp_t lowp; /* bfloat16 compute (c.bf16) */
 } gru_ws_t;
 
 static gru_impl_t *impl(const train_model_t *m) { return m->impl; }
@@ -217,6 +218,8 @@ static int gru_describe(const train_model_t *m, int line, char *buf, size_t n) {
              c->enc_hidden, c->dec_hidden, c->layer_norm ? " (layer-normalized)" : "", c->emb, c->att, c->out, voc,
              c->share_emb ? (c->tie_proj ? "shared + tied" : "shared") : (c->tie_proj ? "tied" : "separate"),
              (double)m->n_params / 1e6);
+    if (c->bf16) snprintf(buf + strlen(buf), n > strlen(buf) ? n - strlen(buf) : 0,
+                          "; bfloat16 GEMMs (float32 accumulation and master weights)");
     return 1;
 }
 
@@ -226,6 +229,7 @@ static void gru_ws_free(void *p) {
     gru_ws_t *ws = p;
     if (!ws) return;
     free(ws->mem);
+    nn_rnn_lowp_free(&ws->lowp);
     free(ws->src), free(ws->tgt_in), free(ws->tgt_out), free(ws->slen);
     free(ws);
 }
@@ -279,6 +283,19 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
         *dst[i] = p;
         p += (sizes[i] + 15) & ~(size_t)15;
     }
+    if (g->c.bf16) { /* the largest GEMM operand */
+        size_t cap = (size_t)mt * (size_t)(V > 4 * Hd ? V : 4 * Hd), c2 = (size_t)ms * (4 * (size_t)He + Dv + E + A);
+        size_t c3 = (size_t)V * O, c4 = (size_t)3 * Hd * (Dv > E ? (Dv > Hd ? Dv : Hd) : (E > Hd ? E : Hd));
+        size_t c5 = (size_t)mt * (Dv + O + E + A), c6 = (size_t)3 * He * (E > He ? E : He);
+        size_t c7 = (size_t)(A > O ? A : O) * (Dv + Hd + E);
+        size_t cs[] = {c2, c3, c4, c5, c6, c7};
+        for (int i = 0; i < 6; i++) cap = cs[i] > cap ? cs[i] : cap;
+        tern_status_t st = nn_rnn_lowp_init(&ws->lowp, cap);
+        if (st) {
+            gru_ws_free(ws);
+            return st;
+        }
+    }
     *out = ws;
     return TERN_OK;
 }
@@ -287,7 +304,7 @@ const float *rnn_gru_train_probs(const void *ws) { return ((const gru_ws_t *)ws)
 
 static size_t gru_ws_bytes(const void *p) {
     const gru_ws_t *ws = p;
-    return ws->n_floats * sizeof(float);
+    return ws->n_floats * sizeof(float) + 2 * ws->lowp.cap * sizeof(uint16_t);
 }
 
 static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, const int *tgt_in, const int *tgt_out,
@@ -313,6 +330,7 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     float *P[RG_COUNT];
     views(g, m->params, &ef, &eb, &w, P);
     float p = train ? g->c.dropout : 0.0f;
+    if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
     nn_embedding_forward(ws->xs, src, P[RG_ENC_EMB], NULL, B, S, E, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xs, ws->xs, (size_t)B * S * E, p, dropout_key(seed, step, 0));
     nn_bigru_forward(ws->enc, ws->gf, ws->gb, ws->xs, &ef, &eb, ws->slen, B, S, E, He);
@@ -322,6 +340,8 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     ws->acts.drop = p; /* on the deep output, before the output layer */
     ws->acts.drop_key = dropout_key(seed, step, 2);
     nn_cgru_forward(&ws->acts, ws->xt, ws->s0, ws->enc, ws->slen, &w, B, T, S, d);
+    tern_status_t st = nn_rnn_lowp_end();
+    if (st) return st;
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->acts.logits, ws->losses, ws->nlls, &ls, &ns, ws->acts.logits, tgt_out,
                                         B * T, d.V, g->c.label_smoothing, pad);
@@ -345,6 +365,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     views(g, m->grads, &def, &deb, &dw, G);
     float *dlogits = ws->acts.logits; /* the probabilities, overwritten by their gradient */
     nn_crossentropy_backward(dlogits, ws->acts.logits, ws->tgt_out, B * T, d.V, g->c.label_smoothing, pad, grad_scale);
+    if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
     memset(ws->dxt, 0, sizeof(float) * (size_t)B * T * E);
     memset(ws->ds0, 0, sizeof(float) * (size_t)B * d.H);
     memset(ws->denc, 0, sizeof(float) * (size_t)B * S * d.Dv);
@@ -369,7 +390,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     }
     nn_embedding_backward(G[RG_DEC_EMB], NULL, ws->dxt, ws->tgt_in, B, T, E, 1.0f, pad);
     nn_embedding_backward(G[RG_ENC_EMB], NULL, ws->dxs, ws->src, B, S, E, 1.0f, pad);
-    return TERN_OK;
+    return nn_rnn_lowp_end();
 }
 
 static int gru_backward_stages(const train_model_t *m) {

@@ -22,6 +22,7 @@ typedef struct {
     float dropout;        /* on the source and target embeddings and on the deep output (before the
                              output layer) */
     float label_smoothing;
+    int bf16;             /* bfloat16 compute of every GEMM (rnn_layers.h; `--precision bfloat16`) */
     /* from the data (set by create) */
     int src_vocab, tgt_vocab, pad_id;
 } rnn_gru_config_t;

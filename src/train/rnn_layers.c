@@ -18,6 +18,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../kernels/gemm_bf16.h"
+
 /* Below this many elements a per-step elementwise loop runs on one thread. */
 #define RNN_PAR_MIN 16384
 /* Chunk of the attention's hidden units whose tanh is computed at once (stack buffer). */
@@ -25,10 +27,98 @@
 
 /* ------------------------------------------------------------ helpers */
 
+/* bfloat16 compute of the calling thread (nn_rnn_lowp_begin), NULL: float32. */
+static _Thread_local nn_rnn_lowp_t *g_lowp;
+
+tern_status_t nn_rnn_lowp_init(nn_rnn_lowp_t *lp, size_t cap) {
+    memset(lp, 0, sizeof *lp);
+    tern_status_t st = bf16_check_cpu();
+    if (st) return st;
+    lp->a = aligned_alloc64((cap * sizeof(bf16_t) + 63) & ~(size_t)63);
+    lp->b = aligned_alloc64((cap * sizeof(bf16_t) + 63) & ~(size_t)63);
+    if (!lp->a || !lp->b) {
+        nn_rnn_lowp_free(lp);
+        return tern_error(TERN_ERR_NOMEM, "bfloat16 workspace of the recurrent layers: out of memory (%zu bytes)",
+                          2 * cap * sizeof(bf16_t));
+    }
+    lp->cap = cap;
+    return TERN_OK;
+}
+
+void nn_rnn_lowp_free(nn_rnn_lowp_t *lp) {
+    if (!lp) return;
+    aligned_free(lp->a);
+    aligned_free(lp->b);
+    memset(lp, 0, sizeof *lp);
+}
+
+void nn_rnn_lowp_begin(nn_rnn_lowp_t *lp) { g_lowp = lp; }
+
+tern_status_t nn_rnn_lowp_end(void) {
+    nn_rnn_lowp_t *lp = g_lowp;
+    g_lowp = NULL;
+    if (!lp) return TERN_OK;
+    tern_status_t st = lp->st;
+    lp->st = TERN_OK;
+    return st;
+}
+
+/* dst (rows, cols) packed = bf16(±src) (row stride ld). */
+static void pack_bf16(bf16_t *dst, const float *src, int rows, int cols, int ld, int neg) {
+    if (ld == cols && !neg) {
+        bf16_from_f32(dst, src, (size_t)rows * cols);
+        return;
+    }
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= RNN_PAR_MIN)
+    for (int r = 0; r < rows; r++) {
+        const float *x = src + (size_t)r * ld;
+        bf16_t *o = dst + (size_t)r * cols;
+        if (!neg) {
+            bf16_from_f32(o, x, (size_t)cols);
+        } else {
+            for (int c = 0; c < cols; c++) o[c] = bf16_round(-x[c]);
+        }
+    }
+}
+
+/* C = alpha · op(A) · op(B) + beta · C; alpha ±1. Float32, or (bfloat16 compute) bfloat16 operands
+ * with float32 accumulation and output, as the Transformer's linear layers (lowp.h). */
+static void gemm_any(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *Bm,
+                     int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    nn_rnn_lowp_t *lp = g_lowp;
+    if (lp) {
+        int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        if ((size_t)ar * ac <= lp->cap && (size_t)br * bc <= lp->cap) {
+            pack_bf16(lp->a, A, ar, ac, lda, alpha < 0);
+            pack_bf16(lp->b, Bm, br, bc, ldb, 0);
+            tern_status_t st = gemm_bf16(ta, tb, M, N, K, lp->a, ac, lp->b, bc, beta, C, ldc);
+            if (st && !lp->st) lp->st = st;
+            return;
+        }
+        if (!lp->st)
+            lp->st = tern_error(TERN_ERR_INTERNAL, "bfloat16 recurrent layers: a GEMM operand of %zu elements exceeds "
+                                "the workspace (%zu)", (size_t)ar * ac > (size_t)br * bc ? (size_t)ar * ac :
+                                (size_t)br * bc, lp->cap);
+    }
+    gemm_f32(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
+}
+
 static void mm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *Bm, int ldb,
                float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0 || K <= 0) return;
-    gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+    gemm_any(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+}
+
+void nn_rnn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K, int N) {
+    mm(0, 1, M, N, K, inp, K, w, K, 0.0f, out, N);
+    if (b) nn_bias_forward(out, b, M, N);
+}
+
+void nn_rnn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                            int M, int K, int N) {
+    if (dinp) mm(0, 0, M, K, N, dout, N, w, K, 1.0f, dinp, K);
+    mm(1, 0, N, K, M, dout, N, inp, K, 1.0f, dw, K);
+    if (db) nn_bias_backward(db, dout, M, N);
 }
 
 static void tanh_inplace(float *x, int n) { activation_forward(x, (size_t)n, ACT_TANH); }
@@ -70,12 +160,12 @@ static void rec_weight_grad(float *dwhh, const float *dg, int G, int NG, const f
     size_t ldg = (size_t)T * G, ldt = (size_t)T * ldo;
     if (!reverse) {
         mm(1, 0, NG, H, BT - 1, dg + G, G, out, (int)ldo, 1.0f, dwhh, H);
-        if (B > 1) gemm_f32(1, 0, NG, H, B - 1, -1.0f, dg + ldg, (int)ldg, out + (size_t)(T - 1) * ldo, (int)ldt, 1.0f, dwhh, H);
+        if (B > 1) gemm_any(1, 0, NG, H, B - 1, -1.0f, dg + ldg, (int)ldg, out + (size_t)(T - 1) * ldo, (int)ldt, 1.0f, dwhh, H);
         if (h0) mm(1, 0, NG, H, B, dg, (int)ldg, h0, H, 1.0f, dwhh, H);
     } else {
         mm(1, 0, NG, H, BT - 1, dg, G, out + ldo, (int)ldo, 1.0f, dwhh, H);
         if (B > 1)
-            gemm_f32(1, 0, NG, H, B - 1, -1.0f, dg + (size_t)(T - 1) * G, (int)ldg, out + ldt, (int)ldt, 1.0f, dwhh, H);
+            gemm_any(1, 0, NG, H, B - 1, -1.0f, dg + (size_t)(T - 1) * G, (int)ldg, out + ldt, (int)ldt, 1.0f, dwhh, H);
         if (h0) mm(1, 0, NG, H, B, dg + (size_t)(T - 1) * G, (int)ldg, h0, H, 1.0f, dwhh, H);
     }
 }
@@ -676,12 +766,12 @@ void nn_gnmt_encoder_backward(float *dinp, const rnn_cell_t *dw, float *scratch,
 
 void nn_additive_keys_forward(float *kp, const float *keys, const float *wk, const float *b,
                               int B, int S, int Dv, int A) {
-    nn_linear_forward(kp, keys, wk, b, B * S, Dv, A);
+    nn_rnn_linear_forward(kp, keys, wk, b, B * S, Dv, A);
 }
 
 void nn_additive_keys_backward(float *dkeys, float *dwk, float *db, const float *dkp,
                                const float *keys, const float *wk, int B, int S, int Dv, int A) {
-    nn_linear_backward(dkeys, dwk, db, dkp, keys, wk, B * S, Dv, A);
+    nn_rnn_linear_backward(dkeys, dwk, db, dkp, keys, wk, B * S, Dv, A);
 }
 
 static inline int src_row(const int *src_of_row, int r, int Tq) { return src_of_row ? src_of_row[r] : r / Tq; }
@@ -808,7 +898,7 @@ static void deep_output_forward(float *u, float *logits, const float *s, int lds
     mm(0, 1, M, d.O, d.E, e, lde, w->out_we, d.E, 1.0f, u, d.O);
     if (w->out_b) nn_bias_forward(u, w->out_b, M, d.O);
     nn_activation_forward(u, u, (size_t)M * d.O, ACT_TANH);
-    if (logits) nn_linear_forward(logits, u, w->out_wo, w->out_bo, M, d.O, d.V);
+    if (logits) nn_rnn_linear_forward(logits, u, w->out_wo, w->out_bo, M, d.O, d.V);
 }
 
 void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, const float *enc,
@@ -837,7 +927,7 @@ void nn_cgru_forward(const cgru_acts_t *a, const float *emb, const float *s0, co
     if (a->u_drop && a->drop > 0) { /* dropout on the deep output */
         deep_output_forward(a->u, NULL, a->s, H, a->ctx, d.Dv, emb, d.E, BT, w, d);
         nn_dropout_forward(a->u_drop, a->u, (size_t)BT * d.O, a->drop, a->drop_key);
-        nn_linear_forward(a->logits, a->u_drop, w->out_wo, w->out_bo, BT, d.O, d.V);
+        nn_rnn_linear_forward(a->logits, a->u_drop, w->out_wo, w->out_bo, BT, d.O, d.V);
         return;
     }
     deep_output_forward(a->u, a->logits, a->s, H, a->ctx, d.Dv, emb, d.E, BT, w, d); /* all steps */

@@ -33,8 +33,35 @@
 #define TERN_TRAIN_RNN_LAYERS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "../base/base.h"
 #include "layers.h"
+
+/* ------------------------------------------------------------ bfloat16 compute (training)
+ * As the Transformer's (lowp.h, docs/training.md): every GEMM of these layers — input projections,
+ * recurrent products, attention projections, deep output, output layer, and their backward
+ * GEMMs — takes bfloat16 operands (rounded from the float32 values, to nearest even) and
+ * accumulates and writes float32; everything else (gates, normalization, attention softmax, the
+ * loss, parameters, gradients, the optimizer) stays float32. Between nn_rnn_lowp_begin(lp) and
+ * nn_rnn_lowp_end() on the calling thread, the layers compute in bfloat16 with lp's scratch (the
+ * operands are rounded into it at each GEMM, so no bfloat16 copy of the weights is kept);
+ * otherwise float32. Inference never begins it. */
+typedef struct {
+    uint16_t *a, *b;  /* (cap) the two packed operands */
+    size_t cap;       /* elements of each: the largest GEMM operand */
+    tern_status_t st; /* first error (sticky until nn_rnn_lowp_end) */
+} nn_rnn_lowp_t;
+/* Scratch for operands of up to cap elements; TERN_ERR_UNSUPPORTED without AVX512_BF16. */
+tern_status_t nn_rnn_lowp_init(nn_rnn_lowp_t *lp, size_t cap);
+void nn_rnn_lowp_free(nn_rnn_lowp_t *lp);
+void nn_rnn_lowp_begin(nn_rnn_lowp_t *lp);
+/* Ends it; returns the first GEMM error since the begin (an operand larger than cap, oneDNN). */
+tern_status_t nn_rnn_lowp_end(void);
+/* A linear layer (out = inp · w^T + b; backward: dinp, dw, db +=) through the same GEMM choice. */
+void nn_rnn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K, int N);
+void nn_rnn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                            int M, int K, int N);
 
 /* The four tensors of one recurrent cell (GRU: G = 3, LSTM: G = 4), as PyTorch names them. The
  * same struct holds the weights (read) and, in a backward call, the gradients (accumulated). */

@@ -356,6 +356,68 @@ static void dropout_grad(const shape_t *sh) {
     }
 }
 
+/* bfloat16 compute (`--precision bfloat16`) against float32: the same model, parameters and batch
+ * (dropout 0.2, the same masks): loss within 1e-2 relative, every tensor's gradient within 3e-2
+ * (max |bf16 - f32| / max |f32|). Without AVX512_BF16: the workspace is refused (UNSUPPORTED). */
+static void bf16_check(const shape_t *sh) {
+    const train_family_t *fam = train_family_find("gnmt");
+    gnmt_train_config_t cfg;
+    fam->default_config(&cfg);
+    cfg.hidden = sh->H, cfg.att = sh->A, cfg.enc_layers = sh->Le, cfg.dec_layers = sh->Ld;
+    cfg.share_emb = -1, cfg.tie_proj = sh->tie, cfg.dropout = 0.2f, cfg.label_smoothing = 0.1f;
+    train_data_dims_t dd = {sh->Vs, sh->Vt, sh->joint, 0, 64};
+    int src[B * S], tin[B * T], tout[B * T];
+    unsigned r = 4242;
+    for (int b = 0; b < B; b++) {
+        for (int s = 0; s < S; s++) src[b * S + s] = s < SRC_LEN[b] ? 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vs - 1) : 0;
+        for (int t = 0; t < T; t++) {
+            tin[b * T + t] = t < TGT_LEN[b] ? 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vt - 1) : 0;
+            tout[b * T + t] = t < TGT_LEN[b] ? 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vt - 1) : 0;
+        }
+    }
+    train_model_t m[2];
+    void *ws[2] = {NULL, NULL};
+    train_loss_t L[2];
+    for (int k = 0; k < 2; k++) {
+        cfg.bf16 = k;
+        CHECK(!fam->create(&m[k], &cfg, &dd));
+        fam->init_params(&m[k], 3);
+        tern_status_t st = fam->ws_new(&ws[k], &m[k], B * S, B * T, S, T);
+        if (k == 1 && st == TERN_ERR_UNSUPPORTED) {
+            printf("%s: bfloat16: no AVX512_BF16 on this CPU; refused as it must be: %s\n", sh->label, tern_last_error());
+            fam->destroy(&m[1]);
+            fam->ws_free(ws[0]);
+            fam->destroy(&m[0]);
+            return;
+        }
+        CHECK_MSG(!st, "%s", tern_last_error());
+        memset(m[k].grads, 0, m[k].n_params * sizeof(float));
+        CHECK(!fam->forward(&m[k], ws[k], src, tin, tout, B, S, T, 1, 2, 6, &L[k]));
+        CHECK(!fam->backward(&m[k], ws[k], 1.0f));
+    }
+    double le = fabs(L[1].loss - L[0].loss) / fabs(L[0].loss), worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < m[0].n_tensors; i++) {
+        const train_tensor_t *t = &m[0].tensors[i];
+        double md = 0, mr = 0;
+        for (size_t j = 0; j < t->numel; j++) {
+            double a = m[1].grads[t->offset + j], g = m[0].grads[t->offset + j];
+            md = fmax(md, fabs(a - g));
+            mr = fmax(mr, fabs(g));
+        }
+        double e = mr > 0 ? md / mr : md;
+        if (e > worst) worst = e, wn = t->name;
+        CHECK_MSG(e <= 3e-2, "%s: bf16 gradient of %s: %.3g", sh->label, t->name, e);
+    }
+    printf("%s: bfloat16 vs float32: loss %.6f vs %.6f (rel %.2e), worst gradient max|diff|/max|ref| %.2e (%s)\n",
+           sh->label, L[1].loss, L[0].loss, le, worst, wn);
+    CHECK(le <= 1e-2 && le > 0);
+    for (int k = 0; k < 2; k++) {
+        fam->ws_free(ws[k]);
+        fam->destroy(&m[k]);
+    }
+}
+
 int main(void) {
     static const shape_t shapes[] = {
         {"3+3 shared", 23, 23, 1, 8, 6, 3, 3, 0},
@@ -366,5 +428,7 @@ int main(void) {
     static const shape_t deep = {"4+4 shared (residuals)", 23, 23, 1, 8, 6, 4, 4, 0};
     dropout_grad(&shapes[0]);
     dropout_grad(&deep);
+    bf16_check(&shapes[0]);
+    bf16_check(&deep);
     return check_report("test_gnmt");
 }

@@ -306,12 +306,82 @@ static void grad_check(int joint, float dropout, int ln) {
     fam->destroy(&m);
 }
 
+/* bfloat16 compute (`--precision bfloat16`): the same model, parameters and batch (dropout on, the
+ * same masks) in bfloat16 and float32; the loss within BF16_LOSS_TOL relative and every tensor's
+ * gradient within BF16_GRAD_TOL (max |bf16 - f32| / max |f32| per tensor). Without AVX512_BF16 the
+ * bfloat16 workspace is refused with TERN_ERR_UNSUPPORTED. */
+#define BF16_LOSS_TOL 1e-2
+#define BF16_GRAD_TOL 3e-2
+static void bf16_check(int ln) {
+    const train_family_t *fam = &train_family_rnn_gru;
+    rnn_gru_config_t c;
+    rnn_gru_default_config(&c);
+    c.emb = 32, c.enc_hidden = 24, c.dec_hidden = 32, c.att = 16, c.out = 32;
+    c.share_emb = 1, c.tie_proj = 1, c.dropout = 0.1f, c.label_smoothing = 0.1f, c.layer_norm = ln;
+    int V = 50, pad = 0;
+    train_data_dims_t dd = {V, V, 1, pad, 64};
+    train_model_t m[2];
+    void *ws[2] = {NULL, NULL};
+    train_loss_t L[2];
+    enum { QB = 6, QS = 9, QT = 8 };
+    int src[QB * QS], tin[QB * QT], tout[QB * QT];
+    for (int b = 0; b < QB; b++) {
+        int sl = QS - b % 4, tl = QT - b % 3;
+        for (int j = 0; j < QS; j++) src[b * QS + j] = j < sl ? 1 + (int)(urand() * (V - 1)) : pad;
+        for (int t = 0; t < QT; t++) {
+            tout[b * QT + t] = t < tl ? 1 + (int)(urand() * (V - 1)) : pad;
+            tin[b * QT + t] = t == 0 ? 1 : (t < tl ? tout[b * QT + t - 1] : pad);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        c.bf16 = k;
+        CHECK(fam->create(&m[k], &c, &dd) == TERN_OK);
+        fam->init_params(&m[k], 5);
+        tern_status_t st = fam->ws_new(&ws[k], &m[k], QB * QS, QB * QT, QS, QT);
+        if (k == 1 && st == TERN_ERR_UNSUPPORTED) {
+            printf("rnn-gru bfloat16: this CPU has no AVX512_BF16; refused as it must be: %s\n", tern_last_error());
+            fam->destroy(&m[1]);
+            fam->ws_free(ws[0]);
+            fam->destroy(&m[0]);
+            return;
+        }
+        CHECK_MSG(st == TERN_OK, "%s", tern_last_error());
+        memset(m[k].grads, 0, m[k].n_params * sizeof(float));
+        CHECK(fam->forward(&m[k], ws[k], src, tin, tout, QB, QS, QT, 1, 3, 4, &L[k]) == TERN_OK);
+        CHECK(fam->backward(&m[k], ws[k], 1.0f) == TERN_OK);
+    }
+    double le = fabs(L[1].loss - L[0].loss) / fabs(L[0].loss), worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < m[0].n_tensors; i++) {
+        const train_tensor_t *t = &m[0].tensors[i];
+        double md = 0, mr = 0;
+        for (size_t j = 0; j < t->numel; j++) {
+            double a = m[1].grads[t->offset + j], r = m[0].grads[t->offset + j];
+            md = fmax(md, fabs(a - r));
+            mr = fmax(mr, fabs(r));
+        }
+        double e = mr > 0 ? md / mr : md;
+        if (e > worst) worst = e, wn = t->name;
+        CHECK_MSG(e <= BF16_GRAD_TOL, "bf16 gradient of %s: %.3g", t->name, e);
+    }
+    printf("rnn-gru bfloat16 vs float32%s: loss %.6f vs %.6f (rel %.2e), worst gradient max|diff|/max|ref| %.2e (%s)\n",
+           ln ? " (layer norm)" : "", L[1].loss, L[0].loss, le, worst, wn);
+    CHECK(le <= BF16_LOSS_TOL);
+    CHECK(le > 0); /* the bfloat16 GEMMs did run */
+    for (int k = 0; k < 2; k++) {
+        fam->ws_free(ws[k]);
+        fam->destroy(&m[k]);
+    }
+}
+
 int main(void) {
     grad_check(0, 0.0f, 0);
     grad_check(1, 0.0f, 0);
     grad_check(0, 0.3f, 0);
     grad_check(0, 0.0f, 1);
     grad_check(1, 0.3f, 1);
+    bf16_check(0);
+    bf16_check(1);
     char dir[] = "/tmp/test_rnn_gru_XXXXXX";
     if (!mkdtemp(dir)) return 2;
     parity(0, 0, dir);
