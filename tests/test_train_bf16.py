@@ -11,6 +11,11 @@
   a crash. On a CPU without AVX512_BF16 (read from /proc/cpuinfo) the loss-curve test checks that
   refusal instead of training: bfloat16 compute cannot run there.
 * A bad --precision value is a usage error.
+* The recurrent families (`--architecture rnn-gru` with --layer-norm, and `gnmt` 2+2): the same
+  comparison over RNN_UPDATES updates (E = H = 64), every GEMM of their layers in bfloat16: the
+  mean |relative gap| of the training loss over the last 50 updates <= 2% and the final validation
+  loss within 2%; the first update (same initial weights) within 0.1%. The refusal under
+  ONEDNN_MAX_CPU_ISA=AVX512_CORE is the same clean one.
 
 Binary: $TERN_BIN (default build/tern). One thread (OMP_NUM_THREADS=1, -t 1).
 """
@@ -117,3 +122,55 @@ def test_bad_precision_value(work):
     r = train(work, work / "bad", "float16", updates=1)
     assert r.returncode == 2, r.returncode  # a usage error
     assert "--precision must be float32 or bfloat16" in r.stderr
+
+
+RNN_UPDATES = 150
+RNN_ARGS = {
+    "rnn-gru": ["--architecture", "rnn-gru", "--layer-norm", "--emb-dim", 64, "--rnn-dim", 64],
+    "gnmt": ["--architecture", "gnmt", "--layers", 2, "--hidden", 64],
+}
+
+
+def train_rnn(work, family, save, precision, env=ENV, updates=RNN_UPDATES):
+    return run(TERN, "train", *RNN_ARGS[family], "--vocab", work / "vocab", "--cache-dir", work / "cache",
+               "--save-dir", save, "-t", 1, "--no-plot", "-q", "--train-src", work / "train.en",
+               "--train-tgt", work / "train.de", "--valid-src", work / "valid.en", "--valid-tgt", work / "valid.de",
+               "--no-bleu", "--max-tokens", 1500, "--lr", "5e-3", "--warmup", 50, "--dropout", 0.1, "--seed", 3,
+               "--clip-norm", 5, "--max-updates", updates, "--valid-interval-updates", updates, "--precision",
+               precision, env=env)
+
+
+@pytest.mark.parametrize("family", sorted(RNN_ARGS))
+def test_recurrent_bf16_tracks_float32(work, family):
+    if not cpu_has_bf16():
+        check_refused(train_rnn(work, family, work / f"{family}-nobf16", "bfloat16", updates=1))
+        print(f"\n{family}: no AVX512_BF16 on this CPU: checked the refusal")
+        return
+    r32 = train_rnn(work, family, work / f"{family}-f32", "float32")
+    assert r32.returncode == 0, r32.stderr[-3000:]
+    r16 = train_rnn(work, family, work / f"{family}-bf16", "bfloat16")
+    assert r16.returncode == 0, r16.stderr[-3000:]
+    with open(work / f"{family}-bf16" / "train.log") as f:
+        assert "bfloat16 GEMMs" in f.read()
+    a, b = curve(work / f"{family}-f32" / "train_curve.tsv"), curve(work / f"{family}-bf16" / "train_curve.tsv")
+    assert [x[7] for x in a] == [x[7] for x in b]  # the same batches
+    la, lb = np.array([float(x[2]) for x in a]), np.array([float(x[2]) for x in b])
+    first = abs(lb[0] - la[0]) / la[0]
+    gap = np.abs(lb - la) / la
+    last = gap[-50:].mean()
+    va = curve(work / f"{family}-f32" / "valid_curve.tsv")[-1]
+    vb = curve(work / f"{family}-bf16" / "valid_curve.tsv")[-1]
+    vgap = abs(float(vb[2]) - float(va[2])) / float(va[2])
+    print(f"\n{family} bfloat16 vs float32, {RNN_UPDATES} updates: first-update loss gap {first:.2e}; training "
+          f"loss {la[-50:].mean():.4f} vs {lb[-50:].mean():.4f} (mean of the last 50), mean |rel gap| {last:.2e}, "
+          f"max {gap[-50:].max():.2e}; validation loss {va[2]} vs {vb[2]} (rel gap {vgap:.2e})")
+    assert first < 1e-3
+    assert last <= MAX_TRAIN_GAP
+    assert vgap <= MAX_VALID_GAP
+    assert la[-50:].mean() < la[0] - 1.0  # it learned
+
+
+@pytest.mark.parametrize("family", sorted(RNN_ARGS))
+def test_recurrent_refused_without_avx512_bf16(work, family):
+    env = dict(ENV, ONEDNN_MAX_CPU_ISA="AVX512_CORE")
+    check_refused(train_rnn(work, family, work / f"{family}-limited", "bfloat16", env=env, updates=1))
