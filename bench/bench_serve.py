@@ -2,7 +2,9 @@
 """Load test of `tern serve` on loopback: N concurrent clients (asyncio, one keep-alive HTTP/1.1
 connection each, standard library only) send LibreTranslate /translate requests of 1 to 10
 sentences drawn from a text file for a fixed time; prints throughput (requests/s, sentences/s),
-latency p50/p99, failures by status, and the server's resident memory over the run.
+latency p50/p99, failures by status, the server's CPU time (user + system, all its threads: sentences
+per server CPU second, comparable with bench/bench_batching.c's figure outside the server) and
+its resident memory over the run.
 
 Runs one server per mode given: `cross` (batching across requests, the default) and `alone`
 (--no-cross-batching: each request's sentences batched alone), same model, options and threads.
@@ -33,8 +35,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def start_server(args, mode):
     err = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".err", delete=False)
-    cmd = [args.tern, "serve", "-m", f"en-de={args.model}", "-p", "0", "-q", "-w", str(args.workers),
-           "-t", str(args.threads), "--max-queue", str(args.max_queue), "--compute-type", args.compute_type]
+    cmd = [args.tern, "serve", "-m", f"en-de={args.model}", "-p", "0", "-q", "--max-queue", str(args.max_queue),
+           "--compute-type", args.compute_type]
+    if args.workers:
+        cmd += ["-w", str(args.workers)]
+    if args.threads:
+        cmd += ["-t", str(args.threads)]
     if mode == "alone":
         cmd.append("--no-cross-batching")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
@@ -48,6 +54,13 @@ def start_server(args, mode):
         time.sleep(0.05)
     proc.kill()
     sys.exit("server did not start:\n" + open(err.name).read())
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of the process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid):
@@ -120,7 +133,8 @@ async def sample_rss(pid, stop_at, samples):
 
 
 def new_stats():
-    return {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": [], "wall": 0.0, "rss": []}
+    return {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": [], "wall": 0.0, "cpu": 0.0,
+            "rss": []}
 
 
 async def run_round(port, pid, lines, args, seconds, stats, round_no, t_origin):
@@ -131,12 +145,13 @@ async def run_round(port, pid, lines, args, seconds, stats, round_no, t_origin):
     await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(100000 * round_no + 1000 + k))
                            for k in range(args.clients)])
     samples = []
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), cpu_s(pid)
     stop_at = t0 + seconds
     await asyncio.gather(sample_rss(pid, stop_at, samples),
                          *[client(port, lines, stop_at, stats, random.Random(100000 * round_no + k))
                            for k in range(args.clients)])
     stats["wall"] += time.monotonic() - t0
+    stats["cpu"] += cpu_s(pid) - c0
     stats["rss"] += [(t0 - t_origin + t, r) for t, r in samples]
 
 
@@ -160,8 +175,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=60, help="counted load per mode (all rounds)")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds per mode (default 1)")
     ap.add_argument("--warmup", type=float, default=5, help="uncounted load before each round")
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=0, help="tern serve -w (default: the server's)")
+    ap.add_argument("--threads", type=int, default=0, help="tern serve -t (default: the server's)")
     ap.add_argument("--compute-type", default="auto")
     ap.add_argument("--max-queue", type=int, default=4096)
     ap.add_argument("--modes", nargs="+", default=["cross", "alone"], choices=["cross", "alone"])
@@ -200,6 +215,7 @@ def main():
                 "seconds": round(st["wall"], 2), "requests_ok": st["ok"], "sentences": st["sentences"],
                 "requests_per_s": round(st["ok"] / st["wall"], 2),
                 "sentences_per_s": round(st["sentences"] / st["wall"], 2),
+                "server_cpu_s": round(st["cpu"], 2), "sentences_per_server_cpu_s": round(st["sentences"] / st["cpu"], 1),
                 "p50_ms": round(1000 * pct(st["lat"], 50), 1), "p99_ms": round(1000 * pct(st["lat"], 99), 1),
                 "failed": st["errors"] + sum(st["status"].values()), "failed_by_status": st["status"],
                 "refused_503": st["refused"], "peak_rss_mib": round(peak / 1024, 1),
