@@ -4,11 +4,12 @@
  * tern_translate_batch_with() call ("alone": what `tern serve --no-cross-batching` decodes) or
  * GROUP sentences' worth of requests per call ("cross": the translator sorts them by length and
  * cuts batches under the token budget, as the server's scheduler does with what is waiting).
- * Same translator, same options (beam, threads, budget); the two modes alternate in rounds of
- * ROUND seconds so that a shared machine's load falls on both alike.
+ * Same translator, same options (beam, threads, budget). Each round translates the same requests
+ * both ways (the order alternating from round to round), so both modes get the same sentences and
+ * a shared machine's load falls on both alike.
  *
  *   build/bench/bench_batching -m models/en-de -i ../shared/data/multi30k/test_2016_flickr.en \
- *       [-t 2] [-b 4] [--compute-type auto|float32|int8] [--seconds 15] [--round 2.5] [--group 352]
+ *       [-t 2] [-b 4] [--compute-type auto|float32|int8] [--seconds 30] [--group 352]
  *       [--max-batch-tokens 4096] [--modes alone,cross]
  *
  * Prints one JSON line per mode: sentences, wall seconds, sentences/s, process CPU seconds
@@ -68,7 +69,7 @@ static long count_batches(int *ntok, int n, int budget) {
 int main(int argc, char **argv) {
     const char *model_dir = NULL, *input = NULL, *modes = "alone,cross";
     int threads = 2, beam = 4, group = 352, budget = 4096;
-    double seconds = 15, round_s = 2.5;
+    double seconds = 30;
     tern_model_options_t mo = tern_model_default_options();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -82,7 +83,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-t")) threads = atoi(v);
         else if (!strcmp(a, "-b")) beam = atoi(v);
         else if (!strcmp(a, "--seconds")) seconds = atof(v);
-        else if (!strcmp(a, "--round")) round_s = atof(v);
         else if (!strcmp(a, "--group")) group = atoi(v);
         else if (!strcmp(a, "--max-batch-tokens")) budget = atoi(v);
         else if (!strcmp(a, "--modes")) modes = v;
@@ -154,36 +154,44 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int k = 0; k < 20; k++) tern_result_free(&res[k]);
-    int nmodes = do_alone + do_cross;
-    for (double done = 0; done < seconds * nmodes - 1e-9;) {
-        for (int mode = 0; mode < 2; mode++) {
+    /* Each round draws requests (1 to 10 consecutive lines each) until GROUP sentences, then
+     * translates those same sentences both ways, the order of the two modes alternating from one
+     * round to the next; rounds go on until SECONDS of wall time have passed in all. */
+    int *req_at = malloc((size_t)maxn * sizeof *req_at), *req_n = malloc((size_t)maxn * sizeof *req_n);
+    int *tmp = malloc((size_t)maxn * sizeof *tmp);
+    double start = now();
+    for (int round = 0; now() - start < seconds; round++) {
+        int n = 0, nr = 0;
+        do {
+            int r = 1 + rnd(10), at = rnd(nl - r);
+            req_at[nr] = n, req_n[nr++] = r;
+            for (int k = 0; k < r; k++) {
+                src[n] = lines[at + k];
+                ntok[n] = ntok_line[at + k];
+                n++;
+            }
+        } while (n < group);
+        for (int j = 0; j < 2; j++) {
+            int mode = (round & 1) ? 1 - j : j;
             if ((mode == 0 && !do_alone) || (mode == 1 && !do_cross)) continue;
             double t0 = now(), c0 = cpu_now();
-            while (now() - t0 < round_s) {
-                int n = 0;
-                do { /* one request, or requests until GROUP sentences */
-                    int r = 1 + rnd(10), at = rnd(nl - r);
-                    for (int k = 0; k < r; k++) {
-                        src[n] = lines[at + k];
-                        ntok[n] = ntok_line[at + k];
-                        n++;
-                    }
-                } while (mode == 1 && n < group);
-                if ((st = tern_translate_batch_with(tr, src, n, &call, res))) {
+            for (int q = 0; q < (mode == 0 ? nr : 1); q++) {
+                int a = mode == 0 ? req_at[q] : 0, m = mode == 0 ? req_n[q] : n;
+                if ((st = tern_translate_batch_with(tr, src + a, m, &call, res))) {
                     fprintf(stderr, "%s\n", tern_last_error());
                     return 1;
                 }
-                for (int k = 0; k < n; k++) tern_result_free(&res[k]);
-                t[mode].sentences += n;
+                for (int k = 0; k < m; k++) tern_result_free(&res[k]);
+                memcpy(tmp, ntok + a, (size_t)m * sizeof *tmp);
+                t[mode].batches += count_batches(tmp, m, budget);
                 t[mode].calls++;
-                t[mode].batches += count_batches(ntok, n, budget);
             }
-            double dw = now() - t0;
-            t[mode].wall += dw;
+            t[mode].wall += now() - t0;
             t[mode].cpu += cpu_now() - c0;
-            done += dw;
+            t[mode].sentences += n;
         }
     }
+    free(req_at), free(req_n), free(tmp);
     const char *name[2] = {"alone", "cross"};
     for (int mode = 0; mode < 2; mode++) {
         if (!t[mode].calls) continue;

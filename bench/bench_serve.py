@@ -206,10 +206,8 @@ def main():
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
                 metrics = resp.read().decode()
             bsum, bcnt = metric(metrics, "tern_batch_size_sum"), metric(metrics, "tern_batch_size_count")
-            rss = st["rss"]
-            t_end = max((t for t, _ in rss), default=0.0)
-            first = [r for t, r in rss if t < t_end / 2]
-            half = [r for t, r in rss if t >= t_end / 2]
+            rss = [r for _, r in sorted(st["rss"])]  # this server's samples, in time order
+            first, half = rss[:len(rss) // 2], rss[len(rss) // 2:]
             results[mode] = {
                 "mode": mode, "command": " ".join(cmd), "clients": args.clients, "rounds": args.rounds,
                 "seconds": round(st["wall"], 2), "requests_ok": st["ok"], "sentences": st["sentences"],
