@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
     tern_result_t *res = calloc((size_t)maxn, sizeof *res);
     int do_alone = strstr(modes, "alone") != NULL, do_cross = strstr(modes, "cross") != NULL;
     tally_t t[2] = {{0}};
-    /* warm-up: one call of each kind (workspaces grow once) */
+    /* warm-up: one call of 20 lines (workspaces grow once) */
     for (int k = 0; k < 20; k++) src[k] = lines[k];
     if ((st = tern_translate_batch_with(tr, src, 20, &call, res))) {
         fprintf(stderr, "%s\n", tern_last_error());

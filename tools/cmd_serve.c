@@ -206,7 +206,7 @@ int cmd_serve(int argc, char **argv) {
     so.max_body = (size_t)body;
     /* The cores are shared by every translator of every model. Without -w, translators rather
      * than intra-op threads: a small batch (one request's sentences, or a light load) runs at
-     * ~60% of one thread's efficiency on two OpenMP threads and far worse when other processes
+     * less than half of one thread's efficiency on two OpenMP threads and far worse when other processes
      * hold the cores, while a large batch loses nothing on one thread per translator
      * (docs/serving.md, "Load"). At most 8 per model: each has its own workspace, and batches
      * across requests shrink as the queue is split between more of them. */
