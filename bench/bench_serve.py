@@ -2,12 +2,17 @@
 """Load test of `tern serve` on loopback: N concurrent clients (asyncio, one keep-alive HTTP/1.1
 connection each, standard library only) send LibreTranslate /translate requests of 1 to 10
 sentences drawn from a text file for a fixed time; prints throughput (requests/s, sentences/s),
-latency p50/p99, failures by status, and the server's resident memory over the run.
+latency p50/p99, failures by status, the server's CPU time (user + system, all its threads: sentences
+per server CPU second, comparable with bench/bench_batching.c's figure outside the server) and
+its resident memory over the run.
 
-Runs the server itself, once per mode given: `cross` (batching across requests, the default) and
-`alone` (--no-cross-batching: each request's sentences batched alone), same model and threads.
+Runs one server per mode given: `cross` (batching across requests, the default) and `alone`
+(--no-cross-batching: each request's sentences batched alone), same model, options and threads.
+Both servers are up for the whole run and the clients turn to one then the other in --rounds
+alternating rounds (each --seconds / --rounds long, after a --warmup of its own), so that the
+load of a shared machine falls on both modes alike; the ratio is of the summed rounds.
 
-  nice python3 bench/bench_serve.py --seconds 60 --clients 64 \\
+  nice python3 bench/bench_serve.py --seconds 60 --rounds 4 --clients 64 \\
       --data ../shared/data/multi30k/test_2016_flickr.en --modes cross alone
 
 A 503 (queue full) is counted apart: it is the server refusing on purpose, not a failure.
@@ -30,8 +35,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def start_server(args, mode):
     err = tempfile.NamedTemporaryFile(prefix="bench-serve-", suffix=".err", delete=False)
-    cmd = [args.tern, "serve", "-m", f"en-de={args.model}", "-p", "0", "-q", "-w", str(args.workers),
-           "-t", str(args.threads), "--max-queue", str(args.max_queue)]
+    cmd = [args.tern, "serve", "-m", f"en-de={args.model}", "-p", "0", "-q", "--max-queue", str(args.max_queue),
+           "--compute-type", args.compute_type]
+    if args.workers:
+        cmd += ["-w", str(args.workers)]
+    if args.threads:
+        cmd += ["-t", str(args.threads)]
     if mode == "alone":
         cmd.append("--no-cross-batching")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
@@ -45,6 +54,13 @@ def start_server(args, mode):
         time.sleep(0.05)
     proc.kill()
     sys.exit("server did not start:\n" + open(err.name).read())
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of the process so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid):
@@ -116,20 +132,27 @@ async def sample_rss(pid, stop_at, samples):
         await asyncio.sleep(1.0)
 
 
-async def run_load(port, pid, lines, args):
-    stats = {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": []}
-    # warm-up (not counted): a few seconds of the same load
-    warm = {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": []}
+def new_stats():
+    return {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": [], "wall": 0.0, "cpu": 0.0,
+            "rss": []}
+
+
+async def run_round(port, pid, lines, args, seconds, stats, round_no, t_origin):
+    """One round against one server: a warm-up of the same load (not counted), then `seconds` of
+    load; adds to stats (wall time from the start of the counted load until its last answer)."""
+    warm = new_stats()
     stop_warm = time.monotonic() + args.warmup
-    await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(1000 + k)) for k in range(args.clients)])
+    await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(100000 * round_no + 1000 + k))
+                           for k in range(args.clients)])
     samples = []
-    t0 = time.monotonic()
-    stop_at = t0 + args.seconds
+    t0, c0 = time.monotonic(), cpu_s(pid)
+    stop_at = t0 + seconds
     await asyncio.gather(sample_rss(pid, stop_at, samples),
-                         *[client(port, lines, stop_at, stats, random.Random(k)) for k in range(args.clients)])
-    stats["wall"] = time.monotonic() - t0
-    stats["rss"] = samples
-    return stats
+                         *[client(port, lines, stop_at, stats, random.Random(100000 * round_no + k))
+                           for k in range(args.clients)])
+    stats["wall"] += time.monotonic() - t0
+    stats["cpu"] += cpu_s(pid) - c0
+    stats["rss"] += [(t0 - t_origin + t, r) for t, r in samples]
 
 
 def pct(xs, p):
@@ -139,27 +162,42 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+def metric(metrics, name):
+    return float(re.search(r'^' + name + r'\{model="en-de"\} (\S+)', metrics, re.M).group(1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tern", default=os.path.join(ROOT, "build", "tern"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "en-de"))
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "multi30k", "test_2016_flickr.en"))
     ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--warmup", type=float, default=5)
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=60, help="counted load per mode (all rounds)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds per mode (default 1)")
+    ap.add_argument("--warmup", type=float, default=5, help="uncounted load before each round")
+    ap.add_argument("--workers", type=int, default=0, help="tern serve -w (default: the server's)")
+    ap.add_argument("--threads", type=int, default=0, help="tern serve -t (default: the server's)")
+    ap.add_argument("--compute-type", default="auto")
     ap.add_argument("--max-queue", type=int, default=4096)
     ap.add_argument("--modes", nargs="+", default=["cross", "alone"], choices=["cross", "alone"])
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     with open(args.data, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()]
-    results = {}
-    for mode in args.modes:
-        proc, port, err, cmd = start_server(args, mode)
-        try:
-            st = asyncio.run(run_load(port, proc.pid, lines, args))
+    servers, stats, results = {}, {}, {}
+    try:
+        for mode in args.modes:
+            servers[mode] = start_server(args, mode)
+            stats[mode] = new_stats()
+        t_origin = time.monotonic()
+        for k in range(args.rounds):
+            for mode in (args.modes if k % 2 == 0 else args.modes[::-1]):
+                proc, port = servers[mode][0], servers[mode][1]
+                asyncio.run(run_round(port, proc.pid, lines, args, args.seconds / args.rounds, stats[mode], k,
+                                      t_origin))
+        for mode in args.modes:
+            proc, port, err, cmd = servers[mode]
+            st = stats[mode]
             peak = 0
             with open(f"/proc/{proc.pid}/status") as f:
                 for line in f:
@@ -167,27 +205,31 @@ def main():
                         peak = int(line.split()[1])
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as resp:
                 metrics = resp.read().decode()
-            bsum = float(re.search(r'^tern_batch_size_sum\{model="en-de"\} (\S+)', metrics, re.M).group(1))
-            bcnt = float(re.search(r'^tern_batch_size_count\{model="en-de"\} (\S+)', metrics, re.M).group(1))
-        finally:
+            bsum, bcnt = metric(metrics, "tern_batch_size_sum"), metric(metrics, "tern_batch_size_count")
+            rss = [r for _, r in sorted(st["rss"])]  # this server's samples, in time order
+            first, half = rss[:len(rss) // 2], rss[len(rss) // 2:]
+            results[mode] = {
+                "mode": mode, "command": " ".join(cmd), "clients": args.clients, "rounds": args.rounds,
+                "seconds": round(st["wall"], 2), "requests_ok": st["ok"], "sentences": st["sentences"],
+                "requests_per_s": round(st["ok"] / st["wall"], 2),
+                "sentences_per_s": round(st["sentences"] / st["wall"], 2),
+                "server_cpu_s": round(st["cpu"], 2), "sentences_per_server_cpu_s": round(st["sentences"] / st["cpu"], 1),
+                "p50_ms": round(1000 * pct(st["lat"], 50), 1), "p99_ms": round(1000 * pct(st["lat"], 99), 1),
+                "failed": st["errors"] + sum(st["status"].values()), "failed_by_status": st["status"],
+                "refused_503": st["refused"], "peak_rss_mib": round(peak / 1024, 1),
+                "rss_mib_first_half_max": round(max(first) / 1024, 1) if first else None,
+                "rss_mib_second_half_max": round(max(half) / 1024, 1) if half else None,
+                "mean_batch": round(bsum / max(bcnt, 1), 1),
+            }
+    finally:
+        for mode, (proc, *_rest) in servers.items():
             proc.send_signal(signal.SIGTERM)
+        for mode, (proc, *_rest) in servers.items():
             rc = proc.wait(120)
-        rss = st["rss"]
-        half = [r for t, r in rss if t >= args.seconds / 2]
-        first = [r for t, r in rss if t < args.seconds / 2]
-        r = {
-            "mode": mode, "command": " ".join(cmd), "clients": args.clients, "seconds": round(st["wall"], 2),
-            "requests_ok": st["ok"], "sentences": st["sentences"],
-            "requests_per_s": round(st["ok"] / st["wall"], 2), "sentences_per_s": round(st["sentences"] / st["wall"], 2),
-            "p50_ms": round(1000 * pct(st["lat"], 50), 1), "p99_ms": round(1000 * pct(st["lat"], 99), 1),
-            "failed": st["errors"] + sum(st["status"].values()), "failed_by_status": st["status"],
-            "refused_503": st["refused"], "peak_rss_mib": round(peak / 1024, 1),
-            "rss_mib_first_half_max": round(max(first) / 1024, 1) if first else None,
-            "rss_mib_second_half_max": round(max(half) / 1024, 1) if half else None,
-            "mean_batch": round(bsum / max(bcnt, 1), 1), "server_exit": rc,
-        }
-        results[mode] = r
-        print(json.dumps(r), flush=True)
+            if mode in results:
+                results[mode]["server_exit"] = rc
+    for mode in args.modes:
+        print(json.dumps(results[mode]), flush=True)
     if "cross" in results and "alone" in results:
         ratio = results["cross"]["sentences_per_s"] / max(results["alone"]["sentences_per_s"], 1e-9)
         print(f"throughput ratio cross/alone: {ratio:.2f}x", flush=True)

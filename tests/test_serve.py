@@ -606,6 +606,30 @@ def test_several_models_and_workers(tmp_path, flickr):
         assert s.stop() == 0, s.stderr()
 
 
+def test_default_layout(tmp_path, flickr):
+    """Without -w, a translator per core with one intra-op thread each (at most 8 per model);
+    -t or -w alone share the cores out as the help says. The layout is printed at start, and a
+    server on the default layout answers as the CLI."""
+    cores = os.cpu_count()
+
+    def layout(*args):
+        s = Server(tmp_path, *args, layout=())
+        try:
+            m = re.findall(r"model (\S+) from \S+ \((\d+) translators? x (\d+) threads?\)", s.stderr())
+            if not args:
+                st, j, _ = s.json("POST", "/translate", {"q": flickr[:6], "source": "en", "target": "de"})
+                assert st == 200 and j["translatedText"] == cli_translate(flickr[:6])
+        finally:
+            assert s.stop() == 0, s.stderr()
+        return [(name, int(w), int(t)) for name, w, t in m]
+
+    assert layout() == [("en-de", min(8, cores), 1)]
+    assert layout("-t", "2") == [("en-de", min(8, max(1, cores // 2)), 2)]
+    assert layout("-w", "3") == [("en-de", 3, max(1, cores // 3))]
+    w2 = min(8, max(1, cores // 2))
+    assert layout("-m", f"en-fr={MODEL}") == [("en-de", w2, 1), ("en-fr", w2, 1)]
+
+
 def test_sighup_reload_failure_keeps_old_model(tmp_path):
     """A reload that fails (the model file replaced by a truncated one) keeps the old model
     serving and is counted; once a whole file is back, SIGHUP reloads it. Files are replaced by

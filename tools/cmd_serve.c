@@ -29,9 +29,11 @@ static void usage(FILE *f) {
 "                              for more models)\n"
 "  --compute-type TYPE         auto (default), float32, int8\n"
 "  -w, --workers N             translators per model, each on its own thread, sharing one copy\n"
-"                              of the weights (default 1)\n"
+"                              of the weights (default: cores / (threads x models), at most 8,\n"
+"                              at least 1)\n"
 "  -t, --threads N             intra-op threads of each translator (default: cores / (workers x\n"
-"                              models), at least 1)\n"
+"                              models), at least 1; with neither -w nor -t: one thread per\n"
+"                              translator and one translator per core, up to 8 per model)\n"
 "\n"
 "default search (a /v1/translate request may change them per call):\n"
 "  -b, --beam-size N           default 4\n"
@@ -114,7 +116,7 @@ int cmd_serve(int argc, char **argv) {
     const char *C = "serve";
     engine_model_spec_t specs[MAX_MODELS];
     char *spec_buf[MAX_MODELS];
-    int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20;
+    int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20, workers_given = 0;
     engine_options_t eo;
     memset(&eo, 0, sizeof eo);
     eo.model_options = tern_model_default_options();
@@ -151,7 +153,10 @@ int cmd_serve(int argc, char **argv) {
                 ok = 0;
             }
             break;
-        case 'w': ok = cli_int(C, "--workers", optarg, 1, 256, &eo.workers); break;
+        case 'w':
+            ok = cli_int(C, "--workers", optarg, 1, 256, &eo.workers);
+            workers_given = 1;
+            break;
         case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &eo.translate_options.threads_per_worker); break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.translate_options.beam_size); break;
         case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.translate_options.length_penalty); break;
@@ -199,9 +204,21 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     so.max_body = (size_t)body;
-    if (eo.translate_options.threads_per_worker == 0) { /* cores shared by every worker of every model */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        long t = (cores > 0 ? cores : 1) / ((long)eo.workers * n_specs);
+    /* The cores are shared by every translator of every model. Without -w, translators rather
+     * than intra-op threads: a small batch (one request's sentences, or a light load) runs at
+     * less than half of one thread's efficiency on two OpenMP threads and far worse when other processes
+     * hold the cores, while a large batch loses nothing on one thread per translator
+     * (docs/serving.md, "Load"). At most 8 per model: each has its own workspace, and batches
+     * across requests shrink as the queue is split between more of them. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    if (!workers_given) {
+        int t = eo.translate_options.threads_per_worker > 0 ? eo.translate_options.threads_per_worker : 1;
+        long w = cores / ((long)t * n_specs);
+        eo.workers = w < 1 ? 1 : w > 8 ? 8 : (int)w;
+    }
+    if (eo.translate_options.threads_per_worker == 0) {
+        long t = cores / ((long)eo.workers * n_specs);
         eo.translate_options.threads_per_worker = t > 0 ? (int)t : 1;
     }
     so.quiet = quiet;
@@ -248,7 +265,10 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     if (!quiet) {
-        for (int i = 0; i < n_specs; i++) fprintf(stderr, "tern serve: model %s from %s\n", specs[i].name, specs[i].dir);
+        for (int i = 0; i < n_specs; i++)
+            fprintf(stderr, "tern serve: model %s from %s (%d translator%s x %d thread%s)\n", specs[i].name,
+                    specs[i].dir, eo.workers, eo.workers == 1 ? "" : "s", eo.translate_options.threads_per_worker,
+                    eo.translate_options.threads_per_worker == 1 ? "" : "s");
     }
     fprintf(stderr, "tern serve: listening on http://%s:%d\n", so.host, server_port(server));
     fflush(stderr);

@@ -18,13 +18,13 @@ MODEL = os.path.join(ROOT, "models", "en-de")
 class Server:
     """tern serve on 127.0.0.1, a free port; stderr to a file; stop() sends SIGTERM."""
 
-    def __init__(self, tmp_path, *args, binary=TERN, env=None, start_timeout=120):
+    def __init__(self, tmp_path, *args, binary=TERN, env=None, start_timeout=120, layout=("-t", "2")):
         self.err_path = tmp_path / f"serve-{time.monotonic_ns()}.err"
         self.err = open(self.err_path, "wb")
         e = dict(os.environ)
         if env:
             e.update(env)
-        self.proc = subprocess.Popen([binary, "serve", "-m", f"en-de={MODEL}", "-p", "0", "-t", "2", *args],
+        self.proc = subprocess.Popen([binary, "serve", "-m", f"en-de={MODEL}", "-p", "0", *layout, *args],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.err, env=e)
         deadline = time.monotonic() + start_timeout
         self.port = None
