@@ -857,6 +857,7 @@ static void release_unused(const transformer_t *m, weights_t *w) {
         const tensor_t *t = weights_at(w, i);
         if (t->data && t->nbytes >= (1u << 20) && !model_uses(m, t->data)) weights_release(w, t->data);
     }
+    weights_release_pending(w); /* read in place at load (quantized), never copied: the model holds none */
     trim_heap();
 }
 
