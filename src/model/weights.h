@@ -45,7 +45,7 @@ tern_status_t weights_load_safetensors(weights_t **out, const char *path);
  * a float32 copy). The caller ends with weights_settle() (every pending tensor copied) or
  * weights_release_pending() (given back). Smaller and aligned tensors are as without the flag. */
 #define WEIGHTS_DEFER_COPIES 1u
-#define WEIGHTS_DEFER_MIN_BYTES ((size_t)1 << 20)
+#define WEIGHTS_DEFER_MIN_BYTES ((size_t)4096) /* a page: smaller copies give nothing back */
 tern_status_t weights_load_ct2_flags(weights_t **out, const char *path, unsigned flags);
 tern_status_t weights_load_safetensors_flags(weights_t **out, const char *path, unsigned flags);
 /* Copies a pending tensor (t from weights_get/weights_at) so that t->data is valid; nothing for
