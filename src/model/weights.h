@@ -2,7 +2,8 @@
  * weights.h — named tensors read from model files (CTranslate2 model.bin, safetensors).
  *
  * A weights_t is a read-only table of tensors. Tensor data points into the memory-mapped file
- * when it is suitably aligned, else into an aligned copy owned by the table. Aliases (tied
+ * when it is suitably aligned, else into an aligned copy owned by the table (loaded with
+ * WEIGHTS_DEFER_COPIES, a large one is copied only when asked for: see below). Aliases (tied
  * weights in model.bin) resolve to their target. Loaders check every length and offset against
  * the file size: a truncated or corrupt file gives TERN_ERR_FORMAT with a message naming the file
  * and the tensor, never a crash.
