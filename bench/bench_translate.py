@@ -2,7 +2,7 @@
 """Tern against CTranslate2 on a Transformer-base-shaped model: target tokens/s and peak memory.
 
     .venv/bin/python bench/bench_translate.py [--workdir /tmp] [--tern build/tern]
-        [--lines N] [--configs greedy-float32-1t,beam4-float32-2t,...] [--repeat R]
+        [--lines N | --longest N] [--configs greedy-float32-1t,beam4-float32-2t,...] [--repeat R]
 
 What it builds once (cached under WORKDIR/tern-bench/, reused by later runs):
   * spm.model: a SentencePiece unigram model of 32,000 pieces trained with Debian's `spm_train`
@@ -330,6 +330,10 @@ def main():
                     "WORKDIR/tern-bench; default /tmp)")
     ap.add_argument("--tern", default=os.path.join(ROOT, "build", "tern"), help="the tern binary")
     ap.add_argument("--lines", type=int, default=0, help="only the first N source lines (0: all 2,037)")
+    ap.add_argument("--longest", type=int, default=0, help="only the N longest source lines (in pieces; "
+                    "in their order): a quick memory check, as both engines' peak is set by the batch of "
+                    "the longest sentences (--longest 64: the two longest batches of 32); tokens/s of "
+                    "such a run are not the bench's")
     ap.add_argument("--configs", default="all", help="comma-separated configurations or patterns "
                     f"(fnmatch) among {', '.join(CONFIGS)}; default all")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each engine per configuration; "
@@ -350,7 +354,12 @@ def main():
     model_dir = os.path.join(work, "model")
     if args.lines:
         lines = lines[:args.lines]
-    inp = os.path.join(work, f"input-{len(lines)}.tok")
+    tag = str(len(lines))
+    if args.longest:
+        keep = set(sorted(range(len(lines)), key=lambda i: (len(lines[i]), i))[-args.longest:])
+        lines = [l for i, l in enumerate(lines) if i in keep]
+        tag = f"longest-{len(lines)}"
+    inp = os.path.join(work, f"input-{tag}.tok")
     with open(inp, "w", encoding="utf-8") as f:
         f.write("".join(" ".join(l) + "\n" for l in lines))
     src_tokens = sum(len(l) for l in lines)
@@ -398,7 +407,8 @@ def main():
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
     print(f"Machine: {machine()}; ctranslate2 {ctranslate2.__version__}; tern {rev}")
-    print(f"Input: {len(lines)} WMT22 en-de source lines, {src_tokens} source tokens; batches of "
+    which = f"the {len(lines)} longest" if args.longest else str(len(lines))
+    print(f"Input: {which} WMT22 en-de source lines, {src_tokens} source tokens; batches of "
           f"{args.batch_size} sentences; max decoding length {args.max_decoding_length}; "
           f"length penalty {args.length_penalty:g}")
     print()

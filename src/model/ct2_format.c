@@ -184,10 +184,13 @@ static tern_status_t ct2_read_aliases(weights_t *w, cursor_t *c, const char *pat
     return TERN_OK;
 }
 
-tern_status_t weights_load_ct2(weights_t **out, const char *path) {
+tern_status_t weights_load_ct2(weights_t **out, const char *path) { return weights_load_ct2_flags(out, path, 0); }
+
+tern_status_t weights_load_ct2_flags(weights_t **out, const char *path, unsigned flags) {
     *out = NULL;
     weights_t *w = weights_new(path);
     if (!w) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    w->defer = (flags & WEIGHTS_DEFER_COPIES) != 0;
     tern_status_t st = file_map(&w->file, path);
     if (st) {
         weights_free(w);

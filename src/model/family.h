@@ -23,6 +23,10 @@ typedef struct model_family {
     /* What step() writes: 0: logits (the caller normalizes them with a log-softmax); 1: token
      * scores already in log space, used as they are (an ensemble's combination). */
     int step_logprobs;
+    /* 1: build() reads the weights through weights_need()/weights_bytes() (weights.h), so the
+     * table may hold large unaligned tensors uncopied (WEIGHTS_DEFER_COPIES); 0: every tensor's
+     * data is valid when build() runs. */
+    int deferred_weights;
 
     /* Builds the network from the weights and config.json (cfg). It may keep pointers into w
      * (w outlives the network) and give back memory of tensors it copied (weights_release).

@@ -108,7 +108,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     path_join(p, sizeof p, dir, "model.safetensors");
     if (file_exists(p)) {
         strcpy(m->format, "tern");
-        if ((st = weights_load_safetensors(&m->weights, p))) goto fail;
+        if ((st = weights_load_safetensors_flags(&m->weights, p, WEIGHTS_DEFER_COPIES))) goto fail;
     } else {
         path_join(p, sizeof p, dir, "model.bin");
         if (!file_exists(p)) {
@@ -116,7 +116,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
             goto fail;
         }
         strcpy(m->format, "ctranslate2");
-        if ((st = weights_load_ct2(&m->weights, p))) goto fail;
+        if ((st = weights_load_ct2_flags(&m->weights, p, WEIGHTS_DEFER_COPIES))) goto fail;
     }
     char vmap_path[2048] = "";
     if (o.vmap) snprintf(vmap_path, sizeof vmap_path, "%s", o.vmap);
@@ -129,8 +129,13 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         st = tern_error(TERN_ERR_IO, "%s: vocabulary map not found", vmap_path);
         goto fail;
     }
+    /* Large unaligned tensors were not copied at load: a family that reads them in place (the
+     * Transformer quantizes float32 weights to int8 straight from the file) never makes a float32
+     * copy of them; what it did not copy or give back is copied now (the table is read-only after). */
+    if (!m->fam->deferred_weights && (st = weights_settle(m->weights))) goto fail;
     if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type, vmap_path[0] ? MODEL_BUILD_VOCAB_MAP : 0)))
         goto fail;
+    if ((st = weights_settle(m->weights))) goto fail;
     m->fam->describe(m->net, &m->info);
     if ((st = load_vocab_pair(m))) goto fail;
     int nsrc = m->info.source_vocab_size, ntgt = m->info.target_vocab_size;

@@ -51,9 +51,14 @@ static int span_cmp(const void *a, const void *b) {
 }
 
 tern_status_t weights_load_safetensors(weights_t **out, const char *path) {
+    return weights_load_safetensors_flags(out, path, 0);
+}
+
+tern_status_t weights_load_safetensors_flags(weights_t **out, const char *path, unsigned flags) {
     *out = NULL;
     weights_t *w = weights_new(path);
     if (!w) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    w->defer = (flags & WEIGHTS_DEFER_COPIES) != 0;
     cJSON *root = NULL;
     span_t *spans = NULL;
     tern_status_t st = file_map(&w->file, path);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct transformer_state {
     const transformer_t *m;
@@ -121,6 +122,18 @@ static float *cache_shrink(float *p, size_t new_bytes, size_t old_bytes) {
     }
     void *q = mremap(p, new_bytes, old_bytes, 0);
     return q == MAP_FAILED ? p : q;
+}
+
+/* Gives back the resident pages inside [p, p + bytes) (whole pages; ranges under 1 MB are left
+ * alone). The memory stays allocated: a page written again is a fresh zero page. For workspaces
+ * whose contents are dead and that the next user will fill before reading. */
+static void drop_pages(void *p, size_t bytes) {
+    if (!p || bytes < ((size_t)1 << 20)) return;
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t b = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 #define GROW_F(st, field, nfloats)                                                                 \
@@ -341,6 +354,13 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
         if (src_len[n] > st->S) st->S = src_len[n];
     }
     int P = st->P;
+    /* The previous batch's self-attention cache is dead (this batch starts from slot 0): its pages
+     * go back before this batch's encoder workspace and cross-attention keys and values are
+     * written, so the peak holds one of the two, not both. */
+    for (int l = 0; l < m->dec_layers && st->slot_cap > 0; l++) {
+        drop_pages(st->k_cache[l], (size_t)st->slot_cap * d * sizeof(float));
+        drop_pages(st->v_cache[l], (size_t)st->slot_cap * d * sizeof(float));
+    }
     size_t wide = (size_t)P * (size_t)(3 * d > F ? 3 * d : F);
     GROW_F(st, x, (size_t)P * d);
     GROW_F(st, h, (size_t)P * d);
@@ -404,6 +424,14 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
         PROF(5, "cross_kv", s = linear(st, st->cross_kv[l], x, &m->dec[l].cross_kv, m->dec[l].pk_cross_kv, P));
         if (s) return s;
     }
+    /* The encoder's activations are dead now (the cross-attention keys and values hold what the
+     * decoder reads): their pages go back, so the decoder's caches do not grow on top of the
+     * workspace of the batch's longest encoder pass (the decoder fills the few rows it uses). */
+    drop_pages(st->x, st->x_cap * sizeof(float));
+    drop_pages(st->h, st->h_cap * sizeof(float));
+    drop_pages(st->ctx, st->ctx_cap * sizeof(float));
+    drop_pages(st->big, st->big_cap * sizeof(float));
+    drop_pages(st->scores, st->scores_cap * sizeof(float));
     /* One decoder row per sentence. */
     st->t = 0;
     st->n_slots = 0;
@@ -857,6 +885,7 @@ static void release_unused(const transformer_t *m, weights_t *w) {
         const tensor_t *t = weights_at(w, i);
         if (t->data && t->nbytes >= (1u << 20) && !model_uses(m, t->data)) weights_release(w, t->data);
     }
+    weights_release_pending(w); /* read in place at load (quantized), never copied: the model holds none */
     trim_heap();
 }
 

@@ -83,11 +83,15 @@ typedef struct {
     /* memory owned by the model (converted/quantized tensors, tables) */
     void **owned;
     int n_owned, cap_owned;
+    /* the last float32 tensor quantized at load and its int8 rows (a tied embedding's second use) */
+    const void *last_quantized;
+    const int8_t *last_q;
+    const float *last_q_scale;
 } transformer_t;
 
 /* Builds the model from CTranslate2 TransformerSpec variables (model.bin or Tern's safetensors).
  * compute: TERN_COMPUTE_AUTO / FLOAT32 / INT8 (see tern.h). eps < 0: default 1e-6. */
-tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
+tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_type_t compute,
                                 float eps);
 void transformer_free(transformer_t *m);
 

@@ -72,6 +72,7 @@ const model_family_t model_family_transformer = {
     .name = "transformer",
     .step_logprobs = 0,
     .build = tf_build,
+    .deferred_weights = 1,
     .free = tf_free,
     .describe = tf_describe,
     .vocab_tensor = tf_vocab_tensor,

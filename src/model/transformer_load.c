@@ -69,7 +69,9 @@ static tern_status_t get_checked(const weights_t *w, const char *name, int64_t d
 }
 
 /* float32 view of a floating tensor (converted copy when stored as float16/bfloat16). */
-static tern_status_t as_f32(transformer_t *m, const weights_t *w, const tensor_t *t, const float **out) {
+static tern_status_t as_f32(transformer_t *m, weights_t *w, const tensor_t *t, const float **out) {
+    tern_status_t st = weights_need(w, t); /* copied now if it waited unaligned in the file */
+    if (st) return st;
     switch (t->dtype) {
     case DT_F32:
         *out = t->data;
@@ -97,7 +99,47 @@ typedef struct {
     const float *scale;
 } matrix_t;
 
-static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const char *name, int64_t N,
+/* int8 rows + per-row scales of a float32 matrix (N, K), read where it lies (in the file, perhaps
+ * not aligned to 4 bytes: rows go through a small aligned buffer then), never copied whole: its
+ * file pages are given back once read. A tensor used twice (tied embeddings) is quantized once. */
+static tern_status_t quantize_matrix(transformer_t *m, weights_t *w, const tensor_t *t, int64_t N, int64_t K,
+                                     matrix_t *out) {
+    if (m->last_quantized == t) {
+        out->q = m->last_q;
+        out->scale = m->last_q_scale;
+        return TERN_OK;
+    }
+    const uint8_t *src = weights_bytes(w, t);
+    int8_t *q = own_alloc(m, (size_t)(N * K));
+    float *scale = own_alloc(m, (size_t)N * sizeof(float));
+    if (!src || !q || !scale) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    size_t row = (size_t)K * sizeof(float);
+    if ((uintptr_t)src % sizeof(float) == 0) {
+        quantize_rows_s8(q, scale, (const float *)(const void *)src, (int)N, (int)K);
+    } else {
+        int64_t chunk = (int64_t)((1u << 18) / row) + 1; /* rows per pass: ~256 KB */
+        if (chunk > N) chunk = N;
+        float *buf = aligned_alloc64((size_t)chunk * row);
+        if (!buf) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+        for (int64_t r = 0; r < N; r += chunk) {
+            int64_t n = N - r < chunk ? N - r : chunk;
+            memcpy(buf, src + (size_t)r * row, (size_t)n * row);
+            quantize_rows_s8(q + (size_t)r * K, scale + r, buf, (int)n, (int)K);
+        }
+        aligned_free(buf);
+    }
+    /* the float32 rows were read once, here: their file pages go now, not at the end of the
+     * load (else the whole float32 model is resident beside the int8 one: the peak) */
+    weights_drop_pages(w, src, (size_t)N * row);
+    m->last_quantized = t;
+    m->last_q = q;
+    m->last_q_scale = scale;
+    out->q = q;
+    out->scale = scale;
+    return TERN_OK;
+}
+
+static tern_status_t load_matrix(transformer_t *m, weights_t *w, const char *name, int64_t N,
                                  int64_t K, tern_compute_type_t compute, int want_int8_ok,
                                  matrix_t *out) {
     memset(out, 0, sizeof *out);
@@ -106,6 +148,8 @@ static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const cha
     if (st) return st;
     int run_int8 = want_int8_ok && (compute == TERN_COMPUTE_INT8 ||
                                     (compute == TERN_COMPUTE_AUTO && (t->dtype == DT_I8 || t->dtype == DT_I16)));
+    if (t->dtype == DT_F32 && run_int8) return quantize_matrix(m, w, t, N, K, out);
+    if ((st = weights_need(w, t))) return st;
     char sname[512];
     snprintf(sname, sizeof sname, "%s_scale", name); /* "<prefix>/weight_scale" */
     if (t->dtype == DT_I8 || t->dtype == DT_I16) {
@@ -138,14 +182,11 @@ static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const cha
     } else {
         if ((st = as_f32(m, w, t, &out->w))) return st;
     }
-    if (run_int8) {
+    if (run_int8) { /* dequantized or converted above (float32 stored: quantize_matrix) */
         int8_t *q = own_alloc(m, (size_t)(N * K));
         float *scale = own_alloc(m, (size_t)N * sizeof(float));
         if (!q || !scale) return tern_error(TERN_ERR_NOMEM, "tensor '%s': out of memory", name);
         quantize_rows_s8(q, scale, out->w, (int)N, (int)K);
-        /* the float32 rows were read once, here: their file pages go now, not at the
-         * end of the load (else the whole float32 model is resident beside the int8 one: the peak) */
-        weights_drop_pages(w, out->w, (size_t)(N * K) * sizeof(float));
         out->q = q;
         out->scale = scale;
         out->w = NULL;
@@ -153,7 +194,7 @@ static tern_status_t load_matrix(transformer_t *m, const weights_t *w, const cha
     return TERN_OK;
 }
 
-static tern_status_t load_linear(transformer_t *m, const weights_t *w, const char *prefix, int N,
+static tern_status_t load_linear(transformer_t *m, weights_t *w, const char *prefix, int N,
                                  int K, tern_compute_type_t compute, linear_t *lin) {
     char name[512];
     matrix_t mat;
@@ -186,7 +227,7 @@ static tern_status_t load_linear(transformer_t *m, const weights_t *w, const cha
     return TERN_OK;
 }
 
-static tern_status_t load_ln(transformer_t *m, const weights_t *w, const char *prefix, int d,
+static tern_status_t load_ln(transformer_t *m, weights_t *w, const char *prefix, int d,
                              int optional, layernorm_t *ln) {
     char name[512];
     const tensor_t *g, *b;
@@ -202,7 +243,7 @@ static tern_status_t load_ln(transformer_t *m, const weights_t *w, const char *p
     return TERN_OK;
 }
 
-static tern_status_t load_embedding(transformer_t *m, const weights_t *w, const char *name,
+static tern_status_t load_embedding(transformer_t *m, weights_t *w, const char *name,
                                     tern_compute_type_t compute, embedding_t *e) {
     const tensor_t *t = weights_get(w, name);
     if (!t) return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), name);
@@ -262,7 +303,7 @@ static float *sinusoid_table(transformer_t *m, int max_pos, int d) {
     return p;
 }
 
-static tern_status_t load_positions(transformer_t *m, const weights_t *w, tmodule_t mod,
+static tern_status_t load_positions(transformer_t *m, weights_t *w, tmodule_t mod,
                                     const float **table, int *max_pos) {
     char name[128];
     transformer_tensor_name(name, sizeof name, mod, -1, TP_ENCODINGS);
@@ -323,7 +364,7 @@ static const layer_field_t DEC_FIELDS[] = {
 };
 
 /* A layer's module (a layer norm or a linear layer) under its description's name and shape. */
-static tern_status_t load_module(transformer_t *m, const weights_t *w, const transformer_dims_t *dims,
+static tern_status_t load_module(transformer_t *m, weights_t *w, const transformer_dims_t *dims,
                                  tmodule_t mod, int layer, tern_compute_type_t compute, void *field) {
     char p[256];
     int rows, cols;
@@ -333,7 +374,7 @@ static tern_status_t load_module(transformer_t *m, const weights_t *w, const tra
     return load_linear(m, w, p, rows, cols, compute, field);
 }
 
-tern_status_t transformer_build(transformer_t *m, const weights_t *w, tern_compute_type_t compute,
+tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_type_t compute,
                                 float eps) {
     memset(m, 0, sizeof *m);
     tern_status_t st;

@@ -120,6 +120,47 @@ void weights_drop_pages(const weights_t *w, const void *p, size_t n) {
     if (w && p) drop_mapped_pages(w, p, n);
 }
 
+/* Copies pending tensor i into an owned aligned buffer; the file pages it was read from go. */
+static tern_status_t materialize(weights_t *w, int i) {
+    tensor_t *t = &w->tensors[i];
+    const void *src = w->pending[i];
+    if (!src) return TERN_OK;
+    void *copy = aligned_alloc64(t->nbytes);
+    if (!copy)
+        return tern_error(TERN_ERR_NOMEM, "%s: tensor '%s': cannot allocate %zu bytes", w->path, t->name,
+                          t->nbytes);
+    memcpy(copy, src, t->nbytes);
+    drop_mapped_pages(w, src, t->nbytes);
+    w->owned[i] = copy;
+    w->pending[i] = NULL;
+    t->data = copy;
+    return TERN_OK;
+}
+
+tern_status_t weights_need(weights_t *w, const tensor_t *t) {
+    if (!w || !t || t < w->tensors || t >= w->tensors + w->n) return TERN_OK;
+    return materialize(w, (int)(t - w->tensors));
+}
+
+const void *weights_bytes(const weights_t *w, const tensor_t *t) {
+    if (!w || !t || t->data || t < w->tensors || t >= w->tensors + w->n) return t ? t->data : NULL;
+    return w->pending[t - w->tensors];
+}
+
+tern_status_t weights_settle(weights_t *w) {
+    tern_status_t st = TERN_OK;
+    for (int i = 0; w && i < w->n && !st; i++) st = materialize(w, i);
+    return st;
+}
+
+void weights_release_pending(weights_t *w) {
+    for (int i = 0; w && i < w->n; i++)
+        if (w->pending[i]) {
+            drop_mapped_pages(w, w->pending[i], w->tensors[i].nbytes);
+            w->pending[i] = NULL;
+        }
+}
+
 void weights_release(weights_t *w, const void *data) {
     if (!w || !data) return;
     for (int i = 0; i < w->n; i++) {
@@ -158,8 +199,9 @@ tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype
         free(nm);
         return st;
     }
-    int cap2 = w->cap;
+    int cap2 = w->cap, cap3 = w->cap;
     if (grow((void **)&w->owned, &cap2, w->n + 1, sizeof *w->owned) ||
+        grow((void **)&w->pending, &cap3, w->n + 1, sizeof *w->pending) ||
         grow((void **)&w->tensors, &w->cap, w->n + 1, sizeof *w->tensors) || slots_grow(w)) {
         free(nm);
         return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
@@ -192,9 +234,13 @@ tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype
     }
     t->nbytes = nbytes;
     w->owned[w->n] = NULL;
+    w->pending[w->n] = NULL;
     size_t es = dtype_size(dt);
     if (may_point && ((uintptr_t)src % (es ? es : 1)) == 0) {
         t->data = src;
+    } else if (may_point && w->defer && nbytes >= WEIGHTS_DEFER_MIN_BYTES) {
+        t->data = NULL; /* copied by weights_need, read in place through weights_bytes */
+        w->pending[w->n] = src;
     } else {
         void *copy = aligned_alloc64(nbytes);
         if (!copy) {
@@ -293,6 +339,7 @@ void weights_free(weights_t *w) {
     }
     free(w->tensors);
     free(w->owned);
+    free(w->pending);
     free(w->aliases);
     free(w->meta_keys);
     free(w->meta_values);

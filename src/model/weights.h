@@ -2,7 +2,8 @@
  * weights.h — named tensors read from model files (CTranslate2 model.bin, safetensors).
  *
  * A weights_t is a read-only table of tensors. Tensor data points into the memory-mapped file
- * when it is suitably aligned, else into an aligned copy owned by the table. Aliases (tied
+ * when it is suitably aligned, else into an aligned copy owned by the table (loaded with
+ * WEIGHTS_DEFER_COPIES, a large one is copied only when asked for: see below). Aliases (tied
  * weights in model.bin) resolve to their target. Loaders check every length and offset against
  * the file size: a truncated or corrupt file gives TERN_ERR_FORMAT with a message naming the file
  * and the tensor, never a crash.
@@ -27,7 +28,8 @@ typedef struct {
     int rank;                       /* 0 for scalars */
     int64_t shape[TENSOR_MAX_RANK];
     int64_t numel;                  /* product of shape (1 for scalars) */
-    const void *data;               /* numel * dtype_size(dtype) bytes, aligned to the dtype */
+    const void *data;               /* numel * dtype_size(dtype) bytes, aligned to the dtype (NULL:
+                                     * released, or pending: see WEIGHTS_DEFER_COPIES) */
     size_t nbytes;
 } tensor_t;
 
@@ -37,6 +39,26 @@ typedef struct weights weights_t;
 tern_status_t weights_load_ct2(weights_t **out, const char *path);
 /* safetensors (F32, F16, BF16, I8, I16, I32 tensors). */
 tern_status_t weights_load_safetensors(weights_t **out, const char *path);
+
+/* Loading flags. WEIGHTS_DEFER_COPIES: a tensor of at least WEIGHTS_DEFER_MIN_BYTES whose bytes
+ * are not aligned to its dtype in the file is not copied at load: its data is NULL ("pending")
+ * until weights_need() copies it; weights_bytes() reads it in place (e.g. to quantize it without
+ * a float32 copy). The caller ends with weights_settle() (every pending tensor copied) or
+ * weights_release_pending() (given back). Smaller and aligned tensors are as without the flag. */
+#define WEIGHTS_DEFER_COPIES 1u
+#define WEIGHTS_DEFER_MIN_BYTES ((size_t)4096) /* a page: smaller copies give nothing back */
+tern_status_t weights_load_ct2_flags(weights_t **out, const char *path, unsigned flags);
+tern_status_t weights_load_safetensors_flags(weights_t **out, const char *path, unsigned flags);
+/* Copies a pending tensor (t from weights_get/weights_at) so that t->data is valid; nothing for
+ * the others. TERN_ERR_NOMEM naming the tensor when the copy cannot be allocated. */
+tern_status_t weights_need(weights_t *w, const tensor_t *t);
+/* t's bytes: t->data, or for a pending tensor its bytes in the file, NOT aligned to the dtype
+ * (read them with memcpy). NULL once released. */
+const void *weights_bytes(const weights_t *w, const tensor_t *t);
+/* Copies every pending tensor (after it, every tensor's data is valid or released). */
+tern_status_t weights_settle(weights_t *w);
+/* Gives back the file pages of every pending tensor; their data stays NULL (released). */
+void weights_release_pending(weights_t *w);
 void weights_free(weights_t *w);
 
 /* Tensor by name (aliases resolved), or NULL. */

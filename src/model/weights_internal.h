@@ -23,6 +23,8 @@ struct weights {
 
     tensor_t *tensors;   /* n tensors; names and copies owned */
     void **owned;        /* owned[i]: the aligned copy of tensor i's data, or NULL */
+    const void **pending; /* pending[i]: tensor i's bytes in the file, not copied yet (data NULL) */
+    int defer;           /* WEIGHTS_DEFER_COPIES: large unaligned tensors wait in pending */
     int n, cap;
 
     weights_alias_t *aliases;
@@ -40,7 +42,9 @@ struct weights {
 weights_t *weights_new(const char *path);
 /* Adds a tensor whose bytes are at src (inside the mapped file or any buffer that outlives the
  * call when copy is needed: the data is pointed to when aligned to the dtype and `may_point` is
- * set, else copied into an owned 64-byte aligned buffer). name need not be NUL-terminated. */
+ * set, else copied into an owned 64-byte aligned buffer; with may_point and w->defer set, a large
+ * unaligned tensor is not copied yet: it waits in pending until weights_need). name need not be
+ * NUL-terminated. */
 tern_status_t weights_add(weights_t *w, const char *name, size_t name_len, dtype_t dt, int rank,
                           const int64_t *shape, const void *src, size_t nbytes, int may_point);
 /* Adds alias -> target (target must be a tensor already added). */

@@ -37,7 +37,9 @@
 #include "base/base.h"
 #include "check.h"
 #include "mini_model.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/transformer.h"
 #include "model/weights.h"
 
 static char tmp_root[256];
@@ -307,6 +309,84 @@ static void test_valid(void) {
             CHECK(!strcmp(tern_model_info(tm).format, "tern"));
             tern_model_free(tm);
         }
+    }
+    mm_free(&m);
+}
+
+/* ------------------------------------------------------------ deferred copies
+ * Loaded with WEIGHTS_DEFER_COPIES, a tensor of a page or more that is not aligned in model.bin is
+ * not copied: weights_bytes() gives its bytes as written, weights_need()/weights_settle() copy it
+ * (aligned, the same bytes); tern_model_load() quantizes float32 weights to int8 straight from the
+ * file (through a small aligned buffer): the int8 rows and scales equal the reference quantizer
+ * (quantize_rows_s8_ref, kernels_ref.c) run on the floats the test wrote. */
+static void test_deferred(void) {
+    char dir[512], p[1024];
+    mm_model_t m;
+    mm_shape_t s = {1, 1, 64, 2, 128, 40, 50, 1, 0, 1, 0, 0, 7};
+    mm_build(&m, &s);
+    make_dir(dir, sizeof dir, "deferred");
+    write_ct2_dir(dir, &m, &s, 6, NULL, NULL);
+    file_in(p, sizeof p, dir, "model.bin");
+    weights_t *w = NULL;
+    tern_status_t st = weights_load_ct2_flags(&w, p, WEIGHTS_DEFER_COPIES);
+    CHECK_MSG(st == TERN_OK, "deferred load: %s", tern_last_error());
+    if (!w) return;
+    int pending = 0, bad = 0;
+    const tensor_t *first = NULL;
+    for (int i = 0; i < m.n; i++) {
+        const mm_var_t *v = &m.v[i];
+        const tensor_t *t = weights_get(w, v->name);
+        const void *b = t ? weights_bytes(w, t) : NULL;
+        if (!t || !b || t->nbytes != v->nbytes || (v->nbytes && memcmp(b, v->data, v->nbytes))) {
+            bad++;
+            continue;
+        }
+        if (!t->data) {
+            pending++;
+            bad += t->nbytes < WEIGHTS_DEFER_MIN_BYTES; /* only large ones wait */
+            if (!first) first = t;
+        }
+    }
+    CHECK_MSG(bad == 0, "deferred load: %d tensors' bytes differ from what was written", bad);
+    CHECK_MSG(pending >= 3, "deferred load: %d tensors pending (the test needs unaligned large ones)", pending);
+    if (first) {
+        CHECK(weights_need(w, first) == TERN_OK);
+        CHECK(first->data && (uintptr_t)first->data % dtype_size(first->dtype) == 0);
+    }
+    CHECK(weights_settle(w) == TERN_OK);
+    check_weights_match("deferred load, settled", w, &m, 1);
+    weights_free(w);
+
+    tern_model_options_t o = tern_model_default_options();
+    o.compute_type = TERN_COMPUTE_INT8;
+    tern_model_t *tm = NULL;
+    st = tern_model_load(&tm, dir, &o);
+    CHECK_MSG(st == TERN_OK, "int8 load: %s", tern_last_error());
+    if (tm) {
+        const transformer_t *net = tm->net;
+        struct {
+            const char *name;
+            const linear_t *lin;
+        } mats[] = {{"encoder/layer_0/ffn/linear_0/weight", &net->enc[0].ffn1},
+                    {"encoder/layer_0/ffn/linear_1/weight", &net->enc[0].ffn2},
+                    {"decoder/layer_0/self_attention/linear_0/weight", &net->dec[0].qkv},
+                    {"decoder/projection/weight", &net->proj}};
+        for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
+            const mm_var_t *v = &m.v[var_index(&m, mats[k].name)];
+            int N = (int)v->shape[0], K = (int)v->shape[1];
+            int8_t *q = malloc((size_t)N * K);
+            float *sc = malloc((size_t)N * sizeof(float)), *f = malloc((size_t)N * K * sizeof(float));
+            memcpy(f, v->data, (size_t)N * K * sizeof(float));
+            quantize_rows_s8_ref(q, sc, f, N, K);
+            const linear_t *L = mats[k].lin;
+            CHECK_MSG(L->kind == WEIGHT_S8 && L->q && !memcmp(L->q, q, (size_t)N * K) &&
+                      !memcmp(L->scale, sc, (size_t)N * sizeof(float)),
+                      "int8 from the file: %s differs from quantize_rows_s8_ref", mats[k].name);
+            free(q);
+            free(sc);
+            free(f);
+        }
+        tern_model_free(tm);
     }
     mm_free(&m);
 }
@@ -1170,6 +1250,7 @@ int main(int argc, char **argv) {
         for (int i = 2; i < argc; i++) test_real_model(argv[i]);
     } else {
         test_valid();
+        test_deferred();
         test_truncation_ct2();
         test_truncation_safetensors();
         test_corrupt_ct2();
