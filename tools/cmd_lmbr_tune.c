@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "batch/extras.h"
 #include "text/score.h"
 
 static void usage(FILE *f) {
@@ -17,9 +18,10 @@ static void usage(FILE *f) {
 "Tunes LMBR's parameters on a development set: starting from the defaults, each parameter in turn\n"
 "takes every value of its grid with the others held, the best corpus BLEU (sacreBLEU's, 13a) is\n"
 "kept, and rounds repeat until none improves. Prints every setting tried with its BLEU, the plain\n"
-"beam search's BLEU, and the best setting as tern translate options.\n"
+"beam search's BLEU, and the best setting as tern translate options. lambda starts at tern\n"
+"translate's default, 0.5 divided by the number of models.\n"
 "\n"
-"  -m, --model DIR             model directory\n"
+CLI_MODELS_HELP
 "  -s, --source FILE           development source\n"
 "  -r, --ref FILE              its reference\n"
 "  --lmbr-evidence FILE        n-best list of a system for the development source (repeatable)\n"
@@ -35,7 +37,7 @@ static void usage(FILE *f) {
 "  -h, --help                  this help\n");
 }
 
-enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK };
+enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},         {"source", required_argument, 0, 's'},
@@ -45,6 +47,7 @@ static const struct option long_opts[] = {
     {"grid-lambda", required_argument, 0, O_GL},  {"rounds", required_argument, 0, O_ROUNDS},
     {"beam-size", required_argument, 0, 'b'},     {"pretokenized", no_argument, 0, O_PRETOK},
     {"threads", required_argument, 0, 't'},       {"help", no_argument, 0, 'h'},
+    {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {0, 0, 0, 0},
 };
 
@@ -156,18 +159,21 @@ static tern_status_t evaluate(const tern_model_t *m, const tern_translate_option
 }
 
 int cmd_lmbr_tune(int argc, char **argv) {
-    const char *C = "lmbr-tune", *model_dir = NULL, *src_path = NULL, *ref_path = NULL;
+    const char *C = "lmbr-tune", *src_path = NULL, *ref_path = NULL;
     const char *ev[64];
     float w[64], grid[4][MAXG] = {{0.25f, 0.5f, 1, 2}, {0.6f, 0.75f, 0.85f, 0.95f}, {0.5f, 0.6f, 0.7f, 0.8f},
                                   {0.1f, 0.25f, 0.5f, 1, 2}};
     int ng[4] = {4, 4, 4, 5}, nev = 0, nw = 0, rounds = 3, ok = 1, c;
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:s:r:b:t:h", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
+        case 'm': ok = cli_models_add(C, &models, optarg); break;
+        case O_ENS_W: ok = cli_models_weights(C, &models, optarg); break;
+        case O_ENS_MODE: ok = cli_models_mode(C, &models, optarg); break;
         case 's': src_path = optarg; break;
         case 'r': ref_path = optarg; break;
         case O_EV:
@@ -187,7 +193,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
         default: ok = 0; break;
         }
     }
-    if (!ok || !model_dir || !src_path || !ref_path || nev == 0 || (nw && nw != nev)) {
+    if (!ok || models.n == 0 || !src_path || !ref_path || nev == 0 || (nw && nw != nev)) {
         if (ok) fprintf(stderr, "tern lmbr-tune: needs -m, -s, -r and --lmbr-evidence (and as many weights as files)\n");
         fprintf(stderr, "see tern lmbr-tune --help\n");
         return 2;
@@ -206,7 +212,18 @@ int cmd_lmbr_tune(int argc, char **argv) {
     int nref = 0;
     char **refs = split_lines(ref, ref_len, &nref);
     tern_model_t *m = NULL;
-    tern_status_t st = refs ? tern_model_load(&m, model_dir, &mo) : tern_error(TERN_ERR_NOMEM, "out of memory");
+    if (!refs) {
+        fprintf(stderr, "tern lmbr-tune: out of memory\n");
+        free(src), free(ref);
+        return 1;
+    }
+    int lrc = cli_models_load(C, &models, &mo, &m);
+    if (lrc) {
+        free(refs), free(src), free(ref);
+        return lrc;
+    }
+    o.lmbr_lambda = extras_lmbr_lambda(m, &o);
+    tern_status_t st = TERN_OK;
     eval_t *done = NULL;
     int ndone = 0, cap = 0;
     double plain = 0;

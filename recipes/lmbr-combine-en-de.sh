@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# recipes/lmbr-combine-en-de.sh — system combination on Multi30k en-de with LMBR (issue 11):
+# n-best evidence from two or more Tern systems, LMBR's parameters tuned on val with
+# `tern lmbr-tune`, then test_2016_flickr.
+#
+#   bash recipes/lmbr-combine-en-de.sh SYSTEM_A SYSTEM_B [SYSTEM_C ...]
+#   WORK=/some/dir EV_BEAM=12 EV_N=12 THREADS=1 bash recipes/lmbr-combine-en-de.sh A B
+#
+# SYSTEMs are model directories (tern translate -m) with identical target vocabularies (for the
+# ensemble rows; the evidence itself is text, read through the decoding model's SentencePiece).
+#
+# Steps (val is the only set anything is chosen on; test is decoded once per row):
+#  1. evidence: each system's EV_N-best list (beam EV_BEAM, `i ||| hypothesis ||| score`, scores
+#     unnormalized log-probabilities) of val and of test;
+#  2. each system's beam-5 BLEU on val: the best one is "the best single system" (BEST);
+#  3. `tern lmbr-tune` on val, coordinate search over small grids (GRID_* below): once with BEST,
+#     once with the ensemble of all systems, both with the pooled evidence of all systems;
+#     `tern mbr`'s alpha likewise on val (MBR_ALPHAS);
+#  4. test_2016_flickr: each system (beam 5), the ensemble (beam 5), MBR over the pooled evidence,
+#     LMBR with BEST + pooled evidence, LMBR with the ensemble + pooled evidence, with the tuned
+#     parameters; BLEU from `tern score` (sacreBLEU's, 13a) and sentences/s of the row's own
+#     decoding (the evidence's cost is listed in its own rows).
+# The table goes to $WORK/RESULTS.md; everything is cached in $WORK (delete it to start over).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TERN=${TERN_BIN:-$ROOT/build/tern}
+DATA=${TERN_DATA:-$ROOT/../shared/data}/multi30k
+WORK=${WORK:-/tmp/tern-recipes/lmbr-combine}
+THREADS=${THREADS:-1}
+BEAM=${BEAM:-5}
+EV_BEAM=${EV_BEAM:-12}
+EV_N=${EV_N:-12}
+GRID_ALPHA=${GRID_ALPHA:-0.25,0.5,1}
+GRID_P=${GRID_P:-0.6,0.85}
+GRID_R=${GRID_R:-0.5,0.7}
+GRID_LAMBDA=${GRID_LAMBDA:-0.1,0.25,0.5,1}
+ROUNDS=${ROUNDS:-2}
+MBR_ALPHAS=${MBR_ALPHAS:-0.1 0.25 0.5 1}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+
+[ $# -ge 2 ] || { echo "usage: $0 SYSTEM_A SYSTEM_B [SYSTEM_C ...]" >&2; exit 2; }
+for f in val.en val.de test_2016_flickr.en test_2016_flickr.de; do
+  [ -f "$DATA/$f" ] || { echo "lmbr-combine: $DATA/$f not found (set TERN_DATA)" >&2; exit 1; }
+done
+[ -x "$TERN" ] || { echo "lmbr-combine: $TERN not found: build with make (or set TERN_BIN)" >&2; exit 1; }
+SYS=("$@")
+NS=${#SYS[@]}
+mkdir -p "$WORK"
+cd "$WORK"
+TEST=test_2016_flickr
+
+now() { echo "$EPOCHREALTIME"; }
+bleu() { "$TERN" score -r "$DATA/$1.de" "$2" | sed -n "s/^BLEU[^=]*= *\([0-9.]*\).*/\1/p"; }
+lines() { wc -l < "$DATA/$1.en"; }
+# timed SET OUT CMD...: runs CMD > OUT unless OUT exists, records seconds in OUT.sec
+timed() {
+  local out=$1; shift
+  if [ ! -s "$out" ] || [ ! -f "$out.sec" ]; then
+    local t0; t0=$(now)
+    "$@" > "$out.tmp"
+    mv "$out.tmp" "$out"
+    echo "$(now) - $t0" | bc -l > "$out.sec"
+  fi
+}
+speed() { echo "$(lines "$1") / $(cat "$2.sec")" | bc -l | xargs printf '%.0f'; }
+secs() { xargs printf '%.1f' < "$1.sec"; }
+
+EV_VAL=() EV_TEST=() MS=()
+for i in "${!SYS[@]}"; do
+  s=${SYS[$i]}
+  MS+=(-m "$s")
+  for set in val $TEST; do
+    timed "ev$i.$set.nbest" "$TERN" translate -m "$s" -b "$EV_BEAM" -n "$EV_N" -t "$THREADS" -q "$DATA/$set.en"
+    timed "sys$i.$set.b$BEAM" "$TERN" translate -m "$s" -b "$BEAM" -t "$THREADS" -q "$DATA/$set.en"
+  done
+  EV_VAL+=(--lmbr-evidence "ev$i.val.nbest")
+  EV_TEST+=(--lmbr-evidence "ev$i.$TEST.nbest")
+done
+
+# the best single system: highest beam-5 BLEU on val
+best=0 best_bleu=-1
+for i in "${!SYS[@]}"; do
+  b=$(bleu val "sys$i.val.b$BEAM")
+  echo "system $i (${SYS[$i]}): val BLEU $b"
+  if (( $(echo "$b > $best_bleu" | bc -l) )); then best=$i best_bleu=$b; fi
+done
+echo "best single system on val: $best (${SYS[$best]})"
+
+tune() { # tune OUT MODEL-ARGS...
+  local out=$1; shift
+  [ -s "$out" ] && grep -q '^best:' "$out" && return 0
+  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" -t "$THREADS" \
+    --grid-alpha "$GRID_ALPHA" --grid-p "$GRID_P" --grid-r "$GRID_R" --grid-lambda "$GRID_LAMBDA" \
+    --rounds "$ROUNDS" > "$out.tmp"
+  mv "$out.tmp" "$out"
+}
+best_opts() { grep '^best:' "$1" | sed 's/^best: //; s/  BLEU.*//'; }
+
+tune tune.best.txt -m "${SYS[$best]}"
+tune tune.ens.txt "${MS[@]}"
+OPT_BEST=$(best_opts tune.best.txt)
+OPT_ENS=$(best_opts tune.ens.txt)
+echo "tuned (best single + evidence): $OPT_BEST"
+echo "tuned (ensemble + evidence):    $OPT_ENS"
+
+# MBR's alpha on val
+mbr_alpha=1 mbr_val=-1
+EVF_VAL=() EVF_TEST=()
+for i in "${!SYS[@]}"; do EVF_VAL+=("ev$i.val.nbest"); EVF_TEST+=("ev$i.$TEST.nbest"); done
+for a in $MBR_ALPHAS; do
+  "$TERN" mbr --alpha "$a" --lines "$(lines val)" "${EVF_VAL[@]}" > mbr.val.$a
+  b=$(bleu val mbr.val.$a)
+  echo "mbr alpha $a: val BLEU $b"
+  if (( $(echo "$b > $mbr_val" | bc -l) )); then mbr_alpha=$a mbr_val=$b; fi
+done
+
+# test
+timed "ens.$TEST.b$BEAM" "$TERN" translate "${MS[@]}" -b "$BEAM" -t "$THREADS" -q "$DATA/$TEST.en"
+timed "mbr.$TEST" "$TERN" mbr --alpha "$mbr_alpha" --lines "$(lines $TEST)" "${EVF_TEST[@]}"
+# shellcheck disable=SC2086
+timed "lmbr.best.$TEST" "$TERN" translate -m "${SYS[$best]}" -b "$BEAM" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_BEST \
+  "$DATA/$TEST.en"
+# shellcheck disable=SC2086
+timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_ENS \
+  "$DATA/$TEST.en"
+
+{
+  echo "| system | beam | $TEST BLEU | val BLEU | sentences/s ($THREADS thread) |"
+  echo "|---|---|---|---|---|"
+  for i in "${!SYS[@]}"; do
+    echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM") | $(bleu val "sys$i.val.b$BEAM") | $(speed $TEST "sys$i.$TEST.b$BEAM") |"
+  done
+  for i in "${!SYS[@]}"; do
+    echo "| evidence $i: $EV_N-best of ${SYS[$i]} | $EV_BEAM | | | $(speed $TEST "ev$i.$TEST.nbest") |"
+  done
+  echo "| ensemble (all systems) | $BEAM | $(bleu $TEST "ens.$TEST.b$BEAM") | | $(speed $TEST "ens.$TEST.b$BEAM") |"
+  echo "| MBR (BLEU utility) over the pooled evidence, alpha $mbr_alpha | | $(bleu $TEST "mbr.$TEST") | $mbr_val | $(speed $TEST "mbr.$TEST") (reranking only) |"
+  echo "| LMBR: system $best + pooled evidence | $BEAM | $(bleu $TEST "lmbr.best.$TEST") | $(grep '^best:' tune.best.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.best.$TEST") |"
+  echo "| LMBR: ensemble + pooled evidence | $BEAM | $(bleu $TEST "lmbr.ens.$TEST") | $(grep '^best:' tune.ens.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.ens.$TEST") |"
+  echo
+  echo "LMBR (system $best): $OPT_BEST"
+  echo "LMBR (ensemble): $OPT_ENS"
+} > RESULTS.md
+cat RESULTS.md
