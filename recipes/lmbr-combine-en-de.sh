@@ -12,7 +12,8 @@
 # Steps (val is the only set anything is chosen on; test is decoded once per row):
 #  1. evidence: each system's EV_N-best list (beam EV_BEAM, `i ||| hypothesis ||| score`, scores
 #     unnormalized log-probabilities) of val and of test;
-#  2. each system's beam-5 BLEU on val: the best one is "the best single system" (BEST);
+#  2. each system's beam-5 BLEU on val (length penalty LP, default 1: the better of 0 and 1 on val
+#     for these systems): the best one is "the best single system" (BEST);
 #  3. `tern lmbr-tune` on val, coordinate search over small grids (GRID_* below): once with BEST,
 #     once with the ensemble of all systems, both with the pooled evidence of all systems;
 #     `tern mbr`'s alpha likewise on val (MBR_ALPHAS);
@@ -29,6 +30,8 @@ DATA=${TERN_DATA:-$ROOT/../shared/data}/multi30k
 WORK=${WORK:-/tmp/tern-recipes/lmbr-combine}
 THREADS=${THREADS:-1}
 BEAM=${BEAM:-5}
+LP=${LP:-1}
+EV_LP=${EV_LP:-0}
 EV_BEAM=${EV_BEAM:-12}
 EV_N=${EV_N:-12}
 GRID_ALPHA=${GRID_ALPHA:-0.25,0.5,1}
@@ -71,8 +74,10 @@ for i in "${!SYS[@]}"; do
   s=${SYS[$i]}
   MS+=(-m "$s")
   for set in val $TEST; do
-    timed "ev$i.$set.nbest" "$TERN" translate -m "$s" -b "$EV_BEAM" -n "$EV_N" -t "$THREADS" -q "$DATA/$set.en"
-    timed "sys$i.$set.b$BEAM" "$TERN" translate -m "$s" -b "$BEAM" -t "$THREADS" -q "$DATA/$set.en"
+    timed "ev$i.$set.nbest" "$TERN" translate -m "$s" -b "$EV_BEAM" -n "$EV_N" --length-penalty "$EV_LP" \
+      -t "$THREADS" -q "$DATA/$set.en"
+    timed "sys$i.$set.b$BEAM.lp$LP" "$TERN" translate -m "$s" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q \
+      "$DATA/$set.en"
   done
   EV_VAL+=(--lmbr-evidence "ev$i.val.nbest")
   EV_TEST+=(--lmbr-evidence "ev$i.$TEST.nbest")
@@ -81,7 +86,7 @@ done
 # the best single system: highest beam-5 BLEU on val
 best=0 best_bleu=-1
 for i in "${!SYS[@]}"; do
-  b=$(bleu val "sys$i.val.b$BEAM")
+  b=$(bleu val "sys$i.val.b$BEAM.lp$LP")
   echo "system $i (${SYS[$i]}): val BLEU $b"
   if (( $(echo "$b > $best_bleu" | bc -l) )); then best=$i best_bleu=$b; fi
 done
@@ -90,8 +95,8 @@ echo "best single system on val: $best (${SYS[$best]})"
 tune() { # tune OUT MODEL-ARGS...
   local out=$1; shift
   [ -s "$out" ] && grep -q '^best:' "$out" && return 0
-  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" -t "$THREADS" \
-    --grid-alpha "$GRID_ALPHA" --grid-p "$GRID_P" --grid-r "$GRID_R" --grid-lambda "$GRID_LAMBDA" \
+  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" --length-penalty "$LP" \
+    -t "$THREADS" --grid-alpha "$GRID_ALPHA" --grid-p "$GRID_P" --grid-r "$GRID_R" --grid-lambda "$GRID_LAMBDA" \
     --rounds "$ROUNDS" > "$out.tmp"
   mv "$out.tmp" "$out"
 }
@@ -116,25 +121,28 @@ for a in $MBR_ALPHAS; do
 done
 
 # test
-timed "ens.$TEST.b$BEAM" "$TERN" translate "${MS[@]}" -b "$BEAM" -t "$THREADS" -q "$DATA/$TEST.en"
+timed "ens.$TEST.b$BEAM.lp$LP" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q \
+  "$DATA/$TEST.en"
 timed "mbr.$TEST" "$TERN" mbr --alpha "$mbr_alpha" --lines "$(lines $TEST)" "${EVF_TEST[@]}"
 # shellcheck disable=SC2086
-timed "lmbr.best.$TEST" "$TERN" translate -m "${SYS[$best]}" -b "$BEAM" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_BEST \
+timed "lmbr.best.$TEST" "$TERN" translate -m "${SYS[$best]}" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_BEST \
   "$DATA/$TEST.en"
 # shellcheck disable=SC2086
-timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_ENS \
+timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_ENS \
   "$DATA/$TEST.en"
 
 {
+  echo "beam $BEAM, length penalty $LP; evidence: beam $EV_BEAM, $EV_N-best, length penalty $EV_LP"
+  echo
   echo "| system | beam | $TEST BLEU | val BLEU | sentences/s ($THREADS thread) |"
   echo "|---|---|---|---|---|"
   for i in "${!SYS[@]}"; do
-    echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM") | $(bleu val "sys$i.val.b$BEAM") | $(speed $TEST "sys$i.$TEST.b$BEAM") |"
+    echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM.lp$LP") | $(bleu val "sys$i.val.b$BEAM.lp$LP") | $(speed $TEST "sys$i.$TEST.b$BEAM.lp$LP") |"
   done
   for i in "${!SYS[@]}"; do
     echo "| evidence $i: $EV_N-best of ${SYS[$i]} | $EV_BEAM | | | $(speed $TEST "ev$i.$TEST.nbest") |"
   done
-  echo "| ensemble (all systems) | $BEAM | $(bleu $TEST "ens.$TEST.b$BEAM") | | $(speed $TEST "ens.$TEST.b$BEAM") |"
+  echo "| ensemble (all systems) | $BEAM | $(bleu $TEST "ens.$TEST.b$BEAM.lp$LP") | | $(speed $TEST "ens.$TEST.b$BEAM.lp$LP") |"
   echo "| MBR (BLEU utility) over the pooled evidence, alpha $mbr_alpha | | $(bleu $TEST "mbr.$TEST") | $mbr_val | $(speed $TEST "mbr.$TEST") (reranking only) |"
   echo "| LMBR: system $best + pooled evidence | $BEAM | $(bleu $TEST "lmbr.best.$TEST") | $(grep '^best:' tune.best.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.best.$TEST") |"
   echo "| LMBR: ensemble + pooled evidence | $BEAM | $(bleu $TEST "lmbr.ens.$TEST") | $(grep '^best:' tune.ens.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.ens.$TEST") |"

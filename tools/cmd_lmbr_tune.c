@@ -32,12 +32,13 @@ CLI_MODELS_HELP
 "  --grid-lambda LIST          values of lambda (default 0.1,0.25,0.5,1,2)\n"
 "  --rounds N                  at most N rounds (default 3)\n"
 "  -b, --beam-size N           beam size (default 4)\n"
+"  --length-penalty A          length normalization exponent (as tern translate; default 0)\n"
 "  --pretokenized              source, evidence and output are pieces (no SentencePiece)\n"
 "  -t, --threads N             intra-op threads (default: all cores)\n"
 "  -h, --help                  this help\n");
 }
 
-enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE };
+enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE, O_LP };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},         {"source", required_argument, 0, 's'},
@@ -48,6 +49,7 @@ static const struct option long_opts[] = {
     {"beam-size", required_argument, 0, 'b'},     {"pretokenized", no_argument, 0, O_PRETOK},
     {"threads", required_argument, 0, 't'},       {"help", no_argument, 0, 'h'},
     {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
+    {"length-penalty", required_argument, 0, O_LP},
     {0, 0, 0, 0},
 };
 
@@ -188,6 +190,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
         case O_ROUNDS: ok = cli_int(C, "--rounds", optarg, 1, 100, &rounds); break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
         case O_PRETOK: mo.use_spm = 0; break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty); break;
         case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.threads_per_worker); break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
@@ -230,7 +233,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
     float cur[4] = {o.lmbr_alpha, o.lmbr_p, o.lmbr_r, o.lmbr_lambda}, best_v[4];
     double best = -1;
     if (!st) st = evaluate(m, &o, cur, 0, src, src_len, (const char *const *)refs, nref, &plain);
-    if (!st) printf("plain beam search (beam %d): BLEU %.2f\n", o.beam_size, plain);
+    if (!st) printf("plain beam search (beam %d, length penalty %g): BLEU %.2f\n", o.beam_size, o.length_penalty, plain);
     memcpy(best_v, cur, sizeof cur);
     for (int round = 0; !st && round < rounds; round++) {
         int improved = 0;
