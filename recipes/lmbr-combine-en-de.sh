@@ -13,7 +13,9 @@
 #  1. evidence: each system's EV_N-best list (beam EV_BEAM, `i ||| hypothesis ||| score`, scores
 #     unnormalized log-probabilities) of val and of test;
 #  2. each system's beam-5 BLEU on val (length penalty LP, default 1: the better of 0 and 1 on val
-#     for these systems): the best one is "the best single system" (BEST);
+#     for these systems): the best one is "the best single system" (BEST); LMBR decodes with
+#     LMBR_LP (default 0: its Θ0 per word is the length term, and an LMBR score, which can be
+#     positive, is not a log-probability to normalize by length);
 #  3. `tern lmbr-tune` on val, coordinate search over small grids (GRID_* below): once with BEST,
 #     once with the ensemble of all systems, both with the pooled evidence of all systems;
 #     `tern mbr`'s alpha likewise on val (MBR_ALPHAS);
@@ -31,13 +33,14 @@ WORK=${WORK:-/tmp/tern-recipes/lmbr-combine}
 THREADS=${THREADS:-1}
 BEAM=${BEAM:-5}
 LP=${LP:-1}
+LMBR_LP=${LMBR_LP:-0}
 EV_LP=${EV_LP:-0}
 EV_BEAM=${EV_BEAM:-12}
 EV_N=${EV_N:-12}
-GRID_ALPHA=${GRID_ALPHA:-0.25,0.5,1}
+GRID_ALPHA=${GRID_ALPHA:-0.1,0.25,0.5,1}
 GRID_P=${GRID_P:-0.6,0.85}
 GRID_R=${GRID_R:-0.5,0.7}
-GRID_LAMBDA=${GRID_LAMBDA:-0.1,0.25,0.5,1}
+GRID_LAMBDA=${GRID_LAMBDA:-0.25,0.5,1,2}
 ROUNDS=${ROUNDS:-2}
 MBR_ALPHAS=${MBR_ALPHAS:-0.1 0.25 0.5 1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -95,7 +98,7 @@ echo "best single system on val: $best (${SYS[$best]})"
 tune() { # tune OUT MODEL-ARGS...
   local out=$1; shift
   [ -s "$out" ] && grep -q '^best:' "$out" && return 0
-  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" --length-penalty "$LP" \
+  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" --length-penalty "$LMBR_LP" \
     -t "$THREADS" --grid-alpha "$GRID_ALPHA" --grid-p "$GRID_P" --grid-r "$GRID_R" --grid-lambda "$GRID_LAMBDA" \
     --rounds "$ROUNDS" > "$out.tmp"
   mv "$out.tmp" "$out"
@@ -125,14 +128,14 @@ timed "ens.$TEST.b$BEAM.lp$LP" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-
   "$DATA/$TEST.en"
 timed "mbr.$TEST" "$TERN" mbr --alpha "$mbr_alpha" --lines "$(lines $TEST)" "${EVF_TEST[@]}"
 # shellcheck disable=SC2086
-timed "lmbr.best.$TEST" "$TERN" translate -m "${SYS[$best]}" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_BEST \
+timed "lmbr.best.$TEST" "$TERN" translate -m "${SYS[$best]}" -b "$BEAM" --length-penalty "$LMBR_LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_BEST \
   "$DATA/$TEST.en"
 # shellcheck disable=SC2086
-timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty "$LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_ENS \
+timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty "$LMBR_LP" -t "$THREADS" -q "${EV_TEST[@]}" $OPT_ENS \
   "$DATA/$TEST.en"
 
 {
-  echo "beam $BEAM, length penalty $LP; evidence: beam $EV_BEAM, $EV_N-best, length penalty $EV_LP"
+  echo "beam $BEAM, length penalty $LP (LMBR: $LMBR_LP); evidence: beam $EV_BEAM, $EV_N-best, length penalty $EV_LP"
   echo
   echo "| system | beam | $TEST BLEU | val BLEU | sentences/s ($THREADS thread) |"
   echo "|---|---|---|---|---|"
