@@ -37,11 +37,14 @@ LMBR_LP=${LMBR_LP:-0}
 EV_LP=${EV_LP:-0}
 EV_BEAM=${EV_BEAM:-12}
 EV_N=${EV_N:-12}
-GRID_ALPHA=${GRID_ALPHA:-0.1,0.25,0.5,1}
-GRID_P=${GRID_P:-0.6,0.85}
-GRID_R=${GRID_R:-0.5,0.7}
-GRID_LAMBDA=${GRID_LAMBDA:-0.25,0.5,1,2}
-ROUNDS=${ROUNDS:-2}
+# the tuning set: the first DEV_LINES lines of val (the machine is shared: each setting decodes it)
+DEV_LINES=${DEV_LINES:-500}
+GRID_ALPHA=${GRID_ALPHA:-0.1,0.25}
+GRID_P=${GRID_P:-0.6}
+GRID_R=${GRID_R:-0.5}
+GRID_LAMBDA=${GRID_LAMBDA:-0.5,1,2}
+GRID_WEIGHTS=${GRID_WEIGHTS:-}   # e.g. 0.5,2: also tune the weights of systems 2.. (system 1: 1)
+ROUNDS=${ROUNDS:-1}
 MBR_ALPHAS=${MBR_ALPHAS:-0.1 0.25 0.5 1}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
@@ -95,18 +98,26 @@ for i in "${!SYS[@]}"; do
 done
 echo "best single system on val: $best (${SYS[$best]})"
 
+head -n "$DEV_LINES" "$DATA/val.en" > dev.en
+head -n "$DEV_LINES" "$DATA/val.de" > dev.de
+GW=()
+[ -n "$GRID_WEIGHTS" ] && GW=(--grid-weights "$GRID_WEIGHTS")
 tune() { # tune OUT MODEL-ARGS...
   local out=$1; shift
   [ -s "$out" ] && grep -q '^best:' "$out" && return 0
-  "$TERN" lmbr-tune "$@" -s "$DATA/val.en" -r "$DATA/val.de" "${EV_VAL[@]}" -b "$BEAM" --length-penalty "$LMBR_LP" \
+  "$TERN" lmbr-tune "$@" -s dev.en -r dev.de "${EV_VAL[@]}" -b "$BEAM" --length-penalty "$LMBR_LP" \
     -t "$THREADS" --grid-alpha "$GRID_ALPHA" --grid-p "$GRID_P" --grid-r "$GRID_R" --grid-lambda "$GRID_LAMBDA" \
-    --rounds "$ROUNDS" > "$out.tmp"
+    "${GW[@]}" --rounds "$ROUNDS" > "$out.tmp" 2> "$out.err"
   mv "$out.tmp" "$out"
 }
 best_opts() { grep '^best:' "$1" | sed 's/^best: //; s/  BLEU.*//'; }
 
-tune tune.best.txt -m "${SYS[$best]}"
-tune tune.ens.txt "${MS[@]}"
+# the two tunings run side by side (each on one thread)
+tune tune.best.txt -m "${SYS[$best]}" &
+p1=$!
+tune tune.ens.txt "${MS[@]}" &
+p2=$!
+wait $p1 && wait $p2
 OPT_BEST=$(best_opts tune.best.txt)
 OPT_ENS=$(best_opts tune.ens.txt)
 echo "tuned (best single + evidence): $OPT_BEST"
@@ -117,8 +128,8 @@ mbr_alpha=1 mbr_val=-1
 EVF_VAL=() EVF_TEST=()
 for i in "${!SYS[@]}"; do EVF_VAL+=("ev$i.val.nbest"); EVF_TEST+=("ev$i.$TEST.nbest"); done
 for a in $MBR_ALPHAS; do
-  "$TERN" mbr --alpha "$a" --lines "$(lines val)" "${EVF_VAL[@]}" > mbr.val.$a
-  b=$(bleu val mbr.val.$a)
+  "$TERN" mbr --alpha "$a" --lines "$DEV_LINES" "${EVF_VAL[@]}" 2> /dev/null > mbr.dev.$a
+  b=$("$TERN" score -r dev.de mbr.dev.$a | sed -n "s/^BLEU[^=]*= *\([0-9.]*\).*/\1/p")
   echo "mbr alpha $a: val BLEU $b"
   if (( $(echo "$b > $mbr_val" | bc -l) )); then mbr_alpha=$a mbr_val=$b; fi
 done
@@ -137,7 +148,7 @@ timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty 
 {
   echo "beam $BEAM, length penalty $LP (LMBR: $LMBR_LP); evidence: beam $EV_BEAM, $EV_N-best, length penalty $EV_LP"
   echo
-  echo "| system | beam | $TEST BLEU | val BLEU | sentences/s ($THREADS thread) |"
+  echo "| system | beam | $TEST BLEU | val BLEU (LMBR, MBR: first $DEV_LINES lines) | sentences/s ($THREADS thread) |"
   echo "|---|---|---|---|---|"
   for i in "${!SYS[@]}"; do
     echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM.lp$LP") | $(bleu val "sys$i.val.b$BEAM.lp$LP") | $(speed $TEST "sys$i.$TEST.b$BEAM.lp$LP") |"
