@@ -282,8 +282,9 @@ def test_lmbr_default_lambda_is_half_over_models(tmp_path):
 
 def test_lmbr_tune_reports_reproducible_best(tmp_path):
     """`tern lmbr-tune` with the shipped en-de model on 40 Multi30k val lines (evidence: its own 6-best
-    lists): the best setting it prints is the highest BLEU of the settings it printed, and
-    `tern translate` with those options gives that BLEU under sacreBLEU (as does the plain line)."""
+    and 3-best lists, their weights tuned too with --grid-weights): the best setting it prints is
+    the highest BLEU of the settings it printed, and `tern translate` with those options gives that
+    BLEU under sacreBLEU (as does the plain line)."""
     sacrebleu = pytest.importorskip("sacrebleu")
     root = os.path.dirname(HERE)
     tern_bin = os.environ.get("TERN_BIN", os.path.join(root, "build", "tern"))
@@ -299,19 +300,25 @@ def test_lmbr_tune_reports_reproducible_best(tmp_path):
                          str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
     assert nb.returncode == 0, nb.stderr
     (tmp_path / "ev.nbest").write_text(nb.stdout, encoding="utf-8")
+    nb3 = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "3", "-n", "3", "-q", "-t", "1",
+                          str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
+    assert nb3.returncode == 0, nb3.stderr
+    (tmp_path / "ev3.nbest").write_text(nb3.stdout, encoding="utf-8")
     r = subprocess.run([tern_bin, "lmbr-tune", "-m", mdir, "-s", str(tmp_path / "in.txt"), "-r",
-                        str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--grid-alpha",
-                        "0.5,2", "--grid-p", "0.7,0.9", "--grid-r", "0.6,0.8", "--grid-lambda", "0.3,1,3", "-t", "1"],
+                        str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--lmbr-evidence",
+                        str(tmp_path / "ev3.nbest"), "--grid-alpha", "0.5,2", "--grid-p", "0.7,0.9", "--grid-r",
+                        "0.6,0.8", "--grid-lambda", "0.3,1,3", "--grid-weights", "0.3,3", "-t", "1"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     tried = [float(l.rsplit("BLEU", 1)[1]) for l in lines if l.startswith("alpha ")]
     best_line = [l for l in lines if l.startswith("best: ")][0]
     plain_line = [l for l in lines if l.startswith("plain beam search")][0]
-    opts = best_line.split()[1:9]
+    opts = best_line.split("BLEU")[0].split()[1:]
     best_bleu = float(best_line.split("BLEU")[1].split()[0])
     print("\n" + r.stdout)
-    assert len(tried) >= 8 and best_bleu == max(tried) and len(set(tried)) > 1
+    assert len(tried) >= 10 and best_bleu == max(tried) and len(set(tried)) > 1
+    assert opts[8] == "--lmbr-weights" and opts[9].startswith("1,") and "weights 1," in lines[1]
 
     def bleu_of(extra):
         out = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "4", "-q", "-t", "1", str(tmp_path / "in.txt")]
@@ -319,5 +326,6 @@ def test_lmbr_tune_reports_reproducible_best(tmp_path):
         assert out.returncode == 0, out.stderr
         return sacrebleu.corpus_bleu(out.stdout.split("\n")[:-1], [refs]).score
 
-    assert abs(bleu_of(["--lmbr-evidence", str(tmp_path / "ev.nbest")] + opts) - best_bleu) <= 0.005 + 1e-9
+    ev = ["--lmbr-evidence", str(tmp_path / "ev.nbest"), "--lmbr-evidence", str(tmp_path / "ev3.nbest")]
+    assert abs(bleu_of(ev + opts) - best_bleu) <= 0.005 + 1e-9
     assert abs(bleu_of([]) - float(plain_line.split("BLEU")[1])) <= 0.005 + 1e-9
