@@ -214,6 +214,9 @@ typedef struct {
     float lmbr_lambda;          /* weight of the NMT log-probability (default 0: 0.5 divided by the
                                    number of models, the paper's setting: 0.5 for one model, 0.25
                                    for an ensemble of two) */
+    int lmbr_clip;              /* 1: each evidence n-gram earns its posterior once per hypothesis
+                                   (its count in the hypothesis clipped to 1); 0 (default): at every
+                                   occurrence, as Tromble's linear gain */
 } tern_translate_options_t;
 
 tern_translate_options_t tern_translate_default_options(void); /* thread-safe */

@@ -65,9 +65,11 @@ def ngram_posteriors(evidence, weights, alpha):
     return post
 
 
-def ref_score(c, n, y, ended, post, lmbr=True):
+def ref_score(c, n, y, ended, post, lmbr=True, clip=False):
+    """clip: an n-gram earns theta_n P(u) only at its first occurrence in y."""
     theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]
     raw = 0.0
+    seen = set()
     for t in range(len(y) + ended):
         tok = y[t] if t < len(y) else c["eos"]
         x = mock_logits(c["seed"], n, y[:t], c["V"], c["eos"])
@@ -82,15 +84,19 @@ def ref_score(c, n, y, ended, post, lmbr=True):
             raw += theta[0]
             for k in range(1, 5):
                 if t >= k - 1:
-                    raw += theta[k] * post.get(tuple(y[t - k + 1:t + 1]), 0.0)
+                    u = tuple(y[t - k + 1:t + 1])
+                    if clip and u in seen:
+                        continue
+                    seen.add(u)
+                    raw += theta[k] * post.get(u, 0.0)
     L = len(y) + ended
     return raw / (L ** c["lp"] if c["lp"] else 1.0), raw
 
 
-def run_driver(c, use_lmbr, lam, evfile):
+def run_driver(c, use_lmbr, lam, evfile, clip=False):
     args = [DRIVER] + [str(v) for v in (c["seed"], c["V"], c["bos"], c["eos"], c["B"], c["nhyp"], c["N"],
                                         c["maxlen"], c["minlen"], c["lp"], c["early"], int(use_lmbr), lam,
-                                        c["p"], c["r"], c["alpha"], evfile)]
+                                        c["p"], c["r"], c["alpha"], evfile, int(clip))]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -157,6 +163,31 @@ def test_lmbr_scores_equal_reference(driver, tmp_path):
     print(f"\n{checked} hypotheses checked; LMBR changed the best output of {changed} sentences")
     assert checked > 300
     assert changed > 10
+
+
+def test_lmbr_clip_scores_equal_reference(driver, tmp_path):
+    """--lmbr-clip: every returned hypothesis scores as the reference in which each n-gram earns
+    theta_n P(u) at its first occurrence only (1e-5); some outputs differ from unclipped LMBR, and
+    the hypotheses with a repeated evidence n-gram score differently from the unclipped reference."""
+    checked = changed = repeated = 0
+    for seed in range(300, 420):
+        c, evidence, weights, ev = make_case(seed, tmp_path)
+        got = run_driver(c, True, c["lambda"], ev, clip=True)
+        plain = run_driver(c, True, c["lambda"], ev, clip=False)
+        for n in range(c["N"]):
+            post = ngram_posteriors(evidence[n], weights, c["alpha"])
+            assert n in got and got[n], f"seed {seed} sentence {n}: no hypothesis"
+            for score, raw, y in got[n]:
+                ended = int(len(y) < c["maxlen"])
+                rs, rr = ref_score(c, n, y, ended, post, clip=True)
+                assert abs(score - rs) <= 1e-5 and abs(raw - rr) <= 1e-5, \
+                    f"seed {seed} case {c} sentence {n} hyp {y}: score {score} raw {raw}, reference {rs} {rr}"
+                checked += 1
+                repeated += abs(rr - ref_score(c, n, y, ended, post, clip=False)[1]) > 1e-6
+            changed += got[n][0][2] != plain[n][0][2]
+    print(f"\n{checked} hypotheses checked ({repeated} with a repeated evidence n-gram); clipping changed "
+          f"the best output of {changed} sentences")
+    assert checked > 300 and repeated > 20 and changed > 5
 
 
 def test_lmbr_large_lambda_equals_plain_search(driver, tmp_path):
