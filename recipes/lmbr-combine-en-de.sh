@@ -13,9 +13,9 @@
 #  1. evidence: each system's EV_N-best list (beam EV_BEAM, `i ||| hypothesis ||| score`, scores
 #     unnormalized log-probabilities) of val and of test;
 #  2. each system's beam-5 BLEU on val (length penalty LP, default 1: the better of 0 and 1 on val
-#     for these systems): the best one is "the best single system" (BEST); LMBR decodes with
-#     LMBR_LP (default 0: its Θ0 per word is the length term, and an LMBR score, which can be
-#     positive, is not a log-probability to normalize by length);
+#     for these systems): the best one is "the best single system" (BEST); the evidence's n-best
+#     lists use EV_LP (default 1: without it they are 9-11 % shorter than the references, and so
+#     are LMBR's and MBR's outputs) and LMBR decodes with LMBR_LP (default 1);
 #  3. `tern lmbr-tune` on val, coordinate search over small grids (GRID_* below): once with BEST,
 #     once with the ensemble of all systems, both with the pooled evidence of all systems;
 #     `tern mbr`'s alpha likewise on val (MBR_ALPHAS);
@@ -33,19 +33,20 @@ WORK=${WORK:-/tmp/tern-recipes/lmbr-combine}
 THREADS=${THREADS:-1}
 BEAM=${BEAM:-5}
 LP=${LP:-1}
-LMBR_LP=${LMBR_LP:-0}
-EV_LP=${EV_LP:-0}
+LMBR_LP=${LMBR_LP:-1}
+EV_LP=${EV_LP:-1}
 EV_BEAM=${EV_BEAM:-12}
 EV_N=${EV_N:-12}
 # the tuning set: the first DEV_LINES lines of val (the machine is shared: each setting decodes it)
-DEV_LINES=${DEV_LINES:-500}
-GRID_ALPHA=${GRID_ALPHA:-0.1,0.25}
+DEV_LINES=${DEV_LINES:-600}
+GRID_ALPHA=${GRID_ALPHA:-3,10}      # posteriors of length-normalized scores (EV_LP 1): sharper alphas
 GRID_P=${GRID_P:-0.6}
-GRID_R=${GRID_R:-0.5}
-GRID_LAMBDA=${GRID_LAMBDA:-0.5,1,2}
+GRID_R=${GRID_R:-0.8}
+GRID_LAMBDA=${GRID_LAMBDA:-1,2,4}
 GRID_WEIGHTS=${GRID_WEIGHTS:-}   # e.g. 0.5,2: also tune the weights of systems 2.. (system 1: 1)
 ROUNDS=${ROUNDS:-1}
-MBR_ALPHAS=${MBR_ALPHAS:-0.1 0.25 0.5 1}
+LMBR_CLIP=${LMBR_CLIP:-0}         # 1: --lmbr-clip (an evidence n-gram earns its posterior once per hypothesis)
+MBR_ALPHAS=${MBR_ALPHAS:-1 3 10 30}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 [ $# -ge 2 ] || { echo "usage: $0 SYSTEM_A SYSTEM_B [SYSTEM_C ...]" >&2; exit 2; }
@@ -62,16 +63,18 @@ TEST=test_2016_flickr
 now() { echo "$EPOCHREALTIME"; }
 bleu() { "$TERN" score -r "$DATA/$1.de" "$2" | sed -n "s/^BLEU[^=]*= *\([0-9.]*\).*/\1/p"; }
 lines() { wc -l < "$DATA/$1.en"; }
-# timed SET OUT CMD...: runs CMD > OUT unless OUT exists, records seconds in OUT.sec
+# timed OUT CMD...: runs CMD > OUT unless OUT exists, records its wall seconds in OUT.sec and its
+# CPU seconds (user + system) in OUT.cpu (on a shared machine the CPU time is the steadier figure)
 timed() {
   local out=$1; shift
   if [ ! -s "$out" ] || [ ! -f "$out.sec" ]; then
     local t0; t0=$(now)
-    "$@" > "$out.tmp"
+    /usr/bin/time -f "%U + %S" -o "$out.cpu" "$@" > "$out.tmp"
     mv "$out.tmp" "$out"
     echo "$(now) - $t0" | bc -l > "$out.sec"
   fi
 }
+cpu() { [ -f "$1.cpu" ] && bc -l < "$1.cpu" | xargs printf '%.1f' || echo "?"; }
 speed() { echo "$(lines "$1") / $(cat "$2.sec")" | bc -l | xargs printf '%.0f'; }
 secs() { xargs printf '%.1f' < "$1.sec"; }
 
@@ -102,6 +105,7 @@ head -n "$DEV_LINES" "$DATA/val.en" > dev.en
 head -n "$DEV_LINES" "$DATA/val.de" > dev.de
 GW=()
 [ -n "$GRID_WEIGHTS" ] && GW=(--grid-weights "$GRID_WEIGHTS")
+[ "$LMBR_CLIP" = 1 ] && GW+=(--lmbr-clip)
 tune() { # tune OUT MODEL-ARGS...
   local out=$1; shift
   [ -s "$out" ] && grep -q '^best:' "$out" && return 0
@@ -148,18 +152,18 @@ timed "lmbr.ens.$TEST" "$TERN" translate "${MS[@]}" -b "$BEAM" --length-penalty 
 {
   echo "beam $BEAM, length penalty $LP (LMBR: $LMBR_LP); evidence: beam $EV_BEAM, $EV_N-best, length penalty $EV_LP"
   echo
-  echo "| system | beam | $TEST BLEU | val BLEU (LMBR, MBR: first $DEV_LINES lines) | sentences/s ($THREADS thread) |"
-  echo "|---|---|---|---|---|"
+  echo "| system | beam | $TEST BLEU | val BLEU (LMBR, MBR: first $DEV_LINES lines) | sentences/s ($THREADS thread) | CPU s |"
+  echo "|---|---|---|---|---|---|"
   for i in "${!SYS[@]}"; do
-    echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM.lp$LP") | $(bleu val "sys$i.val.b$BEAM.lp$LP") | $(speed $TEST "sys$i.$TEST.b$BEAM.lp$LP") |"
+    echo "| $i: ${SYS[$i]} | $BEAM | $(bleu $TEST "sys$i.$TEST.b$BEAM.lp$LP") | $(bleu val "sys$i.val.b$BEAM.lp$LP") | $(speed $TEST "sys$i.$TEST.b$BEAM.lp$LP") | $(cpu "sys$i.$TEST.b$BEAM.lp$LP") |"
   done
   for i in "${!SYS[@]}"; do
-    echo "| evidence $i: $EV_N-best of ${SYS[$i]} | $EV_BEAM | | | $(speed $TEST "ev$i.$TEST.nbest") |"
+    echo "| evidence $i: $EV_N-best of ${SYS[$i]} | $EV_BEAM | | | $(speed $TEST "ev$i.$TEST.nbest") | $(cpu "ev$i.$TEST.nbest") |"
   done
-  echo "| ensemble (all systems) | $BEAM | $(bleu $TEST "ens.$TEST.b$BEAM.lp$LP") | | $(speed $TEST "ens.$TEST.b$BEAM.lp$LP") |"
-  echo "| MBR (BLEU utility) over the pooled evidence, alpha $mbr_alpha | | $(bleu $TEST "mbr.$TEST") | $mbr_val | $(speed $TEST "mbr.$TEST") (reranking only) |"
-  echo "| LMBR: system $best + pooled evidence | $BEAM | $(bleu $TEST "lmbr.best.$TEST") | $(grep '^best:' tune.best.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.best.$TEST") |"
-  echo "| LMBR: ensemble + pooled evidence | $BEAM | $(bleu $TEST "lmbr.ens.$TEST") | $(grep '^best:' tune.ens.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.ens.$TEST") |"
+  echo "| ensemble (all systems) | $BEAM | $(bleu $TEST "ens.$TEST.b$BEAM.lp$LP") | | $(speed $TEST "ens.$TEST.b$BEAM.lp$LP") | $(cpu "ens.$TEST.b$BEAM.lp$LP") |"
+  echo "| MBR (BLEU utility) over the pooled evidence, alpha $mbr_alpha | | $(bleu $TEST "mbr.$TEST") | $mbr_val | $(speed $TEST "mbr.$TEST") (reranking only) | $(cpu "mbr.$TEST") |"
+  echo "| LMBR: system $best + pooled evidence | $BEAM | $(bleu $TEST "lmbr.best.$TEST") | $(grep '^best:' tune.best.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.best.$TEST") | $(cpu "lmbr.best.$TEST") |"
+  echo "| LMBR: ensemble + pooled evidence | $BEAM | $(bleu $TEST "lmbr.ens.$TEST") | $(grep '^best:' tune.ens.txt | sed 's/.*BLEU \([0-9.]*\).*/\1/') | $(speed $TEST "lmbr.ens.$TEST") | $(cpu "lmbr.ens.$TEST") |"
   echo
   echo "LMBR (system $best): $OPT_BEST"
   echo "LMBR (ensemble): $OPT_ENS"
