@@ -11,7 +11,7 @@
 #
 # Steps (val is the only set anything is chosen on; test is decoded once per row):
 #  1. evidence: each system's EV_N-best list (beam EV_BEAM, `i ||| hypothesis ||| score`, scores
-#     unnormalized log-probabilities) of val and of test;
+#     log-probabilities divided by the length when EV_LP is 1) of val and of test;
 #  2. each system's beam-5 BLEU on val (length penalty LP, default 1: the better of 0 and 1 on val
 #     for these systems): the best one is "the best single system" (BEST); the evidence's n-best
 #     lists use EV_LP (default 1: without it they are 9-11 % shorter than the references, and so
@@ -21,8 +21,9 @@
 #     `tern mbr`'s alpha likewise on val (MBR_ALPHAS);
 #  4. test_2016_flickr: each system (beam 5), the ensemble (beam 5), MBR over the pooled evidence,
 #     LMBR with BEST + pooled evidence, LMBR with the ensemble + pooled evidence, with the tuned
-#     parameters; BLEU from `tern score` (sacreBLEU's, 13a) and sentences/s of the row's own
-#     decoding (the evidence's cost is listed in its own rows).
+#     parameters; BLEU from `tern score` (sacreBLEU's, 13a), sentences/s (wall) and CPU seconds of
+#     the row's own command (the evidence's cost is listed in its own rows).
+# Measured figures: docs/decoding.md ("System combination").
 # The table goes to $WORK/RESULTS.md; everything is cached in $WORK (delete it to start over).
 set -euo pipefail
 
