@@ -221,7 +221,12 @@ typedef struct {
     const float *lmbr_weights;  /* (num_lmbr_evidence) per-system weights (NULL: all 1) */
     float lmbr_alpha;           /* posteriors p(e) ∝ exp(alpha * score) (default 1) */
     float lmbr_p, lmbr_r;       /* Tromble's linear-BLEU: theta_n = 1 / (4 p r^(n-1)) (0.85, 0.7) */
-    float lmbr_lambda;          /* weight of the NMT log-probability (default 0.5) */
+    float lmbr_lambda;          /* weight of the NMT log-probability (default 0: 0.5 divided by the
+                                   number of models, the paper's setting: 0.5 for one model, 0.25
+                                   for an ensemble of two) */
+    int lmbr_clip;              /* 1: each evidence n-gram earns its posterior once per hypothesis
+                                   (its count in the hypothesis clipped to 1); 0 (default): at every
+                                   occurrence, as Tromble's linear gain */
 } tern_translate_options_t;
 
 tern_translate_options_t tern_translate_default_options(void); /* thread-safe */

@@ -65,9 +65,11 @@ def ngram_posteriors(evidence, weights, alpha):
     return post
 
 
-def ref_score(c, n, y, ended, post, lmbr=True):
+def ref_score(c, n, y, ended, post, lmbr=True, clip=False):
+    """clip: an n-gram earns theta_n P(u) only at its first occurrence in y."""
     theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]
     raw = 0.0
+    seen = set()
     for t in range(len(y) + ended):
         tok = y[t] if t < len(y) else c["eos"]
         x = mock_logits(c["seed"], n, y[:t], c["V"], c["eos"])
@@ -82,15 +84,19 @@ def ref_score(c, n, y, ended, post, lmbr=True):
             raw += theta[0]
             for k in range(1, 5):
                 if t >= k - 1:
-                    raw += theta[k] * post.get(tuple(y[t - k + 1:t + 1]), 0.0)
+                    u = tuple(y[t - k + 1:t + 1])
+                    if clip and u in seen:
+                        continue
+                    seen.add(u)
+                    raw += theta[k] * post.get(u, 0.0)
     L = len(y) + ended
     return raw / (L ** c["lp"] if c["lp"] else 1.0), raw
 
 
-def run_driver(c, use_lmbr, lam, evfile):
+def run_driver(c, use_lmbr, lam, evfile, clip=False):
     args = [DRIVER] + [str(v) for v in (c["seed"], c["V"], c["bos"], c["eos"], c["B"], c["nhyp"], c["N"],
                                         c["maxlen"], c["minlen"], c["lp"], c["early"], int(use_lmbr), lam,
-                                        c["p"], c["r"], c["alpha"], evfile)]
+                                        c["p"], c["r"], c["alpha"], evfile, int(clip))]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -159,6 +165,31 @@ def test_lmbr_scores_equal_reference(driver, tmp_path):
     assert changed > 10
 
 
+def test_lmbr_clip_scores_equal_reference(driver, tmp_path):
+    """--lmbr-clip: every returned hypothesis scores as the reference in which each n-gram earns
+    theta_n P(u) at its first occurrence only (1e-5); some outputs differ from unclipped LMBR, and
+    the hypotheses with a repeated evidence n-gram score differently from the unclipped reference."""
+    checked = changed = repeated = 0
+    for seed in range(300, 420):
+        c, evidence, weights, ev = make_case(seed, tmp_path)
+        got = run_driver(c, True, c["lambda"], ev, clip=True)
+        plain = run_driver(c, True, c["lambda"], ev, clip=False)
+        for n in range(c["N"]):
+            post = ngram_posteriors(evidence[n], weights, c["alpha"])
+            assert n in got and got[n], f"seed {seed} sentence {n}: no hypothesis"
+            for score, raw, y in got[n]:
+                ended = int(len(y) < c["maxlen"])
+                rs, rr = ref_score(c, n, y, ended, post, clip=True)
+                assert abs(score - rs) <= 1e-5 and abs(raw - rr) <= 1e-5, \
+                    f"seed {seed} case {c} sentence {n} hyp {y}: score {score} raw {raw}, reference {rs} {rr}"
+                checked += 1
+                repeated += abs(rr - ref_score(c, n, y, ended, post, clip=False)[1]) > 1e-6
+            changed += got[n][0][2] != plain[n][0][2]
+    print(f"\n{checked} hypotheses checked ({repeated} with a repeated evidence n-gram); clipping changed "
+          f"the best output of {changed} sentences")
+    assert checked > 300 and repeated > 20 and changed > 5
+
+
 def test_lmbr_large_lambda_equals_plain_search(driver, tmp_path):
     same = total = 0
     for seed in range(150, 230):
@@ -173,16 +204,14 @@ def test_lmbr_large_lambda_equals_plain_search(driver, tmp_path):
     print(f"\n{total} sentences: best output identical; whole n-best identical in {same}")
 
 
-def test_lmbr_cli_on_peer_model(tmp_path):
-    """`tern translate --lmbr-evidence` end to end on a random-weight peer model: the evidence is two
-    n-best files (Tern's format and Moses' format, with per-system weights); every output's score
-    equals the reference LMBR score of its pieces (1e-4), log P_NMT taken from restricted decoding."""
+def peer_setup(tmp_path):
+    """A random-weight peer model, 40 random inputs, and its CTranslate2 n-best lists (6-best and
+    3-best with length penalty 1) as the evidence of two systems."""
     import sys
     sys.path.insert(0, os.path.join(HERE, "peer"))
     os.environ.setdefault("CT2_USE_MKL", "1")
     ctranslate2 = pytest.importorskip("ctranslate2")
     import make_models
-    tern_bin = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
     shape = list(make_models.SHAPES_BY_NAME)[0]
     d = str(tmp_path / "model")
     make_models.make_model(shape, d)
@@ -193,12 +222,45 @@ def test_lmbr_cli_on_peer_model(tmp_path):
     inputs = [[rng.choice(src) for _ in range(rng.randint(1, 12))] for _ in range(40)]
     nb = ct2.translate_batch(inputs, beam_size=6, num_hypotheses=6, length_penalty=0, return_scores=True)
     nb2 = ct2.translate_batch(inputs, beam_size=3, num_hypotheses=3, length_penalty=1, return_scores=True)
+    (tmp_path / "in.txt").write_text("".join(" ".join(s) + "\n" for s in inputs))
+    return d, inputs, nb, nb2
+
+
+def check_lmbr_scores(tern_bin, d, tmp_path, rows, c, evidence_of, weights):
+    """Every output row (i, hypothesis, score) scores c["lambda"] * log P_NMT + the LMBR terms of
+    the reference posteriors (1e-4); log P_NMT from Tern's restricted decoding, whose scores equal
+    force decoding (tests/test_search_constraints.py), under the same minimum length (1)."""
+    (tmp_path / "outs.txt").write_text("".join(f"{i} ||| {h} ||| 0\n" for i, h, _ in rows))
+    rr = subprocess.run([tern_bin, "translate", "-m", d, "--pretokenized", "-b", "12", "-n", "3", "--no-early-stop",
+                         "--min-length", "1", "--restrict-to", str(tmp_path / "outs.txt"), str(tmp_path / "in.txt")],
+                        capture_output=True, text=True, timeout=300)
+    assert rr.returncode == 0, rr.stderr
+    nmt = {}
+    for line in rr.stdout.splitlines():
+        i, h, sc = line.split(" ||| ")
+        nmt[(int(i), h)] = float(sc)
+    theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]
+    for i_s, hyp, score in rows:
+        i, y = int(i_s), hyp.split()
+        post = ngram_posteriors(evidence_of(i), weights, c["alpha"])
+        ref = c["lambda"] * nmt[(i, hyp)]
+        for t, tok in enumerate(y):
+            ref += theta[0] + sum(theta[k] * post.get(tuple(y[t - k + 1:t + 1]), 0.0) for k in range(1, 5) if t >= k - 1)
+        assert abs(float(score) - ref) <= 1e-4, f"line {i} '{hyp}': score {score}, reference {ref}"
+    return len(rows)
+
+
+def test_lmbr_cli_on_peer_model(tmp_path):
+    """`tern translate --lmbr-evidence` end to end on a random-weight peer model: the evidence is two
+    n-best files (Tern's format and Moses' format, with per-system weights); every output's score
+    equals the reference LMBR score of its pieces (1e-4), log P_NMT taken from restricted decoding."""
+    tern_bin = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
+    d, inputs, nb, nb2 = peer_setup(tmp_path)
     ev1, ev2 = tmp_path / "ev1.nbest", tmp_path / "ev2.moses"
     ev1.write_text("".join(f"{i} ||| {' '.join(h)} ||| {s:.6f}\n" for i, r in enumerate(nb)
                            for h, s in zip(r.hypotheses, r.scores)) + "45 ||| at ||| -1.0\n")  # beyond the input
     ev2.write_text("".join(f"{i} ||| {' '.join(h)} ||| LM0= -1.5 TM0= 2 ||| {s:.6f}\n" for i, r in enumerate(nb2)
                            for h, s in zip(r.hypotheses, r.scores) if i != 3))  # no evidence for line 3
-    (tmp_path / "in.txt").write_text("".join(" ".join(s) + "\n" for s in inputs))
     c = {"lambda": 0.7, "p": 0.6, "r": 0.8, "alpha": 0.8}
     r = subprocess.run([tern_bin, "translate", "-m", d, "--pretokenized", "-b", "4", "-n", "3", "--lmbr-evidence",
                         str(ev1), "--lmbr-evidence", str(ev2), "--lmbr-weights", "1,0.5", "--lmbr-lambda",
@@ -209,36 +271,51 @@ def test_lmbr_cli_on_peer_model(tmp_path):
     assert f"ev1.nbest line {6 * len(inputs) + 1}: evidence for sentence 40 and beyond" in r.stderr
     rows = [line.split(" ||| ") for line in r.stdout.splitlines()]
     assert len(rows) == 3 * len(inputs)
-    theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]
-    # log P_NMT of each output under the same minimum length (1): Tern's restricted decoding, whose
-    # scores equal force decoding (tests/test_search_constraints.py); the LMBR terms are computed here
-    (tmp_path / "outs.txt").write_text("".join(f"{i} ||| {h} ||| 0\n" for i, h, _ in rows))
-    rr = subprocess.run([tern_bin, "translate", "-m", d, "--pretokenized", "-b", "12", "-n", "3", "--no-early-stop",
-                         "--min-length", "1", "--restrict-to", str(tmp_path / "outs.txt"), str(tmp_path / "in.txt")],
-                        capture_output=True, text=True, timeout=300)
-    assert rr.returncode == 0, rr.stderr
-    nmt = {}
-    for line in rr.stdout.splitlines():
-        i, h, sc = line.split(" ||| ")
-        nmt[(int(i), h)] = float(sc)
-    checked = 0
-    for i_s, hyp, score in rows:
-        i, y = int(i_s), hyp.split()
-        checked += 1
-        evidence = {0: [(s, h) for h, s in zip(nb[i].hypotheses, nb[i].scores)],
-                    1: [] if i == 3 else [(s, h) for h, s in zip(nb2[i].hypotheses, nb2[i].scores)]}
-        post = ngram_posteriors(evidence, {0: 1.0, 1: 0.5}, c["alpha"])
-        ref = c["lambda"] * nmt[(i, hyp)]
-        for t, tok in enumerate(y):
-            ref += theta[0] + sum(theta[k] * post.get(tuple(y[t - k + 1:t + 1]), 0.0) for k in range(1, 5) if t >= k - 1)
-        assert abs(float(score) - ref) <= 1e-4, f"line {i} '{hyp}': score {score}, reference {ref}"
-    assert checked == 3 * len(inputs)
+
+    def evidence_of(i):
+        return {0: [(s, h) for h, s in zip(nb[i].hypotheses, nb[i].scores)],
+                1: [] if i == 3 else [(s, h) for h, s in zip(nb2[i].hypotheses, nb2[i].scores)]}
+
+    assert check_lmbr_scores(tern_bin, d, tmp_path, rows, c, evidence_of, {0: 1.0, 1: 0.5}) == 3 * len(inputs)
+
+
+def test_lmbr_default_lambda_is_half_over_models(tmp_path):
+    """Without --lmbr-lambda, lambda is 0.5 divided by the number of models (the paper's setting):
+    one -m scores as the reference with lambda 0.5, and an ensemble of the same model twice (whose
+    mean log-probabilities equal the model's) as the reference with lambda 0.25 (1e-4); each output
+    is byte-identical to the run with that lambda given explicitly, and the two defaults differ."""
+    tern_bin = os.environ.get("TERN_BIN", os.path.join(os.path.dirname(HERE), "build", "tern"))
+    d, inputs, nb, _ = peer_setup(tmp_path)
+    ev = tmp_path / "ev.nbest"
+    ev.write_text("".join(f"{i} ||| {' '.join(h)} ||| {s:.6f}\n" for i, r in enumerate(nb)
+                          for h, s in zip(r.hypotheses, r.scores)))
+
+    def run(models, extra):
+        r = subprocess.run([tern_bin, "translate"] + [a for m in models for a in ("-m", m)] +
+                           ["--pretokenized", "-b", "4", "-n", "3", "--lmbr-evidence", str(ev), "-q"] + extra +
+                           [str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    c = {"p": 0.85, "r": 0.7, "alpha": 1.0}  # the defaults of --lmbr-p, --lmbr-r, --lmbr-alpha
+    outs = {}
+    for models, lam in (([d], 0.5), ([d, d], 0.25)):
+        default = run(models, [])
+        assert default == run(models, ["--lmbr-lambda", str(lam)]), f"{len(models)} model(s): default != {lam}"
+        rows = [line.split(" ||| ") for line in default.splitlines()]
+        assert len(rows) == 3 * len(inputs)
+        n = check_lmbr_scores(tern_bin, d, tmp_path, rows, dict(c, **{"lambda": lam}),
+                              lambda i: {0: [(s, h) for h, s in zip(nb[i].hypotheses, nb[i].scores)]}, {0: 1.0})
+        assert n == 3 * len(inputs)
+        outs[len(models)] = default
+    assert outs[1] != outs[2]
 
 
 def test_lmbr_tune_reports_reproducible_best(tmp_path):
     """`tern lmbr-tune` with the shipped en-de model on 40 Multi30k val lines (evidence: its own 6-best
-    lists): the best setting it prints is the highest BLEU of the settings it printed, and
-    `tern translate` with those options gives that BLEU under sacreBLEU (as does the plain line)."""
+    and 3-best lists, their weights tuned too with --grid-weights): the best setting it prints is
+    the highest BLEU of the settings it printed, and `tern translate` with those options gives that
+    BLEU under sacreBLEU (as does the plain line)."""
     sacrebleu = pytest.importorskip("sacrebleu")
     root = os.path.dirname(HERE)
     tern_bin = os.environ.get("TERN_BIN", os.path.join(root, "build", "tern"))
@@ -254,19 +331,25 @@ def test_lmbr_tune_reports_reproducible_best(tmp_path):
                          str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
     assert nb.returncode == 0, nb.stderr
     (tmp_path / "ev.nbest").write_text(nb.stdout, encoding="utf-8")
+    nb3 = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "3", "-n", "3", "-q", "-t", "1",
+                          str(tmp_path / "in.txt")], capture_output=True, text=True, timeout=300)
+    assert nb3.returncode == 0, nb3.stderr
+    (tmp_path / "ev3.nbest").write_text(nb3.stdout, encoding="utf-8")
     r = subprocess.run([tern_bin, "lmbr-tune", "-m", mdir, "-s", str(tmp_path / "in.txt"), "-r",
-                        str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--grid-alpha",
-                        "0.5,2", "--grid-p", "0.7,0.9", "--grid-r", "0.6,0.8", "--grid-lambda", "0.3,1,3", "-t", "1"],
+                        str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--lmbr-evidence",
+                        str(tmp_path / "ev3.nbest"), "--grid-alpha", "0.5,2", "--grid-p", "0.7,0.9", "--grid-r",
+                        "0.6,0.8", "--grid-lambda", "0.3,1,3", "--grid-weights", "0.3,3", "-t", "1"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     tried = [float(l.rsplit("BLEU", 1)[1]) for l in lines if l.startswith("alpha ")]
     best_line = [l for l in lines if l.startswith("best: ")][0]
     plain_line = [l for l in lines if l.startswith("plain beam search")][0]
-    opts = best_line.split()[1:9]
+    opts = best_line.split("BLEU")[0].split()[1:]
     best_bleu = float(best_line.split("BLEU")[1].split()[0])
     print("\n" + r.stdout)
-    assert len(tried) >= 8 and best_bleu == max(tried) and len(set(tried)) > 1
+    assert len(tried) >= 10 and best_bleu == max(tried) and len(set(tried)) > 1
+    assert opts[8] == "--lmbr-weights" and opts[9].startswith("1,") and "weights 1," in lines[1]
 
     def bleu_of(extra):
         out = subprocess.run([tern_bin, "translate", "-m", mdir, "-b", "4", "-q", "-t", "1", str(tmp_path / "in.txt")]
@@ -274,5 +357,6 @@ def test_lmbr_tune_reports_reproducible_best(tmp_path):
         assert out.returncode == 0, out.stderr
         return sacrebleu.corpus_bleu(out.stdout.split("\n")[:-1], [refs]).score
 
-    assert abs(bleu_of(["--lmbr-evidence", str(tmp_path / "ev.nbest")] + opts) - best_bleu) <= 0.005 + 1e-9
+    ev = ["--lmbr-evidence", str(tmp_path / "ev.nbest"), "--lmbr-evidence", str(tmp_path / "ev3.nbest")]
+    assert abs(bleu_of(ev + opts) - best_bleu) <= 0.005 + 1e-9
     assert abs(bleu_of([]) - float(plain_line.split("BLEU")[1])) <= 0.005 + 1e-9

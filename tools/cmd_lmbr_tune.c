@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "batch/extras.h"
 #include "text/score.h"
 
 static void usage(FILE *f) {
@@ -17,25 +18,31 @@ static void usage(FILE *f) {
 "Tunes LMBR's parameters on a development set: starting from the defaults, each parameter in turn\n"
 "takes every value of its grid with the others held, the best corpus BLEU (sacreBLEU's, 13a) is\n"
 "kept, and rounds repeat until none improves. Prints every setting tried with its BLEU, the plain\n"
-"beam search's BLEU, and the best setting as tern translate options.\n"
+"beam search's BLEU, and the best setting as tern translate options. lambda starts at tern\n"
+"translate's default, 0.5 divided by the number of models.\n"
 "\n"
-"  -m, --model DIR             model directory\n"
+CLI_MODELS_HELP
 "  -s, --source FILE           development source\n"
 "  -r, --ref FILE              its reference\n"
 "  --lmbr-evidence FILE        n-best list of a system for the development source (repeatable)\n"
-"  --lmbr-weights W1,W2,...    per-system weights (default: all 1)\n"
+"  --lmbr-weights W1,W2,...    per-system weights (default: all 1; with --grid-weights, the start)\n"
 "  --grid-alpha LIST           values of alpha (default 0.25,0.5,1,2)\n"
 "  --grid-p LIST               values of p (default 0.6,0.75,0.85,0.95)\n"
 "  --grid-r LIST               values of r (default 0.5,0.6,0.7,0.8)\n"
 "  --grid-lambda LIST          values of lambda (default 0.1,0.25,0.5,1,2)\n"
+"  --grid-weights LIST         values of the weight of each system after the first (the first's\n"
+"                              stays 1): one more coordinate per system (default: not tuned)\n"
 "  --rounds N                  at most N rounds (default 3)\n"
 "  -b, --beam-size N           beam size (default 4)\n"
+"  --length-penalty A          length normalization exponent (as tern translate; default 0)\n"
+"  --lmbr-clip                 each evidence n-gram earns its posterior once per hypothesis (as\n"
+"                              tern translate's --lmbr-clip)\n"
 "  --pretokenized              source, evidence and output are pieces (no SentencePiece)\n"
 "  -t, --threads N             intra-op threads (default: all cores)\n"
 "  -h, --help                  this help\n");
 }
 
-enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK };
+enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE, O_LP, O_GW, O_CLIP };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},         {"source", required_argument, 0, 's'},
@@ -45,10 +52,15 @@ static const struct option long_opts[] = {
     {"grid-lambda", required_argument, 0, O_GL},  {"rounds", required_argument, 0, O_ROUNDS},
     {"beam-size", required_argument, 0, 'b'},     {"pretokenized", no_argument, 0, O_PRETOK},
     {"threads", required_argument, 0, 't'},       {"help", no_argument, 0, 'h'},
+    {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
+    {"length-penalty", required_argument, 0, O_LP}, {"grid-weights", required_argument, 0, O_GW},
+    {"lmbr-clip", no_argument, 0, O_CLIP},
     {0, 0, 0, 0},
 };
 
 #define MAXG 32
+#define MAXEV 64
+#define NV (4 + MAXEV) /* alpha, p, r, lambda, then the systems' weights */
 
 static int parse_list(const char *opt, const char *s, float *v, int *n) {
     *n = 0;
@@ -113,7 +125,7 @@ static char **split_lines(char *text, size_t len, int *n) {
 }
 
 typedef struct {
-    float v[4];
+    float v[NV];
     double bleu;
 } eval_t;
 
@@ -123,6 +135,7 @@ static tern_status_t evaluate(const tern_model_t *m, const tern_translate_option
     tern_translate_options_t o = *base;
     if (!lmbr) o.num_lmbr_evidence = 0, o.lmbr_evidence = NULL;
     o.lmbr_alpha = v[0], o.lmbr_p = v[1], o.lmbr_r = v[2], o.lmbr_lambda = v[3];
+    if (o.lmbr_weights) o.lmbr_weights = v + 4;
     FILE *in = fmemopen((void *)src, src_len ? src_len : 1, "r");
     char *obuf = NULL;
     size_t olen = 0;
@@ -156,22 +169,25 @@ static tern_status_t evaluate(const tern_model_t *m, const tern_translate_option
 }
 
 int cmd_lmbr_tune(int argc, char **argv) {
-    const char *C = "lmbr-tune", *model_dir = NULL, *src_path = NULL, *ref_path = NULL;
-    const char *ev[64];
-    float w[64], grid[4][MAXG] = {{0.25f, 0.5f, 1, 2}, {0.6f, 0.75f, 0.85f, 0.95f}, {0.5f, 0.6f, 0.7f, 0.8f},
+    const char *C = "lmbr-tune", *src_path = NULL, *ref_path = NULL;
+    const char *ev[MAXEV];
+    float w[MAXEV], gw[MAXG], grid[4][MAXG] = {{0.25f, 0.5f, 1, 2}, {0.6f, 0.75f, 0.85f, 0.95f}, {0.5f, 0.6f, 0.7f, 0.8f},
                                   {0.1f, 0.25f, 0.5f, 1, 2}};
-    int ng[4] = {4, 4, 4, 5}, nev = 0, nw = 0, rounds = 3, ok = 1, c;
+    int ng[4] = {4, 4, 4, 5}, ngw = 0, nev = 0, nw = 0, rounds = 3, ok = 1, c;
+    cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translate_options_t o = tern_translate_default_options();
     o.workers = 1;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:s:r:b:t:h", long_opts, NULL)) != -1) {
         switch (c) {
-        case 'm': model_dir = optarg; break;
+        case 'm': ok = cli_models_add(C, &models, optarg); break;
+        case O_ENS_W: ok = cli_models_weights(C, &models, optarg); break;
+        case O_ENS_MODE: ok = cli_models_mode(C, &models, optarg); break;
         case 's': src_path = optarg; break;
         case 'r': ref_path = optarg; break;
         case O_EV:
-            if (nev == 64) ok = 0;
+            if (nev == MAXEV) ok = 0;
             else ev[nev++] = optarg;
             break;
         case O_W: ok = parse_list("--lmbr-weights", optarg, w, &nw); break;
@@ -179,22 +195,27 @@ int cmd_lmbr_tune(int argc, char **argv) {
         case O_GP: ok = parse_list("--grid-p", optarg, grid[1], &ng[1]); break;
         case O_GR: ok = parse_list("--grid-r", optarg, grid[2], &ng[2]); break;
         case O_GL: ok = parse_list("--grid-lambda", optarg, grid[3], &ng[3]); break;
+        case O_GW: ok = parse_list("--grid-weights", optarg, gw, &ngw); break;
+        case O_CLIP: o.lmbr_clip = 1; break;
         case O_ROUNDS: ok = cli_int(C, "--rounds", optarg, 1, 100, &rounds); break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
         case O_PRETOK: mo.use_spm = 0; break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty); break;
         case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.threads_per_worker); break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
         }
     }
-    if (!ok || !model_dir || !src_path || !ref_path || nev == 0 || (nw && nw != nev)) {
+    if (!ok || models.n == 0 || !src_path || !ref_path || nev == 0 || (nw && nw != nev)) {
         if (ok) fprintf(stderr, "tern lmbr-tune: needs -m, -s, -r and --lmbr-evidence (and as many weights as files)\n");
         fprintf(stderr, "see tern lmbr-tune --help\n");
         return 2;
     }
     o.lmbr_evidence = ev;
     o.num_lmbr_evidence = nev;
-    o.lmbr_weights = nw ? w : NULL;
+    o.lmbr_weights = nw || ngw ? w : NULL;
+    if (!nw)
+        for (int k = 0; k < nev; k++) w[k] = 1;
     tern_set_log_level(TERN_LOG_ERROR);
     size_t src_len = 0, ref_len = 0;
     char *src = slurp(src_path, &src_len), *ref = slurp(ref_path, &ref_len);
@@ -206,22 +227,37 @@ int cmd_lmbr_tune(int argc, char **argv) {
     int nref = 0;
     char **refs = split_lines(ref, ref_len, &nref);
     tern_model_t *m = NULL;
-    tern_status_t st = refs ? tern_model_load(&m, model_dir, &mo) : tern_error(TERN_ERR_NOMEM, "out of memory");
+    if (!refs) {
+        fprintf(stderr, "tern lmbr-tune: out of memory\n");
+        free(src), free(ref);
+        return 1;
+    }
+    int lrc = cli_models_load(C, &models, &mo, &m);
+    if (lrc) {
+        free(refs), free(src), free(ref);
+        return lrc;
+    }
+    o.lmbr_lambda = extras_lmbr_lambda(m, &o);
+    tern_status_t st = TERN_OK;
     eval_t *done = NULL;
     int ndone = 0, cap = 0;
     double plain = 0;
-    float cur[4] = {o.lmbr_alpha, o.lmbr_p, o.lmbr_r, o.lmbr_lambda}, best_v[4];
+    float cur[NV] = {o.lmbr_alpha, o.lmbr_p, o.lmbr_r, o.lmbr_lambda}, best_v[NV];
+    memcpy(cur + 4, w, (size_t)nev * sizeof *w);
+    /* coordinates: alpha, p, r, lambda; with --grid-weights the weights of systems 2..nev */
+    int ncoord = 4 + (ngw ? nev - 1 : 0);
     double best = -1;
     if (!st) st = evaluate(m, &o, cur, 0, src, src_len, (const char *const *)refs, nref, &plain);
-    if (!st) printf("plain beam search (beam %d): BLEU %.2f\n", o.beam_size, plain);
+    if (!st) printf("plain beam search (beam %d, length penalty %g): BLEU %.2f\n", o.beam_size, o.length_penalty, plain);
     memcpy(best_v, cur, sizeof cur);
     for (int round = 0; !st && round < rounds; round++) {
         int improved = 0;
-        for (int k = -1; !st && k < 4; k++) {
-            for (int g = 0; !st && g < (k < 0 ? 1 : ng[k]); g++) {
-                float v[4];
+        for (int k = -1; !st && k < ncoord; k++) {
+            for (int g = 0; !st && g < (k < 0 ? 1 : k < 4 ? ng[k] : ngw); g++) {
+                float v[NV];
                 memcpy(v, best_v, sizeof v);
-                if (k >= 0) v[k] = grid[k][g];
+                if (k >= 4) v[k + 1] = gw[g];
+                else if (k >= 0) v[k] = grid[k][g];
                 int seen = -1;
                 for (int i = 0; i < ndone; i++)
                     if (!memcmp(done[i].v, v, sizeof v)) seen = i;
@@ -239,7 +275,10 @@ int cmd_lmbr_tune(int argc, char **argv) {
                 }
                 memcpy(done[ndone].v, v, sizeof v);
                 done[ndone++].bleu = b;
-                printf("alpha %g p %g r %g lambda %g: BLEU %.2f\n", v[0], v[1], v[2], v[3], b);
+                printf("alpha %g p %g r %g lambda %g", v[0], v[1], v[2], v[3]);
+                if (o.lmbr_weights)
+                    for (int i = 0; i < nev; i++) printf("%s%g", i ? "," : " weights ", v[4 + i]);
+                printf(": BLEU %.2f\n", b);
                 fflush(stdout);
                 if (b > best) {
                     if (best >= 0) improved = 1;
@@ -252,8 +291,12 @@ int cmd_lmbr_tune(int argc, char **argv) {
     }
     int rc = 1;
     if (!st) {
-        printf("best: --lmbr-alpha %g --lmbr-p %g --lmbr-r %g --lmbr-lambda %g  BLEU %.2f (plain %.2f, %+.2f)\n",
-               best_v[0], best_v[1], best_v[2], best_v[3], best, plain, best - plain);
+        printf("best: --lmbr-alpha %g --lmbr-p %g --lmbr-r %g --lmbr-lambda %g", best_v[0], best_v[1], best_v[2],
+               best_v[3]);
+        if (o.lmbr_weights)
+            for (int i = 0; i < nev; i++) printf("%s%g", i ? "," : " --lmbr-weights ", best_v[4 + i]);
+        if (o.lmbr_clip) printf(" --lmbr-clip");
+        printf("  BLEU %.2f (plain %.2f, %+.2f)\n", best, plain, best - plain);
         rc = 0;
     } else cli_fail(C, st);
     free(done), free(refs), free(src), free(ref);

@@ -100,6 +100,12 @@ static tern_status_t read_suppress(decode_extras_t *x, const char *path) {
     return st;
 }
 
+float extras_lmbr_lambda(const tern_model_t *m, const tern_translate_options_t *o) {
+    if (o->lmbr_lambda > 0) return o->lmbr_lambda;
+    int n = tern_model_info(m).num_members;
+    return 0.5f / (float)(n > 0 ? n : 1);
+}
+
 tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const tern_translate_options_t *o) {
     *out = NULL;
     if (!o->suppress_file && !o->target_prefix_file && !o->restrict_file && o->num_lmbr_evidence <= 0 &&
@@ -135,8 +141,8 @@ tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const te
         x->has_restrict = 1;
     }
     if (o->num_lmbr_evidence > 0) {
-        if (o->lmbr_lambda <= 0 || o->lmbr_p <= 0 || o->lmbr_r <= 0) {
-            st = tern_error(TERN_ERR_INVALID_ARG, "LMBR: lambda, p and r must be > 0");
+        if (o->lmbr_lambda < 0 || o->lmbr_p <= 0 || o->lmbr_r <= 0) {
+            st = tern_error(TERN_ERR_INVALID_ARG, "LMBR: lambda must be >= 0 (0: the default), p and r > 0");
             goto fail;
         }
         x->ev = calloc((size_t)o->num_lmbr_evidence, sizeof *x->ev);
@@ -148,7 +154,8 @@ tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const te
             if ((st = nbest_read(&x->ev[k], o->lmbr_evidence[k]))) goto fail;
             x->nev++;
         }
-        x->lmbr = lmbr_params(o->lmbr_lambda, o->lmbr_p, o->lmbr_r);
+        x->lmbr = lmbr_params(extras_lmbr_lambda(m, o), o->lmbr_p, o->lmbr_r);
+        x->lmbr.clip = o->lmbr_clip != 0;
         x->global.lmbr = &x->lmbr;
     }
     *out = x;

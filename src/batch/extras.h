@@ -12,6 +12,9 @@ typedef struct decode_extras decode_extras_t;
 
 /* *out is NULL when the options name no such file. */
 tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const tern_translate_options_t *o);
+/* LMBR's lambda as run: o->lmbr_lambda, or when it is 0 (the default) 0.5 divided by the model's
+ * number of members (1 for a single model), the paper's setting. */
+float extras_lmbr_lambda(const tern_model_t *m, const tern_translate_options_t *o);
 const search_global_t *extras_global(const decode_extras_t *x);
 /* Data of input line `line` (from 0); lines must come in order. *out: free with extras_sentence_free. */
 tern_status_t extras_next(decode_extras_t *x, long line, search_sentence_t **out);

@@ -37,7 +37,7 @@ tern_translate_options_t tern_translate_default_options(void) {
     o.lmbr_alpha = 1.0f;
     o.lmbr_p = 0.85f;
     o.lmbr_r = 0.7f;
-    o.lmbr_lambda = 0.5f;
+    o.lmbr_lambda = 0.0f; /* 0: 0.5 / the number of models (extras.c) */
     return o;
 }
 

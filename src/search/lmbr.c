@@ -182,16 +182,48 @@ float lmbr_posterior(const lmbr_sentence_t *s, const int *h, int n, int y) {
     return 0.0f;
 }
 
+int lmbr_ngram_count(const lmbr_sentence_t *s) { return s ? s->M : 0; }
+
+int lmbr_ngram_index(const lmbr_sentence_t *s, const int *h, int n, int y) {
+    const hist_t *e = hist_find(s, n, h);
+    if (!e) return -1;
+    for (int i = 0; i < e->count; i++)
+        if (s->tok[e->start + i] == y) return e->start + i;
+    return -1;
+}
+
+int lmbr_clip_ints(int count) { return LMBR_ORDER - 1 + (count + 31) / 32; }
+
+void lmbr_clip_init(int *state, int count) {
+    for (int i = 0; i < LMBR_ORDER - 1; i++) state[i] = -1;
+    memset(state + LMBR_ORDER - 1, 0, (size_t)((count + 31) / 32) * sizeof(int));
+}
+
+void lmbr_clip_advance(const lmbr_sentence_t *s, int *state, int tok, int eos) {
+    if (tok == eos) return;
+    unsigned *bits = (unsigned *)(state + LMBR_ORDER - 1);
+    for (int n = 1; s && n <= LMBR_ORDER; n++) {
+        const int *h = state + (LMBR_ORDER - 1) - (n - 1);
+        if (n > 1 && h[0] < 0) break;
+        int j = lmbr_ngram_index(s, h, n, tok);
+        if (j >= 0) bits[j >> 5] |= 1u << (j & 31);
+    }
+    for (int i = 0; i + 1 < LMBR_ORDER - 1; i++) state[i] = state[i + 1];
+    state[LMBR_ORDER - 2] = tok;
+}
+
 lmbr_params_t lmbr_params(float lambda, float p, float r) {
     lmbr_params_t q;
     q.lambda = lambda;
+    q.clip = 0;
     q.theta[0] = -1.0f;
     for (int n = 1; n <= LMBR_ORDER; n++) q.theta[n] = (float)(1.0 / (4.0 * p * pow(r, n - 1)));
     return q;
 }
 
 void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, int V, int eos, const int *hist,
-                    int H) {
+                    int H, const int *clip) {
+    const unsigned *used = clip ? (const unsigned *)(clip + LMBR_ORDER - 1) : NULL;
     const float lam = p->lambda, t0 = p->theta[0];
     float xe = x[eos];
     for (int v = 0; v < V; v++) x[v] = lam * x[v] + t0;
@@ -205,8 +237,9 @@ void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, 
         if (!e) continue;
         const float th = p->theta[n];
         for (int i = 0; i < e->count; i++) {
-            int y = s->tok[e->start + i];
-            if (y != eos && y >= 0 && y < V) x[y] += th * s->post[e->start + i];
+            int j = e->start + i, y = s->tok[j];
+            if (used && (used[j >> 5] >> (j & 31) & 1u)) continue;
+            if (y != eos && y >= 0 && y < V) x[y] += th * s->post[j];
         }
     }
 }

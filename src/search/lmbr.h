@@ -34,10 +34,20 @@ void lmbr_sentence_free(lmbr_sentence_t *s);
 
 /* P(h y) for history h (n-1 tokens, oldest first) and token y; 0 when unseen. */
 float lmbr_posterior(const lmbr_sentence_t *s, const int *h, int n, int y);
+/* The number of distinct evidence n-grams (n = 1..4) of a sentence, and the index (0 ..
+ * count-1) of the n-gram h y, or -1 when the evidence does not have it. */
+int lmbr_ngram_count(const lmbr_sentence_t *s);
+int lmbr_ngram_index(const lmbr_sentence_t *s, const int *h, int n, int y);
+/* Clipping state of a row: the last LMBR_ORDER-1 tokens (-1 before the start), then one bit per
+ * evidence n-gram the row has output. lmbr_clip_ints: its size in ints for `count` n-grams. */
+int lmbr_clip_ints(int count);
+void lmbr_clip_init(int *state, int count);
+void lmbr_clip_advance(const lmbr_sentence_t *s, int *state, int tok, int eos);
 
 /* Rewrites one row of log-probs x (V) in place: λ·x + Θ0 + Σ Θn·P(h y) for y != eos, λ·x for EOS.
- * hist (H): the row's last tokens, oldest first (-1 before the start). */
+ * hist (H): the row's last tokens, oldest first (-1 before the start). clip: the row's clipping
+ * state (lmbr_clip_init), whose n-grams earn nothing again; NULL: no clipping. */
 void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, int V, int eos, const int *hist,
-                    int H);
+                    int H, const int *clip);
 
 #endif

@@ -61,7 +61,7 @@ typedef struct {
 
 #define SEARCH_MAX_PROCS 16
 #define SEARCH_MAX_HISTORY 8
-#define SEARCH_MAX_STATE 64
+#define SEARCH_MAX_STATE 1024 /* LMBR clipping keeps a bit per evidence n-gram */
 
 /* The chain as the search runs it: the minimum length first, then the caller's processors; the
  * rows' history and state in two buffers (current, next) sized for max_rows. */

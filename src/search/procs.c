@@ -81,6 +81,7 @@ struct search_procs {
     float *keep; /* (V) values kept by a mask */
     int *keep_tok;
     cons_workspace_t *cons;
+    int lmbr_count; /* clipping: the most evidence n-grams of a sentence of the batch */
 };
 
 static void suppress_apply(void *self, float *x, const search_rows_t *rows) {
@@ -157,9 +158,19 @@ static void lmbr_apply(void *self, float *x, const search_rows_t *rows) {
     const search_procs_t *P = self;
     for (int r = 0; r < rows->R; r++) {
         const search_sentence_t *s = P->sd[rows->sent[r]];
+        const int *clip = P->g->lmbr->clip ? rows->state + (size_t)r * rows->W + rows->off : NULL;
         lmbr_apply_row(s ? s->lmbr : NULL, P->g->lmbr, x + (size_t)r * rows->V, rows->V, P->eos,
-                       rows->hist + (size_t)r * rows->H, rows->H);
+                       rows->hist + (size_t)r * rows->H, rows->H, clip);
     }
+}
+
+static void lmbr_clip_init_fn(void *self, int n, int *state) {
+    lmbr_clip_init(state, ((const search_procs_t *)self)->lmbr_count);
+}
+
+static void lmbr_clip_advance_fn(void *self, int n, int *state, int tok) {
+    const search_procs_t *P = self;
+    lmbr_clip_advance(P->sd[n]->lmbr, state, tok, P->eos);
 }
 
 static const cons_sentence_t *cons_of(const search_procs_t *P, int n) { return P->sd[n]->constraints; }
@@ -209,7 +220,12 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
                               SEARCH_MAX_HISTORY + 1);
         if (g->suppress->len[k] - 1 > suppress_h) suppress_h = g->suppress->len[k] - 1;
     }
-    int lm = g && g->lmbr;
+    int lm = g && g->lmbr, lm_count = 0;
+    for (int n = 0; lm && g->lmbr->clip && sd && n < N; n++)
+        if (sd[n] && lmbr_ngram_count(sd[n]->lmbr) > lm_count) lm_count = lmbr_ngram_count(sd[n]->lmbr);
+    if (lm && g->lmbr->clip && lmbr_clip_ints(lm_count) + 2 > SEARCH_MAX_STATE)
+        return tern_error(TERN_ERR_INVALID_ARG, "LMBR clipping: a sentence's evidence has %d distinct n-grams, at most %d",
+                          lm_count, (SEARCH_MAX_STATE - 2 - (LMBR_ORDER - 1)) * 32);
     if (!any_prefix && !any_restrict && !sup && !lm && !any_cons) return TERN_OK;
     search_procs_t *P = calloc(1, sizeof *P);
     static const search_sentence_t none = {0};
@@ -229,6 +245,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     P->V = V;
     P->eos = eos;
     P->beam = beam > 1;
+    P->lmbr_count = lm_count;
     if (sup) {
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = suppress_h, p.apply = suppress_apply;
@@ -249,6 +266,10 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.history = LMBR_ORDER - 1, p.may_raise = 1;
         p.apply = lmbr_apply;
+        if (g->lmbr->clip) {
+            p.state_ints = lmbr_clip_ints(lm_count);
+            p.init_state = lmbr_clip_init_fn, p.advance = lmbr_clip_advance_fn;
+        }
         P->list[P->n++] = p;
     }
     if (any_cons) {

@@ -54,6 +54,8 @@ typedef struct {
 typedef struct {
     float lambda;  /* weight of the NMT log-probability */
     float theta[5]; /* Tromble's linear-BLEU weights: theta[0] per token, theta[n] per n-gram match */
+    int clip;       /* 1: an evidence n-gram earns theta_n P(u) only the first time a hypothesis has it
+                       (its count clipped to 1, as presence on the evidence side); 0: every time */
 } lmbr_params_t;
 
 /* Everything one batch's processors use. */
