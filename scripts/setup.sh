@@ -10,6 +10,7 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libsentencepiece-dev sentencepiece
   libcjson-dev libutf8proc-dev libxxhash-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev
   gnuplot-nox
+  time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
   libmicrohttpd-dev)  # HTTP server of `tern serve` (src/serve/)
 
