@@ -11,7 +11,7 @@ the label names the row, `tern info` gives the family). The int8 rows run the sa
 `--compute-type int8` (weights quantized per output row at load), unless --int8-model LABEL=DIR
 gives a directory with int8 weights stored (run as stored). On models/en-de (the shipped int8 of
 /work/runs/seed2/avg) and /work/runs/gru1/int8 (of gru1/averaged) both ways translate
-identically: quantization at load is the one `tern convert`/the recipes store.
+identically (checked on 50 lines of test_2016_flickr, beam 5, one thread).
 
 What it runs: the input (default the 1,000 lines of Multi30k test_2016_flickr.en; --limit N: the
 first N) is cut into SentencePiece pieces with each model's own sentencepiece.model (`spm_encode`,
