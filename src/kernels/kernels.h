@@ -109,6 +109,15 @@ void activation_forward(float *x, size_t n, activation_t act);
 void add_inplace(float *y, const float *x, size_t n);
 void scale_inplace(float *y, float a, size_t n);
 void axpy(float *y, float a, const float *x, size_t n);
+/* y[i] = log(exp(y[i]) + exp(x[i] + c)) (x[i] + c rounded to float): the log of a sum of
+ * probabilities given as log-probabilities (an ensemble's prob-mean, c = log w). -inf entries
+ * (probability 0) are exact: log(exp(y) + 0) = y; a NaN in y or x + c gives NaN. Within
+ * 1e-7 + 1.2e-7 |result| of the exact value (tests/c/test_kernels.c). Runs the AVX-512 version where
+ * cpu_isa_effective() allows it, else AVX2; both give the same bits. */
+void logaddexp_inplace(float *y, const float *x, float c, size_t n);
+/* The two versions, for tests (the AVX-512 one only where cpu_isa_detected() >= AVX512_CORE). */
+void logaddexp_inplace_avx2(float *y, const float *x, float c, size_t n);
+void logaddexp_inplace_avx512(float *y, const float *x, float c, size_t n);
 /* Adds bias (C) to every row of x (M, C). */
 void add_bias_rows(float *x, const float *bias, int M, int C);
 
@@ -142,6 +151,8 @@ void layernorm_forward_ref(float *out, const float *inp, const float *gamma, con
 void softmax_forward_ref(float *out, const float *inp, int M, int C);
 void log_softmax_forward_ref(float *out, const float *inp, int M, int C);
 void activation_forward_ref(float *x, size_t n, activation_t act);
+/* in double: max + log1p(exp(min - max)), rounded once to float */
+void logaddexp_inplace_ref(float *y, const float *x, float c, size_t n);
 
 /* ------------------------------------------------------------ additions (kernels engineer) */
 

@@ -184,6 +184,16 @@ void activation_forward_ref(float *x, size_t n, activation_t act) {
     }
 }
 
+void logaddexp_inplace_ref(float *y, const float *x, float c, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double a = y[i], b = (float)(x[i] + c); /* x + c rounded to float, as specified */
+        double mx = a > b ? a : b, mn = a > b ? b : a;
+        if (isnan(a) || isnan(b)) y[i] = NAN;
+        else if (mn == -INFINITY) y[i] = (float)mx;
+        else y[i] = (float)(mx + log1p(exp(mn - mx)));
+    }
+}
+
 void argmax_rows_ref(int *out, float *max_value, const float *x, int M, int C) {
     for (int m = 0; m < M; m++) {
         const float *r = x + (size_t)m * C;

@@ -1,6 +1,7 @@
 /* ops.c — row ops and elementwise kernels, vectorized with AVX2/FMA (the build's baseline,
  * -march=x86-64-v3): layernorm, softmax / log-softmax / masked softmax, activations, add / scale /
- * axpy / bias, argmax, top-k, float16 / bfloat16 conversions (F16C).
+ * axpy / bias, argmax, top-k, float16 / bfloat16 conversions (F16C), log-add-exp (with an AVX-512
+ * variant chosen at run time under TERN_MAX_CPU_ISA, see cpu_isa.h).
  * Each one has a scalar reference in kernels_ref.c; tests/c/test_kernels.c states the tolerances.
  *
  * Legend: M rows, C columns (channels) of a row, n a flat element count. */
@@ -8,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------ vector math (AVX2 + FMA) */
@@ -304,6 +306,124 @@ void softmax_masked_forward(float *out, const float *inp, const int *len, int M,
         softmax_row(out + (size_t)m * C, inp + (size_t)m * C, n);
         fill_row(out + (size_t)m * C + n, C - n, 0.0f);
     }
+}
+
+/* ------------------------------------------------------------ log-add-exp (ensembles' prob-mean) */
+
+/* Both widths run the same IEEE operations in the same order (exp256 / exp512 and the log1p
+ * below), so the AVX2 and AVX-512 paths give the same bits; tests/c/test_kernels.c checks it. */
+
+/* log1p(y) for y in [0, 1] (y = exp(-d), d >= 0), Cephes logf's polynomial on f in
+ * [sqrt(1/2) - 1, sqrt(2) - 1]: below sqrt(2) - 1, log1p(y) = f + poly(f) with f = y itself (no
+ * rounding of 1 + y, so small y keep their relative accuracy); above, log1p(y) = ln 2 +
+ * log1p((y - 1) / 2). */
+static inline __m256 log1p_unit256(__m256 y) {
+    __m256 big = _mm256_cmp_ps(y, _mm256_set1_ps(0.414213562373095f), _CMP_GE_OQ);
+    __m256 f = _mm256_blendv_ps(y, _mm256_fmsub_ps(y, _mm256_set1_ps(0.5f), _mm256_set1_ps(0.5f)), big);
+    __m256 e = _mm256_and_ps(big, _mm256_set1_ps(1.0f));
+    __m256 z = _mm256_mul_ps(f, f);
+    __m256 p = _mm256_set1_ps(7.0376836292E-2f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.1514610310E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993E-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174E-1f));
+    p = _mm256_mul_ps(_mm256_mul_ps(p, f), z);
+    p = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), p);
+    p = _mm256_fnmadd_ps(_mm256_set1_ps(0.5f), z, p);
+    return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(f, p));
+}
+
+/* log(exp(a) + exp(b)) = max + log1p(exp(min - max)); max when min is -inf (both -inf: -inf),
+ * NaN when either is NaN. */
+static inline __m256 logaddexp256(__m256 a, __m256 b) {
+    __m256 mx = _mm256_max_ps(a, b), mn = _mm256_min_ps(a, b);
+    __m256 r = _mm256_add_ps(mx, log1p_unit256(exp256(_mm256_sub_ps(mn, mx))));
+    r = _mm256_blendv_ps(r, mx, _mm256_cmp_ps(mn, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+    return _mm256_blendv_ps(r, _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+}
+
+void logaddexp_inplace_avx2(float *y, const float *x, float c, size_t n) {
+    const __m256 vc = _mm256_set1_ps(c);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, logaddexp256(_mm256_loadu_ps(y + i), _mm256_add_ps(_mm256_loadu_ps(x + i), vc)));
+    if (i < n) {
+        __m256i m = tail_mask((int)(n - i));
+        __m256 r = logaddexp256(_mm256_maskload_ps(y + i, m), _mm256_add_ps(_mm256_maskload_ps(x + i, m), vc));
+        _mm256_maskstore_ps(y + i, m, r);
+    }
+}
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+
+/* exp256 at 16 lanes: the same operations. */
+AVX512_TARGET static inline __m512 exp512(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-88.0f);
+    __mmask16 zero = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                    _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 r2 = _mm512_mul_ps(r, r);
+    p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_mask_blend_ps(zero, p, _mm512_setzero_ps());
+}
+
+AVX512_TARGET static inline __m512 log1p_unit512(__m512 y) {
+    __mmask16 big = _mm512_cmp_ps_mask(y, _mm512_set1_ps(0.414213562373095f), _CMP_GE_OQ);
+    __m512 f = _mm512_mask_blend_ps(big, y, _mm512_fmsub_ps(y, _mm512_set1_ps(0.5f), _mm512_set1_ps(0.5f)));
+    __m512 e = _mm512_maskz_mov_ps(big, _mm512_set1_ps(1.0f));
+    __m512 z = _mm512_mul_ps(f, f);
+    __m512 p = _mm512_set1_ps(7.0376836292E-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993E-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174E-1f));
+    p = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+    p = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), p);
+    p = _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, p);
+    return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(f, p));
+}
+
+AVX512_TARGET static inline __m512 logaddexp512(__m512 a, __m512 b) {
+    __m512 mx = _mm512_max_ps(a, b), mn = _mm512_min_ps(a, b);
+    __m512 r = _mm512_add_ps(mx, log1p_unit512(exp512(_mm512_sub_ps(mn, mx))));
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), r, mx);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), r, _mm512_add_ps(a, b));
+}
+
+AVX512_TARGET void logaddexp_inplace_avx512(float *y, const float *x, float c, size_t n) {
+    const __m512 vc = _mm512_set1_ps(c);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, logaddexp512(_mm512_loadu_ps(y + i), _mm512_add_ps(_mm512_loadu_ps(x + i), vc)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        __m512 r = logaddexp512(_mm512_maskz_loadu_ps(m, y + i), _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), vc));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
+void logaddexp_inplace(float *y, const float *x, float c, size_t n) {
+    if (cpu_isa_effective() >= CPU_ISA_AVX512_CORE) logaddexp_inplace_avx512(y, x, c, n);
+    else logaddexp_inplace_avx2(y, x, c, n);
 }
 
 /* ------------------------------------------------------------ elementwise */

@@ -219,15 +219,8 @@ static tern_status_t ens_set_rows(void *p, const int *parent, const int *sent, i
     return TERN_OK;
 }
 
-/* log(exp(a) + exp(b)) */
-static inline float log_add(float a, float b) {
-    if (a == -INFINITY) return b;
-    if (b == -INFINITY) return a;
-    float m = a > b ? a : b;
-    return m + log1pf(expf(-fabsf(a - b)));
-}
-
-/* out = w out + ... : folds member k's log-probabilities lp (R, V) into out. */
+/* out = w out + ... : folds member k's log-probabilities lp (R, V) into out. prob-mean:
+ * out = log(exp(out) + exp(log w_k + lp)), vectorized (logaddexp_inplace, AVX2 or AVX-512). */
 static void combine(const ensemble_t *e, int k, float *out, const float *lp, size_t n) {
     const float w = e->w[k], lw = e->logw[k];
     if (e->mode == TERN_ENSEMBLE_LOGPROB_MEAN) {
@@ -242,7 +235,7 @@ static void combine(const ensemble_t *e, int k, float *out, const float *lp, siz
             if (w != 1.0f)
                 for (size_t i = 0; i < n; i++) out[i] += lw;
         } else {
-            for (size_t i = 0; i < n; i++) out[i] = log_add(out[i], lw + lp[i]);
+            logaddexp_inplace(out, lp, lw, n);
         }
     }
 }

@@ -806,6 +806,160 @@ static void test_softmax(void) {
            worst_p, SOFTMAX_RTOL, worst_l, LOGSOFTMAX_TOL);
 }
 
+/* ------------------------------------------------------------ log-add-exp (ensembles' prob-mean) */
+
+/* logaddexp_inplace(y, x, c, n): y = log(exp(y) + exp(x + c)), the fold an ensemble's prob-mean
+ * runs once per extra member (src/model/ensemble.c, c = log w_k). Against double precision:
+ *   one call  y, x log-probabilities (log_softmax of normal logits, scale 3 or 40: differences past
+ *             88 where exp underflows), -inf entries in y, in x, in both, c = log w, w in (0, 1];
+ *             |y - ref| <= LAE_ATOL + LAE_RTOL |ref|, ref = log(exp(y) + exp(fl(x + c))) in double;
+ *             -inf exactly where both terms are -inf, NaN where y or x is NaN; the guard past n
+ *             untouched (vector tails: n = 1..1031, not multiples of 8 or 16).
+ *   the fold  K = 2..4 members with random weights: out = lp_0 + log w_0, then one call per member
+ *             k >= 1, as combine() does, against log(sum_k w_k exp(lp_k)) in double (weights
+ *             exact): |out - ref| <= (K - 1) (LAE_ATOL + LAE_RTOL |ref|) + 2^-23 |ref|.
+ *   ISA       the AVX2 and AVX-512 versions give the same bits (where the CPU has AVX-512), and
+ *             logaddexp_inplace runs the one cpu_isa_effective() (TERN_MAX_CPU_ISA) allows. */
+#define LAE_ATOL 1e-7
+#define LAE_RTOL 1.2e-7 /* 1 ulp */
+
+static void fill_logprob_row(float *x, int n, int kind) {
+    fill_normal(x, (size_t)n, kind == 1 ? 40.0f : 3.0f, 0.0f);
+    log_softmax_forward(x, x, 1, n);
+    if (kind == 2)
+        for (int i = 0; i < n; i += 3) x[i] = -INFINITY; /* masked pieces */
+}
+
+static double lae_ref(double a, double b) {
+    if (a == -INFINITY && b == -INFINITY) return -INFINITY;
+    double mx = a > b ? a : b, mn = a > b ? b : a;
+    return mx + log1p(exp(mn - mx));
+}
+
+static void test_logaddexp(void) {
+    const int have512 = cpu_isa_detected() >= CPU_ISA_AVX512_CORE;
+    double worst = 0, worst_fold = 0; /* largest |err| / (LAE_ATOL + LAE_RTOL |ref|) */
+    long n_inf = 0;
+    for (int li = 0; li < N_ROW_LENS; li++) {
+        const int n = row_lens[li];
+        float *y0 = falloc((size_t)n + GUARD), *x = falloc((size_t)n), *y = falloc((size_t)n + GUARD),
+              *y2 = falloc((size_t)n + GUARD);
+        for (int kind = 0; kind < 4; kind++) {
+            fill_logprob_row(y0, n, kind == 3 ? 0 : kind);
+            fill_logprob_row(x, n, kind == 3 ? 2 : kind == 2 ? 0 : kind);
+            if (kind == 3) /* -inf in y only, in x only (above), in both */
+                for (int i = 1; i < n; i += 3) y0[i] = -INFINITY;
+            for (int i = 0; kind == 3 && i < n; i += 6) y0[i] = -INFINITY;
+            const float c = logf(rng_uniform(0.01f, 1.0f));
+            for (int g = 0; g < GUARD; g++) y0[n + g] = GUARD_VALUE;
+            memcpy(y, y0, ((size_t)n + GUARD) * sizeof(float));
+            logaddexp_inplace(y, x, c, (size_t)n);
+            int bad = 0;
+            for (int i = 0; i < n; i++) {
+                double ref = lae_ref(y0[i], (float)(x[i] + c));
+                if (ref == -INFINITY) {
+                    n_inf++;
+                    bad += y[i] != -INFINITY;
+                    continue;
+                }
+                double tol = LAE_ATOL + LAE_RTOL * fabs(ref), e = fabs((double)y[i] - ref);
+                if (e / tol > worst) worst = e / tol;
+                if (!(e <= tol)) {
+                    if (bad < 3)
+                        fprintf(stderr, "logaddexp n=%d [%d] y=%.9g x=%.9g c=%.9g: %.9g vs %.9g\n", n, i, y0[i], x[i], c,
+                                y[i], ref);
+                    bad++;
+                }
+            }
+            for (int g = 0; g < GUARD; g++) bad += y[n + g] != GUARD_VALUE;
+            CHECK_MSG(bad == 0, "logaddexp n=%d kind %d: %d off", n, kind, bad);
+            /* the two ISA versions: the same bits */
+            memcpy(y, y0, ((size_t)n + GUARD) * sizeof(float));
+            memcpy(y2, y0, ((size_t)n + GUARD) * sizeof(float));
+            logaddexp_inplace_avx2(y, x, c, (size_t)n);
+            if (have512) {
+                logaddexp_inplace_avx512(y2, x, c, (size_t)n);
+                CHECK_MSG(!memcmp(y, y2, ((size_t)n + GUARD) * sizeof(float)), "logaddexp n=%d: AVX2 and AVX-512 differ", n);
+            }
+            memcpy(y2, y0, ((size_t)n + GUARD) * sizeof(float));
+            logaddexp_inplace_ref(y2, x, c, (size_t)n); /* the scalar reference in kernels_ref.c */
+            bad = 0;
+            for (int i = 0; i < n; i++)
+                bad += !(y[i] == y2[i] || fabs((double)y[i] - y2[i]) <= LAE_ATOL + LAE_RTOL * fabs((double)y2[i]));
+            CHECK_MSG(bad == 0, "logaddexp n=%d: %d off logaddexp_inplace_ref", n, bad);
+        }
+        /* NaN in y or in x: NaN (both versions) */
+        {
+            fill_logprob_row(y0, n, 0);
+            fill_logprob_row(x, n, 0);
+            y0[0] = NAN;
+            x[n - 1] = NAN;
+            if (n == 1) x[0] = 0.5f;
+            memcpy(y, y0, (size_t)n * sizeof(float));
+            logaddexp_inplace_avx2(y, x, -0.5f, (size_t)n);
+            CHECK_MSG(isnan(y[0]) && isnan(y[n - 1]), "logaddexp n=%d: NaN lost (AVX2)", n);
+            if (have512) {
+                memcpy(y, y0, (size_t)n * sizeof(float));
+                logaddexp_inplace_avx512(y, x, -0.5f, (size_t)n);
+                CHECK_MSG(isnan(y[0]) && isnan(y[n - 1]), "logaddexp n=%d: NaN lost (AVX-512)", n);
+            }
+        }
+        /* the fold of K members */
+        for (int K = 2; K <= 4; K++) {
+            float *lp = falloc((size_t)K * n);
+            double w[4], ws = 0;
+            for (int k = 0; k < K; k++) ws += w[k] = rng_uniform(0.05f, 1.0f);
+            for (int k = 0; k < K; k++) {
+                w[k] /= ws;
+                fill_logprob_row(lp + (size_t)k * n, n, (k + K) % 3);
+            }
+            for (int i = 0; i < n; i += 7) /* pieces masked by every member */
+                for (int k = 0; k < K; k++) lp[(size_t)k * n + i] = -INFINITY;
+            const float lw0 = logf((float)w[0]);
+            for (int i = 0; i < n; i++) y[i] = lp[i] + lw0;
+            for (int k = 1; k < K; k++) logaddexp_inplace(y, lp + (size_t)k * n, logf((float)w[k]), (size_t)n);
+            int bad = 0;
+            for (int i = 0; i < n; i++) {
+                double s = 0;
+                for (int k = 0; k < K; k++) s += w[k] * exp((double)lp[(size_t)k * n + i]);
+                double ref = log(s);
+                if (ref == -INFINITY) {
+                    bad += y[i] != -INFINITY;
+                    continue;
+                }
+                double tol = (K - 1) * (LAE_ATOL + LAE_RTOL * fabs(ref)) + 0x1p-23 * fabs(ref);
+                double e = fabs((double)y[i] - ref);
+                if (e / tol > worst_fold) worst_fold = e / tol;
+                if (!(e <= tol)) {
+                    if (bad < 3) fprintf(stderr, "logaddexp fold K=%d n=%d [%d]: %.9g vs %.9g\n", K, n, i, y[i], ref);
+                    bad++;
+                }
+            }
+            CHECK_MSG(bad == 0, "logaddexp fold K=%d n=%d: %d off", K, n, bad);
+            aligned_free(lp);
+        }
+        aligned_free(y0);
+        aligned_free(x);
+        aligned_free(y);
+        aligned_free(y2);
+    }
+    /* dispatch: logaddexp_inplace runs the version TERN_MAX_CPU_ISA allows (same bits either way,
+     * so this checks it does not crash under a cap and matches the AVX2 version) */
+    {
+        float a[19], b[19], r[19];
+        fill_normal(a, 19, 3.0f, -5.0f);
+        fill_normal(b, 19, 3.0f, -5.0f);
+        memcpy(r, a, sizeof a);
+        logaddexp_inplace(a, b, -1.0f, 19);
+        logaddexp_inplace_avx2(r, b, -1.0f, 19);
+        CHECK(!memcmp(a, r, sizeof a));
+    }
+    CHECK(n_inf > 0);
+    printf("logaddexp (%s, AVX-512 version %s): worst error / tolerance %.3f one call, %.3f the fold of 2-4 members "
+           "(tolerance %.0e + %.1e |ref| per call)\n", cpu_isa_name(cpu_isa_effective()),
+           have512 ? "checked" : "not run: no AVX-512", worst, worst_fold, LAE_ATOL, LAE_RTOL);
+}
+
 /* Tolerance per activation for input x and reference value ref. The fast versions compute
  * exp(t) of a float argument t (t = -x, -1.702 x, -x^2/2 after two or three roundings): its
  * rounding, about |t| 2^-24 per operation, is a relative error of the result, which is why the
@@ -1124,6 +1278,7 @@ int main(void) {
     test_linear();
     test_layernorm();
     test_softmax();
+    test_logaddexp();
     test_activations();
     test_elementwise();
     test_argmax_topk();
