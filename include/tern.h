@@ -227,6 +227,9 @@ typedef struct {
     int lmbr_clip;              /* 1: each evidence n-gram earns its posterior once per hypothesis
                                    (its count in the hypothesis clipped to 1); 0 (default): at every
                                    occurrence, as Tromble's linear gain */
+    int lmbr_sum_gain;          /* 1: the length penalty divides only the NMT part of the score; the
+                                   LMBR gain is added as a sum (theta_0 = -1 per word stays the
+                                   length term); 0 (default): the whole score is divided */
 } tern_translate_options_t;
 
 tern_translate_options_t tern_translate_default_options(void); /* thread-safe */

@@ -47,6 +47,8 @@ GRID_LAMBDA=${GRID_LAMBDA:-1,2,4}
 GRID_WEIGHTS=${GRID_WEIGHTS:-}   # e.g. 0.5,2: also tune the weights of systems 2.. (system 1: 1)
 ROUNDS=${ROUNDS:-1}
 LMBR_CLIP=${LMBR_CLIP:-0}         # 1: --lmbr-clip (an evidence n-gram earns its posterior once per hypothesis)
+LMBR_SUM=${LMBR_SUM:-0}           # 1: --lmbr-sum-gain (the length penalty divides only the NMT part; give a
+                                  # wider GRID_LAMBDA, e.g. 8,32,128, and ROUNDS=2: docs/decoding.md)
 MBR_ALPHAS=${MBR_ALPHAS:-1 3 10 30}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
@@ -107,6 +109,7 @@ head -n "$DEV_LINES" "$DATA/val.de" > dev.de
 GW=()
 [ -n "$GRID_WEIGHTS" ] && GW=(--grid-weights "$GRID_WEIGHTS")
 [ "$LMBR_CLIP" = 1 ] && GW+=(--lmbr-clip)
+[ "$LMBR_SUM" = 1 ] && GW+=(--lmbr-sum-gain)
 tune() { # tune OUT MODEL-ARGS...
   local out=$1; shift
   [ -s "$out" ] && grep -q '^best:' "$out" && return 0

@@ -65,10 +65,12 @@ def ngram_posteriors(evidence, weights, alpha):
     return post
 
 
-def ref_score(c, n, y, ended, post, lmbr=True, clip=False):
-    """clip: an n-gram earns theta_n P(u) only at its first occurrence in y."""
+def ref_score(c, n, y, ended, post, lmbr=True, clip=False, sum_gain=False):
+    """clip: an n-gram earns theta_n P(u) only at its first occurrence in y. sum_gain: the length
+    penalty divides only lambda * sum log P_NMT; the gain (the theta terms) is added undivided."""
     theta = [-1.0] + [1.0 / (4 * c["p"] * c["r"] ** (k - 1)) for k in range(1, 5)]
     raw = 0.0
+    gain = 0.0
     seen = set()
     for t in range(len(y) + ended):
         tok = y[t] if t < len(y) else c["eos"]
@@ -82,6 +84,7 @@ def ref_score(c, n, y, ended, post, lmbr=True, clip=False):
         raw += c["lambda"] * lp
         if tok != c["eos"]:
             raw += theta[0]
+            gain += theta[0]
             for k in range(1, 5):
                 if t >= k - 1:
                     u = tuple(y[t - k + 1:t + 1])
@@ -89,14 +92,18 @@ def ref_score(c, n, y, ended, post, lmbr=True, clip=False):
                         continue
                     seen.add(u)
                     raw += theta[k] * post.get(u, 0.0)
+                    gain += theta[k] * post.get(u, 0.0)
     L = len(y) + ended
-    return raw / (L ** c["lp"] if c["lp"] else 1.0), raw
+    div = L ** c["lp"] if c["lp"] else 1.0
+    if sum_gain:
+        return (raw - gain) / div + gain, raw
+    return raw / div, raw
 
 
-def run_driver(c, use_lmbr, lam, evfile, clip=False):
+def run_driver(c, use_lmbr, lam, evfile, clip=False, sum_gain=False):
     args = [DRIVER] + [str(v) for v in (c["seed"], c["V"], c["bos"], c["eos"], c["B"], c["nhyp"], c["N"],
                                         c["maxlen"], c["minlen"], c["lp"], c["early"], int(use_lmbr), lam,
-                                        c["p"], c["r"], c["alpha"], evfile, int(clip))]
+                                        c["p"], c["r"], c["alpha"], evfile, int(clip), int(sum_gain))]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -188,6 +195,41 @@ def test_lmbr_clip_scores_equal_reference(driver, tmp_path):
     print(f"\n{checked} hypotheses checked ({repeated} with a repeated evidence n-gram); clipping changed "
           f"the best output of {changed} sentences")
     assert checked > 300 and repeated > 20 and changed > 5
+
+
+def test_lmbr_sum_gain_scores_equal_reference(driver, tmp_path):
+    """--lmbr-sum-gain: every returned hypothesis scores (raw - gain) / length^lp + gain, the gain
+    (the theta terms) kept out of the length penalty, as the reference (1e-5), with and without
+    clipping; with length penalty 1 some outputs differ from the plain LMBR search (the check is not
+    vacuous), with length penalty 0 none do (same tokens, scores within 1e-5)."""
+    checked = changed = same0 = total0 = 0
+    for seed in range(500, 620):
+        c, evidence, weights, ev = make_case(seed, tmp_path)
+        if seed % 3 == 0:
+            c["lp"] = 0.0
+        elif c["lp"] == 0.0:
+            c["lp"] = 1.0
+        clip = seed % 2 == 1
+        got = run_driver(c, True, c["lambda"], ev, clip=clip, sum_gain=True)
+        base = run_driver(c, True, c["lambda"], ev, clip=clip, sum_gain=False)
+        for n in range(c["N"]):
+            post = ngram_posteriors(evidence[n], weights, c["alpha"])
+            assert n in got and got[n], f"seed {seed} sentence {n}: no hypothesis"
+            for score, raw, y in got[n]:
+                ended = int(len(y) < c["maxlen"])
+                rs, rr = ref_score(c, n, y, ended, post, clip=clip, sum_gain=True)
+                assert abs(score - rs) <= 1e-5 and abs(raw - rr) <= 1e-5, \
+                    f"seed {seed} case {c} sentence {n} hyp {y}: score {score} raw {raw}, reference {rs} {rr}"
+                checked += 1
+            if c["lp"] == 0.0:
+                total0 += 1
+                same0 += [h[2] for h in got[n]] == [h[2] for h in base[n]] and \
+                    all(abs(a[0] - b[0]) <= 1e-5 for a, b in zip(got[n], base[n]))
+            else:
+                changed += got[n][0][2] != base[n][0][2]
+    print(f"\n{checked} hypotheses checked; the sum gain changed the best output of {changed} sentences "
+          f"(length penalty 1); {same0} of {total0} identical at length penalty 0")
+    assert checked > 300 and changed > 5 and same0 == total0
 
 
 def test_lmbr_large_lambda_equals_plain_search(driver, tmp_path):

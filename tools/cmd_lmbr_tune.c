@@ -37,12 +37,14 @@ CLI_MODELS_HELP
 "  --length-penalty A          length normalization exponent (as tern translate; default 0)\n"
 "  --lmbr-clip                 each evidence n-gram earns its posterior once per hypothesis (as\n"
 "                              tern translate's --lmbr-clip)\n"
+"  --lmbr-sum-gain             the length penalty divides only the NMT log-probability (as tern\n"
+"                              translate's --lmbr-sum-gain)\n"
 "  --pretokenized              source, evidence and output are pieces (no SentencePiece)\n"
 "  -t, --threads N             intra-op threads (default: all cores)\n"
 "  -h, --help                  this help\n");
 }
 
-enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE, O_LP, O_GW, O_CLIP };
+enum { O_EV = 1000, O_W, O_GA, O_GP, O_GR, O_GL, O_ROUNDS, O_PRETOK, O_ENS_W, O_ENS_MODE, O_LP, O_GW, O_CLIP, O_SUM };
 
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},         {"source", required_argument, 0, 's'},
@@ -54,7 +56,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, 0, 't'},       {"help", no_argument, 0, 'h'},
     {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
     {"length-penalty", required_argument, 0, O_LP}, {"grid-weights", required_argument, 0, O_GW},
-    {"lmbr-clip", no_argument, 0, O_CLIP},
+    {"lmbr-clip", no_argument, 0, O_CLIP}, {"lmbr-sum-gain", no_argument, 0, O_SUM},
     {0, 0, 0, 0},
 };
 
@@ -197,6 +199,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
         case O_GL: ok = parse_list("--grid-lambda", optarg, grid[3], &ng[3]); break;
         case O_GW: ok = parse_list("--grid-weights", optarg, gw, &ngw); break;
         case O_CLIP: o.lmbr_clip = 1; break;
+        case O_SUM: o.lmbr_sum_gain = 1; break;
         case O_ROUNDS: ok = cli_int(C, "--rounds", optarg, 1, 100, &rounds); break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
         case O_PRETOK: mo.use_spm = 0; break;
@@ -296,6 +299,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
         if (o.lmbr_weights)
             for (int i = 0; i < nev; i++) printf("%s%g", i ? "," : " --lmbr-weights ", best_v[4 + i]);
         if (o.lmbr_clip) printf(" --lmbr-clip");
+        if (o.lmbr_sum_gain) printf(" --lmbr-sum-gain");
         printf("  BLEU %.2f (plain %.2f, %+.2f)\n", best, plain, best - plain);
         rc = 0;
     } else cli_fail(C, st);

@@ -78,6 +78,8 @@ static void usage(FILE *f) {
 "  --lmbr-clip                 an evidence n-gram earns its posterior once per hypothesis (its\n"
 "                              count clipped to 1), so repeating it gains nothing (default: at\n"
 "                              every occurrence, Tromble's linear gain)\n"
+"  --lmbr-sum-gain             the length penalty divides only the NMT log-probability; the LMBR\n"
+"                              gain stays a sum (default: the whole score is divided)\n"
 "  --prune-width W             GNMT beam pruning: drop candidates more than W below the step's\n"
 "                              best and live hypotheses more than W below the best finished one\n"
 "                              (normalized); default off\n"
@@ -102,7 +104,7 @@ enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
-    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS
+    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS
 };
 
 static const struct option long_opts[] = {
@@ -147,7 +149,7 @@ static const struct option long_opts[] = {
     {"lmbr-p", required_argument, 0, O_LMBR_P},
     {"lmbr-r", required_argument, 0, O_LMBR_R},
     {"lmbr-lambda", required_argument, 0, O_LMBR_L},
-    {"lmbr-clip", no_argument, 0, O_LMBR_CLIP},
+    {"lmbr-clip", no_argument, 0, O_LMBR_CLIP}, {"lmbr-sum-gain", no_argument, 0, O_LMBR_SUM},
     {"prune-width", required_argument, 0, O_PRUNE_W},
     {"prune-threshold", required_argument, 0, O_PRUNE_T},
     {"help", no_argument, 0, 'h'},
@@ -240,6 +242,7 @@ int cmd_translate(int argc, char **argv) {
         case O_LMBR_R: ok = cli_float(C, "--lmbr-r", optarg, 1e-6f, 1e6f, &o.lmbr_r); break;
         case O_LMBR_L: ok = cli_float(C, "--lmbr-lambda", optarg, 1e-9f, 1e9f, &o.lmbr_lambda); break;
         case O_LMBR_CLIP: o.lmbr_clip = 1; break;
+        case O_LMBR_SUM: o.lmbr_sum_gain = 1; break;
         case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width); break;
         case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold); break;
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &o.max_input_length); break;

@@ -156,6 +156,7 @@ tern_status_t extras_open(decode_extras_t **out, const tern_model_t *m, const te
         }
         x->lmbr = lmbr_params(extras_lmbr_lambda(m, o), o->lmbr_p, o->lmbr_r);
         x->lmbr.clip = o->lmbr_clip != 0;
+        x->lmbr.sum_gain = o->lmbr_sum_gain != 0;
         x->global.lmbr = &x->lmbr;
     }
     *out = x;

@@ -366,13 +366,15 @@ static void beam_candidates(beam_t *b, int R, int G, int t) {
     }
 }
 
-/* Score of a hypothesis that ends at step t on row r with raw score cv: length penalty, and the
+/* Score of a hypothesis that ends at step t on row r (sentence n) taking tok (-1: EOS) with raw
+ * score cv: length penalty (on the part of cv a processor does not keep out of it), and the
  * coverage penalty over every step of the hypothesis, the end token's included (as its length
  * is). */
-static float beam_final_score(beam_t *b, int r, int t, float cv) {
+static float beam_final_score(beam_t *b, int r, int n, int t, int tok, float cv) {
     const search_options_t *opt = b->opt;
     const int S = b->S;
-    float sc = cv / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
+    float u = proc_chain_unnormalized(&b->chain, r, n, tok);
+    float sc = (cv - u) / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm) + u;
     if (b->use_cov) {
         float *c = b->cov + (size_t)r * S, *a = b->attn + (size_t)r * S;
         for (int j = 0; j < S; j++) b->cov_tmp[j] = c[j] + a[j];
@@ -391,7 +393,7 @@ static tern_status_t beam_finish(beam_t *b, finished_t *f, int r, int n, int t, 
     h.raw = cv;
     h.unmet = proc_chain_unmet(&b->chain, r, n, is_eos ? -1 : tok);
     /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
-    h.score = beam_final_score(b, r, t, cv);
+    h.score = beam_final_score(b, r, n, t, is_eos ? -1 : tok, cv);
     if (add_finished(f, h, b->keep)) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
     if (is_eos) {
         f->eos_finished = 1;
@@ -408,7 +410,7 @@ static tern_status_t beam_backoff(beam_t *b, finished_t *f, int a, int nr, int n
     for (int r = a; r < a + nr; r++) {
         float e = cand_score(b->logits, b->row_mx, b->row_lse, b->score, r, b->V, opt->eos);
         if (b->eos_taken[r] || e == -INFINITY) continue;
-        float sc = beam_final_score(b, r, t, e);
+        float sc = beam_final_score(b, r, n, t, -1, e);
         if (f->fallen.tokens && sc <= f->fallen.score) continue;
         hypothesis_t h = {0};
         h.tokens = backtrack(&b->L, b->entry[r], t, -1, &h.length);

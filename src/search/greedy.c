@@ -117,7 +117,8 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                 h->tokens = tk;
                 h->length = hlen[n];
                 h->raw = score[n];
-                h->score = score[n] / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm);
+                float u = proc_chain_unnormalized(&chain, r, n, is_eos ? -1 : tok);
+                h->score = (score[n] - u) / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm) + u;
                 if (need_attn) h->score += search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty);
                 results[n].hyps = h;
                 results[n].n = 1;

@@ -212,10 +212,24 @@ void lmbr_clip_advance(const lmbr_sentence_t *s, int *state, int tok, int eos) {
     state[LMBR_ORDER - 2] = tok;
 }
 
+float lmbr_token_gain(const lmbr_sentence_t *s, const lmbr_params_t *p, const int *state, int tok) {
+    const unsigned *used = p->clip ? (const unsigned *)(state + LMBR_ORDER - 1) : NULL;
+    float g = p->theta[0];
+    for (int n = 1; s && n <= LMBR_ORDER; n++) {
+        const int *h = state + (LMBR_ORDER - 1) - (n - 1);
+        if (n > 1 && h[0] < 0) break;
+        int j = lmbr_ngram_index(s, h, n, tok);
+        if (j < 0 || (used && (used[j >> 5] >> (j & 31) & 1u))) continue;
+        g += p->theta[n] * s->post[j];
+    }
+    return g;
+}
+
 lmbr_params_t lmbr_params(float lambda, float p, float r) {
     lmbr_params_t q;
     q.lambda = lambda;
     q.clip = 0;
+    q.sum_gain = 0;
     q.theta[0] = -1.0f;
     for (int n = 1; n <= LMBR_ORDER; n++) q.theta[n] = (float)(1.0 / (4.0 * p * pow(r, n - 1)));
     return q;

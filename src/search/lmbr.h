@@ -43,6 +43,9 @@ int lmbr_ngram_index(const lmbr_sentence_t *s, const int *h, int n, int y);
 int lmbr_clip_ints(int count);
 void lmbr_clip_init(int *state, int count);
 void lmbr_clip_advance(const lmbr_sentence_t *s, int *state, int tok, int eos);
+/* What token tok (not EOS) adds to a row's LMBR gain after the row's last tokens (state: a
+ * clipping state, whose bits are read only when p->clip): theta_0 + sum_n theta_n P(h_{n-1} tok). */
+float lmbr_token_gain(const lmbr_sentence_t *s, const lmbr_params_t *p, const int *state, int tok);
 
 /* Rewrites one row of log-probs x (V) in place: λ·x + Θ0 + Σ Θn·P(h y) for y != eos, λ·x for EOS.
  * hist (H): the row's last tokens, oldest first (-1 before the start). clip: the row's clipping

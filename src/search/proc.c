@@ -113,6 +113,19 @@ void proc_chain_advance(proc_chain_t *c, const int *parent, const int *sent2, co
     }
 }
 
+float proc_chain_unnormalized(const proc_chain_t *c, int r, int n, int tok) {
+    float u = 0.0f;
+    for (int k = 0; k < c->np; k++) {
+        const search_proc_t *p = &c->p[k];
+        if (!p->unnormalized) continue;
+        int tmp[SEARCH_MAX_STATE];
+        memcpy(tmp, c->state + (size_t)r * c->W + c->off[k], (size_t)p->state_ints * sizeof(int));
+        if (tok >= 0 && p->advance) p->advance(p->self, n, tmp, tok);
+        u += p->unnormalized(p->self, n, tmp);
+    }
+    return u;
+}
+
 int proc_chain_unmet(const proc_chain_t *c, int r, int n, int tok) {
     if (c->sel < 0 || !c->p[c->sel].unmet) return 0;
     const search_proc_t *p = &c->p[c->sel];

@@ -57,6 +57,9 @@ typedef struct {
     /* optional: how many of sentence n's requirements a row state leaves unmet (finished hypotheses
      * with fewer unmet come first) */
     int (*unmet)(void *self, int n, const int *state);
+    /* optional: the part of a finished hypothesis' raw score that the length penalty leaves alone
+     * (LMBR's gain with --lmbr-sum-gain), from its row state: score = (raw - u) / lp + u */
+    float (*unnormalized)(void *self, int n, const int *state);
 } search_proc_t;
 
 #define SEARCH_MAX_PROCS 16
@@ -92,5 +95,8 @@ void proc_chain_advance(proc_chain_t *c, const int *parent, const int *sent2, co
 /* Unmet requirements of row r (sentence n) after it takes tok (-1: nothing, e.g. EOS): 0 without a
  * processor that counts them. */
 int proc_chain_unmet(const proc_chain_t *c, int r, int n, int tok);
+/* The unnormalized part of row r's raw score (sentence n) after it takes tok (-1: nothing, e.g.
+ * EOS): the sum of the processors' unnormalized() (0 without one). */
+float proc_chain_unnormalized(const proc_chain_t *c, int r, int n, int tok);
 
 #endif

@@ -158,7 +158,8 @@ static void lmbr_apply(void *self, float *x, const search_rows_t *rows) {
     const search_procs_t *P = self;
     for (int r = 0; r < rows->R; r++) {
         const search_sentence_t *s = P->sd[rows->sent[r]];
-        const int *clip = P->g->lmbr->clip ? rows->state + (size_t)r * rows->W + rows->off : NULL;
+        const int *clip = P->g->lmbr->clip ? rows->state + (size_t)r * rows->W + rows->off + (P->g->lmbr->sum_gain ? 1 : 0)
+                                           : NULL;
         lmbr_apply_row(s ? s->lmbr : NULL, P->g->lmbr, x + (size_t)r * rows->V, rows->V, P->eos,
                        rows->hist + (size_t)r * rows->H, rows->H, clip);
     }
@@ -171,6 +172,39 @@ static void lmbr_clip_init_fn(void *self, int n, int *state) {
 static void lmbr_clip_advance_fn(void *self, int n, int *state, int tok) {
     const search_procs_t *P = self;
     lmbr_clip_advance(P->sd[n]->lmbr, state, tok, P->eos);
+}
+
+/* --lmbr-sum-gain: state = [the row's gain so far, as float bits][a clipping state: last tokens, and
+ * the bits only when clipping]; the search keeps the gain out of the length penalty. */
+static void lmbr_sum_init_fn(void *self, int n, int *state) {
+    const search_procs_t *P = self;
+    float g = 0.0f;
+    memcpy(state, &g, sizeof g);
+    lmbr_clip_init(state + 1, P->g->lmbr->clip ? P->lmbr_count : 0);
+}
+
+static void lmbr_sum_advance_fn(void *self, int n, int *state, int tok) {
+    const search_procs_t *P = self;
+    const lmbr_params_t *p = P->g->lmbr;
+    const lmbr_sentence_t *s = P->sd[n]->lmbr;
+    if (tok == P->eos) return;
+    float g;
+    memcpy(&g, state, sizeof g);
+    g += lmbr_token_gain(s, p, state + 1, tok);
+    memcpy(state, &g, sizeof g);
+    if (p->clip) {
+        lmbr_clip_advance(s, state + 1, tok, P->eos);
+    } else {
+        int *h = state + 1;
+        for (int i = 0; i + 1 < LMBR_ORDER - 1; i++) h[i] = h[i + 1];
+        h[LMBR_ORDER - 2] = tok;
+    }
+}
+
+static float lmbr_sum_unnormalized_fn(void *self, int n, const int *state) {
+    float g;
+    memcpy(&g, state, sizeof g);
+    return g;
 }
 
 static const cons_sentence_t *cons_of(const search_procs_t *P, int n) { return P->sd[n]->constraints; }
@@ -223,9 +257,9 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     int lm = g && g->lmbr, lm_count = 0;
     for (int n = 0; lm && g->lmbr->clip && sd && n < N; n++)
         if (sd[n] && lmbr_ngram_count(sd[n]->lmbr) > lm_count) lm_count = lmbr_ngram_count(sd[n]->lmbr);
-    if (lm && g->lmbr->clip && lmbr_clip_ints(lm_count) + 2 > SEARCH_MAX_STATE)
+    if (lm && g->lmbr->clip && lmbr_clip_ints(lm_count) + 3 > SEARCH_MAX_STATE)
         return tern_error(TERN_ERR_INVALID_ARG, "LMBR clipping: a sentence's evidence has %d distinct n-grams, at most %d",
-                          lm_count, (SEARCH_MAX_STATE - 2 - (LMBR_ORDER - 1)) * 32);
+                          lm_count, (SEARCH_MAX_STATE - 3 - (LMBR_ORDER - 1)) * 32);
     if (!any_prefix && !any_restrict && !sup && !lm && !any_cons) return TERN_OK;
     search_procs_t *P = calloc(1, sizeof *P);
     static const search_sentence_t none = {0};
@@ -266,7 +300,11 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.history = LMBR_ORDER - 1, p.may_raise = 1;
         p.apply = lmbr_apply;
-        if (g->lmbr->clip) {
+        if (g->lmbr->sum_gain) {
+            p.state_ints = 1 + lmbr_clip_ints(g->lmbr->clip ? lm_count : 0);
+            p.init_state = lmbr_sum_init_fn, p.advance = lmbr_sum_advance_fn;
+            p.unnormalized = lmbr_sum_unnormalized_fn;
+        } else if (g->lmbr->clip) {
             p.state_ints = lmbr_clip_ints(lm_count);
             p.init_state = lmbr_clip_init_fn, p.advance = lmbr_clip_advance_fn;
         }

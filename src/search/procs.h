@@ -56,6 +56,8 @@ typedef struct {
     float theta[5]; /* Tromble's linear-BLEU weights: theta[0] per token, theta[n] per n-gram match */
     int clip;       /* 1: an evidence n-gram earns theta_n P(u) only the first time a hypothesis has it
                        (its count clipped to 1, as presence on the evidence side); 0: every time */
+    int sum_gain;   /* 1: the length penalty divides only lambda * log P_NMT; the gain (theta terms)
+                       stays a sum, as Tromble's linear gain (theta_0 its length term) */
 } lmbr_params_t;
 
 /* Everything one batch's processors use. */

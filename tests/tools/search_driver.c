@@ -76,8 +76,8 @@ static tern_status_t mock_set_rows(void *self, const int *parent, const int *sen
 }
 
 int main(int argc, char **argv) {
-    if (argc != 18 && argc != 19) {
-        fprintf(stderr, "usage: search_driver SEED V BOS EOS B NHYP N MAXLEN MINLEN LP EARLY LMBR LAMBDA P R ALPHA EVIDENCE [CLIP]\n");
+    if (argc < 18 || argc > 20) {
+        fprintf(stderr, "usage: search_driver SEED V BOS EOS B NHYP N MAXLEN MINLEN LP EARLY LMBR LAMBDA P R ALPHA EVIDENCE [CLIP [SUM_GAIN]]\n");
         return 2;
     }
     static mock_t m;
@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
     static lmbr_sentence_t *ls[64];
     lmbr_params_t params = lmbr_params(lambda, p, r);
     params.clip = argc > 18 && atoi(argv[18]);
+    params.sum_gain = argc > 19 && atoi(argv[19]);
     search_global_t g = {NULL, use_lmbr ? &params : NULL};
     for (int n = 0; n < N && use_lmbr; n++) {
         lmbr_evidence_t ev[MAXS];
