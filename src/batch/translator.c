@@ -106,11 +106,14 @@ static int max_output_len(const tern_translate_options_t *o, int src_len) {
     return lim;
 }
 
-/* The vocabulary map's candidates for a batch: restricts the model's output to them and gives the
- * search a decoder over positions in them (*dec), with its start and end tokens (*bos, *eos).
+/* The vocabulary map's candidates for a batch, with the tokens its search processors need (target
+ * prefixes, restrict-to hypotheses, constraints, LMBR evidence: search_procs_mark): restricts the
+ * model's output to them and gives the search a decoder over positions in them (*dec), with its
+ * start and end tokens (*bos, *eos) and their count (*ncand).
  * An ensemble looks its members' first source up (ensemble.h's packing). */
-static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const int *len, int n,
-                                   vmap_decoder_t *vd, decoder_iface_t *dec, int *bos, int *eos) {
+static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const int *len,
+                                   const search_sentence_t *const *sd, int n, vmap_decoder_t *vd, decoder_iface_t *dec,
+                                   int *bos, int *eos, int *ncand) {
     const tern_model_t *m = tr->model;
     const int V = m->info.target_vocab_size, rows = n * tr->opt.beam_size;
     if (!tr->vm_cand) {
@@ -135,7 +138,9 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
         s0[i] = m->n_members ? src[i] + 1 : src[i];
         l0[i] = m->n_members ? src[i][0] : len[i];
     }
+    search_procs_mark(tr->global, sd, n, V, tr->vm_mark); /* vmap_candidates adds what is marked */
     int nc = vmap_candidates(m->vmap, s0, l0, n, tr->vm_cand, tr->vm_mark);
+    *ncand = nc;
     free(s0), free(l0);
     tern_status_t st = m->fam->set_vocab(tr->state, tr->vm_cand, nc);
     if (st) return st;
@@ -302,28 +307,36 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         constrained |= sd[i] && sd[i]->constraints;
         any_sd |= sd[i] != NULL;
     }
-    if (m->vmap && (tr->global || any_sd)) {
-        free(max_len);
-        return tern_error(TERN_ERR_UNSUPPORTED, "a vocabulary map cannot be combined with suppressed sequences, "
-                                                "target prefixes, restricted decoding, constraints or LMBR yet");
+    vmap_decoder_t vd;
+    search_remap_t *rm = NULL; /* under a vocabulary map: the processors' data in positions */
+    const search_global_t *gl = tr->global;
+    int V = m->info.target_vocab_size, eos = m->tgt_eos, nc = 0;
+    if (m->vmap) {
+        if (!(st = vmap_restrict(tr, src, len, sd, n, &vd, &dec, &so.bos, &so.eos, &nc)) && (tr->global || any_sd) &&
+            !(st = search_remap_new(&rm, tr->global, sd, n, tr->vm_cand, nc))) {
+            gl = search_remap_global(rm);
+            sd = search_remap_sentences(rm);
+        }
+        if (st) {
+            fam->set_vocab(tr->state, NULL, 0);
+            free(max_len);
+            return st;
+        }
+        V = nc, eos = so.eos;
     }
     search_procs_t *procs = NULL; /* processors of this batch: prefixes, restrictions, LMBR, ... */
-    if ((st = search_procs_bind(&procs, tr->global, sd, n, m->info.target_vocab_size, m->tgt_eos, o->beam_size))) {
+    if ((st = search_procs_bind(&procs, gl, sd, n, V, eos, o->beam_size))) {
+        if (m->vmap) fam->set_vocab(tr->state, NULL, 0);
+        search_remap_free(rm);
         free(max_len);
         return st;
     }
     so.procs = search_procs_list(procs, &so.num_procs);
-    vmap_decoder_t vd;
-    if (m->vmap && (st = vmap_restrict(tr, src, len, n, &vd, &dec, &so.bos, &so.eos))) {
-        fam->set_vocab(tr->state, NULL, 0);
-        search_procs_free(procs);
-        free(max_len);
-        return st;
-    }
     if (h) h->beam = !(o->beam_size == 1 && !constrained);
     st = o->beam_size == 1 && !constrained ? greedy_search(&dec, n, max_len, &so, res)
                                            : beam_search(&dec, n, max_len, &so, res);
     search_procs_free(procs);
+    search_remap_free(rm);
     if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
         if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
         tern_status_t s2 = fam->set_vocab(tr->state, NULL, 0);

@@ -257,3 +257,40 @@ void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, 
         }
     }
 }
+
+void lmbr_sentence_mark(const lmbr_sentence_t *s, uint8_t *mark, int V) {
+    for (int j = 0; s && j < s->M; j++)
+        if (s->tok[j] >= 0 && s->tok[j] < V) mark[s->tok[j]] = 1;
+}
+
+tern_status_t lmbr_sentence_remap(lmbr_sentence_t **out, const lmbr_sentence_t *s, const int *cand, int nc) {
+    *out = NULL;
+    lmbr_sentence_t *r = calloc(1, sizeof *r);
+    if (!r) return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    r->M = s->M;
+    r->cap = s->cap;
+    r->tok = malloc((size_t)(s->M ? s->M : 1) * sizeof(int));
+    r->post = malloc((size_t)(s->M ? s->M : 1) * sizeof(float));
+    r->tab = calloc((size_t)(s->cap ? s->cap : 1), sizeof *r->tab);
+    if (!r->tok || !r->post || !r->tab) {
+        lmbr_sentence_free(r);
+        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    }
+    /* the n-gram indices stay (clipping bits); tokens become positions in cand (-1: none, never
+     * matched: a row's tokens are positions, and its history has -1 only before its start, where
+     * the lookups stop) */
+    for (int j = 0; j < s->M; j++) r->tok[j] = search_id_position(cand, nc, s->tok[j]);
+    memcpy(r->post, s->post, (size_t)s->M * sizeof(float));
+    size_t mask = (size_t)r->cap - 1;
+    for (int i = 0; i < s->cap; i++) {
+        const hist_t *e = &s->tab[i];
+        if (!e->n) continue;
+        hist_t x = *e;
+        for (int k = 0; k < e->n - 1; k++) x.h[k] = search_id_position(cand, nc, e->h[k]);
+        size_t h = (size_t)hist_hash(x.n, x.h) & mask;
+        while (r->tab[h].n) h = (h + 1) & mask;
+        r->tab[h] = x;
+    }
+    *out = r;
+    return TERN_OK;
+}

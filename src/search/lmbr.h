@@ -50,6 +50,11 @@ float lmbr_token_gain(const lmbr_sentence_t *s, const lmbr_params_t *p, const in
 /* Rewrites one row of log-probs x (V) in place: λ·x + Θ0 + Σ Θn·P(h y) for y != eos, λ·x for EOS.
  * hist (H): the row's last tokens, oldest first (-1 before the start). clip: the row's clipping
  * state (lmbr_clip_init), whose n-grams earn nothing again; NULL: no clipping. */
+/* Under a vocabulary map (vmap.h): marks the sentence's evidence tokens in mark (V), and the
+ * sentence with its tokens as positions in the sorted candidates cand (nc); n-gram indices stay. */
+void lmbr_sentence_mark(const lmbr_sentence_t *s, uint8_t *mark, int V);
+tern_status_t lmbr_sentence_remap(lmbr_sentence_t **out, const lmbr_sentence_t *s, const int *cand, int nc);
+
 void lmbr_apply_row(const lmbr_sentence_t *s, const lmbr_params_t *p, float *x, int V, int eos, const int *hist,
                     int H, const int *clip);
 

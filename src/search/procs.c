@@ -333,3 +333,152 @@ const search_proc_t *search_procs_list(const search_procs_t *P, int *count) {
     *count = P ? P->n : 0;
     return P ? P->list : NULL;
 }
+
+/* ------------------------------------------------------------ under a vocabulary map */
+
+int search_id_position(const int *cand, int nc, int id) {
+    int lo = 0, hi = nc - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (cand[mid] == id) return mid;
+        if (cand[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static void mark_ids(const int *ids, int n, uint8_t *mark, int V) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < V) mark[ids[i]] = 1;
+}
+
+void search_procs_mark(const search_global_t *g, const search_sentence_t *const *sd, int N, int V, uint8_t *mark) {
+    (void)g; /* suppressed sequences need no candidate */
+    for (int n = 0; sd && n < N; n++) {
+        const search_sentence_t *s = sd[n];
+        if (!s) continue;
+        if (s->prefix && s->prefix_len > 0) mark_ids(s->prefix, s->prefix_len, mark, V);
+        if (s->restrict_to)
+            for (int k = 1; k < s->restrict_to->n; k++) mark_ids(&s->restrict_to->node[k].tok, 1, mark, V);
+        if (s->constraints)
+            for (int j = 0; j < s->constraints->C; j++) mark_ids(s->constraints->tok[j], s->constraints->len[j], mark, V);
+        if (s->lmbr) lmbr_sentence_mark(s->lmbr, mark, V);
+    }
+}
+
+struct search_remap {
+    search_global_t g;
+    search_suppress_t sup;
+    int N;
+    search_sentence_t *s;         /* (N) */
+    const search_sentence_t **sp; /* (N) */
+    int **prefix;                 /* (N) */
+    search_trie_t *trie;          /* (N) node == NULL: none */
+    cons_sentence_t **cons;       /* (N) */
+    lmbr_sentence_t **lmbr;       /* (N) */
+};
+
+const search_global_t *search_remap_global(const search_remap_t *r) { return r->g.suppress || r->g.lmbr ? &r->g : NULL; }
+const search_sentence_t *const *search_remap_sentences(const search_remap_t *r) { return r->sp; }
+
+void search_remap_free(search_remap_t *r) {
+    if (!r) return;
+    for (int k = 0; k < r->sup.n; k++) free(r->sup.seq[k]);
+    free(r->sup.seq), free(r->sup.len);
+    for (int n = 0; n < r->N; n++) {
+        if (r->prefix) free(r->prefix[n]);
+        if (r->trie && r->trie[n].node) trie_free(&r->trie[n]);
+        if (r->cons) cons_sentence_free(r->cons[n]);
+        if (r->lmbr) lmbr_sentence_free(r->lmbr[n]);
+    }
+    free(r->s), free(r->sp), free(r->prefix), free(r->trie), free(r->cons), free(r->lmbr);
+    free(r);
+}
+
+static void remap_ids(int *dst, const int *src, int n, const int *cand, int nc) {
+    for (int i = 0; i < n; i++) dst[i] = search_id_position(cand, nc, src[i]);
+}
+
+tern_status_t search_remap_new(search_remap_t **out, const search_global_t *g, const search_sentence_t *const *sd,
+                               int N, const int *cand, int nc) {
+    *out = NULL;
+    tern_status_t st = TERN_OK;
+    search_remap_t *r = calloc(1, sizeof *r);
+    if (!r) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    size_t n1 = (size_t)(N ? N : 1);
+    r->N = N;
+    r->s = calloc(n1, sizeof *r->s);
+    r->sp = calloc(n1, sizeof *r->sp);
+    r->prefix = calloc(n1, sizeof *r->prefix);
+    r->trie = calloc(n1, sizeof *r->trie);
+    r->cons = calloc(n1, sizeof *r->cons);
+    r->lmbr = calloc(n1, sizeof *r->lmbr);
+    if (!r->s || !r->sp || !r->prefix || !r->trie || !r->cons || !r->lmbr) goto nomem;
+    if (g) {
+        r->g.lmbr = g->lmbr;
+        if (g->suppress && g->suppress->n > 0) {
+            const search_suppress_t *S = g->suppress;
+            r->sup.seq = calloc((size_t)S->n, sizeof(int *));
+            r->sup.len = calloc((size_t)S->n, sizeof(int));
+            if (!r->sup.seq || !r->sup.len) goto nomem;
+            for (int k = 0; k < S->n; k++) {
+                int ok = S->len[k] >= 1;
+                for (int i = 0; ok && i < S->len[k]; i++) ok = search_id_position(cand, nc, S->seq[k][i]) >= 0;
+                if (!ok) continue; /* never completed in the restricted search */
+                int *q = malloc((size_t)S->len[k] * sizeof(int));
+                if (!q) goto nomem;
+                remap_ids(q, S->seq[k], S->len[k], cand, nc);
+                r->sup.seq[r->sup.n] = q;
+                r->sup.len[r->sup.n++] = S->len[k];
+            }
+            r->g.suppress = &r->sup;
+        }
+    }
+    for (int n = 0; sd && n < N; n++) {
+        const search_sentence_t *s = sd[n];
+        if (!s) continue;
+        search_sentence_t *t = &r->s[n];
+        *t = *s;
+        if (s->prefix && s->prefix_len > 0) {
+            if (!(r->prefix[n] = malloc((size_t)s->prefix_len * sizeof(int)))) goto nomem;
+            remap_ids(r->prefix[n], s->prefix, s->prefix_len, cand, nc);
+            t->prefix = r->prefix[n];
+        }
+        if (s->restrict_to) {
+            const search_trie_t *T = s->restrict_to;
+            search_trie_t *U = &r->trie[n];
+            U->node = malloc((size_t)(T->n ? T->n : 1) * sizeof *U->node);
+            if (!U->node) goto nomem;
+            memcpy(U->node, T->node, (size_t)T->n * sizeof *U->node);
+            U->n = U->cap = T->n;
+            for (int k = 1; k < U->n; k++) U->node[k].tok = search_id_position(cand, nc, T->node[k].tok);
+            t->restrict_to = U;
+        }
+        if (s->constraints) {
+            const cons_sentence_t *c = s->constraints;
+            int *buf = malloc((size_t)(c->total ? c->total : 1) * sizeof(int));
+            int *ph[CONS_MAX];
+            if (!buf) goto nomem;
+            for (int j = 0, o = 0; j < c->C; o += c->len[j], j++) {
+                ph[j] = buf + o;
+                remap_ids(ph[j], c->tok[j], c->len[j], cand, nc);
+            }
+            st = cons_sentence_new(&r->cons[n], (const int *const *)ph, c->len, c->C);
+            free(buf);
+            if (st) goto fail;
+            t->constraints = r->cons[n];
+        }
+        if (s->lmbr) {
+            if ((st = lmbr_sentence_remap(&r->lmbr[n], s->lmbr, cand, nc))) goto fail;
+            t->lmbr = r->lmbr[n];
+        }
+        r->sp[n] = t;
+    }
+    *out = r;
+    return TERN_OK;
+nomem:
+    st = tern_error(TERN_ERR_NOMEM, "out of memory");
+fail:
+    search_remap_free(r);
+    return st;
+}

@@ -9,6 +9,8 @@
 #ifndef TERN_SEARCH_PROCS_H
 #define TERN_SEARCH_PROCS_H
 
+#include <stdint.h>
+
 #include "proc.h"
 
 /* ------------------------------------------------------------ prefix tree of token sequences */
@@ -74,6 +76,26 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
                                 int N, int V, int eos, int beam);
 void search_procs_free(search_procs_t *p);
 const search_proc_t *search_procs_list(const search_procs_t *p, int *count);
+
+/* ------------------------------------------------------------ under a vocabulary map (vmap.h)
+ *
+ * The search then runs over positions in the batch's sorted candidates cand (nc) and the
+ * processors with it: search_procs_mark() adds to the candidates what they need (mark (V): the
+ * model ids, set to 1), search_remap_new() gives their data in positions, for search_procs_bind().
+ * What is added: a forced prefix's tokens, restrict-to hypotheses' tokens, constraint phrases'
+ * tokens and LMBR evidence tokens (all must be decodable, as CTranslate2 adds a target prefix to
+ * its vmap candidates); suppressed sequences add nothing: one with a token that is not a candidate
+ * can never be completed and is left out. */
+int search_id_position(const int *cand, int nc, int id); /* -1: not a candidate */
+void search_procs_mark(const search_global_t *g, const search_sentence_t *const *sd, int N, int V, uint8_t *mark);
+
+typedef struct search_remap search_remap_t;
+tern_status_t search_remap_new(search_remap_t **out, const search_global_t *g, const search_sentence_t *const *sd,
+                               int N, const int *cand, int nc);
+/* The remapped global data (NULL when g was) and sentences (N entries, NULL where sd's were). */
+const search_global_t *search_remap_global(const search_remap_t *r);
+const search_sentence_t *const *search_remap_sentences(const search_remap_t *r);
+void search_remap_free(search_remap_t *r);
 
 /* The LMBR processor's data (lmbr.c): theta from p and r (Tromble et al.). */
 lmbr_params_t lmbr_params(float lambda, float p, float r);

@@ -58,8 +58,9 @@ int vmap_max_ngram(const vmap_t *v);
 int vmap_num_rules(const vmap_t *v);
 
 /* The candidates of a batch: the sorted union of the always-candidates and the targets of every
- * source n-gram (n <= max n) of the n sources. out holds the target vocabulary's size; mark is a
- * scratch array of that many bytes, all 0 on entry and on return. Returns the count. */
+ * source n-gram (n <= max n) of the n sources, and of the ids marked in mark on entry (what the
+ * search processors need: procs.h's search_procs_mark). out holds the target vocabulary's size;
+ * mark is a scratch array of that many bytes, all 0 on return. Returns the count. */
 int vmap_candidates(const vmap_t *v, const int *const *src, const int *len, int n, int *out, uint8_t *mark);
 
 /* The search over a restricted vocabulary: a decoder whose ids are positions in cand (n), over
