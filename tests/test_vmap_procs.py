@@ -9,9 +9,13 @@ evidence tokens (a suppressed sequence with a non-candidate piece can never be c
                 byte-identical to the run without a map;
   real map      (random rules, 4 target pieces per source piece, 5 always-candidates; one sentence a
                 batch, so the candidates are the sentence's):
-    prefix      tokens equal CTranslate2's translate_batch(target_prefix=..., use_vmap=True) (which
-                adds the prefix to its candidates), scores within 1e-4 + 2e-5 relative;
-    suppress    tokens equal CTranslate2's with use_vmap=True and suppress_sequences;
+    prefix      reproduced (random pieces, most outside the map's candidates), the rest of the
+                output within the candidates, its score (beam 4) equal to the reference below for
+                the free part (1e-4) (CTranslate2 4.8.5's target_prefix with use_vmap=True raises
+                IndexError when a prefix piece is not a candidate);
+    suppress    single pieces: tokens equal CTranslate2's use_vmap=True output on the same map
+                without those pieces (its suppress_sequences under use_vmap still outputs a
+                suppressed piece); a 2-piece sequence: never output;
     restrict-to every output is a given hypothesis; its score equals the reference: the sum over its
                 tokens (and EOS) of log P(y_t) - log sum_{v in C} P(v), P from CTranslate2's
                 score_batch over the whole vocabulary, C the candidates computed here (1e-4);

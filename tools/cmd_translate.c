@@ -26,6 +26,8 @@ static void usage(FILE *f) {
 "  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
 "  --vmap FILE                 vocabulary map (`tern vmap`, CTranslate2's format): the output and the\n"
 "                              search are restricted to the candidates of each batch's source n-grams\n"
+"                              and the pieces prefixes, --restrict-to, --constraints and LMBR\n"
+"                              evidence need (docs/vmap.md)\n"
 "  --use-vmap                  the model directory's vmap.txt (as CTranslate2's use_vmap)\n"
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
