@@ -297,3 +297,76 @@ def test_vmap_load_errors(tern_bin, tmp_path, data_dir):
     assert r.returncode == 0 and r.stdout.count("\n") == 1
     assert "1 rule(s) with source pieces not in the model's vocabulary" in r.stderr
     assert "1 target piece(s) not in the target vocabulary" in r.stderr
+
+
+def test_search_processors_with_maps_on_shipped_model(tern_bin, data_dir, tmp_path):
+    """Search processors under a map (beam 4, the first 40 lines of test_2016_flickr, pieces): a full
+    map gives byte-identical output for a target prefix (the reference's first two pieces),
+    constraints (the reference's longest piece sequence of a capitalized word missing from the plain
+    output) and restrict-to (the plain 3-best); a map from `tern vmap` (one sentence a batch)
+    reproduces every prefix, has every constraint, returns only given hypotheses, and outputs
+    nothing outside the sentence's candidates plus the processors' pieces (tests/test_vmap_procs.py
+    checks scores on a peer model)."""
+    spm = pytest.importorskip("sentencepiece")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
+    with open(os.path.join(MODEL, "shared_vocabulary.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    full = tmp_path / "full.txt"
+    full.write_text("\t" + " ".join(vocab) + "\n", encoding="utf-8")
+    D = os.path.join(data_dir, "multi30k")
+    vm = tmp_path / "vmap.txt"
+    _run([tern_bin, "vmap", "-q", "-m", MODEL, "--source", os.path.join(D, "train.en"), "--target",
+          os.path.join(D, "train.de"), "-o", str(vm), "--top-k", "20", "--top-n", "5", "--max-pairs", "8000"])
+    rules, always = _read_map(vm)
+    lines = _test_lines(data_dir, 40)
+    with open(os.path.join(D, "test_2016_flickr.de"), encoding="utf-8") as f:
+        refs = [next(f).rstrip("\n") for _ in range(40)]
+    pieces = [sp.encode(l.rstrip("\n"), out_type=str) for l in lines]
+    src = tmp_path / "src.pieces"
+    src.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    base = [tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", "4"]
+    nbest = _run(base + ["-n", "3", str(src)]).stdout.splitlines()
+    plain = [h for i, h, _ in (r.split(" ||| ") for r in nbest[::3])]
+    prefix = [sp.encode(r, out_type=str)[:2] for r in refs]
+    cons = []
+    for r, p in zip(refs, plain):
+        words = [w.strip(".,") for w in r.split() if w[:1].isupper() and w.strip(".,") not in sp.decode(p.split())]
+        cons.append([" ".join(sp.encode(max(words, key=len), out_type=str))] if words else [])
+    (tmp_path / "prefix.txt").write_text("".join(" ".join(p) + "\n" for p in prefix), encoding="utf-8")
+    (tmp_path / "cons.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cons), encoding="utf-8")
+    (tmp_path / "restrict.txt").write_text("".join(r.rsplit(" ||| ", 1)[0] + " ||| 0\n" for r in nbest),
+                                           encoding="utf-8")
+    given = {}
+    for r in nbest:
+        i, h, _ = r.split(" ||| ")
+        given.setdefault(int(i), set()).add(h)
+    procs = {"prefix": ["--target-prefix", str(tmp_path / "prefix.txt")],
+             "constraints": ["--constraints", str(tmp_path / "cons.jsonl")],
+             "restrict": ["--restrict-to", str(tmp_path / "restrict.txt"), "-n", "2", "--no-early-stop"]}
+    specials = {"<unk>", "<s>", "</s>"}
+    outside = {k: 0 for k in procs}
+    for kind, args in procs.items():
+        free = _run(base + args + [str(src)]).stdout
+        assert _run(base + args + ["--vmap", str(full), str(src)]).stdout == free, kind
+        out = _run(base + args + ["--max-batch-size", "1", "--vmap", str(vm), str(src)]).stdout.splitlines()
+        for k, o in enumerate(out):
+            if kind == "restrict":
+                i, h, _ = o.split(" ||| ")
+                i = int(i)
+                assert h in given[i], f"line {i}: '{h}' is not a given hypothesis"
+                need = {t for g in given[i] for t in g.split()}
+            else:
+                i, h = k, o
+                need = set(prefix[i]) if kind == "prefix" else {t for c in cons[i] for t in c.split()}
+            cand = _candidates(rules, always, pieces[i]) | specials
+            assert set(h.split()) <= cand | need, (kind, i, h)
+            outside[kind] += not need <= cand
+            if kind == "prefix":
+                assert h.split()[:2] == prefix[i], f"line {i}: prefix {prefix[i]} not reproduced: {h}"
+            if kind == "constraints":
+                for c in cons[i]:
+                    assert f" {c} " in f" {h} ", f"line {i}: constraint '{c}' missing from '{h}'"
+        assert len(out) == (80 if kind == "restrict" else 40)
+    # the processors' pieces are often outside the map's candidates (the check is not vacuous)
+    print(f"\nsentences whose processor pieces leave the map's candidates: {outside}")
+    assert min(outside.values()) >= 5
