@@ -422,7 +422,12 @@ tern_status_t search_remap_new(search_remap_t **out, const search_global_t *g, c
             r->sup.len = calloc((size_t)S->n, sizeof(int));
             if (!r->sup.seq || !r->sup.len) goto nomem;
             for (int k = 0; k < S->n; k++) {
-                int ok = S->len[k] >= 1;
+                if (S->len[k] < 1 || S->len[k] - 1 > SEARCH_MAX_HISTORY) { /* as search_procs_bind */
+                    st = tern_error(TERN_ERR_INVALID_ARG, "suppressed sequence %d: 1 to %d pieces", k + 1,
+                                    SEARCH_MAX_HISTORY + 1);
+                    goto fail;
+                }
+                int ok = 1;
                 for (int i = 0; ok && i < S->len[k]; i++) ok = search_id_position(cand, nc, S->seq[k][i]) >= 0;
                 if (!ok) continue; /* never completed in the restricted search */
                 int *q = malloc((size_t)S->len[k] * sizeof(int));
