@@ -1,4 +1,5 @@
-"""PyTorch's side of bench/bench_train.py (run under /usr/bin/python3: Debian's python3-torch).
+"""PyTorch's side of bench/bench_train.py (run under /usr/bin/python3: Debian's python3-torch, or under
+.venv-torch-pypi/bin/python: PyPI's torch, bench/setup_torch_pypi.sh).
 
     python3 bench_train_torch.py info
     python3 bench_train_torch.py loss IN.safetensors
@@ -26,17 +27,24 @@ from train_torch_ref import RefModel, _cfg, inverse_sqrt, st_read  # noqa: E402
 
 
 def blas_info():
-    """torch's build BLAS and the BLAS/LAPACK shared libraries this process mapped (real paths)."""
+    """torch's build BLAS (torch.__config__.show()) and the BLAS/LAPACK/MKL/oneDNN/OpenMP shared libraries
+    this process mapped (real paths). Debian's torch calls the system libblas.so.3 (OpenBLAS or the reference
+    BLAS); PyPI's has MKL and oneDNN linked into libtorch_cpu.so (no separate library: the build lines say it)."""
     import torch
     cfg = torch.__config__.show()
     m = re.search(r"BLAS_INFO=(\w+)", cfg)
-    libs = set()
+    libs, runtime = set(), set()
     with open("/proc/self/maps") as f:
         for line in f:
             path = line.split()[-1]
-            if ".so" in path and re.search(r"blas|lapack", os.path.basename(path), re.I):
+            base = os.path.basename(path)
+            if ".so" not in path:
+                continue
+            if re.search(r"blas|lapack|mkl|dnnl", base, re.I):
                 libs.add(os.path.realpath(path))
-    libs = sorted(libs)
+            elif re.search(r"^lib(g|i)omp|^libomp", base):
+                runtime.add(os.path.realpath(path))
+    libs, runtime = sorted(libs), sorted(runtime)
     openblas = any("openblas" in p for p in libs)
     reference = any(re.search(r"/blas/libblas\.so", p) for p in libs)
     core = "?"
@@ -49,9 +57,16 @@ def blas_info():
                 core = f().decode()
             except (OSError, AttributeError):
                 pass
-    return {"torch": torch.__version__, "openblas_core": core, "mkldnn": torch.backends.mkldnn.is_available(), "blas_info": "BLAS_INFO=" + (m.group(1) if m else "?"),
-            "blas_libraries": libs, "openblas": openblas and not reference,
-            "torch_threads_default": torch.get_num_threads()}
+    build = [ln.strip() for ln in cfg.splitlines()
+             if re.search(r"Math Kernel|oneAPI|MKL-DNN|oneDNN|LAPACK is enabled|OpenMP", ln)]
+    try:
+        cap = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        cap = "?"
+    return {"torch": torch.__version__, "openblas_core": core, "mkldnn": torch.backends.mkldnn.is_available(),
+            "mkl": torch.backends.mkl.is_available(), "blas_info": "BLAS_INFO=" + (m.group(1) if m else "?"),
+            "build": build, "cpu_capability": cap, "blas_libraries": libs, "openmp_libraries": runtime,
+            "openblas": openblas and not reference, "torch_threads_default": torch.get_num_threads()}
 
 
 def load(path, dropout):
@@ -92,7 +107,7 @@ def main():
     tokens, t0, first = 0, 0.0, None
     for u in range(warmup + updates):
         if u == warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=False)
         if prec == "bfloat16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -109,9 +124,10 @@ def main():
             first = lv / ntok
         if u >= warmup:
             tokens += ntok
-    sec = time.perf_counter() - t0
+    sec, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"engine": "torch", "precision": prec, "threads": torch.get_num_threads(), "tokens": tokens,
-                      "seconds": sec, "tok_per_s": tokens / sec, "first_loss": first}))
+                      "seconds": sec, "tok_per_s": tokens / sec, "cpu_seconds": cpu, "tok_per_cpu_s": tokens / cpu,
+                      "first_loss": first}))
 
 
 if __name__ == "__main__":
