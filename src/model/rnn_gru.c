@@ -77,11 +77,10 @@ static void deep_output(float *u, const float *s, const float *ctx, const float 
     gemm_f32(0, 1, R, d.O, d.H, 1.0f, s, d.H, w->out_ws, d.H, 0.0f, u, d.O);
     gemm_f32(0, 1, R, d.O, d.Dv, 1.0f, ctx, d.Dv, w->out_wc, d.Dv, 1.0f, u, d.O);
     gemm_f32(0, 1, R, d.O, d.E, 1.0f, e, d.E, w->out_we, d.E, 1.0f, u, d.O);
-    for (int r = 0; r < R; r++)
-        for (int k = 0; k < d.O; k++) {
-            float *x = u + (size_t)r * d.O + k;
-            *x = tanhf(*x + (w->out_b ? w->out_b[k] : 0.0f));
-        }
+    if (w->out_b)
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < d.O; k++) u[(size_t)r * d.O + k] += w->out_b[k];
+    activation_forward(u, (size_t)R * d.O, ACT_TANH);
 }
 
 static void net_free(gru_net_t *n) {
@@ -323,20 +322,21 @@ static tern_status_t ensure_i8(gru_state_t *s, int N, int S, int R) {
     return TERN_OK;
 }
 
-static inline float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 /* h (R, H) from gi = W_ih x + b_ih and gh = W_hh h_prev + b_hh (R, 3H, gates [r; z; n]) and h_prev
- * (NULL: zeros): torch.nn.GRUCell's combination. */
-static void gru_combine(float *h, const float *gi, const float *gh, const float *hp, int R, int H) {
+ * (NULL: zeros): torch.nn.GRUCell's combination, with the kernels' vectorized tanh (sigmoid(x) =
+ * 0.5 + 0.5 tanh(x / 2), as the float32 layers compute it). gi is overwritten. */
+static void gru_combine(float *h, float *gi, const float *gh, const float *hp, int R, int H) {
     for (int r = 0; r < R; r++) {
-        const float *a = gi + (size_t)r * 3 * H, *b = gh + (size_t)r * 3 * H;
-        const float *p = hp ? hp + (size_t)r * H : NULL;
-        float *o = h + (size_t)r * H;
-        for (int j = 0; j < H; j++) {
-            float rg = sigm(a[j] + b[j]), z = sigm(a[H + j] + b[H + j]);
-            float nn = tanhf(a[2 * H + j] + rg * b[2 * H + j]);
-            o[j] = (1.0f - z) * nn + z * (p ? p[j] : 0.0f);
-        }
+        float *a = gi + (size_t)r * 3 * H;
+        const float *b = gh + (size_t)r * 3 * H, *p = hp ? hp + (size_t)r * H : NULL;
+        float *o = h + (size_t)r * H, *rz = a, *n = a + 2 * H;
+        for (int j = 0; j < 2 * H; j++) rz[j] = 0.5f * (a[j] + b[j]);
+        activation_forward(rz, (size_t)2 * H, ACT_TANH);
+        for (int j = 0; j < 2 * H; j++) rz[j] = 0.5f + 0.5f * rz[j];
+        for (int j = 0; j < H; j++) n[j] += rz[j] * b[2 * H + j];
+        activation_forward(n, (size_t)H, ACT_TANH);
+        const float *z = rz + H;
+        for (int j = 0; j < H; j++) o[j] = (1.0f - z[j]) * n[j] + z[j] * (p ? p[j] : 0.0f);
     }
 }
 
@@ -360,8 +360,8 @@ static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, con
         for (int b = 0; b < N; b++) {
             float *hb = h + (size_t)b * He;
             if (t < s->slen[b]) {
-                gru_combine(hn + (size_t)b * He, gi + ((size_t)b * S + t) * 3 * He, gh + (size_t)b * 3 * He, hb, 1,
-                            He);
+                gru_combine(hn + (size_t)b * He, (float *)gi + ((size_t)b * S + t) * 3 * He, gh + (size_t)b * 3 * He,
+                            hb, 1, He);
                 memcpy(hb, hn + (size_t)b * He, sizeof(float) * He);
             }
             memcpy(s->enc + ((size_t)b * S + t) * Dv + off, hb, sizeof(float) * He);
@@ -390,7 +390,8 @@ static void encode_i8(gru_state_t *s) {
         for (int k = 0; k < d.Dv; k++) m[k] *= 1.0f / (float)s->slen[b];
     }
     linear_forward(pre, mean, &n->lin[RG_INIT_W], N, s->lws);
-    for (size_t i = 0; i < (size_t)N * d.H; i++) s->s[i] = tanhf(pre[i]);
+    memcpy(s->s, pre, sizeof(float) * (size_t)N * d.H);
+    activation_forward(s->s, (size_t)N * d.H, ACT_TANH);
 }
 
 static void step_i8(gru_state_t *s, float *out) {
@@ -404,35 +405,16 @@ static void step_i8(gru_state_t *s, float *out) {
     gru_proj(gh, s->s, &n->lin[RG_GRU1_WHH], R, c1->ln_hh_g, c1->ln_hh_b, c1->b_hh, H, s->lws);
     gru_combine(s1, gi, gh, s->s, R, H);
     linear_forward(qp, s1, &n->lin[RG_ATT_WQ], R, s->lws);
-    const float *v = n->t[RG_ATT_V];
-    for (int r = 0; r < R; r++) { /* additive attention over the row's sentence */
-        int b = s->src_of_row[r], L = s->slen[b];
-        float *al = s->alpha + (size_t)r * S, mx = -INFINITY;
-        for (int j = 0; j < L; j++) {
-            const float *k = s->kp + ((size_t)b * S + j) * d.A, *q = qp + (size_t)r * d.A;
-            float e = 0;
-            for (int a = 0; a < d.A; a++) e += v[a] * tanhf(q[a] + k[a]);
-            al[j] = e;
-            mx = e > mx ? e : mx;
-        }
-        float sum = 0;
-        for (int j = 0; j < L; j++) sum += (al[j] = expf(al[j] - mx));
-        for (int j = 0; j < L; j++) al[j] /= sum;
-        for (int j = L; j < S; j++) al[j] = 0;
-        float *c = s->ctx + (size_t)r * d.Dv;
-        memset(c, 0, sizeof(float) * d.Dv);
-        for (int j = 0; j < L; j++) {
-            const float *ev = s->enc + ((size_t)b * S + j) * d.Dv;
-            for (int k = 0; k < d.Dv; k++) c[k] += al[j] * ev[k];
-        }
-    }
+    nn_additive_attention_apply(s->ctx, d.Dv, s->alpha, qp, s->kp, s->enc, s->slen, s->src_of_row, n->t[RG_ATT_V], R,
+                                1, S, d.A, d.Dv);
     gru_proj(gi, s->ctx, &n->lin[RG_GRU2_WIH], R, c2->ln_ih_g, c2->ln_ih_b, c2->b_ih, H, s->lws);
     gru_proj(gh, s1, &n->lin[RG_GRU2_WHH], R, c2->ln_hh_g, c2->ln_hh_b, c2->b_hh, H, s->lws);
     gru_combine(s->s_new, gi, gh, s1, R, H);
     linear_forward(s->u, s->s_new, &n->lin[RG_OUT_WS], R, s->lws); /* + b */
     linear_forward(u2, s->ctx, &n->lin[RG_OUT_WC], R, s->lws);
     linear_forward(u3, s->e, &n->lin[RG_OUT_WE], R, s->lws);
-    for (size_t i = 0; i < (size_t)R * d.O; i++) s->u[i] = tanhf(s->u[i] + u2[i] + u3[i]);
+    for (size_t i = 0; i < (size_t)R * d.O; i++) s->u[i] += u2[i] + u3[i];
+    activation_forward(s->u, (size_t)R * d.O, ACT_TANH);
     linear_forward(out, s->u, s->vn ? &s->vlin : &n->lin[RG_PROJ_W], R, s->lws);
 }
 

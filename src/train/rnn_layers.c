@@ -797,6 +797,12 @@ void nn_additive_attention_forward(float *ctx, int ldc, float *qp, float *alpha,
                                    int Tq, int S, int Dq, int A, int Dv) {
     if (q) mm(0, 1, R, A, Dq, q, ldq, wq, Dq, 0.0f, qp, A);
     else memset(qp, 0, (size_t)R * A * sizeof(float));
+    nn_additive_attention_apply(ctx, ldc, alpha, qp, kp, values, klen, src_of_row, v, R, Tq, S, A, Dv);
+}
+
+void nn_additive_attention_apply(float *ctx, int ldc, float *alpha, const float *qp, const float *kp,
+                                 const float *values, const int *klen, const int *src_of_row, const float *v,
+                                 int R, int Tq, int S, int A, int Dv) {
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)R * S * A >= RNN_PAR_MIN)
     for (int r = 0; r < R; r++) {
         int b = src_row(src_of_row, r, Tq), L = klen ? klen[b] : S;

@@ -226,6 +226,11 @@ void nn_additive_attention_forward(float *ctx, int ldc, float *qp, float *alpha,
                                    int ldq, const float *kp, const float *values, const int *klen,
                                    const int *src_of_row, const float *wq, const float *v, int R,
                                    int Tq, int S, int Dq, int A, int Dv);
+/* The same attention from query projections qp (R, A) already computed (int8 inference projects
+ * them with its own linear layers): alpha and ctx as above. */
+void nn_additive_attention_apply(float *ctx, int ldc, float *alpha, const float *qp, const float *kp,
+                                 const float *values, const int *klen, const int *src_of_row, const float *v,
+                                 int R, int Tq, int S, int A, int Dv);
 /* dq (stride lddq; may be NULL), dwq, dv, dkp (B, S, A), dvalues (B, S, Dv; may be NULL) += the
  * gradients given dctx (stride ldc). scratch (R, 2A). The tanh is recomputed (nothing of size
  * R·S·A is stored). */
