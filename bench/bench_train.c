@@ -19,7 +19,11 @@
  *       attention weights and the feed-forward activation. Prints, as JSON, the target tokens
  *       (non-padding) and seconds of the last N updates, and their tokens/s.
  *       bfloat16 needs a build with TERN_HAVE_BF16_TRAIN; else it prints {"error": "not built"}
- *       and exits with status 3.
+ *       and exits with status 3. Also "gemm_gflop": the float32 GEMM work of the timed updates
+ *       (every gemm_f32 product, 2·M·N·K; gemm_count_flops).
+ *   bench_train peak [--threads T] [--rows M] [--shapes NxK,...] [--seconds S]
+ *       The float32 GEMM peak of the library gemm_f32 calls, on a linear layer's three training
+ *       products at M rows (peak_mode below): GFLOP per CPU second and per wall second.
  */
 #include <math.h>
 #include <stdio.h>
@@ -283,6 +287,7 @@ static int run_mode(int argc, char **argv) {
         if (u == warmup) {
             t0 = now();
             c0 = cpu_now();
+            gemm_count_flops(1);
         }
         const batch_t *b = &bt[u % K];
         tmodel_loss_t L;
@@ -296,9 +301,12 @@ static int run_mode(int argc, char **argv) {
         if (u >= warmup) tokens += L.ntokens;
     }
     double sec = now() - t0, cpu = cpu_now() - c0;
+    double gflop = (double)gemm_flops_counted() * 1e-9; /* float32 GEMMs of the timed updates (bf16: 0) */
+    gemm_count_flops(0);
     printf("{\"engine\": \"tern\", \"precision\": \"%s\", \"threads\": %d, \"tokens\": %lld, \"seconds\": %.6f, "
-           "\"tok_per_s\": %.3f, \"cpu_seconds\": %.6f, \"tok_per_cpu_s\": %.3f, \"first_loss\": %.6f}\n", prec,
-           threads, tokens, sec, tokens / sec, cpu, tokens / cpu, first_loss);
+           "\"tok_per_s\": %.3f, \"cpu_seconds\": %.6f, \"tok_per_cpu_s\": %.3f, \"first_loss\": %.6f, "
+           "\"gemm_gflop\": %.6f}\n",
+           prec, threads, tokens, sec, tokens / sec, cpu, tokens / cpu, first_loss, gflop);
     adam_free(&adam);
     tmodel_ws_free(ws);
     tmodel_free(&m);
@@ -307,10 +315,66 @@ static int run_mode(int argc, char **argv) {
     return 0;
 }
 
+/* The float32 GEMM peak of the library the trainer calls (gemm_f32: oneDNN's sgemm), on the three
+ * products of a linear layer in training at a batch of M rows: forward out = x·Wᵀ (NT), input
+ * gradient dx = dy·W (NN), weight gradient dW = dyᵀ·x (TN), for each (N, K) given; GFLOP per CPU
+ * second and per wall second of the best of them (repeated for `--seconds` each). */
+static int peak_mode(int argc, char **argv) {
+    int threads = atoi(arg(argc, argv, "--threads", "1"));
+    int M = atoi(arg(argc, argv, "--rows", "2048"));
+    double budget = atof(arg(argc, argv, "--seconds", "1.0"));
+    const char *shapes = arg(argc, argv, "--shapes", "2048x512,512x2048,1536x512,8000x512");
+    kernels_set_num_threads(threads);
+    printf("{\"engine\": \"tern\", \"library\": \"oneDNN dnnl_sgemm\", \"threads\": %d, \"rows\": %d, \"cases\": [",
+           threads, M);
+    double best_cpu = 0, best_wall = 0;
+    int first = 1;
+    for (const char *p = shapes; *p;) {
+        int N, K;
+        if (sscanf(p, "%dx%d", &N, &K) != 2 || N < 1 || K < 1) {
+            fprintf(stderr, "bench_train: --shapes NxK,NxK,...\n");
+            return 2;
+        }
+        size_t big = (size_t)M * (N > K ? N : K);
+        float *x = calloc(big, sizeof(float)), *y = calloc(big, sizeof(float)), *wt = calloc((size_t)N * K, sizeof(float));
+        float *o = calloc(big > (size_t)N * K ? big : (size_t)N * K, sizeof(float));
+        if (!x || !y || !wt || !o) return fail("peak: out of memory");
+        for (size_t i = 0; i < big; i++) x[i] = y[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        for (size_t i = 0; i < (size_t)N * K; i++) wt[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+        for (int kind = 0; kind < 3; kind++) {
+            static const char *names[3] = {"NT", "NN", "TN"};
+            double flop = 2.0 * M * N * K, t0 = 0, c0 = 0;
+            int reps = 0;
+            for (int r = -1;; r++) { /* r = -1: warm-up */
+                if (r == 0) t0 = now(), c0 = cpu_now();
+                if (kind == 0) gemm_f32(0, 1, M, N, K, 1.0f, x, K, wt, K, 0.0f, o, N);
+                else if (kind == 1) gemm_f32(0, 0, M, K, N, 1.0f, y, N, wt, K, 0.0f, o, K);
+                else gemm_f32(1, 0, N, K, M, 1.0f, y, N, x, K, 1.0f, o, K);
+                if (r >= 0) reps++;
+                if (r >= 0 && now() - t0 >= budget) break;
+            }
+            double wall = now() - t0, cpu = cpu_now() - c0;
+            double gc = flop * reps / cpu * 1e-9, gw = flop * reps / wall * 1e-9;
+            if (gc > best_cpu) best_cpu = gc;
+            if (gw > best_wall) best_wall = gw;
+            printf("%s{\"N\": %d, \"K\": %d, \"op\": \"%s\", \"gflops_cpu\": %.2f, \"gflops_wall\": %.2f}", first ? "" : ", ",
+                   N, K, names[kind], gc, gw);
+            first = 0;
+        }
+        free(x), free(y), free(wt), free(o);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    printf("], \"best_gflops_cpu\": %.2f, \"best_gflops_wall\": %.2f}\n", best_cpu, best_wall);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "prepare")) return prepare(argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "loss")) return loss_mode(argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "run")) return run_mode(argc, argv);
-    fprintf(stderr, "usage: bench_train prepare|loss|run ... (see the comment at the top of bench/bench_train.c)\n");
+    if (argc >= 2 && !strcmp(argv[1], "peak")) return peak_mode(argc, argv);
+    fprintf(stderr, "usage: bench_train prepare|loss|run|peak ... (see the comment at the top of bench/bench_train.c)\n");
     return 2;
 }

@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared",
                                                                                          "data")), "multi30k"))
     ap.add_argument("--json", default="", help="also write the results here")
+    ap.add_argument("--peak", action="store_true",
+                    help="also measure each library's float32 GEMM peak (bench_train peak) and print the GEMM work table")
     a = ap.parse_args()
     drv = os.path.join(ROOT, a.build, "bench", "bench_train")
     script = os.path.join(ROOT, "bench", "bench_train_torch.py")
@@ -209,10 +211,19 @@ def main():
                             continue
                         runs.setdefault(key, []).append(r["tok_per_s"])
                         runs.setdefault(key + ("cpu",), []).append(r.get("tok_per_cpu_s"))
+                        if r.get("gemm_gflop"):
+                            runs.setdefault(("gemm_per_tok", prec), []).append(r["gemm_gflop"] / r["tokens"])
                         print(f"  {name} t={t} rep {rep + 1}: {eng} {prec} {r['tok_per_s']:.0f} tok/s "
                               f"({r['tokens']} tokens in {r['seconds']:.2f} s; {r.get('tok_per_cpu_s', 0):.0f} tok per "
                               f"CPU s)", flush=True)
             row = dict(config=name, threads=t)
+            g = runs.get(("gemm_per_tok", "float32"))
+            row["gemm_gflop_per_tok"] = statistics.median(g) if g else None
+            if a.peak:
+                row["peak"] = {"tern": run_json([drv, "peak", "--threads", str(t), "--seconds", "0.5"], env)[0]}
+                for label, tpy, coretype in sides:
+                    row["peak"][label] = run_json(tpy + ["peak", "-", "--threads", str(t), "--seconds", "0.5"],
+                                                  torch_env(env, t, coretype))[0]
             for prec in precs:
                 for eng in ["tern"] + labels:
                     v = runs.get((eng, prec))
@@ -247,6 +258,32 @@ def main():
                 pv = r[f"{lb}_{prec}_cpu"]
                 cells += [fmt(pv), ratio(tv, pv)]
             print(f"| {r['config']} | {r['threads']} | {fmt(tv)} | " + " | ".join(cells) + " |")
+    if a.peak and "float32" in precs:
+        print("\nGEMM work (float32): the GEMM floating-point operations of Tern's timed updates (every gemm_f32 "
+              "product, 2·M·N·K) per target token, times each engine's target tokens per CPU second = the GEMM "
+              "GFLOP each engine does per CPU second (the same model and batches: the same products), beside the "
+              "float32 GEMM peak of each engine's library measured in the same run (`bench_train peak`: a linear "
+              "layer's three training products at 2,048 rows, d 512 / ff 2048 / V 8000, best GFLOP per CPU second). "
+              "'bound' = the best library peak / the torch side's GEMM GFLOP per CPU second: the tern / torch ratio an "
+              "engine would reach if it ran every GEMM at that peak and did nothing else.")
+        print("| model | threads | GEMM GFLOP / target token | Tern GFLOP per CPU s | oneDNN peak | share | " +
+              " | ".join(f"{lb} GFLOP per CPU s | {lb} peak | share | bound tern / {lb}" for lb in labels) + " |")
+        print("|---|---|---|---|---|---|" + "---|---|---|---|" * len(labels))
+        for r in results:
+            gpt, pk = r.get("gemm_gflop_per_tok"), r.get("peak", {})
+            if not gpt or not pk:
+                continue
+            tp = pk["tern"]["best_gflops_cpu"]
+            tg = gpt * r["tern_float32_cpu"]
+            best = max([tp] + [pk[lb]["best_gflops_cpu"] for lb in labels])
+            cells = [f"{gpt:.3f}", f"{tg:.1f}", f"{tp:.1f}", f"{tg / tp:.0%}"]
+            for lb in labels:
+                v = r.get(f"{lb}_float32_cpu")
+                pg = gpt * v if v else None
+                pp = pk[lb]["best_gflops_cpu"]
+                cells += [f"{pg:.1f}" if pg else "-", f"{pp:.1f} ({pk[lb]['library']})", f"{pg / pp:.0%}" if pg else "-",
+                          f"{best / pg:.2f}" if pg else "-"]
+            print(f"| {r['config']} | {r['threads']} | " + " | ".join(cells) + " |")
     if any(r.get("tern_bfloat16", 0) is None for r in results):
         print("tern bf16: not built (this binary has no TERN_HAVE_BF16_TRAIN)")
     if a.json:

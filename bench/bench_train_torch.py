@@ -5,6 +5,7 @@
     python3 bench_train_torch.py loss IN.safetensors
     python3 bench_train_torch.py run IN.safetensors --threads T --warmup W --updates N --dropout P
                                     [--precision float32|bfloat16]
+    python3 bench_train_torch.py peak - --threads T [--rows M] [--shapes NxK,...] [--seconds S]
 
 IN is the file bench/bench_train.c `prepare` wrote (the initial parameters and the batches). The
 model is tests/tools/train_torch_ref.py's RefModel: PyTorch's own nn.TransformerEncoderLayer /
@@ -82,6 +83,35 @@ def load(path, dropout):
     return model, batches
 
 
+def peak(torch, threads, M, budget, shapes):
+    """torch.mm's float32 GFLOP/s (per CPU second and per wall second) on a linear layer's three training
+    products at M rows, as bench_train.c's peak mode: forward x @ W.T, input gradient dy @ W, weight
+    gradient dy.T @ x, for each N x K."""
+    cases, best_cpu, best_wall = [], 0.0, 0.0
+    for shape in shapes.split(","):
+        N, K = (int(v) for v in shape.split("x"))
+        g = torch.Generator().manual_seed(1)
+        x, dy = torch.rand(M, K, generator=g) - 0.5, torch.rand(M, N, generator=g) - 0.5
+        w = torch.rand(N, K, generator=g) - 0.5
+        ops = {"NT": lambda: torch.mm(x, w.t()), "NN": lambda: torch.mm(dy, w), "TN": lambda: torch.mm(dy.t(), x)}
+        for name, f in ops.items():
+            f()  # warm-up
+            reps, t0, c0 = 0, time.perf_counter(), time.process_time()
+            while True:
+                f()
+                reps += 1
+                if time.perf_counter() - t0 >= budget:
+                    break
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            flop = 2.0 * M * N * K * reps
+            gc, gw = flop / cpu * 1e-9, flop / wall * 1e-9
+            best_cpu, best_wall = max(best_cpu, gc), max(best_wall, gw)
+            cases.append({"N": N, "K": K, "op": name, "gflops_cpu": round(gc, 2), "gflops_wall": round(gw, 2)})
+    return {"engine": "torch", "library": torch.__config__.show().split("BLAS_INFO=")[-1].split(",")[0],
+            "threads": threads, "rows": M, "cases": cases, "best_gflops_cpu": round(best_cpu, 2),
+            "best_gflops_wall": round(best_wall, 2)}
+
+
 def main():
     import torch
     mode = sys.argv[1]
@@ -97,6 +127,10 @@ def main():
         return
     threads = int(args.get("--threads", 1))
     torch.set_num_threads(threads)
+    if mode == "peak":
+        print(json.dumps(peak(torch, threads, int(args.get("--rows", 2048)), float(args.get("--seconds", 1.0)),
+                              args.get("--shapes", "2048x512,512x2048,1536x512,8000x512"))))
+        return
     warmup, updates = int(args.get("--warmup", 2)), int(args.get("--updates", 10))
     dropout = float(args.get("--dropout", 0.1))
     prec = args.get("--precision", "float32")

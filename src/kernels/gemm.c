@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,19 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
     }
 }
 
+/* Floating-point operations of every gemm_f32 / gemm_f32_batched call while counting is on (benches). */
+static atomic_int g_count_flops;
+static atomic_ullong g_flops;
+void gemm_count_flops(int on) {
+    atomic_store(&g_flops, 0);
+    atomic_store(&g_count_flops, on);
+}
+unsigned long long gemm_flops_counted(void) { return atomic_load(&g_flops); }
+
 static void gemm_one(int transA, int transB, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (atomic_load_explicit(&g_count_flops, memory_order_relaxed))
+        atomic_fetch_add_explicit(&g_flops, 2ull * (unsigned long long)M * N * K, memory_order_relaxed);
     /* op(A) is M x K: stored M x K (K x M when transposed); op(B) K x N: stored K x N (N x K) */
     extcheck_2d("gemm_f32", "A", A, transA ? K : M, transA ? M : K, lda, sizeof(float));
     extcheck_2d("gemm_f32", "B", B, transB ? N : K, transB ? K : N, ldb, sizeof(float));

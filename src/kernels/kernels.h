@@ -28,6 +28,11 @@ void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, 
                       int lda, size_t strideA, const float *B, int ldb, size_t strideB, float beta,
                       float *C, int ldc, size_t strideC, int batch);
 
+/* Benchmarks: gemm_count_flops(1) zeroes a process-wide counter and starts adding 2·M·N·K for every
+ * gemm_f32 / gemm_f32_batched product (0 stops); gemm_flops_counted() reads it. */
+void gemm_count_flops(int on);
+unsigned long long gemm_flops_counted(void);
+
 /* ------------------------------------------------------------ linear layers */
 
 typedef enum { WEIGHT_F32 = 0, WEIGHT_S8 = 1 } weight_kind_t;
