@@ -34,6 +34,16 @@ static inline double hsum256d(__m256d v) {
     return _mm_cvtsd_f64(h);
 }
 
+/* Cephes' polynomial coefficients (highest degree first), shared by the AVX2 and AVX-512 code so
+ * that both widths run the same operations: expf's on r in [-ln2/2, ln2/2], logf's on f in
+ * [sqrt(1/2) - 1, sqrt(2) - 1]. */
+enum { EXP_POLY_N = 6, LOG_POLY_N = 9 };
+static const float EXP_POLY[EXP_POLY_N] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                           4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+static const float LOG_POLY[LOG_POLY_N] = {7.0376836292E-2f,  -1.1514610310E-1f, 1.1676998740E-1f,
+                                           -1.2420140846E-1f, 1.4249322787E-1f,  -1.6668057665E-1f,
+                                           2.0000714765E-1f,  -2.4999993993E-1f, 3.3333331174E-1f};
+
 /* exp(x), Cephes-style: x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial; about 1 ulp.
  * Inputs below -88 give 0 (exactly 0 for -inf), above 88.37 they saturate near FLT_MAX. */
 static inline __m256 exp256(__m256 x) {
@@ -43,12 +53,8 @@ static inline __m256 exp256(__m256 x) {
     __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    __m256 p = _mm256_set1_ps(EXP_POLY[0]);
+    for (int k = 1; k < EXP_POLY_N; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY[k]));
     __m256 r2 = _mm256_mul_ps(r, r);
     p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
@@ -322,15 +328,8 @@ static inline __m256 log1p_unit256(__m256 y) {
     __m256 f = _mm256_blendv_ps(y, _mm256_fmsub_ps(y, _mm256_set1_ps(0.5f), _mm256_set1_ps(0.5f)), big);
     __m256 e = _mm256_and_ps(big, _mm256_set1_ps(1.0f));
     __m256 z = _mm256_mul_ps(f, f);
-    __m256 p = _mm256_set1_ps(7.0376836292E-2f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.1514610310E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.1676998740E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.2420140846E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.4249322787E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-1.6668057665E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.0000714765E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(-2.4999993993E-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(3.3333331174E-1f));
+    __m256 p = _mm256_set1_ps(LOG_POLY[0]);
+    for (int k = 1; k < LOG_POLY_N; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(LOG_POLY[k]));
     p = _mm256_mul_ps(_mm256_mul_ps(p, f), z);
     p = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), p);
     p = _mm256_fnmadd_ps(_mm256_set1_ps(0.5f), z, p);
@@ -369,12 +368,8 @@ AVX512_TARGET static inline __m512 exp512(__m512 x) {
                                     _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    __m512 p = _mm512_set1_ps(EXP_POLY[0]);
+    for (int k = 1; k < EXP_POLY_N; k++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY[k]));
     __m512 r2 = _mm512_mul_ps(r, r);
     p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
@@ -387,15 +382,8 @@ AVX512_TARGET static inline __m512 log1p_unit512(__m512 y) {
     __m512 f = _mm512_mask_blend_ps(big, y, _mm512_fmsub_ps(y, _mm512_set1_ps(0.5f), _mm512_set1_ps(0.5f)));
     __m512 e = _mm512_maskz_mov_ps(big, _mm512_set1_ps(1.0f));
     __m512 z = _mm512_mul_ps(f, f);
-    __m512 p = _mm512_set1_ps(7.0376836292E-2f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.1514610310E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.1676998740E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.2420140846E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.4249322787E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-1.6668057665E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.0000714765E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(-2.4999993993E-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(3.3333331174E-1f));
+    __m512 p = _mm512_set1_ps(LOG_POLY[0]);
+    for (int k = 1; k < LOG_POLY_N; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(LOG_POLY[k]));
     p = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
     p = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), p);
     p = _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, p);
