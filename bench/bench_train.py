@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared",
                                                                                          "data")), "multi30k"))
     ap.add_argument("--json", default="", help="also write the results here")
+    ap.add_argument("--isa-cap", choices=("AVX2", "AVX512_CORE"),
+                    help="cap every side at this instruction set (the paths of a smaller CPU on this one)")
     ap.add_argument("--peak", action="store_true",
                     help="also measure each library's float32 GEMM peak (bench_train peak) and print the GEMM work table")
     a = ap.parse_args()
@@ -135,6 +137,15 @@ def main():
     env = dict(os.environ)
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
         env["GOMP_SPINCOUNT"] = "3000"
+    if a.isa_cap:
+        # every library of every side at one instruction set: Tern's dispatch and oneDNN (Tern, both torch
+        # sides), MKL and ATen's own kernels (PyPI's torch), OpenBLAS's core (Debian's torch, below)
+        env.update({"TERN_MAX_CPU_ISA": a.isa_cap, "ONEDNN_MAX_CPU_ISA": a.isa_cap,
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX2" if a.isa_cap == "AVX2" else "AVX512",
+                    "ATEN_CPU_CAPABILITY": "avx2" if a.isa_cap == "AVX2" else "avx512"})
+        print("capped at " + a.isa_cap + ": " + " ".join(f"{k}={env[k]}" for k in (
+            "TERN_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")) +
+            (" OPENBLAS_CORETYPE=Haswell" if a.isa_cap == "AVX2" else ""))
 
     # the torch sides: (label, command prefix, OpenBLAS core type to set)
     sides, infos = [], {}
@@ -150,7 +161,7 @@ def main():
         flags = cpu_flags()
         best = "Cooperlake" if "avx512_bf16" in flags else "SkylakeX" if "avx512f" in flags else \
             "Haswell" if "avx2" in flags else None
-        coretype = os.environ.get("OPENBLAS_CORETYPE")
+        coretype = os.environ.get("OPENBLAS_CORETYPE") or ("Haswell" if a.isa_cap == "AVX2" else None)
         if not info["openblas"]:
             sys.exit("bench_train: Debian's PyTorch is NOT on OpenBLAS (BLAS libraries mapped: "
                      f"{info['blas_libraries']}); install libopenblas0-pthread (scripts/setup.sh): the reference "

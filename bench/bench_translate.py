@@ -261,10 +261,25 @@ def count_tokens(path):
     return lines, sum(len(l.split()) for l in lines)
 
 
+ISA_CAP = None  # --isa-cap
+
+
+def cap_env(cap):
+    """The variables that cap every library of both engines at one instruction set (docs/kernels.md):
+    Tern's own dispatch, oneDNN's (both engines), MKL's and CTranslate2's own kernels."""
+    mkl = {"AVX2": "AVX2", "AVX512_CORE": "AVX512"}.get(cap)
+    env = {"TERN_MAX_CPU_ISA": cap, "ONEDNN_MAX_CPU_ISA": cap, "CT2_FORCE_CPU_ISA": "AVX2" if cap == "AVX2" else "AVX512"}
+    if mkl:
+        env["MKL_ENABLE_INSTRUCTIONS"] = mkl
+    return env
+
+
 def clean_env():
     env = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CT2_USE_EXPERIMENTAL_PACKED_GEMM"):
         env.pop(k, None)
+    if ISA_CAP:
+        env.update(cap_env(ISA_CAP))
     return env
 
 
@@ -310,16 +325,22 @@ def ct2_worker(argv):
 
 
 def machine():
-    cpu = platform.processor()
+    """The CPU model, core count and the vector flags that choose the kernels (avx2, fma, AVX-512, VNNI,
+    BF16, AMX)."""
+    cpu, flags = platform.processor(), []
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith("model name") and cpu == platform.processor():
                     cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    flags = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+                                         "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16") if f in have]
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    return f"{cpu}, {os.cpu_count()} cores; flags: {' '.join(flags)}"
 
 
 def main():
@@ -342,7 +363,12 @@ def main():
     ap.add_argument("--max-decoding-length", type=int, default=256)
     ap.add_argument("--length-penalty", type=float, default=0.0)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--isa-cap", choices=("AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"),
+                    help="cap both engines at this instruction set (TERN_MAX_CPU_ISA, ONEDNN_MAX_CPU_ISA, "
+                         "MKL_ENABLE_INSTRUCTIONS, CT2_FORCE_CPU_ISA): the paths of a smaller CPU on this one")
     args = ap.parse_args()
+    global ISA_CAP
+    ISA_CAP = args.isa_cap
     args.tern = os.path.abspath(args.tern)
 
     work = os.path.join(args.workdir, "tern-bench")
@@ -406,7 +432,9 @@ def main():
     import ctranslate2
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    print(f"Machine: {machine()}; ctranslate2 {ctranslate2.__version__}; tern {rev}")
+    print(f"Machine: {machine()}; ctranslate2 {ctranslate2.__version__}; tern {rev}" +
+          (f"; both engines capped at {args.isa_cap} ({' '.join(f'{k}={v}' for k, v in cap_env(args.isa_cap).items())})"
+           if args.isa_cap else ""))
     which = f"the {len(lines)} longest" if args.longest else str(len(lines))
     print(f"Input: {which} WMT22 en-de source lines, {src_tokens} source tokens; batches of "
           f"{args.batch_size} sentences; max decoding length {args.max_decoding_length}; "
