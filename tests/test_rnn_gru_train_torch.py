@@ -9,18 +9,23 @@
   LOSS_TOL relative, and EVERY parameter gradient within GRAD_TOL relative, the error of a tensor
   being   max |g_tern - g_torch| / max |g_torch|   over its elements. The tensors compared are
   those Tern's own layout names (family_train_driver `layout`): the driver's output must hold
-  exactly them, and no reference gradient may be all zero (the check would be vacuous). Six
+  exactly them, and no reference gradient may be all zero (the check would be vacuous). The worst
+  tensor of each configuration must also be within GRAD_TOL_SEEN = 1e-5 (measured 1.5e-6): the
+  float32 cancellation once in nn_gru_backward's recurrent-weight gradient (2.2e-5 with layer
+  normalization) stays caught. Six
   configurations cover layer normalization off/on, tied/untied projection, shared/separate
   embeddings (separate with different source and target vocabularies), an attention width other
   than the decoder's, a deep-output width other than the embedding's (untied), label smoothing
   0 and 0.1, pad_id 0 and 1, and B = 4 sentences with padded sources and targets of different
   lengths.
-* A 200-update trajectory of a tiny GRU model on the toy reversal task of test_train_torch.py
-  (tests/tools/train_batches.toy_batches) with AdamW (decoupled weight decay), fairseq's
-  inverse_sqrt schedule with warm-up from 1e-7 and clipping at norm 1: the per-update mean losses
-  stay within TRAJ_TOL = 5e-5 (relative) of PyTorch's at every update — float32 against float64
-  over 200 updates; the largest gap measured is 4.8e-6 (printed), TRAJ_TOL is 10x above it — and
-  the loss falls below half its start (3.45 -> 0.85).
+* 200-update trajectories of a tiny GRU model, without and with layer normalization, on the toy
+  reversal task of test_train_torch.py (tests/tools/train_batches.toy_batches) with AdamW
+  (decoupled weight decay), fairseq's inverse_sqrt schedule with warm-up from 1e-7 and clipping at
+  norm 1: the per-update mean losses stay within TRAJ_TOL (relative) of PyTorch's at every update,
+  and the loss falls below half its start (3.45 -> 0.85; 3.64 -> 0.95). Float32 against float64
+  over 200 updates: the largest gaps measured are 4.8e-6 without normalization (5e-5 allowed) and
+  3.2e-4 with it (3e-3 allowed), where PyTorch's own float32 run drifts from its float64 run by
+  4.8e-6 and 1.4e-4 — the normalized model amplifies rounding, and the gap grows over the run.
 * The driver refuses an input that lacks a parameter (exit 1, the tensor named).
 
 PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides),
@@ -45,9 +50,11 @@ REF = os.path.join(ROOT, "tests", "tools", "rnn_train_torch_ref.py")
 INFO = os.path.join(ROOT, "tests", "tools", "train_torch_ref.py")
 TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
 
-GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor
+GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor (the bound)
+GRAD_TOL_SEEN = 1e-5  # ... and the worst tensor of a configuration (measured: 1.5e-6)
 LOSS_TOL = 1e-5   # relative, loss and nll sums of one step
-TRAJ_TOL = 5e-5   # relative, per-update loss over 200 updates (measured: 4.8e-6)
+TRAJ_TOL = {0: 5e-5, 1: 3e-3}  # relative, per-update loss over 200 updates, by layer_norm (measured:
+                               # 4.8e-6 and 3.2e-4; PyTorch float32 against float64: 4.8e-6, 1.4e-4)
 
 
 @pytest.fixture(scope="module")
@@ -161,10 +168,13 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
         assert err <= GRAD_TOL, f"{n}: gradient rel err {err:.3e} > {GRAD_TOL}"
     print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
           f"{len(shapes)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
+    assert worst <= GRAD_TOL_SEEN, f"{worst_name}: gradient rel err {worst:.3e} > {GRAD_TOL_SEEN} (measured 1.5e-6)"
 
 
-def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
-    c = base_config(src_vocab=24, tgt_vocab=24, emb=16, enc_hidden=16, dec_hidden=16, att=16, out=16)
+@pytest.mark.parametrize("layer_norm", [0, 1])
+def test_trajectory_matches_pytorch(layer_norm, tmp_path, driver, torch_python):
+    c = base_config(src_vocab=24, tgt_vocab=24, emb=16, enc_hidden=16, dec_hidden=16, att=16, out=16,
+                    layer_norm=layer_norm)
     shapes, _ = layout(tmp_path, driver, c)
     rng = np.random.default_rng(2024)
     weights = random_weights(shapes, rng)
@@ -175,10 +185,10 @@ def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
     np.testing.assert_allclose(tern["lrs"], ref["lrs"], rtol=1e-6)
     lc, lt = tern["losses"].astype(np.float64), ref["losses"]
     rel = np.abs(lc - lt) / np.abs(lt)
-    print(f"trajectory: loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
+    print(f"trajectory (layer_norm {layer_norm}): loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
           f"max rel gap {rel.max():.2e} at update {rel.argmax()}, gap at 200: {rel[-1]:.2e}; "
           f"grad norm gap {np.abs(tern['grad_norms'] - ref['grad_norms']).max():.2e}")
-    assert rel.max() <= TRAJ_TOL, f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
+    assert rel.max() <= TRAJ_TOL[layer_norm], f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
     assert lt[-1] < 0.5 * lt[0], "the toy task was not learned: the trajectory check would be weak"
 
 
