@@ -28,6 +28,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
+from train_batches import random_batch, toy_batches  # noqa: E402
 
 BUILD = os.environ.get("TERN_BUILD", "build")
 DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "train_driver")
@@ -113,21 +114,6 @@ def random_weights(c, rng):
     return w
 
 
-def random_batch(c, rng, B, S, T, lens_src, lens_tgt):
-    pad = c["pad_id"]
-    lo = max(pad + 1, 1)
-    src = np.full((B, S), pad, np.int32)
-    tin = np.full((B, T), pad, np.int32)
-    tout = np.full((B, T), pad, np.int32)
-    for b in range(B):
-        src[b, :lens_src[b]] = rng.integers(lo, c["src_vocab"], lens_src[b])
-        y = rng.integers(lo, c["tgt_vocab"], lens_tgt[b])
-        tin[b, 0] = lo
-        tin[b, 1:lens_tgt[b]] = y[:-1]
-        tout[b, :lens_tgt[b]] = y
-    return src[None], tin[None], tout[None]
-
-
 def base_config(**kw):
     c = dict(src_vocab=37, tgt_vocab=37, d=32, heads=4, ff=64, enc_layers=2, dec_layers=2, max_pos=16,
              pre_norm=1, act=0, eps=1e-6, learned_pos=0, scale_emb=1, share_emb=1, tie_proj=1, proj_bias=0,
@@ -193,24 +179,6 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
         assert err <= GRAD_TOL, f"{n}: gradient rel err {err:.3e} > {GRAD_TOL}"
     print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
           f"{len(names)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
-
-
-def toy_batches(c, rng, NB, B, S, T):
-    """A learnable task: the target is the source reversed, each token mapped by a fixed permutation."""
-    pad, bos, eos, lo = 0, 1, 2, 3
-    perm = rng.permutation(np.arange(lo, c["tgt_vocab"]))
-    src = np.full((NB, B, S), pad, np.int32)
-    tin = np.full((NB, B, T), pad, np.int32)
-    tout = np.full((NB, B, T), pad, np.int32)
-    for k in range(NB):
-        for b in range(B):
-            n = int(rng.integers(3, S + 1))
-            s = rng.integers(lo, c["src_vocab"], n)
-            y = np.concatenate([perm[s[::-1] - lo], [eos]])
-            src[k, b, :n] = s
-            tin[k, b, :n + 1] = np.concatenate([[bos], y[:-1]])
-            tout[k, b, :n + 1] = y
-    return src, tin, tout
 
 
 def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
