@@ -99,7 +99,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtern.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
 
 # Test drivers (tests/tools/*.c): small programs the pytest suite runs, e.g. train_driver, which
-# runs the training step for tests/test_train_torch.py (compared with PyTorch).
+# runs the training step for tests/test_train_torch.py (compared with PyTorch), and
+# family_train_driver, the same for any family of the training table (rnn-gru, gnmt).
 TOOL_C   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN := $(TOOL_C:tests/tools/%.c=$(BUILD)/tests/tools/%)
 all: $(TOOL_BIN)
