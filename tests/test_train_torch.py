@@ -27,8 +27,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+from train_batches import random_batch, toy_batches  # noqa: E402  (numpy only)
 from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
-from train_batches import random_batch, toy_batches  # noqa: E402
 
 BUILD = os.environ.get("TERN_BUILD", "build")
 DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "train_driver")
