@@ -1,5 +1,6 @@
 """Batches for the whole-model training checks against PyTorch (tests/test_train_torch.py,
-tests/test_rnn_gru_train_torch.py): numpy only, int32 (NB, B, L), right-padded with pad_id."""
+tests/test_rnn_gru_train_torch.py, tests/test_gnmt_train_torch.py): numpy only, int32 (NB, B, L),
+right-padded with pad_id."""
 import numpy as np
 
 

@@ -241,19 +241,21 @@ def inverse_sqrt(t, lr, warmup, init):
     return lr * math.sqrt(warmup) / math.sqrt(t)
 
 
-def run(mode, inp, out):
+def step_result(model, src, tin, tout):
+    """One forward + backward of the batch with grad_scale 1/ntokens: {"grad/NAME": ..., loss_sum,
+    nll_sum, ntokens}. model: loss(src, tin, tout) -> (loss sum, nll sum, ntokens) and grads()."""
+    loss, nll, ntok = model.loss(src, tin, tout)
+    (loss / ntok).backward()
+    res = {"grad/" + k: v for k, v in model.grads().items()}
+    res.update(loss_sum=np.float64(loss.item()), nll_sum=np.float64(nll.item()), ntokens=np.int64(ntok))
+    return res
+
+
+def train_result(model, meta, src, tin, tout):
+    """`updates` updates of Adam(W) + fairseq's inverse_sqrt schedule + clip_grad_norm_, update u on
+    batch u % NB: {losses, nlls, grad_norms, lrs, "param/NAME": final values}. model: loss() as
+    above, unique_params(), values()."""
     import torch
-    tensors, meta = st_read(inp)
-    cfg = _cfg(meta)
-    model = RefModel(cfg, tensors)
-    src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
-    if mode == "step":
-        loss, nll, ntok = model.loss(src[0], tin[0], tout[0])
-        (loss / ntok).backward()
-        res = {"grad/" + k: v for k, v in model.grads().items()}
-        res.update(loss_sum=np.float64(loss.item()), nll_sum=np.float64(nll.item()), ntokens=np.int64(ntok))
-        np.savez(out, **res)
-        return
     updates = int(meta.get("updates", 200))
     lr, warmup, init = float(meta["lr"]), int(meta["warmup"]), float(meta["warmup_init_lr"])
     clip = float(meta.get("clip_norm", 0))
@@ -281,7 +283,18 @@ def run(mode, inp, out):
         lrs.append(rate)
     res = {"param/" + k: v for k, v in model.values().items()}
     res.update(losses=np.array(losses), nlls=np.array(nlls), grad_norms=np.array(norms), lrs=np.array(lrs))
-    np.savez(out, **res)
+    return res
+
+
+def run(mode, inp, out):
+    tensors, meta = st_read(inp)
+    cfg = _cfg(meta)
+    model = RefModel(cfg, tensors)
+    src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
+    if mode == "step":
+        np.savez(out, **step_result(model, src[0], tin[0], tout[0]))
+    else:
+        np.savez(out, **train_result(model, meta, src, tin, tout))
 
 
 def info():
