@@ -169,6 +169,74 @@ static inline void axpy_n(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* The key or value row j of an attention: base + (idx ? idx[j] : j) · ld. */
+static inline const float *att_row(const float *base, const int *idx, size_t ld, int j) {
+    return base + (size_t)(idx ? idx[j] : j) * ld;
+}
+
+/* sc[j] = q · K_j for the n keys K_j = att_row(base, idx, ld, j): four keys at a time, each summed
+ * exactly as dot() sums (the same accumulators and reduction order, so the same bits), the four
+ * horizontal reductions shared. */
+static void att_dots(float *sc, const float *q, const float *base, const int *idx, size_t ld, int n, int dh) {
+    int j = 0;
+    if ((dh & 7) == 0)
+        for (; j + 4 <= n; j += 4) {
+            const float *k[4];
+            __m256 a[4], b[4];
+            for (int u = 0; u < 4; u++) {
+                k[u] = att_row(base, idx, ld, j + u);
+                a[u] = b[u] = _mm256_setzero_ps();
+            }
+            int i = 0;
+            for (; i + 16 <= dh; i += 16) {
+                __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+                for (int u = 0; u < 4; u++) {
+                    a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + i), a[u]);
+                    b[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[u] + i + 8), b[u]);
+                }
+            }
+            for (; i + 8 <= dh; i += 8) {
+                __m256 q0 = _mm256_loadu_ps(q + i);
+                for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + i), a[u]);
+            }
+            __m128 s[4];
+            for (int u = 0; u < 4; u++) {
+                __m256 t = _mm256_add_ps(a[u], b[u]);
+                s[u] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+            }
+            _mm_storeu_ps(sc + j, _mm_hadd_ps(_mm_hadd_ps(s[0], s[1]), _mm_hadd_ps(s[2], s[3])));
+        }
+    for (; j < n; j++) sc[j] = dot(q, att_row(base, idx, ld, j), dh);
+}
+
+/* o (dh) = sum over j < n of p[j] · V_j (V_j = att_row(base, idx, ld, j)): per element the same
+ * fused multiply-adds in the same order as axpy_n from zero, with the sums kept in registers across
+ * the keys (64 columns at a time). */
+static void att_wsum(float *o, const float *p, const float *base, const int *idx, size_t ld, int n, int dh) {
+    if (dh & 7) {
+        memset(o, 0, (size_t)dh * sizeof(float));
+        for (int j = 0; j < n; j++) axpy_n(o, p[j], att_row(base, idx, ld, j), dh);
+        return;
+    }
+    int c = 0;
+    for (; c + 64 <= dh; c += 64) {
+        __m256 a[8];
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++) {
+            const float *v = att_row(base, idx, ld, j) + c;
+            __m256 pj = _mm256_set1_ps(p[j]);
+            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * k), a[k]);
+        }
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + c + 8 * k, a[k]);
+    }
+    for (; c < dh; c += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < n; j++)
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(att_row(base, idx, ld, j) + c), a);
+        _mm256_storeu_ps(o + c, a);
+    }
+}
+
 /* Threads for a loop of n independent tasks: the intra-op threads of this translator, at most n. */
 static int team_size(int n) {
     int t = kernels_get_num_threads();
@@ -611,11 +679,9 @@ static void decoder_self_attention(const dstep_t *c, int l) {
         for (int i = 0; i < d; i++) q[i] *= c->qscale;
         for (int hh = 0; hh < H; hh++) {
             const float *qh = q + hh * dh;
-            for (int tau = 0; tau <= t; tau++) sc[tau] = dot(qh, K + (size_t)path[tau] * d + hh * dh, dh);
+            att_dots(sc, qh, K + hh * dh, path, (size_t)d, t + 1, dh);
             softmax_forward(sc, sc, 1, t + 1);
-            float *o = c->ctx + (size_t)r * d + hh * dh;
-            memset(o, 0, (size_t)dh * sizeof(float));
-            for (int tau = 0; tau <= t; tau++) axpy_n(o, sc[tau], Vc + (size_t)path[tau] * d + hh * dh, dh);
+            att_wsum(c->ctx + (size_t)r * d + hh * dh, sc, Vc + hh * dh, path, (size_t)d, t + 1, dh);
         }
     }
 }
@@ -639,11 +705,9 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
             const float *qh = q + hh * dh;
             const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
             const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
-            for (int j = 0; j < Ln; j++) sc[j] = dot(qh, Kb + (size_t)j * 2 * d, dh);
+            att_dots(sc, qh, Kb, NULL, (size_t)2 * d, Ln, dh);
             softmax_forward(sc, sc, 1, Ln);
-            float *o = c->ctx + (size_t)r * d + hh * dh;
-            memset(o, 0, (size_t)dh * sizeof(float));
-            for (int j = 0; j < Ln; j++) axpy_n(o, sc[j], Vb + (size_t)j * 2 * d, dh);
+            att_wsum(c->ctx + (size_t)r * d + hh * dh, sc, Vb, NULL, (size_t)2 * d, Ln, dh);
             if (want_attn && hh < nheads_avg) {
                 float *a = attn + (size_t)r * st->S;
                 float wgt = 1.0f / (float)nheads_avg;
