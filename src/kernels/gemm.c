@@ -271,6 +271,11 @@ int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K,
 
 int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K) { return pack(buf, Q, NULL, N, K, 0, 1); }
 
+const void *gemm_packed_weights(const void *packed, size_t *bytes) {
+    *bytes = ((const packed_hdr_t *)packed)->wbytes;
+    return (const char *)packed + PACKED_HDR_BYTES;
+}
+
 /* ---- kernels, made on first use */
 
 typedef struct {

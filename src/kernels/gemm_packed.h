@@ -40,6 +40,9 @@ size_t gemm_packed_size_s8(int N, int K);
 int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K);
 int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, int M);
 
+/* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
+const void *gemm_packed_weights(const void *packed, size_t *bytes);
+
 /* Largest M one kernel call covers; larger M runs in chunks of this many rows. */
 #define GEMM_PACKED_MAX_M 128
 
