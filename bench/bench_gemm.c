@@ -1,8 +1,13 @@
 /* bench_gemm.c — GFLOP/s of oneDNN (dnnl_sgemm) and OpenBLAS (cblas_sgemm) on the shapes a
  * Transformer-base translation model runs at inference, with 1 and 2 threads, plus the batched
- * attention gemms (loop of gemms vs oneDNN's batched matmul primitive) and the int8 u8s8s32 gemm.
+ * attention gemms (loop of gemms vs oneDNN's batched matmul primitive) and the int8 u8s8s32 gemm
+ * (oneDNN's BLAS-like dnnl_gemm_u8s8s32 beside the matmul kernel on weights packed once).
  *
- *   build-<x>/bench/bench_gemm [seconds_per_case]      (default 0.15)
+ *   build-<x>/bench/bench_gemm [seconds_per_case] [--cpu] [--int8] [--threads=N]
+ *
+ * seconds_per_case default 0.15; --cpu: time in process CPU seconds, not wall seconds (a shared,
+ * loaded machine: with 1 thread the CPU time is the work); --int8: only the int8 section;
+ * --threads=N: only N threads (default 1 then 2).
  *
  * Linear layers: out[M,N] = inp[M,K] · W[N,K]^T (transB = 1), M = rows (batch × time).
  * Attention: batch = 8 heads; scores[L,L] = Q[L,64] · K[L,64]^T and ctx[L,64] = P[L,L] · V[L,64].
@@ -14,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "kernels/gemm_packed.h"
@@ -21,6 +27,15 @@
 #include "kernels/kernels.h"
 
 static double budget = 0.15;
+static int use_cpu_time;
+
+/* Seconds: wall (time_now) or, with --cpu, this process's CPU time. */
+static double now(void) {
+    if (!use_cpu_time) return time_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void fill(float *x, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) {
@@ -50,11 +65,11 @@ static void run_tern(int tA, int tB, int M, int N, int K, const float *A, int ld
 static double time_gemm(gemm_fn f, int tB, int M, int N, int K, const float *A, const float *B, float *C) {
     f(0, tB, M, N, K, A, K, B, tB ? K : N, C, N);
     int reps = 0;
-    double t0 = time_now(), t;
+    double t0 = now(), t;
     do {
         f(0, tB, M, N, K, A, K, B, tB ? K : N, C, N);
         reps++;
-        t = time_now() - t0;
+        t = now() - t0;
     } while (t < budget);
     return t / reps;
 }
@@ -63,11 +78,11 @@ static double time_gemm(gemm_fn f, int tB, int M, int N, int K, const float *A, 
 static double time_packed(const void *pk, int M, const float *A, float *C) {
     gemm_packed_forward(C, A, pk, M);
     int reps = 0;
-    double t0 = time_now(), t;
+    double t0 = now(), t;
     do {
         gemm_packed_forward(C, A, pk, M);
         reps++;
-        t = time_now() - t0;
+        t = now() - t0;
     } while (t < budget);
     return t / reps;
 }
@@ -121,7 +136,7 @@ static double time_batched(int which, int tB, int M, int N, int K, const float *
     int reps = 0;
     double t0 = 0, t = 0;
     for (int warm = 1; ; warm = 0) {
-        if (!warm && reps == 0) t0 = time_now();
+        if (!warm && reps == 0) t0 = now();
         switch (which) {
         case 0: batched_loop(run_dnnl, tB, M, N, K, A, B, C, batch); break;
         case 1: batched_loop(run_blas, tB, M, N, K, A, B, C, batch); break;
@@ -130,7 +145,7 @@ static double time_batched(int which, int tB, int M, int N, int K, const float *
         }
         if (warm) continue;
         reps++;
-        t = time_now() - t0;
+        t = now() - t0;
         if (t >= budget) break;
     }
     return t / reps;
@@ -143,7 +158,17 @@ static void set_threads(int n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) budget = atof(argv[1]);
+    int int8_only = 0, only_threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cpu")) use_cpu_time = 1;
+        else if (!strcmp(argv[i], "--int8")) int8_only = 1;
+        else if (!strncmp(argv[i], "--threads=", 10)) only_threads = atoi(argv[i] + 10);
+        else if (argv[i][0] != '-') budget = atof(argv[i]);
+        else {
+            fprintf(stderr, "usage: %s [seconds_per_case] [--cpu] [--int8] [--threads=N]\n", argv[0]);
+            return 2;
+        }
+    }
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return 1;
     if (dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) return 1;
     const int Ms[] = {1, 4, 16, 64, 128, 256};
@@ -155,9 +180,12 @@ int main(int argc, char **argv) {
     fill(B, maxB, 2);
     printf("# %s\n", openblas_get_config());
     const dnnl_version_t *v = dnnl_version();
-    printf("# oneDNN %d.%d.%d, budget %.2fs per case; GFLOP/s (higher is better)\n", v->major, v->minor, v->patch, budget);
+    printf("# oneDNN %d.%d.%d, budget %.2f %s s per case; GFLOP/s (higher is better)\n", v->major, v->minor, v->patch,
+           budget, use_cpu_time ? "CPU" : "wall");
     for (int threads = 1; threads <= 2; threads++) {
+        if (only_threads && threads != only_threads) continue;
         set_threads(threads);
+        if (int8_only) goto int8;
         printf("\n## linear layers, threads=%d: out[M,N] = inp[M,K] . W[N,K]^T\n", threads);
         printf("%5s %6s %5s | %9s %9s | %9s | %s\n", "M", "N", "K", "oneDNN", "OpenBLAS", "packed",
                "gemm_f32 (dispatch)");
@@ -199,14 +227,19 @@ int main(int argc, char **argv) {
                 printf("%-22s | %9.2f %9.2f %11.2f | %9.2f\n", name, fl / t0, fl / t1, fl / t2, fl / t3);
             }
         }
-        printf("\n## int8 linear, threads=%d: linear_forward (quantize + int8 GEMM + dequantize) with %s;\n"
-               "## the bare products: Tern's exact AVX2 s8s8s32 and oneDNN's u8s8s32 (exact only with VNNI:\n"
-               "## without it its 16-bit pair sums saturate, so it is a speed reference there, not an option)\n",
+    int8:
+        printf("\n## int8 linear, threads=%d (GOP/s): linear_forward (quantize + int8 GEMM + dequantize) with %s,\n"
+               "## and linear_forward_packed_s8 on weights packed once (\"lin packed\", oneDNN's int8 matmul, VNNI\n"
+               "## only; 0 where not offered); the bare products: Tern's exact AVX2 s8s8s32, oneDNN's BLAS-like\n"
+               "## u8s8s32 (exact only with VNNI: without it its 16-bit pair sums saturate, so it is a speed reference\n"
+               "## there, not an option) and oneDNN's matmul on the packed weights (\"u8 packed\")\n",
                threads, linear_int8_backend_name());
-        printf("%5s %6s %5s | %9s %9s %9s | %9s\n", "M", "N", "K", "linear", "tern s8", "onednn u8", "float32");
+        printf("%5s %6s %5s | %9s %10s | %9s %9s %9s | %9s\n", "M", "N", "K", "linear", "lin packed", "tern s8",
+               "onednn u8", "u8 packed", "float32");
+        static const int M8[] = {1, 8, 32, 128};
         for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
-            for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m += 2) {
-                int M = Ms[m], N = NK[s][0], K = NK[s][1];
+            for (size_t m = 0; m < sizeof M8 / sizeof M8[0]; m++) {
+                int M = M8[m], N = NK[s][0], K = NK[s][1];
                 int8_t *q = aligned_alloc64((size_t)N * K);
                 float *scale = aligned_alloc64((size_t)N * 4);
                 int32_t *comp = aligned_alloc64((size_t)N * 4);
@@ -215,32 +248,48 @@ int main(int argc, char **argv) {
                 linear_t ls = {.kind = WEIGHT_S8, .N = N, .K = K, .q = q, .scale = scale, .comp = comp};
                 linear_t lf = {.kind = WEIGHT_F32, .N = N, .K = K, .w = B};
                 void *ws = aligned_alloc64(linear_workspace_size(&ls, M) + 64);
-                double fl = 2.0 * M * N * K * 1e-9, ts[2];
-                for (int w = 0; w < 2; w++) {
-                    const linear_t *lin = w ? &lf : &ls;
-                    linear_forward(C, A, lin, M, ws);
+                size_t pbytes = linear_packed_size_s8(&ls);
+                void *pk = pbytes ? aligned_alloc64(pbytes) : NULL;
+                if (pk && linear_pack_s8(pk, &ls)) {
+                    aligned_free(pk);
+                    pk = NULL;
+                }
+                double fl = 2.0 * M * N * K * 1e-9, ts[3] = {0, 0, 0};
+                for (int w = 0; w < 3; w++) {
+                    const linear_t *lin = w == 1 ? &lf : &ls;
+                    if (w == 2 && !pk) break;
+#define RUN_LIN() (w == 2 ? (void)linear_forward_packed_s8(C, A, lin, pk, M, ws) : linear_forward(C, A, lin, M, ws))
+                    RUN_LIN();
                     int reps = 0;
-                    double t0 = time_now(), t;
-                    do { linear_forward(C, A, lin, M, ws); reps++; t = time_now() - t0; } while (t < budget);
+                    double t0 = now(), t;
+                    do { RUN_LIN(); reps++; t = now() - t0; } while (t < budget);
+#undef RUN_LIN
                     ts[w] = t / reps;
                 }
                 /* bare int8 products on the same bytes */
                 uint8_t *au = aligned_alloc64((size_t)M * K);
                 int32_t *acc = aligned_alloc64((size_t)M * N * 4);
                 for (size_t i = 0; i < (size_t)M * K; i++) au[i] = (uint8_t)(A[i] * 200.0f + 128.0f);
-                double tb[2];
-                for (int w = 0; w < 2; w++) {
+                double tb[3] = {0, 0, 0};
+                for (int w = 0; w < 3; w++) {
+                    if (w == 2 && !pk) break;
+                    if (w == 2) gemm_packed_forward_s8(acc, au, pk, M); /* makes the kernel */
                     int reps = 0;
-                    double t0 = time_now(), t;
+                    double t0 = now(), t;
                     do {
                         if (w == 0) gemm_s8s8s32(M, N, K, (const int8_t *)au, K, q, K, acc, N, 0);
-                        else dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, au, K, 0, q, K, 0, 0.0f, acc, N, comp);
+                        else if (w == 1) dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, au, K, 0, q, K, 0, 0.0f, acc, N, comp);
+                        else gemm_packed_forward_s8(acc, au, pk, M);
                         reps++;
-                        t = time_now() - t0;
+                        t = now() - t0;
                     } while (t < budget || reps < 2);
                     tb[w] = t / reps;
                 }
-                printf("%5d %6d %5d | %9.1f %9.1f %9.1f | %9.1f\n", M, N, K, fl / ts[0], fl / tb[0], fl / tb[1], fl / ts[1]);
+#define GOPS(t) ((t) > 0 ? fl / (t) : 0.0)
+                printf("%5d %6d %5d | %9.1f %10.1f | %9.1f %9.1f %9.1f | %9.1f\n", M, N, K, GOPS(ts[0]), GOPS(ts[2]),
+                       GOPS(tb[0]), GOPS(tb[1]), GOPS(tb[2]), GOPS(ts[1]));
+#undef GOPS
+                aligned_free(pk);
                 aligned_free(au); aligned_free(acc);
                 aligned_free(q); aligned_free(scale); aligned_free(comp); aligned_free(ws);
             }

@@ -109,11 +109,14 @@ void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, 
  * after the first call of a shape a call allocates nothing. */
 typedef struct {
     int N, K, relu;
+    int s8;                 /* int8 layer: u8 rows . s8 weights -> s32 (gemm_pack_s8) */
     const float *bias;
     dnnl_memory_desc_t wmd; /* blocked (K, N) weights */
     size_t wbytes;
 } packed_hdr_t;
 
+#define GEMM_PACKED_S8_SMALL_M 32
+#define GEMM_PACKED_S8_SMALL_BYTES (4u << 20)
 #define PACKED_HDR_BYTES ((sizeof(packed_hdr_t) + 63) & ~(size_t)63)
 
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
@@ -127,18 +130,20 @@ static int engine_ready(void) {
     return g_engine_ok;
 }
 
-/* Matmul descriptor of M rows; wmd NULL: let the library choose the weight layout. */
+/* Matmul descriptor of M rows; wmd NULL: let the library choose the weight layout. s8: u8 source,
+ * s8 weights, s32 destination (no bias, no ReLU), else float32 throughout. */
 static int make_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, const dnnl_memory_desc_t *wmd,
-                   int has_bias, int relu) {
+                   int has_bias, int relu, int s8) {
     dnnl_dims_t sd = {M, K}, wd = {K, N}, dd = {M, N}, bd = {1, N};
     dnnl_memory_desc_t smd, wany, dmd, bmd;
     int wmd_given = wmd != NULL;
-    if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, dnnl_f32, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dnnl_f32, dnnl_ab) != dnnl_success ||
+    if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, s8 ? dnnl_u8 : dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&dmd, 2, dd, s8 ? dnnl_s32 : dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab) != dnnl_success)
         return -1;
     if (!wmd) {
-        if (dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success) return -1;
+        if (dnnl_memory_desc_init_by_tag(&wany, 2, wd, s8 ? dnnl_s8 : dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+            return -1;
         wmd = &wany;
     }
     dnnl_matmul_desc_t desc;
@@ -168,13 +173,14 @@ static int make_pd(dnnl_primitive_desc_t *pd, int M, int N, int K, const dnnl_me
 }
 
 /* The weight layout the kernel wants for (N, K), probed with M = 32; -1 when there is no brgemm
- * kernel or the layout would pad (padding is rewritten on every use: not safe to share). */
-static int probe_layout_uncached(dnnl_memory_desc_t *wmd, int N, int K) {
+ * kernel or the layout would pad (padding is rewritten on every use: not safe to share) or carries
+ * extra data (an s8 compensation: only for s8 sources, which Tern does not use). */
+static int probe_layout_uncached(dnnl_memory_desc_t *wmd, int N, int K, int s8) {
     if (N <= 0 || K <= 0 || !engine_ready()) return -1;
     dnnl_primitive_desc_t pd;
-    if (make_pd(&pd, 32, N, K, NULL, 0, 0)) return -1;
+    if (make_pd(&pd, 32, N, K, NULL, 0, 0, s8)) return -1;
     const dnnl_memory_desc_t *q = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    int ok = q != NULL && q->format_kind == dnnl_blocked;
+    int ok = q != NULL && q->format_kind == dnnl_blocked && q->extra.flags == 0;
     if (ok) {
         *wmd = *q;
         for (int i = 0; i < wmd->ndims; i++)
@@ -186,25 +192,26 @@ static int probe_layout_uncached(dnnl_memory_desc_t *wmd, int N, int K) {
 
 /* probe_layout_uncached, remembered per shape (a model has a handful of shapes). */
 static struct {
-    int N, K, ok;
+    int N, K, s8, ok;
     dnnl_memory_desc_t wmd;
 } g_layouts[64];
 static int g_n_layouts;
 static pthread_mutex_t g_layouts_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static int probe_layout(dnnl_memory_desc_t *wmd, int N, int K) {
+static int probe_layout(dnnl_memory_desc_t *wmd, int N, int K, int s8) {
     pthread_mutex_lock(&g_layouts_mu);
     int r = -2;
     for (int i = 0; i < g_n_layouts && r == -2; i++)
-        if (g_layouts[i].N == N && g_layouts[i].K == K) {
+        if (g_layouts[i].N == N && g_layouts[i].K == K && g_layouts[i].s8 == s8) {
             r = g_layouts[i].ok ? 0 : -1;
             *wmd = g_layouts[i].wmd;
         }
     if (r == -2) {
-        r = probe_layout_uncached(wmd, N, K);
+        r = probe_layout_uncached(wmd, N, K, s8);
         if (g_n_layouts < 64) {
             g_layouts[g_n_layouts].N = N;
             g_layouts[g_n_layouts].K = K;
+            g_layouts[g_n_layouts].s8 = s8;
             g_layouts[g_n_layouts].ok = r == 0;
             if (r == 0) g_layouts[g_n_layouts].wmd = *wmd;
             g_n_layouts++;
@@ -214,19 +221,23 @@ static int probe_layout(dnnl_memory_desc_t *wmd, int N, int K) {
     return r;
 }
 
-size_t gemm_packed_size(int N, int K) {
+static size_t packed_size(int N, int K, int s8) {
     dnnl_memory_desc_t wmd;
-    if (probe_layout(&wmd, N, K)) return 0;
+    if (probe_layout(&wmd, N, K, s8)) return 0;
     return PACKED_HDR_BYTES + ((dnnl_memory_desc_get_size(&wmd) + 63) & ~(size_t)63);
 }
 
-int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K, int relu) {
+size_t gemm_packed_size(int N, int K) { return packed_size(N, K, 0); }
+size_t gemm_packed_size_s8(int N, int K) { return packed_size(N, K, 1); }
+
+static int pack(void *buf, const void *W, const float *bias, int N, int K, int relu, int s8) {
     packed_hdr_t *h = buf;
     memset(h, 0, sizeof *h);
-    if (probe_layout(&h->wmd, N, K)) return -1;
+    if (probe_layout(&h->wmd, N, K, s8)) return -1;
     h->N = N;
     h->K = K;
     h->relu = relu != 0;
+    h->s8 = s8;
     h->bias = bias;
     h->wbytes = dnnl_memory_desc_get_size(&h->wmd);
     /* W (N, K) row-major is the (K, N) matrix in layout "ba": reorder it into the blocked one. */
@@ -236,7 +247,7 @@ int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K,
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
     dnnl_stream_t s = NULL;
-    int ok = dnnl_memory_desc_init_by_tag(&src_md, 2, wd, dnnl_f32, dnnl_ba) == dnnl_success &&
+    int ok = dnnl_memory_desc_init_by_tag(&src_md, 2, wd, s8 ? dnnl_s8 : dnnl_f32, dnnl_ba) == dnnl_success &&
              dnnl_memory_create(&from, &src_md, g_engine, (void *)W) == dnnl_success &&
              dnnl_memory_create(&to, &h->wmd, g_engine, (char *)buf + PACKED_HDR_BYTES) == dnnl_success &&
              dnnl_reorder_primitive_desc_create(&rpd, &src_md, g_engine, &h->wmd, g_engine, NULL) == dnnl_success &&
@@ -254,10 +265,21 @@ int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K,
     return ok ? 0 : -1;
 }
 
+int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K, int relu) {
+    return pack(buf, W, bias, N, K, relu, 0);
+}
+
+int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K) { return pack(buf, Q, NULL, N, K, 0, 1); }
+
+const void *gemm_packed_weights(const void *packed, size_t *bytes) {
+    *bytes = ((const packed_hdr_t *)packed)->wbytes;
+    return (const char *)packed + PACKED_HDR_BYTES;
+}
+
 /* ---- kernels, made on first use */
 
 typedef struct {
-    int N, K, M, relu, has_bias, threads;
+    int N, K, M, relu, has_bias, s8, threads;
     int id;                      /* index into the per-thread memory objects */
     dnnl_primitive_t prim;
     dnnl_memory_desc_t smd, dmd, bmd, spmd, wmd;
@@ -279,7 +301,7 @@ static unsigned kernel_hash(int N, int K, int M, int flags, int threads) {
 }
 
 static const kernel_t *kernel_get(const packed_hdr_t *h, int M, int threads) {
-    int has_bias = h->bias != NULL, flags = has_bias * 2 + h->relu;
+    int has_bias = h->bias != NULL, flags = h->s8 * 4 + has_bias * 2 + h->relu;
     unsigned i = kernel_hash(h->N, h->K, M, flags, threads);
     kernel_t *found = NULL;
     pthread_mutex_lock(&g_kernels_mu);
@@ -287,7 +309,7 @@ static const kernel_t *kernel_get(const packed_hdr_t *h, int M, int threads) {
         kernel_t *k = g_kernels[i];
         if (!k) break;
         if (k->N == h->N && k->K == h->K && k->M == M && k->relu == h->relu && k->has_bias == has_bias &&
-            k->threads == threads) {
+            k->s8 == h->s8 && k->threads == threads) {
             found = k;
             break;
         }
@@ -296,7 +318,7 @@ static const kernel_t *kernel_get(const packed_hdr_t *h, int M, int threads) {
     if (!found && g_n_kernels < KERNEL_SLOTS / 2) {
         dnnl_primitive_desc_t pd;
         kernel_t *k = calloc(1, sizeof *k);
-        if (k && make_pd(&pd, M, h->N, h->K, &h->wmd, has_bias, h->relu) == 0) {
+        if (k && make_pd(&pd, M, h->N, h->K, &h->wmd, has_bias, h->relu, h->s8) == 0) {
             k->smd = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
             k->dmd = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
             k->wmd = h->wmd;
@@ -305,7 +327,7 @@ static const kernel_t *kernel_get(const packed_hdr_t *h, int M, int threads) {
             if (sp) k->spmd = *sp;
             k->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
             if (dnnl_primitive_create(&k->prim, pd) == dnnl_success) {
-                k->N = h->N, k->K = h->K, k->M = M, k->relu = h->relu, k->has_bias = has_bias;
+                k->N = h->N, k->K = h->K, k->M = M, k->relu = h->relu, k->has_bias = has_bias, k->s8 = h->s8;
                 k->threads = threads;
                 k->id = g_n_kernels++;
                 g_kernels[i] = k;
@@ -399,15 +421,23 @@ static thread_mems_t *thread_mems(thread_ctx_t *c, const kernel_t *k) {
     return t;
 }
 
-int gemm_packed_forward(float *out, const float *inp, const void *packed, int M) {
+/* out (M, N) = inp (M, K) . W^T [+ bias, ReLU]: float32 rows (es = 4) or u8 rows -> s32 (es = 1). */
+static int packed_run(void *out, const void *inp, const void *packed, int M, const char *fn) {
     const packed_hdr_t *h = packed;
+    size_t ies = h->s8 ? 1 : sizeof(float), oes = h->s8 ? sizeof(int32_t) : sizeof(float);
     if (M <= 0) return 0;
     thread_ctx_t *c = thread_ctx();
     if (!c) return -1;
     int threads = omp_get_max_threads();
     void *w = (char *)packed + PACKED_HDR_BYTES;
-    for (int m0 = 0; m0 < M; m0 += GEMM_PACKED_MAX_M) {
-        int rows = M - m0 < GEMM_PACKED_MAX_M ? M - m0 : GEMM_PACKED_MAX_M;
+    /* int8 weights that stay in cache (all but a vocabulary projection) run in chunks of
+     * GEMM_PACKED_S8_SMALL_M rows: the kernel blocks M by about as much itself (measured: no slower),
+     * and a decoder whose row count varies makes ~4x fewer kernels (~50 KB of machine code each).
+     * Integer sums: the same int32 results whatever the chunking. (float32 keeps one call per 128
+     * rows: its sums' rounding could depend on the kernel's blocking for M.) */
+    int chunk = h->s8 && h->wbytes <= GEMM_PACKED_S8_SMALL_BYTES ? GEMM_PACKED_S8_SMALL_M : GEMM_PACKED_MAX_M;
+    for (int m0 = 0; m0 < M; m0 += chunk) {
+        int rows = M - m0 < chunk ? M - m0 : chunk;
         const kernel_t *k = kernel_get(h, rows, threads);
         if (!k) return -1;
         thread_mems_t *t = thread_mems(c, k);
@@ -420,14 +450,16 @@ int gemm_packed_forward(float *out, const float *inp, const void *packed, int M)
             c->scratch = p;
             c->scratch_cap = cap;
         }
-        extcheck_2d("gemm_packed_forward", "input", inp + (size_t)m0 * h->K, rows, h->K, h->K, sizeof(float));
-        extcheck_2d("gemm_packed_forward", "output", out + (size_t)m0 * h->N, rows, h->N, h->N, sizeof(float));
-        extcheck_2d("gemm_packed_forward", "packed weights", w, 1, h->wbytes, h->wbytes, 1);
-        if (h->bias) extcheck_2d("gemm_packed_forward", "bias", h->bias, 1, h->N, h->N, sizeof(float));
-        if (k->scratch) extcheck_2d("gemm_packed_forward", "scratchpad", c->scratch, 1, k->scratch, k->scratch, 1);
-        dnnl_memory_set_data_handle(t->src, (void *)(inp + (size_t)m0 * h->K));
+        const char *src = (const char *)inp + (size_t)m0 * h->K * ies;
+        char *dst = (char *)out + (size_t)m0 * h->N * oes;
+        extcheck_2d(fn, "input", src, rows, h->K, h->K, ies);
+        extcheck_2d(fn, "output", dst, rows, h->N, h->N, oes);
+        extcheck_2d(fn, "packed weights", w, 1, h->wbytes, h->wbytes, 1);
+        if (h->bias) extcheck_2d(fn, "bias", h->bias, 1, h->N, h->N, sizeof(float));
+        if (k->scratch) extcheck_2d(fn, "scratchpad", c->scratch, 1, k->scratch, k->scratch, 1);
+        dnnl_memory_set_data_handle(t->src, (void *)src);
         dnnl_memory_set_data_handle(t->wei, w);
-        dnnl_memory_set_data_handle(t->dst, out + (size_t)m0 * h->N);
+        dnnl_memory_set_data_handle(t->dst, dst);
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, t->src}, {DNNL_ARG_WEIGHTS, t->wei}, {DNNL_ARG_DST, t->dst}};
         int nargs = 3;
         if (t->bias) {
@@ -443,4 +475,14 @@ int gemm_packed_forward(float *out, const float *inp, const void *packed, int M)
             return -1;
     }
     return 0;
+}
+
+int gemm_packed_forward(float *out, const float *inp, const void *packed, int M) {
+    if (((const packed_hdr_t *)packed)->s8) return -1;
+    return packed_run(out, inp, packed, M, "gemm_packed_forward");
+}
+
+int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, int M) {
+    if (!((const packed_hdr_t *)packed)->s8) return -1;
+    return packed_run(acc, a, packed, M, "gemm_packed_forward_s8");
 }

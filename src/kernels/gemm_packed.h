@@ -17,6 +17,7 @@
 #define TERN_GEMM_PACKED_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Bytes of the packed form of an (N, K) weight, or 0 when this machine has no blocked kernel for
  * the shape (then use gemm_f32 / linear_forward on the plain weight). */
@@ -30,6 +31,17 @@ int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K,
  * contiguous (leading dimensions K and N). Returns 0, or -1 when no kernel could be made for this
  * M (out untouched: fall back to the plain weight). */
 int gemm_packed_forward(float *out, const float *inp, const void *packed, int M);
+
+/* int8: the same for a layer's s8 weights Q (N, K) row-major, run on u8 activation rows with int32
+ * sums (oneDNN's brgemm kernel with VNNI: vpdpbusd, exact 32-bit sums; only exact where
+ * linear_int8_backend_name() says AVX512_VNNI: linear.c decides). No bias, no ReLU, no offsets:
+ * acc (M, N) = a (M, K) . Q^T exactly, as int32. Sizes and returns as their float32 siblings. */
+size_t gemm_packed_size_s8(int N, int K);
+int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K);
+int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, int M);
+
+/* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
+const void *gemm_packed_weights(const void *packed, size_t *bytes);
 
 /* Largest M one kernel call covers; larger M runs in chunks of this many rows. */
 #define GEMM_PACKED_MAX_M 128

@@ -68,6 +68,17 @@ size_t linear_workspace_size(const linear_t *lin, int M);
  * 64-byte aligned. */
 void linear_forward(float *out, const float *inp, const linear_t *lin, int M, void *ws);
 
+/* int8 weights packed once for oneDNN's matmul kernel (gemm_packed.h), on CPUs where the int8 GEMM
+ * is oneDNN's (AVX512_VNNI): bytes of the packed form of lin->q (0: not here, for this shape, or
+ * lin has no q or no comp -- linear_prepare first), packing into buf (64-byte aligned; read-only
+ * after, shareable by threads; lin->q may be freed after), and linear_forward on it: the same
+ * outputs as linear_forward on lin->q, bit for bit (lin->q is not read, lin->comp, scale, bias
+ * are). ws: linear_workspace_size(lin, M) bytes. Returns 0, or -1 (out untouched) when no kernel
+ * could be made for M (out of memory). */
+size_t linear_packed_size_s8(const linear_t *lin);
+int linear_pack_s8(void *buf, const linear_t *lin);
+int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws);
+
 /* Quantization helpers (exposed for tests and for loading float weights as int8). */
 /* Per-row symmetric int8: scale[m] = 127 / max|x[m,:]| (1 when the row is all zero),
  * q = round-half-to-even(float(x * scale)) clamped to [-127, 127] -- what CTranslate2 does both

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu_isa.h"
 #include "kernels/extcheck.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
 #include "kernels/kernels.h"
 
@@ -162,9 +163,10 @@ size_t linear_workspace_size(const linear_t *lin, int M) {
 }
 
 /* out[m, :] = acc[m, :] * (1 / scale_a[m]) / scale_w + bias, in CTranslate2's order of operations
- * (src/cpu/kernels.cc dequantize_gemm_output_row): three separately rounded float operations. */
-static void dequantize_rows(float *out, const int32_t *acc, const float *scale_a, const float *scale_w,
-                            const float *bias, int M, int N) {
+ * (src/cpu/kernels.cc dequantize_gemm_output_row): three separately rounded float operations.
+ * comp (N) or NULL: added to acc first, in int32 (exact: the packed path's u8 shift correction). */
+static void dequantize_rows(float *out, const int32_t *acc, const int32_t *comp, const float *scale_a,
+                            const float *scale_w, const float *bias, int M, int N) {
     for (int m = 0; m < M; m++) {
         const int32_t *c = acc + (size_t)m * N;
         float *y = out + (size_t)m * N;
@@ -172,14 +174,16 @@ static void dequantize_rows(float *out, const int32_t *acc, const float *scale_a
         __m256 vr = _mm256_set1_ps(r);
         int n = 0;
         for (; n + 8 <= N; n += 8) {
-            __m256 v = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(c + n)));
+            __m256i iv = _mm256_loadu_si256((const __m256i *)(c + n));
+            if (comp) iv = _mm256_add_epi32(iv, _mm256_loadu_si256((const __m256i *)(comp + n)));
+            __m256 v = _mm256_cvtepi32_ps(iv);
             v = _mm256_mul_ps(v, vr);
             v = _mm256_div_ps(v, _mm256_loadu_ps(scale_w + n));
             if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + n));
             _mm256_storeu_ps(y + n, v);
         }
         for (; n < N; n++) {
-            float v = (float)c[n] * r;
+            float v = (float)(comp ? c[n] + comp[n] : c[n]) * r;
             v = v / scale_w[n];
             if (bias) v = v + bias[n];
             y[n] = v;
@@ -222,5 +226,36 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
         extcheck_2d("int8 linear", "compensation", comp, 1, N, N, sizeof(int32_t));
         dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, qa, K, 0, lin->q, K, 0, 0.0f, acc, N, comp);
     }
-    dequantize_rows(out, acc, scale_a, lin->scale, lin->bias, M, N);
+    dequantize_rows(out, acc, NULL, scale_a, lin->scale, lin->bias, M, N);
+}
+
+/* ------------------------------------------------------------ packed int8 weights */
+
+size_t linear_packed_size_s8(const linear_t *lin) {
+    if (lin->kind != WEIGHT_S8 || !lin->q || !lin->comp || lin->N <= 0 || lin->K <= 0) return 0;
+    pthread_once(&int8_once, int8_init);
+    return g_int8_onednn ? gemm_packed_size_s8(lin->N, lin->K) : 0;
+}
+
+int linear_pack_s8(void *buf, const linear_t *lin) {
+    if (!linear_packed_size_s8(lin)) return -1;
+    extcheck_2d("linear_pack_s8", "weights", lin->q, lin->N, lin->K, lin->K, 1);
+    return gemm_pack_s8(buf, lin->q, lin->N, lin->K);
+}
+
+/* As the oneDNN branch of linear_forward, with the product on the packed weights: the same u8
+ * rows, the same int32 sums (the u8 · s8 sum plus comp, both exact in int32; here comp is added
+ * in dequantize_rows instead of inside the GEMM), the same dequantization. */
+int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws) {
+    int N = lin->N, K = lin->K;
+    if (M <= 0 || N <= 0) return 0;
+    if (lin->kind != WEIGHT_S8 || !lin->comp) return -1;
+    uint8_t *qa = ws;
+    float *scale_a = (float *)((char *)ws + ALIGN64((size_t)M * K));
+    int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
+    quantize_rows_u8(qa, scale_a, inp, M, K);
+    if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
+    extcheck_2d("int8 linear (packed)", "compensation", lin->comp, 1, N, N, sizeof(int32_t));
+    dequantize_rows(out, acc, lin->comp, scale_a, lin->scale, lin->bias, M, N);
+    return 0;
 }

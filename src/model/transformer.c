@@ -250,15 +250,26 @@ static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin,
     return TERN_OK;
 }
 
+/* The packed weights pk of lin (float32: gemm_packed_forward; int8: linear_forward_packed_s8) when
+ * there are and a kernel could be made for M rows: 1 done, 0 not done, < 0 (status in *s) error. */
+static int run_packed(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
+                      const void *pk, int M, tern_status_t *s) {
+    if (!pk) return 0;
+    if (lin->kind == WEIGHT_F32) return gemm_packed_forward(out, inp, pk, M) == 0;
+    if ((*s = ensure_lin_ws(st, lin, M))) return -1;
+    return linear_forward_packed_s8(out, inp, lin, pk, M, st->lin_ws) == 0;
+}
+
 /* out (M, N) = inp (M, K) . W^T + bias: the packed weights pk when there are (and a kernel for M),
  * else linear_forward on the weights as loaded. */
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
-    if (pk && gemm_packed_forward(out, inp, pk, M) == 0) return TERN_OK;
-    if (lin->kind == WEIGHT_F32 && !lin->w) /* given back after packing: no fallback */
+    tern_status_t s = TERN_OK;
+    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    if (r) return r > 0 ? TERN_OK : s;
+    if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q) /* given back after packing: no fallback */
         return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
-    tern_status_t s = ensure_lin_ws(st, lin, M);
-    if (s) return s;
+    if ((s = ensure_lin_ws(st, lin, M))) return s;
     linear_forward(out, inp, lin, M, st->lin_ws);
     return TERN_OK;
 }
@@ -267,15 +278,17 @@ static tern_status_t linear(transformer_state_t *st, float *out, const float *in
 static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     const transformer_t *m = st->m;
-    if (pk && gemm_packed_forward(out, inp, pk, M) == 0) {
-        /* ReLU is fused into the packed kernel; other activations run after it */
-        if (!m->ffn1_relu_packed) activation_forward(out, (size_t)M * lin->N, m->act);
+    tern_status_t s = TERN_OK;
+    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    if (r < 0) return s;
+    if (r) {
+        /* ReLU is fused into the packed float32 kernel; other activations (and int8) run after it */
+        if (lin->kind != WEIGHT_F32 || !m->ffn1_relu_packed) activation_forward(out, (size_t)M * lin->N, m->act);
         return TERN_OK;
     }
-    if (lin->kind == WEIGHT_F32 && !lin->w)
+    if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q)
         return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
-    tern_status_t s = ensure_lin_ws(st, lin, M);
-    if (s) return s;
+    if ((s = ensure_lin_ws(st, lin, M))) return s;
     linear_forward(out, inp, lin, M, st->lin_ws);
     activation_forward(out, (size_t)M * lin->N, m->act);
     return TERN_OK;
@@ -794,7 +807,7 @@ tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int
         st->vm.N = 0;
         return TERN_OK;
     }
-    if (P->kind == WEIGHT_F32 && !P->w)
+    if (P->kind == WEIGHT_F32 ? !P->w : !P->q)
         return tern_error(TERN_ERR_UNSUPPORTED, "the output projection was packed and its plain weights given back: "
                                                 "load the model with the vocabulary map (tern_model_options_t.vmap)");
     const int K = P->K;
@@ -857,33 +870,33 @@ static int own_packed(transformer_t *m, void *p) {
     return 0;
 }
 
-/* Linear weights that no embedding and no other layer uses: only their layer reads them. */
-static int weight_uses(const transformer_t *m, const float *w) {
-    int n = (m->enc_emb.w == w) + (m->dec_emb.w == w) + (m->proj.w == w);
+/* Uses of a linear weight (float32 w or int8 q) by embeddings and layers: 1 when only its layer
+ * reads it. */
+static int weight_uses(const transformer_t *m, const void *w) {
+#define U(l) (((const void *)(l).w == w) + ((const void *)(l).q == w))
+    int n = U(m->enc_emb) + U(m->dec_emb) + U(m->proj);
     for (int l = 0; l < m->enc_layers; l++) {
         const enc_layer_t *L = &m->enc[l];
-        n += (L->qkv.w == w) + (L->attn_out.w == w) + (L->ffn1.w == w) + (L->ffn2.w == w);
+        n += U(L->qkv) + U(L->attn_out) + U(L->ffn1) + U(L->ffn2);
     }
     for (int l = 0; l < m->dec_layers; l++) {
         const dec_layer_t *L = &m->dec[l];
-        n += (L->qkv.w == w) + (L->self_out.w == w) + (L->cross_q.w == w) + (L->cross_kv.w == w) +
-             (L->cross_out.w == w) + (L->ffn1.w == w) + (L->ffn2.w == w);
+        n += U(L->qkv) + U(L->self_out) + U(L->cross_q) + U(L->cross_kv) + U(L->cross_out) + U(L->ffn1) + U(L->ffn2);
     }
     return n;
+#undef U
 }
 
-/* Gives back the plain weight of a packed layer: to the weights table, or, for a converted copy
- * (float16 / bfloat16 / dequantized), to the model's own memory. */
-static void release_plain(transformer_t *m, weights_t *w, linear_t *lin) {
+/* Gives back the plain weight p of a packed layer: to the weights table, or, for a converted copy
+ * (float16 / bfloat16 / dequantized / quantized at load), to the model's own memory. */
+static void release_plain(transformer_t *m, weights_t *w, const void *p) {
     for (int i = 0; i < m->n_owned; i++)
-        if (m->owned[i] == (void *)lin->w) {
+        if (m->owned[i] == p) {
             aligned_free(m->owned[i]);
             m->owned[i] = NULL;
-            lin->w = NULL;
             return;
         }
-    weights_release(w, lin->w);
-    lin->w = NULL;
+    weights_release(w, p);
 }
 
 /* Returns freed heap pages to the system (glibc keeps freed chunks below its mmap threshold, which
@@ -894,8 +907,31 @@ static void trim_heap(void) {
 #endif
 }
 
+/* int8: the weights packed once for oneDNN's int8 matmul kernel (AVX512_VNNI machines), only where
+ * nothing else reads the plain ones (a tied embedding reads its rows): those are given back, so the
+ * model never holds both (w NULL: the caller keeps them; nothing is packed then). */
+static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, const void **out) {
+    size_t bytes = w && lin->q && weight_uses(m, lin->q) == 1 ? linear_packed_size_s8(lin) : 0;
+    if (!bytes) return TERN_OK;
+    void *buf = aligned_alloc64(bytes);
+    if (!buf || own_packed(m, buf)) {
+        aligned_free(buf);
+        return tern_error(TERN_ERR_NOMEM, "packing weights: out of memory");
+    }
+    if (linear_pack_s8(buf, lin) == 0) {
+        *out = buf;
+        m->packed_bytes += bytes;
+        if (m->last_q == lin->q) m->last_q = NULL, m->last_quantized = NULL;
+        release_plain(m, w, lin->q);
+        lin->q = NULL;
+        trim_heap();
+    }
+    return TERN_OK;
+}
+
 static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int relu, const void **out) {
     *out = NULL;
+    if (lin->kind == WEIGHT_S8) return pack_one_s8(m, w, lin, out);
     if (lin->kind != WEIGHT_F32 || !lin->w) return TERN_OK;
     size_t bytes = gemm_packed_size(lin->N, lin->K);
     if (!bytes) return TERN_OK;
@@ -909,7 +945,8 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
         *out = buf;
         m->packed_bytes += bytes;
         if (w && alone) {
-            release_plain(m, w, lin);
+            release_plain(m, w, lin->w);
+            lin->w = NULL;
             trim_heap();
         }
     }

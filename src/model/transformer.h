@@ -36,7 +36,8 @@ typedef struct {
     layernorm_t ln_ffn;
     linear_t ffn1;        /* (F, d) */
     linear_t ffn2;        /* (d, F) */
-    /* the same weights packed for the GEMM kernel (gemm_packed.h), NULL when not packed */
+    /* the same weights packed for the GEMM kernel (gemm_packed.h), NULL when not packed; an int8
+     * layer's q is NULL then (given back: the packed copy replaces it, linear_forward_packed_s8) */
     const void *pk_qkv, *pk_attn_out, *pk_ffn1, *pk_ffn2;
 } enc_layer_t;
 
@@ -95,9 +96,11 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
                                 float eps);
 void transformer_free(transformer_t *m);
 
-/* Packs the float32 linear weights for the GEMM kernel (gemm_packed.h), once, after
- * transformer_build. When w is given, the plain weight of each packed layer that nothing else uses
- * (no embedding, no other layer) is given back to it right after (weights_release): the model then
+/* Packs the linear weights for the GEMM kernel (gemm_packed.h), once, after transformer_build:
+ * float32 ones, and int8 ones where the int8 GEMM is oneDNN's (AVX512_VNNI) and w is given (an
+ * int8 layer is packed only where its plain q can be given back: nothing else reads it). When w
+ * is given, the plain weight of each packed layer that nothing else uses (no embedding, no other
+ * layer) is given back to it right after (weights_release): the model then
  * holds one copy of each weight, and the peak stays near the weights' size; so is every other large
  * tensor the model does not read (float32 originals of layers quantized to int8 at load). Packs
  * nothing where the machine has no such kernel, or when the environment variable TERN_GEMM_PACKED

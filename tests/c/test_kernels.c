@@ -21,6 +21,9 @@
  *   gemm_s8s8s32                 exact (int64 reference), -128 included, 1 vs 2 threads
  *   quantize_rows_s8 / _u8       bit-exact (values and scales), rounding ties, NaN and inf included
  *   linear_prepare_s8            exact
+ *   linear_forward_packed_s8     bit-exact against linear_forward_ref and linear_forward (int8 weights
+ *                                packed for oneDNN's matmul, VNNI only; the plain q not read), M over
+ *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact
  *   layernorm_forward            |y - ref| <= 5e-6 (1 + |ref|); mean and rstd 1e-6 relative
  *   softmax / masked softmax     |p - ref| <= (1e-6 + 1.2e-7 |x - max|) ref + 1e-37: 1e-6 relative,
  *                                plus the float rounding of x - max that exp amplifies, plus an
@@ -623,6 +626,85 @@ static void test_linear(void) {
         linear_case(shapes[c][0], shapes[c][1], shapes[c][2], c & 1, 0);
     }
     printf("linear int8 vs float32: worst error / quantization bound = %.3g\n", linear_int8_worst);
+}
+
+/* linear_forward_packed_s8 against linear_forward_ref (bit-exact) and against linear_forward on the
+ * plain weights (bit-identical: what the Transformer ran before packing), with the plain q gone
+ * (NULL) from the linear_t it runs on. Model shapes (K a multiple of 64: oneDNN's layout needs no
+ * padding there) and M from 1 to past one kernel call (GEMM_PACKED_MAX_M = 128 rows); int32
+ * extremes (integer activations, weights +-127 with scales 1: out is the exact int32 sum). */
+static void test_linear_packed_s8(void) {
+    static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
+                                    {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17}};
+    int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+        for (int extreme = 0; extreme <= 1; extreme++) {
+            int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
+            linear_buf_t b;
+            linear_make(&b, N, K, !extreme);
+            float *x = falloc((size_t)M * K), *y = falloc((size_t)M * N), *r = falloc((size_t)M * N),
+                  *y2 = falloc((size_t)M * N);
+            fill_quant_rows(x, M, K);
+            if (extreme) { /* all +127 rows against all -127 / +127 weight rows, scales 1 */
+                for (int i = 0; i < M * K; i++) x[i] = (float)((int)(rng_u32() % 255) - 127);
+                for (int m = 0; m < M; m++) x[(size_t)m * K] = 127.0f;
+                for (int k = 0; M > 1 && k < K; k++) x[(size_t)K + k] = 127.0f;
+                for (int i = 0; i < N * K; i++) b.q[i] = (int8_t)((int)(rng_u32() % 255) - 127);
+                for (int k = 0; k < K; k++) b.q[k] = -127, b.q[(size_t)(N > 1) * K + k] = 127;
+                for (int n = 0; n < N; n++) b.wq_scale[n] = 1.0f;
+                linear_prepare_s8(b.comp, b.q, N, K);
+            }
+            linear_t lq = {.kind = WEIGHT_S8, .N = N, .K = K, .q = b.q, .scale = b.wq_scale, .comp = b.comp,
+                           .bias = b.bias};
+            size_t bytes = linear_packed_size_s8(&lq);
+            CHECK_MSG(onednn || bytes == 0, "int8 packing offered without oneDNN's int8 GEMM (%s)",
+                      linear_int8_backend_name());
+            if (!bytes) goto next;
+            packed++;
+            void *pk = aligned_alloc64(bytes), *ws = aligned_alloc64(linear_workspace_size(&lq, M));
+            CHECK(linear_pack_s8(pk, &lq) == 0);
+            linear_t lp = lq;
+            lp.q = NULL;
+            linear_forward_ref(r, x, &lq, M);
+            linear_forward(y2, x, &lq, M, ws);
+            for (int threads = 1; threads <= 2; threads++) {
+                kernels_set_num_threads(threads);
+                memset(y, 0xff, (size_t)M * N * sizeof(float));
+                CHECK(linear_forward_packed_s8(y, x, &lp, pk, M, ws) == 0);
+                int bad = 0, bad_plain = 0;
+                for (size_t i = 0; i < (size_t)M * N; i++) {
+                    if (fbits(y[i]) != fbits(r[i])) {
+                        if (bad < 3) fprintf(stderr, "packed int8 M=%d N=%d K=%d [%zu]: %.9g vs ref %.9g\n", M, N, K,
+                                             i, y[i], r[i]);
+                        bad++;
+                    }
+                    bad_plain += fbits(y[i]) != fbits(y2[i]);
+                }
+                CHECK_MSG(bad == 0, "packed int8 M=%d N=%d K=%d extreme=%d threads=%d: %d differ from the reference",
+                          M, N, K, extreme, threads, bad);
+                CHECK_MSG(bad_plain == 0, "packed int8 M=%d N=%d K=%d: %d differ from linear_forward", M, N, K,
+                          bad_plain);
+                if (extreme) { /* exact int32 sums: out = sum_k x q */
+                    int off = 0;
+                    for (int m = 0; m < M; m++)
+                        for (int n = 0; n < N; n++) {
+                            int64_t acc = 0;
+                            for (int k = 0; k < K; k++) acc += (int64_t)x[(size_t)m * K + k] * b.q[(size_t)n * K + k];
+                            off += (double)y[(size_t)m * N + n] != (double)acc;
+                        }
+                    CHECK_MSG(off == 0, "packed int8 %dx%dx%d: %d int32 sums not exact", M, N, K, off);
+                }
+            }
+            kernels_set_num_threads(1);
+            aligned_free(pk);
+            aligned_free(ws);
+        next:
+            aligned_free(x), aligned_free(y), aligned_free(r), aligned_free(y2);
+            linear_release(&b);
+        }
+    /* the model shapes pack wherever the int8 GEMM is oneDNN's (else the fast path is silently off) */
+    CHECK_MSG(!onednn || packed >= 10, "int8 packing: only %d of the cases packed", packed);
+    printf("packed int8 linear: %d cases packed (%s)\n", packed, onednn ? "oneDNN int8 matmul" : "not offered: AVX2");
 }
 
 /* ------------------------------------------------------------ row ops */
@@ -1274,6 +1356,7 @@ int main(void) {
     test_quantize();
     test_prepare_s8();
     test_linear_int32_exact();
+    test_linear_packed_s8();
     test_gemm_s8();
     test_linear();
     test_layernorm();

@@ -37,6 +37,7 @@
 #include "base/base.h"
 #include "check.h"
 #include "mini_model.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -367,10 +368,11 @@ static void test_deferred(void) {
         struct {
             const char *name;
             const linear_t *lin;
-        } mats[] = {{"encoder/layer_0/ffn/linear_0/weight", &net->enc[0].ffn1},
-                    {"encoder/layer_0/ffn/linear_1/weight", &net->enc[0].ffn2},
-                    {"decoder/layer_0/self_attention/linear_0/weight", &net->dec[0].qkv},
-                    {"decoder/projection/weight", &net->proj}};
+            const void *pk; /* packed at load (linear_pack_s8, AVX512_VNNI): q given back */
+        } mats[] = {{"encoder/layer_0/ffn/linear_0/weight", &net->enc[0].ffn1, net->enc[0].pk_ffn1},
+                    {"encoder/layer_0/ffn/linear_1/weight", &net->enc[0].ffn2, net->enc[0].pk_ffn2},
+                    {"decoder/layer_0/self_attention/linear_0/weight", &net->dec[0].qkv, net->dec[0].pk_qkv},
+                    {"decoder/projection/weight", &net->proj, net->pk_proj}};
         for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
             const mm_var_t *v = &m.v[var_index(&m, mats[k].name)];
             int N = (int)v->shape[0], K = (int)v->shape[1];
@@ -379,9 +381,21 @@ static void test_deferred(void) {
             memcpy(f, v->data, (size_t)N * K * sizeof(float));
             quantize_rows_s8_ref(q, sc, f, N, K);
             const linear_t *L = mats[k].lin;
-            CHECK_MSG(L->kind == WEIGHT_S8 && L->q && !memcmp(L->q, q, (size_t)N * K) &&
-                      !memcmp(L->scale, sc, (size_t)N * sizeof(float)),
-                      "int8 from the file: %s differs from quantize_rows_s8_ref", mats[k].name);
+            int same_q = 0;
+            if (L->q) {
+                same_q = !memcmp(L->q, q, (size_t)N * K);
+            } else if (mats[k].pk) { /* packed: the same bytes as the reference rows packed */
+                size_t bytes = gemm_packed_size_s8(N, K), wb = 0, rb = 0;
+                void *ref = aligned_alloc64(bytes);
+                if (ref && gemm_pack_s8(ref, q, N, K) == 0) {
+                    const void *a = gemm_packed_weights(mats[k].pk, &wb), *r = gemm_packed_weights(ref, &rb);
+                    same_q = wb == rb && !memcmp(a, r, wb);
+                }
+                aligned_free(ref);
+            }
+            CHECK_MSG(L->kind == WEIGHT_S8 && same_q && !memcmp(L->scale, sc, (size_t)N * sizeof(float)),
+                      "int8 from the file: %s differs from quantize_rows_s8_ref (%s)", mats[k].name,
+                      L->q ? "plain" : "packed");
             free(q);
             free(sc);
             free(f);
