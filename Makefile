@@ -104,7 +104,8 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtern.a
 TOOL_C   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN := $(TOOL_C:tests/tools/%.c=$(BUILD)/tests/tools/%)
 all: $(TOOL_BIN)
-$(BUILD)/tests/tools/%: tests/tools/%.c $(BUILD)/libtern.a
+# Their shared header(s) (tests/tools/*.h, e.g. train_driver_util.h) are included, not linked.
+$(BUILD)/tests/tools/%: tests/tools/%.c $(wildcard tests/tools/*.h) $(BUILD)/libtern.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
 

@@ -15,28 +15,21 @@ it the tests skip, except under CI, where they fail.
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+from torch_check import torch_python_or_skip  # noqa: E402
 BUILD = os.environ.get("TERN_BUILD", "build")
 DRIVER = os.path.join(ROOT, BUILD, "bench", "bench_train")
 TORCH_SIDE = os.path.join(ROOT, "bench", "bench_train_torch.py")
-TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
 LOSS_TOL = 1e-4
 
 
 def torch_run(*args):
-    try:
-        r = subprocess.run([TORCH_PY, TORCH_SIDE, *args], capture_output=True, text=True, timeout=300)
-    except OSError as e:
-        r, err = None, str(e)
-    if r is None or r.returncode != 0:
-        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): " + \
-              (err if r is None else r.stderr[-800:])
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    r = torch_python_or_skip(TORCH_SIDE, *args, timeout=300, tail=800)
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 

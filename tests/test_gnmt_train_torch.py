@@ -34,24 +34,18 @@ le3-ld2 4.0e-7, le4-ld1 5.4e-7.
 
 PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides).
 """
-import json
 import os
-import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
-from train_batches import random_batch, toy_batches  # noqa: E402
-from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+from torch_check import (check_trajectory, compare_grads, driver_fixture,  # noqa: E402
+                         family_layout, run_driver_and_ref, run_step, tool, torch_python_fixture, train_options)
+from train_batches import toy_batches  # noqa: E402
 
-BUILD = os.environ.get("TERN_BUILD", "build")
-DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "family_train_driver")
-REF = os.path.join(ROOT, "tests", "tools", "gnmt_train_torch_ref.py")
-TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
+REF = tool("gnmt_train_torch_ref.py")
 
 GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor
 LOSS_TOL = 1e-5   # relative, loss and nll sums of one step
@@ -59,28 +53,8 @@ ATT_SCALE = 3.0   # the attention's W_q, W_k: N(0, 9/fan-in) (random_weights)
 TRAJ_TOL = 4e-4   # relative, per-update loss over 200 updates (measured 3.7e-5; test_trajectory_matches_pytorch)
 
 
-@pytest.fixture(scope="module")
-def torch_python():
-    try:
-        r = subprocess.run([TORCH_PY, REF, "info"], capture_output=True, text=True, timeout=120)
-    except OSError as e:
-        r = None
-        err = str(e)
-    if r is None or r.returncode != 0:
-        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): " + \
-              (err if r is None else r.stderr[-500:])
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    info = json.loads(r.stdout)
-    print(f"PyTorch {info['torch']} ({info['blas_info']})")
-    return TORCH_PY
-
-
-@pytest.fixture(scope="module")
-def driver():
-    assert os.path.exists(DRIVER), f"{DRIVER} is missing: run make"
-    return DRIVER
+torch_python = torch_python_fixture(REF, "PyTorch {torch} ({blas_info})")
+driver = driver_fixture("family_train_driver")
 
 
 def gnmt_config(**kw):
@@ -114,17 +88,6 @@ def expected_shapes(c):
     return out
 
 
-def layout(tmp_path, driver, c):
-    """The driver's parameter tensors {name: shape} and its aliases {name: target}."""
-    inp, out = str(tmp_path / "layout_in.safetensors"), str(tmp_path / "layout.safetensors")
-    st_write(inp, {}, c)
-    r = subprocess.run([driver, "layout", inp, out], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    t, meta = st_read(out)
-    aliases = dict(a.split("=") for a in meta.get("aliases", "").split(";") if a)
-    return {k: v.shape for k, v in t.items()}, aliases
-
-
 def random_weights(shapes, rng, att_scale=ATT_SCALE):
     """Biases N(0, 0.1²), matrices N(0, 1/fan-in) (unit-variance outputs), the attention's v N(0, 1)
     and its W_q, W_k N(0, ATT_SCALE²/fan-in): the tanh must leave its linear range, where the
@@ -147,20 +110,7 @@ def random_weights(shapes, rng, att_scale=ATT_SCALE):
 
 
 def run_both(mode, tmp_path, driver, torch_python, c, weights, batch, extra=None):
-    inp, out_c, out_t = (str(tmp_path / n) for n in ("in.safetensors", "c.safetensors", "t.npz"))
-    src, tin, tout = batch
-    tensors = dict(weights)
-    tensors.update({"batch/src": src, "batch/tgt_in": tin, "batch/tgt_out": tout})
-    meta = dict(c)
-    meta.update(extra or {})
-    st_write(inp, tensors, meta)
-    r = subprocess.run([driver, mode, inp, out_c], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([torch_python, REF, mode, inp, out_t], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    tern, meta = st_read(out_c)
-    ref = dict(np.load(out_t))
-    return tern, meta, ref
+    return run_driver_and_ref(mode, tmp_path, driver, torch_python, REF, c, weights, batch, extra)
 
 
 STEP_CONFIGS = {
@@ -183,7 +133,7 @@ STEP_CONFIGS = {
 @pytest.mark.parametrize("name", list(STEP_CONFIGS))
 def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
     c = STEP_CONFIGS[name]
-    shapes, aliases = layout(tmp_path, driver, c)
+    shapes, aliases = family_layout(tmp_path, driver, c)
     assert shapes == expected_shapes(c), "the driver's layout disagrees with src/model/gnmt_desc.h"
     want = {}
     if c["share_emb"]:
@@ -192,28 +142,11 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
         want["decoder/projection/weight"] = "encoder/embeddings/weight" if c["share_emb"] else \
             "decoder/embeddings/weight"
     assert aliases == want
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    weights = random_weights(shapes, rng)
-    batch = random_batch(c, rng, B=4, S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
-    tern, meta, ref = run_both("step", tmp_path, driver, torch_python, c, weights, batch)
-    assert int(meta["ntokens"]) == int(ref["ntokens"]) == 17
-    for key in ("loss_sum", "nll_sum"):
-        a, b = float(meta[key]), float(ref[key])
-        assert abs(a - b) <= LOSS_TOL * abs(b), f"{key}: tern {a} vs torch {b}"
+    tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(shapes, rng),
+                               LOSS_TOL)
     assert set(tern) == set(shapes), "the driver wrote other tensors than its layout"
     assert {k[5:] for k in ref if k.startswith("grad/")} == set(shapes), "the reference has other parameters"
-    worst, worst_name, errs = 0.0, "", []
-    for n in shapes:
-        g, r = tern[n], ref["grad/" + n]
-        assert g.shape == r.shape, n
-        scale = np.abs(r).max()
-        assert scale > 0, f"{n}: PyTorch gradient is all zero (test would be vacuous)"
-        err = np.abs(g - r).max() / scale
-        errs.append((err, n))
-        if err > worst:
-            worst, worst_name = err, n
-    print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
-          f"{len(shapes)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
+    _, _, errs = compare_grads(name, tern, meta, ref, shapes)
     bad = [f"{n}: {e:.3e}" for e, n in errs if not e <= GRAD_TOL]
     assert not bad, f"gradient rel err > {GRAD_TOL}: " + ", ".join(bad)
 
@@ -221,19 +154,11 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
 def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
     c = gnmt_config(src_vocab=14, tgt_vocab=14, hidden=48, att=32, enc_layers=3, dec_layers=3, share_emb=1,
                     tie_proj=0, label_smoothing=0.1)
-    shapes, _ = layout(tmp_path, driver, c)
+    shapes, _ = family_layout(tmp_path, driver, c)
     rng = np.random.default_rng(2025)
     weights = random_weights(shapes, rng, att_scale=1.0)  # the plain fan-in init: a trainable start
     batch = toy_batches(c, rng, NB=8, B=8, S=6, T=7)
-    opt = dict(updates=200, lr=5e-3, warmup=20, warmup_init_lr=1e-7, beta1=0.9, beta2=0.999, adam_eps=1e-8,
-               weight_decay=0, decoupled=0, clip_norm=5.0)
+    opt = train_options(lr=5e-3, warmup=20, beta2=0.999, weight_decay=0, decoupled=0, clip_norm=5.0)
     tern, _, ref = run_both("train", tmp_path, driver, torch_python, c, weights, batch, opt)
-    np.testing.assert_allclose(tern["lrs"], ref["lrs"], rtol=1e-6)
-    lc, lt = tern["losses"].astype(np.float64), ref["losses"]
-    rel = np.abs(lc - lt) / np.abs(lt)
-    print(f"trajectory: loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
-          f"max rel gap {rel.max():.2e} at update {rel.argmax()}, gap at 100: {rel[100]:.2e}, at 200: {rel[-1]:.2e}; "
-          f"grad norm gap {np.abs(tern['grad_norms'] - ref['grad_norms']).max():.2e}; "
-          f"grad norms {ref['grad_norms'].min():.2f} .. {ref['grad_norms'].max():.2f} (clip 5)")
-    assert rel.max() <= TRAJ_TOL, f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
-    assert lt[-1] < 0.5 * lt[0], "the toy task was not learned: the trajectory check would be weak"
+    check_trajectory(tern, ref, TRAJ_TOL, mid=100,
+                     extra=f"; grad norms {ref['grad_norms'].min():.2f} .. {ref['grad_norms'].max():.2f} (clip 5)")

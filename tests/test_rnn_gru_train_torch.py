@@ -34,21 +34,17 @@ because the test virtual environment has no torch; scripts/setup.sh installs it.
 import os
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+from torch_check import (check_trajectory, compare_grads, driver_fixture, family_layout,  # noqa: E402
+                         run_driver_and_ref, run_step, st_write, tool, torch_python_fixture, train_options)
 from train_batches import random_batch, toy_batches  # noqa: E402  (numpy only)
-from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
 
-BUILD = os.environ.get("TERN_BUILD", "build")
-DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "family_train_driver")
-REF = os.path.join(ROOT, "tests", "tools", "rnn_train_torch_ref.py")
-INFO = os.path.join(ROOT, "tests", "tools", "train_torch_ref.py")
-TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
+REF = tool("rnn_train_torch_ref.py")
+INFO = tool("train_torch_ref.py")
 
 GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor (the issue's bound)
 GRAD_TOL_SEEN = 1e-5  # ... and the worst tensor of a configuration (measured: 1.5e-6)
@@ -57,25 +53,8 @@ TRAJ_TOL = {0: 5e-5, 1: 3e-3}  # relative, per-update loss over 200 updates, by 
                                # 4.8e-6 and 3.2e-4; PyTorch float32 against float64: 4.8e-6, 1.4e-4)
 
 
-@pytest.fixture(scope="module")
-def torch_python():
-    try:
-        r = subprocess.run([TORCH_PY, INFO, "info"], capture_output=True, text=True, timeout=120)
-    except OSError as e:
-        r, err = None, str(e)
-    if r is None or r.returncode != 0:
-        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): " + \
-              (err if r is None else r.stderr[-500:])
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return TORCH_PY
-
-
-@pytest.fixture(scope="module")
-def driver():
-    assert os.path.exists(DRIVER), f"{DRIVER} is missing: run make"
-    return DRIVER
+torch_python = torch_python_fixture(INFO)
+driver = driver_fixture("family_train_driver")
 
 
 def base_config(**kw):
@@ -83,17 +62,6 @@ def base_config(**kw):
              att=16, out=16, share_emb=1, tie_proj=1, layer_norm=0, label_smoothing=0.1, init_scale=0)
     c.update(kw)
     return c
-
-
-def layout(tmp_path, driver, c):
-    """Tern's parameter names and shapes for configuration c, and its aliases."""
-    inp, out = str(tmp_path / "layout_in.safetensors"), str(tmp_path / "layout.safetensors")
-    st_write(inp, {}, c)
-    r = subprocess.run([driver, "layout", inp, out], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    t, meta = st_read(out)
-    aliases = dict(a.split("=") for a in meta["aliases"].split(";")) if meta["aliases"] else {}
-    return {k: v.shape for k, v in t.items()}, aliases
 
 
 def random_weights(shapes, rng):
@@ -112,17 +80,7 @@ def random_weights(shapes, rng):
 
 
 def run_both(mode, tmp_path, driver, torch_python, c, weights, batch, extra=None):
-    inp, out_c, out_t = (str(tmp_path / n) for n in ("in.safetensors", "c.safetensors", "t.npz"))
-    src, tin, tout = batch
-    tensors = dict(weights)
-    tensors.update({"batch/src": src, "batch/tgt_in": tin, "batch/tgt_out": tout})
-    st_write(inp, tensors, {**c, **(extra or {})})
-    r = subprocess.run([driver, mode, inp, out_c], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([torch_python, REF, mode, inp, out_t], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    tern, meta = st_read(out_c)
-    return tern, meta, dict(np.load(out_t))
+    return run_driver_and_ref(mode, tmp_path, driver, torch_python, REF, c, weights, batch, extra)
 
 
 STEP_CONFIGS = {
@@ -142,32 +100,15 @@ STEP_CONFIGS = {
 @pytest.mark.parametrize("name", list(STEP_CONFIGS))
 def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
     c = STEP_CONFIGS[name]
-    shapes, aliases = layout(tmp_path, driver, c)
+    shapes, aliases = family_layout(tmp_path, driver, c)
     expect_alias = ({"decoder/embeddings/weight"} if c["share_emb"] else set()) | \
                    ({"decoder/projection/weight"} if c["tie_proj"] else set())
     assert set(aliases) == expect_alias, aliases
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    weights = random_weights(shapes, rng)
-    batch = random_batch(c, rng, B=4, S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
-    tern, meta, ref = run_both("step", tmp_path, driver, torch_python, c, weights, batch)
-    assert int(meta["ntokens"]) == int(ref["ntokens"]) == 17
-    for key in ("loss_sum", "nll_sum"):
-        a, b = float(meta[key]), float(ref[key])
-        assert abs(a - b) <= LOSS_TOL * abs(b), f"{key}: tern {a} vs torch {b}"
+    tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(shapes, rng),
+                               LOSS_TOL)
     assert set(tern) == set(shapes), "the driver wrote other tensors than the layout"
     assert {k[5:] for k in ref if k.startswith("grad/")} == set(shapes), "the reference's tensors differ"
-    worst, worst_name = 0.0, ""
-    for n in shapes:
-        g, r = tern[n], ref["grad/" + n]
-        assert g.shape == r.shape, n
-        scale = np.abs(r).max()
-        assert scale > 0, f"{n}: PyTorch gradient is all zero (test would be vacuous)"
-        err = np.abs(g - r).max() / scale
-        if err > worst:
-            worst, worst_name = err, n
-        assert err <= GRAD_TOL, f"{n}: gradient rel err {err:.3e} > {GRAD_TOL}"
-    print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
-          f"{len(shapes)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
+    worst, worst_name, _ = compare_grads(name, tern, meta, ref, shapes, GRAD_TOL)
     assert worst <= GRAD_TOL_SEEN, f"{worst_name}: gradient rel err {worst:.3e} > {GRAD_TOL_SEEN} (measured 1.5e-6)"
 
 
@@ -175,28 +116,20 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
 def test_trajectory_matches_pytorch(layer_norm, tmp_path, driver, torch_python):
     c = base_config(src_vocab=24, tgt_vocab=24, emb=16, enc_hidden=16, dec_hidden=16, att=16, out=16,
                     layer_norm=layer_norm)
-    shapes, _ = layout(tmp_path, driver, c)
+    shapes, _ = family_layout(tmp_path, driver, c)
     rng = np.random.default_rng(2024)
     weights = random_weights(shapes, rng)
     batch = toy_batches(c, rng, NB=8, B=8, S=9, T=10)
-    opt = dict(updates=200, lr=1e-2, warmup=40, warmup_init_lr=1e-7, beta1=0.9, beta2=0.98, adam_eps=1e-8,
-               weight_decay=1e-4, decoupled=1, clip_norm=1.0)
+    opt = train_options(lr=1e-2, warmup=40)
     tern, _, ref = run_both("train", tmp_path, driver, torch_python, c, weights, batch, opt)
-    np.testing.assert_allclose(tern["lrs"], ref["lrs"], rtol=1e-6)
-    lc, lt = tern["losses"].astype(np.float64), ref["losses"]
-    rel = np.abs(lc - lt) / np.abs(lt)
-    print(f"trajectory (layer_norm {layer_norm}): loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
-          f"max rel gap {rel.max():.2e} at update {rel.argmax()}, gap at 200: {rel[-1]:.2e}; "
-          f"grad norm gap {np.abs(tern['grad_norms'] - ref['grad_norms']).max():.2e}")
-    assert rel.max() <= TRAJ_TOL[layer_norm], f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
-    assert lt[-1] < 0.5 * lt[0], "the toy task was not learned: the trajectory check would be weak"
+    check_trajectory(tern, ref, TRAJ_TOL[layer_norm], label=f"trajectory (layer_norm {layer_norm})")
 
 
 def test_missing_tensor_is_named(tmp_path, driver):
     """A parameter missing from the input (here: the layer-normalized model's last gain) is an error
     that names it, not a silent zero."""
     c = base_config(layer_norm=1)
-    shapes, _ = layout(tmp_path, driver, c)
+    shapes, _ = family_layout(tmp_path, driver, c)
     weights = random_weights(shapes, np.random.default_rng(1))
     del weights["decoder/gru2/ln_hh/gain"]
     src, tin, tout = random_batch(c, np.random.default_rng(2), B=2, S=3, T=3, lens_src=[3, 2], lens_tgt=[3, 1])

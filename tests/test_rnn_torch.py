@@ -31,23 +31,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
+from torch_check import TORCH_PY, torch_python_or_skip  # noqa: E402
 
 BUILD = os.environ.get("TERN_BUILD", "build")
 DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "rnn_driver")
 REF = os.path.join(ROOT, "tests", "tools", "rnn_torch_ref.py")
-TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
 
 TOL = 1e-4  # max|tern - torch| / max|torch| per tensor, outputs and gradients
 
 
 @pytest.fixture(scope="module")
 def torch_python():
-    r = subprocess.run([TORCH_PY, "-c", "import torch, numpy"], capture_output=True, text=True)
-    if r.returncode != 0:
-        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): {r.stderr[-300:]}"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    torch_python_or_skip("-c", "import torch, numpy", timeout=None, tail=300)
     return TORCH_PY
 
 

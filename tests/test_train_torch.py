@@ -16,52 +16,26 @@
 PyTorch is Debian's python3-torch, run under /usr/bin/python3 (TERN_TORCH_PYTHON overrides),
 because the test virtual environment has no torch; scripts/setup.sh installs it.
 """
-import json
 import os
-import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
-from train_batches import random_batch, toy_batches  # noqa: E402  (numpy only)
-from train_torch_ref import st_read, st_write  # noqa: E402  (numpy-only helpers)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+from torch_check import (check_trajectory, compare_grads, driver_fixture,  # noqa: E402
+                         run_driver_and_ref, run_step, tool, torch_python_fixture, train_options)
+from train_batches import toy_batches  # noqa: E402  (numpy only)
 
-BUILD = os.environ.get("TERN_BUILD", "build")
-DRIVER = os.path.join(ROOT, BUILD, "tests", "tools", "train_driver")
-REF = os.path.join(ROOT, "tests", "tools", "train_torch_ref.py")
-TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
+REF = tool("train_torch_ref.py")
 
 GRAD_TOL = 1e-4   # max|diff| / max|ref| per gradient tensor
 LOSS_TOL = 1e-5   # relative, loss and nll sums of one step
 TRAJ_TOL = 1e-4   # relative, per-update loss over 200 updates (measured: 3e-6)
 
 
-@pytest.fixture(scope="module")
-def torch_python():
-    try:
-        r = subprocess.run([TORCH_PY, REF, "info"], capture_output=True, text=True, timeout=120)
-    except OSError as e:
-        r = None
-        err = str(e)
-    if r is None or r.returncode != 0:
-        msg = f"PyTorch not available through {TORCH_PY} (run scripts/setup.sh): " + \
-              (err if r is None else r.stderr[-500:])
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    info = json.loads(r.stdout)
-    print(f"PyTorch {info['torch']} ({info['blas_info']}), BLAS libraries mapped: {info['blas_libraries']}")
-    return TORCH_PY
-
-
-@pytest.fixture(scope="module")
-def driver():
-    assert os.path.exists(DRIVER), f"{DRIVER} is missing: run make"
-    return DRIVER
+torch_python = torch_python_fixture(REF, "PyTorch {torch} ({blas_info}), BLAS libraries mapped: {blas_libraries}")
+driver = driver_fixture("train_driver")
 
 
 def tensor_shapes(c):
@@ -122,25 +96,8 @@ def base_config(**kw):
     return c
 
 
-def write_input(path, c, weights, batch, extra=None):
-    src, tin, tout = batch
-    tensors = dict(weights)
-    tensors.update({"batch/src": src, "batch/tgt_in": tin, "batch/tgt_out": tout})
-    meta = dict(c)
-    meta.update(extra or {})
-    st_write(path, tensors, meta)
-
-
 def run_both(mode, tmp_path, driver, torch_python, c, weights, batch, extra=None):
-    inp, out_c, out_t = (str(tmp_path / n) for n in ("in.safetensors", "c.safetensors", "t.npz"))
-    write_input(inp, c, weights, batch, extra)
-    r = subprocess.run([driver, mode, inp, out_c], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([torch_python, REF, mode, inp, out_t], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    tern, meta = st_read(out_c)
-    ref = dict(np.load(out_t))
-    return tern, meta, ref
+    return run_driver_and_ref(mode, tmp_path, driver, torch_python, REF, c, weights, batch, extra, ref_timeout=300)
 
 
 STEP_CONFIGS = {
@@ -157,28 +114,11 @@ STEP_CONFIGS = {
 @pytest.mark.parametrize("name", list(STEP_CONFIGS))
 def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
     c = STEP_CONFIGS[name]
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    weights = random_weights(c, rng)
-    batch = random_batch(c, rng, B=4, S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
-    tern, meta, ref = run_both("step", tmp_path, driver, torch_python, c, weights, batch)
-    assert int(meta["ntokens"]) == int(ref["ntokens"]) == 17
-    for key in ("loss_sum", "nll_sum"):
-        a, b = float(meta[key]), float(ref[key])
-        assert abs(a - b) <= LOSS_TOL * abs(b), f"{key}: tern {a} vs torch {b}"
+    tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(c, rng),
+                               LOSS_TOL, ref_timeout=300)
     names = tensor_shapes(c)
     assert set(tern) == set(names), "the driver wrote other tensors than the layout"
-    worst, worst_name = 0.0, ""
-    for n in names:
-        g, r = tern[n], ref["grad/" + n]
-        assert g.shape == r.shape, n
-        scale = np.abs(r).max()
-        assert scale > 0, f"{n}: PyTorch gradient is all zero (test would be vacuous)"
-        err = np.abs(g - r).max() / scale
-        if err > worst:
-            worst, worst_name = err, n
-        assert err <= GRAD_TOL, f"{n}: gradient rel err {err:.3e} > {GRAD_TOL}"
-    print(f"{name}: loss {float(meta['loss_sum']):.6f} (torch {float(ref['loss_sum']):.6f}), "
-          f"{len(names)} gradient tensors, worst rel err {worst:.2e} ({worst_name})")
+    compare_grads(name, tern, meta, ref, names, GRAD_TOL)
 
 
 def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
@@ -186,14 +126,6 @@ def test_trajectory_matches_pytorch(tmp_path, driver, torch_python):
     rng = np.random.default_rng(2024)
     weights = random_weights(c, rng)
     batch = toy_batches(c, rng, NB=8, B=8, S=9, T=10)
-    opt = dict(updates=200, lr=3e-3, warmup=40, warmup_init_lr=1e-7, beta1=0.9, beta2=0.98, adam_eps=1e-8,
-               weight_decay=1e-4, decoupled=1, clip_norm=1.0)
+    opt = train_options(lr=3e-3, warmup=40)
     tern, _, ref = run_both("train", tmp_path, driver, torch_python, c, weights, batch, opt)
-    np.testing.assert_allclose(tern["lrs"], ref["lrs"], rtol=1e-6)
-    lc, lt = tern["losses"].astype(np.float64), ref["losses"]
-    rel = np.abs(lc - lt) / np.abs(lt)
-    print(f"trajectory: loss {lt[0]:.4f} -> {lt[-1]:.4f} (torch), {lc[-1]:.4f} (tern); "
-          f"max rel gap {rel.max():.2e} at update {rel.argmax()}, gap at 200: {rel[-1]:.2e}; "
-          f"grad norm gap {np.abs(tern['grad_norms'] - ref['grad_norms']).max():.2e}")
-    assert rel.max() <= TRAJ_TOL, f"loss trajectory leaves PyTorch's: {rel.max():.3e} at update {rel.argmax()}"
-    assert lt[-1] < 0.5 * lt[0], "the toy task was not learned: the trajectory check would be weak"
+    check_trajectory(tern, ref, TRAJ_TOL)

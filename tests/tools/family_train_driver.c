@@ -42,27 +42,8 @@
 #include "train/optim.h"
 #include "train/rnn_gru_train.h"
 
-static int fail(const char *what) {
-    fprintf(stderr, "family_train_driver: %s: %s\n", what, tern_last_error());
-    return 1;
-}
-
-static double meta(const weights_t *w, const char *key, double dflt) {
-    const char *v = weights_metadata(w, key);
-    return v ? atof(v) : dflt;
-}
-
-static const int *batch_tensor(const weights_t *w, const char *name, int *nb, int *b, int *len) {
-    const tensor_t *t = weights_get(w, name);
-    if (!t || t->dtype != DT_I32 || t->rank != 3) {
-        fprintf(stderr, "family_train_driver: %s: missing or not int32 (NB, B, L)\n", name);
-        return NULL;
-    }
-    *nb = (int)t->shape[0];
-    *b = (int)t->shape[1];
-    *len = (int)t->shape[2];
-    return t->data;
-}
+#define DRIVER_NAME "family_train_driver"
+#include "train_driver_util.h"
 
 /* Every tensor of buf (params or grads) as views, plus `extra` more slots at the end. */
 static tensor_t *views_of(const train_model_t *m, const float *buf, int extra) {
@@ -71,14 +52,26 @@ static tensor_t *views_of(const train_model_t *m, const float *buf, int extra) {
     return v;
 }
 
-static void f32_vector(tensor_t *t, const char *name, float *data, int n) {
-    t->name = name;
-    t->dtype = DT_F32;
-    t->rank = 1;
-    t->shape[0] = n;
-    t->numel = (size_t)n;
-    t->data = data;
-    t->nbytes = (size_t)n * sizeof(float);
+typedef struct {
+    const train_family_t *fam;
+    train_model_t *m;
+    void *ws;
+} family_ctx_t;
+
+static tern_status_t forward(void *ctx, const int *src, const int *tin, const int *tout, int B, int S, int T,
+                             uint64_t step, train_loss_t *L) {
+    family_ctx_t *c = ctx;
+    return c->fam->forward(c->m, c->ws, src, tin, tout, B, S, T, 0, 1, step, L);
+}
+
+static tern_status_t backward(void *ctx, float grad_scale) {
+    family_ctx_t *c = ctx;
+    return c->fam->backward(c->m, c->ws, grad_scale);
+}
+
+static void params_changed(void *ctx) {
+    family_ctx_t *c = ctx;
+    c->fam->params_changed(c->m);
 }
 
 int main(int argc, char **argv) {
@@ -177,104 +170,28 @@ int main(int argc, char **argv) {
 
     if (fam->load(&m, w)) return fail("parameters");
     fam->params_changed(&m);
-    int NB, B, S, NB2, B2, T, NB3, B3, T3;
-    const int *src = batch_tensor(w, "batch/src", &NB, &B, &S);
-    const int *tin = batch_tensor(w, "batch/tgt_in", &NB2, &B2, &T);
-    const int *tout = batch_tensor(w, "batch/tgt_out", &NB3, &B3, &T3);
-    if (!src || !tin || !tout || NB != NB2 || NB != NB3 || B != B2 || B != B3 || T != T3) {
-        fprintf(stderr, "family_train_driver: batch tensors disagree\n");
-        return 1;
-    }
+    driver_batches_t bt;
+    if (read_batches(w, &bt)) return 1;
     void *ws;
-    if (fam->ws_new(&ws, &m, B * S, B * T, S, T)) return fail("workspace");
+    if (fam->ws_new(&ws, &m, bt.B * bt.S, bt.B * bt.T, bt.S, bt.T)) return fail("workspace");
+    family_ctx_t ctx = {fam, &m, ws};
+    driver_model_t dm = {&ctx, m.params, m.grads, m.n_params, forward, backward, params_changed};
 
     if (!strcmp(mode, "step")) {
         train_loss_t L;
-        memset(m.grads, 0, m.n_params * sizeof(float));
-        if (fam->forward(&m, ws, src, tin, tout, B, S, T, 0, 1, 0, &L)) return fail("forward");
-        if (L.ntokens < 1) {
-            fprintf(stderr, "family_train_driver: batch 0 has no target tokens\n");
-            return 1;
-        }
-        if (fam->backward(&m, ws, 1.0f / (float)L.ntokens)) return fail("backward");
+        if (fwd_bwd(&dm, &bt, 0, 0, &L)) return 1;
         tensor_t *views = views_of(&m, m.grads, 0);
-        char ls[64], ns[64], nt[32];
-        snprintf(ls, sizeof ls, "%.17g", L.loss);
-        snprintf(ns, sizeof ns, "%.17g", L.nll);
-        snprintf(nt, sizeof nt, "%d", L.ntokens);
-        const char *keys[] = {"loss_sum", "nll_sum", "ntokens"}, *vals[] = {ls, ns, nt};
-        if (!views || safetensors_write(argv[3], views, m.n_tensors, keys, vals, 3)) return fail("writing output");
+        if (!views) return fail("writing output");
+        if (write_step(argv[3], views, m.n_tensors, &L)) return 1;
         free(views);
     } else {
-        int updates = (int)meta(w, "updates", 200);
-        if (updates < 1) {
-            fprintf(stderr, "family_train_driver: updates must be >= 1\n");
-            return 1;
-        }
-        lr_schedule_t sched = {0};
-        sched.lr = (float)meta(w, "lr", 5e-4);
-        if (weights_metadata(w, "sgd_after")) {
-            sched.kind = LR_GNMT;
-            sched.sgd_start = (long)meta(w, "sgd_after", 0);
-            sched.sgd_lr = (float)meta(w, "sgd_lr", 0);
-            sched.decay_start = (long)meta(w, "decay_start", (double)updates + sched.sgd_start);
-            sched.decay_interval = (long)meta(w, "decay_interval", 1);
-            sched.decay_times = (int)meta(w, "decay_times", 0);
-        } else {
-            sched.kind = LR_INVERSE_SQRT;
-            sched.warmup = (int)meta(w, "warmup", 4000);
-            sched.warmup_init_lr = (float)meta(w, "warmup_init_lr", 1e-7);
-        }
-        if (lr_schedule_check(&sched)) return fail("schedule");
-        adam_config_t ac = adam_default_config();
-        ac.beta1 = (float)meta(w, "beta1", ac.beta1);
-        ac.beta2 = (float)meta(w, "beta2", ac.beta2);
-        ac.eps = (float)meta(w, "adam_eps", ac.eps);
-        ac.weight_decay = (float)meta(w, "weight_decay", 0);
-        ac.decoupled = (int)meta(w, "decoupled", 1);
-        float clip = (float)meta(w, "clip_norm", 0);
-        adam_t adam;
-        if (adam_init(&adam, m.n_params, &ac)) return fail("adam");
-        float *losses = malloc((size_t)updates * sizeof(float)), *nlls = malloc((size_t)updates * sizeof(float));
-        float *norms = malloc((size_t)updates * sizeof(float)), *lrs = malloc((size_t)updates * sizeof(float));
-        if (!losses || !nlls || !norms || !lrs) {
-            fprintf(stderr, "family_train_driver: out of memory\n");
-            return 1;
-        }
-        for (int u = 0; u < updates; u++) {
-            int k = u % NB;
-            const int *s = src + (size_t)k * B * S, *ti = tin + (size_t)k * B * T, *to = tout + (size_t)k * B * T;
-            train_loss_t L;
-            memset(m.grads, 0, m.n_params * sizeof(float));
-            if (fam->forward(&m, ws, s, ti, to, B, S, T, 0, 1, (uint64_t)u, &L)) return fail("forward");
-            if (L.ntokens < 1) {
-                fprintf(stderr, "family_train_driver: batch %d has no target tokens\n", k);
-                return 1;
-            }
-            if (fam->backward(&m, ws, 1.0f / (float)L.ntokens)) return fail("backward");
-            double norm = clip_grad_norm(m.grads, m.n_params, clip);
-            double lr = lr_at(&sched, u);
-            if (lr_use_sgd(&sched, u)) sgd_step(m.params, m.grads, m.n_params, (float)lr, ac.weight_decay);
-            else adam_step(&adam, m.params, m.grads, (float)lr);
-            fam->params_changed(&m);
-            losses[u] = (float)(L.loss / L.ntokens);
-            nlls[u] = (float)(L.nll / L.ntokens);
-            norms[u] = (float)norm;
-            lrs[u] = (float)lr;
-        }
         tensor_t *views = views_of(&m, m.params, 4);
         if (!views) {
             fprintf(stderr, "family_train_driver: out of memory\n");
             return 1;
         }
-        f32_vector(&views[m.n_tensors + 0], "losses", losses, updates);
-        f32_vector(&views[m.n_tensors + 1], "nlls", nlls, updates);
-        f32_vector(&views[m.n_tensors + 2], "grad_norms", norms, updates);
-        f32_vector(&views[m.n_tensors + 3], "lrs", lrs, updates);
-        if (safetensors_write(argv[3], views, m.n_tensors + 4, NULL, NULL, 0)) return fail("writing output");
+        if (run_train(w, &dm, &bt, 1, argv[3], views, m.n_tensors)) return 1;
         free(views);
-        free(losses), free(nlls), free(norms), free(lrs);
-        adam_free(&adam);
     }
     fam->ws_free(ws);
     fam->destroy(&m);

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gnmt_torch_ref import GNMT  # noqa: E402  (sets float64 as torch's default dtype)
-from train_torch_ref import info, st_read, step_result, train_result  # noqa: E402
+from train_torch_ref import main  # noqa: E402
 
 LSTM_PARTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
@@ -95,22 +95,11 @@ class TrainGNMT(GNMT):
         return {k: p.detach().numpy().astype(np.float32) for k, p in self.params.items()}
 
 
-def run(mode, inp, out):
-    tensors, meta = st_read(inp)
+def make_model(tensors, meta):
     if meta.get("architecture", "gnmt") != "gnmt":
-        sys.exit(f"{inp}: architecture {meta['architecture']}, not gnmt")
-    model = TrainGNMT(meta, tensors)
-    src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
-    if mode == "step":
-        np.savez(out, **step_result(model, src[0], tin[0], tout[0]))
-    else:
-        np.savez(out, **train_result(model, meta, src, tin, tout))
+        sys.exit(f"gnmt_train_torch_ref: architecture {meta['architecture']}, not gnmt")
+    return TrainGNMT(meta, tensors)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["info"]:
-        info()
-    elif len(sys.argv) == 4 and sys.argv[1] in ("step", "train"):
-        run(sys.argv[1], sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(__doc__)
+    main(make_model, __doc__)

@@ -2,6 +2,7 @@
 
     python3 rnn_train_torch_ref.py step  IN.safetensors OUT.npz
     python3 rnn_train_torch_ref.py train IN.safetensors OUT.npz
+    python3 rnn_train_torch_ref.py info                       # torch version and BLAS, as JSON
 
 It reads the input file of tests/tools/family_train_driver.c (architecture "rnn-gru": the
 parameters under their checkpoint names, int32 batches batch/src, batch/tgt_in, batch/tgt_out
@@ -26,11 +27,12 @@ SDL papers' FNMT in the Nematus/Marian s2s form from torch modules, float64:
 
 The sequence loop and the attention are rnn_torch_ref.py's (run_seq, attention: its own
 definitions, checked layer by layer in tests/test_rnn_torch.py); the GRU cells and their leaves
-come from its Ref. Gradients are autograd's. `train`: torch.optim.AdamW (decoupled decay; Adam
-when decoupled = 0), fairseq's inverse_sqrt schedule (train_torch_ref.inverse_sqrt) and
-clip_grad_norm_, update u on batch u % NB. Writes the loss sums, ntokens and "grad/<name>" (step)
-or losses, nlls, grad_norms, lrs and "param/<name>" (train) as .npz, under the stored names
-(shared/tied names resolve to the tensor they are stored as).
+come from its Ref. Gradients are autograd's. `step` and `train` are train_torch_ref.py's
+step_result and train_result (imported): `train` is torch.optim.AdamW (decoupled decay; Adam when
+decoupled = 0), fairseq's inverse_sqrt schedule and clip_grad_norm_, update u on batch u % NB.
+Writes the loss sums, ntokens and "grad/<name>" (step) or losses, nlls, grad_norms, lrs and
+"param/<name>" (train) as .npz, under the stored names (shared/tied names resolve to the tensor
+they are stored as).
 
 Needs torch and numpy (Debian's python3-torch under /usr/bin/python3).
 """
@@ -42,7 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rnn_torch_ref import Ref, attention, run_seq  # noqa: E402
-from train_torch_ref import inverse_sqrt, st_read  # noqa: E402
+from train_torch_ref import main  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 F = torch.nn.functional
@@ -98,7 +100,7 @@ class GruTrainModel:
         if missing:
             raise SystemExit(f"rnn_train_torch_ref: tensors the model does not use: {sorted(missing)}")
 
-    def params(self):
+    def unique_params(self):
         return list(self.r.leaves.values())
 
     def embed(self, tok, E):
@@ -142,52 +144,18 @@ class GruTrainModel:
             out[self.stored[key]] = np.zeros(leaf.shape) if v is None else v.detach().numpy().copy()
         return out
 
+    def grads(self):  # float64, as computed
+        return self.named("grad")
 
-def run(mode, inp, out):
-    tensors, meta = st_read(inp)
+    def values(self):
+        return self.named("param")
+
+
+def make_model(tensors, meta):
     if meta.get("architecture") != "rnn-gru":
         raise SystemExit("rnn_train_torch_ref: architecture must be rnn-gru")
-    model = GruTrainModel(config(meta), tensors)
-    src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
-    if mode == "step":
-        loss, nll, ntok = model.loss(src[0], tin[0], tout[0])
-        (loss / ntok).backward()
-        res = {"grad/" + k: v for k, v in model.named("grad").items()}
-        res.update(loss_sum=np.float64(loss.item()), nll_sum=np.float64(nll.item()), ntokens=np.int64(ntok))
-        np.savez(out, **res)
-        return
-    updates = int(meta.get("updates", 200))
-    lr, warmup, init = float(meta["lr"]), int(meta["warmup"]), float(meta["warmup_init_lr"])
-    clip = float(meta.get("clip_norm", 0))
-    params = model.params()
-    betas = (float(meta.get("beta1", 0.9)), float(meta.get("beta2", 0.98)))
-    kind = torch.optim.AdamW if int(meta.get("decoupled", 1)) else torch.optim.Adam
-    opt = kind(params, lr=init, betas=betas, eps=float(meta.get("adam_eps", 1e-8)),
-               weight_decay=float(meta.get("weight_decay", 0)))
-    losses, nlls, norms, lrs = [], [], [], []
-    NB = src.shape[0]
-    for u in range(updates):
-        k = u % NB
-        opt.zero_grad(set_to_none=False)
-        loss, nll, ntok = model.loss(src[k], tin[k], tout[k])
-        (loss / ntok).backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip > 0 else \
-            torch.norm(torch.stack([p.grad.norm() for p in params]))
-        rate = inverse_sqrt(u, lr, warmup, init)
-        for g in opt.param_groups:
-            g["lr"] = rate
-        opt.step()
-        losses.append(loss.item() / ntok)
-        nlls.append(nll.item() / ntok)
-        norms.append(float(norm))
-        lrs.append(rate)
-    res = {"param/" + k: v for k, v in model.named("param").items()}
-    res.update(losses=np.array(losses), nlls=np.array(nlls), grad_norms=np.array(norms), lrs=np.array(lrs))
-    np.savez(out, **res)
+    return GruTrainModel(config(meta), tensors)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] in ("step", "train"):
-        run(sys.argv[1], sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(__doc__)
+    main(make_model, __doc__)

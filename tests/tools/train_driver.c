@@ -24,26 +24,24 @@
 #include "train/model.h"
 #include "train/optim.h"
 
-static int fail(const char *what) {
-    fprintf(stderr, "train_driver: %s: %s\n", what, tern_last_error());
-    return 1;
+#define DRIVER_NAME "train_driver"
+#include "train_driver_util.h"
+
+typedef struct {
+    tmodel_t *m;
+    tmodel_ws_t *ws;
+    int dropout_on;
+} train_ctx_t;
+
+static tern_status_t forward(void *ctx, const int *src, const int *tin, const int *tout, int B, int S, int T,
+                             uint64_t step, train_loss_t *L) {
+    train_ctx_t *c = ctx;
+    return tmodel_forward(c->m, c->ws, src, tin, tout, B, S, T, c->dropout_on, 1, step, L);
 }
 
-static double meta(const weights_t *w, const char *key, double dflt) {
-    const char *v = weights_metadata(w, key);
-    return v ? atof(v) : dflt;
-}
-
-static const int *batch_tensor(const weights_t *w, const char *name, int *nb, int *b, int *len) {
-    const tensor_t *t = weights_get(w, name);
-    if (!t || t->dtype != DT_I32 || t->rank != 3) {
-        fprintf(stderr, "train_driver: %s: missing or not int32 (NB, B, L)\n", name);
-        return NULL;
-    }
-    *nb = (int)t->shape[0];
-    *b = (int)t->shape[1];
-    *len = (int)t->shape[2];
-    return t->data;
+static tern_status_t backward(void *ctx, float grad_scale) {
+    train_ctx_t *c = ctx;
+    return tmodel_backward(c->m, c->ws, grad_scale);
 }
 
 int main(int argc, char **argv) {
@@ -81,85 +79,26 @@ int main(int argc, char **argv) {
     tmodel_t m;
     if (tmodel_init(&m, &c)) return fail("model");
     if (tmodel_load(&m, w)) return fail("parameters");
-    int NB, B, S, NB2, B2, T, NB3, B3, T3;
-    const int *src = batch_tensor(w, "batch/src", &NB, &B, &S);
-    const int *tin = batch_tensor(w, "batch/tgt_in", &NB2, &B2, &T);
-    const int *tout = batch_tensor(w, "batch/tgt_out", &NB3, &B3, &T3);
-    if (!src || !tin || !tout || NB != NB2 || NB != NB3 || B != B2 || B != B3 || T != T3) {
-        fprintf(stderr, "train_driver: batch tensors disagree\n");
-        return 1;
-    }
+    driver_batches_t bt;
+    if (read_batches(w, &bt)) return 1;
     tmodel_ws_t *ws;
-    if (tmodel_ws_new(&ws, &m, B * S, B * T, S, T)) return fail("workspace");
+    if (tmodel_ws_new(&ws, &m, bt.B * bt.S, bt.B * bt.T, bt.S, bt.T)) return fail("workspace");
     int dropout_on = c.dropout > 0 || c.attn_dropout > 0 || c.act_dropout > 0;
+    train_ctx_t ctx = {&m, ws, dropout_on};
+    driver_model_t dm = {&ctx, m.params, m.grads, m.n_params, forward, backward, NULL};
 
     if (!train) {
         tmodel_loss_t L;
-        tmodel_zero_grad(&m);
-        if (tmodel_forward(&m, ws, src, tin, tout, B, S, T, dropout_on, 1, 0, &L)) return fail("forward");
-        if (tmodel_backward(&m, ws, 1.0f / (float)L.ntokens)) return fail("backward");
+        if (fwd_bwd(&dm, &bt, 0, 0, &L)) return 1;
         tensor_t *views = calloc((size_t)m.n_tensors, sizeof *views);
         tmodel_tensor_views(&m, m.grads, views);
-        char ls[64], ns[64], nt[32];
-        snprintf(ls, sizeof ls, "%.17g", L.loss);
-        snprintf(ns, sizeof ns, "%.17g", L.nll);
-        snprintf(nt, sizeof nt, "%d", L.ntokens);
-        const char *keys[] = {"loss_sum", "nll_sum", "ntokens"}, *vals[] = {ls, ns, nt};
-        if (safetensors_write(argv[3], views, m.n_tensors, keys, vals, 3)) return fail("writing output");
+        if (write_step(argv[3], views, m.n_tensors, &L)) return 1;
         free(views);
     } else {
-        int updates = (int)meta(w, "updates", 200);
-        lr_schedule_t sched = {0};
-        sched.kind = LR_INVERSE_SQRT;
-        sched.lr = (float)meta(w, "lr", 5e-4);
-        sched.warmup = (int)meta(w, "warmup", 4000);
-        sched.warmup_init_lr = (float)meta(w, "warmup_init_lr", 1e-7);
-        if (lr_schedule_check(&sched)) return fail("schedule");
-        adam_config_t ac = adam_default_config();
-        ac.beta1 = (float)meta(w, "beta1", ac.beta1);
-        ac.beta2 = (float)meta(w, "beta2", ac.beta2);
-        ac.eps = (float)meta(w, "adam_eps", ac.eps);
-        ac.weight_decay = (float)meta(w, "weight_decay", 0);
-        ac.decoupled = (int)meta(w, "decoupled", 1);
-        float clip = (float)meta(w, "clip_norm", 0);
-        adam_t adam;
-        if (adam_init(&adam, m.n_params, &ac)) return fail("adam");
-        float *losses = malloc((size_t)updates * sizeof(float)), *nlls = malloc((size_t)updates * sizeof(float));
-        float *norms = malloc((size_t)updates * sizeof(float)), *lrs = malloc((size_t)updates * sizeof(float));
-        for (int u = 0; u < updates; u++) {
-            int k = u % NB;
-            const int *s = src + (size_t)k * B * S, *ti = tin + (size_t)k * B * T, *to = tout + (size_t)k * B * T;
-            tmodel_loss_t L;
-            tmodel_zero_grad(&m);
-            if (tmodel_forward(&m, ws, s, ti, to, B, S, T, dropout_on, 1, (uint64_t)u, &L)) return fail("forward");
-            if (tmodel_backward(&m, ws, 1.0f / (float)L.ntokens)) return fail("backward");
-            double norm = clip_grad_norm(m.grads, m.n_params, clip);
-            double lr = lr_at(&sched, u);
-            adam_step(&adam, m.params, m.grads, (float)lr);
-            losses[u] = (float)(L.loss / L.ntokens);
-            nlls[u] = (float)(L.nll / L.ntokens);
-            norms[u] = (float)norm;
-            lrs[u] = (float)lr;
-        }
-        int n = m.n_tensors + 4;
-        tensor_t *views = calloc((size_t)n, sizeof *views);
+        tensor_t *views = calloc((size_t)m.n_tensors + 4, sizeof *views);
         tmodel_tensor_views(&m, m.params, views);
-        const char *names[4] = {"losses", "nlls", "grad_norms", "lrs"};
-        float *arrs[4] = {losses, nlls, norms, lrs};
-        for (int i = 0; i < 4; i++) {
-            tensor_t *t = &views[m.n_tensors + i];
-            t->name = names[i];
-            t->dtype = DT_F32;
-            t->rank = 1;
-            t->shape[0] = updates;
-            t->numel = updates;
-            t->data = arrs[i];
-            t->nbytes = (size_t)updates * sizeof(float);
-        }
-        if (safetensors_write(argv[3], views, n, NULL, NULL, 0)) return fail("writing output");
+        if (run_train(w, &dm, &bt, 0, argv[3], views, m.n_tensors)) return 1;
         free(views);
-        free(losses); free(nlls); free(norms); free(lrs);
-        adam_free(&adam);
     }
     tmodel_ws_free(ws);
     tmodel_free(&m);

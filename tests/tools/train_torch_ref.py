@@ -286,15 +286,26 @@ def train_result(model, meta, src, tin, tout):
     return res
 
 
-def run(mode, inp, out):
+def run(mode, inp, out, make_model):
+    """`step` (step_result on batch 0) or `train` (train_result) of make_model(tensors, metadata)
+    on the input file inp; writes the result to out (.npz)."""
     tensors, meta = st_read(inp)
-    cfg = _cfg(meta)
-    model = RefModel(cfg, tensors)
+    model = make_model(tensors, meta)
     src, tin, tout = tensors["batch/src"], tensors["batch/tgt_in"], tensors["batch/tgt_out"]
     if mode == "step":
         np.savez(out, **step_result(model, src[0], tin[0], tout[0]))
     else:
         np.savez(out, **train_result(model, meta, src, tin, tout))
+
+
+def main(make_model, usage):
+    """The command line of a training reference: `info`, or `step|train IN OUT` (run), else usage."""
+    if sys.argv[1:2] == ["info"]:
+        info()
+    elif len(sys.argv) == 4 and sys.argv[1] in ("step", "train"):
+        run(sys.argv[1], sys.argv[2], sys.argv[3], make_model)
+    else:
+        sys.exit(usage)
 
 
 def info():
@@ -313,9 +324,4 @@ def info():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["info"]:
-        info()
-    elif len(sys.argv) == 4 and sys.argv[1] in ("step", "train"):
-        run(sys.argv[1], sys.argv[2], sys.argv[3])
-    else:
-        sys.exit(__doc__)
+    main(lambda tensors, meta: RefModel(_cfg(meta), tensors), __doc__)
