@@ -251,19 +251,38 @@ def step_result(model, src, tin, tout):
     return res
 
 
+def gnmt_rate(t, meta, updates):
+    """GNMT's schedule (Wu et al. 2016, as optim.h's LR_GNMT): Adam at lr for the first sgd_after
+    updates, then SGD at sgd_lr, halved every decay_interval updates from decay_start, at most
+    decay_times times (defaults as tests/tools/train_driver_util.h: never halved)."""
+    start, sgd_lr = int(meta["sgd_after"]), float(meta["sgd_lr"])
+    if t < start:
+        return float(meta["lr"])
+    decay_start = int(meta.get("decay_start", updates + start))
+    k = 0
+    if t >= decay_start:
+        k = min((t - decay_start) // int(meta.get("decay_interval", 1)) + 1, int(meta.get("decay_times", 0)))
+    return sgd_lr * 2.0 ** -k
+
+
 def train_result(model, meta, src, tin, tout):
     """`updates` updates of Adam(W) + fairseq's inverse_sqrt schedule + clip_grad_norm_, update u on
-    batch u % NB: {losses, nlls, grad_norms, lrs, "param/NAME": final values}. model: loss() as
-    above, unique_params(), values()."""
+    batch u % NB: {losses, nlls, grad_norms, lrs, "param/NAME": final values}. With `sgd_after` in
+    meta: GNMT's schedule instead (gnmt_rate: Adam, then torch.optim.SGD). model: loss() as above,
+    unique_params(), values()."""
     import torch
     updates = int(meta.get("updates", 200))
-    lr, warmup, init = float(meta["lr"]), int(meta["warmup"]), float(meta["warmup_init_lr"])
+    sgd_after = int(meta["sgd_after"]) if "sgd_after" in meta else None
+    lr = float(meta["lr"])
+    if sgd_after is None:
+        warmup, init = int(meta["warmup"]), float(meta["warmup_init_lr"])
     clip = float(meta.get("clip_norm", 0))
     params = model.unique_params()
     betas = (float(meta.get("beta1", 0.9)), float(meta.get("beta2", 0.98)))
     wd = float(meta.get("weight_decay", 0))
     kind = torch.optim.AdamW if int(meta.get("decoupled", 1)) else torch.optim.Adam
-    opt = kind(params, lr=init, betas=betas, eps=float(meta.get("adam_eps", 1e-8)), weight_decay=wd)
+    opt = kind(params, lr=lr, betas=betas, eps=float(meta.get("adam_eps", 1e-8)), weight_decay=wd)
+    sgd = torch.optim.SGD(params, lr=lr, weight_decay=wd) if sgd_after is not None else None
     losses, nlls, norms, lrs = [], [], [], []
     NB = src.shape[0]
     for u in range(updates):
@@ -273,10 +292,11 @@ def train_result(model, meta, src, tin, tout):
         (loss / ntok).backward()
         norm = torch.nn.utils.clip_grad_norm_(params, clip) if clip > 0 else \
             torch.norm(torch.stack([p.grad.norm() for p in params]))
-        rate = inverse_sqrt(u, lr, warmup, init)
-        for g in opt.param_groups:
+        rate = gnmt_rate(u, meta, updates) if sgd is not None else inverse_sqrt(u, lr, warmup, init)
+        step_opt = sgd if sgd is not None and u >= sgd_after else opt
+        for g in step_opt.param_groups:
             g["lr"] = rate
-        opt.step()
+        step_opt.step()
         losses.append(loss.item() / ntok)
         nlls.append(nll.item() / ntok)
         norms.append(float(norm))
