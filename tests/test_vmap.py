@@ -219,20 +219,34 @@ def _read_map(path):
     return rules, rules.pop("")
 
 
-@pytest.mark.parametrize("beam", [1, 4])
-def test_output_only_uses_candidates(tern_bin, data_dir, tmp_path, beam):
-    """Each sentence alone in its batch: every output piece is a candidate of its own source."""
+@pytest.fixture(scope="module")
+def shipped_map(tern_bin, data_dir, tmp_path_factory):
+    """A small map of the shipped model built once from Multi30k train (top-k 20, top-n 5, 8,000
+    pairs): (path, rules, always, SentencePiece processor)."""
     spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
     D = os.path.join(data_dir, "multi30k")
-    vm = tmp_path / "vmap.txt"
+    vm = tmp_path_factory.mktemp("shipped_map") / "vmap.txt"
     _run([tern_bin, "vmap", "-q", "-m", MODEL, "--source", os.path.join(D, "train.en"), "--target",
           os.path.join(D, "train.de"), "-o", str(vm), "--top-k", "20", "--top-n", "5", "--max-pairs", "8000"])
     rules, always = _read_map(vm)
-    lines = _test_lines(data_dir, 150)
+    return vm, rules, always, sp
+
+
+def _piece_file(sp, lines, path):
+    """The lines as the shipped model's pieces, one sentence a line, written to path: the pieces."""
     pieces = [sp.encode(l.rstrip("\n"), out_type=str) for l in lines]
+    path.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    return pieces
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_output_only_uses_candidates(tern_bin, data_dir, tmp_path, shipped_map, beam):
+    """Each sentence alone in its batch: every output piece is a candidate of its own source."""
+    vm, rules, always, sp = shipped_map
+    lines = _test_lines(data_dir, 150)
     src = tmp_path / "src.pieces"
-    src.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    pieces = _piece_file(sp, lines, src)
     out = _run([tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", str(beam), "--max-batch-size",
                 "1", "--vmap", str(vm), str(src)]).stdout.split("\n")[:-1]
     plain = _run([tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", str(beam), "--max-batch-size",
@@ -299,7 +313,7 @@ def test_vmap_load_errors(tern_bin, tmp_path, data_dir):
     assert "1 target piece(s) not in the target vocabulary" in r.stderr
 
 
-def test_search_processors_with_maps_on_shipped_model(tern_bin, data_dir, tmp_path):
+def test_search_processors_with_maps_on_shipped_model(tern_bin, data_dir, tmp_path, shipped_map):
     """Search processors under a map (beam 4, the first 40 lines of test_2016_flickr, pieces): a full
     map gives byte-identical output for a target prefix (the reference's first two pieces),
     constraints (the reference's longest piece sequence of a capitalized word missing from the plain
@@ -307,23 +321,16 @@ def test_search_processors_with_maps_on_shipped_model(tern_bin, data_dir, tmp_pa
     reproduces every prefix, has every constraint, returns only given hypotheses, and outputs
     nothing outside the sentence's candidates plus the processors' pieces (tests/test_vmap_procs.py
     checks scores on a peer model)."""
-    spm = pytest.importorskip("sentencepiece")
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
+    vm, rules, always, sp = shipped_map
     with open(os.path.join(MODEL, "shared_vocabulary.json"), encoding="utf-8") as f:
         vocab = json.load(f)
     full = tmp_path / "full.txt"
     full.write_text("\t" + " ".join(vocab) + "\n", encoding="utf-8")
-    D = os.path.join(data_dir, "multi30k")
-    vm = tmp_path / "vmap.txt"
-    _run([tern_bin, "vmap", "-q", "-m", MODEL, "--source", os.path.join(D, "train.en"), "--target",
-          os.path.join(D, "train.de"), "-o", str(vm), "--top-k", "20", "--top-n", "5", "--max-pairs", "8000"])
-    rules, always = _read_map(vm)
     lines = _test_lines(data_dir, 40)
-    with open(os.path.join(D, "test_2016_flickr.de"), encoding="utf-8") as f:
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.de"), encoding="utf-8") as f:
         refs = [next(f).rstrip("\n") for _ in range(40)]
-    pieces = [sp.encode(l.rstrip("\n"), out_type=str) for l in lines]
     src = tmp_path / "src.pieces"
-    src.write_text("".join(" ".join(p) + "\n" for p in pieces), encoding="utf-8")
+    pieces = _piece_file(sp, lines, src)
     base = [tern_bin, "translate", "-q", "-m", MODEL, "--pretokenized", "-b", "4"]
     nbest = _run(base + ["-n", "3", str(src)]).stdout.splitlines()
     plain = [h for i, h, _ in (r.split(" ||| ") for r in nbest[::3])]
