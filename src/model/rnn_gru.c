@@ -348,8 +348,9 @@ static void gru_proj(float *g, const float *x, const linear_t *lin, int M, const
     if (gain) nn_gru_ln_apply(g, 3 * H, M, H, gain, beta, bias);
 }
 
-/* One direction of the encoder over the projected inputs gi (N, S, 3He): out[n, t, off..off+He). */
-static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, const rnn_cell_t *cell, int reverse,
+/* One direction of the encoder over the projected inputs gi (N, S, 3He; used up as scratch by the gate
+ * activations): out[n, t, off..off+He). */
+static void enc_dir_i8(gru_state_t *s, float *gi, const linear_t *whh, const rnn_cell_t *cell, int reverse,
                        int off, float *h, float *hn, float *gh) {
     const gru_net_t *n = s->net;
     int N = s->N, S = s->S, He = n->d.enc_hidden, Dv = 2 * He;
@@ -360,8 +361,8 @@ static void enc_dir_i8(gru_state_t *s, const float *gi, const linear_t *whh, con
         for (int b = 0; b < N; b++) {
             float *hb = h + (size_t)b * He;
             if (t < s->slen[b]) {
-                gru_combine(hn + (size_t)b * He, (float *)gi + ((size_t)b * S + t) * 3 * He, gh + (size_t)b * 3 * He,
-                            hb, 1, He);
+                gru_combine(hn + (size_t)b * He, gi + ((size_t)b * S + t) * 3 * He, gh + (size_t)b * 3 * He, hb, 1,
+                            He);
                 memcpy(hb, hn + (size_t)b * He, sizeof(float) * He);
             }
             memcpy(s->enc + ((size_t)b * S + t) * Dv + off, hb, sizeof(float) * He);
