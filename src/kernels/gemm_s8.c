@@ -187,3 +187,157 @@ void gemm_s8s8s32(int M, int N, int K, const int8_t *A, int lda, const int8_t *B
         panel(M, n0, n1, K, A, lda, B, ldb, C, ldc, b_has_min);
     }
 }
+
+/* ================================================================ packed weights, int16 products
+ *
+ * gemm_s8p_*: the same exact product on weights packed once (at load) for a broadcast kernel.
+ *
+ * Layout: a 64-byte header, then the weights in panels of PNR = 16 output columns (N padded to a
+ * multiple of 16 with zero rows), K padded to Kp = K rounded up to even with zeros. Panel p holds,
+ * for each pair of k (2t, 2t + 1), 32 bytes: columns 0..7 as byte pairs (q[n][2t], q[n][2t + 1]),
+ * then columns 8..15 likewise. vpmovsxbw widens each 16-byte half to 16 int16 = 8 pairs, one
+ * per 32-bit lane; the activations (int16, rows of Kp, quantize_rows_s16) are broadcast a pair at
+ * a time (vpbroadcastd), and vpmaddwd forms a[2t] q[n][2t] + a[2t+1] q[n][2t+1] in the 32-bit lane
+ * of column n: |pair| <= 2 * 128 * 128 = 32768, exact in int32 (vpmaddwd saturates nothing: its
+ * only overflow, both products (-32768)^2, needs 16-bit operands). Each lane accumulates in int32
+ * with vpaddd, exact while K * 128 * 128 < 2^31 (GEMM_S8_MAX_K). No horizontal sums: one
+ * accumulator register holds 8 finished outputs of one row.
+ *
+ * Micro-kernel: PMR = 6 rows x 16 columns (12 accumulators, 2 weight registers, 1 broadcast).
+ * Loop order: row chunks of at most MC rows (their int16 activations stay in L2), then panels
+ * (shared among the calling thread's OpenMP team), then row blocks of 6 over the whole K. */
+
+#define PNR 16
+#define PMR 6
+
+typedef struct {
+    uint32_t magic;
+    int32_t N, K, Kp;
+} s8p_head_t;
+
+#define S8P_MAGIC 0x38533250u /* "P2S8" */
+#define S8P_HEAD 64
+
+static int s8p_kp(int K) { return (K + 1) & ~1; }
+
+size_t gemm_s8p_size(int N, int K) {
+    if (N <= 0 || K <= 0 || K > GEMM_S8_MAX_K) return 0;
+    size_t panels = ((size_t)N + PNR - 1) / PNR;
+    return S8P_HEAD + panels * PNR * (size_t)s8p_kp(K);
+}
+
+int gemm_s8p_pack(void *buf, const int8_t *Q, int N, int K) {
+    if (!gemm_s8p_size(N, K)) return -1;
+    s8p_head_t h = {S8P_MAGIC, N, K, s8p_kp(K)};
+    memset(buf, 0, S8P_HEAD);
+    memcpy(buf, &h, sizeof h);
+    int8_t *w = (int8_t *)buf + S8P_HEAD;
+    int panels = (N + PNR - 1) / PNR, Kp = h.Kp;
+    for (int p = 0; p < panels; p++) {
+        int8_t *pw = w + (size_t)p * PNR * Kp;
+        for (int t = 0; t < Kp / 2; t++)
+            for (int j = 0; j < PNR; j++) {
+                int n = p * PNR + j;
+                for (int e = 0; e < 2; e++) {
+                    int k = 2 * t + e;
+                    pw[(size_t)t * 32 + (j / 8) * 16 + (j % 8) * 2 + e] = n < N && k < K ? Q[(size_t)n * K + k] : 0;
+                }
+            }
+    }
+    return 0;
+}
+
+int gemm_s8p_dims(const void *pk, int *N, int *K) {
+    s8p_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8P_MAGIC) return -1;
+    *N = h.N, *K = h.K;
+    return 0;
+}
+
+size_t gemm_s8p_a_stride(int K) { return (size_t)s8p_kp(K); }
+
+/* mr x 16 block over the whole K: A int16 rows (stride lda elements, Kp columns), w the panel,
+ * C int32 rows (stride ldc), nc <= 16 valid columns. Written row by row with named accumulators
+ * (an array of them made GCC keep some on the stack). */
+#define S8P_ROW(i)                                                                                 \
+    if (mr > i) {                                                                                  \
+        __m256i b = _mm256_set1_epi32(a##i[t]);                                                    \
+        c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(b, w0));                             \
+        c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(b, w1));                             \
+    }
+#define S8P_STORE(i)                                                                               \
+    if (mr > i) {                                                                                  \
+        if (nc == PNR) {                                                                           \
+            _mm256_storeu_si256((__m256i *)(C + i * ldc), c##i##0);                                \
+            _mm256_storeu_si256((__m256i *)(C + i * ldc + 8), c##i##1);                            \
+        } else {                                                                                   \
+            int32_t tmp[PNR];                                                                      \
+            _mm256_storeu_si256((__m256i *)tmp, c##i##0);                                          \
+            _mm256_storeu_si256((__m256i *)(tmp + 8), c##i##1);                                    \
+            memcpy(C + i * ldc, tmp, (size_t)nc * sizeof(int32_t));                                \
+        }                                                                                          \
+    }
+
+static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, const int16_t *A, size_t lda,
+                                                            const int8_t *w, int32_t *C, size_t ldc, int nc) {
+    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    /* pair t of row i: a_i[t] (int16 pairs read as int32: A is 4-byte aligned, Kp even) */
+    const int32_t *a0 = (const int32_t *)A, *a1 = (const int32_t *)(A + lda), *a2 = (const int32_t *)(A + 2 * lda),
+                  *a3 = (const int32_t *)(A + 3 * lda), *a4 = (const int32_t *)(A + 4 * lda),
+                  *a5 = (const int32_t *)(A + 5 * lda);
+    for (int t = 0; t < Kp / 2; t++) {
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + (size_t)t * 32)));
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + (size_t)t * 32 + 16)));
+        S8P_ROW(0) S8P_ROW(1) S8P_ROW(2) S8P_ROW(3) S8P_ROW(4) S8P_ROW(5)
+    }
+    S8P_STORE(0) S8P_STORE(1) S8P_STORE(2) S8P_STORE(3) S8P_STORE(4) S8P_STORE(5)
+}
+
+static void s8p_panel(int M, int Kp, const int16_t *A, size_t lda, const int8_t *w, int32_t *C, size_t ldc,
+                      int nc) {
+    int m = 0;
+    for (; m + PMR <= M; m += PMR) s8p_block(PMR, Kp, A + m * lda, lda, w, C + m * ldc, ldc, nc);
+    const int16_t *a = A + m * lda;
+    int32_t *c = C + m * ldc;
+    switch (M - m) {
+    case 5: s8p_block(5, Kp, a, lda, w, c, ldc, nc); break;
+    case 4: s8p_block(4, Kp, a, lda, w, c, ldc, nc); break;
+    case 3: s8p_block(3, Kp, a, lda, w, c, ldc, nc); break;
+    case 2: s8p_block(2, Kp, a, lda, w, c, ldc, nc); break;
+    case 1: s8p_block(1, Kp, a, lda, w, c, ldc, nc); break;
+    default: break;
+    }
+}
+
+int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M) {
+    s8p_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8P_MAGIC) return -1;
+    if (M <= 0) return 0;
+    const int N = h.N, Kp = h.Kp, panels = (N + PNR - 1) / PNR;
+    const int8_t *w = (const int8_t *)pk + S8P_HEAD;
+    const size_t lda = (size_t)Kp, ldc = (size_t)N, pstride = (size_t)PNR * Kp;
+    /* rows per chunk: their activations (MC x Kp int16) at most ~192 KB, a multiple of PMR */
+    int mc = (int)((192u << 10) / ((size_t)Kp * 2)) / PMR * PMR;
+    if (mc < PMR) mc = PMR;
+    int threads = kernels_get_num_threads();
+    double work = (double)M * N * Kp;
+    if (threads > panels) threads = panels;
+    if (work < 2e6) threads = 1;
+    for (int m0 = 0; m0 < M; m0 += mc) {
+        int mr = M - m0 < mc ? M - m0 : mc;
+        const int16_t *a = A + m0 * lda;
+        int32_t *c = C + m0 * ldc;
+        if (threads <= 1) {
+            for (int p = 0; p < panels; p++)
+                s8p_panel(mr, Kp, a, lda, w + p * pstride, c + p * PNR, ldc, N - p * PNR < PNR ? N - p * PNR : PNR);
+        } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+            for (int p = 0; p < panels; p++)
+                s8p_panel(mr, Kp, a, lda, w + p * pstride, c + p * PNR, ldc, N - p * PNR < PNR ? N - p * PNR : PNR);
+        }
+    }
+    return 0;
+}

@@ -23,4 +23,19 @@ void gemm_s8s8s32(int M, int N, int K, const int8_t *A, int lda, const int8_t *B
 /* Whether any of the n bytes of B is -128. */
 int gemm_s8_has_min(const int8_t *B, size_t n);
 
+/* The same exact product on weights packed once (gemm_s8.c, "packed weights"): Q (N, K) int8
+ * row-major packed into panels of 16 columns, multiplied in int16 (vpmaddwd, 32-bit sums, any
+ * byte including -128) with int16 activation rows of gemm_s8p_a_stride(K) elements (K rounded up
+ * to even; the pad element may hold anything: its weight is 0).
+ * gemm_s8p_size: bytes of the packed form (header + about N * K bytes), 0 when K > GEMM_S8_MAX_K
+ * or a size is not positive. gemm_s8p_pack: buf 64-byte aligned, read-only after, shareable by
+ * threads; returns 0 or -1. gemm_s8p_forward: C (M, N) int32, row stride N = sum_k A[m, k] Q[n, k]
+ * exactly; uses the calling thread's OpenMP team (kernels_set_num_threads); -1 when pk is not a
+ * packed weight. gemm_s8p_dims: N and K of a packed weight (-1: not one). */
+size_t gemm_s8p_size(int N, int K);
+int gemm_s8p_pack(void *buf, const int8_t *Q, int N, int K);
+int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M);
+int gemm_s8p_dims(const void *pk, int *N, int *K);
+size_t gemm_s8p_a_stride(int K);
+
 #endif

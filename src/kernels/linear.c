@@ -100,6 +100,38 @@ void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
     quantize_rows_shifted(q, scale, x, M, K, 0);
 }
 
+/* The same signed values (u - 128) as int16, rows of ld >= K elements, the elements past K zeroed
+ * (the packed AVX2 kernel's activations, gemm_s8p_forward). Every step as quantize_rows_shifted:
+ * packs_epi32 saturates to int16, then the clamp to [0, 255] is packus_epi16's. */
+static void quantize_rows_s16(int16_t *q, size_t ld, float *scale, const float *x, int M, int K) {
+    const __m128i zero = _mm_setzero_si128(), top = _mm_set1_epi16(255), shift16 = _mm_set1_epi16(128);
+    for (int m = 0; m < M; m++) {
+        const float *row = x + (size_t)m * K;
+        int16_t *out = q + (size_t)m * ld;
+        float amax = row_amax(row, K);
+        float s = amax != 0.0f ? 127.0f / amax : 1.0f;
+        scale[m] = s;
+        __m256 vs = _mm256_set1_ps(s), shift = _mm256_set1_ps(128.0f);
+        int k = 0;
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + k), vs);
+            v = _mm256_add_ps(v, shift); /* separate add: no FMA, as CTranslate2 */
+            v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i i32 = _mm256_cvtps_epi32(v);
+            __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
+            i16 = _mm_min_epi16(_mm_max_epi16(i16, zero), top);
+            _mm_storeu_si128((__m128i *)(out + k), _mm_sub_epi16(i16, shift16));
+        }
+        for (; k < K; k++) {
+            float v = row[k] * s;
+            v = v + 128.0f;
+            float r = nearbyintf(v); /* NaN -> 0, as the vector body's saturating packs give */
+            out[k] = (int16_t)((int)(!(r >= 0.0f) ? 0.0f : r > 255.0f ? 255.0f : r) - 128);
+        }
+        for (; (size_t)k < ld; k++) out[k] = 0;
+    }
+}
+
 void linear_prepare_s8(int32_t *comp, const int8_t *q, int N, int K) {
     for (int n = 0; n < N; n++) {
         const int8_t *r = q + (size_t)n * K;
@@ -149,11 +181,19 @@ const char *linear_int8_backend_name(void) {
 
 /* ------------------------------------------------------------ linear */
 
-/* Workspace layout (each part 64-byte aligned): u8 activations (M, K) | scale_a (M) | int32 acc
- * (M, N) | compensation (N), the last only when the linear_t has none. */
+/* Bytes of the activation part of the workspace: u8 rows (M, K), or where Tern's kernels run, room
+ * for int16 rows of gemm_s8p_a_stride(K) elements too (the packed kernel's). */
+static size_t act_bytes(int M, int K) {
+    pthread_once(&int8_once, int8_init);
+    size_t u8 = (size_t)M * K, s16 = (size_t)M * gemm_s8p_a_stride(K) * sizeof(int16_t);
+    return g_int8_onednn || s16 < u8 ? u8 : s16;
+}
+
+/* Workspace layout (each part 64-byte aligned): activations (act_bytes: u8 (M, K) or int16) |
+ * scale_a (M) | int32 acc (M, N) | compensation (N), the last only when the linear_t has none. */
 size_t linear_workspace_size_s8(int M, int N, int K, int have_comp) {
     if (M <= 0) return 0;
-    return ALIGN64((size_t)M * K) + ALIGN64((size_t)M * sizeof(float)) +
+    return ALIGN64(act_bytes(M, K)) + ALIGN64((size_t)M * sizeof(float)) +
            ALIGN64((size_t)M * N * sizeof(int32_t)) + (have_comp ? 0 : ALIGN64((size_t)N * sizeof(int32_t)));
 }
 
@@ -201,7 +241,7 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
     }
     pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
-    float *scale_a = (float *)((char *)ws + ALIGN64((size_t)M * K));
+    float *scale_a = (float *)((char *)ws + ALIGN64(act_bytes(M, K)));
     int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
     if (K == 0) {
         quantize_rows_u8(qa, scale_a, inp, M, K);
@@ -234,25 +274,36 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 size_t linear_packed_size_s8(const linear_t *lin) {
     if (lin->kind != WEIGHT_S8 || !lin->q || !lin->comp || lin->N <= 0 || lin->K <= 0) return 0;
     pthread_once(&int8_once, int8_init);
-    return g_int8_onednn ? gemm_packed_size_s8(lin->N, lin->K) : 0;
+    return g_int8_onednn ? gemm_packed_size_s8(lin->N, lin->K) : gemm_s8p_size(lin->N, lin->K);
 }
 
 int linear_pack_s8(void *buf, const linear_t *lin) {
     if (!linear_packed_size_s8(lin)) return -1;
     extcheck_2d("linear_pack_s8", "weights", lin->q, lin->N, lin->K, lin->K, 1);
-    return gemm_pack_s8(buf, lin->q, lin->N, lin->K);
+    return g_int8_onednn ? gemm_pack_s8(buf, lin->q, lin->N, lin->K) : gemm_s8p_pack(buf, lin->q, lin->N, lin->K);
 }
 
-/* As the oneDNN branch of linear_forward, with the product on the packed weights: the same u8
- * rows, the same int32 sums (the u8 · s8 sum plus comp, both exact in int32; here comp is added
- * in dequantize_rows instead of inside the GEMM), the same dequantization. */
+/* As linear_forward, with the product on the packed weights: the same activation values, the same
+ * int32 sums, the same dequantization. oneDNN (VNNI): the u8 rows, the u8 · s8 sum plus comp (both
+ * exact in int32; comp added in dequantize_rows instead of inside the GEMM call). Tern's AVX2
+ * kernel: the signed rows u - 128 as int16, the exact signed sum (no compensation), as
+ * gemm_s8s8s32 gives. */
 int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws) {
     int N = lin->N, K = lin->K;
     if (M <= 0 || N <= 0) return 0;
     if (lin->kind != WEIGHT_S8 || !lin->comp) return -1;
+    pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
-    float *scale_a = (float *)((char *)ws + ALIGN64((size_t)M * K));
+    float *scale_a = (float *)((char *)ws + ALIGN64(act_bytes(M, K)));
     int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
+    if (!g_int8_onednn) {
+        int pn, pkk;
+        if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
+        quantize_rows_s16((int16_t *)ws, gemm_s8p_a_stride(K), scale_a, inp, M, K);
+        if (gemm_s8p_forward(acc, (const int16_t *)ws, pk, M)) return -1;
+        dequantize_rows(out, acc, NULL, scale_a, lin->scale, lin->bias, M, N);
+        return 0;
+    }
     quantize_rows_u8(qa, scale_a, inp, M, K);
     if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
     extcheck_2d("int8 linear (packed)", "compensation", lin->comp, 1, N, N, sizeof(int32_t));

@@ -617,6 +617,74 @@ static void test_gemm_s8(void) {
     printf("gemm_s8s8s32: %ld sums exact, K up to %d\n", checked, K);
 }
 
+/* gemm_s8p_* (the packed AVX2 kernel, whatever the CPU) against the exact int64 sum: every M from 1
+ * to 130 (row blocks of 6 and their tails, row chunks), N around the 16-column panels, K odd and
+ * even (the pad element of the int16 rows holds garbage: its weights must be 0), operands over the
+ * whole range the layer gives them (activations u - 128 for u in 0..255, weights -128..127, with
+ * rows of extremes that saturate any 16-bit pair sum), 1 vs 2 threads bit-identical, and the
+ * largest K whose sum fits int32 with every product (-128)^2. */
+static void test_gemm_s8p(void) {
+    static const int NKs[][2] = {{1, 1}, {7, 3}, {16, 2}, {17, 31}, {33, 64}, {100, 513}, {48, 1031}, {5, 2048}};
+    long checked = 0;
+    for (size_t c = 0; c < sizeof NKs / sizeof NKs[0]; c++) {
+        int N = NKs[c][0], K = NKs[c][1], Mmax = c < 6 ? 130 : 13;
+        size_t lda = gemm_s8p_a_stride(K), bytes = gemm_s8p_size(N, K);
+        CHECK(lda >= (size_t)K && lda % 2 == 0 && bytes > 0);
+        int16_t *A = aligned_alloc64((size_t)Mmax * lda * sizeof(int16_t));
+        int8_t *B = malloc((size_t)N * K);
+        int32_t *C = malloc((size_t)Mmax * N * 4), *C2 = malloc((size_t)Mmax * N * 4);
+        void *pk = aligned_alloc64(bytes);
+        for (int m = 0; m < Mmax; m++)
+            for (size_t k = 0; k < lda; k++)
+                A[m * lda + k] = k < (size_t)K ? (int16_t)((int)(rng_u32() % 256) - 128) : (int16_t)0x7fff;
+        for (int i = 0; i < N * K; i++) B[i] = (int8_t)((int)(rng_u32() % 256) - 128);
+        for (int k = 0; k < K; k++) { /* row 0 of A and rows 0, 1 of B: extremes */
+            A[k] = (int16_t)(k & 1 ? -128 : 127);
+            if (Mmax > 1) A[lda + k] = -128;
+            B[k] = (int8_t)(k & 1 ? -128 : 127);
+            if (N > 1) B[(size_t)K + k] = -128;
+        }
+        CHECK(gemm_s8p_pack(pk, B, N, K) == 0);
+        int pn = 0, pkk = 0;
+        CHECK(gemm_s8p_dims(pk, &pn, &pkk) == 0 && pn == N && pkk == K);
+        int bad = 0, bad_threads = 0;
+        for (int M = 1; M <= Mmax; M++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                kernels_set_num_threads(threads);
+                CHECK(gemm_s8p_forward(threads == 1 ? C : C2, A, pk, M) == 0);
+            }
+            kernels_set_num_threads(1);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    int64_t acc = 0;
+                    for (int k = 0; k < K; k++) acc += (int64_t)A[m * lda + k] * B[(size_t)n * K + k];
+                    bad += C[(size_t)m * N + n] != acc;
+                    checked++;
+                }
+            bad_threads += memcmp(C, C2, (size_t)M * N * 4) != 0;
+        }
+        CHECK_MSG(bad == 0, "gemm_s8p N=%d K=%d (M 1..%d): %d sums differ from the exact one", N, K, Mmax, bad);
+        CHECK_MSG(bad_threads == 0, "gemm_s8p N=%d K=%d: 2 threads differ for %d values of M", N, K, bad_threads);
+        aligned_free(A), aligned_free(pk), free(B), free(C), free(C2);
+    }
+    /* K at the int32 limit: every product (-128)^2 = 16384, and 127 * -128 */
+    int K = GEMM_S8_MAX_K;
+    size_t lda = gemm_s8p_a_stride(K);
+    int16_t *A = aligned_alloc64(2 * lda * sizeof(int16_t));
+    int8_t *B = malloc((size_t)2 * K);
+    void *pk = aligned_alloc64(gemm_s8p_size(2, K));
+    for (size_t k = 0; k < lda; k++) A[k] = -128, A[lda + k] = 127; /* pad included: its weight is 0 */
+    memset(B, 0x80, (size_t)2 * K);
+    int32_t Cx[4];
+    CHECK(gemm_s8p_pack(pk, B, 2, K) == 0 && gemm_s8p_forward(Cx, A, pk, 2) == 0);
+    CHECK_MSG(Cx[0] == 16384 * K && Cx[1] == 16384 * K, "gemm_s8p K=%d: %d, %d vs %d", K, Cx[0], Cx[1], 16384 * K);
+    CHECK_MSG(Cx[2] == -16256 * K && Cx[3] == -16256 * K, "gemm_s8p K=%d: %d vs %d", K, Cx[2], -16256 * K);
+    CHECK(gemm_s8p_size(2, K + 1) == 0 && gemm_s8p_size(0, 5) == 0 && gemm_s8p_pack(pk, B, 2, K + 1) == -1);
+    CHECK(gemm_s8p_forward(Cx, A, B, 1) == -1); /* not a packed weight */
+    aligned_free(A), aligned_free(pk), free(B);
+    printf("gemm_s8p (packed AVX2 int16 kernel): %ld sums exact, K up to %d\n", checked, K);
+}
+
 static void test_linear(void) {
     static const int shapes[][3] = {{1, 1, 1}, {3, 7, 17}, {7, 33, 64}, {17, 100, 33}, {5, 1003, 7},
                                     {2, 3, 1031}, {100, 64, 100}, {12, 8, 8}};
@@ -635,7 +703,8 @@ static void test_linear(void) {
  * extremes (integer activations, weights +-127 with scales 1: out is the exact int32 sum). */
 static void test_linear_packed_s8(void) {
     static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
-                                    {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17}};
+                                    {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17},
+                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1}};
     int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (int extreme = 0; extreme <= 1; extreme++) {
@@ -645,6 +714,8 @@ static void test_linear_packed_s8(void) {
             float *x = falloc((size_t)M * K), *y = falloc((size_t)M * N), *r = falloc((size_t)M * N),
                   *y2 = falloc((size_t)M * N);
             fill_quant_rows(x, M, K);
+            if (!extreme && M >= 3) /* NaNs (quantized to u = 0): in the vector body and the scalar tail */
+                x[(size_t)2 * K] = NAN, x[(size_t)2 * K + K - 1] = NAN;
             if (extreme) { /* all +127 rows against all -127 / +127 weight rows, scales 1 */
                 for (int i = 0; i < M * K; i++) x[i] = (float)((int)(rng_u32() % 255) - 127);
                 for (int m = 0; m < M; m++) x[(size_t)m * K] = 127.0f;
@@ -657,8 +728,8 @@ static void test_linear_packed_s8(void) {
             linear_t lq = {.kind = WEIGHT_S8, .N = N, .K = K, .q = b.q, .scale = b.wq_scale, .comp = b.comp,
                            .bias = b.bias};
             size_t bytes = linear_packed_size_s8(&lq);
-            CHECK_MSG(onednn || bytes == 0, "int8 packing offered without oneDNN's int8 GEMM (%s)",
-                      linear_int8_backend_name());
+            /* Tern's packed AVX2 kernel takes every shape; oneDNN's layout only those it need not pad */
+            CHECK_MSG(onednn || bytes > 0, "int8 packing not offered for %dx%d (%s)", N, K, linear_int8_backend_name());
             if (!bytes) goto next;
             packed++;
             void *pk = aligned_alloc64(bytes), *ws = aligned_alloc64(linear_workspace_size(&lq, M));
@@ -703,8 +774,9 @@ static void test_linear_packed_s8(void) {
             linear_release(&b);
         }
     /* the model shapes pack wherever the int8 GEMM is oneDNN's (else the fast path is silently off) */
-    CHECK_MSG(!onednn || packed >= 10, "int8 packing: only %d of the cases packed", packed);
-    printf("packed int8 linear: %d cases packed (%s)\n", packed, onednn ? "oneDNN int8 matmul" : "not offered: AVX2");
+    CHECK_MSG(packed >= 10, "int8 packing: only %d of the cases packed", packed);
+    printf("packed int8 linear: %d cases packed (%s)\n", packed,
+           onednn ? "oneDNN int8 matmul" : "Tern's packed AVX2 int16 kernel");
 }
 
 /* ------------------------------------------------------------ row ops */
@@ -1358,6 +1430,7 @@ int main(void) {
     test_linear_int32_exact();
     test_linear_packed_s8();
     test_gemm_s8();
+    test_gemm_s8p();
     test_linear();
     test_layernorm();
     test_softmax();
