@@ -266,21 +266,59 @@ size_t gemm_s8p_a_stride(int K) { return (size_t)s8p_kp(K); }
         c##i##0 = _mm256_add_epi32(c##i##0, _mm256_madd_epi16(b, w0));                             \
         c##i##1 = _mm256_add_epi32(c##i##1, _mm256_madd_epi16(b, w1));                             \
     }
-#define S8P_STORE(i)                                                                               \
-    if (mr > i) {                                                                                  \
-        if (nc == PNR) {                                                                           \
-            _mm256_storeu_si256((__m256i *)(C + i * ldc), c##i##0);                                \
-            _mm256_storeu_si256((__m256i *)(C + i * ldc + 8), c##i##1);                            \
-        } else {                                                                                   \
-            int32_t tmp[PNR];                                                                      \
-            _mm256_storeu_si256((__m256i *)tmp, c##i##0);                                          \
-            _mm256_storeu_si256((__m256i *)(tmp + 8), c##i##1);                                    \
-            memcpy(C + i * ldc, tmp, (size_t)nc * sizeof(int32_t));                                \
-        }                                                                                          \
+/* Dequantization fused into the store (gemm_s8p_forward_deq): out = float(acc) * (1 / scale_a[m]) /
+ * scale_w[n] + bias[n], three separately rounded operations in this order, as linear.c's
+ * dequantize_rows (vector body and scalar tail give the same IEEE results). */
+typedef struct {
+    float *out;
+    const float *scale_a, *scale_w, *bias; /* scale_a: rows of this block; scale_w, bias: columns of this panel */
+} s8p_deq_t;
+
+static inline __attribute__((always_inline)) void s8p_store_row(int32_t *c, __m256i v0, __m256i v1, int nc,
+                                                                const s8p_deq_t *dq, int i, size_t ldc) {
+    if (!dq) {
+        if (nc == PNR) {
+            _mm256_storeu_si256((__m256i *)c, v0);
+            _mm256_storeu_si256((__m256i *)(c + 8), v1);
+        } else {
+            int32_t tmp[PNR];
+            _mm256_storeu_si256((__m256i *)tmp, v0);
+            _mm256_storeu_si256((__m256i *)(tmp + 8), v1);
+            memcpy(c, tmp, (size_t)nc * sizeof(int32_t));
+        }
+        return;
     }
+    float r = 1.0f / dq->scale_a[i], *y = dq->out + i * ldc;
+    if (nc == PNR) {
+        __m256 vr = _mm256_set1_ps(r);
+        __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), vr), f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), vr);
+        f0 = _mm256_div_ps(f0, _mm256_loadu_ps(dq->scale_w));
+        f1 = _mm256_div_ps(f1, _mm256_loadu_ps(dq->scale_w + 8));
+        if (dq->bias) {
+            f0 = _mm256_add_ps(f0, _mm256_loadu_ps(dq->bias));
+            f1 = _mm256_add_ps(f1, _mm256_loadu_ps(dq->bias + 8));
+        }
+        _mm256_storeu_ps(y, f0);
+        _mm256_storeu_ps(y + 8, f1);
+        return;
+    }
+    int32_t tmp[PNR];
+    _mm256_storeu_si256((__m256i *)tmp, v0);
+    _mm256_storeu_si256((__m256i *)(tmp + 8), v1);
+    for (int j = 0; j < nc; j++) {
+        float v = (float)tmp[j] * r;
+        v = v / dq->scale_w[j];
+        if (dq->bias) v = v + dq->bias[j];
+        y[j] = v;
+    }
+}
+
+#define S8P_STORE(i)                                                                               \
+    if (mr > i) s8p_store_row(C + i * ldc, c##i##0, c##i##1, nc, dq, i, ldc);
 
 static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, const int16_t *A, size_t lda,
-                                                            const int8_t *w, int32_t *C, size_t ldc, int nc) {
+                                                            const int8_t *w, int32_t *C, size_t ldc, int nc,
+                                                            const s8p_deq_t *dq) {
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
             c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     /* pair t of row i: a_i[t] (int16 pairs read as int32: A is 4-byte aligned, Kp even) */
@@ -295,29 +333,34 @@ static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, cons
     S8P_STORE(0) S8P_STORE(1) S8P_STORE(2) S8P_STORE(3) S8P_STORE(4) S8P_STORE(5)
 }
 
+/* One panel (nc <= 16 columns) for M rows. dq0 NULL: int32 into C; else floats into dq0->out (C
+ * unused), dq0's pointers at row 0 and this panel's first column. */
 static void s8p_panel(int M, int Kp, const int16_t *A, size_t lda, const int8_t *w, int32_t *C, size_t ldc,
-                      int nc) {
+                      int nc, const s8p_deq_t *dq0) {
+    s8p_deq_t d;
+    const s8p_deq_t *dq = dq0 ? &d : NULL;
+    if (dq0) d = *dq0;
     int m = 0;
-    for (; m + PMR <= M; m += PMR) s8p_block(PMR, Kp, A + m * lda, lda, w, C + m * ldc, ldc, nc);
+    for (; m + PMR <= M; m += PMR) {
+        if (dq0) d.out = dq0->out + m * ldc, d.scale_a = dq0->scale_a + m;
+        s8p_block(PMR, Kp, A + m * lda, lda, w, C + m * ldc, ldc, nc, dq);
+    }
+    if (dq0) d.out = dq0->out + m * ldc, d.scale_a = dq0->scale_a + m;
     const int16_t *a = A + m * lda;
     int32_t *c = C + m * ldc;
     switch (M - m) {
-    case 5: s8p_block(5, Kp, a, lda, w, c, ldc, nc); break;
-    case 4: s8p_block(4, Kp, a, lda, w, c, ldc, nc); break;
-    case 3: s8p_block(3, Kp, a, lda, w, c, ldc, nc); break;
-    case 2: s8p_block(2, Kp, a, lda, w, c, ldc, nc); break;
-    case 1: s8p_block(1, Kp, a, lda, w, c, ldc, nc); break;
+    case 5: s8p_block(5, Kp, a, lda, w, c, ldc, nc, dq); break;
+    case 4: s8p_block(4, Kp, a, lda, w, c, ldc, nc, dq); break;
+    case 3: s8p_block(3, Kp, a, lda, w, c, ldc, nc, dq); break;
+    case 2: s8p_block(2, Kp, a, lda, w, c, ldc, nc, dq); break;
+    case 1: s8p_block(1, Kp, a, lda, w, c, ldc, nc, dq); break;
     default: break;
     }
 }
 
-int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M) {
-    s8p_head_t h;
-    memcpy(&h, pk, sizeof h);
-    if (h.magic != S8P_MAGIC) return -1;
-    if (M <= 0) return 0;
-    const int N = h.N, Kp = h.Kp, panels = (N + PNR - 1) / PNR;
-    const int8_t *w = (const int8_t *)pk + S8P_HEAD;
+static void s8p_run(int32_t *C, const int16_t *A, const s8p_head_t *h, const int8_t *w, int M,
+                    const s8p_deq_t *dq) {
+    const int N = h->N, Kp = h->Kp, panels = (N + PNR - 1) / PNR;
     const size_t lda = (size_t)Kp, ldc = (size_t)N, pstride = (size_t)PNR * Kp;
     /* rows per chunk: their activations (MC x Kp int16) at most ~192 KB, a multiple of PMR */
     int mc = (int)((192u << 10) / ((size_t)Kp * 2)) / PMR * PMR;
@@ -329,15 +372,40 @@ int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M) {
     for (int m0 = 0; m0 < M; m0 += mc) {
         int mr = M - m0 < mc ? M - m0 : mc;
         const int16_t *a = A + m0 * lda;
-        int32_t *c = C + m0 * ldc;
+        int32_t *c = C ? C + m0 * ldc : NULL;
+#define S8P_PANEL(p)                                                                                              \
+    do {                                                                                                          \
+        int n0 = (p) * PNR, nc = N - n0 < PNR ? N - n0 : PNR;                                                     \
+        s8p_deq_t dp;                                                                                             \
+        if (dq)                                                                                                   \
+            dp = (s8p_deq_t){dq->out + m0 * ldc + n0, dq->scale_a + m0, dq->scale_w + n0,                         \
+                             dq->bias ? dq->bias + n0 : NULL};                                                    \
+        s8p_panel(mr, Kp, a, lda, w + (p) * pstride, c ? c + n0 : NULL, ldc, nc, dq ? &dp : NULL);                \
+    } while (0)
         if (threads <= 1) {
-            for (int p = 0; p < panels; p++)
-                s8p_panel(mr, Kp, a, lda, w + p * pstride, c + p * PNR, ldc, N - p * PNR < PNR ? N - p * PNR : PNR);
+            for (int p = 0; p < panels; p++) S8P_PANEL(p);
         } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
-            for (int p = 0; p < panels; p++)
-                s8p_panel(mr, Kp, a, lda, w + p * pstride, c + p * PNR, ldc, N - p * PNR < PNR ? N - p * PNR : PNR);
+            for (int p = 0; p < panels; p++) S8P_PANEL(p);
         }
+#undef S8P_PANEL
     }
+}
+
+int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M) {
+    s8p_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8P_MAGIC) return -1;
+    if (M > 0) s8p_run(C, A, &h, (const int8_t *)pk + S8P_HEAD, M, NULL);
+    return 0;
+}
+
+int gemm_s8p_forward_deq(float *out, const int16_t *A, const void *pk, int M, const float *scale_a,
+                         const float *scale_w, const float *bias) {
+    s8p_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8P_MAGIC) return -1;
+    s8p_deq_t dq = {out, scale_a, scale_w, bias};
+    if (M > 0) s8p_run(NULL, A, &h, (const int8_t *)pk + S8P_HEAD, M, &dq);
     return 0;
 }

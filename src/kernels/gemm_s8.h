@@ -36,6 +36,11 @@ size_t gemm_s8p_size(int N, int K);
 int gemm_s8p_pack(void *buf, const int8_t *Q, int N, int K);
 int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M);
 int gemm_s8p_dims(const void *pk, int *N, int *K);
+/* gemm_s8p_forward with the int8 linear layer's dequantization fused into the store: out (M, N)
+ * float, row stride N, out[m, n] = float(sum) * (1 / scale_a[m]) / scale_w[n] + bias[n] (bias may
+ * be NULL), each operation rounded separately in this order (as linear.c's dequantize_rows). */
+int gemm_s8p_forward_deq(float *out, const int16_t *A, const void *pk, int M, const float *scale_a,
+                         const float *scale_w, const float *bias);
 size_t gemm_s8p_a_stride(int K);
 
 #endif

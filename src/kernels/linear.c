@@ -300,9 +300,7 @@ int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, 
         int pn, pkk;
         if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
         quantize_rows_s16((int16_t *)ws, gemm_s8p_a_stride(K), scale_a, inp, M, K);
-        if (gemm_s8p_forward(acc, (const int16_t *)ws, pk, M)) return -1;
-        dequantize_rows(out, acc, NULL, scale_a, lin->scale, lin->bias, M, N);
-        return 0;
+        return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias);
     }
     quantize_rows_u8(qa, scale_a, inp, M, K);
     if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
