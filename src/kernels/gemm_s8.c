@@ -317,8 +317,8 @@ static inline __attribute__((always_inline)) void s8p_store_row(int32_t *c, __m2
     if (mr > i) s8p_store_row(C + i * ldc, c##i##0, c##i##1, nc, dq, i, ldc);
 
 static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, const int16_t *A, size_t lda,
-                                                            const int8_t *w, int32_t *C, size_t ldc, int nc,
-                                                            const s8p_deq_t *dq) {
+                                                            const int8_t *w, size_t pf, int32_t *C, size_t ldc,
+                                                            int nc, const s8p_deq_t *dq) {
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
             c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     /* pair t of row i: a_i[t] (int16 pairs read as int32: A is 4-byte aligned, Kp even) */
@@ -326,6 +326,7 @@ static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, cons
                   *a3 = (const int32_t *)(A + 3 * lda), *a4 = (const int32_t *)(A + 4 * lda),
                   *a5 = (const int32_t *)(A + 5 * lda);
     for (int t = 0; t < Kp / 2; t++) {
+        _mm_prefetch((const char *)(w + pf + (size_t)t * 32), _MM_HINT_T0);
         __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + (size_t)t * 32)));
         __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + (size_t)t * 32 + 16)));
         S8P_ROW(0) S8P_ROW(1) S8P_ROW(2) S8P_ROW(3) S8P_ROW(4) S8P_ROW(5)
@@ -335,25 +336,25 @@ static inline __attribute__((always_inline)) void s8p_block(int mr, int Kp, cons
 
 /* One panel (nc <= 16 columns) for M rows. dq0 NULL: int32 into C; else floats into dq0->out (C
  * unused), dq0's pointers at row 0 and this panel's first column. */
-static void s8p_panel(int M, int Kp, const int16_t *A, size_t lda, const int8_t *w, int32_t *C, size_t ldc,
-                      int nc, const s8p_deq_t *dq0) {
+static void s8p_panel(int M, int Kp, const int16_t *A, size_t lda, const int8_t *w, size_t pf, int32_t *C,
+                      size_t ldc, int nc, const s8p_deq_t *dq0) {
     s8p_deq_t d;
     const s8p_deq_t *dq = dq0 ? &d : NULL;
     if (dq0) d = *dq0;
     int m = 0;
     for (; m + PMR <= M; m += PMR) {
         if (dq0) d.out = dq0->out + m * ldc, d.scale_a = dq0->scale_a + m;
-        s8p_block(PMR, Kp, A + m * lda, lda, w, C + m * ldc, ldc, nc, dq);
+        s8p_block(PMR, Kp, A + m * lda, lda, w, pf, C + m * ldc, ldc, nc, dq);
     }
     if (dq0) d.out = dq0->out + m * ldc, d.scale_a = dq0->scale_a + m;
     const int16_t *a = A + m * lda;
     int32_t *c = C + m * ldc;
     switch (M - m) {
-    case 5: s8p_block(5, Kp, a, lda, w, c, ldc, nc, dq); break;
-    case 4: s8p_block(4, Kp, a, lda, w, c, ldc, nc, dq); break;
-    case 3: s8p_block(3, Kp, a, lda, w, c, ldc, nc, dq); break;
-    case 2: s8p_block(2, Kp, a, lda, w, c, ldc, nc, dq); break;
-    case 1: s8p_block(1, Kp, a, lda, w, c, ldc, nc, dq); break;
+    case 5: s8p_block(5, Kp, a, lda, w, pf, c, ldc, nc, dq); break;
+    case 4: s8p_block(4, Kp, a, lda, w, pf, c, ldc, nc, dq); break;
+    case 3: s8p_block(3, Kp, a, lda, w, pf, c, ldc, nc, dq); break;
+    case 2: s8p_block(2, Kp, a, lda, w, pf, c, ldc, nc, dq); break;
+    case 1: s8p_block(1, Kp, a, lda, w, pf, c, ldc, nc, dq); break;
     default: break;
     }
 }
@@ -380,7 +381,7 @@ static void s8p_run(int32_t *C, const int16_t *A, const s8p_head_t *h, const int
         if (dq)                                                                                                   \
             dp = (s8p_deq_t){dq->out + m0 * ldc + n0, dq->scale_a + m0, dq->scale_w + n0,                         \
                              dq->bias ? dq->bias + n0 : NULL};                                                    \
-        s8p_panel(mr, Kp, a, lda, w + (p) * pstride, c ? c + n0 : NULL, ldc, nc, dq ? &dp : NULL);                \
+        s8p_panel(mr, Kp, a, lda, w + (p) * pstride, (p) + 1 < panels ? pstride : 0, c ? c + n0 : NULL, ldc, nc, dq ? &dp : NULL);                \
     } while (0)
         if (threads <= 1) {
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
