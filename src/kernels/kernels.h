@@ -68,8 +68,9 @@ size_t linear_workspace_size(const linear_t *lin, int M);
  * 64-byte aligned. */
 void linear_forward(float *out, const float *inp, const linear_t *lin, int M, void *ws);
 
-/* int8 weights packed once for oneDNN's matmul kernel (gemm_packed.h), on CPUs where the int8 GEMM
- * is oneDNN's (AVX512_VNNI): bytes of the packed form of lin->q (0: not here, for this shape, or
+/* int8 weights packed once: for oneDNN's matmul kernel (gemm_packed.h) where the int8 GEMM is
+ * oneDNN's (AVX512_VNNI), else for Tern's exact AVX2 int16 kernel (gemm_s8.h, gemm_s8p_*; any
+ * shape with K <= GEMM_S8_MAX_K): bytes of the packed form of lin->q (0: not here, for this shape, or
  * lin has no q or no comp -- linear_prepare first), packing into buf (64-byte aligned; read-only
  * after, shareable by threads; lin->q may be freed after), and linear_forward on it: the same
  * outputs as linear_forward on lin->q, bit for bit (lin->q is not read, lin->comp, scale, bias

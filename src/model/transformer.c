@@ -907,7 +907,8 @@ static void trim_heap(void) {
 #endif
 }
 
-/* int8: the weights packed once for oneDNN's int8 matmul kernel (AVX512_VNNI machines), only where
+/* int8: the weights packed once for the int8 GEMM of this CPU (oneDNN's matmul with AVX512_VNNI,
+ * else Tern's exact AVX2 kernel gemm_s8p, linear_pack_s8), only where
  * nothing else reads the plain ones (a tied embedding reads its rows): those are given back, so the
  * model never holds both (w NULL: the caller keeps them; nothing is packed then). */
 static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, const void **out) {

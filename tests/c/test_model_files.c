@@ -368,7 +368,7 @@ static void test_deferred(void) {
         struct {
             const char *name;
             const linear_t *lin;
-            const void *pk; /* packed at load (linear_pack_s8, AVX512_VNNI): q given back */
+            const void *pk; /* packed at load (linear_pack_s8: oneDNN with VNNI, else gemm_s8p): q given back */
         } mats[] = {{"encoder/layer_0/ffn/linear_0/weight", &net->enc[0].ffn1, net->enc[0].pk_ffn1},
                     {"encoder/layer_0/ffn/linear_1/weight", &net->enc[0].ffn2, net->enc[0].pk_ffn2},
                     {"decoder/layer_0/self_attention/linear_0/weight", &net->dec[0].qkv, net->dec[0].pk_qkv},
