@@ -76,6 +76,9 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
  * outputs as linear_forward on lin->q, bit for bit (lin->q is not read, lin->comp, scale, bias
  * are). ws: linear_workspace_size(lin, M) bytes. Returns 0, or -1 (out untouched) when no kernel
  * could be made for M (out of memory). */
+/* 1 where the int8 GEMM is Tern's own AVX2 kernel (its packed form is cheap to make, e.g. once
+ * per batch for a vocabulary-restricted projection), 0 where it is oneDNN's. */
+int linear_int8_packs_own(void);
 size_t linear_packed_size_s8(const linear_t *lin);
 int linear_pack_s8(void *buf, const linear_t *lin);
 int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws);

@@ -271,6 +271,11 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 
 /* ------------------------------------------------------------ packed int8 weights */
 
+int linear_int8_packs_own(void) {
+    pthread_once(&int8_once, int8_init);
+    return !g_int8_onednn;
+}
+
 size_t linear_packed_size_s8(const linear_t *lin) {
     if (lin->kind != WEIGHT_S8 || !lin->q || !lin->comp || lin->N <= 0 || lin->K <= 0) return 0;
     pthread_once(&int8_once, int8_init);

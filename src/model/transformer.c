@@ -51,6 +51,9 @@ struct transformer_state {
     int8_t *vm_q;
     int32_t *vm_comp;
     int vm_cap;
+    /* int8 where the GEMM is Tern's own (AVX2): vm's rows packed for it once per batch (NULL: none) */
+    void *vm_pk;
+    size_t vm_pk_cap, vm_pk_bytes;
 };
 
 /* ------------------------------------------------------------------ profiling
@@ -335,6 +338,7 @@ void transformer_state_free(transformer_state_t *st) {
     }
     aligned_free(st->vm_w);
     aligned_free(st->vm_q);
+    aligned_free(st->vm_pk);
     free(st->vm_scale);
     free(st->vm_bias);
     free(st->vm_comp);
@@ -790,7 +794,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         layernorm(c.h, c.x, &m->dec_ln, c.R, c.d, m->eps);
         out = c.h;
     }
-    if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, NULL, c.R));
+    if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, st->vm_pk_bytes ? st->vm_pk : NULL, c.R));
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;
     st->n_slots += c.R;
@@ -803,6 +807,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
 tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int n) {
     const transformer_t *m = st->m;
     const linear_t *P = &m->proj;
+    st->vm_pk_bytes = 0;
     if (n <= 0 || !ids) {
         st->vm.N = 0;
         return TERN_OK;
@@ -851,7 +856,21 @@ tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int
     L->q = st->vm_q;
     L->scale = st->vm_scale;
     L->bias = P->bias ? st->vm_bias : NULL;
-    if (P->kind == WEIGHT_S8) linear_prepare(L, st->vm_comp);
+    if (P->kind == WEIGHT_S8) {
+        linear_prepare(L, st->vm_comp);
+        /* Tern's AVX2 kernel: packing the gathered rows costs one pass over them, less than one
+         * decode step's product on them (oneDNN's packed form is not made per batch: it would make
+         * kernels for every restricted size) */
+        size_t bytes = linear_int8_packs_own() ? linear_packed_size_s8(L) : 0;
+        if (bytes > st->vm_pk_cap) {
+            aligned_free(st->vm_pk);
+            st->vm_pk_cap = 0;
+            if (!(st->vm_pk = aligned_alloc64(bytes)))
+                return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
+            st->vm_pk_cap = bytes;
+        }
+        if (bytes && linear_pack_s8(st->vm_pk, L) == 0) st->vm_pk_bytes = bytes;
+    }
     return TERN_OK;
 }
 
