@@ -1,0 +1,361 @@
+/* screen.c — the int8 pre-screen of a float32 linear layer's largest output (screen.h).
+ *
+ * Per call: the rows of inp are quantized and multiplied by the int8 copy of W exactly as an int8
+ * layer runs (linear.c: oneDNN's packed u8s8s32 kernel on AVX512_VNNI, Tern's exact s8 kernel
+ * elsewhere), giving approx (M, N); each output's bound is err = L1 * alpha[n] + ea * beta[n] +
+ * gamma[n], with L1 = sum |x_k| and ea the activation's quantization step / 2 of the row, and
+ * alpha, beta, gamma fixed at build (docs/kernels.md, "The int8 pre-screen of the output
+ * projection", derives them). The candidates of a row are the n whose approx + err reaches the
+ * largest approx - err; their float32 values are summed from the layer's own weights (plain rows,
+ * or the packed blocked layout read through gemm_packed_offsets), eight candidates at a time, one
+ * fused multiply-add per k in increasing k per candidate, then the bias.
+ *
+ * Legend: M rows of activations, N outputs, K inputs. */
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "kernels/gemm_packed.h"
+#include "kernels/gemm_s8.h"
+#include "kernels/kernels.h"
+#include "kernels/screen.h"
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+struct linear_screen {
+    int N, K;
+    linear_t lin;                  /* the int8 layer (q NULL once packed) */
+    int8_t *q;                     /* (N, K) or NULL */
+    float *scale;                  /* (N) */
+    int32_t *comp;                 /* (N) */
+    void *pk;                      /* packed int8 weights or NULL */
+    float *alpha, *beta, *gamma;   /* (N) bound coefficients; gamma NULL without bias */
+    const float *bias;             /* (N) or NULL */
+    const float *wbase;            /* float32 weights: W[n, k] = wbase[off_k[k] + off_n[n]] */
+    int32_t *off_k, *off_n;        /* (K), (N) */
+    size_t bytes, pk_bytes;
+    atomic_long rows, cands, fallbacks;
+};
+
+/* The float nearest above or at d (d >= 0 finite): a coefficient rounded so the bound only grows. */
+static float round_up(double d) {
+    float f = (float)d;
+    if ((double)f < d) f = nextafterf(f, INFINITY);
+    return f;
+}
+
+/* u = 2^-24, the unit roundoff of float32. */
+#define U24 (1.0 / 16777216.0)
+
+linear_screen_t *linear_screen_new(const float *W, const float *bias, int N, int K) {
+    if (N <= 0 || K <= 0 || K > GEMM_S8_MAX_K || !W) return NULL;
+    linear_screen_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->N = N, s->K = K;
+    s->bias = bias;
+    s->q = aligned_alloc64((size_t)N * K);
+    s->scale = malloc((size_t)N * sizeof(float));
+    s->comp = malloc((size_t)N * sizeof(int32_t));
+    s->alpha = malloc((size_t)N * sizeof(float));
+    s->beta = malloc((size_t)N * sizeof(float));
+    s->gamma = bias ? malloc((size_t)N * sizeof(float)) : NULL;
+    if (!s->q || !s->scale || !s->comp || !s->alpha || !s->beta || (bias && !s->gamma)) goto fail;
+    quantize_rows_s8(s->q, s->scale, W, N, K);
+    /* (K + 32) u: the float32 rounding of the exact sum (K u), of the int8 layer's dequantization
+     * (6 u) and of the comparisons (u), with room to spare; docs/kernels.md */
+    const double c = (double)(K + 32) * U24;
+    for (int n = 0; n < N; n++) {
+        const float *w = W + (size_t)n * K;
+        const int8_t *q = s->q + (size_t)n * K;
+        double wmax = 0, q1 = 0;
+        for (int k = 0; k < K; k++) {
+            if (!isfinite(w[k])) goto fail;
+            double a = fabs((double)w[k]);
+            if (a > wmax) wmax = a;
+            q1 += abs(q[k]);
+        }
+        if (bias && !isfinite(bias[n])) goto fail;
+        double S = s->scale[n];
+        double eps = (0.5 + 1.0 / 65536) / S; /* |w - q / S| <= eps (quantize_rows_s8's roundings) */
+        double wq = wmax + eps;                /* >= |w| and >= |q / S| */
+        s->alpha[n] = round_up((eps + c * wq) * (1 + 1e-12));
+        s->beta[n] = round_up((q1 / S + c * K * wq) * (1 + 1e-12));
+        if (bias) s->gamma[n] = round_up(c * fabs((double)bias[n]) * (1 + 1e-12));
+    }
+    s->lin = (linear_t){.kind = WEIGHT_S8, .N = N, .K = K, .q = s->q, .scale = s->scale, .bias = bias};
+    linear_prepare(&s->lin, s->comp);
+    size_t pk_bytes = linear_packed_size_s8(&s->lin);
+    if (pk_bytes && (s->pk = aligned_alloc64(pk_bytes)) != NULL) {
+        if (linear_pack_s8(s->pk, &s->lin) == 0) {
+            aligned_free(s->q);
+            s->q = NULL;
+            s->lin.q = NULL;
+            s->pk_bytes = pk_bytes;
+        } else {
+            aligned_free(s->pk);
+            s->pk = NULL;
+        }
+    }
+    s->bytes = (s->q ? (size_t)N * K : s->pk_bytes) + (size_t)N * sizeof(float) * (bias ? 5 : 4) +
+               (size_t)N * sizeof(int32_t);
+    return s;
+fail:
+    linear_screen_free(s);
+    return NULL;
+}
+
+void linear_screen_free(linear_screen_t *s) {
+    if (!s) return;
+    aligned_free(s->q);
+    aligned_free(s->pk);
+    free(s->scale), free(s->comp), free(s->alpha), free(s->beta), free(s->gamma);
+    free(s->off_k), free(s->off_n);
+    free(s);
+}
+
+int linear_screen_set_exact(linear_screen_t *s, const float *W, const void *packed) {
+    const int N = s->N, K = s->K;
+    free(s->off_k), free(s->off_n);
+    s->off_k = malloc((size_t)K * sizeof(int32_t));
+    s->off_n = malloc((size_t)N * sizeof(int32_t));
+    int64_t *ok = malloc((size_t)K * sizeof(int64_t)), *on = malloc((size_t)N * sizeof(int64_t));
+    int r = -1;
+    if (!s->off_k || !s->off_n || !ok || !on) goto done;
+    if (W) {
+        for (int k = 0; k < K; k++) ok[k] = k;
+        for (int n = 0; n < N; n++) on[n] = (int64_t)n * K;
+        s->wbase = W;
+    } else {
+        size_t wb;
+        if (!packed || gemm_packed_offsets(packed, ok, on)) goto done;
+        s->wbase = gemm_packed_weights(packed, &wb);
+    }
+    /* 32-bit offsets (the gather's): the largest element offset must fit */
+    int64_t mk = 0, mn = 0;
+    for (int k = 0; k < K; k++) {
+        if (ok[k] < 0) goto done;
+        mk = ok[k] > mk ? ok[k] : mk;
+    }
+    for (int n = 0; n < N; n++) {
+        if (on[n] < 0) goto done;
+        mn = on[n] > mn ? on[n] : mn;
+    }
+    if (mk + mn > INT32_MAX) goto done;
+    for (int k = 0; k < K; k++) s->off_k[k] = (int32_t)ok[k];
+    for (int n = 0; n < N; n++) s->off_n[n] = (int32_t)on[n];
+    r = 0;
+done:
+    free(ok), free(on);
+    if (r) {
+        free(s->off_k), free(s->off_n);
+        s->off_k = s->off_n = NULL;
+        s->wbase = NULL;
+    }
+    return r;
+}
+
+size_t linear_screen_bytes(const linear_screen_t *s) {
+    return s->bytes + (s->off_k ? ((size_t)s->K + s->N) * sizeof(int32_t) : 0);
+}
+
+void linear_screen_stats(const linear_screen_t *s, long *rows, long *cands, long *fallbacks) {
+    *rows = atomic_load(&s->rows);
+    *cands = atomic_load(&s->cands);
+    *fallbacks = atomic_load(&s->fallbacks);
+}
+
+/* Largest number of candidates of one row before the float32 layer is cheaper. */
+static int row_cap(int N) { return N / 32 > 16 ? N / 32 : (N < 16 ? N : 16); }
+
+/* Workspace: the int8 layer's | L1 (M) | ea (M) | count (M) | candidates (M, cap). */
+size_t linear_screen_workspace_size(const linear_screen_t *s, int M) {
+    if (M <= 0) return 0;
+    return ALIGN64(linear_workspace_size(&s->lin, M)) + 2 * ALIGN64((size_t)M * sizeof(float)) +
+           ALIGN64((size_t)M * sizeof(int)) + ALIGN64((size_t)M * row_cap(s->N) * sizeof(int32_t));
+}
+
+typedef struct {
+    void *lin_ws;
+    float *l1, *ea;
+    int *count;
+    int32_t *cand;
+    int cap;
+} ws_t;
+
+static ws_t ws_parts(const linear_screen_t *s, int M, void *ws) {
+    ws_t w;
+    char *p = ws;
+    w.lin_ws = p;
+    p += ALIGN64(linear_workspace_size(&s->lin, M));
+    w.l1 = (float *)p;
+    p += ALIGN64((size_t)M * sizeof(float));
+    w.ea = (float *)p;
+    p += ALIGN64((size_t)M * sizeof(float));
+    w.count = (int *)p;
+    p += ALIGN64((size_t)M * sizeof(int));
+    w.cand = (int32_t *)p;
+    w.cap = row_cap(s->N);
+    return w;
+}
+
+/* Per row: L1 = sum |x_k| (rounded up) and ea = (1/2 + 2^-16) / scale_a, scale_a the activation
+ * scale the int8 layer uses (127 / max|x|, 1 for a zero row), then approx through the int8 layer.
+ * -1 when a row is not finite (or its scale overflows) or the int8 kernel is missing. */
+static int approx_rows(float *approx, const float *inp, const linear_screen_t *s, int M, const ws_t *w) {
+    const int K = s->K;
+    for (int m = 0; m < M; m++) {
+        const float *x = inp + (size_t)m * K;
+        double l1 = 0;
+        float amax = 0;
+        for (int k = 0; k < K; k++) {
+            float a = fabsf(x[k]);
+            l1 += a;
+            amax = a > amax ? a : amax;
+        }
+        if (!isfinite(l1)) return -1;
+        float sa = amax != 0.0f ? 127.0f / amax : 1.0f;
+        if (!isfinite(sa)) return -1;
+        /* the double sum of K floats is within K 2^-53 of the real one: rounded up with room */
+        w->l1[m] = round_up(l1 * (1 + 1e-9));
+        w->ea[m] = round_up((0.5 + 1.0 / 65536) / (double)sa * (1 + 1e-12));
+    }
+    if (s->pk) return linear_forward_packed_s8(approx, inp, &s->lin, s->pk, M, w->lin_ws) ? -1 : 0;
+    linear_forward(approx, inp, &s->lin, M, w->lin_ws);
+    return 0;
+}
+
+/* err of one row, 8 outputs at a time: (L1 alpha + ea beta + gamma) (1 + 2^-18) -- the factor
+ * covers the rounding of these three operations and of approx -+ err (docs/kernels.md). */
+static inline __m256 err8(const linear_screen_t *s, int n, __m256 l1, __m256 ea) {
+    __m256 e = _mm256_fmadd_ps(ea, _mm256_loadu_ps(s->beta + n), _mm256_mul_ps(l1, _mm256_loadu_ps(s->alpha + n)));
+    if (s->gamma) e = _mm256_add_ps(e, _mm256_loadu_ps(s->gamma + n));
+    return _mm256_mul_ps(e, _mm256_set1_ps(1.0f + 1.0f / 262144));
+}
+
+static inline float err1(const linear_screen_t *s, int n, float l1, float ea) {
+    float e = fmaf(ea, s->beta[n], l1 * s->alpha[n]);
+    if (s->gamma) e += s->gamma[n];
+    return e * (1.0f + 1.0f / 262144);
+}
+
+/* The candidates of row m into w->cand + m * cap (count in w->count[m]; cap + 1 when more). */
+static void row_candidates(const float *a, const linear_screen_t *s, int m, const ws_t *w) {
+    const int N = s->N;
+    const __m256 l1 = _mm256_set1_ps(w->l1[m]), ea = _mm256_set1_ps(w->ea[m]);
+    /* thr = max (approx - err); NaNs drop out (max_ps keeps its second operand), which only lowers thr */
+    __m256 vt = _mm256_set1_ps(-INFINITY);
+    int n = 0;
+    for (; n + 8 <= N; n += 8) vt = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(a + n), err8(s, n, l1, ea)), vt);
+    float t8[8], thr = -INFINITY;
+    _mm256_storeu_ps(t8, vt);
+    for (int i = 0; i < 8; i++) thr = t8[i] > thr ? t8[i] : thr;
+    for (int j = n; j < N; j++) {
+        float lo = a[j] - err1(s, j, w->l1[m], w->ea[m]);
+        thr = lo > thr ? lo : thr;
+    }
+    /* candidates: !(approx + err < thr) -- a NaN is a candidate */
+    int32_t *c = w->cand + (size_t)m * w->cap;
+    int cnt = 0, cap = w->cap;
+    const __m256 vthr = _mm256_set1_ps(thr);
+    for (n = 0; n + 8 <= N; n += 8) {
+        __m256 hi = _mm256_add_ps(_mm256_loadu_ps(a + n), err8(s, n, l1, ea));
+        unsigned mask = ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(hi, vthr, _CMP_LT_OQ)) & 0xffu;
+        if (!mask) continue;
+        if (cnt + __builtin_popcount(mask) > cap) {
+            w->count[m] = cap + 1;
+            return;
+        }
+        while (mask) {
+            c[cnt++] = n + __builtin_ctz(mask);
+            mask &= mask - 1;
+        }
+    }
+    for (; n < N; n++)
+        if (!(a[n] + err1(s, n, w->l1[m], w->ea[m]) < thr)) {
+            if (cnt == cap) {
+                w->count[m] = cap + 1;
+                return;
+            }
+            c[cnt++] = n;
+        }
+    w->count[m] = cnt;
+}
+
+/* y[j] = sum_k x[k] W[c[j], k] (one fused multiply-add per k, increasing k, from 0) + bias[c[j]]
+ * for the cnt candidates c, eight at a time through a gather of their weights at each k. */
+static void exact_dots(float *y, const float *x, const int32_t *c, int cnt, const linear_screen_t *s) {
+    const int K = s->K;
+    const float *wb = s->wbase;
+    for (int j0 = 0; j0 < cnt; j0 += 8) {
+        int nj = cnt - j0 < 8 ? cnt - j0 : 8;
+        int32_t idx[8];
+        for (int j = 0; j < 8; j++) idx[j] = s->off_n[c[j0 + (j < nj ? j : 0)]];
+        __m256i vi = _mm256_loadu_si256((const __m256i *)idx);
+        __m256 acc = _mm256_setzero_ps();
+        for (int k = 0; k < K; k++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(x[k]), _mm256_i32gather_ps(wb + s->off_k[k], vi, 4), acc);
+        float r[8];
+        _mm256_storeu_ps(r, acc);
+        for (int j = 0; j < nj; j++) y[j0 + j] = s->bias ? r[j] + s->bias[c[j0 + j]] : r[j];
+    }
+}
+
+static int team(int M) {
+    int t = kernels_get_num_threads();
+    return t < M ? (t > 0 ? t : 1) : (M > 0 ? M : 1);
+}
+
+long linear_screen_forward(float *out, const float *inp, const linear_screen_t *s, int M, void *ws) {
+    linear_screen_t *sm = (linear_screen_t *)s; /* the counters */
+    if (M <= 0) return 0;
+    if (!s->wbase) return -1;
+    const int N = s->N, K = s->K;
+    ws_t w = ws_parts(s, M, ws);
+    if (approx_rows(out, inp, s, M, &w)) {
+        atomic_fetch_add_explicit(&sm->fallbacks, 1, memory_order_relaxed);
+        return -1;
+    }
+    int nt = team(M), over = 0;
+    long total = 0;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static) reduction(| : over) reduction(+ : total)
+    for (int m = 0; m < M; m++) {
+        row_candidates(out + (size_t)m * N, s, m, &w);
+        over |= w.count[m] > w.cap;
+        total += w.count[m];
+    }
+    if (over) {
+        atomic_fetch_add_explicit(&sm->fallbacks, 1, memory_order_relaxed);
+        return -1;
+    }
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int m = 0; m < M; m++) {
+        float *y = out + (size_t)m * N;
+        const int32_t *c = w.cand + (size_t)m * w.cap;
+        float v[64];
+        /* the values first (a candidate's approx is read before its row is overwritten: not needed,
+         * but the row is filled with -inf only after every candidate of the row is known) */
+        for (int n = 0; n < N; n++) y[n] = -INFINITY;
+        for (int j0 = 0; j0 < w.count[m]; j0 += 64) {
+            int nj = w.count[m] - j0 < 64 ? w.count[m] - j0 : 64;
+            exact_dots(v, inp + (size_t)m * K, c + j0, nj, s);
+            for (int j = 0; j < nj; j++) y[c[j0 + j]] = v[j];
+        }
+    }
+    atomic_fetch_add_explicit(&sm->rows, M, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sm->cands, total, memory_order_relaxed);
+    return total;
+}
+
+int linear_screen_bounds(float *approx, float *err, const float *inp, const linear_screen_t *s, int M, void *ws) {
+    if (M <= 0) return 0;
+    ws_t w = ws_parts(s, M, ws);
+    if (approx_rows(approx, inp, s, M, &w)) return -1;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < s->N; n++) err[(size_t)m * s->N + n] = err1(s, n, w.l1[m], w.ea[m]);
+    return 0;
+}
