@@ -42,9 +42,11 @@ static double sprof_now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 static int sprof_reg;
+static long sprof_uniq, sprof_tot;
 static void sprof_dump(void) {
     fprintf(stderr, "prof screen int8 %8.3f s\nprof screen cands %7.3f s\nprof screen exact %7.3f s\n", sprof[0],
             sprof[1], sprof[2]);
+    fprintf(stderr, "prof screen distinct candidates per call %ld of %ld\n", sprof_uniq, sprof_tot);
 }
 #define SPROF(i, stmt)                                                                             \
     do {                                                                                           \
@@ -399,7 +401,8 @@ static int find_candidates(long *total, float *approx, const linear_screen_t *s,
     return over;
 }
 
-/* Every row: -inf, then the candidates' float32 values. */
+/* Every row: the candidates' float32 values over the upper bounds row_candidates left (those of the
+ * other outputs are below thr, itself at most the row's largest float32 value: no fill needed). */
 static void exact_rows(float *out, const float *inp, const linear_screen_t *s, int M, const ws_t *w, int nt) {
     const int N = s->N, K = s->K;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
@@ -407,7 +410,6 @@ static void exact_rows(float *out, const float *inp, const linear_screen_t *s, i
         float *y = out + (size_t)m * N;
         const int32_t *c = w->cand + (size_t)m * w->cap;
         float v[64];
-        for (int n = 0; n < N; n++) y[n] = -INFINITY;
         for (int j0 = 0; j0 < w->count[m]; j0 += 64) {
             int nj = w->count[m] - j0 < 64 ? w->count[m] - j0 : 64;
             exact_dots(v, inp + (size_t)m * K, c + j0, nj, s);
@@ -434,6 +436,22 @@ long linear_screen_forward(float *out, const float *inp, const linear_screen_t *
         atomic_fetch_add_explicit(&sm->fallbacks, 1, memory_order_relaxed);
         return -1;
     }
+#ifdef TERN_PROF
+    {
+        static long uniq, tot;
+        static unsigned char *seen;
+        if (!seen) seen = calloc((size_t)s->N, 1);
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < w.count[m]; j++) {
+                int c = w.cand[(size_t)m * w.cap + j];
+                tot++;
+                if (!seen[c]) seen[c] = 1, uniq++;
+            }
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < w.count[m]; j++) seen[w.cand[(size_t)m * w.cap + j]] = 0;
+        sprof_uniq = uniq, sprof_tot = tot;
+    }
+#endif
     SPROF(2, exact_rows(out, inp, s, M, &w, nt));
     atomic_fetch_add_explicit(&sm->rows, M, memory_order_relaxed);
     atomic_fetch_add_explicit(&sm->cands, total, memory_order_relaxed);

@@ -40,7 +40,9 @@ size_t linear_screen_bytes(const linear_screen_t *s);
 /* Bytes of workspace linear_screen_forward / linear_screen_bounds need for M rows (64-byte aligned). */
 size_t linear_screen_workspace_size(const linear_screen_t *s, int M);
 
-/* out (M, N): per row, the float32 value (see above) of every candidate and -inf everywhere else.
+/* out (M, N): per row, the float32 value (see above) of every candidate; every other output holds
+ * its upper bound approx + err, which is below the row's largest float32 value (so the first argmax
+ * of the row is the float32 layer's; the values of non-candidates mean nothing else).
  * Returns the number of candidates over the M rows (>= M), or -1 when it did not screen (an input
  * value that is not finite, a row with more than N / 32 candidates, no int8 kernel for M): out is
  * then garbage and the caller runs the float32 layer. ws: linear_screen_workspace_size(s, M) bytes.

@@ -768,7 +768,8 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
 }
 
 /* The output projection when only the argmax of each row is needed: the int8 pre-screen (exact
- * logits of the candidates, -inf elsewhere), or the float32 layer where it declines. */
+ * logits of the candidates, values below the row's largest elsewhere), or the float32 layer where
+ * it declines. */
 static tern_status_t screened_proj(transformer_state_t *st, float *logits, const float *inp, int R) {
     const transformer_t *m = st->m;
     if (grow(&st->scr_ws, &st->scr_ws_cap, linear_screen_workspace_size(m->screen, R)))

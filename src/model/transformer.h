@@ -134,8 +134,9 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
 
 /* on = 1: the following steps need only each row's argmax (greedy search without scores): where
  * the model has a screen of its float32 output projection (m->screen), step() writes the exact
- * logit of every token that can be the row's largest and -inf for every other (the argmax, first
- * index on ties, is that of the full logits); on = 0: full logits again. Not under a vocabulary
+ * logit of every token that can be the row's largest and, for every other, a value below the row's
+ * largest logit (the argmax, first index on ties, is that of the full logits); on = 0: full logits
+ * again. Not under a vocabulary
  * restriction (transformer_set_vocab), which takes precedence. */
 void transformer_set_argmax_only(transformer_state_t *st, int on);
 

@@ -12,9 +12,10 @@
  *                          near ties (duplicated and one-ulp-perturbed weight rows, biases set to
  *                          make two outputs within 1e-6), the argmax of linear_screen_forward's
  *                          output (first index on ties) equals that of the full float32 outputs:
- *                          the scalar fma reference, and oneDNN's packed kernel where packed; each
- *                          candidate's value equals the reference bit for bit, every other output
- *                          is -inf; the mean number of candidates per row is printed
+ *                          the scalar fma reference, and oneDNN's packed kernel where packed; every
+ *                          output either equals the reference bit for bit (the candidates, at
+ *                          least as many as the call returned) or lies below the row's largest;
+ *                          the mean number of candidates per row is printed
  *   fallback               an input row with NaN or infinity is refused (-1)
  * Plain and packed weight sources, 1 and 2 threads.
  */
@@ -185,11 +186,13 @@ static void test_shape(int N, int K, int M, int threads, int use_packed, int wit
             bad_arg += a != e;
             if (pk) bad_pk += a != first_argmax(yp + (size_t)m * N, N);
             for (int n = 0; n < N; n++) {
-                if (o[n] == -INFINITY) continue;
-                got++;
-                bad_val += o[n] != yr[n];
-                if (pk) bad_pk += o[n] != yp[(size_t)m * N + n];
+                if (o[n] == yr[n]) {
+                    got++;
+                    if (pk) bad_pk += o[n] != yp[(size_t)m * N + n];
+                } else
+                    bad_val += !(o[n] < yr[e]);
             }
+            bad_val += o[e] != yr[e];
             /* a tie within 1e-5 of the best among the candidates */
             for (int n = 0; n < N; n++)
                 if (n != e && yr[n] >= yr[e] - 1e-5f * fabsf(yr[e])) {
@@ -197,11 +200,12 @@ static void test_shape(int N, int K, int M, int threads, int use_packed, int wit
                     break;
                 }
         }
-        bad_inf = got != r;
+        bad_inf = got < r;
         CHECK_MSG(bad_arg == 0, "%dx%d: %ld rows whose argmax differs from the reference", N, K, bad_arg);
-        CHECK_MSG(bad_val == 0, "%dx%d: %ld candidate values differ from the fma reference", N, K, bad_val);
+        CHECK_MSG(bad_val == 0, "%dx%d: %ld outputs neither the fma reference's value nor below the row's largest",
+                  N, K, bad_val);
         CHECK_MSG(bad_pk == 0, "%dx%d: %ld values / argmaxes differ from the packed kernel", N, K, bad_pk);
-        CHECK_MSG(!bad_inf, "%dx%d: %ld finite outputs for %ld candidates", N, K, got, r);
+        CHECK_MSG(!bad_inf, "%dx%d: %ld outputs equal the reference for %ld candidates", N, K, got, r);
     }
     printf("screen %5dx%-4d M=%-3d threads=%d %-6s bias=%d: bound ratio max %.3f, %.2f candidates/row, "
            "%ld rows with a near tie (1e-5)\n",
