@@ -1,15 +1,15 @@
 """The int8 pre-screen of the float32 output projection in greedy search (src/kernels/screen.h,
 docs/kernels.md "The int8 pre-screen of the output projection"): with it on (the default) and off
-(TERN_SCREEN=0), greedy float32 translation of Multi30k test_2016_flickr (1,000 lines) by the shipped
-model (models/en-de, int8 weights run as float32) gives the same output lines.
+(TERN_SCREEN=0), greedy float32 translation of Multi30k test_2016_flickr (1,000 lines) by the
+shipped model (models/en-de, int8 weights run as float32) gives the same output lines.
 
 The screen's candidates provably hold the argmax of every row; their values are summed as oneDNN's
-packed float32 kernel sums them (bit for bit, tests/c/test_screen.c), so where the projection is
-packed ("float32 rows packed" in the TERN_SCREEN_STATS line) every line must be identical. Where it is
-not (no packed kernel: the AVX2 cap today) the full projection runs through dnnl_sgemm, whose
-summation order differs in the last bits: a near tie could go the other way, so there at least 99 %
-of lines must be identical (measured: all). The runs print the mean number of candidates per row.
-Beam search never screens (its stats line counts no row)."""
+packed float32 kernel sums them (bit for bit, tests/c/test_screen.c), so where the full projection
+runs packed ("float32 layer packed" in the TERN_SCREEN_STATS line) every line must be identical.
+Where it is not (no packed kernel: the AVX2 cap today) the full projection runs through dnnl_sgemm,
+whose summation order differs in the last bits: a near tie could go the other way, so there at
+least 99 % of lines must be identical (measured: all). The runs print the mean number of candidates
+per row. Beam search never screens (its stats line counts no row)."""
 import os
 import re
 import subprocess
@@ -21,7 +21,7 @@ MODEL = os.path.join(ROOT, "models", "en-de")
 TERN = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
 AVX2 = {"TERN_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 STATS = re.compile(r"output projection screen: (\d+) rows, (\d+) candidates \(([0-9.]+) per row\), "
-                   r"(\d+) fallbacks, float32 rows (\w+)")
+                   r"(\d+) fallbacks, float32 layer (\w+)")
 
 
 def translate(src, out, screen, env=None, threads=1, beam=1):
@@ -44,7 +44,7 @@ def test_greedy_float32_screen_on_off_identical(data_dir, tmp_path, cap, threads
     rows, cands, per_row, fallbacks, source = int(st[1]), int(st[2]), float(st[3]), int(st[4]), st[5]
     same = sum(a == b for a, b in zip(off, on))
     print(f"\ncap {cap}, {threads} thread(s): {same}/{len(off)} lines identical; {rows} rows screened, "
-          f"{per_row:.2f} candidates per row, {fallbacks} fallbacks; float32 rows {source}")
+          f"{per_row:.2f} candidates per row, {fallbacks} fallbacks; float32 layer {source}")
     assert len(off) == len(on) == 1000
     assert rows > 10000 and cands >= rows
     if source == "packed":

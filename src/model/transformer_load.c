@@ -489,8 +489,8 @@ void transformer_free(transformer_t *m) {
         long rows, cands, fallbacks;
         linear_screen_stats(m->screen, &rows, &cands, &fallbacks);
         fprintf(stderr, "output projection screen: %ld rows, %ld candidates (%.2f per row), %ld fallbacks, "
-                "float32 rows %s\n", rows, cands, rows ? (double)cands / rows : 0.0, fallbacks,
-                m->proj.w ? "plain" : "packed");
+                "float32 layer %s\n", rows, cands, rows ? (double)cands / rows : 0.0, fallbacks,
+                m->pk_proj ? "packed" : "sgemm");
     }
     linear_screen_free(m->screen);
     for (int i = 0; i < m->n_owned; i++) aligned_free(m->owned[i]);
