@@ -86,84 +86,8 @@ static float round_up(double d) {
 /* u = 2^-24, the unit roundoff of float32. */
 #define U24 (1.0 / 16777216.0)
 
-linear_screen_t *linear_screen_new(const float *W, const float *bias, int N, int K) {
-    if (N <= 0 || K <= 0 || K > GEMM_S8_MAX_K || !W) return NULL;
-    linear_screen_t *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->N = N, s->K = K;
-    s->bias = bias;
-    s->q = aligned_alloc64((size_t)N * K);
-    s->scale = malloc((size_t)N * sizeof(float));
-    s->comp = malloc((size_t)N * sizeof(int32_t));
-    s->e1 = malloc((size_t)N * sizeof(float));
-    s->e2 = malloc((size_t)N * sizeof(float));
-    s->q1 = malloc((size_t)N * sizeof(float));
-    s->w2 = malloc((size_t)N * sizeof(float));
-    s->sc = malloc((size_t)N * sizeof(float));
-    s->gamma = bias ? malloc((size_t)N * sizeof(float)) : NULL;
-    if (!s->q || !s->scale || !s->comp || !s->e1 || !s->e2 || !s->q1 || !s->w2 || !s->sc || (bias && !s->gamma))
-        goto fail;
-    quantize_rows_s8(s->q, s->scale, W, N, K);
-    /* (K + 32) u: the float32 rounding of the exact sum (K u), of the int8 layer's dequantization
-     * (4 u) and of the comparisons (u), with room to spare; docs/kernels.md */
-    const double c = (double)(K + 32) * U24;
-    for (int n = 0; n < N; n++) {
-        const float *w = W + (size_t)n * K;
-        const int8_t *q = s->q + (size_t)n * K;
-        const double S = s->scale[n];
-        double wmax = 0, dmax = 0, d2 = 0, q1 = 0, q2 = 0;
-        for (int k = 0; k < K; k++) {
-            if (!isfinite(w[k])) goto fail;
-            double wk = w[k], qk = q[k] / S, d = fabs(wk - qk);
-            wmax = fmax(wmax, fmax(fabs(wk), fabs(qk)));
-            dmax = fmax(dmax, d);
-            d2 += d * d;
-            q1 += fabs(qk);
-            q2 += qk * qk;
-        }
-        if (bias && !isfinite(bias[n])) goto fail;
-        /* the double sums' own rounding (relative K 2^-53, and 2^-52 wmax per difference): margins */
-        double tiny = wmax * 0x1p-50;
-        s->e1[n] = round_up(dmax * (1 + 1e-9) + tiny);
-        s->e2[n] = round_up(sqrt(d2) * (1 + 1e-9) + tiny * sqrt((double)K));
-        s->q1[n] = round_up(q1 * (1 + 1e-9));
-        s->w2[n] = round_up(sqrt(q2) * (1 + 1e-9));
-        s->sc[n] = round_up(c * wmax * (1 + 1e-9));
-        if (bias) s->gamma[n] = round_up(c * fabs((double)bias[n]) * (1 + 1e-9));
-    }
-    s->lin = (linear_t){.kind = WEIGHT_S8, .N = N, .K = K, .q = s->q, .scale = s->scale, .bias = bias};
-    linear_prepare(&s->lin, s->comp);
-    size_t pk_bytes = linear_packed_size_s8(&s->lin);
-    if (pk_bytes && (s->pk = aligned_alloc64(pk_bytes)) != NULL) {
-        if (linear_pack_s8(s->pk, &s->lin) == 0) {
-            aligned_free(s->q);
-            s->q = NULL;
-            s->lin.q = NULL;
-            s->pk_bytes = pk_bytes;
-        } else {
-            aligned_free(s->pk);
-            s->pk = NULL;
-        }
-    }
-    s->bytes = (s->q ? (size_t)N * K : s->pk_bytes) + (size_t)N * sizeof(float) * (bias ? 8 : 7) +
-               (size_t)N * sizeof(int32_t);
-    return s;
-fail:
-    linear_screen_free(s);
-    return NULL;
-}
-
-void linear_screen_free(linear_screen_t *s) {
-    if (!s) return;
-    aligned_free(s->q);
-    aligned_free(s->pk);
-    free(s->scale), free(s->comp), free(s->e1), free(s->e2), free(s->q1), free(s->w2), free(s->sc);
-    free(s->gamma);
-    free(s->off_k), free(s->off_n);
-    free(s);
-}
-
-int linear_screen_set_exact(linear_screen_t *s, const float *W, const void *packed) {
+/* Where the float32 rows are read: W (N, K) plain, or the packed form. 0, or -1. */
+static int attach(linear_screen_t *s, const float *W, const void *packed) {
     const int N = s->N, K = s->K;
     free(s->off_k), free(s->off_n);
     s->off_k = malloc((size_t)K * sizeof(int32_t));
@@ -204,9 +128,91 @@ done:
     return r;
 }
 
-size_t linear_screen_bytes(const linear_screen_t *s) {
-    return s->bytes + (s->off_k ? ((size_t)s->K + s->N) * sizeof(int32_t) : 0);
+linear_screen_t *linear_screen_new(const float *W, const void *packed, const float *bias, int N, int K) {
+    if (N <= 0 || K <= 0 || K > GEMM_S8_MAX_K || (!W && !packed)) return NULL;
+    linear_screen_t *s = calloc(1, sizeof *s);
+    float *row = NULL; /* one row read back from the packed form */
+    if (!s) return NULL;
+    s->N = N, s->K = K;
+    s->bias = bias;
+    if (attach(s, W, packed) || (!W && !(row = malloc((size_t)K * sizeof(float))))) goto fail;
+    s->q = aligned_alloc64((size_t)N * K);
+    s->scale = malloc((size_t)N * sizeof(float));
+    s->comp = malloc((size_t)N * sizeof(int32_t));
+    s->e1 = malloc((size_t)N * sizeof(float));
+    s->e2 = malloc((size_t)N * sizeof(float));
+    s->q1 = malloc((size_t)N * sizeof(float));
+    s->w2 = malloc((size_t)N * sizeof(float));
+    s->sc = malloc((size_t)N * sizeof(float));
+    s->gamma = bias ? malloc((size_t)N * sizeof(float)) : NULL;
+    if (!s->q || !s->scale || !s->comp || !s->e1 || !s->e2 || !s->q1 || !s->w2 || !s->sc || (bias && !s->gamma))
+        goto fail;
+    /* (K + 32) u: the float32 rounding of the exact sum (K u), of the int8 layer's dequantization
+     * (4 u) and of the comparisons (u), with room to spare; docs/kernels.md */
+    const double c = (double)(K + 32) * U24;
+    for (int n = 0; n < N; n++) {
+        const float *w = W ? W + (size_t)n * K : row;
+        if (!W)
+            for (int k = 0; k < K; k++) row[k] = s->wbase[s->off_k[k] + s->off_n[n]];
+        quantize_rows_s8(s->q + (size_t)n * K, s->scale + n, w, 1, K);
+        const int8_t *q = s->q + (size_t)n * K;
+        const double S = s->scale[n];
+        double wmax = 0, dmax = 0, d2 = 0, q1 = 0, q2 = 0;
+        for (int k = 0; k < K; k++) {
+            if (!isfinite(w[k])) goto fail;
+            double wk = w[k], qk = q[k] / S, d = fabs(wk - qk);
+            wmax = fmax(wmax, fmax(fabs(wk), fabs(qk)));
+            dmax = fmax(dmax, d);
+            d2 += d * d;
+            q1 += fabs(qk);
+            q2 += qk * qk;
+        }
+        if (bias && !isfinite(bias[n])) goto fail;
+        /* the double sums' own rounding (relative K 2^-53, and 2^-52 wmax per difference): margins */
+        double tiny = wmax * 0x1p-50;
+        s->e1[n] = round_up(dmax * (1 + 1e-9) + tiny);
+        s->e2[n] = round_up(sqrt(d2) * (1 + 1e-9) + tiny * sqrt((double)K));
+        s->q1[n] = round_up(q1 * (1 + 1e-9));
+        s->w2[n] = round_up(sqrt(q2) * (1 + 1e-9));
+        s->sc[n] = round_up(c * wmax * (1 + 1e-9));
+        if (bias) s->gamma[n] = round_up(c * fabs((double)bias[n]) * (1 + 1e-9));
+    }
+    s->lin = (linear_t){.kind = WEIGHT_S8, .N = N, .K = K, .q = s->q, .scale = s->scale, .bias = bias};
+    linear_prepare(&s->lin, s->comp);
+    size_t pk_bytes = linear_packed_size_s8(&s->lin);
+    if (pk_bytes && (s->pk = aligned_alloc64(pk_bytes)) != NULL) {
+        if (linear_pack_s8(s->pk, &s->lin) == 0) {
+            aligned_free(s->q);
+            s->q = NULL;
+            s->lin.q = NULL;
+            s->pk_bytes = pk_bytes;
+        } else {
+            aligned_free(s->pk);
+            s->pk = NULL;
+        }
+    }
+    s->bytes = (s->q ? (size_t)N * K : s->pk_bytes) + (size_t)N * sizeof(float) * (bias ? 8 : 7) +
+               (size_t)N * sizeof(int32_t) + ((size_t)N + K) * sizeof(int32_t);
+    free(row);
+    return s;
+fail:
+    free(row);
+    linear_screen_free(s);
+    return NULL;
 }
+
+void linear_screen_free(linear_screen_t *s) {
+    if (!s) return;
+    aligned_free(s->q);
+    aligned_free(s->pk);
+    free(s->scale), free(s->comp), free(s->e1), free(s->e2), free(s->q1), free(s->w2), free(s->sc);
+    free(s->gamma);
+    free(s->off_k), free(s->off_n);
+    free(s);
+}
+
+
+size_t linear_screen_bytes(const linear_screen_t *s) { return s->bytes; }
 
 void linear_screen_stats(const linear_screen_t *s, long *rows, long *cands, long *fallbacks) {
     *rows = atomic_load(&s->rows);

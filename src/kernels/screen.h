@@ -22,18 +22,15 @@
 typedef struct linear_screen linear_screen_t;
 
 /* Builds the screen of the float32 layer W (N, K) + bias (N, or NULL; read at every call: it must
- * outlive the screen): the int8 rows with per-row scales as the int8 layers quantize them
- * (quantize_rows_s8), packed for oneDNN where the int8 GEMM is oneDNN's (linear.c), and three bound
- * coefficients per row. W is read during the call only. NULL when out of memory, when K is 0 or
- * too large for the exact int8 product, or when W or bias holds a value that is not finite (no
- * bound then). The screen is read-only after linear_screen_set_exact and may serve several threads. */
-linear_screen_t *linear_screen_new(const float *W, const float *bias, int N, int K);
+ * outlive the screen), whose float32 rows it reads at every call from W (plain, kept by the caller)
+ * or, when W is NULL, from the layer's packed form (gemm_packed.h, read through
+ * gemm_packed_offsets; it must outlive the screen): the int8 rows with per-row scales as the int8
+ * layers quantize them (quantize_rows_s8), packed for oneDNN where the int8 GEMM is oneDNN's
+ * (linear.c), and six bound coefficients per row. NULL when out of memory, when K is 0 or too large
+ * for the exact int8 product, when the packed layout cannot be read, or when W or bias holds a value
+ * that is not finite (no bound then). Read-only after: it may serve several threads. */
+linear_screen_t *linear_screen_new(const float *W, const void *packed, const float *bias, int N, int K);
 void linear_screen_free(linear_screen_t *s);
-
-/* Where the float32 rows are read from at run time: the plain weights W (N, K) (the caller keeps
- * them), or, when W is NULL, the layer's packed form (gemm_packed.h, read through
- * gemm_packed_offsets). Returns 0, or -1 (the screen unusable) when neither can be read. */
-int linear_screen_set_exact(linear_screen_t *s, const float *W, const void *packed);
 
 /* Bytes the screen holds (int8 rows, scales, coefficients, offsets). */
 size_t linear_screen_bytes(const linear_screen_t *s);

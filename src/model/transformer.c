@@ -1009,33 +1009,23 @@ static void release_unused(const transformer_t *m, weights_t *w) {
     trim_heap();
 }
 
-/* The float32 output projection's int8 pre-screen (kernels/screen.h), built from its plain rows
- * while they are still here; TERN_SCREEN=0 turns it off (A/B runs). None for a projection kept
- * for a vocabulary map (its rows are gathered per batch: transformer_set_vocab). Out of memory, or
- * weights that are not finite: no screen, the float32 layer runs as always. */
+/* The float32 output projection's int8 pre-screen (kernels/screen.h), built after the projection
+ * was packed (so the plain rows, given back then, and the screen never coexist: the load's peak
+ * stays) from the rows the step reads: plain if they stayed, else packed. TERN_SCREEN=0 turns it off
+ * (A/B runs). None for a projection kept for a vocabulary map (its rows are gathered per batch:
+ * transformer_set_vocab). Out of memory, or weights that are not finite: no screen, the float32
+ * layer runs as always. */
 static void screen_build(transformer_t *m) {
     const char *env = getenv("TERN_SCREEN");
-    if ((env && !strcmp(env, "0")) || m->keep_proj || m->proj.kind != WEIGHT_F32 || !m->proj.w) return;
-    m->screen = linear_screen_new(m->proj.w, m->proj.bias, m->proj.N, m->proj.K);
-}
-
-/* After packing: the screen reads the candidates' float32 rows from the plain weights if they
- * stayed, else from the packed ones. */
-static void screen_attach(transformer_t *m) {
-    if (!m->screen) return;
-    if (linear_screen_set_exact(m->screen, m->proj.w, m->proj.w ? NULL : m->pk_proj)) {
-        linear_screen_free(m->screen);
-        m->screen = NULL;
-        return;
-    }
-    m->weight_bytes += linear_screen_bytes(m->screen);
+    if ((env && !strcmp(env, "0")) || m->keep_proj || m->proj.kind != WEIGHT_F32) return;
+    m->screen = linear_screen_new(m->proj.w, m->proj.w ? NULL : m->pk_proj, m->proj.bias, m->proj.N, m->proj.K);
+    if (m->screen) m->weight_bytes += linear_screen_bytes(m->screen);
 }
 
 tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
     const char *env = getenv("TERN_GEMM_PACKED");
-    screen_build(m);
     if (env && !strcmp(env, "0")) {
-        screen_attach(m);
+        screen_build(m);
         if (w) release_unused(m, w);
         return TERN_OK;
     }
@@ -1058,7 +1048,7 @@ tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
             return s;
     }
     if (!m->keep_proj && (s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;
-    screen_attach(m);
+    screen_build(m);
     if (w) release_unused(m, w);
     return TERN_OK;
 }

@@ -100,7 +100,7 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
 void transformer_free(transformer_t *m);
 
 /* Packs the linear weights for the GEMM kernel (gemm_packed.h), once, after transformer_build
- * (and first, for a float32 output projection not kept for a vocabulary map, builds its int8
+ * (and then, for a float32 output projection not kept for a vocabulary map, builds its int8
  * pre-screen, m->screen: kernels/screen.h; not when the environment variable TERN_SCREEN is "0"):
  * float32 ones, and int8 ones where the int8 GEMM is oneDNN's (AVX512_VNNI) and w is given (an
  * int8 layer is packed only where its plain q can be given back: nothing else reads it). When w

@@ -100,10 +100,10 @@ static void test_shape(int N, int K, int M, int threads, int use_packed, int wit
         pk = aligned_alloc64(pbytes);
         CHECK(gemm_pack_linear(pk, W, bias, N, K, 0) == 0);
     }
-    linear_screen_t *s = linear_screen_new(W, bias, N, K);
+    /* packed: the screen reads (and quantizes) the rows back from the packed form */
+    linear_screen_t *s = linear_screen_new(pk ? NULL : W, pk, bias, N, K);
     CHECK(s != NULL);
     if (!s) return;
-    CHECK(linear_screen_set_exact(s, pk ? NULL : W, pk) == 0);
     float *x = malloc((size_t)M * K * sizeof(float));
     int *kind = malloc((size_t)M * sizeof(int));
     for (int m = 0; m < M; m++) {
@@ -164,11 +164,10 @@ static void test_shape(int N, int K, int M, int threads, int use_packed, int wit
             b2 = b; /* bias is b: steer it in place, re-pack and rebuild */
             b2[second] += (y[(size_t)m3 * N + best] - y[(size_t)m3 * N + second]) - 1e-6f * fabsf(y[(size_t)m3 * N + best]);
             linear_screen_free(s);
-            s = linear_screen_new(W, bias, N, K);
+            if (pk) CHECK(gemm_pack_linear(pk, W, bias, N, K, 0) == 0);
+            s = linear_screen_new(pk ? NULL : W, pk, bias, N, K);
             CHECK(s != NULL);
             if (!s) break;
-            if (pk) CHECK(gemm_pack_linear(pk, W, bias, N, K, 0) == 0);
-            CHECK(linear_screen_set_exact(s, pk ? NULL : W, pk) == 0);
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++)
                     y[(size_t)m * N + n] = ref_dot(x + (size_t)m * K, W + (size_t)n * K, K, bias[n]);
@@ -233,6 +232,7 @@ int main(void) {
                 test_shape(shapes[i][0], shapes[i][1], shapes[i][2], 1 + (i + bias) % 2, packed, bias);
     /* invalid weights: no screen */
     float w[8] = {1, 2, 3, NAN, 5, 6, 7, 8};
-    CHECK(linear_screen_new(w, NULL, 2, 4) == NULL);
+    CHECK(linear_screen_new(w, NULL, NULL, 2, 4) == NULL);
+    CHECK(linear_screen_new(NULL, NULL, NULL, 2, 4) == NULL);
     return check_report("test_screen");
 }
