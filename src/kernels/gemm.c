@@ -276,6 +276,40 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
     return (const char *)packed + PACKED_HDR_BYTES;
 }
 
+/* Where each weight of a packed float32 layer lies in its weights part (gemm_packed.h): oneDNN's
+ * blocked offset (memory_desc_wrapper::off_v) is offset0 + the sum over the inner blocks, innermost
+ * last, of (index % block) * the product of the blocks inside it + the sum over the dims of
+ * (index / its blocks) * stride: a sum of one term per dimension, so W[n, k] (the element (k, n)
+ * of the (K, N) matrix) lies at off_k[k] + off_n[n]. */
+static int64_t blocked_term(const dnnl_memory_desc_t *md, int dim, int64_t idx) {
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    int64_t off = 0, blk_stride = 1;
+    for (int i = b->inner_nblks - 1; i >= 0; i--) {
+        if (b->inner_idxs[i] == dim) {
+            off += (idx % b->inner_blks[i]) * blk_stride;
+            idx /= b->inner_blks[i];
+        }
+        blk_stride *= b->inner_blks[i];
+    }
+    return off + idx * b->strides[dim];
+}
+
+int gemm_packed_offsets(const void *packed, int64_t *off_k, int64_t *off_n) {
+    const packed_hdr_t *h = packed;
+    const dnnl_memory_desc_t *md = &h->wmd;
+    if (h->s8 || md->format_kind != dnnl_blocked || md->ndims != 2 || md->dims[0] != h->K || md->dims[1] != h->N)
+        return -1;
+    for (int k = 0; k < h->K; k++) off_k[k] = md->offset0 + blocked_term(md, 0, k);
+    for (int n = 0; n < h->N; n++) off_n[n] = blocked_term(md, 1, n);
+    return 0;
+}
+
+float gemm_packed_weight_at(const void *packed, int n, int k) {
+    const packed_hdr_t *h = packed;
+    const float *w = (const float *)((const char *)packed + PACKED_HDR_BYTES);
+    return w[h->wmd.offset0 + blocked_term(&h->wmd, 0, k) + blocked_term(&h->wmd, 1, n)];
+}
+
 /* ---- kernels, made on first use */
 
 typedef struct {

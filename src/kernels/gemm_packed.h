@@ -43,6 +43,15 @@ int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, i
 /* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
 const void *gemm_packed_weights(const void *packed, size_t *bytes);
 
+/* Reading a float32 packed layer's weights back (an exact dot over a few of its rows, e.g. the
+ * output projection's candidates in linear_screen.c): W[n, k] of the layer packed from W (N, K) is
+ * gemm_packed_weight_at(packed, n, k), and lies in gemm_packed_weights() at element
+ * off_k[k] + off_n[n] (off_k: K entries, off_n: N, filled by gemm_packed_offsets, which returns
+ * 0, or -1 for a layout it cannot read: int8, or not oneDNN's blocked kind). A packed form made by
+ * another kernel would extend these two functions. */
+int gemm_packed_offsets(const void *packed, int64_t *off_k, int64_t *off_n);
+float gemm_packed_weight_at(const void *packed, int n, int k);
+
 /* Largest M one kernel call covers; larger M runs in chunks of this many rows. */
 #define GEMM_PACKED_MAX_M 128
 

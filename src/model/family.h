@@ -62,6 +62,13 @@ typedef struct model_family {
      * vocabulary again. NULL when the family cannot (a vocabulary map is then refused at load).
      * The network was built with MODEL_BUILD_VOCAB_MAP. */
     tern_status_t (*set_vocab)(void *state, const int *ids, int n);
+    /* Optional (NULL: the family has no shortcut, step() always writes full rows). on = 1: the
+     * following steps are read only for each row's argmax (greedy search with no scores, no
+     * processors): step() may then write, for tokens that cannot be the largest, any value below
+     * the row's largest (-inf, or an upper bound of theirs), provided the argmax (first index on
+     * ties) is that of the full row; on = 0: full rows again. The
+     * Transformer's float32 output projection uses it (an int8 pre-screen, kernels/screen.h). */
+    tern_status_t (*set_argmax_only)(void *state, int on);
 } model_family_t;
 
 /* build() flags */

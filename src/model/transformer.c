@@ -44,6 +44,10 @@ struct transformer_state {
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
     void *lin_ws;
     size_t lin_ws_cap;
+    /* the output projection's pre-screen (transformer_set_argmax_only) and its workspace */
+    int argmax_only;
+    void *scr_ws;
+    size_t scr_ws_cap;
     /* target vocabulary restriction (transformer_set_vocab): the output projection's rows of the
      * candidates, gathered once per batch; vm.N == 0: the whole vocabulary */
     linear_t vm;
@@ -358,6 +362,7 @@ void transformer_state_free(transformer_state_t *st) {
     aligned_free(st->ctx);
     aligned_free(st->scores);
     aligned_free(st->lin_ws);
+    aligned_free(st->scr_ws);
     free(st);
 }
 
@@ -766,6 +771,19 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     return TERN_OK;
 }
 
+/* The output projection when only the argmax of each row is needed: the int8 pre-screen (exact
+ * logits of the candidates, values below the row's largest elsewhere), or the float32 layer where
+ * it declines. */
+static tern_status_t screened_proj(transformer_state_t *st, float *logits, const float *inp, int R) {
+    const transformer_t *m = st->m;
+    if (grow(&st->scr_ws, &st->scr_ws_cap, linear_screen_workspace_size(m->screen, R)))
+        return tern_error(TERN_ERR_NOMEM, "output projection screen workspace: out of memory");
+    if (linear_screen_forward(logits, inp, m->screen, R, st->scr_ws) >= 0) return TERN_OK;
+    return linear(st, logits, inp, &m->proj, m->pk_proj, R);
+}
+
+void transformer_set_argmax_only(transformer_state_t *st, int on) { st->argmax_only = on != 0; }
+
 static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
 tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
     tern_status_t s;
@@ -795,6 +813,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         out = c.h;
     }
     if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, st->vm_pk_bytes ? st->vm_pk : NULL, c.R));
+    else if (st->argmax_only && m->screen) PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;
     st->n_slots += c.R;
@@ -1010,9 +1029,23 @@ static void release_unused(const transformer_t *m, weights_t *w) {
     trim_heap();
 }
 
+/* The float32 output projection's int8 pre-screen (kernels/screen.h), built after the projection
+ * was packed (so the plain rows, given back then, and the screen never coexist: the load's peak
+ * stays) from the rows the step reads: plain if they stayed, else packed. TERN_SCREEN=0 turns it off
+ * (A/B runs). None for a projection kept for a vocabulary map (its rows are gathered per batch:
+ * transformer_set_vocab). Out of memory, or weights that are not finite: no screen, the float32
+ * layer runs as always. */
+static void screen_build(transformer_t *m) {
+    const char *env = getenv("TERN_SCREEN");
+    if ((env && !strcmp(env, "0")) || m->keep_proj || m->proj.kind != WEIGHT_F32) return;
+    m->screen = linear_screen_new(m->proj.w, m->proj.w ? NULL : m->pk_proj, m->proj.bias, m->proj.N, m->proj.K);
+    if (m->screen) m->weight_bytes += linear_screen_bytes(m->screen);
+}
+
 tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
     const char *env = getenv("TERN_GEMM_PACKED");
     if (env && !strcmp(env, "0")) {
+        screen_build(m);
         if (w) release_unused(m, w);
         return TERN_OK;
     }
@@ -1035,6 +1068,7 @@ tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
             return s;
     }
     if (!m->keep_proj && (s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;
+    screen_build(m);
     if (w) release_unused(m, w);
     return TERN_OK;
 }

@@ -15,6 +15,7 @@
 #define TERN_TRANSFORMER_H
 
 #include "../kernels/kernels.h"
+#include "../kernels/screen.h"
 #include "weights.h"
 
 typedef struct {
@@ -78,6 +79,8 @@ typedef struct {
     const void *pk_proj;      /* proj packed (gemm_packed.h), or NULL */
     int keep_proj;            /* set before transformer_pack: proj stays unpacked (its rows are
                                  gathered by transformer_set_vocab: a vocabulary map) */
+    linear_screen_t *screen;  /* float32 proj: its int8 pre-screen for steps that need only the
+                                 argmax (transformer_set_argmax_only), or NULL */
     int ffn1_relu_packed;     /* packed ffn1 layers apply the ReLU themselves */
     size_t packed_bytes;      /* bytes of packed weights */
     size_t weight_bytes;      /* bytes of weights as run */
@@ -96,7 +99,9 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
                                 float eps);
 void transformer_free(transformer_t *m);
 
-/* Packs the linear weights for the GEMM kernel (gemm_packed.h), once, after transformer_build:
+/* Packs the linear weights for the GEMM kernel (gemm_packed.h), once, after transformer_build
+ * (and then, for a float32 output projection not kept for a vocabulary map, builds its int8
+ * pre-screen, m->screen: kernels/screen.h; not when the environment variable TERN_SCREEN is "0"):
  * float32 ones, and int8 ones where the int8 GEMM is oneDNN's (AVX512_VNNI) and w is given (an
  * int8 layer is packed only where its plain q can be given back: nothing else reads it). When w
  * is given, the plain weight of each packed layer that nothing else uses (no embedding, no other
@@ -126,6 +131,14 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
 /* Sets the next rows: new row i continues old row parent[i] (its cache path) and belongs to
  * sentence sent[i]. R may grow (beam expansion after step 0) or shrink (finished sentences). */
 tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R);
+
+/* on = 1: the following steps need only each row's argmax (greedy search without scores): where
+ * the model has a screen of its float32 output projection (m->screen), step() writes the exact
+ * logit of every token that can be the row's largest and, for every other, a value below the row's
+ * largest logit (the argmax, first index on ties, is that of the full logits); on = 0: full logits
+ * again. Not under a vocabulary
+ * restriction (transformer_set_vocab), which takes precedence. */
+void transformer_set_argmax_only(transformer_state_t *st, int on);
 
 /* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
  * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output

@@ -67,6 +67,10 @@ static tern_status_t tf_set_rows(void *st, const int *parent, const int *sent, i
     return transformer_set_rows(st, parent, sent, R);
 }
 static tern_status_t tf_set_vocab(void *st, const int *ids, int n) { return transformer_set_vocab(st, ids, n); }
+static tern_status_t tf_set_argmax_only(void *st, int on) {
+    transformer_set_argmax_only(st, on);
+    return TERN_OK;
+}
 
 const model_family_t model_family_transformer = {
     .name = "transformer",
@@ -83,4 +87,5 @@ const model_family_t model_family_transformer = {
     .step = tf_step,
     .set_rows = tf_set_rows,
     .set_vocab = tf_set_vocab,
+    .set_argmax_only = tf_set_argmax_only,
 };

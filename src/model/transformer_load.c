@@ -485,6 +485,14 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
 
 void transformer_free(transformer_t *m) {
     if (!m) return;
+    if (m->screen && getenv("TERN_SCREEN_STATS")) {
+        long rows, cands, fallbacks;
+        linear_screen_stats(m->screen, &rows, &cands, &fallbacks);
+        fprintf(stderr, "output projection screen: %ld rows, %ld candidates (%.2f per row), %ld fallbacks, "
+                "float32 layer %s\n", rows, cands, rows ? (double)cands / rows : 0.0, fallbacks,
+                m->pk_proj ? "packed" : "sgemm");
+    }
+    linear_screen_free(m->screen);
     for (int i = 0; i < m->n_owned; i++) aligned_free(m->owned[i]);
     free(m->owned);
     free(m->enc);

@@ -1,7 +1,8 @@
 /*
  * greedy.c — greedy search: argmax over the logits at each step (no softmax unless scores, a
  * length penalty or a processor on log-probabilities ask for it; a model whose step gives log-space
- * scores, as an ensemble's, is taken at its word); finished sentences leave the batch at once.
+ * scores, as an ensemble's, is taken at its word; when nothing but the argmax is read, the model is
+ * told so: decoder_iface_t.set_argmax_only); finished sentences leave the batch at once.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -54,6 +55,12 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N))) return st;
     /* processors on log-probabilities need them: the rows are then normalized in place */
     const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    /* only the argmax of each row is read: the model may skip the rest (an int8 pre-screen), from
+     * the first step the minimum length no longer masks EOS on (that mask needs the runner-up) */
+    int user_logits = 0;
+    for (int i = 0; i < opt->num_procs; i++) user_logits |= opt->procs[i].stage == SEARCH_STAGE_LOGITS;
+    const int argmax_ok = dec->set_argmax_only && !dec->logprobs && !on_logprobs && !opt->need_scores && !user_logits;
+    int argmax_only = 0; /* what the model was last told */
     int *tokens = malloc((size_t)N * sizeof(int));
     int *sent = malloc((size_t)N * sizeof(int));
     int *parent = malloc((size_t)N * sizeof(int));
@@ -80,6 +87,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         if (search_cancelled(opt)) {
             st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
             goto done;
+        }
+        if (argmax_ok && !argmax_only && t >= opt->min_length) {
+            if ((st = dec->set_argmax_only(dec->self, 1))) goto done;
+            argmax_only = 1;
         }
         if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
         proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
@@ -140,6 +151,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         R = R2;
     }
 done:
+    if (argmax_only) {
+        tern_status_t s2 = dec->set_argmax_only(dec->self, 0);
+        if (!st) st = s2;
+    }
     if (st)
         for (int n = 0; n < N; n++) search_result_free(&results[n]);
     proc_chain_free(&chain);

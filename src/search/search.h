@@ -27,6 +27,10 @@ typedef struct {
      * space (an ensemble's combination), used as they are -- except at steps before min_length,
      * where EOS is removed and the rest renormalized by a log-softmax as for logits */
     int logprobs;
+    /* optional (NULL: none): greedy search calls it with 1 when it reads only each row's argmax
+     * (no scores, no processors) and with 0 when it ends; step() may then write, for tokens that
+     * cannot be the row's largest, any smaller value (model_family_t.set_argmax_only) */
+    tern_status_t (*set_argmax_only)(void *self, int on);
 } decoder_iface_t;
 
 typedef struct {

@@ -429,6 +429,7 @@ decoder_iface_t vmap_decoder(vmap_decoder_t *vd, const decoder_iface_t *inner, c
     d.vocab_size = n;
     d.step = vd_step;
     d.set_rows = vd_set_rows;
+    d.set_argmax_only = NULL; /* the restricted projection is already small */
     return d;
 }
 

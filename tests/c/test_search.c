@@ -162,6 +162,8 @@ typedef struct {
     uint64_t hsum[MAXSTEPS][MAXN];
     uint64_t *seen_key;
     int *seen_step;
+    /* set_argmax_only (greedy): on now, the step it was turned on at (-1: never), calls */
+    int argmax_on, argmax_on_at, argmax_calls;
 } mock_t;
 
 #define VIOLATION(m, ...) do { if ((m)->violations++ < 5) { fprintf(stderr, "mock model: "); \
@@ -220,8 +222,25 @@ static tern_status_t mock_step(void *self, const int *tokens, int t, float *logi
         m->rows[t][s]++;
         m->hsum[t][s] += h;
     }
+    /* argmax only: what a screened model may write, -inf for every token but the row's first argmax */
+    for (int r = 0; m->argmax_on && r < m->R; r++) {
+        float *lg = logits + (size_t)r * w->V;
+        int best = 0;
+        for (int v = 1; v < w->V; v++) best = lg[v] > lg[best] ? v : best;
+        for (int v = 0; v < w->V; v++)
+            if (v != best) lg[v] = -INFINITY;
+    }
     m->t_next = t + 1;
     m->nsteps = t + 1;
+    return TERN_OK;
+}
+
+static tern_status_t mock_set_argmax_only(void *self, int on) {
+    mock_t *m = self;
+    if (on && m->argmax_on_at < 0) m->argmax_on_at = m->t_next;
+    if (on == m->argmax_on) VIOLATION(m, "set_argmax_only(%d) twice", on);
+    m->argmax_on = on;
+    m->argmax_calls++;
     return TERN_OK;
 }
 
@@ -273,12 +292,14 @@ static void mock_init(mock_t *m, decoder_iface_t *dec, const world_t *w, int N, 
     for (int i = 0; i < SEEN_CAP; i++) m->seen_step[i] = -1;
     for (int i = 0; i < N; i++) m->sent[i] = i;
     m->R = N;
+    m->argmax_on_at = -1;
     dec->self = m;
     dec->vocab_size = w->V;
     dec->source_len = w->S;
     dec->step = mock_step;
     dec->set_rows = mock_set_rows;
     dec->logprobs = 0; /* logits: the search normalizes them */
+    dec->set_argmax_only = NULL;
 }
 
 static void mock_free(mock_t *m) {
@@ -717,17 +738,25 @@ static void test_greedy(int seeds) {
             steps[n] = ylen[n] + yeos[n];
             maxsteps = steps[n] > maxsteps ? steps[n] : maxsteps;
         }
-        for (int need = 1; need >= 0; need--) {
+        for (int k = 3; k >= 0; k--) {
+            /* need_scores 1/0, without and with the model's argmax-only shortcut (set_argmax_only):
+             * the same tokens; the shortcut is taken from step min_length when no score is needed */
+            int need = k >> 1, hook = k & 1;
             search_options_t o = make_opts(&w, 1, 1, r, TERN_EOS_COMMON, 1, min_length);
             o.need_scores = need;
             mock_t m;
             decoder_iface_t dec;
             mock_init(&m, &dec, &w, N, NULL, 1);
+            if (hook) dec.set_argmax_only = mock_set_argmax_only;
             search_result_t *res = results_new(N);
             tern_status_t st = greedy_search(&dec, N, max_len, &o, res);
-            snprintf(ctx, sizeof ctx, "greedy seed %d need_scores %d", seed, need);
+            snprintf(ctx, sizeof ctx, "greedy seed %d need_scores %d argmax hook %d", seed, need, hook);
             CHECK_EQ_INT(st, TERN_OK);
             CHECK_EQ_INT(m.violations, 0);
+            int on_at = hook && !need && maxsteps > min_length ? min_length : -1;
+            CHECK_MSG(m.argmax_on_at == on_at, "%s: argmax only from step %d, expected %d", ctx, m.argmax_on_at, on_at);
+            CHECK_MSG(m.argmax_on == 0 && m.argmax_calls == (on_at >= 0 ? 2 : 0), "%s: argmax only left on (%d calls)",
+                      ctx, m.argmax_calls);
             CHECK_EQ_INT(m.nsteps, maxsteps);
             for (int n = 0; st == TERN_OK && n < N; n++) {
                 CHECK_EQ_INT(res[n].n, 1);
