@@ -17,6 +17,11 @@
  *
  * The workspace (activations saved for the backward pass, gradient scratch) is sized once for
  * the largest batch and reused: no allocation per batch.
+ *
+ * Padded target positions are not computed: the forward pass sorts the batch's sentences by
+ * target length and runs the decoder on groups of sentences each padded only to its own longest
+ * target (Mr = sum B_g·T_g <= B·T rows; model.c explains the layout). Loss and gradients are
+ * those of the padded batch up to float summation order; dropout masks follow the grouped layout.
  */
 #ifndef TERN_TRAIN_MODEL_H
 #define TERN_TRAIN_MODEL_H
@@ -162,9 +167,17 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **ws, const tmodel_t *m, int max_src_tok
                             int max_tgt_tokens, int max_S, int max_T);
 void tmodel_ws_free(tmodel_ws_t *ws);
 size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
-/* (B·T, Vt) output probabilities of the last forward pass (row b·T + t; rows with a padding
- * target are 0); valid until tmodel_backward, which overwrites them with their gradient. */
-const float *tmodel_ws_probs(const tmodel_ws_t *ws);
+/* The (Vt) output probabilities of the last forward pass at sentence b (the caller's order),
+ * position t; 0 where the target is padding; NULL for a padded position that was not computed
+ * (past the longest target of b's group, so every such position has a padding target). Valid
+ * until tmodel_backward, which overwrites them with their gradient. */
+const float *tmodel_ws_prob_row(const tmodel_ws_t *ws, int b, int t);
+/* Target groups on (1, the default) or off (0: the decoder runs on the whole B x T batch as given,
+ * unsorted; for tests and benchmarks). Takes effect at the next tmodel_forward. */
+void tmodel_ws_set_target_groups(tmodel_ws_t *ws, int on);
+/* The decoder rows of the last forward pass (sum B_g·T_g; B·T without groups), and in *groups
+ * (may be NULL) the number of groups. */
+int tmodel_ws_decoder_rows(const tmodel_ws_t *ws, int *groups);
 
 /* loss: sum over target tokens of the label-smoothed loss; nll: of -log p(y); ntokens: non-padding
  * target tokens. */
