@@ -676,10 +676,10 @@ static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, 
 
 /* ------------------------------------------------------------------ target groups */
 
-/* The cost of a group in decoder rows (its attention calls and embedding call): small beside a
- * row's GEMM work, it only keeps the cut from making a group of every distinct length for
+/* The cost of a group in decoder rows, TMODEL_GROUP_COST (its attention and embedding calls): small
+ * beside a row's GEMM work, it only keeps the cut from making a group of every distinct length for
  * nothing. */
-#define GROUP_COST 4
+#define GROUP_COST TMODEL_GROUP_COST
 
 /* Sorts the batch's sentences by target length, cuts them into groups and lays out the decoder's
  * rows group after group (see the top of this file): fills ws->perm, src (sorted), src_len,

@@ -172,6 +172,9 @@ size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
  * (past the longest target of b's group, so every such position has a padding target). Valid
  * until tmodel_backward, which overwrites them with their gradient. */
 const float *tmodel_ws_prob_row(const tmodel_ws_t *ws, int b, int t);
+/* The cost of one target group, in decoder rows: the forward pass picks the cut into groups of
+ * the length-sorted batch that minimizes sum B_g·T_g + TMODEL_GROUP_COST·G. */
+#define TMODEL_GROUP_COST 4
 /* Target groups on (1, the default) or off (0: the decoder runs on the whole B x T batch as given,
  * unsorted; for tests and benchmarks). Takes effect at the next tmodel_forward. */
 void tmodel_ws_set_target_groups(tmodel_ws_t *ws, int on);
