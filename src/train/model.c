@@ -3,7 +3,8 @@
  * and the forward and backward passes of a batch (see model.h).
  *
  * Legend: B sentences, S source length, T target length, C channels, H heads, F feed-forward
- * width, Vs/Vt vocabularies, Le/Ld layers, P position rows, Ms = B·S, Mt = B·T rows.
+ * width, Vs/Vt vocabularies, Le/Ld layers, P position rows, Ms = B·S, Mt = B·T rows (the decoder
+ * runs Mr <= Mt of them: target groups, below).
  *
  * A sublayer (self-attention, cross-attention, feed-forward) f with input x is, in
  *   pre-norm:  ln = LN(x);  sum = x + dropout(f(ln));  output sum
@@ -369,12 +370,12 @@ struct tmodel_ws {
     float *d_x0;                       /* (Mt, C) */
     float *d_ln1, *d_ln1_mean, *d_ln1_rstd;
     float *d_qkv;                      /* (Ld, Mt, 3C) */
-    float *d_att;                      /* (Ld, B, H, T, T) */
+    float *d_att;                      /* (Ld, groups g: (B_g, H, T_g, T_g)) */
     float *d_ctx, *d_sum1;             /* (Ld, Mt, C) */
     float *d_ln2, *d_ln2_mean, *d_ln2_rstd;
     float *d_q;                        /* (Ld, Mt, C) cross-attention queries */
     float *d_kv;                       /* (Ld, Ms, 2C) cross-attention keys, values */
-    float *d_catt;                     /* (Ld, B, H, T, S) */
+    float *d_catt;                     /* (Ld, groups g: (B_g, H, T_g, S)) */
     float *d_cctx, *d_sum2;            /* (Ld, Mt, C) */
     float *d_ln3, *d_ln3_mean, *d_ln3_rstd;
     float *d_fc, *d_h;                 /* (Ld, Mt, F) */

@@ -5,7 +5,7 @@
  * Legend: B sentences in a batch, S source length, T target length (both padded), C channels
  * (model width), H heads, D = C / H, F feed-forward width, Vs/Vt source/target vocabulary,
  * Le/Ld encoder/decoder layers, P rows of the position tables (longest sentence),
- * Ms = B·S and Mt = B·T rows.
+ * Ms = B·S and Mt = B·T rows (the decoder computes Mr <= Mt of them, below).
  *
  * The parameters are those of CTranslate2's TransformerSpec, with its names and shapes
  * (fused QKV [3C, C] in self-attention, cross-attention Q [C, C] and fused KV [2C, C]), so that a
