@@ -13,14 +13,17 @@
  *       One forward pass of batch 0 without dropout: prints {"loss_sum": .., "nll_sum": ..,
  *       "ntokens": ..} (the "same computation" check against PyTorch).
  *   bench_train run IN.safetensors --threads T --warmup W --updates N --dropout P
- *                   [--precision float32|bfloat16]
+ *                   [--precision float32|bfloat16] [--no-target-groups]
  *       W + N full updates (forward, backward, clipping at norm 1, AdamW step with fairseq's
  *       inverse_sqrt), update u on batch u % K, dropout P on embeddings, sublayer outputs,
  *       attention weights and the feed-forward activation. Prints, as JSON, the target tokens
  *       (non-padding) and seconds of the last N updates, and their tokens/s.
  *       bfloat16 needs a build with TERN_HAVE_BF16_TRAIN; else it prints {"error": "not built"}
  *       and exits with status 3. Also "gemm_gflop": the float32 GEMM work of the timed updates
- *       (every gemm_f32 product, 2·M·N·K; gemm_count_flops).
+ *       (every gemm_f32 product, 2·M·N·K; gemm_count_flops), and "decoder_rows" / "padded_rows":
+ *       the decoder rows the timed updates computed (target groups, src/train/model.c) and B·T.
+ *       --no-target-groups runs the decoder on the whole padded B x T batches instead
+ *       (tmodel_ws_set_target_groups(ws, 0)): the A/B of the grouping in one binary.
  *   bench_train peak [--threads T] [--rows M] [--shapes NxK,...] [--seconds S]
  *       The float32 GEMM peak of the library gemm_f32 calls, on a linear layer's three training
  *       products at M rows (peak_mode below): GFLOP per CPU second and per wall second.
@@ -259,6 +262,9 @@ static int run_mode(int argc, char **argv) {
     int updates = atoi(arg(argc, argv, "--updates", "10"));
     float dropout = (float)atof(arg(argc, argv, "--dropout", "0.1"));
     const char *prec = arg(argc, argv, "--precision", "float32");
+    int no_groups = 0;
+    for (int i = 3; i < argc; i++)
+        if (!strcmp(argv[i], "--no-target-groups")) no_groups = 1;
     int bf16 = !strcmp(prec, "bfloat16");
     if (!bf16 && strcmp(prec, "float32")) {
         fprintf(stderr, "bench_train: --precision float32 or bfloat16\n");
@@ -271,6 +277,7 @@ static int run_mode(int argc, char **argv) {
     int K;
     tmodel_ws_t *ws;
     if (load(argv[2], &w, &m, &bt, &K, &ws, dropout, bf16)) return 1;
+    if (no_groups) tmodel_ws_set_target_groups(ws, 0);
     lr_schedule_t sched = {0};
     sched.kind = LR_INVERSE_SQRT;
     sched.lr = 5e-4f;
@@ -281,7 +288,7 @@ static int run_mode(int argc, char **argv) {
     ac.decoupled = 1;
     adam_t adam;
     if (adam_init(&adam, m.n_params, &ac)) return fail("adam");
-    long long tokens = 0;
+    long long tokens = 0, dec_rows = 0, padded_rows = 0;
     double t0 = 0, c0 = 0, first_loss = 0;
     for (int u = 0; u < warmup + updates; u++) {
         if (u == warmup) {
@@ -298,15 +305,19 @@ static int run_mode(int argc, char **argv) {
         clip_grad_norm(m.grads, m.n_params, 1.0f);
         adam_step(&adam, m.params, m.grads, (float)lr_at(&sched, u));
         if (u == 0) first_loss = L.loss / L.ntokens;
-        if (u >= warmup) tokens += L.ntokens;
+        if (u >= warmup) {
+            tokens += L.ntokens;
+            dec_rows += tmodel_ws_decoder_rows(ws, NULL);
+            padded_rows += (long long)b->B * b->T;
+        }
     }
     double sec = now() - t0, cpu = cpu_now() - c0;
     double gflop = (double)gemm_flops_counted() * 1e-9; /* float32 GEMMs of the timed updates (bf16: 0) */
     gemm_count_flops(0);
     printf("{\"engine\": \"tern\", \"precision\": \"%s\", \"threads\": %d, \"tokens\": %lld, \"seconds\": %.6f, "
            "\"tok_per_s\": %.3f, \"cpu_seconds\": %.6f, \"tok_per_cpu_s\": %.3f, \"first_loss\": %.6f, "
-           "\"gemm_gflop\": %.6f}\n",
-           prec, threads, tokens, sec, tokens / sec, cpu, tokens / cpu, first_loss, gflop);
+           "\"gemm_gflop\": %.6f, \"decoder_rows\": %lld, \"padded_rows\": %lld}\n",
+           prec, threads, tokens, sec, tokens / sec, cpu, tokens / cpu, first_loss, gflop, dec_rows, padded_rows);
     adam_free(&adam);
     tmodel_ws_free(ws);
     tmodel_free(&m);

@@ -8,6 +8,9 @@
   Four configurations cover pre-/post-norm, ReLU / GELU (erf) / GELU (tanh), shared / tied /
   separate embeddings, sinusoidal / learned positions, projection bias, label smoothing 0 / 0.1
   and padded sources and targets.
+* One step on a batch of very uneven target lengths (seven sentences of 1-3 target tokens beside
+  one of 16), where Tern's decoder computes only the target groups' rows (src/train/model.c: 31
+  rows instead of 8 x 16 = 128): the same tolerances, in two configurations.
 * A 200-update trajectory of a tiny model on a learnable toy task with AdamW (decoupled weight
   decay), fairseq's inverse_sqrt schedule with warm-up from 1e-7, and clipping at norm 1: the
   per-update mean losses stay within TRAJ_TOL (relative) of PyTorch's at every update, and the
@@ -116,6 +119,27 @@ def test_one_step_matches_pytorch(name, tmp_path, driver, torch_python):
     c = STEP_CONFIGS[name]
     tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(c, rng),
                                LOSS_TOL, ref_timeout=300)
+    names = tensor_shapes(c)
+    assert set(tern) == set(names), "the driver wrote other tensors than the layout"
+    compare_grads(name, tern, meta, ref, names, GRAD_TOL)
+
+
+UNEVEN = dict(S=9, T=16, lens_src=[3, 9, 5, 2, 7, 1, 4, 6], lens_tgt=[2, 1, 3, 16, 1, 2, 3, 1])
+UNEVEN_CONFIGS = {
+    "uneven-prenorm-relu-shared-tied-sinusoid": base_config(),
+    "uneven-postnorm-gelu-untied-learned-bias": STEP_CONFIGS["postnorm-gelu-untied-learned-bias"],
+}
+
+
+@pytest.mark.parametrize("name", list(UNEVEN_CONFIGS))
+def test_uneven_targets_match_pytorch(name, tmp_path, driver, torch_python):
+    """Padded target positions are not computed (target groups): loss and every gradient still
+    PyTorch's, which computes the padded 8 x 16 batch."""
+    c = UNEVEN_CONFIGS[name]
+    tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(c, rng),
+                               LOSS_TOL, ref_timeout=300, lengths=UNEVEN)
+    print(f"{name}: Tern's decoder computed {int(meta['decoder_rows'])} rows of the padded 8 x 16")
+    assert int(meta["decoder_rows"]) < 8 * 16 // 2, meta["decoder_rows"]
     names = tensor_shapes(c)
     assert set(tern) == set(names), "the driver wrote other tensors than the layout"
     compare_grads(name, tern, meta, ref, names, GRAD_TOL)

@@ -3,7 +3,8 @@
  * and the forward and backward passes of a batch (see model.h).
  *
  * Legend: B sentences, S source length, T target length, C channels, H heads, F feed-forward
- * width, Vs/Vt vocabularies, Le/Ld layers, P position rows, Ms = B·S, Mt = B·T rows.
+ * width, Vs/Vt vocabularies, Le/Ld layers, P position rows, Ms = B·S, Mt = B·T rows (the decoder
+ * runs Mr <= Mt of them: target groups, below).
  *
  * A sublayer (self-attention, cross-attention, feed-forward) f with input x is, in
  *   pre-norm:  ln = LN(x);  sum = x + dropout(f(ln));  output sum
@@ -11,6 +12,23 @@
  * The workspace keeps ln (with its mean and rstd), sum, and f's own activations per layer.
  * The backward pass keeps one gradient buffer for the residual stream of each side (g_res_*)
  * into which every branch accumulates (all backward layers add, never assign).
+ *
+ * Target groups: the decoder does not compute padded target positions. tmodel_forward sorts the
+ * batch's sentences by target length (the last non-padding target + 1; stable, longest first;
+ * the encoder runs on the sorted batch) and cuts them into groups g of B_g sentences padded to
+ * T_g, the longest target of the group (group_batch: the cut that minimizes sum B_g·T_g +
+ * GROUP_COST·G). The decoder's rows are the groups one after the other (group g's B_g x T_g rows
+ * contiguous, Mr = sum B_g·T_g rows in all), so every row-wise operation (embedding, layer norms,
+ * dropout, linear layers, output projection, loss) runs once over the Mr rows and only the
+ * embedding's positions and the attention (causal self-attention within a group; cross-attention
+ * of group g against the encoder rows of its sentences) run group by group. Rows past a
+ * sentence's own length in its group are padding, computed as before and ignored by the loss.
+ * The result is the same as over the padded B x T batch up to float summation order: with right
+ * padding and causal self-attention, real positions never see later positions, and the loss
+ * ignores padding targets. Dropout masks are keyed by element index in the grouped layout (and
+ * group g > 0 of an attention site by its own key), so they differ from an ungrouped run's.
+ * tmodel_ws_set_target_groups(ws, 0) turns grouping off: one group of the batch as given (B x T,
+ * unsorted), today's computation exactly.
  */
 #include "model.h"
 #include "lowp.h"
@@ -352,12 +370,12 @@ struct tmodel_ws {
     float *d_x0;                       /* (Mt, C) */
     float *d_ln1, *d_ln1_mean, *d_ln1_rstd;
     float *d_qkv;                      /* (Ld, Mt, 3C) */
-    float *d_att;                      /* (Ld, B, H, T, T) */
+    float *d_att;                      /* (Ld, groups g: (B_g, H, T_g, T_g)) */
     float *d_ctx, *d_sum1;             /* (Ld, Mt, C) */
     float *d_ln2, *d_ln2_mean, *d_ln2_rstd;
     float *d_q;                        /* (Ld, Mt, C) cross-attention queries */
     float *d_kv;                       /* (Ld, Ms, 2C) cross-attention keys, values */
-    float *d_catt;                     /* (Ld, B, H, T, S) */
+    float *d_catt;                     /* (Ld, groups g: (B_g, H, T_g, S)) */
     float *d_cctx, *d_sum2;            /* (Ld, Mt, C) */
     float *d_ln3, *d_ln3_mean, *d_ln3_rstd;
     float *d_fc, *d_h;                 /* (Ld, Mt, F) */
@@ -373,10 +391,23 @@ struct tmodel_ws {
     float *g_big1, *g_big2;            /* (max(Ms, Mt), max(3C, F)) */
     float *g_kv;                       /* (Ms, 2C) */
     float *g_att;                      /* the largest attention (B, H, Tq, Tk); dropout scratch too */
-    /* the batch of the last forward */
-    int *src, *tgt_in, *tgt_out;       /* (Ms), (Mt), (Mt) */
-    int *src_len;                      /* (max(Ms, 1)) */
+    /* the batch of the last forward, sentences in sorted order */
+    int *src, *tgt_in, *tgt_out;       /* (Ms) sorted (B, S); (Mt), (Mt) decoder rows (Mr used) */
+    int *src_len;                      /* (cap_b) source lengths, sorted order */
     int B, S, T, train, ready;
+    int Vt;                            /* the model's target vocabulary (rows of probs) */
+    /* target groups (see the top of this file) */
+    int grouping;                      /* 1 (default) or 0: one group, the batch as given */
+    int cap_b;                         /* sentences: min(max_src_tokens, max_tgt_tokens) */
+    int *perm;                         /* (cap_b) sorted position k -> the caller's sentence */
+    int *tlen;                         /* (cap_b) decoder rows each caller's sentence needs */
+    int *src_len0;                     /* (cap_b) source lengths, the caller's order */
+    int *sent_row, *sent_T;            /* (cap_b) caller's sentence b: first decoder row, rows (T_g) */
+    int G, Mr;                         /* groups; decoder rows sum B_g·T_g */
+    int *grp_b0, *grp_B, *grp_T, *grp_row; /* (max_T + 1) group g: first sorted sentence, B_g, T_g, first row */
+    size_t *grp_att, *grp_catt;        /* (max_T + 1) offsets of group g's self-/cross-attention (H·B_g·T_g·Tk) */
+    int *len_cnt, *run0, *dp_from;     /* (max_T + 2) scratch of group_batch */
+    long long *dp_cost;                /* (max_T + 2) */
     uint64_t seed, step;
     tmodel_backward_hook_t hook;       /* backward progress (dist.h), or NULL */
     void *hook_user;
@@ -445,8 +476,29 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
     ws->src = malloc(Ms * sizeof(int));
     ws->tgt_in = malloc(Mt * sizeof(int));
     ws->tgt_out = malloc(Mt * sizeof(int));
-    ws->src_len = malloc(Ms * sizeof(int));
-    if (!ws->src || !ws->tgt_in || !ws->tgt_out || !ws->src_len) {
+    ws->grouping = 1;
+    ws->Vt = c->tgt_vocab;
+    ws->cap_b = max_src_tokens < max_tgt_tokens ? max_src_tokens : max_tgt_tokens;
+    size_t nb = (size_t)ws->cap_b, ng = T + 2;
+    ws->src_len = malloc(nb * sizeof(int));
+    ws->perm = malloc(nb * sizeof(int));
+    ws->tlen = malloc(nb * sizeof(int));
+    ws->src_len0 = malloc(nb * sizeof(int));
+    ws->sent_row = malloc(nb * sizeof(int));
+    ws->sent_T = malloc(nb * sizeof(int));
+    ws->grp_b0 = malloc(ng * sizeof(int));
+    ws->grp_B = malloc(ng * sizeof(int));
+    ws->grp_T = malloc(ng * sizeof(int));
+    ws->grp_row = malloc(ng * sizeof(int));
+    ws->grp_att = malloc(ng * sizeof(size_t));
+    ws->grp_catt = malloc(ng * sizeof(size_t));
+    ws->len_cnt = malloc(ng * sizeof(int));
+    ws->run0 = malloc(ng * sizeof(int));
+    ws->dp_from = malloc(ng * sizeof(int));
+    ws->dp_cost = malloc(ng * sizeof(long long));
+    if (!ws->src || !ws->tgt_in || !ws->tgt_out || !ws->src_len || !ws->perm || !ws->tlen || !ws->src_len0 ||
+        !ws->sent_row || !ws->sent_T || !ws->grp_b0 || !ws->grp_B || !ws->grp_T || !ws->grp_row || !ws->grp_att ||
+        !ws->grp_catt || !ws->len_cnt || !ws->run0 || !ws->dp_from || !ws->dp_cost) {
         tmodel_ws_free(ws);
         return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
     }
@@ -474,6 +526,21 @@ void tmodel_ws_free(tmodel_ws_t *ws) {
     free(ws->tgt_in);
     free(ws->tgt_out);
     free(ws->src_len);
+    free(ws->perm);
+    free(ws->tlen);
+    free(ws->src_len0);
+    free(ws->sent_row);
+    free(ws->sent_T);
+    free(ws->grp_b0);
+    free(ws->grp_B);
+    free(ws->grp_T);
+    free(ws->grp_row);
+    free(ws->grp_att);
+    free(ws->grp_catt);
+    free(ws->len_cnt);
+    free(ws->run0);
+    free(ws->dp_from);
+    free(ws->dp_cost);
     free(ws);
 }
 
@@ -481,7 +548,17 @@ size_t tmodel_ws_bytes(const tmodel_ws_t *ws) {
     return ws->n_floats * sizeof(float) + (ws->lowp ? lowp_ws_bytes(ws->lowp) : 0);
 }
 
-const float *tmodel_ws_probs(const tmodel_ws_t *ws) { return ws->probs; }
+const float *tmodel_ws_prob_row(const tmodel_ws_t *ws, int b, int t) {
+    if (b < 0 || b >= ws->B || t < 0 || t >= ws->sent_T[b]) return NULL;
+    return ws->probs + (size_t)(ws->sent_row[b] + t) * (size_t)ws->Vt;
+}
+
+void tmodel_ws_set_target_groups(tmodel_ws_t *ws, int on) { ws->grouping = on != 0; }
+
+int tmodel_ws_decoder_rows(const tmodel_ws_t *ws, int *groups) {
+    if (groups) *groups = ws->G;
+    return ws->Mr;
+}
 
 /* ------------------------------------------------------------------ sublayer helpers */
 
@@ -598,6 +675,140 @@ static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, 
     else nn_linear_backward(dinp, dw, db, dout, inp, w, M, K, N);
 }
 
+/* ------------------------------------------------------------------ target groups */
+
+/* The cost of a group in decoder rows, TMODEL_GROUP_COST (its attention and embedding calls): small
+ * beside a row's GEMM work, it only keeps the cut from making a group of every distinct length for
+ * nothing. */
+#define GROUP_COST TMODEL_GROUP_COST
+
+/* Sorts the batch's sentences by target length, cuts them into groups and lays out the decoder's
+ * rows group after group (see the top of this file): fills ws->perm, src (sorted), src_len,
+ * tlen, the groups, sent_row/sent_T, tgt_in/tgt_out (rows) and Mr. With grouping off: the batch
+ * as given, one group of B x T. */
+static void group_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in, const int *tgt_out,
+                        int B, int S, int T) {
+    int pad = m->cfg.pad_id;
+    for (int b = 0; b < B; b++) { /* rows sentence b needs: through its last non-padding target (>= 1) */
+        int L = T;
+        while (L > 1 && tgt_out[(size_t)b * T + L - 1] == pad) L--;
+        ws->tlen[b] = L;
+    }
+    if (!ws->grouping) {
+        for (int b = 0; b < B; b++) ws->perm[b] = b;
+        ws->G = 1;
+        ws->grp_b0[0] = 0; ws->grp_B[0] = B; ws->grp_T[0] = T;
+    } else {
+        /* stable counting sort, longest first */
+        int *cnt = ws->len_cnt;
+        memset(cnt, 0, (size_t)(T + 1) * sizeof(int));
+        for (int b = 0; b < B; b++) cnt[ws->tlen[b]]++;
+        for (int L = T, pos = 0; L >= 1; L--) {
+            int n = cnt[L];
+            cnt[L] = pos;
+            pos += n;
+        }
+        for (int b = 0; b < B; b++) ws->perm[cnt[ws->tlen[b]]++] = b;
+        /* Runs of equal length (some optimal cut starts its groups at run starts only: moving a
+         * boundary inside a run to the run's start moves sentences into a group no longer than
+         * theirs). run r covers sorted sentences [run0[r], run0[r + 1]). */
+        int R = 0;
+        for (int k = 0; k < B; k++)
+            if (k == 0 || ws->tlen[ws->perm[k]] != ws->tlen[ws->perm[k - 1]]) ws->run0[R++] = k;
+        ws->run0[R] = B;
+        /* dp_cost[r]: the cheapest cut of runs [0, r); a group of runs [q, r) costs
+         * (run0[r] - run0[q]) · (length of run q) + GROUP_COST */
+        long long *cost = ws->dp_cost;
+        cost[0] = 0;
+        for (int r = 1; r <= R; r++) {
+            cost[r] = -1;
+            for (int q = 0; q < r; q++) {
+                long long cq = cost[q] + (long long)(ws->run0[r] - ws->run0[q]) * ws->tlen[ws->perm[ws->run0[q]]] +
+                               GROUP_COST;
+                if (cost[r] < 0 || cq < cost[r]) cost[r] = cq, ws->dp_from[r] = q;
+            }
+        }
+        int G = 0;
+        for (int r = R; r > 0; r = ws->dp_from[r]) G++;
+        ws->G = G;
+        for (int r = R, g = G - 1; r > 0; r = ws->dp_from[r], g--) {
+            int q = ws->dp_from[r];
+            ws->grp_b0[g] = ws->run0[q];
+            ws->grp_B[g] = ws->run0[r] - ws->run0[q];
+            ws->grp_T[g] = ws->tlen[ws->perm[ws->run0[q]]];
+        }
+    }
+    /* the sorted sources; the decoder rows */
+    int H = m->cfg.heads, row = 0;
+    size_t att = 0, catt = 0;
+    for (int g = 0; g < ws->G; g++) {
+        int Tg = ws->grp_T[g];
+        ws->grp_row[g] = row;
+        ws->grp_att[g] = att;
+        ws->grp_catt[g] = catt;
+        att += (size_t)H * ws->grp_B[g] * Tg * Tg;
+        catt += (size_t)H * ws->grp_B[g] * Tg * S;
+        for (int k = ws->grp_b0[g]; k < ws->grp_b0[g] + ws->grp_B[g]; k++) {
+            int b = ws->perm[k];
+            memcpy(ws->src + (size_t)k * S, src + (size_t)b * S, (size_t)S * sizeof(int));
+            ws->src_len[k] = ws->src_len0[b];
+            ws->sent_row[b] = row;
+            ws->sent_T[b] = Tg;
+            memcpy(ws->tgt_in + row, tgt_in + (size_t)b * T, (size_t)Tg * sizeof(int));
+            memcpy(ws->tgt_out + row, tgt_out + (size_t)b * T, (size_t)Tg * sizeof(int));
+            row += Tg;
+        }
+    }
+    ws->Mr = row;
+}
+
+/* The dropout key of group g of an attention site: group 0 keeps the site's key (one group is the
+ * ungrouped computation), the others get their own (each call numbers its elements from 0). */
+static uint64_t group_key(uint64_t key, int g) { return g ? rng_mix64(key ^ rng_mix64((uint64_t)g)) : key; }
+
+typedef enum { ATT_ENC, ATT_DEC_SELF, ATT_DEC_CROSS } att_kind_t;
+
+/* nn_attention_forward over the batch: the encoder's self-attention in one call (sorted batch,
+ * source lengths); the decoder's causal self-attention and its cross-attention (q: decoder rows,
+ * k/v: encoder rows) group by group. att: this layer's saved probabilities. */
+static void attention_fwd(const tmodel_t *m, tmodel_ws_t *ws, att_kind_t kind, float *out, float *att,
+                          const float *q, int ldq, const float *k, const float *v, int ldkv, float p, uint64_t key) {
+    int C = m->cfg.d, H = m->cfg.heads, S = ws->S;
+    if (kind == ATT_ENC) {
+        nn_attention_forward(out, att, ws->g_att, q, ldq, k, v, ldkv, ws->src_len, ws->B, S, S, C, H, 0, p, key);
+        return;
+    }
+    int self = kind == ATT_DEC_SELF;
+    for (int g = 0; g < ws->G; g++) {
+        size_t r0 = (size_t)ws->grp_row[g], a0 = self ? ws->grp_att[g] : ws->grp_catt[g];
+        size_t k0 = self ? r0 : (size_t)ws->grp_b0[g] * S;
+        int Tg = ws->grp_T[g];
+        nn_attention_forward(out + r0 * C, att + a0, ws->g_att + a0, q + r0 * ldq, ldq, k + k0 * ldkv, v + k0 * ldkv,
+                             ldkv, self ? NULL : ws->src_len + ws->grp_b0[g], ws->grp_B[g], Tg, self ? Tg : S, C, H,
+                             self, p, group_key(key, g));
+    }
+}
+
+/* nn_attention_backward over the batch, the calls of attention_fwd: dq, dk, dv += (dout: ws->g_ctx). */
+static void attention_bwd(const tmodel_t *m, tmodel_ws_t *ws, att_kind_t kind, float *dq, float *dk, float *dv,
+                          const float *q, int ldq, const float *k, const float *v, int ldkv, const float *att, float p,
+                          uint64_t key) {
+    int C = m->cfg.d, H = m->cfg.heads, S = ws->S;
+    if (kind == ATT_ENC) {
+        nn_attention_backward(dq, dk, dv, ws->g_att, ws->g_ctx, q, ldq, k, v, ldkv, att, ws->B, S, S, C, H, p, key);
+        return;
+    }
+    int self = kind == ATT_DEC_SELF;
+    for (int g = 0; g < ws->G; g++) {
+        size_t r0 = (size_t)ws->grp_row[g], a0 = self ? ws->grp_att[g] : ws->grp_catt[g];
+        size_t k0 = self ? r0 : (size_t)ws->grp_b0[g] * S;
+        int Tg = ws->grp_T[g];
+        nn_attention_backward(dq + r0 * ldq, dk + k0 * ldkv, dv + k0 * ldkv, ws->g_att + a0, ws->g_ctx + r0 * C,
+                              q + r0 * ldq, ldq, k + k0 * ldkv, v + k0 * ldkv, ldkv, att + a0, ws->grp_B[g], Tg,
+                              self ? Tg : S, C, H, p, group_key(key, g));
+    }
+}
+
 /* ------------------------------------------------------------------ forward */
 
 static tern_status_t check_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *src, const int *tgt_in,
@@ -622,7 +833,7 @@ static tern_status_t check_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *
             if (i > len && tok != pad)
                 return tern_error(TERN_ERR_INVALID_ARG, "training batch: source sentence %d is not right-padded", b);
         }
-        ws->src_len[b] = len;
+        ws->src_len0[b] = len;
         for (int t = 0; t < T; t++) {
             int a = tgt_in[b * T + t], y = tgt_out[b * T + t];
             if (a < 0 || a >= c->tgt_vocab || y < 0 || y >= c->tgt_vocab)
@@ -630,9 +841,7 @@ static tern_status_t check_batch(const tmodel_t *m, tmodel_ws_t *ws, const int *
                                   "(%d -> %d) outside [0, %d)", t, b, a, y, c->tgt_vocab);
         }
     }
-    memcpy(ws->src, src, (size_t)B * S * sizeof(int));
-    memcpy(ws->tgt_in, tgt_in, (size_t)B * T * sizeof(int));
-    memcpy(ws->tgt_out, tgt_out, (size_t)B * T * sizeof(int));
+    group_batch(m, ws, src, tgt_in, tgt_out, B, S, T);
     return TERN_OK;
 }
 
@@ -649,7 +858,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
     }
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
-    int C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T, Vt = c->tgt_vocab;
+    int C = c->d, F = c->ff, Ms = B * S, Mt = ws->Mr, Vt = c->tgt_vocab;
     size_t C1 = (size_t)C;
     ws->B = B; ws->S = S; ws->T = T; ws->train = train; ws->seed = seed; ws->step = step;
     float drop = train ? c->dropout : 0.0f, adrop = train ? c->attn_dropout : 0.0f, hdrop = train ? c->act_dropout : 0.0f;
@@ -664,8 +873,8 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt, *ctx = ws->e_ctx + l * ws->s_msc;
         const float *in = sub_pre(m, &s0, x, Ms);
         lin_fwd(m, ws, qkv, in, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, Ms, C, 3 * C);
-        nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, ws->src_len, B, S, S, C,
-                             H, 0, adrop, site_key(ws, 0, l, SITE_ATT));
+        attention_fwd(m, ws, ATT_ENC, ctx, att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, adrop,
+                      site_key(ws, 0, l, SITE_ATT));
         lin_fwd(m, ws, s0.sum, ctx, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, Ms, C, C);
         x = sub_post(m, &s0, x, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
 
@@ -683,8 +892,10 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         enc_out = ws->e_lnf;
     }
 
-    /* decoder */
-    nn_embedding_forward(ws->d_x0, ws->tgt_in, p->dec_emb, m->dec_pos_table, B, T, C, escale, c->pad_id);
+    /* decoder: Mt = Mr rows, the groups one after the other */
+    for (int g = 0; g < ws->G; g++)
+        nn_embedding_forward(ws->d_x0 + (size_t)ws->grp_row[g] * C, ws->tgt_in + ws->grp_row[g], p->dec_emb,
+                             m->dec_pos_table, ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
     nn_dropout_forward(ws->d_x0, ws->d_x0, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
     x = ws->d_x0;
     for (int l = 0; l < c->dec_layers; l++) {
@@ -693,8 +904,8 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         float *qkv = ws->d_qkv + l * ws->s_mt3c, *att = ws->d_att + l * ws->s_datt, *ctx = ws->d_ctx + l * ws->s_mtc;
         const float *in = sub_pre(m, &s0, x, Mt);
         lin_fwd(m, ws, qkv, in, p->d_qkv_w + l * 3 * C1 * C1, p->d_qkv_b + l * 3 * C1, Mt, C, 3 * C);
-        nn_attention_forward(ctx, att, ws->g_att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, NULL, B, T, T, C, H, 1,
-                             adrop, site_key(ws, 1, l, SITE_ATT));
+        attention_fwd(m, ws, ATT_DEC_SELF, ctx, att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, adrop,
+                      site_key(ws, 1, l, SITE_ATT));
         lin_fwd(m, ws, s0.sum, ctx, p->d_so_w + l * C1 * C1, p->d_so_b + l * C1, Mt, C, C);
         x = sub_post(m, &s0, x, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
         /* cross-attention */
@@ -703,8 +914,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         in = sub_pre(m, &s1, x, Mt);
         lin_fwd(m, ws, q, in, p->d_cq_w + l * C1 * C1, p->d_cq_b + l * C1, Mt, C, C);
         lin_fwd(m, ws, kv, enc_out, p->d_ckv_w + l * 2 * C1 * C1, p->d_ckv_b + l * 2 * C1, Ms, C, 2 * C);
-        nn_attention_forward(cctx, catt, ws->g_att, q, C, kv, kv + C, 2 * C, ws->src_len, B, T, S, C, H, 0, adrop,
-                             site_key(ws, 1, l, SITE_CATT));
+        attention_fwd(m, ws, ATT_DEC_CROSS, cctx, catt, q, C, kv, kv + C, 2 * C, adrop, site_key(ws, 1, l, SITE_CATT));
         lin_fwd(m, ws, s1.sum, cctx, p->d_co_w + l * C1 * C1, p->d_co_b + l * C1, Mt, C, C);
         x = sub_post(m, &s1, x, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
         /* feed-forward */
@@ -789,7 +999,7 @@ static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, f
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
     tparams_t *g = &m->g;
-    int C = c->d, Mt = ws->B * ws->T, Vt = c->tgt_vocab;
+    int C = c->d, Mt = ws->Mr, Vt = c->tgt_vocab;
     float *dlogits = ws->probs;
     nn_crossentropy_backward(dlogits, ws->probs, ws->tgt_out, Mt, Vt, c->label_smoothing, c->pad_id, grad_scale);
     float *gd = ws->g_res_d;
@@ -809,15 +1019,15 @@ static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, f
 static void self_attention_backward(tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
                                     const float *qkv, const float *att, const float *ctx, const float *w_qkv,
                                     const float *w_o, float *dw_qkv, float *db_qkv, float *dw_o, float *db_o, int M,
-                                    int Tq, int causal_decoder, int l) {
-    int C = m->cfg.d, H = m->cfg.heads;
+                                    att_kind_t kind, int l) {
+    int C = m->cfg.d;
     float adrop = ws->train ? m->cfg.attn_dropout : 0.0f;
     memset(ws->g_ctx, 0, (size_t)M * C * sizeof(float));
     lin_bwd(m, ws, ws->g_ctx, dw_o, db_o, dsub, ctx, w_o, M, C, C);
     float *dqkv = ws->g_big1;
     memset(dqkv, 0, (size_t)M * 3 * C * sizeof(float));
-    nn_attention_backward(dqkv, dqkv + C, dqkv + 2 * C, ws->g_att, ws->g_ctx, qkv, 3 * C, qkv + C, qkv + 2 * C,
-                          3 * C, att, ws->B, Tq, Tq, C, H, adrop, site_key(ws, causal_decoder, l, SITE_ATT));
+    attention_bwd(m, ws, kind, dqkv, dqkv + C, dqkv + 2 * C, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, att, adrop,
+                  site_key(ws, kind == ATT_DEC_SELF, l, SITE_ATT));
     lin_bwd(m, ws, din, dw_qkv, db_qkv, dqkv, in, w_qkv, M, C, 3 * C);
 }
 
@@ -827,7 +1037,7 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     const tmodel_config_t *c = &m->cfg;
     const tparams_t *p = &m->p;
     tparams_t *g = &m->g;
-    int B = ws->B, S = ws->S, T = ws->T, C = c->d, H = c->heads, F = c->ff, Ms = B * S, Mt = B * T;
+    int C = c->d, F = c->ff, Ms = ws->B * ws->S, Mt = ws->Mr;
     size_t C1 = (size_t)C;
     float drop = ws->train ? c->dropout : 0.0f, adrop = ws->train ? c->attn_dropout : 0.0f;
     float hdrop = ws->train ? c->act_dropout : 0.0f;
@@ -859,8 +1069,8 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     float *dq = ws->g_big1;
     memset(dq, 0, (size_t)Mt * C * sizeof(float));
     memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
-    nn_attention_backward(dq, ws->g_kv, ws->g_kv + C, ws->g_att, ws->g_ctx, q, C, kv, kv + C, 2 * C, catt, B, T, S,
-                          C, H, adrop, site_key(ws, 1, l, SITE_CATT));
+    attention_bwd(m, ws, ATT_DEC_CROSS, dq, ws->g_kv, ws->g_kv + C, q, C, kv, kv + C, 2 * C, catt, adrop,
+                  site_key(ws, 1, l, SITE_CATT));
     lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
             p->d_cq_w + l * C1 * C1, Mt, C, C);
     lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
@@ -873,7 +1083,7 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
                             ws->d_att + l * ws->s_datt, ws->d_ctx + l * ws->s_mtc, p->d_qkv_w + l * 3 * C1 * C1,
                             p->d_so_w + l * C1 * C1, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1,
-                            g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, T, 1, l);
+                            g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, ATT_DEC_SELF, l);
     sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
 }
 
@@ -906,14 +1116,14 @@ static void encoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, float *g
     self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
                             ws->e_att + l * ws->s_eatt, ws->e_ctx + l * ws->s_msc, p->e_qkv_w + l * 3 * C1 * C1,
                             p->e_o_w + l * C1 * C1, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1,
-                            g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, S, 0, l);
+                            g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, ATT_ENC, l);
     sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
 }
 
 /* Embedding (and learned position) backward of one side from the gradient of its dropout output. */
 static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const float *dx) {
     const tmodel_config_t *c = &m->cfg;
-    int C = c->d, L = decoder ? ws->T : ws->S, M = ws->B * L;
+    int C = c->d, M = decoder ? ws->Mr : ws->B * ws->S;
     float drop = ws->train ? c->dropout : 0.0f, escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
     if (drop > 0.0f) {
         memset(ws->g_a, 0, (size_t)M * C * sizeof(float));
@@ -921,8 +1131,13 @@ static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const 
         dx = ws->g_a;
     }
     float *dpos = !c->learned_pos ? NULL : decoder ? m->g.dec_pos : m->g.enc_pos;
-    nn_embedding_backward(decoder ? m->g.dec_emb : m->g.enc_emb, dpos, dx, decoder ? ws->tgt_in : ws->src, ws->B, L,
-                          C, escale, c->pad_id);
+    if (!decoder) {
+        nn_embedding_backward(m->g.enc_emb, dpos, dx, ws->src, ws->B, ws->S, C, escale, c->pad_id);
+        return;
+    }
+    for (int g = 0; g < ws->G; g++) /* positions t within each sentence: group by group */
+        nn_embedding_backward(m->g.dec_emb, dpos, dx + (size_t)ws->grp_row[g] * C, ws->tgt_in + ws->grp_row[g],
+                              ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
 }
 
 tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {

@@ -5,7 +5,7 @@
  * Legend: B sentences in a batch, S source length, T target length (both padded), C channels
  * (model width), H heads, D = C / H, F feed-forward width, Vs/Vt source/target vocabulary,
  * Le/Ld encoder/decoder layers, P rows of the position tables (longest sentence),
- * Ms = B·S and Mt = B·T rows.
+ * Ms = B·S and Mt = B·T rows (the decoder computes Mr <= Mt of them, below).
  *
  * The parameters are those of CTranslate2's TransformerSpec, with its names and shapes
  * (fused QKV [3C, C] in self-attention, cross-attention Q [C, C] and fused KV [2C, C]), so that a
@@ -17,6 +17,11 @@
  *
  * The workspace (activations saved for the backward pass, gradient scratch) is sized once for
  * the largest batch and reused: no allocation per batch.
+ *
+ * Padded target positions are not computed: the forward pass sorts the batch's sentences by
+ * target length and runs the decoder on groups of sentences each padded only to its own longest
+ * target (Mr = sum B_g·T_g <= B·T rows; model.c explains the layout). Loss and gradients are
+ * those of the padded batch up to float summation order; dropout masks follow the grouped layout.
  */
 #ifndef TERN_TRAIN_MODEL_H
 #define TERN_TRAIN_MODEL_H
@@ -162,9 +167,20 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **ws, const tmodel_t *m, int max_src_tok
                             int max_tgt_tokens, int max_S, int max_T);
 void tmodel_ws_free(tmodel_ws_t *ws);
 size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
-/* (B·T, Vt) output probabilities of the last forward pass (row b·T + t; rows with a padding
- * target are 0); valid until tmodel_backward, which overwrites them with their gradient. */
-const float *tmodel_ws_probs(const tmodel_ws_t *ws);
+/* The (Vt) output probabilities of the last forward pass at sentence b (the caller's order),
+ * position t; 0 where the target is padding; NULL for a padded position that was not computed
+ * (past the longest target of b's group, so every such position has a padding target). Valid
+ * until tmodel_backward, which overwrites them with their gradient. */
+const float *tmodel_ws_prob_row(const tmodel_ws_t *ws, int b, int t);
+/* The cost of one target group, in decoder rows: the forward pass picks the cut into groups of
+ * the length-sorted batch that minimizes sum B_g·T_g + TMODEL_GROUP_COST·G. */
+#define TMODEL_GROUP_COST 4
+/* Target groups on (1, the default) or off (0: the decoder runs on the whole B x T batch as given,
+ * unsorted; for tests and benchmarks). Takes effect at the next tmodel_forward. */
+void tmodel_ws_set_target_groups(tmodel_ws_t *ws, int on);
+/* The decoder rows of the last forward pass (sum B_g·T_g; B·T without groups), and in *groups
+ * (may be NULL) the number of groups. */
+int tmodel_ws_decoder_rows(const tmodel_ws_t *ws, int *groups);
 
 /* loss: sum over target tokens of the label-smoothed loss; nll: of -log p(y); ntokens: non-padding
  * target tokens. */

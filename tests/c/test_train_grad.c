@@ -626,6 +626,160 @@ static void test_model_errors(void) {
     tmodel_free(&m);
 }
 
+/* ------------------------------------------------------------------ target groups */
+
+/* The cost of the cheapest cut of the target lengths sorted longest first into contiguous groups,
+ * by brute force over all 2^(B-1) cuts: min sum B_g·T_g + TMODEL_GROUP_COST·G (T_g: the group's
+ * first). */
+static long brute_cost(const int *len, int B) {
+    int sorted[16];
+    memcpy(sorted, len, (size_t)B * sizeof(int));
+    for (int i = 1; i < B; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
+            int t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+        }
+    long best = -1;
+    for (unsigned cut = 0; cut < 1u << (B - 1); cut++) { /* bit i: a group starts at i + 1 */
+        long rows = 0, G = 1;
+        int T = sorted[0], n = 0;
+        for (int k = 0; k < B; k++) {
+            if (k > 0 && (cut >> (k - 1) & 1)) {
+                rows += (long)n * T;
+                G++;
+                T = sorted[k];
+                n = 0;
+            }
+            n++;
+        }
+        rows += (long)n * T;
+        long cost = rows + TMODEL_GROUP_COST * G;
+        if (best < 0 || cost < best) best = cost;
+    }
+    return best;
+}
+
+/* Grouped (the default) against tmodel_ws_set_target_groups(ws, 0), the padded B x T batch as
+ * given: same loss, nll, token count, probabilities at every real target and every gradient
+ * tensor, on random batches with very uneven target lengths (1-3 tokens beside long ones,
+ * unsorted, a padding target inside a sentence, a sentence without any real target). */
+static void groups_case(const char *name, int pre_norm, int share, int tie, int learned, int proj_bias) {
+    tmodel_config_t c = tmodel_default_config();
+    c.src_vocab = 23; c.tgt_vocab = share ? 23 : 29;
+    c.d = 16; c.heads = 2; c.ff = 24; c.enc_layers = 2; c.dec_layers = 2; c.max_pos = 16;
+    c.pre_norm = pre_norm; c.share_emb = share; c.tie_proj = tie; c.learned_pos = learned; c.proj_bias = proj_bias;
+    c.act = ACT_GELU; c.pad_id = 1; c.eps = 1e-5f; c.label_smoothing = 0.1f;
+    c.dropout = c.attn_dropout = c.act_dropout = 0.0f;
+    tmodel_t m;
+    CHECK(tmodel_init(&m, &c) == TERN_OK);
+    tmodel_init_params(&m, 17);
+    uint64_t key = rng_mix64(4242);
+    for (size_t i = 0; i < m.n_params; i++) m.params[i] += (float)(0.2 * (rng_uniform(key, i) - 0.5));
+    enum { B = 9, S = 7, T = 14 };
+    tmodel_ws_t *wg, *wu;
+    CHECK(tmodel_ws_new(&wg, &m, B * S, B * T, S, T) == TERN_OK);
+    CHECK(tmodel_ws_new(&wu, &m, B * S, B * T, S, T) == TERN_OK);
+    tmodel_ws_set_target_groups(wu, 0);
+    float *gu = malloc(m.n_params * sizeof(float));
+    double worst_g = 0, worst_p = 0, worst_l = 0;
+    int min_rows = B * T, max_groups = 0;
+    for (int trial = 0; trial < 6; trial++) {
+        uint64_t k = rng_mix64(1000 + (uint64_t)trial * 7 + (uint64_t)pre_norm);
+        int src[B * S], tin[B * T], tout[B * T], tl[B];
+        for (int b = 0; b < B; b++) {
+            int ls = 1 + (int)(rng_uniform(k, 100 + b) * S);
+            /* lengths: mostly 1-3, two long ones at random places; trial 0 sorted ascending */
+            int lt = 1 + (int)(rng_uniform(k, 200 + b) * 3);
+            if (b == (trial * 3) % B) lt = T;
+            if (b == (trial * 5 + 2) % B) lt = T - 1 - trial;
+            if (trial == 0) lt = 1 + b * (T - 1) / (B - 1);
+            tl[b] = lt;
+            for (int s = 0; s < S; s++) src[b * S + s] = s < ls ? 2 + (int)(rng_uniform(k, 300 + b * S + s) * (c.src_vocab - 2)) : 1;
+            for (int t = 0; t < T; t++) {
+                int y = 2 + (int)(rng_uniform(k, 500 + b * T + t) * (c.tgt_vocab - 2));
+                tout[b * T + t] = t < lt ? y : 1;
+                tin[b * T + t] = t == 0 ? 0 : t < lt ? tout[b * T + t - 1] : 1;
+            }
+        }
+        if (trial == 2) tout[4 * T + 1] = 1; /* a padding target inside a sentence (no loss there) */
+        if (trial == 3) { /* a sentence with no real target */
+            for (int t = 0; t < T; t++) tout[6 * T + t] = 1;
+        }
+        for (int b = 0; b < B; b++) { /* rows a sentence needs: through its last real target, at least 1 */
+            tl[b] = T;
+            while (tl[b] > 1 && tout[b * T + tl[b] - 1] == 1) tl[b]--;
+        }
+        tmodel_loss_t Lg, Lu;
+        tmodel_zero_grad(&m);
+        CHECK(tmodel_forward(&m, wu, src, tin, tout, B, S, T, 1, 3, (uint64_t)trial, &Lu) == TERN_OK);
+        float *pu = malloc((size_t)B * T * c.tgt_vocab * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *r = tmodel_ws_prob_row(wu, b, t);
+                CHECK(r != NULL);
+                if (r) memcpy(pu + (size_t)(b * T + t) * c.tgt_vocab, r, (size_t)c.tgt_vocab * sizeof(float));
+            }
+        CHECK(tmodel_backward(&m, wu, 0.5f) == TERN_OK);
+        memcpy(gu, m.grads, m.n_params * sizeof(float));
+        tmodel_zero_grad(&m);
+        CHECK(tmodel_forward(&m, wg, src, tin, tout, B, S, T, 1, 3, (uint64_t)trial, &Lg) == TERN_OK);
+        int G = 0, rows = tmodel_ws_decoder_rows(wg, &G);
+        CHECK_EQ_INT(tmodel_ws_decoder_rows(wu, NULL), B * T);
+        long cost = rows + (long)TMODEL_GROUP_COST * G, cost_ref = brute_cost(tl, B);
+        CHECK_MSG(cost == cost_ref, "%s: the cut costs %ld (%d rows, %d groups), the best %ld", name, cost, rows, G,
+                  cost_ref);
+        if (rows < min_rows) min_rows = rows;
+        if (G > max_groups) max_groups = G;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *r = tmodel_ws_prob_row(wg, b, t);
+                if (tout[b * T + t] == c.pad_id) {
+                    CHECK(t >= tl[b] || r != NULL);
+                    continue;
+                }
+                CHECK(r != NULL);
+                if (!r) continue;
+                for (int v = 0; v < c.tgt_vocab; v++) {
+                    double e = fabs(r[v] - pu[(size_t)(b * T + t) * c.tgt_vocab + v]);
+                    if (e > worst_p) worst_p = e;
+                }
+            }
+        free(pu);
+        CHECK(tmodel_backward(&m, wg, 0.5f) == TERN_OK);
+        CHECK_EQ_INT(Lg.ntokens, Lu.ntokens);
+        double el = fabs(Lg.loss - Lu.loss) / fabs(Lu.loss), en = fabs(Lg.nll - Lu.nll) / fabs(Lu.nll);
+        if (el > worst_l) worst_l = el;
+        if (en > worst_l) worst_l = en;
+        for (int ti = 0; ti < m.n_tensors; ti++) {
+            const tmodel_tensor_t *t = &m.tensors[ti];
+            double gmax = 0, e = 0;
+            for (size_t i = 0; i < t->numel; i++) {
+                double a = m.grads[t->offset + i], u = gu[t->offset + i];
+                if (fabs(u) > gmax) gmax = fabs(u);
+                if (fabs(a - u) > e) e = fabs(a - u);
+            }
+            CHECK_MSG(gmax > 0, "%s: %s has no gradient (the comparison would be vacuous)", name, t->name);
+            if (gmax > 0 && e / gmax > worst_g) worst_g = e / gmax;
+        }
+    }
+    printf("  %-40s rows %d of %d at least, up to %d groups; loss rel %.1e, probs %.1e, gradients rel %.1e\n", name,
+           min_rows, B * T, max_groups, worst_l, worst_p, worst_g);
+    CHECK_MSG(worst_l <= 1e-6, "%s: loss differs by %.3e (relative)", name, worst_l);
+    CHECK_MSG(worst_p <= 1e-6, "%s: probabilities differ by %.3e", name, worst_p);
+    CHECK_MSG(worst_g <= 1e-5, "%s: gradients differ by %.3e (max |diff| / max |g| of a tensor)", name, worst_g);
+    CHECK(min_rows < B * T / 2 && max_groups >= 2);
+    free(gu);
+    tmodel_ws_free(wg);
+    tmodel_ws_free(wu);
+    tmodel_free(&m);
+}
+
+static void test_target_groups(void) {
+    printf("target groups = the padded batch (dropout off)\n");
+    groups_case("pre-norm shared+tied sinusoid", 1, 1, 1, 0, 0);
+    groups_case("post-norm untied learned-pos bias", 0, 0, 0, 1, 1);
+    groups_case("pre-norm tied-only learned-pos", 1, 0, 1, 1, 0);
+}
+
 /* ------------------------------------------------------------------ optimizer pieces */
 
 static void test_optim(void) {
@@ -731,5 +885,6 @@ int main(void) {
     test_optim();
     test_model_errors();
     test_model();
+    test_target_groups();
     return check_report("test_train_grad");
 }

@@ -125,17 +125,23 @@ def run_driver_and_ref(mode, tmp_path, driver, torch_python, ref_script, c, weig
     return tern, meta, dict(np.load(out_t))
 
 
-def run_step(name, tmp_path, driver, torch_python, ref_script, c, make_weights, loss_tol, ref_timeout=600):
-    """The one-step comparison of a named case: weights make_weights(rng) and a batch of 4 padded
-    sentences (sources 9, 5, 1, 7, targets 7, 3, 6, 1 tokens: 17) drawn with a generator seeded by
-    crc32(name); runs both engines' `step` and checks the loss sums (check_step_loss). Returns
+STEP_LENGTHS = dict(S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
+
+
+def run_step(name, tmp_path, driver, torch_python, ref_script, c, make_weights, loss_tol, ref_timeout=600,
+             lengths=None):
+    """The one-step comparison of a named case: weights make_weights(rng) and a batch of padded
+    sentences drawn with a generator seeded by crc32(name), of lengths (a dict S, T, lens_src,
+    lens_tgt) or STEP_LENGTHS (4 sentences: sources 9, 5, 1, 7, targets 7, 3, 6, 1 tokens: 17);
+    runs both engines' `step` and checks the loss sums (check_step_loss). Returns
     run_driver_and_ref's (Tern's tensors, Tern's metadata, the reference's arrays)."""
+    lengths = lengths or STEP_LENGTHS
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     weights = make_weights(rng)
-    batch = random_batch(c, rng, B=4, S=9, T=7, lens_src=[9, 5, 1, 7], lens_tgt=[7, 3, 6, 1])
+    batch = random_batch(c, rng, B=len(lengths["lens_src"]), **lengths)
     tern, meta, ref = run_driver_and_ref("step", tmp_path, driver, torch_python, ref_script, c, weights, batch,
                                          ref_timeout=ref_timeout)
-    check_step_loss(meta, ref, 17, loss_tol)
+    check_step_loss(meta, ref, sum(lengths["lens_tgt"]), loss_tol)
     return tern, meta, ref
 
 

@@ -3,7 +3,7 @@
  *   train_driver step  IN.safetensors OUT.safetensors
  *       one forward + backward (dropout off) of batch 0: OUT holds every parameter gradient under
  *       the parameter's name (the mean over target tokens: grad_scale = 1 / ntokens) and, as
- *       metadata, loss_sum, nll_sum, ntokens.
+ *       metadata, loss_sum, nll_sum, ntokens, decoder_rows (the rows the decoder computed).
  *   train_driver train IN.safetensors OUT.safetensors
  *       `updates` Adam updates with fairseq's inverse_sqrt schedule and gradient clipping, update u
  *       on batch u % NB: OUT holds losses, nlls, grad_norms, lrs (updates) and the final parameters.
@@ -92,7 +92,9 @@ int main(int argc, char **argv) {
         if (fwd_bwd(&dm, &bt, 0, 0, &L)) return 1;
         tensor_t *views = calloc((size_t)m.n_tensors, sizeof *views);
         tmodel_tensor_views(&m, m.grads, views);
-        if (write_step(argv[3], views, m.n_tensors, &L)) return 1;
+        char rows[32]; /* the decoder rows Tern computed (target groups: <= B x T) */
+        snprintf(rows, sizeof rows, "%d", tmodel_ws_decoder_rows(ws, NULL));
+        if (write_step_extra(argv[3], views, m.n_tensors, &L, "decoder_rows", rows)) return 1;
         free(views);
     } else {
         tensor_t *views = calloc((size_t)m.n_tensors + 4, sizeof *views);

@@ -63,14 +63,20 @@ static int read_batches(const weights_t *w, driver_batches_t *bt) {
     return 0;
 }
 
-/* `step`'s output: the gradient views and, as metadata, loss_sum, nll_sum, ntokens. */
-static int write_step(const char *path, tensor_t *views, int n, const train_loss_t *L) {
+/* `step`'s output: the gradient views and, as metadata, loss_sum, nll_sum, ntokens, and
+ * extra_key = extra_val when extra_key is not NULL. */
+static inline int write_step_extra(const char *path, tensor_t *views, int n, const train_loss_t *L,
+                                   const char *extra_key, const char *extra_val) {
     char ls[64], ns[64], nt[32];
     snprintf(ls, sizeof ls, "%.17g", L->loss);
     snprintf(ns, sizeof ns, "%.17g", L->nll);
     snprintf(nt, sizeof nt, "%d", L->ntokens);
-    const char *keys[] = {"loss_sum", "nll_sum", "ntokens"}, *vals[] = {ls, ns, nt};
-    return safetensors_write(path, views, n, keys, vals, 3) ? fail("writing output") : 0;
+    const char *keys[] = {"loss_sum", "nll_sum", "ntokens", extra_key}, *vals[] = {ls, ns, nt, extra_val};
+    return safetensors_write(path, views, n, keys, vals, extra_key ? 4 : 3) ? fail("writing output") : 0;
+}
+
+static inline int write_step(const char *path, tensor_t *views, int n, const train_loss_t *L) {
+    return write_step_extra(path, views, n, L, NULL, NULL);
 }
 
 static void f32_vector(tensor_t *t, const char *name, float *data, int n) {
