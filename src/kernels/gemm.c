@@ -309,6 +309,12 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
     return (const char *)packed + PACKED_HDR_BYTES;
 }
 
+const char *gemm_packed_f32_backend_name(void) {
+    dnnl_memory_desc_t wmd;
+    return probe_layout(&wmd, 512, 512, 0) == 0 ? "oneDNN brgemm (packed weights)"
+                                                 : "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
+}
+
 const char *gemm_packed_kernel_name(const void *packed) {
     return ((const packed_hdr_t *)packed)->tern ? "Tern AVX2" : "oneDNN brgemm";
 }

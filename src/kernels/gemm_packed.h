@@ -49,6 +49,10 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes);
  * (gemm_f32p.h panels). */
 const char *gemm_packed_kernel_name(const void *packed);
 
+/* The kernel a model-shaped float32 layer (512 x 512) gets on this machine, as gemm_packed_kernel_name
+ * says it plus a few words (`tern cpu`). */
+const char *gemm_packed_f32_backend_name(void);
+
 /* Reading a float32 packed layer's weights back (e.g. an exact dot over a few of its rows): W[n, k]
  * of the layer packed from W (N, K) is gemm_packed_weight_at(packed, n, k), and lies in
  * gemm_packed_weights() at float element off_k[k] + off_n[n] (off_k: K entries, off_n: N, filled
