@@ -234,8 +234,21 @@ static size_t tern_size(int N, int K) {
            ROUND64(f32p_panel_floats(N, 1) * sizeof(float));
 }
 
+/* TERN_GEMM_PACKED=tern: float32 layers on Tern's panels even where oneDNN has brgemm (comparisons). */
+static int force_tern(void) {
+    static atomic_int v = -1;
+    int r = atomic_load(&v);
+    if (r < 0) {
+        const char *e = getenv("TERN_GEMM_PACKED");
+        r = e && !strcmp(e, "tern");
+        atomic_store(&v, r);
+    }
+    return r;
+}
+
 static size_t packed_size(int N, int K, int s8) {
     dnnl_memory_desc_t wmd;
+    if (!s8 && force_tern()) return tern_size(N, K);
     if (probe_layout(&wmd, N, K, s8)) return s8 ? 0 : tern_size(N, K);
     return PACKED_HDR_BYTES + ROUND64(dnnl_memory_desc_get_size(&wmd));
 }
@@ -266,6 +279,7 @@ static int pack_tern(void *buf, const float *W, const float *bias, int N, int K,
 static int pack(void *buf, const void *W, const float *bias, int N, int K, int relu, int s8) {
     packed_hdr_t *h = buf;
     memset(h, 0, sizeof *h);
+    if (!s8 && force_tern()) return pack_tern(buf, W, bias, N, K, relu);
     if (probe_layout(&h->wmd, N, K, s8)) return s8 ? -1 : pack_tern(buf, W, bias, N, K, relu);
     h->N = N;
     h->K = K;
@@ -311,6 +325,7 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
 
 const char *gemm_packed_f32_backend_name(void) {
     dnnl_memory_desc_t wmd;
+    if (force_tern()) return "Tern AVX2 (packed panels, TERN_GEMM_PACKED=tern)";
     return probe_layout(&wmd, 512, 512, 0) == 0 ? "oneDNN brgemm (packed weights)"
                                                  : "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
 }
