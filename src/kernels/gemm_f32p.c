@@ -141,7 +141,7 @@ static void run_panels(float *out, const float *inp, const float *P, const float
                        int K, int p0, int p1) {
     size_t ps = (size_t)NR * K;
     /* rows per chunk: activations of about 384 KB, a multiple of MR, at least MR */
-    int mc = (int)((384u << 10) / ((size_t)K * sizeof(float)));
+    int mc = (int)((384u << 10) / ((size_t)(K > 0 ? K : 1) * sizeof(float)));
     mc = mc / MR * MR;
     if (mc < MR) mc = MR;
     for (int m0 = 0; m0 < M; m0 += mc) {

@@ -28,7 +28,7 @@
  *   float32, AVX2)               then + bias, then ReLU: the order the kernel promises), and within
  *                                (K + 1) 2^-24 (sum_k |a_k w_nk| + |bias_n|) of a double-precision
  *                                reference (the bound of recursive FMA summation); M 1..14 and 17..130
- *                                (every tile shape, row chunks), N and K off the panel (16) and
+ *                                (every tile shape, row chunks), K = 0, N and K off the panel (16) and
  *                                vector (8) sizes, bias and ReLU on/off, 1, 2 and 3 threads; nothing
  *                                written past the output
  *   gemm_packed_forward float32  the dispatched packed layer (oneDNN brgemm where oneDNN has it, Tern's
@@ -768,7 +768,7 @@ static int f32p_compare(const char *what, const float *y, const float *fm, const
  * chunks (K = 2048: 48 rows a chunk; K = 20000: 6), bias/ReLU on and off, 1-3 threads. */
 static void test_f32p(void) {
     static const int nk[][2] = {{1, 1}, {7, 3}, {15, 17}, {16, 16}, {17, 33}, {33, 64}, {64, 100},
-                                {65, 7}, {100, 129}, {129, 5}, {40, 2048}, {20, 20000}};
+                                {65, 7}, {100, 129}, {129, 5}, {40, 2048}, {20, 20000}, {5, 0}};
     static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 31, 33, 64, 100, 127, 128, 129, 130};
     int cases = 0, fails = 0;
     for (size_t c = 0; c < sizeof nk / sizeof nk[0]; c++) {
