@@ -38,10 +38,10 @@
 /* Software prefetch of the panels' stream, PD k-rows (16 KB) ahead, into L2 (prefetcht2): the
  * hardware prefetchers alone left the few-row products waiting on memory (a decoder's weights do
  * not fit in the caches). Measured on Zen 4 under the AVX2 cap, weights cycled through 256 MB:
- * M = 4-16 38-58 -> 40-93 GFLOP/s; hint T0 or distance 64 was 5-20 % slower; the 1-row tile (4
- * panels read at once) runs faster without it. */
+ * M = 4-16 38-58 -> 40-93 GFLOP/s; hint T0 or distance 64 was 5-20 % slower. Only the one-panel
+ * tiles: the few-row tiles that read 2-4 panels at once ran 5-15 % faster (M = 1-3) on the
+ * hardware prefetchers alone. */
 #define PD 256
-#define PF_MIN_ROWS 2
 
 size_t f32p_panel_floats(int N, int K) {
     if (N <= 0 || K <= 0) return 0;
@@ -80,7 +80,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int n
 #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
             /* (may point past the buffer: an address computed as an integer; prefetches never fault) */
-            if (mr >= PF_MIN_ROWS)
+            if (np == 1)
                 _mm_prefetch((const char *)((uintptr_t)(b + p * ps + (size_t)k * NR) + PD * NR * sizeof(float)),
                              _MM_HINT_T2);
             bv[2 * p] = _mm256_load_ps(b + p * ps + (size_t)k * NR);
