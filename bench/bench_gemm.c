@@ -3,11 +3,18 @@
  * attention gemms (loop of gemms vs oneDNN's batched matmul primitive) and the int8 u8s8s32 gemm
  * (oneDNN's BLAS-like dnnl_gemm_u8s8s32 beside the matmul kernel on weights packed once).
  *
- *   build-<x>/bench/bench_gemm [seconds_per_case] [--cpu] [--int8] [--threads=N]
+ *   build-<x>/bench/bench_gemm [seconds_per_case] [--cpu] [--int8] [--f32] [--threads=N]
  *
  * seconds_per_case default 0.15; --cpu: time in process CPU seconds, not wall seconds (a shared,
- * loaded machine: with 1 thread the CPU time is the work); --int8: only the int8 section;
- * --threads=N: only N threads (default 1 then 2).
+ * loaded machine: with 1 thread the CPU time is the work); --int8: only the int8 section; --f32:
+ * only the packed float32 section; --threads=N: only N threads (default 1 then 2).
+ *
+ * The packed float32 section times the decoder's linear layers as a decoder step meets them: "hot"
+ * runs one weight again and again (it stays in the caches), "cold" cycles through copies of it
+ * filling 256 MB, so every call reads its weights from memory, as in a step (a Transformer-base
+ * decoder's weights, ~150 MB with the output projection, do not fit in the caches). "sgemm" is
+ * dnnl_sgemm on the plain weight (what gemm_f32 runs), "packed" gemm_packed_forward, whose kernel
+ * (oneDNN's brgemm, or Tern's AVX2 panels where oneDNN has none) is named in the last column.
  *
  * Linear layers: out[M,N] = inp[M,K] · W[N,K]^T (transB = 1), M = rows (batch × time).
  * Attention: batch = 8 heads; scores[L,L] = Q[L,64] · K[L,64]^T and ctx[L,64] = P[L,L] · V[L,64].
@@ -151,6 +158,61 @@ static double time_batched(int which, int tB, int M, int N, int K, const float *
     return t / reps;
 }
 
+/* Seconds per call of sgemm (plain weights) or gemm_packed_forward, over `copies` weights in turn. */
+static double time_cycled(int packed, void **w, int copies, int M, int N, int K, const float *A, float *C) {
+    int reps = 0, c = 0;
+    if (packed) gemm_packed_forward(C, A, w[0], M);
+    else run_dnnl(0, 1, M, N, K, A, K, w[0], K, C, N);
+    double t0 = now(), t;
+    do {
+        if (packed) gemm_packed_forward(C, A, w[c], M);
+        else run_dnnl(0, 1, M, N, K, A, K, w[c], K, C, N);
+        c = c + 1 < copies ? c + 1 : 0;
+        reps++;
+        t = now() - t0;
+    } while (t < budget);
+    return t / reps;
+}
+
+static void packed_f32_section(int threads, const float *A, const float *B, float *C) {
+    static const int Ms[] = {1, 8, 16, 32, 128};
+    static const int NK[][2] = {{1536, 512}, {512, 512}, {2048, 512}, {512, 2048}, {32000, 512}};
+    printf("\n## packed float32 linear, threads=%d (GFLOP/s): dnnl_sgemm on the plain weight vs\n"
+           "## gemm_packed_forward, hot (one weight, cached) and cold (weights cycled through 256 MB)\n",
+           threads);
+    printf("%5s %6s %5s | %9s %9s | %9s %9s | %s\n", "M", "N", "K", "sgemm hot", "pack hot", "sgemm cold",
+           "pack cold", "packed kernel");
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+        int N = NK[s][0], K = NK[s][1];
+        size_t wbytes = (size_t)N * K * sizeof(float), pbytes = gemm_packed_size(N, K);
+        int copies = (int)((256u << 20) / wbytes);
+        if (copies < 2) copies = 2;
+        void **plain = calloc((size_t)copies, sizeof *plain), **pk = calloc((size_t)copies, sizeof *pk);
+        int ok = plain && pk && pbytes;
+        for (int c = 0; ok && c < copies; c++) {
+            plain[c] = aligned_alloc64(wbytes);
+            pk[c] = aligned_alloc64(pbytes);
+            ok = plain[c] && pk[c] && gemm_pack_linear(pk[c], B, NULL, N, K, 0) == 0;
+            if (ok) memcpy(plain[c], B, wbytes);
+        }
+        for (size_t m = 0; ok && m < sizeof Ms / sizeof Ms[0]; m++) {
+            int M = Ms[m];
+            double fl = 2.0 * M * N * K * 1e-9;
+            double sh = time_cycled(0, plain, 1, M, N, K, A, C), ph = time_cycled(1, pk, 1, M, N, K, A, C);
+            double sc = time_cycled(0, plain, copies, M, N, K, A, C), pc = time_cycled(1, pk, copies, M, N, K, A, C);
+            printf("%5d %6d %5d | %9.1f %9.1f | %9.1f %9.1f | %s\n", M, N, K, fl / sh, fl / ph, fl / sc, fl / pc,
+                   gemm_packed_kernel_name(pk[0]));
+        }
+        if (!ok) printf("%5s %6d %5d | out of memory or no packing\n", "-", N, K);
+        for (int c = 0; c < copies; c++) {
+            if (plain) aligned_free(plain[c]);
+            if (pk) aligned_free(pk[c]);
+        }
+        free(plain);
+        free(pk);
+    }
+}
+
 static void set_threads(int n) {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
@@ -158,14 +220,15 @@ static void set_threads(int n) {
 }
 
 int main(int argc, char **argv) {
-    int int8_only = 0, only_threads = 0;
+    int int8_only = 0, f32_only = 0, only_threads = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) use_cpu_time = 1;
         else if (!strcmp(argv[i], "--int8")) int8_only = 1;
+        else if (!strcmp(argv[i], "--f32")) f32_only = 1;
         else if (!strncmp(argv[i], "--threads=", 10)) only_threads = atoi(argv[i] + 10);
         else if (argv[i][0] != '-') budget = atof(argv[i]);
         else {
-            fprintf(stderr, "usage: %s [seconds_per_case] [--cpu] [--int8] [--threads=N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [seconds_per_case] [--cpu] [--int8] [--f32] [--threads=N]\n", argv[0]);
             return 2;
         }
     }
@@ -186,6 +249,8 @@ int main(int argc, char **argv) {
         if (only_threads && threads != only_threads) continue;
         set_threads(threads);
         if (int8_only) goto int8;
+        packed_f32_section(threads, A, B, C);
+        if (f32_only) continue;
         printf("\n## linear layers, threads=%d: out[M,N] = inp[M,K] . W[N,K]^T\n", threads);
         printf("%5s %6s %5s | %9s %9s | %9s | %s\n", "M", "N", "K", "oneDNN", "OpenBLAS", "packed",
                "gemm_f32 (dispatch)");

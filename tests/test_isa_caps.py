@@ -54,6 +54,12 @@ def test_cpu_report():
     g = fields(cpu(capped("AVX2")).stdout)
     assert g["tern isa"].startswith("AVX2 ") and g["onednn isa"].startswith("avx2 ")
     assert g["int8 gemm"] == "Tern s8s8s32 (AVX2)"
+    # float32 linear layers: oneDNN 2.6 has a blocked (brgemm) float32 matmul only from AVX512_CORE
+    # up; below it Tern's own packed AVX2 kernel runs (docs/kernels.md)
+    assert g["float32 linear"].startswith("Tern AVX2")
+    if "AVX512_CORE" in c:
+        h = fields(cpu(capped("AVX512_CORE")).stdout)
+        assert h["float32 linear"].startswith("oneDNN brgemm")
     bad = cpu({"TERN_MAX_CPU_ISA": "avx9000"})
     assert "TERN_MAX_CPU_ISA=avx9000 is not one of" in bad.stderr
     assert fields(bad.stdout)["tern isa"].startswith("AVX2 ")

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "kernels/gemm_packed.h"
 
 int cmd_cpu(int argc, char **argv) {
     int caps_only = 0;
@@ -10,7 +11,8 @@ int cmd_cpu(int argc, char **argv) {
             printf("usage: tern cpu [--caps]\n\n"
                    "Prints the instruction sets this CPU supports, the ones Tern and oneDNN use after the\n"
                    "caps TERN_MAX_CPU_ISA and ONEDNN_MAX_CPU_ISA (AVX2, AVX512_CORE, AVX512_CORE_VNNI,\n"
-                   "AVX512_CORE_BF16, AVX512_CORE_AMX, ALL), and the int8 GEMM the linear layers run.\n"
+                   "AVX512_CORE_BF16, AVX512_CORE_AMX, ALL), the int8 GEMM and the float32 kernel the\n"
+                   "linear layers run.\n"
                    "Tern needs an x86-64-v3 CPU (AVX2 + FMA); everything above is chosen at run time.\n\n"
                    "  --caps   print only the cap values this CPU can run, one per line, lowest first\n"
                    "           (what scripts/test.sh loops over)\n");
@@ -32,6 +34,7 @@ int cmd_cpu(int argc, char **argv) {
     printf("tern isa: %s (TERN_MAX_CPU_ISA)\n", in.effective);
     printf("onednn isa: %s (ONEDNN_MAX_CPU_ISA)\n", in.onednn);
     printf("int8 gemm: %s\n", in.int8_gemm);
+    printf("float32 linear: %s\n", gemm_packed_f32_backend_name());
     printf("caps: %s\n", in.caps);
     return 0;
 }

@@ -19,6 +19,7 @@
 
 #include "base/base.h"
 #include "kernels/extcheck.h"
+#include "kernels/gemm_f32p.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
@@ -103,14 +104,17 @@ void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, 
 /* ------------------------------------------------------------ packed weights (gemm_packed.h)
  *
  * A packed layer: header | weights in the blocked layout oneDNN's brgemm matmul picked for the
- * shape. Kernels (matmul primitives) depend on (N, K, M, bias, ReLU, threads), not on the weights:
+ * shape, or, for float32 where oneDNN has no such kernel (oneDNN 2.6 below AVX512_CORE: AVX2-only
+ * CPUs, ONEDNN_MAX_CPU_ISA=AVX2), header | Tern's panels (gemm_f32p.h) | the bias padded to the
+ * panels (its own copy), run by gemm_f32p.c. oneDNN's kernels: Kernels (matmul primitives) depend on (N, K, M, bias, ReLU, threads), not on the weights:
  * one table, shared by every layer, model and thread, made on first use under a mutex. User-mode
  * scratchpads and per-thread streams and memory objects make concurrent runs of one kernel safe;
  * after the first call of a shape a call allocates nothing. */
 typedef struct {
     int N, K, relu;
     int s8;                 /* int8 layer: u8 rows . s8 weights -> s32 (gemm_pack_s8) */
-    const float *bias;
+    int tern;               /* float32 in Tern's panels (gemm_f32p.c), not oneDNN's layout */
+    const float *bias;      /* oneDNN: the caller's; tern: the padded copy in the buffer, or NULL */
     dnnl_memory_desc_t wmd; /* blocked (K, N) weights */
     size_t wbytes;
 } packed_hdr_t;
@@ -221,19 +225,62 @@ static int probe_layout(dnnl_memory_desc_t *wmd, int N, int K, int s8) {
     return r;
 }
 
+#define ROUND64(x) (((x) + 63) & ~(size_t)63)
+
+/* Tern's panels: header | panels | bias padded to whole panels (zeros past N). */
+static size_t tern_size(int N, int K) {
+    if (N <= 0 || K <= 0) return 0;
+    return PACKED_HDR_BYTES + ROUND64(f32p_panel_floats(N, K) * sizeof(float)) +
+           ROUND64(f32p_panel_floats(N, 1) * sizeof(float));
+}
+
+/* TERN_GEMM_PACKED=tern: float32 layers on Tern's panels even where oneDNN has brgemm (comparisons). */
+static int force_tern(void) {
+    static atomic_int v = -1;
+    int r = atomic_load(&v);
+    if (r < 0) {
+        const char *e = getenv("TERN_GEMM_PACKED");
+        r = e && !strcmp(e, "tern");
+        atomic_store(&v, r);
+    }
+    return r;
+}
+
 static size_t packed_size(int N, int K, int s8) {
     dnnl_memory_desc_t wmd;
-    if (probe_layout(&wmd, N, K, s8)) return 0;
-    return PACKED_HDR_BYTES + ((dnnl_memory_desc_get_size(&wmd) + 63) & ~(size_t)63);
+    if (!s8 && force_tern()) return tern_size(N, K);
+    if (probe_layout(&wmd, N, K, s8)) return s8 ? 0 : tern_size(N, K);
+    return PACKED_HDR_BYTES + ROUND64(dnnl_memory_desc_get_size(&wmd));
 }
 
 size_t gemm_packed_size(int N, int K) { return packed_size(N, K, 0); }
 size_t gemm_packed_size_s8(int N, int K) { return packed_size(N, K, 1); }
 
+static int pack_tern(void *buf, const float *W, const float *bias, int N, int K, int relu) {
+    packed_hdr_t *h = buf;
+    if (N <= 0 || K <= 0) return -1;
+    h->N = N;
+    h->K = K;
+    h->relu = relu != 0;
+    h->tern = 1;
+    h->wbytes = f32p_panel_floats(N, K) * sizeof(float);
+    float *P = (float *)((char *)buf + PACKED_HDR_BYTES);
+    f32p_pack(P, W, N, K);
+    if (bias) {
+        float *b = (float *)((char *)P + ROUND64(h->wbytes));
+        size_t nb = f32p_panel_floats(N, 1);
+        memcpy(b, bias, (size_t)N * sizeof(float));
+        memset(b + N, 0, (nb - (size_t)N) * sizeof(float));
+        h->bias = b;
+    }
+    return 0;
+}
+
 static int pack(void *buf, const void *W, const float *bias, int N, int K, int relu, int s8) {
     packed_hdr_t *h = buf;
     memset(h, 0, sizeof *h);
-    if (probe_layout(&h->wmd, N, K, s8)) return -1;
+    if (!s8 && force_tern()) return pack_tern(buf, W, bias, N, K, relu);
+    if (probe_layout(&h->wmd, N, K, s8)) return s8 ? -1 : pack_tern(buf, W, bias, N, K, relu);
     h->N = N;
     h->K = K;
     h->relu = relu != 0;
@@ -276,38 +323,54 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
     return (const char *)packed + PACKED_HDR_BYTES;
 }
 
-/* Where each weight of a packed float32 layer lies in its weights part (gemm_packed.h): oneDNN's
- * blocked offset (memory_desc_wrapper::off_v) is offset0 + the sum over the inner blocks, innermost
- * last, of (index % block) * the product of the blocks inside it + the sum over the dims of
- * (index / its blocks) * stride: a sum of one term per dimension, so W[n, k] (the element (k, n)
- * of the (K, N) matrix) lies at off_k[k] + off_n[n]. */
-static int64_t blocked_term(const dnnl_memory_desc_t *md, int dim, int64_t idx) {
-    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-    int64_t off = 0, blk_stride = 1;
-    for (int i = b->inner_nblks - 1; i >= 0; i--) {
-        if (b->inner_idxs[i] == dim) {
-            off += (idx % b->inner_blks[i]) * blk_stride;
-            idx /= b->inner_blks[i];
+const char *gemm_packed_f32_backend_name(void) {
+    dnnl_memory_desc_t wmd;
+    if (force_tern()) return "Tern AVX2 (packed panels, TERN_GEMM_PACKED=tern)";
+    return probe_layout(&wmd, 512, 512, 0) == 0 ? "oneDNN brgemm (packed weights)"
+                                                 : "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
+}
+
+const char *gemm_packed_kernel_name(const void *packed) {
+    return ((const packed_hdr_t *)packed)->tern ? "Tern AVX2" : "oneDNN brgemm";
+}
+
+/* Offset (elements) of index idx along dimension dim of a blocked oneDNN layout, without offset0:
+ * the index splits into the dimension's inner blocks (innermost last in inner_blks, each block's
+ * place weighted by the product of the blocks inside it) and the outer index times the dimension's
+ * stride. One term per dimension: the offset of (k, n) is offset0 + term(0, k) + term(1, n). */
+static int64_t blocked_off(const dnnl_memory_desc_t *md, int dim, int64_t idx) {
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    int64_t off = 0, inside = 1;
+    for (int i = bd->inner_nblks - 1; i >= 0; i--) {
+        if (bd->inner_idxs[i] == dim) {
+            off += idx % bd->inner_blks[i] * inside;
+            idx /= bd->inner_blks[i];
         }
-        blk_stride *= b->inner_blks[i];
+        inside *= bd->inner_blks[i];
     }
-    return off + idx * b->strides[dim];
+    return off + idx * bd->strides[dim];
 }
 
 int gemm_packed_offsets(const void *packed, int64_t *off_k, int64_t *off_n) {
     const packed_hdr_t *h = packed;
+    if (h->s8) return -1;
+    if (h->tern) {
+        for (int k = 0; k < h->K; k++) off_k[k] = f32p_off_k(k);
+        for (int n = 0; n < h->N; n++) off_n[n] = f32p_off_n(n, h->K);
+        return 0;
+    }
     const dnnl_memory_desc_t *md = &h->wmd;
-    if (h->s8 || md->format_kind != dnnl_blocked || md->ndims != 2 || md->dims[0] != h->K || md->dims[1] != h->N)
-        return -1;
-    for (int k = 0; k < h->K; k++) off_k[k] = md->offset0 + blocked_term(md, 0, k);
-    for (int n = 0; n < h->N; n++) off_n[n] = blocked_term(md, 1, n);
+    if (md->format_kind != dnnl_blocked || md->ndims != 2 || md->dims[0] != h->K || md->dims[1] != h->N) return -1;
+    for (int k = 0; k < h->K; k++) off_k[k] = md->offset0 + blocked_off(md, 0, k);
+    for (int n = 0; n < h->N; n++) off_n[n] = blocked_off(md, 1, n);
     return 0;
 }
 
 float gemm_packed_weight_at(const void *packed, int n, int k) {
     const packed_hdr_t *h = packed;
     const float *w = (const float *)((const char *)packed + PACKED_HDR_BYTES);
-    return w[h->wmd.offset0 + blocked_term(&h->wmd, 0, k) + blocked_term(&h->wmd, 1, n)];
+    if (h->tern) return w[f32p_off_k(k) + f32p_off_n(n, h->K)];
+    return w[h->wmd.offset0 + blocked_off(&h->wmd, 0, k) + blocked_off(&h->wmd, 1, n)];
 }
 
 /* ---- kernels, made on first use */
@@ -512,7 +575,13 @@ static int packed_run(void *out, const void *inp, const void *packed, int M, con
 }
 
 int gemm_packed_forward(float *out, const float *inp, const void *packed, int M) {
-    if (((const packed_hdr_t *)packed)->s8) return -1;
+    const packed_hdr_t *h = packed;
+    if (h->s8) return -1;
+    if (h->tern) {
+        f32p_forward(out, inp, (const float *)((const char *)packed + PACKED_HDR_BYTES), h->bias, h->relu, M, h->N,
+                     h->K, kernels_get_num_threads());
+        return 0;
+    }
     return packed_run(out, inp, packed, M, "gemm_packed_forward");
 }
 

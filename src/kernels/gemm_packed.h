@@ -1,6 +1,9 @@
 /*
  * gemm_packed.h — float32 linear layers with weights packed once, at load time, into the blocked
- * layout of oneDNN's matmul kernel (brgemm), with the bias and an optional ReLU fused.
+ * layout of oneDNN's matmul kernel (brgemm), with the bias and an optional ReLU fused. Where oneDNN
+ * has no such kernel for the shape (oneDNN 2.6 offers float32 brgemm only from AVX512_CORE up: on
+ * AVX2-only CPUs, or under ONEDNN_MAX_CPU_ISA=AVX2), Tern's own AVX2 + FMA kernel on its own panel
+ * layout runs instead (gemm_f32p.h), behind the same calls.
  *
  * Why: dnnl_sgemm packs its B operand on every call. For the few rows (M = 1..128) of a decoder
  * step that packing is a large part of the work; with the weights packed once the same products
@@ -19,8 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes of the packed form of an (N, K) weight, or 0 when this machine has no blocked kernel for
- * the shape (then use gemm_f32 / linear_forward on the plain weight). */
+/* Bytes of the packed form of an (N, K) weight (0 only when N or K <= 0: the plain weight then). */
 size_t gemm_packed_size(int N, int K);
 
 /* Packs W (N, K) row-major (out x in) into buf; bias (N) may be NULL and must outlive buf; relu:
@@ -43,12 +45,20 @@ int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, i
 /* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
 const void *gemm_packed_weights(const void *packed, size_t *bytes);
 
-/* Reading a float32 packed layer's weights back (an exact dot over a few of its rows, e.g. the
- * output projection's candidates in linear_screen.c): W[n, k] of the layer packed from W (N, K) is
- * gemm_packed_weight_at(packed, n, k), and lies in gemm_packed_weights() at element
- * off_k[k] + off_n[n] (off_k: K entries, off_n: N, filled by gemm_packed_offsets, which returns
- * 0, or -1 for a layout it cannot read: int8, or not oneDNN's blocked kind). A packed form made by
- * another kernel would extend these two functions. */
+/* Which kernel runs a packed layer: "oneDNN brgemm" (oneDNN's blocked layout) or "Tern AVX2"
+ * (gemm_f32p.h panels). */
+const char *gemm_packed_kernel_name(const void *packed);
+
+/* The kernel a model-shaped float32 layer (512 x 512) gets on this machine, as gemm_packed_kernel_name
+ * says it plus a few words (`tern cpu`). */
+const char *gemm_packed_f32_backend_name(void);
+
+/* Reading a float32 packed layer's weights back (e.g. an exact dot over a few of its rows): W[n, k]
+ * of the layer packed from W (N, K) is gemm_packed_weight_at(packed, n, k), and lies in
+ * gemm_packed_weights() at float element off_k[k] + off_n[n] (off_k: K entries, off_n: N, filled
+ * by gemm_packed_offsets, which returns 0, or -1 for a layout it cannot read: int8, or not one of
+ * the two float32 layouts). Both float32 layouts (oneDNN's blocked one, Tern's panels) separate
+ * into one term per dimension. */
 int gemm_packed_offsets(const void *packed, int64_t *off_k, int64_t *off_n);
 float gemm_packed_weight_at(const void *packed, int n, int k);
 

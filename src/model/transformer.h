@@ -109,7 +109,8 @@ void transformer_free(transformer_t *m);
  * holds one copy of each weight, and the peak stays near the weights' size; so is every other large
  * tensor the model does not read (float32 originals of layers quantized to int8 at load). Packs
  * nothing where the machine has no such kernel, or when the environment variable TERN_GEMM_PACKED
- * is "0". Errors only when out of memory. */
+ * is "0" ("tern": float32 layers on Tern's AVX2 panels even where oneDNN has brgemm, gemm.c).
+ * Errors only when out of memory. */
 tern_status_t transformer_pack(transformer_t *m, weights_t *w);
 
 typedef struct transformer_state transformer_state_t;

@@ -24,6 +24,18 @@
  *   linear_forward_packed_s8     bit-exact against linear_forward_ref and linear_forward (int8 weights
  *                                packed for oneDNN's matmul, VNNI only; the plain q not read), M over
  *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact
+ *   f32p_forward (Tern's packed  bit-exact against a scalar fmaf chain per output (k ascending from 0,
+ *   float32, AVX2)               then + bias, then ReLU: the order the kernel promises), and within
+ *                                (K + 1) 2^-24 (sum_k |a_k w_nk| + |bias_n|) of a double-precision
+ *                                reference (the bound of recursive FMA summation); M 1..14 and 17..130
+ *                                (every tile shape, row chunks), K = 0, N and K off the panel (16) and
+ *                                vector (8) sizes, bias and ReLU on/off, 1, 2 and 3 threads; nothing
+ *                                written past the output
+ *   gemm_packed_forward float32  the dispatched packed layer (oneDNN brgemm where oneDNN has it, Tern's
+ *                                panels otherwise: under ONEDNN_MAX_CPU_ISA=AVX2 it must be Tern's):
+ *                                within the same bound of the double reference, bit-exact against the
+ *                                fmaf chain when Tern's; gemm_packed_weight_at / gemm_packed_offsets
+ *                                give back every W[n, k] exactly
  *   layernorm_forward            |y - ref| <= 5e-6 (1 + |ref|); mean and rstd 1e-6 relative
  *   softmax / masked softmax     |p - ref| <= (1e-6 + 1.2e-7 |x - max|) ref + 1e-37: 1e-6 relative,
  *                                plus the float rounding of x - max that exp amplifies, plus an
@@ -56,6 +68,8 @@
 #include "base/base.h"
 #include "check.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/gemm_f32p.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
 #include "kernels/kernels.h"
 
@@ -779,6 +793,153 @@ static void test_linear_packed_s8(void) {
            onednn ? "oneDNN int8 matmul" : "Tern's packed AVX2 int16 kernel");
 }
 
+/* ------------------------------------------------------------ packed float32 linear layers */
+
+/* The packed float32 layer's references for out (M, N) = x (M, K) . W^T + bias [ReLU]: fm, one
+ * fmaf chain per output over k ascending from 0, then + bias, then ReLU (the order Tern's kernel
+ * promises); dr, the same in double, rounded once; sc, sum_k |x w| + |bias| (the error scale). */
+static void f32p_refs(float *fm, double *dr, double *sc, const float *x, const float *W, const float *bias,
+                      int relu, int M, int N, int K) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const float *a = x + (size_t)m * K, *w = W + (size_t)n * K;
+            float acc = 0.0f;
+            double d = 0, s = 0;
+            for (int k = 0; k < K; k++) {
+                acc = fmaf(a[k], w[k], acc);
+                d += (double)a[k] * w[k];
+                s += fabs((double)a[k] * w[k]);
+            }
+            float b = bias ? bias[n] : 0.0f;
+            acc = acc + b;
+            d += b;
+            if (relu) acc = acc > 0.0f ? acc : 0.0f, d = d > 0 ? d : 0;
+            fm[(size_t)m * N + n] = acc;
+            dr[(size_t)m * N + n] = d;
+            sc[(size_t)m * N + n] = s + fabs(b);
+        }
+}
+
+/* Compares y with the references: returns the elements off (bit-exact against fm when exact, else
+ * within the rounding bound (K + 1) 2^-24 sc of dr). */
+static int f32p_compare(const char *what, const float *y, const float *fm, const double *dr, const double *sc,
+                        int M, int N, int K, int exact, int relu, int bias, int threads) {
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        double tol = (K + 1) * ldexp(1.0, -24) * sc[i];
+        int off = !(fabs((double)y[i] - dr[i]) <= tol) || (exact && fbits(y[i]) != fbits(fm[i]));
+        if (off && bad < 3)
+            fprintf(stderr, "%s M=%d N=%d K=%d relu=%d bias=%d threads=%d [%zu,%zu]: %.9g, fmaf chain %.9g, double "
+                    "%.9g, tol %.3g\n", what, M, N, K, relu, bias, threads, i / N, i % N, y[i], fm[i], dr[i], tol);
+        bad += off;
+    }
+    return bad;
+}
+
+/* Tern's AVX2 kernel (gemm_f32p.h) called directly: every shape of tile, tails in N and K, row
+ * chunks (K = 2048: 48 rows a chunk; K = 20000: 6), bias/ReLU on and off, 1-3 threads. */
+static void test_f32p(void) {
+    static const int nk[][2] = {{1, 1}, {7, 3}, {15, 17}, {16, 16}, {17, 33}, {33, 64}, {64, 100},
+                                {65, 7}, {100, 129}, {129, 5}, {40, 2048}, {20, 20000}, {5, 0}};
+    static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 31, 33, 64, 100, 127, 128, 129, 130};
+    int cases = 0, fails = 0;
+    for (size_t c = 0; c < sizeof nk / sizeof nk[0]; c++) {
+        int N = nk[c][0], K = nk[c][1], Mmax = K > 4096 ? 13 : 130;
+        size_t np = f32p_panel_floats(N, 1);
+        float *W = falloc((size_t)N * K), *P = falloc(f32p_panel_floats(N, K)), *bias = falloc(np);
+        float *x = falloc((size_t)Mmax * K), *y = falloc((size_t)Mmax * N + GUARD), *fm = falloc((size_t)Mmax * N);
+        double *dr = malloc((size_t)Mmax * N * sizeof(double)), *sc = malloc((size_t)Mmax * N * sizeof(double));
+        fill_normal(W, (size_t)N * K, 0.5f, 0.01f);
+        fill_normal(x, (size_t)Mmax * K, 1.0f, 0.0f);
+        fill_normal(bias, (size_t)N, 1.0f, 0.0f);
+        for (size_t i = (size_t)N; i < np; i++) bias[i] = 0.0f; /* the padding the kernel reads */
+        f32p_pack(P, W, N, K);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            int M = ms[mi];
+            if (M > Mmax) continue;
+            for (int v = 0; v < 4; v++) {
+                int relu = v & 1, hb = v >> 1;
+                f32p_refs(fm, dr, sc, x, W, hb ? bias : NULL, relu, M, N, K);
+                for (int threads = 1; threads <= 3; threads++) {
+                    if (threads > 1 && (M % 3 != 1 || v == 1)) continue; /* threads on a third of the cases */
+                    for (int i = 0; i < M * N + GUARD; i++) y[i] = GUARD_VALUE;
+                    f32p_forward(y, x, P, hb ? bias : NULL, relu, M, N, K, threads);
+                    int bad = f32p_compare("f32p_forward", y, fm, dr, sc, M, N, K, 1, relu, hb, threads), past = 0;
+                    for (int i = M * N; i < M * N + GUARD; i++) past += fbits(y[i]) != fbits(GUARD_VALUE);
+                    CHECK_MSG(bad == 0, "f32p_forward M=%d N=%d K=%d relu=%d bias=%d threads=%d: %d off", M, N, K,
+                              relu, hb, threads, bad);
+                    CHECK_MSG(past == 0, "f32p_forward M=%d N=%d K=%d: %d floats written past the output", M, N, K,
+                              past);
+                    cases++;
+                    fails += bad != 0 || past != 0;
+                }
+            }
+        }
+        aligned_free(W), aligned_free(P), aligned_free(bias), aligned_free(x), aligned_free(y), aligned_free(fm);
+        free(dr), free(sc);
+    }
+    printf("f32p (Tern's packed float32, AVX2): %d cases, %d failed\n", cases, fails);
+}
+
+/* The dispatched packed float32 layer (gemm_packed.h): whichever kernel this machine (and cap) gets. */
+static void test_gemm_packed_f32(void) {
+    static const int shapes[][2] = {{512, 512}, {1536, 512}, {64, 2048}, {100, 64}, {17, 33}, {1000, 100}};
+    static const int ms[] = {1, 5, 32, 130};
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    int brgemm_possible = ((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core;
+    int tern = 0, onednn = 0;
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int N = shapes[c][0], K = shapes[c][1], Mmax = 130;
+        float *W = falloc((size_t)N * K), *bias = falloc((size_t)N), *x = falloc((size_t)Mmax * K),
+              *y = falloc((size_t)Mmax * N), *fm = falloc((size_t)Mmax * N);
+        double *dr = malloc((size_t)Mmax * N * sizeof(double)), *sc = malloc((size_t)Mmax * N * sizeof(double));
+        int64_t *ok_ = malloc((size_t)K * sizeof(int64_t)), *on_ = malloc((size_t)N * sizeof(int64_t));
+        fill_normal(W, (size_t)N * K, 0.5f, 0.01f);
+        fill_normal(x, (size_t)Mmax * K, 1.0f, 0.0f);
+        fill_normal(bias, (size_t)N, 1.0f, 0.0f);
+        size_t bytes = gemm_packed_size(N, K);
+        CHECK_MSG(bytes > 0, "gemm_packed_size(%d, %d) = 0: float32 layers always pack", N, K);
+        for (int relu = 0; relu <= 1 && bytes; relu++) {
+            void *pk = aligned_alloc64(bytes);
+            /* the bias of a oneDNN layer must outlive the buffer; Tern's keeps a copy */
+            CHECK(gemm_pack_linear(pk, W, relu ? bias : NULL, N, K, relu) == 0);
+            const char *name = gemm_packed_kernel_name(pk);
+            int is_tern = !strcmp(name, "Tern AVX2");
+            tern += is_tern, onednn += !is_tern;
+            CHECK_MSG(is_tern || brgemm_possible, "%dx%d packed for %s below AVX512_CORE", N, K, name);
+            int wrong = 0;
+            size_t wbytes;
+            const float *wp = gemm_packed_weights(pk, &wbytes);
+            CHECK(gemm_packed_offsets(pk, ok_, on_) == 0);
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++) {
+                    float w = W[(size_t)n * K + k];
+                    int64_t o = ok_[k] + on_[n];
+                    wrong += fbits(gemm_packed_weight_at(pk, n, k)) != fbits(w) || o < 0 ||
+                             (size_t)o >= wbytes / sizeof(float) || fbits(wp[o]) != fbits(w);
+                }
+            CHECK_MSG(wrong == 0, "%s %dx%d: %d weights read back wrong", name, N, K, wrong);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    int M = ms[mi];
+                    kernels_set_num_threads(threads);
+                    f32p_refs(fm, dr, sc, x, W, relu ? bias : NULL, relu, M, N, K);
+                    memset(y, 0xff, (size_t)M * N * sizeof(float));
+                    CHECK(gemm_packed_forward(y, x, pk, M) == 0);
+                    int bad = f32p_compare(name, y, fm, dr, sc, M, N, K, is_tern, relu, relu, threads);
+                    CHECK_MSG(bad == 0, "gemm_packed_forward (%s) M=%d N=%d K=%d relu=%d threads=%d: %d off", name, M,
+                              N, K, relu, threads, bad);
+                }
+            kernels_set_num_threads(1);
+            aligned_free(pk);
+        }
+        aligned_free(W), aligned_free(bias), aligned_free(x), aligned_free(y), aligned_free(fm);
+        free(dr), free(sc), free(ok_), free(on_);
+    }
+    CHECK_MSG(brgemm_possible || onednn == 0, "oneDNN packing below AVX512_CORE");
+    printf("packed float32 linear: %d layers on Tern's AVX2 kernel, %d on oneDNN's brgemm\n", tern, onednn);
+}
+
 /* ------------------------------------------------------------ row ops */
 
 static const int row_lens[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 64, 100, 1000, 1031};
@@ -1429,6 +1590,8 @@ int main(void) {
     test_prepare_s8();
     test_linear_int32_exact();
     test_linear_packed_s8();
+    test_f32p();
+    test_gemm_packed_f32();
     test_gemm_s8();
     test_gemm_s8p();
     test_linear();
