@@ -318,6 +318,18 @@ int gemm_pack_linear(void *buf, const float *W, const float *bias, int N, int K,
 
 int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K) { return pack(buf, Q, NULL, N, K, 0, 1); }
 
+int gemm_packed_f32_is_tern(int N, int K) {
+    dnnl_memory_desc_t wmd;
+    return force_tern() || probe_layout(&wmd, N, K, 0) != 0;
+}
+
+size_t gemm_packed_size_tern(int N, int K) { return tern_size(N, K); }
+
+int gemm_pack_linear_tern(void *buf, const float *W, const float *bias, int N, int K, int relu) {
+    memset(buf, 0, sizeof(packed_hdr_t));
+    return pack_tern(buf, W, bias, N, K, relu);
+}
+
 const void *gemm_packed_weights(const void *packed, size_t *bytes) {
     *bytes = ((const packed_hdr_t *)packed)->wbytes;
     return (const char *)packed + PACKED_HDR_BYTES;

@@ -42,6 +42,14 @@ size_t gemm_packed_size_s8(int N, int K);
 int gemm_pack_s8(void *buf, const int8_t *Q, int N, int K);
 int gemm_packed_forward_s8(int32_t *acc, const uint8_t *a, const void *packed, int M);
 
+/* Whether gemm_pack_linear packs an (N, K) float32 layer on Tern's panels (gemm_f32p.h: oneDNN has
+ * no blocked kernel for it, or TERN_GEMM_PACKED=tern), and packing on those panels whatever oneDNN
+ * offers: a layer made of some of another's rows (a vocabulary map's gathered output rows) then
+ * gives the same bits as the whole layer on those rows (each output one FMA chain over k). */
+int gemm_packed_f32_is_tern(int N, int K);
+size_t gemm_packed_size_tern(int N, int K);
+int gemm_pack_linear_tern(void *buf, const float *W, const float *bias, int N, int K, int relu);
+
 /* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
 const void *gemm_packed_weights(const void *packed, size_t *bytes);
 

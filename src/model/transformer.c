@@ -875,6 +875,19 @@ tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int
     L->q = st->vm_q;
     L->scale = st->vm_scale;
     L->bias = P->bias ? st->vm_bias : NULL;
+    if (P->kind == WEIGHT_F32 && gemm_packed_f32_is_tern(P->N, K)) {
+        /* without a map the whole projection runs on Tern's panels: the gathered rows too, so that
+         * a map holding every piece gives the same logits, bit for bit (one FMA chain per output) */
+        size_t bytes = gemm_packed_size_tern(n, K);
+        if (bytes > st->vm_pk_cap) {
+            aligned_free(st->vm_pk);
+            st->vm_pk_cap = 0;
+            if (!(st->vm_pk = aligned_alloc64(bytes)))
+                return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
+            st->vm_pk_cap = bytes;
+        }
+        if (gemm_pack_linear_tern(st->vm_pk, st->vm_w, L->bias, n, K, 0) == 0) st->vm_pk_bytes = bytes;
+    }
     if (P->kind == WEIGHT_S8) {
         linear_prepare(L, st->vm_comp);
         /* Tern's AVX2 kernel: packing the gathered rows costs one pass over them, less than one
