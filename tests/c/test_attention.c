@@ -2,7 +2,7 @@
  * against the one-row kernels it replaces (att_dots, softmax_forward, att_wsum per row): bit-
  * identical probabilities and weighted sums on random shapes — rows per group 1–5, tree-cache
  * paths with shared prefixes of every length (and a P below the true common prefix), source
- * lengths 1–300 without paths, dh 8–128. `test_attention bench` times both forms instead. */
+ * lengths 1–300 without paths, dh 8–128 and 12. `test_attention bench` times both forms instead. */
 #include "check.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
@@ -40,11 +40,10 @@ static int PATH[MAXG * MAXN];
 /* One case: g rows, n keys, head width dh inside rows of width ld; shared: the paths' common
  * prefix (-1: no paths, the cross-attention form); P passed to att_group. */
 static void one_case(int g, int n, int dh, int shared, int P) {
-    size_t ld = (size_t)2 * MAXD, q_ld = MAXD + 8, o_ld = MAXD, sc_ld = 320;
+    size_t q_ld = MAXD + 8, o_ld = MAXD, sc_ld = 320;
     int nslots = MAXN * MAXG + 8;
     for (size_t i = 0; i < (size_t)nslots * MAXD; i += 1 + (size_t)irand(3)) K[i] = frand(), V[i] = frand();
-    (void)ld;
-    size_t kld = MAXD;
+    size_t kld = MAXD; /* key/value rows of 512 floats, the head's slice at a random offset */
     for (int i = 0; i < g * (int)q_ld && i < MAXG * MAXD; i++) Q[i] = frand() * 2.0f;
     const int *idx = NULL;
     if (shared >= 0) {
@@ -94,7 +93,7 @@ int main(int argc, char **argv) {
         bench();
         return 0;
     }
-    int dhs[] = {32, 64, 128, 8, 24, 40, 48, 72};
+    int dhs[] = {32, 64, 128, 8, 24, 40, 48, 72, 12}; /* 12: not a multiple of 8 (one-row path) */
     int lens[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 31, 64, 129, 300};
     for (size_t a = 0; a < sizeof dhs / sizeof *dhs; a++)
         for (int g = 1; g <= MAXG; g++)
