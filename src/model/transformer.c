@@ -6,6 +6,7 @@
  * length, T steps, d width, H heads, dh = d / H, F feed-forward width, V target vocabulary.
  */
 #include "transformer.h"
+#include "attention.h"
 #include "transformer_desc.h"
 
 #include "kernels/gemm_packed.h"
@@ -34,6 +35,8 @@ struct transformer_state {
     int *row_sent;             /* (rows_cap) */
     int *path, *path_tmp;      /* (rows_cap, t_cap) slot ids */
     int *tmp_sent;
+    int *chunk;                /* (rows_cap + 1) attention chunks of a step: the runs of up to
+                                * ATT_GMAX adjacent rows of one sentence (decoder_workspace) */
     /* self-attention cache: slots of (d) keys and values per layer; slots no live row's path
      * reaches are reclaimed (compact_slots) before the cache grows */
     float **k_cache, **v_cache;
@@ -151,99 +154,6 @@ static void drop_pages(void *p, size_t bytes) {
         (st)->field##_cap = _capb / sizeof(float);                                                 \
     } while (0)
 
-static inline float dot(const float *a, const float *b, int n) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc0 = _mm256_add_ps(acc0, acc1);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
-    float r = _mm_cvtss_f32(s);
-    for (; i < n; i++) r += a[i] * b[i];
-    return r;
-}
-
-static inline void axpy_n(float *y, float a, const float *x, int n) {
-    __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * x[i];
-}
-
-/* The key or value row j of an attention: base + (idx ? idx[j] : j) · ld. */
-static inline const float *att_row(const float *base, const int *idx, size_t ld, int j) {
-    return base + (size_t)(idx ? idx[j] : j) * ld;
-}
-
-/* sc[j] = q · K_j for the n keys K_j = att_row(base, idx, ld, j): four keys at a time, each summed
- * exactly as dot() sums (the same accumulators and reduction order, so the same bits), the four
- * horizontal reductions shared. */
-static void att_dots(float *sc, const float *q, const float *base, const int *idx, size_t ld, int n, int dh) {
-    int j = 0;
-    if ((dh & 7) == 0)
-        for (; j + 4 <= n; j += 4) {
-            const float *k[4];
-            __m256 a[4], b[4];
-            for (int u = 0; u < 4; u++) {
-                k[u] = att_row(base, idx, ld, j + u);
-                a[u] = b[u] = _mm256_setzero_ps();
-            }
-            int i = 0;
-            for (; i + 16 <= dh; i += 16) {
-                __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-                for (int u = 0; u < 4; u++) {
-                    a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + i), a[u]);
-                    b[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[u] + i + 8), b[u]);
-                }
-            }
-            for (; i + 8 <= dh; i += 8) {
-                __m256 q0 = _mm256_loadu_ps(q + i);
-                for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + i), a[u]);
-            }
-            __m128 s[4];
-            for (int u = 0; u < 4; u++) {
-                __m256 t = _mm256_add_ps(a[u], b[u]);
-                s[u] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            }
-            _mm_storeu_ps(sc + j, _mm_hadd_ps(_mm_hadd_ps(s[0], s[1]), _mm_hadd_ps(s[2], s[3])));
-        }
-    for (; j < n; j++) sc[j] = dot(q, att_row(base, idx, ld, j), dh);
-}
-
-/* o (dh) = sum over j < n of p[j] · V_j (V_j = att_row(base, idx, ld, j)): per element the same
- * fused multiply-adds in the same order as axpy_n from zero, with the sums kept in registers across
- * the keys (64 columns at a time). */
-static void att_wsum(float *o, const float *p, const float *base, const int *idx, size_t ld, int n, int dh) {
-    if (dh & 7) {
-        memset(o, 0, (size_t)dh * sizeof(float));
-        for (int j = 0; j < n; j++) axpy_n(o, p[j], att_row(base, idx, ld, j), dh);
-        return;
-    }
-    int c = 0;
-    for (; c + 64 <= dh; c += 64) {
-        __m256 a[8];
-        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++) {
-            const float *v = att_row(base, idx, ld, j) + c;
-            __m256 pj = _mm256_set1_ps(p[j]);
-            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * k), a[k]);
-        }
-        for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + c + 8 * k, a[k]);
-    }
-    for (; c < dh; c += 8) {
-        __m256 a = _mm256_setzero_ps();
-        for (int j = 0; j < n; j++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(att_row(base, idx, ld, j) + c), a);
-        _mm256_storeu_ps(o + c, a);
-    }
-}
-
 /* Threads for a loop of n independent tasks: the intra-op threads of this translator, at most n. */
 static int team_size(int n) {
     int t = kernels_get_num_threads();
@@ -352,6 +262,7 @@ void transformer_state_free(transformer_state_t *st) {
     free(st->src_len);
     free(st->src_off);
     free(st->row_sent);
+    free(st->chunk);
     free(st->path);
     free(st->path_tmp);
     free(st->tmp_sent);
@@ -377,15 +288,17 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
     int *tmp = malloc((size_t)rc * tc * sizeof(int));
     int *sent = malloc((size_t)rc * sizeof(int));
     int *tsent = malloc((size_t)rc * sizeof(int));
-    if (!path || !tmp || !sent || !tsent) {
-        free(path), free(tmp), free(sent), free(tsent);
+    int *chunk = malloc(((size_t)rc + 1) * sizeof(int));
+    if (!path || !tmp || !sent || !tsent || !chunk) {
+        free(path), free(tmp), free(sent), free(tsent), free(chunk);
         return tern_error(TERN_ERR_NOMEM, "decoder rows: out of memory");
     }
     for (int r = 0; r < st->R; r++) {
         memcpy(path + (size_t)r * tc, st->path + (size_t)r * st->t_cap, (size_t)st->t * sizeof(int));
         sent[r] = st->row_sent[r];
     }
-    free(st->path), free(st->path_tmp), free(st->row_sent), free(st->tmp_sent);
+    free(st->path), free(st->path_tmp), free(st->row_sent), free(st->tmp_sent), free(st->chunk);
+    st->chunk = chunk;
     st->path = path;
     st->path_tmp = tmp;
     st->row_sent = sent;
@@ -623,6 +536,7 @@ static tern_status_t ensure_slots(transformer_state_t *st, int R) {
 typedef struct {
     transformer_state_t *st;
     int d, H, dh, R, t, nt, tc, base;
+    int nchunk;             /* attention chunks (st->chunk[0..nchunk]: their first rows) */
     size_t sc_stride;       /* floats of one thread's attention scores */
     float qscale;
     float *x, *h, *ctx, *big, *scores;
@@ -640,11 +554,19 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     GROW_F(st, h, (size_t)R * d);
     GROW_F(st, ctx, (size_t)R * d);
     GROW_F(st, big, wide);
-    /* attention rows run in parallel, each thread with its own scores (max(t + 1, S)) */
-    int nt = team_size(R);
+    /* Attention runs on chunks of up to ATT_GMAX adjacent rows of one sentence (the beams the
+     * search keeps together: they read the same source keys and share their tree-cache prefix),
+     * the chunks in parallel, each thread with its own scores (ATT_GMAX × max(t + 1, S)). */
+    int nchunk = 0;
+    for (int r = 0; r < R; r++)
+        if (r == 0 || st->row_sent[r] != st->row_sent[r - 1] || r - st->chunk[nchunk - 1] == ATT_GMAX)
+            st->chunk[nchunk++] = r;
+    st->chunk[nchunk] = R;
+    int nt = team_size(R > nchunk ? R : nchunk);
     size_t sc_stride = ((size_t)(t + 1 > st->S ? t + 1 : st->S) + 15) & ~(size_t)15;
-    GROW_F(st, scores, sc_stride * nt);
+    GROW_F(st, scores, sc_stride * ATT_GMAX * nt);
     *c = (dstep_t){.st = st, .d = d, .H = m->H, .dh = d / m->H, .R = R, .t = t, .nt = nt, .tc = st->t_cap,
+                   .nchunk = nchunk,
                    .base = st->n_slots, .sc_stride = sc_stride, .qscale = 1.0f / sqrtf((float)(d / m->H)),
                    .x = st->x, .h = st->h, .ctx = st->ctx, .big = st->big, .scores = st->scores};
     return TERN_OK;
@@ -684,10 +606,12 @@ static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
 }
 
 /* Masked self-attention of each row over the cached keys and values of its path (the tree
- * cache): this step's keys and values go into the rows' new slots; q, k, v in big (R, 3d). */
+ * cache): this step's keys and values go into the rows' new slots; q, k, v in big (R, 3d).
+ * (Row by row, all heads of a row together: grouping a sentence's beams over their common path
+ * prefix (att_group) measured slower here — docs/benchmarks.md.) */
 static void decoder_self_attention(const dstep_t *c, int l) {
     transformer_state_t *st = c->st;
-    int d = c->d, dh = c->dh, H = c->H, t = c->t, R = c->R, nt = c->nt;
+    int d = c->d, dh = c->dh, H = c->H, t = c->t, R = c->R, nt = team_size(R);
     float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
     for (int r = 0; r < R; r++) {
         memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
@@ -695,7 +619,7 @@ static void decoder_self_attention(const dstep_t *c, int l) {
     }
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int r = 0; r < R; r++) {
-        float *sc = c->scores + c->sc_stride * (size_t)omp_get_thread_num();
+        float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
         const int *path = st->path + (size_t)r * c->tc;
         float *q = big + (size_t)r * 3 * d;
         for (int i = 0; i < d; i++) q[i] *= c->qscale;
@@ -709,31 +633,40 @@ static void decoder_self_attention(const dstep_t *c, int l) {
 }
 
 /* Attention of each row over its sentence's encoder output (keys and values projected once per
- * batch, cross_kv); queries in big (R, d). With attn, the alignment layer's mean over heads. */
+ * batch, cross_kv); queries in big (R, d). With attn, the alignment layer's mean over heads. The
+ * rows of a chunk (one sentence) read the keys and values together (att_group). */
 static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
     transformer_state_t *st = c->st;
     const transformer_t *m = st->m;
-    int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = c->nt;
+    int d = c->d, dh = c->dh, H = c->H, nt = team_size(c->nchunk);
     const float *kv = st->cross_kv[l];
     int want_attn = attn && l == m->alignment_layer;
     int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-    for (int r = 0; r < R; r++) {
-        float *sc = c->scores + c->sc_stride * (size_t)omp_get_thread_num();
-        int n = st->row_sent[r], Ln = st->src_len[n], off = st->src_off[n];
-        float *q = c->big + (size_t)r * d;
-        for (int i = 0; i < d; i++) q[i] *= c->qscale;
+    for (int ch = 0; ch < c->nchunk; ch++) {
+        float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
+        int r0 = st->chunk[ch], g = st->chunk[ch + 1] - r0;
+        int n = st->row_sent[r0], Ln = st->src_len[n], off = st->src_off[n];
+        if (ch + 1 < c->nchunk) { /* the next chunk's sentence into L2 while this one computes */
+            int n1 = st->row_sent[st->chunk[ch + 1]];
+            if (n1 != n) att_prefetch(kv + (size_t)st->src_off[n1] * 2 * d, NULL, (size_t)2 * d, st->src_len[n1], 2 * d);
+        }
+        for (int r = r0; r < r0 + g; r++) {
+            float *q = c->big + (size_t)r * d;
+            for (int i = 0; i < d; i++) q[i] *= c->qscale;
+        }
         for (int hh = 0; hh < H; hh++) {
-            const float *qh = q + hh * dh;
             const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
             const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
-            att_dots(sc, qh, Kb, NULL, (size_t)2 * d, Ln, dh);
-            softmax_forward(sc, sc, 1, Ln);
-            att_wsum(c->ctx + (size_t)r * d + hh * dh, sc, Vb, NULL, (size_t)2 * d, Ln, dh);
+            att_group(c->ctx + (size_t)r0 * d + hh * dh, (size_t)d, sc, c->sc_stride, c->big + (size_t)r0 * d + hh * dh,
+                      (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * d, Ln, Ln, dh);
             if (want_attn && hh < nheads_avg) {
-                float *a = attn + (size_t)r * st->S;
                 float wgt = 1.0f / (float)nheads_avg;
-                for (int j = 0; j < Ln; j++) a[j] += wgt * sc[j];
+                for (int u = 0; u < g; u++) {
+                    float *a = attn + (size_t)(r0 + u) * st->S;
+                    const float *su = sc + (size_t)u * c->sc_stride;
+                    for (int j = 0; j < Ln; j++) a[j] += wgt * su[j];
+                }
             }
         }
     }
