@@ -122,6 +122,15 @@ void transformer_state_free(transformer_state_t *st);
 tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len,
                                  int N);
 
+/* Continuous batching (greedy search): encodes n more sentences (lengths >= 1) and appends one row
+ * per sentence after the current rows, at its step 0; the new sentences take the indices N, N+1, ...
+ * after the state's N so far (set_rows' sent). The cross-attention keys and values of sentences no
+ * row belongs to any more are given back first (the live ones move to the front), so the memory
+ * stays that of the sentences in flight. Each row keeps its own step (position, self-attention
+ * length): transformer_step's t counts the state's steps. A row's outputs do not depend on the other
+ * rows: a sentence decodes to the same tokens admitted here or encoded with transformer_encode. */
+tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, const int *src_len, int n);
+
 /* One decoder step for the current rows: tokens (R) are the previous tokens, t the step
  * (0 for the start token). Writes logits (R, V). When attn is not NULL, also writes the
  * alignment layer's cross-attention (R, S) (zeros past each sentence's length). */
