@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -377,6 +378,8 @@ static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const
     return 1;
 }
 
+int translator_continuous(const tern_translator_t *tr) { return stream_ok(tr, NULL, 0); }
+
 /* Decodes the n sorted non-empty sources of a window (idx: their input indices) with continuous
  * batching: as many rows in flight as the largest batch decode_batch would form from them. */
 static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const int *len, const int *idx, int n,
@@ -393,7 +396,7 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
         max_rows = b > max_rows ? b : max_rows;
         a += b;
     }
-    int *max_len = malloc((size_t)(n ? n : 1) * sizeof(int));
+    int *max_len = malloc((n > 0 ? (size_t)n : 1) * sizeof(int));
     if (!max_len) return tern_error(TERN_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         max_len[i] = max_output_len(o, len[i]);
@@ -422,11 +425,15 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
         so.hook_ctx = h;
     }
     struct stream_ctx ctx = {tr, src, len};
-    search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, o->max_batch_tokens, 0};
+    long stats[3] = {0, 0, 0};
+    search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, o->max_batch_tokens, 0, stats};
     feed.min_admit = max_rows / 4 > 1 ? max_rows / 4 : 1;
     const char *env = getenv("TERN_CONTINUOUS_MIN_ADMIT");
     if (env && atoi(env) > 0) feed.min_admit = atoi(env);
     tern_status_t st = greedy_search_stream(&dec, &feed, max_len, &so, res);
+    if (!st && (env = getenv("TERN_CONTINUOUS_STATS")) && strcmp(env, "1") == 0)
+        fprintf(stderr, "continuous batching: %d sentences, %d rows at most, %ld steps, %ld rows (%.1f per step), %ld admissions\n",
+                n, max_rows, stats[0], stats[1], stats[0] ? (double)stats[1] / (double)stats[0] : 0.0, stats[2]);
     free(max_len);
     return st;
 }

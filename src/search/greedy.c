@@ -224,6 +224,7 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
                 }
                 nsent += k;
                 next += k;
+                if (feed->stats) feed->stats[2]++;
                 R += k;
             }
         }
@@ -240,6 +241,7 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
             argmax_only = want;
         }
         if ((st = dec->step(dec->self, tokens, t, logits, NULL))) goto done;
+        if (feed->stats) feed->stats[0]++, feed->stats[1] += R;
         if (young)
             for (int r = 0; r < R; r++)
                 if (rt[r] < opt->min_length) logits[(size_t)r * V + opt->eos] = -INFINITY;

@@ -107,6 +107,7 @@ typedef struct {
     long max_tokens;    /* rows x the longest source in flight at most (<= 0: no limit) */
     int min_admit;      /* admit when at least this many rows are free (or none is busy, or the
                            rest of the sentences fit): the encoder then runs on a few sentences */
+    long *stats;        /* NULL, or (3) += decoder steps, rows over them, admissions */
 } search_feed_t;
 
 /* Greedy search with continuous batching: up to feed->max_rows sentences in flight; as rows
