@@ -15,6 +15,7 @@ AVX2 cap. The Python API's token callback fires per sentence with the right inde
 concatenate to each sentence's output, and results come back in input order."""
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -42,11 +43,21 @@ def uneven_lines(data_dir, n=300):
     return out
 
 
+STATS = re.compile(r"continuous batching: (\d+) sentences, (\d+) rows at most, (\d+) steps, (\d+) rows "
+                   r"\(([0-9.]+) per step\), (\d+) admissions")
+
+
 def translate(src, out, continuous, args=(), env=None):
-    e = {**os.environ, **(env or {}), "TERN_CONTINUOUS": "1" if continuous else "0"}
+    e = {**os.environ, **(env or {}), "TERN_CONTINUOUS": "1" if continuous else "0", "TERN_CONTINUOUS_STATS": "1"}
     r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", "1", "-q", *args, str(src), str(out)],
                        capture_output=True, text=True, env=e, timeout=600)
     assert r.returncode == 0, r.stderr
+    stats = STATS.findall(r.stderr)
+    if continuous:  # the continuous path ran, with sentences admitted into running batches
+        assert stats and sum(int(s[5]) for s in stats) > len(stats), r.stderr
+        print(f"\n{args}: " + "; ".join(f"{s[0]} sentences, {s[4]} rows per step, {s[5]} admissions" for s in stats))
+    else:
+        assert not stats, r.stderr
     return out.read_bytes()
 
 
@@ -68,7 +79,7 @@ def test_continuous_on_off_identical(data_dir, tmp_path, case):
     on = translate(src, tmp_path / "on.de", True, CASES[case])
     n_out = off.decode("utf-8").count("\n")
     assert n_out == len(lines)
-    same = sum(a == b for a, b in zip(off.split(b"\n"), on.split(b"\n")))
+    same = sum(a == b for a, b in zip(off.splitlines(), on.splitlines()))
     print(f"\n{case}: {same}/{n_out} lines identical")
     assert on == off
 
