@@ -9,7 +9,8 @@ keys and values of a sentence, its self-attention cache path, its position), so 
 identical, not close. Inputs: 300 Multi30k lines (test_2016_flickr) of uneven lengths (some lines
 joined two or three into one), with empty lines and one-token lines in between, decoded with small
 --max-batch-size (4, 7: sentences are admitted every few steps), with scores (the length penalty
-and log-probabilities per row), a minimum length of 3 (per-row masking of EOS), a short
+and log-probabilities per row), a minimum length of 3 (per-row masking of EOS), float32 with a minimum length of 8 (the
+screened output projection: rows whose largest logit is EOS before it take their full logits), a short
 --max-decoding-length (sentences end on the cap), a tight token budget, 2 threads, and under the
 AVX2 cap. The Python API's token callback fires per sentence with the right index: its deltas
 concatenate to each sentence's output, and results come back in input order."""
@@ -65,6 +66,9 @@ CASES = {
     "bs4": ["--max-batch-size", "4", "-t", "1"],
     "bs7-scores": ["--max-batch-size", "7", "--scores", "--length-penalty", "0.6", "-t", "1"],
     "bs7-minlen3-cap12": ["--max-batch-size", "7", "--min-length", "3", "--max-decoding-length", "12", "-t", "1"],
+    # float32: the screened projection; rows under the minimum length whose largest logit is EOS
+    # take their full logits (set_argmax_ban; 36 such rows here)
+    "bs5-minlen8-float32": ["--max-batch-size", "5", "--min-length", "8", "--compute-type", "float32", "-t", "1"],
     "bs32-tokens200-2threads": ["--max-batch-size", "32", "--max-batch-tokens", "200", "-t", "2"],
     "bs16-float32": ["--max-batch-size", "16", "--compute-type", "float32", "-t", "1"],
 }

@@ -278,7 +278,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, fam->source_len(tr->state), fam->step, fam->set_rows,
-                           fam->step_logprobs, fam->set_argmax_only};
+                           fam->step_logprobs, fam->set_argmax_only, NULL};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->num_hypotheses;
@@ -403,7 +403,7 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
         if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, 0, fam->step, fam->set_rows, fam->step_logprobs,
-                           fam->set_argmax_only};
+                           fam->set_argmax_only, fam->set_argmax_ban};
     search_options_t so = {0};
     so.beam_size = 1;
     so.num_hypotheses = 1;

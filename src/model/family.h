@@ -77,6 +77,11 @@ typedef struct model_family {
      * other rows (the same tokens as a whole-batch decode), and sentences no row belongs to give
      * their memory back. */
     tern_status_t (*admit)(void *state, const int *const *src, const int *src_len, int n);
+    /* Optional (NULL: none): for the next step only, in argmax-only mode (set_argmax_only), rows r
+     * with rows[r] set need their argmax over the tokens other than tok (a minimum length on
+     * those rows): step() then writes, for them, values whose argmax without tok is that of the
+     * full row (their full logits where tok would be the largest). rows stays valid until then. */
+    tern_status_t (*set_argmax_ban)(void *state, int tok, const unsigned char *rows);
 } model_family_t;
 
 /* build() flags */

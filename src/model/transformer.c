@@ -50,6 +50,9 @@ struct transformer_state {
     size_t lin_ws_cap;
     /* the output projection's pre-screen (transformer_set_argmax_only) and its workspace */
     int argmax_only;
+    /* rows whose next argmax must not be ban_tok (transformer_set_argmax_ban): the next step only */
+    const unsigned char *ban_rows;
+    int ban_tok;
     void *scr_ws;
     size_t scr_ws_cap;
     /* target vocabulary restriction (transformer_set_vocab): the output projection's rows of the
@@ -905,6 +908,30 @@ static tern_status_t screened_proj(transformer_state_t *st, float *logits, const
 
 void transformer_set_argmax_only(transformer_state_t *st, int on) { st->argmax_only = on != 0; }
 
+void transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows) {
+    st->ban_tok = tok;
+    st->ban_rows = rows;
+}
+
+/* After a screened projection: a banned row whose largest value is the banned token needs its
+ * runner-up, which the screen does not give: that row's full logits (the float32 layer on it alone,
+ * its values those of the whole layer's: no row of a GEMM depends on the others). */
+static tern_status_t unscreen_banned(transformer_state_t *st, float *logits, const float *inp, int R) {
+    const transformer_t *m = st->m;
+    int V = m->tgt_vocab, d = m->d;
+    for (int r = 0; r < R; r++) {
+        if (!st->ban_rows[r]) continue;
+        const float *x = logits + (size_t)r * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (x[v] > x[best]) best = v;
+        if (best != st->ban_tok) continue;
+        tern_status_t s = linear(st, logits + (size_t)r * V, inp + (size_t)r * d, &m->proj, m->pk_proj, 1);
+        if (s) return s;
+    }
+    return TERN_OK;
+}
+
 static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
 tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
     tern_status_t s;
@@ -932,9 +959,13 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         out = c.h;
     }
     if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, NULL, c.R));
-    else if (st->argmax_only && m->screen) PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
+    else if (st->argmax_only && m->screen) {
+        PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
+        if (!s && st->ban_rows) s = unscreen_banned(st, logits, out, c.R);
+    }
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;
+    st->ban_rows = NULL;
     st->n_slots += c.R;
     for (int r = 0; r < c.R; r++) st->row_t[r]++;
     st->t = t + 1;

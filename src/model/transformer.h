@@ -149,6 +149,12 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
  * restriction (transformer_set_vocab), which takes precedence. */
 void transformer_set_argmax_only(transformer_state_t *st, int on);
 
+/* For the next step only (rows: NULL, or one flag per row, read during that step): where rows[r] is
+ * set and the step is screened (transformer_set_argmax_only), row r's written values also give its
+ * argmax over the tokens other than tok (the row's full logits when tok is its largest). For a
+ * minimum length on some rows (continuous batching: rows admitted at step 0). */
+void transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows);
+
 /* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
  * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output
  * projection's rows (float32 or int8 with their scales) once; errors when the model's plain

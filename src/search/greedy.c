@@ -189,11 +189,12 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
     int *parent = malloc((size_t)M * sizeof(int));
     int *best = malloc((size_t)M * sizeof(int));
     float *bestv = malloc((size_t)M * sizeof(float));
+    unsigned char *ban = malloc((size_t)M);
     float *score = calloc((size_t)(N ? N : 1), sizeof(float));
     int *hlen = calloc((size_t)(N ? N : 1), sizeof(int));
     int *hyp = malloc((size_t)M * (size_t)max_T * sizeof(int));
     float *logits = aligned_alloc64((size_t)M * V * sizeof(float));
-    if (!tokens || !sent || !sidx || !rt || !parent || !best || !bestv || !score || !hlen || !hyp || !logits) {
+    if (!tokens || !sent || !sidx || !rt || !parent || !best || !bestv || !ban || !score || !hlen || !hyp || !logits) {
         st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
         goto done;
     }
@@ -232,14 +233,16 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
             st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
             goto done;
         }
-        /* rows before the minimum length need the runner-up of EOS: full logits at that step */
+        /* rows before the minimum length need the runner-up of EOS: the model gives it for those
+         * rows (set_argmax_ban), or the step reads full logits */
         int young = 0;
-        for (int r = 0; r < R; r++) young |= rt[r] < opt->min_length;
-        int want = argmax_ok && !young;
+        for (int r = 0; r < R; r++) young |= (ban[r] = rt[r] < opt->min_length);
+        int want = argmax_ok && (!young || dec->set_argmax_ban);
         if (want != argmax_only) {
             if ((st = dec->set_argmax_only(dec->self, want))) goto done;
             argmax_only = want;
         }
+        if (want && young && (st = dec->set_argmax_ban(dec->self, opt->eos, ban))) goto done;
         if ((st = dec->step(dec->self, tokens, t, logits, NULL))) goto done;
         if (feed->stats) feed->stats[0]++, feed->stats[1] += R;
         if (young)
@@ -299,7 +302,7 @@ done:
     }
     if (st)
         for (int n = 0; n < N; n++) search_result_free(&results[n]);
-    free(tokens), free(sent), free(sidx), free(rt), free(parent), free(best), free(bestv), free(score), free(hlen),
+    free(tokens), free(sent), free(sidx), free(rt), free(parent), free(best), free(bestv), free(ban), free(score), free(hlen),
         free(hyp);
     aligned_free(logits);
     return st;

@@ -31,6 +31,9 @@ typedef struct {
      * (no scores, no processors) and with 0 when it ends; step() may then write, for tokens that
      * cannot be the row's largest, any smaller value (model_family_t.set_argmax_only) */
     tern_status_t (*set_argmax_only)(void *self, int on);
+    /* optional (NULL: none): for the next step, in argmax-only mode, rows r with rows[r] set need
+     * the argmax over the tokens other than tok (model_family_t.set_argmax_ban) */
+    tern_status_t (*set_argmax_ban)(void *self, int tok, const unsigned char *rows);
 } decoder_iface_t;
 
 typedef struct {
