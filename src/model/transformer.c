@@ -647,7 +647,9 @@ tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, 
 /* ------------------------------------------------------------------ decoder */
 
 tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R) {
-    tern_status_t s = ensure_rows(st, R, st->t + 1);
+    int tmax = 0; /* the longest path (not st->t: rows admitted later have shorter ones) */
+    for (int r = 0; r < st->R; r++) tmax = st->row_t[r] > tmax ? st->row_t[r] : tmax;
+    tern_status_t s = ensure_rows(st, R, tmax + 1);
     if (s) return s;
     int tc = st->t_cap;
     for (int i = 0; i < R; i++) {
