@@ -80,7 +80,8 @@ typedef struct model_family {
     /* Optional (NULL: none): for the next step only, in argmax-only mode (set_argmax_only), rows r
      * with rows[r] set need their argmax over the tokens other than tok (a minimum length on
      * those rows): step() then writes, for them, values whose argmax without tok is that of the
-     * full row (their full logits where tok would be the largest). rows stays valid until then. */
+     * full row (their full logits where tok would be the largest). rows stays valid until then. An
+     * error (nothing set) where it cannot: the search then reads full logits at such steps. */
     tern_status_t (*set_argmax_ban)(void *state, int tok, const unsigned char *rows);
 } model_family_t;
 

@@ -910,9 +910,13 @@ static tern_status_t screened_proj(transformer_state_t *st, float *logits, const
 
 void transformer_set_argmax_only(transformer_state_t *st, int on) { st->argmax_only = on != 0; }
 
-void transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows) {
+int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows) {
+    /* a screen's exact values are those of the packed layer: where the layer runs unpacked
+     * (sgemm, last bits apart) a screened step would not give the full step's argmax bit for bit */
+    if (st->m->screen && !st->m->pk_proj) return -1;
     st->ban_tok = tok;
     st->ban_rows = rows;
+    return 0;
 }
 
 /* After a screened projection: a banned row whose largest value is the banned token needs its

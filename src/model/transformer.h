@@ -152,8 +152,9 @@ void transformer_set_argmax_only(transformer_state_t *st, int on);
 /* For the next step only (rows: NULL, or one flag per row, read during that step): where rows[r] is
  * set and the step is screened (transformer_set_argmax_only), row r's written values also give its
  * argmax over the tokens other than tok (the row's full logits when tok is its largest). For a
- * minimum length on some rows (continuous batching: rows admitted at step 0). */
-void transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows);
+ * minimum length on some rows (continuous batching: rows admitted at step 0). Returns -1 (nothing
+ * set) where the screen's values are not the full layer's bits (its float32 layer unpacked). */
+int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows);
 
 /* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
  * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output

@@ -63,7 +63,8 @@ static tern_status_t tf_admit(void *st, const int *const *src, const int *len, i
     return transformer_admit(st, src, len, n);
 }
 static tern_status_t tf_set_argmax_ban(void *st, int tok, const unsigned char *rows) {
-    transformer_set_argmax_ban(st, tok, rows);
+    if (transformer_set_argmax_ban(st, tok, rows))
+        return tern_error(TERN_ERR_UNSUPPORTED, "screened steps are not the full layer's bits here");
     return TERN_OK;
 }
 static int tf_source_len(const void *st) { return transformer_source_len(st); }

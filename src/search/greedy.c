@@ -182,6 +182,8 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
     const int argmax_ok = dec->set_argmax_only && !opt->need_scores;
     int argmax_only = 0; /* what the model was last told */
     int min_admit = feed->min_admit > 0 ? feed->min_admit : 1;
+    /* rows under the minimum length in argmax-only steps: where the model can (set_argmax_ban) */
+    const int can_ban = argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
     int *tokens = malloc((size_t)M * sizeof(int));
     int *sent = malloc((size_t)M * sizeof(int));
     int *sidx = malloc((size_t)M * sizeof(int));
@@ -237,7 +239,7 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
          * rows (set_argmax_ban), or the step reads full logits */
         int young = 0;
         for (int r = 0; r < R; r++) young |= (ban[r] = rt[r] < opt->min_length);
-        int want = argmax_ok && (!young || dec->set_argmax_ban);
+        int want = argmax_ok && (!young || can_ban);
         if (want != argmax_only) {
             if ((st = dec->set_argmax_only(dec->self, want))) goto done;
             argmax_only = want;
