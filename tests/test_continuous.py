@@ -12,8 +12,8 @@ joined two or three into one), with empty lines and one-token lines in between, 
 and log-probabilities per row), a minimum length of 3 (per-row masking of EOS), float32 with a minimum length of 8 (the
 screened output projection: rows whose largest logit is EOS before it take their full logits), a short
 --max-decoding-length (sentences end on the cap), a tight token budget, 2 threads, and under the
-AVX2 cap (int8 identical; float32 there runs dnnl_sgemm, whose last bits may depend on the rows of
-the call, so at least 99 % of lines, as tests/test_screen.py). The Python API's token callback fires per sentence with the right index: its deltas
+AVX2 cap (int8 identical; float32 there mixes the screen's sums with dnnl_sgemm's, last bits
+apart, depending on the step's rows: at least 99 % of lines, as tests/test_screen.py). The Python API's token callback fires per sentence with the right index: its deltas
 concatenate to each sentence's output, and results come back in input order."""
 import glob
 import os
@@ -100,10 +100,11 @@ def test_continuous_avx2_cap(data_dir, tmp_path):
         if ct == "int8":
             assert on == off, ct
         else:
-            # float32 under the cap: no packed kernel, dnnl_sgemm runs the layers, and its sums may
-            # differ in the last bits with the number of rows (docs/kernels.md, tests/test_screen.py):
-            # a near tie may go the other way (measured: 120/120 lines here, 2,036/2,037 on the
-            # untrained bench model, whose logits have many near ties)
+            # float32 under the cap: no packed kernel; the output projection's screen sums its
+            # candidates as the packed kernel would, the full layer (where the screen declines, which
+            # depends on the step's rows) runs dnnl_sgemm, last bits apart (docs/kernels.md,
+            # tests/test_screen.py): a near tie may go the other way (measured: 120/120 lines here,
+            # 2,036/2,037 on the untrained bench model; all identical with TERN_SCREEN=0)
             a, b = off.splitlines(), on.splitlines()
             same = sum(x == y for x, y in zip(a, b))
             print(f"\nAVX2 float32: {same}/{len(a)} lines identical")
