@@ -227,6 +227,16 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
         w.order = order;
         w.batches = batches;
         w.n_batches = cut_batches(c->len, n, o, order, batches);
+        /* continuous batching: one call over many batches keeps them full (a row that finishes
+         * takes the next sentence); runs of consecutive batches, a few per worker for balance */
+        if (!c->sd && w.n_batches > 1 && translator_continuous(trs[0])) {
+            int G = o->workers > 1 ? 4 * o->workers : 1, per = (w.n_batches + G - 1) / G, ng = 0;
+            for (int b = 0; b < w.n_batches; b += per) {
+                int e = b + per < w.n_batches ? b + per : w.n_batches;
+                batches[ng++] = (batch_t){batches[b].start, batches[e - 1].start + batches[e - 1].count - batches[b].start};
+            }
+            w.n_batches = ng;
+        }
         w.res = res;
         pthread_mutex_init(&w.mu, NULL);
         run_workers(&w, trs, o->workers);

@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -277,7 +278,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, fam->source_len(tr->state), fam->step, fam->set_rows,
-                           fam->step_logprobs, fam->set_argmax_only};
+                           fam->step_logprobs, fam->set_argmax_only, NULL};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->num_hypotheses;
@@ -346,6 +347,97 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     return st;
 }
 
+/* ------------------------------------------------------------------ continuous batching */
+
+struct stream_ctx {
+    tern_translator_t *tr;
+    int *const *src;
+    const int *len;
+};
+
+static tern_status_t stream_admit(void *ctx, int first, int n, int fresh) {
+    struct stream_ctx *c = ctx;
+    const model_family_t *fam = c->tr->model->fam;
+    const int *const *src = (const int *const *)c->src + first;
+    return fresh ? fam->encode(c->tr->state, src, c->len + first, n) : fam->admit(c->tr->state, src, c->len + first, n);
+}
+
+/* Greedy search with continuous batching (search.h's greedy_search_stream) where it gives what
+ * decode_batch gives: beam 1, no per-sentence data nor global processors, no vocabulary map, no
+ * coverage penalty, a family with admit() whose step writes logits; TERN_CONTINUOUS=0 turns it off. */
+static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const *sd, int n) {
+    const tern_model_t *m = tr->model;
+    const tern_translate_options_t *o = &tr->opt;
+    const char *env = getenv("TERN_CONTINUOUS");
+    if (env && strcmp(env, "0") == 0) return 0;
+    if (o->beam_size != 1 || o->coverage_penalty != 0.0f || m->vmap || tr->global || !m->fam->admit ||
+        m->fam->step_logprobs)
+        return 0;
+    for (int i = 0; sd && i < n; i++)
+        if (sd[i]) return 0;
+    return 1;
+}
+
+int translator_continuous(const tern_translator_t *tr) { return stream_ok(tr, NULL, 0); }
+
+/* Decodes the n sorted non-empty sources of a window (idx: their input indices) with continuous
+ * batching: as many rows in flight as the largest batch decode_batch would form from them. */
+static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const int *len, const int *idx, int n,
+                                   search_result_t *res) {
+    const tern_model_t *m = tr->model;
+    const tern_translate_options_t *o = &tr->opt;
+    const model_family_t *fam = m->fam;
+    int max_rows = 1;
+    for (int a = 0; a < n;) { /* the batches of translator_translate_ids_sd */
+        int width = len[a], b = 0;
+        while (a + b < n && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
+               (o->max_batch_size <= 0 || b < o->max_batch_size))
+            b++;
+        max_rows = b > max_rows ? b : max_rows;
+        a += b;
+    }
+    int *max_len = malloc((n > 0 ? (size_t)n : 1) * sizeof(int));
+    if (!max_len) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        max_len[i] = max_output_len(o, len[i]);
+        if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
+    }
+    decoder_iface_t dec = {tr->state, m->info.target_vocab_size, 0, fam->step, fam->set_rows, fam->step_logprobs,
+                           fam->set_argmax_only, fam->set_argmax_ban};
+    search_options_t so = {0};
+    so.beam_size = 1;
+    so.num_hypotheses = 1;
+    so.length_penalty = o->length_penalty;
+    so.length_norm = o->length_norm;
+    so.eos_policy = o->eos_policy;
+    so.early_stop = o->early_stop;
+    so.min_length = o->min_length;
+    so.need_scores = o->return_scores || o->length_penalty != 0;
+    so.bos = m->tgt_start;
+    so.eos = m->tgt_eos;
+    struct call_hooks *h = tr->hooks;
+    if (h) {
+        so.cancel = h->call->cancel;
+        h->batch_idx = idx;
+        h->beam = 0;
+        if (h->call->on_result || h->call->on_token) so.on_finish = hook_finish;
+        if (h->call->on_token) so.on_step = hook_step;
+        so.hook_ctx = h;
+    }
+    struct stream_ctx ctx = {tr, src, len};
+    long stats[3] = {0, 0, 0};
+    search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, o->max_batch_tokens, 0, stats};
+    feed.min_admit = max_rows / 4 > 1 ? max_rows / 4 : 1;
+    const char *env = getenv("TERN_CONTINUOUS_MIN_ADMIT");
+    if (env && atoi(env) > 0) feed.min_admit = atoi(env);
+    tern_status_t st = greedy_search_stream(&dec, &feed, max_len, &so, res);
+    if (!st && (env = getenv("TERN_CONTINUOUS_STATS")) && strcmp(env, "1") == 0)
+        fprintf(stderr, "continuous batching: %d sentences, %d rows at most, %ld steps, %ld rows (%.1f per step), %ld admissions\n",
+                n, max_rows, stats[0], stats[1], stats[0] ? (double)stats[1] / (double)stats[0] : 0.0, stats[2]);
+    free(max_len);
+    return st;
+}
+
 typedef struct {
     int len, idx;
 } len_idx_t;
@@ -395,6 +487,16 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
         }
     }
     qsort(order, (size_t)m, sizeof *order, cmp_len_desc);
+    if (m > 0 && stream_ok(tr, sd, n)) {
+        for (int k = 0; k < m; k++) {
+            bsrc[k] = src[order[k].idx];
+            blen[k] = order[k].len;
+            bidx[k] = order[k].idx;
+        }
+        if ((st = decode_stream(tr, bsrc, blen, bidx, m, bres))) goto done;
+        for (int k = 0; k < m; k++) res[order[k].idx] = bres[k];
+        goto done;
+    }
     for (int a = 0; a < m;) {
         if (hooks_cancelled(tr->hooks)) {
             st = tern_error(TERN_ERR_CANCELLED, "cancelled before batch of input %d", order[a].idx);

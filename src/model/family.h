@@ -69,6 +69,20 @@ typedef struct model_family {
      * ties) is that of the full row; on = 0: full rows again. The
      * Transformer's float32 output projection uses it (an int8 pre-screen, kernels/screen.h). */
     tern_status_t (*set_argmax_only)(void *state, int on);
+    /* Optional (NULL: the family decodes whole batches only). Continuous batching for greedy search
+     * (search.h's greedy_search_stream): encodes n more sentences (src_len[i] >= 1) and appends one
+     * row per sentence after the current rows, at its own step 0, as sentences N, N+1, ... after
+     * those encoded so far (since the last encode()). Rows then keep their own step: step()'s t
+     * counts the state's steps, each row's position is its own. No row's outputs depend on the
+     * other rows (the same tokens as a whole-batch decode), and sentences no row belongs to give
+     * their memory back. */
+    tern_status_t (*admit)(void *state, const int *const *src, const int *src_len, int n);
+    /* Optional (NULL: none): for the next step only, in argmax-only mode (set_argmax_only), rows r
+     * with rows[r] set need their argmax over the tokens other than tok (a minimum length on
+     * those rows): step() then writes, for them, values whose argmax without tok is that of the
+     * full row (their full logits where tok would be the largest). rows stays valid until then. An
+     * error (nothing set) where it cannot: the search then reads full logits at such steps. */
+    tern_status_t (*set_argmax_ban)(void *state, int tok, const unsigned char *rows);
 } model_family_t;
 
 /* build() flags */

@@ -30,9 +30,13 @@ struct transformer_state {
     float **cross_kv;          /* [dec_layers] (P, 2d) */
     size_t cross_cap;          /* floats per layer allocated */
     /* rows */
-    int R, t;                  /* live rows, steps done */
+    int R, t;                  /* live rows, steps done (of the state: transformer_step's t) */
     int rows_cap, t_cap;
     int *row_sent;             /* (rows_cap) */
+    int *row_t, *tmp_t;        /* (rows_cap) steps done by each row (its position; all t unless
+                                  rows were admitted later: transformer_admit) */
+    int sent_cap;              /* src_len, src_off allocated (transformer_admit) */
+    unsigned char *live;       /* (sent_cap) transformer_admit's scratch */
     int *path, *path_tmp;      /* (rows_cap, t_cap) slot ids */
     int *tmp_sent;
     int *chunk;                /* (rows_cap + 1) attention chunks of a step: the runs of up to
@@ -49,6 +53,9 @@ struct transformer_state {
     size_t lin_ws_cap;
     /* the output projection's pre-screen (transformer_set_argmax_only) and its workspace */
     int argmax_only;
+    /* rows whose next argmax must not be ban_tok (transformer_set_argmax_ban): the next step only */
+    const unsigned char *ban_rows;
+    int ban_tok;
     void *scr_ws;
     size_t scr_ws_cap;
     /* target vocabulary restriction (transformer_set_vocab): the output projection's rows of the
@@ -266,6 +273,9 @@ void transformer_state_free(transformer_state_t *st) {
     free(st->path);
     free(st->path_tmp);
     free(st->tmp_sent);
+    free(st->row_t);
+    free(st->tmp_t);
+    free(st->live);
     free(st->slot_map);
     aligned_free(st->x);
     aligned_free(st->h);
@@ -289,20 +299,26 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
     int *sent = malloc((size_t)rc * sizeof(int));
     int *tsent = malloc((size_t)rc * sizeof(int));
     int *chunk = malloc(((size_t)rc + 1) * sizeof(int));
-    if (!path || !tmp || !sent || !tsent || !chunk) {
-        free(path), free(tmp), free(sent), free(tsent), free(chunk);
+    int *rt = malloc((size_t)rc * sizeof(int));
+    int *trt = malloc((size_t)rc * sizeof(int));
+    if (!path || !tmp || !sent || !tsent || !chunk || !rt || !trt) {
+        free(path), free(tmp), free(sent), free(tsent), free(chunk), free(rt), free(trt);
         return tern_error(TERN_ERR_NOMEM, "decoder rows: out of memory");
     }
     for (int r = 0; r < st->R; r++) {
-        memcpy(path + (size_t)r * tc, st->path + (size_t)r * st->t_cap, (size_t)st->t * sizeof(int));
+        memcpy(path + (size_t)r * tc, st->path + (size_t)r * st->t_cap, (size_t)st->row_t[r] * sizeof(int));
         sent[r] = st->row_sent[r];
+        rt[r] = st->row_t[r];
     }
     free(st->path), free(st->path_tmp), free(st->row_sent), free(st->tmp_sent), free(st->chunk);
+    free(st->row_t), free(st->tmp_t);
     st->chunk = chunk;
     st->path = path;
     st->path_tmp = tmp;
     st->row_sent = sent;
     st->tmp_sent = tsent;
+    st->row_t = rt;
+    st->tmp_t = trt;
     st->rows_cap = rc;
     st->t_cap = tc;
     return TERN_OK;
@@ -311,21 +327,22 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
 /* ------------------------------------------------------------------ encoder */
 
 /* Multi-head self-attention over each sentence of a packed batch: qkv (P, 3d) -> ctx (P, d). */
-static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, const float *qkv) {
+static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, const float *qkv, const int *len,
+                                       const int *offs, int N, int S) {
     const transformer_t *m = st->m;
-    int d = m->d, H = m->H, dh = d / H, N = st->N;
+    int d = m->d, H = m->H, dh = d / H;
     float alpha = 1.0f / sqrtf((float)dh);
     /* one (sentence, head) pair per task, each thread with its own scores (S, S); the gemms inside
      * a parallel region run on one thread */
     int nt = team_size(N * H);
-    size_t stride = ((size_t)st->S * st->S + 15) & ~(size_t)15;
+    size_t stride = ((size_t)S * S + 15) & ~(size_t)15;
     GROW_F(st, scores, stride * nt);
     float *scores = st->scores;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
     for (int task = 0; task < N * H; task++) {
         int n = task / H, h = task % H;
         float *sc = scores + stride * (size_t)omp_get_thread_num();
-        int L = st->src_len[n], off = st->src_off[n];
+        int L = len[n], off = offs[n];
         const float *base = qkv + (size_t)off * 3 * d;
         const float *Q = base + h * dh, *K = base + d + h * dh, *Vv = base + 2 * d + h * dh;
         gemm_f32(0, 1, L, L, dh, alpha, Q, 3 * d, K, 3 * d, 0.0f, sc, L);
@@ -335,35 +352,12 @@ static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, cons
     return TERN_OK;
 }
 
-tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len, int N) {
+/* The encoder over N sentences packed at offs (P tokens, the longest S): its output in st->x. */
+static tern_status_t encoder_layers(transformer_state_t *st, const int *const *src, const int *src_len, const int *offs,
+                                    int N, int P, int S) {
     const transformer_t *m = st->m;
     int d = m->d, F = m->F;
     tern_status_t s;
-    free(st->src_len);
-    free(st->src_off);
-    st->src_len = malloc((size_t)(N ? N : 1) * sizeof(int));
-    st->src_off = malloc((size_t)(N ? N : 1) * sizeof(int));
-    if (!st->src_len || !st->src_off) return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
-    st->N = N;
-    st->S = 0;
-    st->P = 0;
-    for (int n = 0; n < N; n++) {
-        if (src_len[n] < 1 || src_len[n] > m->enc_max_pos)
-            return tern_error(TERN_ERR_INVALID_ARG, "encoder: source %d has length %d (must be 1..%d)",
-                              n, src_len[n], m->enc_max_pos);
-        st->src_len[n] = src_len[n];
-        st->src_off[n] = st->P;
-        st->P += src_len[n];
-        if (src_len[n] > st->S) st->S = src_len[n];
-    }
-    int P = st->P;
-    /* The previous batch's self-attention cache is dead (this batch starts from slot 0): its pages
-     * go back before this batch's encoder workspace and cross-attention keys and values are
-     * written, so the peak holds one of the two, not both. */
-    for (int l = 0; l < m->dec_layers && st->slot_cap > 0; l++) {
-        drop_pages(st->k_cache[l], (size_t)st->slot_cap * d * sizeof(float));
-        drop_pages(st->v_cache[l], (size_t)st->slot_cap * d * sizeof(float));
-    }
     size_t wide = (size_t)P * (size_t)(3 * d > F ? 3 * d : F);
     GROW_F(st, x, (size_t)P * d);
     GROW_F(st, h, (size_t)P * d);
@@ -376,7 +370,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
             int id = src[n][i];
             if (id < 0 || id >= m->src_vocab)
                 return tern_error(TERN_ERR_INVALID_ARG, "encoder: token id %d out of range [0, %d)", id, m->src_vocab);
-            float *row = x + (size_t)(st->src_off[n] + i) * d;
+            float *row = x + (size_t)(offs[n] + i) * d;
             embed_row(row, &m->enc_emb, id, emb_scale, m->enc_pos + (size_t)i * d);
         }
     for (int l = 0; l < m->enc_layers; l++) {
@@ -389,7 +383,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
         }
         PROF(0, "enc_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, P));
         if (s) return s;
-        PROF(1, "enc_attn", s = encoder_attention(st, ctx, big));
+        PROF(1, "enc_attn", s = encoder_attention(st, ctx, big, src_len, offs, N, S));
         if (s) return s;
         PROF(2, "enc_out", s = linear(st, h, ctx, &L->attn_out, L->pk_attn_out, P));
         if (s) return s;
@@ -409,24 +403,91 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
         if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
     }
     if (m->enc_ln.gamma) layernorm(x, x, &m->enc_ln, P, d, m->eps);
-    /* Cross-attention keys and values of every decoder layer, projected once. */
-    size_t need = (size_t)P * 2 * d;
-    if (need > st->cross_cap) {
-        size_t cap = need * 2;
-        for (int l = 0; l < m->dec_layers; l++) {
-            aligned_free(st->cross_kv[l]);
-            st->cross_kv[l] = aligned_alloc64(cap * sizeof(float));
-            if (!st->cross_kv[l]) {
-                st->cross_cap = 0;
-                return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
-            }
-        }
-        st->cross_cap = cap;
+    return TERN_OK;
+}
+
+/* Room for P tokens of cross-attention keys and values per layer, the first keep of them kept. */
+static tern_status_t cross_reserve(transformer_state_t *st, int P, int keep) {
+    const transformer_t *m = st->m;
+    size_t need = (size_t)P * 2 * m->d;
+    if (need <= st->cross_cap) return TERN_OK;
+    size_t cap = need * 2;
+    float **nw = calloc((size_t)m->dec_layers, sizeof(float *));
+    int ok = nw != NULL;
+    for (int l = 0; ok && l < m->dec_layers; l++) ok = (nw[l] = aligned_alloc64(cap * sizeof(float))) != NULL;
+    if (!ok) {
+        for (int l = 0; nw && l < m->dec_layers; l++) aligned_free(nw[l]);
+        free(nw);
+        return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
     }
     for (int l = 0; l < m->dec_layers; l++) {
-        PROF(5, "cross_kv", s = linear(st, st->cross_kv[l], x, &m->dec[l].cross_kv, m->dec[l].pk_cross_kv, P));
+        if (keep > 0) memcpy(nw[l], st->cross_kv[l], (size_t)keep * 2 * m->d * sizeof(float));
+        aligned_free(st->cross_kv[l]);
+        st->cross_kv[l] = nw[l];
+    }
+    free(nw);
+    st->cross_cap = cap;
+    return TERN_OK;
+}
+
+/* Cross-attention keys and values of every decoder layer for the P tokens of the encoder's output
+ * (st->x), written at token offset at. */
+static tern_status_t cross_project(transformer_state_t *st, int P, int at) {
+    const transformer_t *m = st->m;
+    tern_status_t s;
+    for (int l = 0; l < m->dec_layers; l++) {
+        PROF(5, "cross_kv", s = linear(st, st->cross_kv[l] + (size_t)at * 2 * m->d, st->x, &m->dec[l].cross_kv,
+                                      m->dec[l].pk_cross_kv, P));
         if (s) return s;
     }
+    return TERN_OK;
+}
+
+static tern_status_t ensure_sents(transformer_state_t *st, int N) {
+    if (N <= st->sent_cap && st->src_len) return TERN_OK;
+    int cap = st->sent_cap > 0 ? st->sent_cap : 16;
+    while (cap < N) cap *= 2;
+    int *len = realloc(st->src_len, (size_t)cap * sizeof(int));
+    if (len) st->src_len = len;
+    int *off = len ? realloc(st->src_off, (size_t)cap * sizeof(int)) : NULL;
+    if (off) st->src_off = off;
+    unsigned char *live = off ? realloc(st->live, (size_t)cap) : NULL;
+    if (live) st->live = live;
+    if (!live) return tern_error(TERN_ERR_NOMEM, "encoder: out of memory");
+    st->sent_cap = cap;
+    return TERN_OK;
+}
+
+tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len, int N) {
+    const transformer_t *m = st->m;
+    int d = m->d;
+    tern_status_t s;
+    st->N = 0;
+    if ((s = ensure_sents(st, N ? N : 1))) return s;
+    st->S = 0;
+    st->P = 0;
+    for (int n = 0; n < N; n++) {
+        if (src_len[n] < 1 || src_len[n] > m->enc_max_pos)
+            return tern_error(TERN_ERR_INVALID_ARG, "encoder: source %d has length %d (must be 1..%d)",
+                              n, src_len[n], m->enc_max_pos);
+        st->src_len[n] = src_len[n];
+        st->src_off[n] = st->P;
+        st->P += src_len[n];
+        if (src_len[n] > st->S) st->S = src_len[n];
+    }
+    st->N = N;
+    int P = st->P;
+    /* The previous batch's self-attention cache is dead (this batch starts from slot 0): its pages
+     * go back before this batch's encoder workspace and cross-attention keys and values are
+     * written, so the peak holds one of the two, not both. */
+    for (int l = 0; l < m->dec_layers && st->slot_cap > 0; l++) {
+        drop_pages(st->k_cache[l], (size_t)st->slot_cap * d * sizeof(float));
+        drop_pages(st->v_cache[l], (size_t)st->slot_cap * d * sizeof(float));
+    }
+    if ((s = encoder_layers(st, src, src_len, st->src_off, N, P, st->S))) return s;
+    /* Cross-attention keys and values of every decoder layer, projected once. */
+    if ((s = cross_reserve(st, P, 0))) return s;
+    if ((s = cross_project(st, P, 0))) return s;
     /* The encoder's activations are dead now (the cross-attention keys and values hold what the
      * decoder reads): their pages go back, so the decoder's caches do not grow on top of the
      * workspace of the batch's longest encoder pass (the decoder fills the few rows it uses). */
@@ -440,22 +501,82 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
     st->n_slots = 0;
     st->R = 0;
     if ((s = ensure_rows(st, N, 64))) return s;
-    for (int n = 0; n < N; n++) st->row_sent[n] = n;
+    for (int n = 0; n < N; n++) st->row_sent[n] = n, st->row_t[n] = 0;
     st->R = N;
+    return TERN_OK;
+}
+
+tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, const int *src_len, int n) {
+    const transformer_t *m = st->m;
+    int d = m->d, N0 = st->N;
+    tern_status_t s;
+    if (n <= 0) return TERN_OK;
+    int Pn = 0, S = st->S, Sn = 0;
+    for (int i = 0; i < n; i++) {
+        if (src_len[i] < 1 || src_len[i] > m->enc_max_pos)
+            return tern_error(TERN_ERR_INVALID_ARG, "encoder: source %d has length %d (must be 1..%d)", N0 + i,
+                              src_len[i], m->enc_max_pos);
+        Pn += src_len[i];
+        if (src_len[i] > S) S = src_len[i];
+        if (src_len[i] > Sn) Sn = src_len[i];
+    }
+    if ((s = ensure_sents(st, N0 + n))) return s;
+    if ((s = ensure_rows(st, st->R + n, 1))) return s;
+    /* the sentences no row reads any more give their keys and values back: the live ones move to
+     * the front, in order (offsets increase with the sentence index: moving down never overwrites
+     * a source) */
+    memset(st->live, 0, (size_t)N0);
+    for (int r = 0; r < st->R; r++) st->live[st->row_sent[r]] = 1;
+    int P = 0;
+    for (int j = 0; j < N0; j++) {
+        if (!st->live[j]) {
+            st->src_off[j] = -1;
+            continue;
+        }
+        if (st->src_off[j] != P)
+            for (int l = 0; l < m->dec_layers; l++)
+                memmove(st->cross_kv[l] + (size_t)P * 2 * d, st->cross_kv[l] + (size_t)st->src_off[j] * 2 * d,
+                        (size_t)st->src_len[j] * 2 * d * sizeof(float));
+        st->src_off[j] = P;
+        P += st->src_len[j];
+    }
+    st->P = P;
+    /* the new sentences: encoded together (packed at 0 in the workspace), their keys and values
+     * after the live ones' */
+    for (int i = 0; i < n; i++) {
+        st->src_len[N0 + i] = src_len[i];
+        st->src_off[N0 + i] = i ? st->src_off[N0 + i - 1] + src_len[i - 1] : 0;
+    }
+    if ((s = encoder_layers(st, src, src_len, st->src_off + N0, n, Pn, Sn))) return s;
+    if ((s = cross_reserve(st, P + Pn, P))) return s;
+    if ((s = cross_project(st, Pn, P))) return s;
+    for (int i = 0; i < n; i++) {
+        st->src_off[N0 + i] += P;
+        st->row_sent[st->R + i] = N0 + i;
+        st->row_t[st->R + i] = 0;
+    }
+    st->P = P + Pn;
+    st->S = S;
+    st->N = N0 + n;
+    st->R += n;
     return TERN_OK;
 }
 
 /* ------------------------------------------------------------------ decoder */
 
 tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, const int *sent, int R) {
-    tern_status_t s = ensure_rows(st, R, st->t + 1);
+    int tmax = 0; /* the longest path (not st->t: rows admitted later have shorter ones) */
+    for (int r = 0; r < st->R; r++) tmax = st->row_t[r] > tmax ? st->row_t[r] : tmax;
+    tern_status_t s = ensure_rows(st, R, tmax + 1);
     if (s) return s;
-    int tc = st->t_cap, t = st->t;
+    int tc = st->t_cap;
     for (int i = 0; i < R; i++) {
         if (parent[i] < 0 || parent[i] >= st->R || sent[i] < 0 || sent[i] >= st->N)
             return tern_error(TERN_ERR_INTERNAL, "set_rows: bad parent %d or sentence %d", parent[i], sent[i]);
+        int t = st->row_t[parent[i]];
         memcpy(st->path_tmp + (size_t)i * tc, st->path + (size_t)parent[i] * tc, (size_t)t * sizeof(int));
         st->tmp_sent[i] = sent[i];
+        st->tmp_t[i] = t;
     }
     int *p = st->path;
     st->path = st->path_tmp;
@@ -463,6 +584,9 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
     p = st->row_sent;
     st->row_sent = st->tmp_sent;
     st->tmp_sent = p;
+    p = st->row_t;
+    st->row_t = st->tmp_t;
+    st->tmp_t = p;
     st->R = R;
     return TERN_OK;
 }
@@ -473,10 +597,10 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
  * rows × steps. Values are moved, never changed (the outputs stay bit for bit the same). */
 static int compact_slots(transformer_state_t *st) {
     const transformer_t *m = st->m;
-    int *map = st->slot_map, tc = st->t_cap, t = st->t, d = m->d;
+    int *map = st->slot_map, tc = st->t_cap, d = m->d;
     for (int i = 0; i < st->n_slots; i++) map[i] = -1;
     for (int r = 0; r < st->R; r++)
-        for (int tau = 0; tau < t; tau++) map[st->path[(size_t)r * tc + tau]] = 0;
+        for (int tau = 0; tau < st->row_t[r]; tau++) map[st->path[(size_t)r * tc + tau]] = 0;
     int kept = 0;
     for (int i = 0; i < st->n_slots; i++)
         if (map[i] == 0) map[i] = kept++;
@@ -490,7 +614,7 @@ static int compact_slots(transformer_state_t *st) {
             }
     }
     for (int r = 0; r < st->R; r++)
-        for (int tau = 0; tau < t; tau++) {
+        for (int tau = 0; tau < st->row_t[r]; tau++) {
             int *p = &st->path[(size_t)r * tc + tau];
             *p = map[*p];
         }
@@ -547,6 +671,11 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     const transformer_t *m = st->m;
     int d = m->d, F = m->F, R = st->R;
     tern_status_t s;
+    int tmax = 0; /* the rows' largest step: t, or less when rows were admitted later */
+    for (int r = 0; r < R; r++) tmax = st->row_t[r] > tmax ? st->row_t[r] : tmax;
+    if (tmax >= m->dec_max_pos)
+        return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", tmax, m->dec_max_pos);
+    t = tmax;
     if ((s = ensure_rows(st, R, t + 1))) return s;
     if ((s = ensure_slots(st, R))) return s;
     size_t wide = (size_t)R * (size_t)(3 * d > F ? 3 * d : F);
@@ -576,9 +705,10 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
 static tern_status_t decoder_embed(const dstep_t *c, const int *tokens) {
     transformer_state_t *st = c->st;
     const transformer_t *m = st->m;
-    int d = c->d, t = c->t;
+    int d = c->d;
     float emb_scale = m->dec_scale_emb ? sqrtf((float)d) : 1.0f;
     for (int r = 0; r < c->R; r++) {
+        int t = st->row_t[r];
         float *row = c->x + (size_t)r * d;
         if (tokens[r] < 0 || tokens[r] >= m->tgt_vocab)
             return tern_error(TERN_ERR_INVALID_ARG, "decoder: token id %d out of range [0, %d)", tokens[r], m->tgt_vocab);
@@ -611,7 +741,7 @@ static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
  * prefix (att_group) measured slower here — docs/benchmarks.md.) */
 static void decoder_self_attention(const dstep_t *c, int l) {
     transformer_state_t *st = c->st;
-    int d = c->d, dh = c->dh, H = c->H, t = c->t, R = c->R, nt = team_size(R);
+    int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = team_size(R);
     float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
     for (int r = 0; r < R; r++) {
         memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
@@ -621,6 +751,7 @@ static void decoder_self_attention(const dstep_t *c, int l) {
     for (int r = 0; r < R; r++) {
         float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
         const int *path = st->path + (size_t)r * c->tc;
+        int t = st->row_t[r];
         float *q = big + (size_t)r * 3 * d;
         for (int i = 0; i < d; i++) q[i] *= c->qscale;
         for (int hh = 0; hh < H; hh++) {
@@ -717,6 +848,34 @@ static tern_status_t screened_proj(transformer_state_t *st, float *logits, const
 
 void transformer_set_argmax_only(transformer_state_t *st, int on) { st->argmax_only = on != 0; }
 
+int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows) {
+    /* a screen's exact values are those of the packed layer: where the layer runs unpacked
+     * (sgemm, last bits apart) a screened step would not give the full step's argmax bit for bit */
+    if (st->m->screen && !st->m->pk_proj) return -1;
+    st->ban_tok = tok;
+    st->ban_rows = rows;
+    return 0;
+}
+
+/* After a screened projection: a banned row whose largest value is the banned token needs its
+ * runner-up, which the screen does not give: that row's full logits (the float32 layer on it alone,
+ * its values those of the whole layer's: no row of a GEMM depends on the others). */
+static tern_status_t unscreen_banned(transformer_state_t *st, float *logits, const float *inp, int R) {
+    const transformer_t *m = st->m;
+    int V = m->tgt_vocab, d = m->d;
+    for (int r = 0; r < R; r++) {
+        if (!st->ban_rows[r]) continue;
+        const float *x = logits + (size_t)r * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (x[v] > x[best]) best = v;
+        if (best != st->ban_tok) continue;
+        tern_status_t s = linear(st, logits + (size_t)r * V, inp + (size_t)r * d, &m->proj, m->pk_proj, 1);
+        if (s) return s;
+    }
+    return TERN_OK;
+}
+
 static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn);
 tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t, float *logits, float *attn) {
     tern_status_t s;
@@ -731,8 +890,6 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
     const transformer_t *m = st->m;
     tern_status_t s;
     if (t != st->t) return tern_error(TERN_ERR_INTERNAL, "decoder step %d, expected %d", t, st->t);
-    if (t >= m->dec_max_pos)
-        return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", t, m->dec_max_pos);
     dstep_t c;
     if ((s = decoder_workspace(st, t, &c))) return s;
     if ((s = decoder_embed(&c, tokens))) return s;
@@ -746,10 +903,15 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         out = c.h;
     }
     if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, st->vm_pk_bytes ? st->vm_pk : NULL, c.R));
-    else if (st->argmax_only && m->screen) PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
+    else if (st->argmax_only && m->screen) {
+        PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
+        if (!s && st->ban_rows) s = unscreen_banned(st, logits, out, c.R);
+    }
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;
+    st->ban_rows = NULL;
     st->n_slots += c.R;
+    for (int r = 0; r < c.R; r++) st->row_t[r]++;
     st->t = t + 1;
     return TERN_OK;
 }

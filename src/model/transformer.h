@@ -123,6 +123,15 @@ void transformer_state_free(transformer_state_t *st);
 tern_status_t transformer_encode(transformer_state_t *st, const int *const *src, const int *src_len,
                                  int N);
 
+/* Continuous batching (greedy search): encodes n more sentences (lengths >= 1) and appends one row
+ * per sentence after the current rows, at its step 0; the new sentences take the indices N, N+1, ...
+ * after the state's N so far (set_rows' sent). The cross-attention keys and values of sentences no
+ * row belongs to any more are given back first (the live ones move to the front), so the memory
+ * stays that of the sentences in flight. Each row keeps its own step (position, self-attention
+ * length): transformer_step's t counts the state's steps. A row's outputs do not depend on the other
+ * rows: a sentence decodes to the same tokens admitted here or encoded with transformer_encode. */
+tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, const int *src_len, int n);
+
 /* One decoder step for the current rows: tokens (R) are the previous tokens, t the step
  * (0 for the start token). Writes logits (R, V). When attn is not NULL, also writes the
  * alignment layer's cross-attention (R, S) (zeros past each sentence's length). */
@@ -140,6 +149,13 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
  * again. Not under a vocabulary
  * restriction (transformer_set_vocab), which takes precedence. */
 void transformer_set_argmax_only(transformer_state_t *st, int on);
+
+/* For the next step only (rows: NULL, or one flag per row, read during that step): where rows[r] is
+ * set and the step is screened (transformer_set_argmax_only), row r's written values also give its
+ * argmax over the tokens other than tok (the row's full logits when tok is its largest). For a
+ * minimum length on some rows (continuous batching: rows admitted at step 0). Returns -1 (nothing
+ * set) where the screen's values are not the full layer's bits (its float32 layer unpacked). */
+int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows);
 
 /* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
  * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output

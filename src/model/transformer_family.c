@@ -59,6 +59,14 @@ static void tf_state_free(void *st) { transformer_state_free(st); }
 static tern_status_t tf_encode(void *st, const int *const *src, const int *len, int N) {
     return transformer_encode(st, src, len, N);
 }
+static tern_status_t tf_admit(void *st, const int *const *src, const int *len, int n) {
+    return transformer_admit(st, src, len, n);
+}
+static tern_status_t tf_set_argmax_ban(void *st, int tok, const unsigned char *rows) {
+    if (transformer_set_argmax_ban(st, tok, rows))
+        return tern_error(TERN_ERR_UNSUPPORTED, "screened steps are not the full layer's bits here");
+    return TERN_OK;
+}
 static int tf_source_len(const void *st) { return transformer_source_len(st); }
 static tern_status_t tf_step(void *st, const int *tokens, int t, float *out, float *attn) {
     return transformer_step(st, tokens, t, out, attn);
@@ -88,4 +96,6 @@ const model_family_t model_family_transformer = {
     .set_rows = tf_set_rows,
     .set_vocab = tf_set_vocab,
     .set_argmax_only = tf_set_argmax_only,
+    .admit = tf_admit,
+    .set_argmax_ban = tf_set_argmax_ban,
 };

@@ -164,3 +164,148 @@ done:
     free(cov);
     return st;
 }
+
+/* Greedy search with continuous batching (search.h). Rows: tokens, sent (the feed's sentence),
+ * sidx (the model's sentence), rt (the row's step) and its hypothesis so far (hyp, a row each). */
+tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
+                                   const search_options_t *opt, search_result_t *results) {
+    int V = dec->vocab_size, N = feed->N, M = feed->max_rows > 0 ? feed->max_rows : 1;
+    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs)
+        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
+    int max_T = 1;
+    for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
+    tern_status_t st = TERN_OK;
+    for (int n = 0; n < N; n++) {
+        results[n].n = 0;
+        results[n].hyps = NULL;
+    }
+    const int argmax_ok = dec->set_argmax_only && !opt->need_scores;
+    int argmax_only = 0; /* what the model was last told */
+    int min_admit = feed->min_admit > 0 ? feed->min_admit : 1;
+    /* rows under the minimum length in argmax-only steps: where the model can (set_argmax_ban) */
+    const int can_ban = argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
+    int *tokens = malloc((size_t)M * sizeof(int));
+    int *sent = malloc((size_t)M * sizeof(int));
+    int *sidx = malloc((size_t)M * sizeof(int));
+    int *rt = malloc((size_t)M * sizeof(int));
+    int *parent = malloc((size_t)M * sizeof(int));
+    int *best = malloc((size_t)M * sizeof(int));
+    float *bestv = malloc((size_t)M * sizeof(float));
+    unsigned char *ban = malloc((size_t)M);
+    float *score = calloc((size_t)(N ? N : 1), sizeof(float));
+    int *hlen = calloc((size_t)(N ? N : 1), sizeof(int));
+    int *hyp = malloc((size_t)M * (size_t)max_T * sizeof(int));
+    float *logits = aligned_alloc64((size_t)M * V * sizeof(float));
+    if (!tokens || !sent || !sidx || !rt || !parent || !best || !bestv || !ban || !score || !hlen || !hyp || !logits) {
+        st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+        goto done;
+    }
+    int R = 0, next = 0, nsent = 0; /* rows, the next sentence to admit, the model's sentences */
+    for (int t = 0; R > 0 || next < N; t++) {
+        /* admission: the next sentences join when enough rows are free (token budget: rows x the
+         * longest source in flight, as a whole batch counts it) */
+        int free_rows = M - R;
+        if (next < N && (R == 0 || free_rows >= min_admit || free_rows >= N - next)) {
+            int width = 0;
+            for (int r = 0; r < R; r++) width = feed->src_len[sent[r]] > width ? feed->src_len[sent[r]] : width;
+            int k = 0;
+            while (k < free_rows && next + k < N) {
+                int w = feed->src_len[next + k] > width ? feed->src_len[next + k] : width;
+                if (R + k > 0 && feed->max_tokens > 0 && (long)(R + k + 1) * w > feed->max_tokens) break;
+                width = w;
+                k++;
+            }
+            if (k > 0) {
+                int fresh = R == 0;
+                if ((st = feed->admit(feed->ctx, next, k, fresh))) goto done;
+                if (fresh) nsent = 0, t = 0;
+                for (int i = 0; i < k; i++) {
+                    tokens[R + i] = opt->bos;
+                    sent[R + i] = next + i;
+                    sidx[R + i] = nsent + i;
+                    rt[R + i] = 0;
+                }
+                nsent += k;
+                next += k;
+                if (feed->stats) feed->stats[2]++;
+                R += k;
+            }
+        }
+        if (search_cancelled(opt)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+            goto done;
+        }
+        /* rows before the minimum length need the runner-up of EOS: the model gives it for those
+         * rows (set_argmax_ban), or the step reads full logits */
+        int young = 0;
+        for (int r = 0; r < R; r++) young |= (ban[r] = rt[r] < opt->min_length);
+        int want = argmax_ok && (!young || can_ban);
+        if (want != argmax_only) {
+            if ((st = dec->set_argmax_only(dec->self, want))) goto done;
+            argmax_only = want;
+        }
+        if (want && young && (st = dec->set_argmax_ban(dec->self, opt->eos, ban))) goto done;
+        if ((st = dec->step(dec->self, tokens, t, logits, NULL))) goto done;
+        if (feed->stats) feed->stats[0]++, feed->stats[1] += R;
+        if (young)
+            for (int r = 0; r < R; r++)
+                if (rt[r] < opt->min_length) logits[(size_t)r * V + opt->eos] = -INFINITY;
+        argmax_rows(best, bestv, logits, R, V);
+        int R2 = 0;
+        for (int r = 0; r < R; r++) {
+            int n = sent[r], tok = best[r], tr = rt[r];
+            int *hy = hyp + (size_t)r * max_T;
+            if (opt->need_scores) score[n] += bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
+            int is_eos = tok == opt->eos;
+            if (!is_eos) hy[hlen[n]++] = tok;
+            int ends = is_eos || tr + 1 >= max_len[n];
+            if (opt->on_step && opt->on_step(opt->hook_ctx, n, tr, hy, hlen[n], ends)) {
+                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", tr);
+                goto done;
+            }
+            if (ends) {
+                hypothesis_t *h = calloc(1, sizeof *h);
+                int *tk = malloc((size_t)(hlen[n] ? hlen[n] : 1) * sizeof(int));
+                if (!h || !tk) {
+                    free(h), free(tk);
+                    st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+                    goto done;
+                }
+                memcpy(tk, hy, (size_t)hlen[n] * sizeof(int));
+                h->tokens = tk;
+                h->length = hlen[n];
+                h->raw = score[n];
+                const float u = 0.0f; /* greedy_search's arithmetic, without processors */
+                h->score = (score[n] - u) / search_length_penalty(tr + 1, opt->length_penalty, opt->length_norm) + u;
+                results[n].hyps = h;
+                results[n].n = 1;
+                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
+                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", tr);
+                    goto done;
+                }
+            } else {
+                if (R2 != r) memmove(hyp + (size_t)R2 * max_T, hy, (size_t)hlen[n] * sizeof(int));
+                parent[R2] = r;
+                sent[R2] = n;
+                sidx[R2] = sidx[r];
+                rt[R2] = tr + 1;
+                tokens[R2] = tok;
+                R2++;
+            }
+        }
+        /* rows keep their order: only when some left does the model compact its state */
+        if (R2 != R && R2 > 0 && (st = dec->set_rows(dec->self, parent, sidx, R2))) goto done;
+        R = R2;
+    }
+done:
+    if (argmax_only) {
+        tern_status_t s2 = dec->set_argmax_only(dec->self, 0);
+        if (!st) st = s2;
+    }
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    free(tokens), free(sent), free(sidx), free(rt), free(parent), free(best), free(bestv), free(ban), free(score), free(hlen),
+        free(hyp);
+    aligned_free(logits);
+    return st;
+}

@@ -31,6 +31,9 @@ typedef struct {
      * (no scores, no processors) and with 0 when it ends; step() may then write, for tokens that
      * cannot be the row's largest, any smaller value (model_family_t.set_argmax_only) */
     tern_status_t (*set_argmax_only)(void *self, int on);
+    /* optional (NULL: none): for the next step, in argmax-only mode, rows r with rows[r] set need
+     * the argmax over the tokens other than tok (model_family_t.set_argmax_ban) */
+    tern_status_t (*set_argmax_ban)(void *self, int tok, const unsigned char *rows);
 } decoder_iface_t;
 
 typedef struct {
@@ -93,6 +96,32 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                             const search_options_t *opt, search_result_t *results);
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                           const search_options_t *opt, search_result_t *results);
+
+/* Continuous batching (greedy_search_stream): the sentences to decode, admitted in this order. */
+typedef struct {
+    /* Encodes sentences first .. first + n - 1 and appends one row each, at its step 0, after the
+     * current rows, as the model's sentences (set_rows' sent) following those since the last fresh
+     * start; fresh: no row is left, the model starts anew (its sentences and steps from 0). */
+    tern_status_t (*admit)(void *ctx, int first, int n, int fresh);
+    void *ctx;
+    int N;              /* sentences */
+    const int *src_len; /* (N) their source lengths (the token budget) */
+    int max_rows;       /* rows in flight at most (>= 1) */
+    long max_tokens;    /* rows x the longest source in flight at most (<= 0: no limit) */
+    int min_admit;      /* admit when at least this many rows are free (or none is busy, or the
+                           rest of the sentences fit): the encoder then runs on a few sentences */
+    long *stats;        /* NULL, or (3) += decoder steps, rows over them, admissions */
+} search_feed_t;
+
+/* Greedy search with continuous batching: up to feed->max_rows sentences in flight; as rows
+ * finish, the next sentences are admitted (feed->admit) and start at their own step 0, so the steps
+ * keep running on full batches. Each sentence gets what greedy_search gives it (the model's rows
+ * must not depend on each other: model_family_t.admit). For a model that writes logits (not
+ * dec->logprobs), without processors or coverage penalty (opt->num_procs 0, coverage_penalty 0):
+ * the minimum length is applied per row. max_len, results (feed->N), hooks: as greedy_search
+ * (on_step's t is the sentence's own step). */
+tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
+                                   const search_options_t *opt, search_result_t *results);
 
 /* Length normalization and coverage penalty as applied to finished hypotheses. */
 float search_length_penalty(int length, float alpha, tern_length_norm_t norm);

@@ -430,6 +430,7 @@ decoder_iface_t vmap_decoder(vmap_decoder_t *vd, const decoder_iface_t *inner, c
     d.step = vd_step;
     d.set_rows = vd_set_rows;
     d.set_argmax_only = NULL; /* the restricted projection is already small */
+    d.set_argmax_ban = NULL;
     return d;
 }
 

@@ -1,0 +1,148 @@
+"""Continuous batching of greedy search (search.h's greedy_search_stream, model_family_t.admit;
+docs/benchmarks.md "Continuous batching"): with it on (the default) and off (TERN_CONTINUOUS=0, the
+whole-batch path), greedy translation gives the same output lines, byte for byte.
+
+The reference is the whole-batch greedy search (greedy_search over batches that shrink as sentences
+finish), which tests/test_translate_peer.py and tests/test_shipped_model.py check against
+CTranslate2. Each sentence's rows are computed independently of the other rows (the cross-attention
+keys and values of a sentence, its self-attention cache path, its position), so the outputs must be
+identical, not close. Inputs: 300 Multi30k lines (test_2016_flickr) of uneven lengths (some lines
+joined two or three into one), with empty lines and one-token lines in between, decoded with small
+--max-batch-size (4, 7: sentences are admitted every few steps), with scores (the length penalty
+and log-probabilities per row), a minimum length of 3 (per-row masking of EOS), float32 with a minimum length of 8 (the
+screened output projection: rows whose largest logit is EOS before it take their full logits), a short
+--max-decoding-length (sentences end on the cap), a tight token budget, 2 threads, and under the
+AVX2 cap (int8 identical; float32 there mixes the screen's sums with dnnl_sgemm's, last bits
+apart, depending on the step's rows: at least 99 % of lines, as tests/test_screen.py). The Python API's token callback fires per sentence with the right index: its deltas
+concatenate to each sentence's output, and results come back in input order."""
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "en-de")
+TERN = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
+BUILD = os.path.dirname(TERN)
+AVX2 = {"TERN_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def uneven_lines(data_dir, n=300):
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
+        src = [next(f).rstrip("\n") for _ in range(n)]
+    out = []
+    for i, s in enumerate(src):
+        if i % 17 == 5:
+            out.append("")  # empty: no decoding, an empty line out
+        if i % 23 == 7:
+            out.append("Hello" if i % 2 else ".")  # one token
+        if i % 9 == 0 and i + 2 < len(src):
+            s = " ".join(src[i:i + 3])  # long lines among short ones
+        out.append(s)
+    return out
+
+
+STATS = re.compile(r"continuous batching: (\d+) sentences, (\d+) rows at most, (\d+) steps, (\d+) rows "
+                   r"\(([0-9.]+) per step\), (\d+) admissions")
+
+
+def translate(src, out, continuous, args=(), env=None):
+    e = {**os.environ, **(env or {}), "TERN_CONTINUOUS": "1" if continuous else "0", "TERN_CONTINUOUS_STATS": "1"}
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", "1", "-q", *args, str(src), str(out)],
+                       capture_output=True, text=True, env=e, timeout=600)
+    assert r.returncode == 0, r.stderr
+    stats = STATS.findall(r.stderr)
+    if continuous:  # the continuous path ran, with sentences admitted into running batches
+        assert stats and sum(int(s[5]) for s in stats) > len(stats), r.stderr
+        print(f"\n{args}: " + "; ".join(f"{s[0]} sentences, {s[4]} rows per step, {s[5]} admissions" for s in stats))
+    else:
+        assert not stats, r.stderr
+    return out.read_bytes()
+
+
+CASES = {
+    "bs4": ["--max-batch-size", "4", "-t", "1"],
+    "bs7-scores": ["--max-batch-size", "7", "--scores", "--length-penalty", "0.6", "-t", "1"],
+    "bs7-minlen3-cap12": ["--max-batch-size", "7", "--min-length", "3", "--max-decoding-length", "12", "-t", "1"],
+    # float32: the screened projection; rows under the minimum length whose largest logit is EOS
+    # take their full logits (set_argmax_ban; 36 such rows here)
+    "bs5-minlen8-float32": ["--max-batch-size", "5", "--min-length", "8", "--compute-type", "float32", "-t", "1"],
+    "bs32-tokens200-2threads": ["--max-batch-size", "32", "--max-batch-tokens", "200", "-t", "2"],
+    "bs16-float32": ["--max-batch-size", "16", "--compute-type", "float32", "-t", "1"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_continuous_on_off_identical(data_dir, tmp_path, case):
+    lines = uneven_lines(data_dir)
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    off = translate(src, tmp_path / "off.de", False, CASES[case])
+    on = translate(src, tmp_path / "on.de", True, CASES[case])
+    n_out = off.decode("utf-8").count("\n")
+    assert n_out == len(lines)
+    same = sum(a == b for a, b in zip(off.splitlines(), on.splitlines()))
+    print(f"\n{case}: {same}/{n_out} lines identical")
+    assert on == off
+
+
+def test_continuous_avx2_cap(data_dir, tmp_path):
+    lines = uneven_lines(data_dir, 120)
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for ct in ("int8", "float32"):
+        args = ["--max-batch-size", "5", "--compute-type", ct, "-t", "1"]
+        off = translate(src, tmp_path / "off.de", False, args, AVX2)
+        on = translate(src, tmp_path / "on.de", True, args, AVX2)
+        if ct == "int8":
+            assert on == off, ct
+        else:
+            # float32 under the cap: no packed kernel; the output projection's screen sums its
+            # candidates as the packed kernel would, the full layer (where the screen declines, which
+            # depends on the step's rows) runs dnnl_sgemm, last bits apart (docs/kernels.md,
+            # tests/test_screen.py): a near tie may go the other way (measured: 120/120 lines here,
+            # 2,036/2,037 on the untrained bench model; all identical with TERN_SCREEN=0)
+            a, b = off.splitlines(), on.splitlines()
+            same = sum(x == y for x, y in zip(a, b))
+            print(f"\nAVX2 float32: {same}/{len(a)} lines identical")
+            assert len(a) == len(b) and same >= 0.99 * len(a)
+
+
+@pytest.fixture(scope="module")
+def tern(tmp_path_factory):
+    assert os.path.exists(os.path.join(BUILD, "libtern.so")), "build/libtern.so is missing: run make"
+    base = tmp_path_factory.mktemp("pybuild")
+    env = dict(os.environ, TERN_NO_MAKE="1", TERN_BUILD_DIR=BUILD)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-base", str(base)],
+                       cwd=os.path.join(ROOT, "python"), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lib = glob.glob(str(base / "lib*"))
+    assert len(lib) == 1, lib
+    sys.path.insert(0, lib[0])
+    try:
+        import tern as t
+    finally:
+        sys.path.remove(lib[0])
+    return t
+
+
+def test_python_callbacks_per_sentence(tern, data_dir, monkeypatch):
+    lines = uneven_lines(data_dir, 80)
+    tr = tern.Translator(MODEL, intra_threads=1)
+    monkeypatch.setenv("TERN_CONTINUOUS", "0")
+    ref = [r.hypotheses[0] for r in tr.translate_batch(lines, beam_size=1, max_batch_size=4)]
+    monkeypatch.setenv("TERN_CONTINUOUS", "1")
+    events = {}
+    res = tr.translate_batch(lines, beam_size=1, max_batch_size=4,
+                             callback=lambda s: events.setdefault(s.batch_id, []).append(s))
+    got = [r.hypotheses[0] for r in res]
+    assert got == ref  # input order, same outputs
+    decoded = [i for i, s in enumerate(lines) if s.strip()]
+    assert sorted(events) == decoded  # one sentence index per decoded input
+    for i, ev in events.items():
+        assert [e.step for e in ev] == list(range(len(ev)))  # the sentence's own steps
+        assert sum(e.is_last for e in ev) == 1 and ev[-1].is_last
+        assert "".join(e.delta for e in ev) == ref[i] and ev[-1].text == ref[i], (i, ev[-1])
