@@ -970,34 +970,28 @@ tern_status_t transformer_set_vocab(transformer_state_t *st, const int *ids, int
     L->q = st->vm_q;
     L->scale = st->vm_scale;
     L->bias = P->bias ? st->vm_bias : NULL;
-    if (P->kind == WEIGHT_F32 && gemm_packed_f32_is_tern(P->N, K)) {
-        /* without a map the whole projection runs on Tern's panels: the gathered rows too, so that
-         * a map holding every piece gives the same logits, bit for bit (one FMA chain per output) */
-        size_t bytes = gemm_packed_size_tern(n, K);
-        if (bytes > st->vm_pk_cap) {
-            aligned_free(st->vm_pk);
-            st->vm_pk_cap = 0;
-            if (!(st->vm_pk = aligned_alloc64(bytes)))
-                return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
-            st->vm_pk_cap = bytes;
-        }
-        if (gemm_pack_linear_tern(st->vm_pk, st->vm_w, L->bias, n, K, 0) == 0) st->vm_pk_bytes = bytes;
-    }
+    /* The gathered rows packed once per batch, where that gives the kernel the whole projection
+     * runs on: float32 on Tern's panels (then a map holding every piece gives the same logits, bit
+     * for bit, as no map: one FMA chain per output), int8 on Tern's AVX2 kernel (packing costs one
+     * pass over the rows, less than one step's product on them; oneDNN's packed form is not made
+     * per batch: it would make kernels for every restricted size). */
+    size_t bytes = 0;
     if (P->kind == WEIGHT_S8) {
         linear_prepare(L, st->vm_comp);
-        /* Tern's AVX2 kernel: packing the gathered rows costs one pass over them, less than one
-         * decode step's product on them (oneDNN's packed form is not made per batch: it would make
-         * kernels for every restricted size) */
-        size_t bytes = linear_int8_packs_own() ? linear_packed_size_s8(L) : 0;
-        if (bytes > st->vm_pk_cap) {
-            aligned_free(st->vm_pk);
-            st->vm_pk_cap = 0;
-            if (!(st->vm_pk = aligned_alloc64(bytes)))
-                return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
-            st->vm_pk_cap = bytes;
-        }
-        if (bytes && linear_pack_s8(st->vm_pk, L) == 0) st->vm_pk_bytes = bytes;
+        if (linear_int8_packs_own()) bytes = linear_packed_size_s8(L);
+    } else if (gemm_packed_f32_is_tern(P->N, K)) {
+        bytes = gemm_packed_size_tern(n, K);
     }
+    if (bytes > st->vm_pk_cap) {
+        aligned_free(st->vm_pk);
+        st->vm_pk_cap = 0;
+        if (!(st->vm_pk = aligned_alloc64(bytes)))
+            return tern_error(TERN_ERR_NOMEM, "vocabulary restriction to %d pieces: out of memory", n);
+        st->vm_pk_cap = bytes;
+    }
+    int packed = bytes && (P->kind == WEIGHT_S8 ? linear_pack_s8(st->vm_pk, L)
+                                                : gemm_pack_linear_tern(st->vm_pk, st->vm_w, L->bias, n, K, 0)) == 0;
+    if (packed) st->vm_pk_bytes = bytes;
     return TERN_OK;
 }
 

@@ -40,6 +40,27 @@ static float row_logsumexp(const float *x, int V, float mx) {
     return mx + (float)log(s);
 }
 
+/* A sentence's one result: its tokens, raw score, and the score normalized over `steps` (the
+ * processors' unnormalized part u kept out of the length penalty) plus the coverage penalty cp. */
+static tern_status_t greedy_result(search_result_t *res, const int *toks, int len, float raw, float u, int steps,
+                                   float cp, const search_options_t *opt) {
+    hypothesis_t *h = calloc(1, sizeof *h);
+    int *tk = malloc((size_t)(len ? len : 1) * sizeof(int));
+    if (!h || !tk) {
+        free(h), free(tk);
+        return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+    }
+    memcpy(tk, toks, (size_t)len * sizeof(int));
+    h->tokens = tk;
+    h->length = len;
+    h->raw = raw;
+    h->score = (raw - u) / search_length_penalty(steps, opt->length_penalty, opt->length_norm) + u;
+    if (cp != 0.0f) h->score += cp;
+    res->hyps = h;
+    res->n = 1;
+    return TERN_OK;
+}
+
 tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
                             const search_options_t *opt, search_result_t *results) {
     int V = dec->vocab_size, S = dec->source_len;
@@ -117,22 +138,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
                 goto done;
             }
             if (ends) {
-                hypothesis_t *h = calloc(1, sizeof *h);
-                int *tk = malloc((size_t)(hlen[n] ? hlen[n] : 1) * sizeof(int));
-                if (!h || !tk) {
-                    free(h), free(tk);
-                    st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
-                    goto done;
-                }
-                memcpy(tk, hyp + (size_t)n * max_T, (size_t)hlen[n] * sizeof(int));
-                h->tokens = tk;
-                h->length = hlen[n];
-                h->raw = score[n];
                 float u = proc_chain_unnormalized(&chain, r, n, is_eos ? -1 : tok);
-                h->score = (score[n] - u) / search_length_penalty(t + 1, opt->length_penalty, opt->length_norm) + u;
-                if (need_attn) h->score += search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty);
-                results[n].hyps = h;
-                results[n].n = 1;
+                float cp = need_attn ? search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty) : 0.0f;
+                if ((st = greedy_result(&results[n], hyp + (size_t)n * max_T, hlen[n], score[n], u, t + 1, cp, opt)))
+                    goto done;
                 if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
                     st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
                     goto done;
@@ -264,21 +273,8 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
                 goto done;
             }
             if (ends) {
-                hypothesis_t *h = calloc(1, sizeof *h);
-                int *tk = malloc((size_t)(hlen[n] ? hlen[n] : 1) * sizeof(int));
-                if (!h || !tk) {
-                    free(h), free(tk);
-                    st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
-                    goto done;
-                }
-                memcpy(tk, hy, (size_t)hlen[n] * sizeof(int));
-                h->tokens = tk;
-                h->length = hlen[n];
-                h->raw = score[n];
-                const float u = 0.0f; /* greedy_search's arithmetic, without processors */
-                h->score = (score[n] - u) / search_length_penalty(tr + 1, opt->length_penalty, opt->length_norm) + u;
-                results[n].hyps = h;
-                results[n].n = 1;
+                /* greedy_search's arithmetic, without processors (u = 0) or coverage */
+                if ((st = greedy_result(&results[n], hy, hlen[n], score[n], 0.0f, tr + 1, 0.0f, opt))) goto done;
                 if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
                     st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", tr);
                     goto done;
