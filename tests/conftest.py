@@ -1,5 +1,7 @@
 """Shared pytest fixtures: paths to the repository, the tern binary and the shared data."""
+import glob
 import os
+import subprocess
 import sys
 
 import pytest
@@ -14,6 +16,29 @@ DATA = os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared", "data"))
 def tern_bin():
     assert os.path.exists(TERN), "build/tern is missing: run make"
     return TERN
+
+
+@pytest.fixture(scope="session")
+def tern_python(tmp_path_factory):
+    """The Python package (python/) built once per session against build/libtern.so and imported:
+    one build, so every test module gets the same `tern` module (a second build imported in the
+    same process would find the first one in sys.modules)."""
+    build = os.path.dirname(TERN)
+    assert os.path.exists(os.path.join(build, "libtern.so")), "build/libtern.so is missing: run make"
+    base = tmp_path_factory.mktemp("pybuild")
+    env = dict(os.environ, TERN_NO_MAKE="1", TERN_BUILD_DIR=build)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-base", str(base)],
+                       cwd=os.path.join(ROOT, "python"), env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lib = glob.glob(str(base / "lib*"))
+    assert len(lib) == 1, lib
+    sys.path.insert(0, lib[0])
+    try:
+        import tern as t
+    finally:
+        sys.path.remove(lib[0])
+    assert t.__file__.startswith(lib[0]), t.__file__
+    return t
 
 
 @pytest.fixture(scope="session")

@@ -112,21 +112,8 @@ def test_continuous_avx2_cap(data_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tern(tmp_path_factory):
-    assert os.path.exists(os.path.join(BUILD, "libtern.so")), "build/libtern.so is missing: run make"
-    base = tmp_path_factory.mktemp("pybuild")
-    env = dict(os.environ, TERN_NO_MAKE="1", TERN_BUILD_DIR=BUILD)
-    r = subprocess.run([sys.executable, "setup.py", "-q", "build", "--build-base", str(base)],
-                       cwd=os.path.join(ROOT, "python"), env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    lib = glob.glob(str(base / "lib*"))
-    assert len(lib) == 1, lib
-    sys.path.insert(0, lib[0])
-    try:
-        import tern as t
-    finally:
-        sys.path.remove(lib[0])
-    return t
+def tern(tern_python):
+    return tern_python  # tests/conftest.py: built once per session
 
 
 def test_python_callbacks_per_sentence(tern, data_dir, monkeypatch):
