@@ -15,11 +15,9 @@ screened output projection: rows whose largest logit is EOS before it take their
 AVX2 cap (int8 identical; float32 there mixes the screen's sums with dnnl_sgemm's, last bits
 apart, depending on the step's rows: at least 99 % of lines, as tests/test_screen.py). The Python API's token callback fires per sentence with the right index: its deltas
 concatenate to each sentence's output, and results come back in input order."""
-import glob
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
