@@ -61,6 +61,18 @@ static tern_status_t greedy_result(search_result_t *res, const int *toks, int le
     return TERN_OK;
 }
 
+/* The end of a greedy search: the model back to whole logits, and on failure no results. */
+static tern_status_t greedy_end(const decoder_iface_t *dec, int argmax_only, tern_status_t st,
+                                search_result_t *results, int N) {
+    if (argmax_only) {
+        tern_status_t s2 = dec->set_argmax_only(dec->self, 0);
+        if (!st) st = s2;
+    }
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    return st;
+}
+
 tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
                             const search_options_t *opt, search_result_t *results) {
     int V = dec->vocab_size, S = dec->source_len;
@@ -160,12 +172,7 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
         R = R2;
     }
 done:
-    if (argmax_only) {
-        tern_status_t s2 = dec->set_argmax_only(dec->self, 0);
-        if (!st) st = s2;
-    }
-    if (st)
-        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    st = greedy_end(dec, argmax_only, st, results, N);
     proc_chain_free(&chain);
     free(tokens), free(sent), free(parent), free(best), free(bestv), free(score), free(hyp), free(hlen);
     aligned_free(logits);
@@ -294,12 +301,7 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
         R = R2;
     }
 done:
-    if (argmax_only) {
-        tern_status_t s2 = dec->set_argmax_only(dec->self, 0);
-        if (!st) st = s2;
-    }
-    if (st)
-        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    st = greedy_end(dec, argmax_only, st, results, N);
     free(tokens), free(sent), free(sidx), free(rt), free(parent), free(best), free(bestv), free(ban), free(score), free(hlen),
         free(hyp);
     aligned_free(logits);
