@@ -12,8 +12,9 @@ joined two or three into one), with empty lines and one-token lines in between, 
 and log-probabilities per row), a minimum length of 3 (per-row masking of EOS), float32 with a minimum length of 8 (the
 screened output projection: rows whose largest logit is EOS before it take their full logits), a short
 --max-decoding-length (sentences end on the cap), a tight token budget, 2 threads, and under the
-AVX2 cap (int8 identical; float32 there mixes the screen's sums with dnnl_sgemm's, last bits
-apart, depending on the step's rows: at least 99 % of lines, as tests/test_screen.py). The Python API's token callback fires per sentence with the right index: its deltas
+AVX2 cap (int8 identical; float32 there at least 99 % of lines, as tests/test_screen.py: where the
+full projection is not packed it runs dnnl_sgemm, whose last bits differ from the screen's sums; under
+the cap Tern's AVX2 panels now pack it). The Python API's token callback fires per sentence with the right index: its deltas
 concatenate to each sentence's output, and results come back in input order."""
 import os
 import re

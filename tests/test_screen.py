@@ -6,7 +6,8 @@ shipped model (models/en-de, int8 weights run as float32) gives the same output 
 The screen's candidates provably hold the argmax of every row; their values are summed as oneDNN's
 packed float32 kernel sums them (bit for bit, tests/c/test_screen.c), so where the full projection
 runs packed ("float32 layer packed" in the TERN_SCREEN_STATS line) every line must be identical.
-Where it is not (no packed kernel: the AVX2 cap today) the full projection runs through dnnl_sgemm,
+Where it is not (no packed kernel; under the AVX2 cap Tern's own panels now pack it, with the same
+sums) the full projection runs through dnnl_sgemm,
 whose summation order differs in the last bits: a near tie could go the other way, so there at
 least 99 % of lines must be identical (measured: all). The runs print the mean number of candidates
 per row. Beam search never screens (its stats line counts no row)."""
