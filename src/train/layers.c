@@ -90,18 +90,22 @@ static inline void drop_mul_inplace(float *x, uint32_t n, uint32_t base, uint32_
 
 #define DROP_BLK 4096
 
+/* Column blocks of the column sums below: 64 double sums, updated row after row (contiguous loads
+ * the compiler vectorizes); each column is summed over m = 0, 1, ... in order whatever the block. */
+#define COLSUM_BLK 64
+
 /* acc[n] += sum over rows m of x[m, n], x (M, N); column blocks in parallel, double sums. */
 static void colsum_acc(float *acc, const float *x, int M, int N) {
-    int nblk = (N + 15) / 16;
+    int nblk = (N + COLSUM_BLK - 1) / COLSUM_BLK;
 #pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * 16, c1 = c0 + 16 < N ? c0 + 16 : N;
-        double s[16] = {0};
+        int c0 = blk * COLSUM_BLK, w = c0 + COLSUM_BLK < N ? COLSUM_BLK : N - c0;
+        double s[COLSUM_BLK] = {0};
         for (int m = 0; m < M; m++) {
-            const float *r = x + (size_t)m * N;
-            for (int c = c0; c < c1; c++) s[c - c0] += r[c];
+            const float *r = x + (size_t)m * N + c0;
+            for (int c = 0; c < w; c++) s[c] += r[c];
         }
-        for (int c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
+        for (int c = 0; c < w; c++) acc[c0 + c] += (float)s[c];
     }
 }
 
@@ -182,23 +186,23 @@ void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout,
             dx[c] += (dy[c] * g[c] - m1 - xh * m2) * rs;
         }
     }
-    /* dg, db: column blocks in parallel, double sums. */
-    int nblk = (C + 15) / 16;
+    /* dg, db: column blocks in parallel, double sums (each column over m = 0, 1, ... in order). */
+    int nblk = (C + COLSUM_BLK - 1) / COLSUM_BLK;
 #pragma omp parallel for schedule(static) if ((size_t)M * C >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * 16, c1 = c0 + 16 < C ? c0 + 16 : C;
-        double sg[16] = {0}, sb[16] = {0};
+        int c0 = blk * COLSUM_BLK, w = c0 + COLSUM_BLK < C ? COLSUM_BLK : C - c0;
+        double sg[COLSUM_BLK] = {0}, sb[COLSUM_BLK] = {0};
         for (int m = 0; m < M; m++) {
-            const float *x = inp + (size_t)m * C, *dy = dout + (size_t)m * C;
+            const float *x = inp + (size_t)m * C + c0, *dy = dout + (size_t)m * C + c0;
             float mu = mean[m], rs = rstd[m];
-            for (int c = c0; c < c1; c++) {
-                sg[c - c0] += dy[c] * ((x[c] - mu) * rs);
-                sb[c - c0] += dy[c];
+            for (int c = 0; c < w; c++) {
+                sg[c] += dy[c] * ((x[c] - mu) * rs);
+                sb[c] += dy[c];
             }
         }
-        for (int c = c0; c < c1; c++) {
-            dg[c] += (float)sg[c - c0];
-            db[c] += (float)sb[c - c0];
+        for (int c = 0; c < w; c++) {
+            dg[c0 + c] += (float)sg[c];
+            db[c0 + c] += (float)sb[c];
         }
     }
 }

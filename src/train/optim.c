@@ -5,6 +5,10 @@
 #include "optim.h"
 
 #include <math.h>
+#include <omp.h>
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 #define PAR_MIN 32768
@@ -39,27 +43,62 @@ void adam_free(adam_t *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* The update of elements [i0, i1): p -= step · m / (sqrt(v) · inv_sqrt_bc2 + eps) after the moment
+ * updates, per element in float in this order (no contraction: -std=c11), 8 at a time with AVX
+ * (the same correctly rounded operations: identical results), the rest one by one. wmode: 0 no
+ * weight decay, 1 decoupled (p *= decay first), 2 L2 (g += wd · p). */
+static inline float adam_one(float *restrict params, const float *restrict grads, float *restrict m,
+                             float *restrict v, long long i, float b1, float b2, float c1, float c2, float eps,
+                             float wd, int wmode, float step, float inv_sqrt_bc2, float decay) {
+    float g = grads[i], p = params[i];
+    if (wmode == 1) p *= decay;
+    else if (wmode == 2) g += wd * p;
+    float mi = b1 * m[i] + c1 * g;
+    float vi = b2 * v[i] + c2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    return p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+}
+
+static void adam_range(float *restrict params, const float *restrict grads, float *restrict m, float *restrict v,
+                       long long i0, long long i1, float b1, float b2, float eps, float wd, int wmode, float step,
+                       float inv_sqrt_bc2, float decay) {
+    const float c1 = 1.0f - b1, c2 = 1.0f - b2;
+    long long i = i0;
+#ifdef __AVX__
+    const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), vc1 = _mm256_set1_ps(c1),
+                 vc2 = _mm256_set1_ps(c2), veps = _mm256_set1_ps(eps), vwd = _mm256_set1_ps(wd),
+                 vstep = _mm256_set1_ps(step), vk = _mm256_set1_ps(inv_sqrt_bc2), vdecay = _mm256_set1_ps(decay);
+    for (; i + 8 <= i1; i += 8) {
+        __m256 g = _mm256_loadu_ps(grads + i), p = _mm256_loadu_ps(params + i);
+        if (wmode == 1) p = _mm256_mul_ps(p, vdecay);
+        else if (wmode == 2) g = _mm256_add_ps(g, _mm256_mul_ps(vwd, p));
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(vc1, g));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(vc2, g), g));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        __m256 den = _mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(vi), vk), veps);
+        _mm256_storeu_ps(params + i, _mm256_sub_ps(p, _mm256_div_ps(_mm256_mul_ps(vstep, mi), den)));
+    }
+#endif
+    for (; i < i1; i++)
+        params[i] = adam_one(params, grads, m, v, i, b1, b2, c1, c2, eps, wd, wmode, step, inv_sqrt_bc2, decay);
+}
+
 void adam_step(adam_t *a, float *params, const float *grads, float lr) {
     a->t++;
     const float b1 = a->cfg.beta1, b2 = a->cfg.beta2, eps = a->cfg.eps, wd = a->cfg.weight_decay;
-    const int decoupled = a->cfg.decoupled;
+    const int wmode = wd == 0.0f ? 0 : a->cfg.decoupled ? 1 : 2;
     double bc1 = 1.0 - pow((double)b1, (double)a->t), bc2 = 1.0 - pow((double)b2, (double)a->t);
     const float step = (float)(lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     const float decay = 1.0f - lr * wd;
     float *m = a->m, *v = a->v;
     long long n = (long long)a->n;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (long long i = 0; i < n; i++) {
-        float g = grads[i], p = params[i];
-        if (wd != 0.0f) {
-            if (decoupled) p *= decay;
-            else g += wd * p;
-        }
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+#pragma omp parallel if (n >= PAR_MIN)
+    {
+        long long nt = omp_get_num_threads(), id = omp_get_thread_num();
+        long long i0 = n * id / nt / 16 * 16, i1 = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
+        if (i1 > i0) adam_range(params, grads, m, v, i0, i1, b1, b2, eps, wd, wmode, step, inv_sqrt_bc2, decay);
     }
 }
 
@@ -72,7 +111,8 @@ void sgd_step(float *params, const float *grads, size_t n, float lr, float weigh
 double grad_global_norm(const float *g, size_t n) {
     double s = 0;
     long long nn = (long long)n;
-#pragma omp parallel for schedule(static) reduction(+ : s) if (n >= PAR_MIN)
+    /* simd: partial sums in vector lanes (products exact in double; only the order of the sum differs) */
+#pragma omp parallel for simd schedule(static) reduction(+ : s) if (n >= PAR_MIN)
     for (long long i = 0; i < nn; i++) s += (double)g[i] * g[i];
     return sqrt(s);
 }
