@@ -23,6 +23,12 @@
 void gemm_f32(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
+/* The same product for small shapes (a few dozen rows and columns: training attention's per-head
+ * products), in Tern's register tiles without a library call's fixed cost (AVX2 + FMA builds; else,
+ * or for transB with K > 512, gemm_f32). Float sums in order of k; counted by gemm_count_flops. */
+void gemm_f32_small(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc);
+
 /* Batched: for b in [0, batch): the same gemm on A + b*strideA, B + b*strideB, C + b*strideC. */
 void gemm_f32_batched(int transA, int transB, int M, int N, int K, float alpha, const float *A,
                       int lda, size_t strideA, const float *B, int ldb, size_t strideB, float beta,

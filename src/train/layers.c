@@ -349,7 +349,7 @@ void nn_attention_forward(float *out, float *att, float *scratch, const float *q
     float scale = 1.0f / sqrtf((float)D);
     uint32_t thr = drop_threshold(p_drop), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
     float inv = p_drop > 0.0f ? 1.0f / (1.0f - p_drop) : 1.0f;
-    /* One (sentence, head) per iteration; the small gemms run single-threaded inside. */
+    /* One (sentence, head) per iteration; the small gemms (gemm_f32_small) run single-threaded inside. */
 #pragma omp parallel for schedule(dynamic, 1) if (BH > 1)
     for (int bh = 0; bh < BH; bh++) {
         int b = bh / H, h = bh % H;
@@ -359,7 +359,7 @@ void nn_attention_forward(float *out, float *att, float *scratch, const float *q
         const float *kh = k + (size_t)b * Tk * ldkv + h * D;
         const float *vh = v + (size_t)b * Tk * ldkv + h * D;
         int kl = klen ? klen[b] : Tk;
-        gemm_f32(0, 1, Tq, Tk, D, scale, qh, ldq, kh, ldkv, 0.0f, A, Tk);
+        gemm_f32_small(0, 1, Tq, Tk, D, scale, qh, ldq, kh, ldkv, 0.0f, A, Tk);
         for (int i = 0; i < Tq; i++) {
             int len = causal && i + 1 < kl ? i + 1 : kl;
             softmax_masked_forward(A + (size_t)i * Tk, A + (size_t)i * Tk, &len, 1, Tk);
@@ -371,7 +371,7 @@ void nn_attention_forward(float *out, float *att, float *scratch, const float *q
             drop_mul(Sd, A, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
             P = Sd;
         }
-        gemm_f32(0, 0, Tq, D, Tk, 1.0f, P, Tk, vh, ldkv, 0.0f, out + (size_t)b * Tq * C + h * D, C);
+        gemm_f32_small(0, 0, Tq, D, Tk, 1.0f, P, Tk, vh, ldkv, 0.0f, out + (size_t)b * Tq * C + h * D, C);
     }
 }
 
@@ -402,9 +402,9 @@ void nn_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
             drop_mul(Sc, P, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
             Pd = Sc;
         }
-        gemm_f32(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, doh, C, 1.0f, dvh, ldkv);
+        gemm_f32_small(1, 0, Tk, D, Tq, 1.0f, Pd, Tk, doh, C, 1.0f, dvh, ldkv);
         /* dP = dO V^T (through the dropout mask) */
-        gemm_f32(0, 1, Tq, Tk, D, 1.0f, doh, C, vh, ldkv, 0.0f, Sc, Tk);
+        gemm_f32_small(0, 1, Tq, Tk, D, 1.0f, doh, C, vh, ldkv, 0.0f, Sc, Tk);
         if (p_drop > 0.0f)
             drop_mul_inplace(Sc, (uint32_t)n, (uint32_t)a0, k0, k1, thr, inv);
         /* softmax backward: dS = P * (dP - sum_j P dP) */
@@ -417,8 +417,8 @@ void nn_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
             for (int j = 0; j < Tk; j++) s[j] = p[j] * (s[j] - fd);
         }
         /* dQ += scale dS K; dK += scale dS^T Q */
-        gemm_f32(0, 0, Tq, D, Tk, scale, Sc, Tk, kh, ldkv, 1.0f, dqh, ldq);
-        gemm_f32(1, 0, Tk, D, Tq, scale, Sc, Tk, qh, ldq, 1.0f, dkh, ldkv);
+        gemm_f32_small(0, 0, Tq, D, Tk, scale, Sc, Tk, kh, ldkv, 1.0f, dqh, ldq);
+        gemm_f32_small(1, 0, Tk, D, Tq, scale, Sc, Tk, qh, ldq, 1.0f, dkh, ldkv);
     }
 }
 

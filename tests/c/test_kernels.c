@@ -141,13 +141,14 @@ static void gemm_abs_scale(float *S, int transA, int transB, int M, int N, int K
     aligned_free(aB);
 }
 
-typedef enum { VIA_DISPATCH = 0, VIA_ONEDNN = 1, VIA_OPENBLAS = 2 } gemm_via_t;
-static const char *via_name[] = {"gemm_f32", "dnnl_sgemm", "cblas_sgemm"};
+typedef enum { VIA_DISPATCH = 0, VIA_ONEDNN = 1, VIA_OPENBLAS = 2, VIA_SMALL = 3 } gemm_via_t;
+static const char *via_name[] = {"gemm_f32", "dnnl_sgemm", "cblas_sgemm", "gemm_f32_small"};
 
 /* The two libraries called exactly as gemm.c calls them (row-major, 'N'/'T'). */
 static void gemm_via(gemm_via_t via, int tA, int tB, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     if (via == VIA_DISPATCH) gemm_f32(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else if (via == VIA_SMALL) gemm_f32_small(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     else if (via == VIA_ONEDNN) dnnl_sgemm(tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     else cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, M, N, K,
                      alpha, A, lda, B, ldb, beta, C, ldc);
@@ -201,12 +202,14 @@ static int gemm_case(gemm_via_t via, int tA, int tB, int M, int N, int K, float 
 static const int gemm_shapes[][3] = {
     {1, 1, 1},    {1, 3, 7},    {3, 7, 17},  {7, 17, 33},   {17, 33, 64}, {33, 64, 100}, {64, 100, 3},
     {100, 1, 64}, {2, 1031, 17}, {3, 17, 1500}, {1003, 3, 7}, {8, 8, 8},   {16, 24, 40},
+    /* training attention's per-head shapes (gemm_f32_small): Tq x Tk x D, Tq x D x Tk */
+    {25, 25, 64}, {23, 31, 64}, {31, 64, 23}, {5, 9, 64}, {44, 28, 128}, {9, 600, 64},
 };
 
 static void test_gemm(void) {
     int nshapes = (int)(sizeof gemm_shapes / sizeof gemm_shapes[0]);
     kernels_set_num_threads(1);
-    for (int via = VIA_DISPATCH; via <= VIA_OPENBLAS; via++) {
+    for (int via = VIA_DISPATCH; via <= VIA_SMALL; via++) {
         for (int s = 0; s < nshapes; s++) {
             int M = gemm_shapes[s][0], N = gemm_shapes[s][1], K = gemm_shapes[s][2];
             for (int t = 0; t < 4; t++) {
