@@ -95,6 +95,37 @@ static inline __m256i small_mask(int n) { /* lanes [0, n) of 8 */
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
+/* One tile: 6 rows of op(A) (row r's element k at a + r·si + k·sk; rows past mr repeat row 0)
+ * times columns [0, nr) of Bp (row stride ldb), into acc (12 accumulators: two per row); full:
+ * nr == 16 (plain loads), else masked loads of the lanes under nr. */
+#define SMALL_MR 6
+static inline __attribute__((always_inline)) void small_tile_k(__m256 acc[12], const float *a, size_t si, int mr,
+                                                               size_t sk, const float *b, int ldb, int K, int nr,
+                                                               __m256i m0, __m256i m1, int full) {
+    const float *ar[SMALL_MR];
+    for (int r = 0; r < SMALL_MR; r++) ar[r] = a + (r < mr ? (size_t)r * si : 0);
+    __m256 c[12];
+    for (int i = 0; i < 12; i++) c[i] = _mm256_setzero_ps();
+    if (full || nr > 8) {
+        for (int k = 0; k < K; k++, b += ldb) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+            size_t o = (size_t)k * sk;
+            for (int r = 0; r < SMALL_MR; r++) {
+                __m256 x = _mm256_broadcast_ss(ar[r] + o);
+                c[2 * r] = _mm256_fmadd_ps(x, b0, c[2 * r]);
+                c[2 * r + 1] = _mm256_fmadd_ps(x, b1, c[2 * r + 1]);
+            }
+        }
+    } else {
+        for (int k = 0; k < K; k++, b += ldb) {
+            __m256 b0 = nr == 8 ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
+            size_t o = (size_t)k * sk;
+            for (int r = 0; r < SMALL_MR; r++) c[2 * r] = _mm256_fmadd_ps(_mm256_broadcast_ss(ar[r] + o), b0, c[2 * r]);
+        }
+    }
+    for (int i = 0; i < 12; i++) acc[i] = c[i];
+}
+
 /* C[0:M, 0:N] = alpha · op(A) · Bp + beta · C, Bp K x N row-major with row stride ldb. */
 static void small_tiles(int transA, int M, int N, int K, float alpha, const float *A, int lda, const float *Bp,
                         int ldb, float beta, float *C, int ldc) {
@@ -104,44 +135,24 @@ static void small_tiles(int transA, int M, int N, int K, float alpha, const floa
     for (int j0 = 0; j0 < N; j0 += 16) {
         int nr = N - j0 < 16 ? N - j0 : 16;
         __m256i m0 = small_mask(nr), m1 = small_mask(nr - 8);
-        for (int i0 = 0; i0 < M; i0 += 4) {
-            int mr = M - i0 < 4 ? M - i0 : 4;
-            const float *a0 = A + (size_t)i0 * si, *a1 = A + (size_t)(i0 + (mr > 1)) * si,
-                        *a2 = A + (size_t)(i0 + (mr > 2 ? 2 : 0)) * si, *a3 = A + (size_t)(i0 + (mr > 3 ? 3 : 0)) * si;
-            __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
-                   c31 = c00;
-            const float *b = Bp + j0;
-            if (nr > 8) {
-                for (int k = 0; k < K; k++, b += ldb) {
-                    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_maskload_ps(b + 8, m1);
-                    size_t o = (size_t)k * sk;
-                    __m256 x = _mm256_broadcast_ss(a0 + o);
-                    c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
-                    x = _mm256_broadcast_ss(a1 + o);
-                    c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
-                    x = _mm256_broadcast_ss(a2 + o);
-                    c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
-                    x = _mm256_broadcast_ss(a3 + o);
-                    c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
-                }
-            } else {
-                for (int k = 0; k < K; k++, b += ldb) {
-                    __m256 b0 = _mm256_maskload_ps(b, m0);
-                    size_t o = (size_t)k * sk;
-                    c00 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + o), b0, c00);
-                    c10 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + o), b0, c10);
-                    c20 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + o), b0, c20);
-                    c30 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + o), b0, c30);
-                }
-            }
-            __m256 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+        for (int i0 = 0; i0 < M; i0 += SMALL_MR) {
+            int mr = M - i0 < SMALL_MR ? M - i0 : SMALL_MR;
+            const float *a = A + (size_t)i0 * si;
+            __m256 acc[12];
+            if (nr == 16) small_tile_k(acc, a, si, mr, sk, Bp + j0, ldb, K, nr, m0, m1, 1);
+            else small_tile_k(acc, a, si, mr, sk, Bp + j0, ldb, K, nr, m0, m1, 0);
             for (int r = 0; r < mr; r++) {
                 float *c = C + (size_t)(i0 + r) * ldc + j0;
                 for (int h = 0; h < 2 && h * 8 < nr; h++) {
-                    __m256i mk = h ? m1 : m0;
-                    __m256 v = _mm256_mul_ps(va, acc[r][h]);
-                    if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + 8 * h, mk), v);
-                    _mm256_maskstore_ps(c + 8 * h, mk, v);
+                    __m256 v = _mm256_mul_ps(va, acc[2 * r + h]);
+                    if (nr - 8 * h >= 8) { /* the 8 lanes are all in C */
+                        if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c + 8 * h), v);
+                        _mm256_storeu_ps(c + 8 * h, v);
+                    } else {
+                        __m256i mk = h ? m1 : m0;
+                        if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_maskload_ps(c + 8 * h, mk), v);
+                        _mm256_maskstore_ps(c + 8 * h, mk, v);
+                    }
                 }
             }
         }
