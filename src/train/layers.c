@@ -229,6 +229,13 @@ void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, co
     if (db) nn_bias_backward(db, dout, M, N);
 }
 
+void nn_linear_backward_set(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int M, int K, int N) {
+    if (dinp) gemm_f32(0, 0, M, K, N, 1.0f, dout, N, w, K, 0.0f, dinp, K);
+    gemm_f32(1, 0, N, K, M, 1.0f, dout, N, inp, K, 1.0f, dw, K);
+    if (db) nn_bias_backward(db, dout, M, N);
+}
+
 /* ------------------------------------------------------------ activations */
 
 void nn_activation_forward(float *out, const float *inp, size_t n, activation_t act) {
@@ -247,15 +254,34 @@ void nn_activation_forward(float *out, const float *inp, size_t n, activation_t 
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* dinp (+)= act'(inp) * dout: acc 1 adds, 0 overwrites (dinp may then alias dout). */
+static void activation_backward(float *dinp, const float *dout, const float *inp, size_t n, activation_t act,
+                                int acc);
+
 void nn_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
                             activation_t act) {
+    activation_backward(dinp, dout, inp, n, act, 1);
+}
+
+void nn_activation_backward_set(float *dinp, const float *dout, const float *inp, size_t n,
+                                activation_t act) {
+    activation_backward(dinp, dout, inp, n, act, 0);
+}
+
+static void activation_backward(float *dinp, const float *dout, const float *inp, size_t n, activation_t act,
+                                int acc) {
     const float k_tanh = 0.7978845608028654f;     /* sqrt(2 / pi) */
     const float k_pdf = 0.3989422804014327f;      /* 1 / sqrt(2 pi) */
     const float k_erf = 0.7071067811865476f;      /* 1 / sqrt(2) */
     long long nn = (long long)n;
     if (act == ACT_RELU) { /* the common case, in a loop the compiler vectorizes */
+        if (acc) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-        for (long long i = 0; i < nn; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+            for (long long i = 0; i < nn; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+        } else {
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+            for (long long i = 0; i < nn; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+        }
         return;
     }
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
@@ -286,7 +312,8 @@ void nn_activation_backward(float *dinp, const float *dout, const float *inp, si
         }
         default: d = 1.0f; break;
         }
-        dinp[i] += d * dout[i];
+        if (acc) dinp[i] += d * dout[i];
+        else dinp[i] = d * dout[i];
     }
 }
 

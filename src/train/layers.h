@@ -80,6 +80,9 @@ void nn_linear_forward(float *out, const float *inp, const float *w, const float
 /* dinp += dout · w; dw += dout^T · inp; db += column sums of dout (dinp, db may be NULL). */
 void nn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, int M, int K, int N);
+/* The same with dinp = dout · w (overwritten: no zero-fill of dinp needed first). */
+void nn_linear_backward_set(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int M, int K, int N);
 
 /* ------------------------------------------------------------ activations */
 
@@ -89,6 +92,9 @@ void nn_activation_forward(float *out, const float *inp, size_t n, activation_t 
 /* dinp += act'(inp) * dout. */
 void nn_activation_backward(float *dinp, const float *dout, const float *inp, size_t n,
                             activation_t act);
+/* dinp = act'(inp) * dout (overwritten; dinp may alias dout). */
+void nn_activation_backward_set(float *dinp, const float *dout, const float *inp, size_t n,
+                                activation_t act);
 
 /* ------------------------------------------------------------ residual and dropout */
 

@@ -607,16 +607,16 @@ static const float *sub_post_backward(const tmodel_t *m, tmodel_ws_t *ws, const 
         dsum = ws->g_b;
     }
     if (p <= 0.0f) return dsum;
-    memset(ws->g_a, 0, n * sizeof(float));
-    nn_dropout_backward(ws->g_a, dsum, n, p, key);
+    /* the dropout's backward into a fresh buffer: the same mask applied to dsum */
+    nn_dropout_forward(ws->g_a, dsum, n, p, key);
     return ws->g_a;
 }
 
-/* Where f's backward accumulates the gradient of its input. */
-static float *sub_in_grad(const tmodel_t *m, tmodel_ws_t *ws, float *dres, int M) {
-    if (!m->cfg.pre_norm) return dres;
-    memset(ws->g_b, 0, (size_t)M * m->cfg.d * sizeof(float));
-    return ws->g_b;
+/* Where f's backward puts the gradient of its input: pre-norm, ws->g_b, which f's last linear
+ * layer overwrites (*set = 1: the only term); post-norm, added into dres (*set = 0). */
+static float *sub_in_grad(const tmodel_t *m, tmodel_ws_t *ws, float *dres, int *set) {
+    *set = m->cfg.pre_norm;
+    return m->cfg.pre_norm ? ws->g_b : dres;
 }
 
 static void sub_pre_backward(const tmodel_t *m, tmodel_ws_t *ws, const sub_t *s, float *dres, const float *x,
@@ -673,6 +673,22 @@ static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, 
                     const float *inp, const float *w, int M, int K, int N) {
     if (ws->lowp) lowp_linear_backward(ws->lowp, dinp, dw, db, dout, inp, m->params_bf16 + (w - m->params), M, K, N);
     else nn_linear_backward(dinp, dw, db, dout, inp, w, M, K, N);
+}
+/* lin_bwd with dinp overwritten (dinp = dout · w) rather than accumulated into. */
+static void lin_bwd_set(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, int M, int K, int N) {
+    if (ws->lowp) {
+        memset(dinp, 0, (size_t)M * K * sizeof(float));
+        lowp_linear_backward(ws->lowp, dinp, dw, db, dout, inp, m->params_bf16 + (w - m->params), M, K, N);
+    } else {
+        nn_linear_backward_set(dinp, dw, db, dout, inp, w, M, K, N);
+    }
+}
+/* lin_bwd (set 0) or lin_bwd_set (set 1). */
+static void lin_bwd_to(const tmodel_t *m, tmodel_ws_t *ws, int set, float *dinp, float *dw, float *db,
+                       const float *dout, const float *inp, const float *w, int M, int K, int N) {
+    if (set) lin_bwd_set(m, ws, dinp, dw, db, dout, inp, w, M, K, N);
+    else lin_bwd(m, ws, dinp, dw, db, dout, inp, w, M, K, N);
 }
 
 /* ------------------------------------------------------------------ target groups */
@@ -948,23 +964,16 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
 /* ------------------------------------------------------------------ backward */
 
 /* Feed-forward backward: dsub the gradient of f's output; accumulates into din. */
-static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
-                         const float *fc, const float *h, const float *w1, const float *w2, float *dw1, float *db1,
-                         float *dw2, float *db2, int M, float hdrop, uint64_t key) {
+static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, int din_set, const float *dsub,
+                         const float *in, const float *fc, const float *h, const float *w1, const float *w2,
+                         float *dw1, float *db1, float *dw2, float *db2, int M, float hdrop, uint64_t key) {
     int C = m->cfg.d, F = m->cfg.ff;
     size_t n = (size_t)M * F;
-    memset(ws->g_big1, 0, n * sizeof(float));
-    lin_bwd(m, ws, ws->g_big1, dw2, db2, dsub, h, w2, M, F, C);
-    float *dact = ws->g_big1, *dfc = ws->g_big2;
-    if (hdrop > 0.0f) {
-        memset(ws->g_big2, 0, n * sizeof(float));
-        nn_dropout_backward(ws->g_big2, ws->g_big1, n, hdrop, key);
-        dact = ws->g_big2;
-        dfc = ws->g_big1;
-    }
-    memset(dfc, 0, n * sizeof(float));
-    nn_activation_backward(dfc, dact, fc, n, m->cfg.act);
-    lin_bwd(m, ws, din, dw1, db1, dfc, in, w1, M, C, F);
+    float *d = ws->g_big1; /* dh, then through the dropout and the activation in place: dfc */
+    lin_bwd_set(m, ws, d, dw2, db2, dsub, h, w2, M, F, C);
+    if (hdrop > 0.0f) nn_dropout_forward(d, d, n, hdrop, key); /* the dropout's backward: the same mask */
+    nn_activation_backward_set(d, d, fc, n, m->cfg.act);
+    lin_bwd_to(m, ws, din_set, din, dw1, db1, d, in, w1, M, C, F);
 }
 
 /* The input of a sublayer's transformation, as the forward saw it. */
@@ -1005,8 +1014,7 @@ static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, f
     float *gd = ws->g_res_d;
     memset(gd, 0, (size_t)Mt * C * sizeof(float));
     if (c->pre_norm) {
-        memset(ws->g_b, 0, (size_t)Mt * C * sizeof(float));
-        lin_bwd(m, ws, ws->g_b, g->proj_w, g->proj_b, dlogits, ws->d_lnf, p->proj_w, Mt, C, Vt);
+        lin_bwd_set(m, ws, ws->g_b, g->proj_w, g->proj_b, dlogits, ws->d_lnf, p->proj_w, Mt, C, Vt);
         nn_layernorm_backward(gd, g->d_lnf_g, g->d_lnf_b, ws->g_b, dec_last, p->d_lnf_g, ws->d_lnf_mean,
                               ws->d_lnf_rstd, Mt, C);
     } else {
@@ -1016,19 +1024,19 @@ static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, f
 
 /* Self-attention backward (encoder or decoder layer l): dsub the gradient of the sublayer's
  * output projection; accumulates the gradient of its input into din. */
-static void self_attention_backward(tmodel_t *m, tmodel_ws_t *ws, float *din, const float *dsub, const float *in,
+static void self_attention_backward(tmodel_t *m, tmodel_ws_t *ws, float *din, int din_set, const float *dsub,
+                                    const float *in,
                                     const float *qkv, const float *att, const float *ctx, const float *w_qkv,
                                     const float *w_o, float *dw_qkv, float *db_qkv, float *dw_o, float *db_o, int M,
                                     att_kind_t kind, int l) {
     int C = m->cfg.d;
     float adrop = ws->train ? m->cfg.attn_dropout : 0.0f;
-    memset(ws->g_ctx, 0, (size_t)M * C * sizeof(float));
-    lin_bwd(m, ws, ws->g_ctx, dw_o, db_o, dsub, ctx, w_o, M, C, C);
+    lin_bwd_set(m, ws, ws->g_ctx, dw_o, db_o, dsub, ctx, w_o, M, C, C);
     float *dqkv = ws->g_big1;
     memset(dqkv, 0, (size_t)M * 3 * C * sizeof(float));
     attention_bwd(m, ws, kind, dqkv, dqkv + C, dqkv + 2 * C, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, att, adrop,
                   site_key(ws, kind == ATT_DEC_SELF, l, SITE_ATT));
-    lin_bwd(m, ws, din, dw_qkv, db_qkv, dqkv, in, w_qkv, M, C, 3 * C);
+    lin_bwd_to(m, ws, din_set, din, dw_qkv, db_qkv, dqkv, in, w_qkv, M, C, 3 * C);
 }
 
 /* Decoder layer l backward: ws->g_res_d holds the gradient of its output and gets that of its
@@ -1052,8 +1060,9 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
 
     /* feed-forward */
     const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
-    float *din = sub_in_grad(m, ws, gd, Mt);
-    ffn_backward(m, ws, din, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
+    int set;
+    float *din = sub_in_grad(m, ws, gd, &set);
+    ffn_backward(m, ws, din, set, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
                  p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
                  g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
                  site_key(ws, 1, l, SITE_ACT));
@@ -1062,16 +1071,15 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     /* cross-attention */
     float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
     dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
-    din = sub_in_grad(m, ws, gd, Mt);
-    memset(ws->g_ctx, 0, (size_t)Mt * C * sizeof(float));
-    lin_bwd(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+    din = sub_in_grad(m, ws, gd, &set);
+    lin_bwd_set(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
             p->d_co_w + l * C1 * C1, Mt, C, C);
     float *dq = ws->g_big1;
     memset(dq, 0, (size_t)Mt * C * sizeof(float));
     memset(ws->g_kv, 0, (size_t)Ms * 2 * C * sizeof(float));
     attention_bwd(m, ws, ATT_DEC_CROSS, dq, ws->g_kv, ws->g_kv + C, q, C, kv, kv + C, 2 * C, catt, adrop,
                   site_key(ws, 1, l, SITE_CATT));
-    lin_bwd(m, ws, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
+    lin_bwd_to(m, ws, set, din, g->d_cq_w + l * C1 * C1, g->d_cq_b + l * C1, dq, sub_input(m, &s1, x_in1),
             p->d_cq_w + l * C1 * C1, Mt, C, C);
     lin_bwd(m, ws, ws->g_enc, g->d_ckv_w + l * 2 * C1 * C1, g->d_ckv_b + l * 2 * C1, ws->g_kv, enc_out,
             p->d_ckv_w + l * 2 * C1 * C1, Ms, C, 2 * C);
@@ -1079,8 +1087,8 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
 
     /* causal self-attention */
     dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
-    din = sub_in_grad(m, ws, gd, Mt);
-    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
+    din = sub_in_grad(m, ws, gd, &set);
+    self_attention_backward(m, ws, din, set, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
                             ws->d_att + l * ws->s_datt, ws->d_ctx + l * ws->s_mtc, p->d_qkv_w + l * 3 * C1 * C1,
                             p->d_so_w + l * C1 * C1, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1,
                             g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, ATT_DEC_SELF, l);
@@ -1104,16 +1112,17 @@ static void encoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, float *g
     const float *x_in1 = sub_out(m, &s0);
     /* feed-forward */
     const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
-    float *din = sub_in_grad(m, ws, ge, Ms);
-    ffn_backward(m, ws, din, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
+    int set;
+    float *din = sub_in_grad(m, ws, ge, &set);
+    ffn_backward(m, ws, din, set, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
                  p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
                  g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
                  site_key(ws, 0, l, SITE_ACT));
     sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
     /* self-attention */
     dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
-    din = sub_in_grad(m, ws, ge, Ms);
-    self_attention_backward(m, ws, din, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
+    din = sub_in_grad(m, ws, ge, &set);
+    self_attention_backward(m, ws, din, set, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
                             ws->e_att + l * ws->s_eatt, ws->e_ctx + l * ws->s_msc, p->e_qkv_w + l * 3 * C1 * C1,
                             p->e_o_w + l * C1 * C1, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1,
                             g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, ATT_ENC, l);
@@ -1126,8 +1135,7 @@ static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const 
     int C = c->d, M = decoder ? ws->Mr : ws->B * ws->S;
     float drop = ws->train ? c->dropout : 0.0f, escale = c->scale_emb ? sqrtf((float)C) : 1.0f;
     if (drop > 0.0f) {
-        memset(ws->g_a, 0, (size_t)M * C * sizeof(float));
-        nn_dropout_backward(ws->g_a, dx, (size_t)M * C, drop, site_key(ws, decoder, -1, SITE_EMB));
+        nn_dropout_forward(ws->g_a, dx, (size_t)M * C, drop, site_key(ws, decoder, -1, SITE_EMB)); /* backward */
         dx = ws->g_a;
     }
     float *dpos = !c->learned_pos ? NULL : decoder ? m->g.dec_pos : m->g.enc_pos;
