@@ -302,8 +302,9 @@ static int run_mode(int argc, char **argv) {
         if (tmodel_forward(&m, ws, b->src, b->tin, b->tout, b->B, b->S, b->T, dropout > 0, 1, (uint64_t)u, &L))
             return fail("forward");
         if (tmodel_backward(&m, ws, 1.0f / (float)L.ntokens)) return fail("backward");
-        clip_grad_norm(m.grads, m.n_params, 1.0f);
-        adam_step(&adam, m.params, m.grads, (float)lr_at(&sched, u));
+        /* clip_grad_norm at 1 then adam_step, the clipping factor applied inside Adam's pass */
+        float coef = clip_grad_coef(grad_global_norm(m.grads, m.n_params), 1.0f);
+        adam_step_scaled(&adam, m.params, m.grads, coef, (float)lr_at(&sched, u));
         if (u == 0) first_loss = L.loss / L.ntokens;
         if (u >= warmup) {
             tokens += L.ntokens;

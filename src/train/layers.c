@@ -90,17 +90,27 @@ static inline void drop_mul_inplace(float *x, uint32_t n, uint32_t base, uint32_
 
 #define DROP_BLK 4096
 
-/* Column blocks of the column sums below: 64 double sums, updated row after row (contiguous loads
- * the compiler vectorizes); each column is summed over m = 0, 1, ... in order whatever the block. */
-#define COLSUM_BLK 64
+/* Column sums (the bias and layer-norm parameter gradients) walk the rows in order, each row's
+ * columns [c0, c0 + w) at once into double sums on the stack: contiguous loads the compiler
+ * vectorizes and the prefetcher follows; each column is summed over m = 0, 1, ... in order,
+ * whatever the split. Blocks of up to COLSUM_BLK columns, split between threads. */
+#define COLSUM_BLK 1024
+
+/* The number of column blocks for N columns: at least one per thread (when wide enough). */
+static int colsum_blocks(int N) {
+    int nb = (N + COLSUM_BLK - 1) / COLSUM_BLK, nt = omp_get_max_threads();
+    if (nb < nt) nb = nt < (N + 63) / 64 ? nt : (N + 63) / 64;
+    return nb;
+}
 
 /* acc[n] += sum over rows m of x[m, n], x (M, N); column blocks in parallel, double sums. */
 static void colsum_acc(float *acc, const float *x, int M, int N) {
-    int nblk = (N + COLSUM_BLK - 1) / COLSUM_BLK;
+    int nblk = colsum_blocks(N);
 #pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * COLSUM_BLK, w = c0 + COLSUM_BLK < N ? COLSUM_BLK : N - c0;
-        double s[COLSUM_BLK] = {0};
+        int c0 = (int)((long long)N * blk / nblk), w = (int)((long long)N * (blk + 1) / nblk) - c0;
+        double s[COLSUM_BLK];
+        for (int c = 0; c < w; c++) s[c] = 0;
         for (int m = 0; m < M; m++) {
             const float *r = x + (size_t)m * N + c0;
             for (int c = 0; c < w; c++) s[c] += r[c];
@@ -174,6 +184,8 @@ void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout,
         const float *x = inp + (size_t)m * C, *dy = dout + (size_t)m * C;
         float mu = mean[m], rs = rstd[m];
         double s1 = 0, s2 = 0;
+        /* simd: the double sums in vector lanes (only their order differs from a plain loop) */
+#pragma omp simd reduction(+ : s1, s2)
         for (int c = 0; c < C; c++) {
             float dn = dy[c] * g[c];
             s1 += dn;
@@ -187,11 +199,12 @@ void nn_layernorm_backward(float *dinp, float *dg, float *db, const float *dout,
         }
     }
     /* dg, db: column blocks in parallel, double sums (each column over m = 0, 1, ... in order). */
-    int nblk = (C + COLSUM_BLK - 1) / COLSUM_BLK;
+    int nblk = colsum_blocks(C);
 #pragma omp parallel for schedule(static) if ((size_t)M * C >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * COLSUM_BLK, w = c0 + COLSUM_BLK < C ? COLSUM_BLK : C - c0;
-        double sg[COLSUM_BLK] = {0}, sb[COLSUM_BLK] = {0};
+        int c0 = (int)((long long)C * blk / nblk), w = (int)((long long)C * (blk + 1) / nblk) - c0;
+        double sg[COLSUM_BLK], sb[COLSUM_BLK];
+        for (int c = 0; c < w; c++) sg[c] = sb[c] = 0;
         for (int m = 0; m < M; m++) {
             const float *x = inp + (size_t)m * C + c0, *dy = dout + (size_t)m * C + c0;
             float mu = mean[m], rs = rstd[m];

@@ -49,8 +49,8 @@ void adam_free(adam_t *a) {
  * weight decay, 1 decoupled (p *= decay first), 2 L2 (g += wd · p). */
 static inline float adam_one(float *restrict params, const float *restrict grads, float *restrict m,
                              float *restrict v, long long i, float b1, float b2, float c1, float c2, float eps,
-                             float wd, int wmode, float step, float inv_sqrt_bc2, float decay) {
-    float g = grads[i], p = params[i];
+                             float gs, float wd, int wmode, float step, float inv_sqrt_bc2, float decay) {
+    float g = grads[i] * gs, p = params[i];
     if (wmode == 1) p *= decay;
     else if (wmode == 2) g += wd * p;
     float mi = b1 * m[i] + c1 * g;
@@ -61,16 +61,17 @@ static inline float adam_one(float *restrict params, const float *restrict grads
 }
 
 static void adam_range(float *restrict params, const float *restrict grads, float *restrict m, float *restrict v,
-                       long long i0, long long i1, float b1, float b2, float eps, float wd, int wmode, float step,
-                       float inv_sqrt_bc2, float decay) {
+                       long long i0, long long i1, float b1, float b2, float eps, float gs, float wd, int wmode,
+                       float step, float inv_sqrt_bc2, float decay) {
     const float c1 = 1.0f - b1, c2 = 1.0f - b2;
     long long i = i0;
 #ifdef __AVX__
     const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2), vc1 = _mm256_set1_ps(c1),
                  vc2 = _mm256_set1_ps(c2), veps = _mm256_set1_ps(eps), vwd = _mm256_set1_ps(wd),
-                 vstep = _mm256_set1_ps(step), vk = _mm256_set1_ps(inv_sqrt_bc2), vdecay = _mm256_set1_ps(decay);
+                 vstep = _mm256_set1_ps(step), vk = _mm256_set1_ps(inv_sqrt_bc2), vdecay = _mm256_set1_ps(decay),
+                 vgs = _mm256_set1_ps(gs);
     for (; i + 8 <= i1; i += 8) {
-        __m256 g = _mm256_loadu_ps(grads + i), p = _mm256_loadu_ps(params + i);
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grads + i), vgs), p = _mm256_loadu_ps(params + i);
         if (wmode == 1) p = _mm256_mul_ps(p, vdecay);
         else if (wmode == 2) g = _mm256_add_ps(g, _mm256_mul_ps(vwd, p));
         __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(vc1, g));
@@ -82,10 +83,12 @@ static void adam_range(float *restrict params, const float *restrict grads, floa
     }
 #endif
     for (; i < i1; i++)
-        params[i] = adam_one(params, grads, m, v, i, b1, b2, c1, c2, eps, wd, wmode, step, inv_sqrt_bc2, decay);
+        params[i] = adam_one(params, grads, m, v, i, b1, b2, c1, c2, eps, gs, wd, wmode, step, inv_sqrt_bc2, decay);
 }
 
-void adam_step(adam_t *a, float *params, const float *grads, float lr) {
+void adam_step(adam_t *a, float *params, const float *grads, float lr) { adam_step_scaled(a, params, grads, 1.0f, lr); }
+
+void adam_step_scaled(adam_t *a, float *params, const float *grads, float gscale, float lr) {
     a->t++;
     const float b1 = a->cfg.beta1, b2 = a->cfg.beta2, eps = a->cfg.eps, wd = a->cfg.weight_decay;
     const int wmode = wd == 0.0f ? 0 : a->cfg.decoupled ? 1 : 2;
@@ -98,7 +101,8 @@ void adam_step(adam_t *a, float *params, const float *grads, float lr) {
     {
         long long nt = omp_get_num_threads(), id = omp_get_thread_num();
         long long i0 = n * id / nt / 16 * 16, i1 = id + 1 == nt ? n : n * (id + 1) / nt / 16 * 16;
-        if (i1 > i0) adam_range(params, grads, m, v, i0, i1, b1, b2, eps, wd, wmode, step, inv_sqrt_bc2, decay);
+        if (i1 > i0)
+            adam_range(params, grads, m, v, i0, i1, b1, b2, eps, gscale, wd, wmode, step, inv_sqrt_bc2, decay);
     }
 }
 
@@ -123,9 +127,14 @@ void grad_scale(float *g, size_t n, float a) {
     for (long long i = 0; i < nn; i++) g[i] *= a;
 }
 
+float clip_grad_coef(double norm, float max_norm) {
+    return max_norm > 0.0f && isfinite(norm) && norm > max_norm ? (float)(max_norm / (norm + 1e-6)) : 1.0f;
+}
+
 double clip_grad_norm(float *g, size_t n, float max_norm) {
     double norm = grad_global_norm(g, n);
-    if (max_norm > 0.0f && isfinite(norm) && norm > max_norm) grad_scale(g, n, (float)(max_norm / (norm + 1e-6)));
+    float coef = clip_grad_coef(norm, max_norm);
+    if (coef != 1.0f) grad_scale(g, n, coef);
     return norm;
 }
 

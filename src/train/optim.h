@@ -40,6 +40,9 @@ tern_status_t adam_init(adam_t *a, size_t n, const adam_config_t *cfg); /* momen
 void adam_free(adam_t *a);
 /* One update of params (n) with grads (n) at learning rate lr (t increments first). */
 void adam_step(adam_t *a, float *params, const float *grads, float lr);
+/* The same with the gradients taken as grads[i] · gscale (grads unchanged): adam_step after
+ * grad_scale(grads, n, gscale), without that pass over the gradients (identical results). */
+void adam_step_scaled(adam_t *a, float *params, const float *grads, float gscale, float lr);
 
 /* Plain SGD: θ -= lr · (g + wd · θ). */
 void sgd_step(float *params, const float *grads, size_t n, float lr, float weight_decay);
@@ -54,6 +57,9 @@ void grad_scale(float *g, size_t n, float a);
  * g *= max_norm / (norm + 1e-6). Returns the norm before clipping. max_norm <= 0: no clipping
  * (the norm is still returned). */
 double clip_grad_norm(float *g, size_t n, float max_norm);
+/* The factor clip_grad_norm scales the gradients by, given their norm (1 when it does not clip):
+ * clip_grad_norm(g) then adam_step(g) is adam_step_scaled(g, clip_grad_coef(grad_global_norm(g))). */
+float clip_grad_coef(double norm, float max_norm);
 
 /* ------------------------------------------------------------ learning-rate schedules */
 

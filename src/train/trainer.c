@@ -608,14 +608,19 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
         dist_sum_doubles(sums, 2);
         loss = sums[0], nll = sums[1];
     }
-    double gnorm = clip_grad_norm(t->m.grads, t->m.n_params, o->clip_norm);
+    double gnorm = grad_global_norm(t->m.grads, t->m.n_params);
     if (!isfinite(gnorm))
         return tern_error(TERN_ERR_INPUT, "update %ld: the gradient norm is %g: training diverged (lower --lr, "
                           "raise --warmup, or clip with --clip-norm)", t->updates + 1, gnorm);
+    /* clipping (clip_grad_norm): the factor applied inside Adam's pass, or to the gradients for SGD */
+    float coef = clip_grad_coef(gnorm, o->clip_norm);
     double lr = lr_at(&o->sched, t->updates);
-    if (lr_use_sgd(&o->sched, t->updates)) sgd_step(t->m.params, t->m.grads, t->m.n_params, (float)lr,
-                                                    o->adam.weight_decay);
-    else adam_step(&t->adam, t->m.params, t->m.grads, (float)lr);
+    if (lr_use_sgd(&o->sched, t->updates)) {
+        if (coef != 1.0f) grad_scale(t->m.grads, t->m.n_params, coef);
+        sgd_step(t->m.params, t->m.grads, t->m.n_params, (float)lr, o->adam.weight_decay);
+    } else {
+        adam_step_scaled(&t->adam, t->m.params, t->m.grads, coef, (float)lr);
+    }
     t->fam->params_changed(&t->m);
     t->updates++;
     t->dirty = 1;

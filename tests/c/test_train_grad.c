@@ -784,10 +784,12 @@ static void test_target_groups(void) {
 
 static void test_optim(void) {
     printf("optimizer, schedules, clipping, loss scaler\n");
-    /* Adam against a double-precision transcription of torch.optim.AdamW / Adam */
-    enum { N = 7 };
-    for (int dec = 0; dec < 2; dec++) {
-        adam_config_t ac = {0.9f, 0.98f, 1e-8f, 0.01f, dec};
+    /* Adam against a double-precision transcription of torch.optim.AdamW / Adam; N: the vector
+     * loop (8 at a time) and the tail; dec 2: no weight decay */
+    enum { N = 37 };
+    for (int dec = 0; dec < 3; dec++) {
+        float wd = dec == 2 ? 0.0f : 0.01f;
+        adam_config_t ac = {0.9f, 0.98f, 1e-8f, wd, dec == 1};
         adam_t a;
         CHECK(adam_init(&a, N, &ac) == TERN_OK);
         float p[N], g[N];
@@ -802,8 +804,8 @@ static void test_optim(void) {
             double bc1 = 1 - pow(0.9, t), bc2 = 1 - pow(0.98, t);
             for (int i = 0; i < N; i++) {
                 double gi = g[i];
-                if (dec) pd[i] *= 1 - (double)lr * 0.01;
-                else gi += 0.01 * pd[i];
+                if (dec == 1) pd[i] *= 1 - (double)lr * 0.01;
+                else if (dec == 0) gi += 0.01 * pd[i];
                 md[i] = 0.9 * md[i] + 0.1 * gi;
                 vd[i] = 0.98 * vd[i] + 0.02 * gi * gi;
                 pd[i] -= lr / bc1 * md[i] / (sqrt(vd[i]) / sqrt(bc2) + 1e-8);
@@ -811,10 +813,39 @@ static void test_optim(void) {
                 if (e > worst) worst = e;
             }
         }
-        printf("  adam (%s decay) 20 steps: max rel err vs double %.2e\n", dec ? "decoupled" : "L2", worst);
+        printf("  adam (%s decay) 20 steps: max rel err vs double %.2e\n", dec == 2 ? "no" : dec ? "decoupled" : "L2",
+               worst);
         CHECK(worst < 1e-5);
         adam_free(&a);
     }
+    /* adam_step_scaled(g, c) is grad_scale(g, c) then adam_step: bit for bit, the gradients kept */
+    for (int dec = 0; dec < 3; dec++) {
+        adam_config_t ac = {0.9f, 0.98f, 1e-8f, dec == 2 ? 0.0f : 0.01f, dec == 1};
+        adam_t a1, a2;
+        CHECK(adam_init(&a1, N, &ac) == TERN_OK);
+        CHECK(adam_init(&a2, N, &ac) == TERN_OK);
+        float p1[N], p2[N], g[N], gs[N];
+        rand_fill(p1, N, -1, 1);
+        memcpy(p2, p1, sizeof p1);
+        int same = 1;
+        for (int t = 1; t <= 5; t++) {
+            rand_fill(g, N, -1, 1);
+            float coef = clip_grad_coef(grad_global_norm(g, N), 0.5f);
+            CHECK(coef < 1.0f);
+            memcpy(gs, g, sizeof g);
+            clip_grad_norm(gs, N, 0.5f);
+            adam_step(&a1, p1, gs, 1e-3f);
+            float g0 = g[0];
+            adam_step_scaled(&a2, p2, g, coef, 1e-3f);
+            same &= g[0] == g0 && !memcmp(p1, p2, sizeof p1) && !memcmp(a1.m, a2.m, N * sizeof(float)) &&
+                    !memcmp(a1.v, a2.v, N * sizeof(float));
+        }
+        CHECK_MSG(same, "adam_step_scaled differs from clip_grad_norm + adam_step (mode %d)", dec);
+        adam_free(&a1);
+        adam_free(&a2);
+    }
+    CHECK(clip_grad_coef(0.5, 1.0f) == 1.0f && clip_grad_coef(2.0, 0.0f) == 1.0f && clip_grad_coef(NAN, 1.0f) == 1.0f);
+    CHECK(clip_grad_coef(4.0, 1.0f) == (float)(1.0 / (4.0 + 1e-6)));
     /* SGD */
     float p1[2] = {1, -2}, g1[2] = {0.5f, 0.25f};
     sgd_step(p1, g1, 2, 0.1f, 0.0f);
