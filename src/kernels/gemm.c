@@ -126,6 +126,41 @@ static inline __attribute__((always_inline)) void small_tile_k(__m256 acc[12], c
     for (int i = 0; i < 12; i++) acc[i] = c[i];
 }
 
+/* dst[k, j] = src[j, k] for j < w, k < K (dst row stride ldd, src row stride lds): 8 x 8 blocks in
+ * registers, the edges one by one. */
+static void small_transpose(float *dst, int ldd, const float *src, int lds, int w, int K) {
+    int j8 = w / 8 * 8, k8 = K / 8 * 8;
+    for (int j = 0; j < j8; j += 8) {
+        for (int k = 0; k < k8; k += 8) {
+            const float *s0 = src + (size_t)j * lds + k;
+            __m256 r0 = _mm256_loadu_ps(s0), r1 = _mm256_loadu_ps(s0 + lds), r2 = _mm256_loadu_ps(s0 + 2 * (size_t)lds),
+                   r3 = _mm256_loadu_ps(s0 + 3 * (size_t)lds), r4 = _mm256_loadu_ps(s0 + 4 * (size_t)lds),
+                   r5 = _mm256_loadu_ps(s0 + 5 * (size_t)lds), r6 = _mm256_loadu_ps(s0 + 6 * (size_t)lds),
+                   r7 = _mm256_loadu_ps(s0 + 7 * (size_t)lds);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+                   t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+                   t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *d0 = dst + (size_t)k * ldd + j;
+            _mm256_storeu_ps(d0, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(d0 + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(d0 + 2 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(d0 + 3 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(d0 + 4 * (size_t)ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(d0 + 5 * (size_t)ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(d0 + 6 * (size_t)ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(d0 + 7 * (size_t)ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+        for (int k = k8; k < K; k++)
+            for (int jj = j; jj < j + 8; jj++) dst[(size_t)k * ldd + jj] = src[(size_t)jj * lds + k];
+    }
+    for (int j = j8; j < w; j++)
+        for (int k = 0; k < K; k++) dst[(size_t)k * ldd + j] = src[(size_t)j * lds + k];
+}
+
 /* C[0:M, 0:N] = alpha · op(A) · Bp + beta · C, Bp K x N row-major with row stride ldb. */
 static void small_tiles(int transA, int M, int N, int K, float alpha, const float *A, int lda, const float *Bp,
                         int ldb, float beta, float *C, int ldc) {
@@ -177,10 +212,7 @@ void gemm_f32_small(int transA, int transB, int M, int N, int K, float alpha, co
         int nc = SMALL_PANEL / K / 16 * 16; /* >= 16 */
         for (int j0 = 0; j0 < N; j0 += nc) {
             int w = N - j0 < nc ? N - j0 : nc;
-            for (int j = 0; j < w; j++) { /* op(B)[k, j0 + j] = B[j0 + j, k] */
-                const float *src = B + (size_t)(j0 + j) * ldb;
-                for (int k = 0; k < K; k++) panel[(size_t)k * w + j] = src[k];
-            }
+            small_transpose(panel, w, B + (size_t)j0 * ldb, ldb, w, K); /* op(B)[k, j0 + j] = B[j0 + j, k] */
             small_tiles(transA, M, w, K, alpha, A, lda, panel, w, beta, C + j0, ldc);
         }
         return;
