@@ -204,11 +204,16 @@ void gemm_f32_small(int transA, int transB, int M, int N, int K, float alpha, co
         extcheck_2d("gemm_f32_small", "A", A, transA ? K : M, transA ? M : K, lda, sizeof(float));
         extcheck_2d("gemm_f32_small", "B", B, transB ? N : K, transB ? K : N, ldb, sizeof(float));
         extcheck_2d("gemm_f32_small", "C", C, M, N, ldc, sizeof(float));
+        float panel[SMALL_PANEL];
         if (!transB) {
-            small_tiles(transA, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            if ((size_t)K * N <= SMALL_PANEL && ldb != N) { /* B's rows next to each other */
+                for (int k = 0; k < K; k++) memcpy(panel + (size_t)k * N, B + (size_t)k * ldb, (size_t)N * sizeof(float));
+                small_tiles(transA, M, N, K, alpha, A, lda, panel, N, beta, C, ldc);
+            } else {
+                small_tiles(transA, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            }
             return;
         }
-        float panel[SMALL_PANEL];
         int nc = SMALL_PANEL / K / 16 * 16; /* >= 16 */
         for (int j0 = 0; j0 < N; j0 += nc) {
             int w = N - j0 < nc ? N - j0 : nc;
