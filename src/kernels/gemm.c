@@ -207,7 +207,20 @@ void gemm_f32_small(int transA, int transB, int M, int N, int K, float alpha, co
         float panel[SMALL_PANEL];
         if (!transB) {
             if ((size_t)K * N <= SMALL_PANEL && ldb != N) { /* B's rows next to each other */
-                for (int k = 0; k < K; k++) memcpy(panel + (size_t)k * N, B + (size_t)k * ldb, (size_t)N * sizeof(float));
+                for (int k = 0; k < K; k++) {
+                    const float *src = B + (size_t)k * ldb;
+                    float *dst = panel + (size_t)k * N;
+                    int j = 0;
+                    /* inline (the barrier keeps the compiler from making these a memcpy call per row) */
+                    for (; j + 8 <= N; j += 8) {
+                        _mm256_storeu_ps(dst + j, _mm256_loadu_ps(src + j));
+                        __asm__ volatile("" ::: "memory");
+                    }
+                    for (; j < N; j++) {
+                        dst[j] = src[j];
+                        __asm__ volatile("" ::: "memory");
+                    }
+                }
                 small_tiles(transA, M, N, K, alpha, A, lda, panel, N, beta, C, ldc);
             } else {
                 small_tiles(transA, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
