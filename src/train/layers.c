@@ -281,6 +281,37 @@ void nn_activation_backward_set(float *dinp, const float *dout, const float *inp
     activation_backward(dinp, dout, inp, n, act, 0);
 }
 
+void nn_activation_backward_bias(float *d, const float *inp, int M, int N, activation_t act, float p, uint64_t key,
+                                 float *db) {
+    if (act != ACT_RELU) {
+        if (p > 0.0f) nn_dropout_forward(d, d, (size_t)M * N, p, key); /* the dropout's backward: the same mask */
+        activation_backward(d, d, inp, (size_t)M * N, act, 0);
+        colsum_acc(db, d, M, N);
+        return;
+    }
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    int nblk = colsum_blocks(N);
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = (int)((long long)N * blk / nblk), w = (int)((long long)N * (blk + 1) / nblk) - c0;
+        double s[COLSUM_BLK];
+        for (int c = 0; c < w; c++) s[c] = 0;
+        for (int m = 0; m < M; m++) {
+            size_t i0 = (size_t)m * N + c0;
+            float *r = d + i0;
+            const float *x = inp + i0;
+            if (p > 0.0f) drop_mul_inplace(r, (uint32_t)w, (uint32_t)i0, k0, k1, thr, inv);
+            for (int c = 0; c < w; c++) {
+                float v = x[c] > 0.0f ? r[c] : 0.0f;
+                r[c] = v;
+                s[c] += v;
+            }
+        }
+        for (int c = 0; c < w; c++) db[c0 + c] += (float)s[c];
+    }
+}
+
 static void activation_backward(float *dinp, const float *dout, const float *inp, size_t n, activation_t act,
                                 int acc) {
     const float k_tanh = 0.7978845608028654f;     /* sqrt(2 / pi) */
@@ -360,6 +391,25 @@ void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_
         size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
         if (out == inp) drop_mul_inplace(out + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
         else drop_mul(out + i0, inp + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+    }
+}
+
+void nn_dropout_forward_bias(float *out, const float *inp, int M, int N, float p, uint64_t key, float *db) {
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = 1.0f / (1.0f - p);
+    int nblk = colsum_blocks(N);
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = (int)((long long)N * blk / nblk), w = (int)((long long)N * (blk + 1) / nblk) - c0;
+        double s[COLSUM_BLK];
+        for (int c = 0; c < w; c++) s[c] = 0;
+        for (int m = 0; m < M; m++) {
+            size_t i0 = (size_t)m * N + c0; /* element i's mask: index i of the whole M·N, as nn_dropout_forward */
+            float *o = out + i0;
+            drop_mul(o, inp + i0, (uint32_t)w, (uint32_t)i0, k0, k1, thr, inv);
+            for (int c = 0; c < w; c++) s[c] += o[c];
+        }
+        for (int c = 0; c < w; c++) db[c0 + c] += (float)s[c];
     }
 }
 

@@ -95,6 +95,12 @@ void nn_activation_backward(float *dinp, const float *dout, const float *inp, si
 /* dinp = act'(inp) * dout (overwritten; dinp may alias dout). */
 void nn_activation_backward_set(float *dinp, const float *dout, const float *inp, size_t n,
                                 activation_t act);
+/* In place over d (M, N), the backward of out = dropout(act(inp)) (dropout p, key as
+ * nn_dropout_forward over the M·N elements; p 0: none): d = act'(inp) * dropout(d), and db[n] +=
+ * the column sums of the result (nn_bias_backward: the bias gradient of the linear layer whose
+ * output inp is), in one pass. */
+void nn_activation_backward_bias(float *d, const float *inp, int M, int N, activation_t act, float p, uint64_t key,
+                                 float *db);
 
 /* ------------------------------------------------------------ residual and dropout */
 
@@ -108,6 +114,9 @@ void nn_residual_backward(float *da, float *db, const float *dout, size_t n);
 void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
 /* dinp[i] += keep(key, i) ? dout[i] / (1 - p) : 0 (the mask regenerated from the key). */
 void nn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
+/* nn_dropout_forward(out, inp, M·N, p, key) over M rows of N, with db[n] += the column sums of out
+ * (nn_bias_backward(db, out, M, N)) in the same pass; p > 0, out does not alias inp. */
+void nn_dropout_forward_bias(float *out, const float *inp, int M, int N, float p, uint64_t key, float *db);
 
 /* ------------------------------------------------------------ multi-head attention */
 

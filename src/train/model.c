@@ -595,9 +595,10 @@ static const float *sub_post(const tmodel_t *m, const sub_t *s, const float *x, 
 }
 
 /* dres holds the gradient of the sublayer output. Returns the gradient of f's output, and leaves in
- * dres the residual path's part of the gradient of x. */
+ * dres the residual path's part of the gradient of x. *db: the bias gradient of f's last linear
+ * layer (its column sums): added here in the dropout's pass when there is one (*db then NULL). */
 static const float *sub_post_backward(const tmodel_t *m, tmodel_ws_t *ws, const sub_t *s, float *dres, int M,
-                                      float p, uint64_t key) {
+                                      float p, uint64_t key, float **db) {
     size_t n = (size_t)M * m->cfg.d;
     const float *dsum = dres;
     if (!m->cfg.pre_norm) {
@@ -608,7 +609,12 @@ static const float *sub_post_backward(const tmodel_t *m, tmodel_ws_t *ws, const 
     }
     if (p <= 0.0f) return dsum;
     /* the dropout's backward into a fresh buffer: the same mask applied to dsum */
-    nn_dropout_forward(ws->g_a, dsum, n, p, key);
+    if (*db) {
+        nn_dropout_forward_bias(ws->g_a, dsum, M, m->cfg.d, p, key, *db);
+        *db = NULL;
+    } else {
+        nn_dropout_forward(ws->g_a, dsum, n, p, key);
+    }
     return ws->g_a;
 }
 
@@ -971,9 +977,13 @@ static void ffn_backward(const tmodel_t *m, tmodel_ws_t *ws, float *din, int din
     size_t n = (size_t)M * F;
     float *d = ws->g_big1; /* dh, then through the dropout and the activation in place: dfc */
     lin_bwd_set(m, ws, d, dw2, db2, dsub, h, w2, M, F, C);
-    if (hdrop > 0.0f) nn_dropout_forward(d, d, n, hdrop, key); /* the dropout's backward: the same mask */
-    nn_activation_backward_set(d, d, fc, n, m->cfg.act);
-    lin_bwd_to(m, ws, din_set, din, dw1, db1, d, in, w1, M, C, F);
+    if (db1) { /* with fc1's bias gradient in the same pass */
+        nn_activation_backward_bias(d, fc, M, F, m->cfg.act, hdrop, key, db1);
+    } else {
+        if (hdrop > 0.0f) nn_dropout_forward(d, d, n, hdrop, key); /* the dropout's backward: the same mask */
+        nn_activation_backward_set(d, d, fc, n, m->cfg.act);
+    }
+    lin_bwd_to(m, ws, din_set, din, dw1, NULL, d, in, w1, M, C, F);
 }
 
 /* The input of a sublayer's transformation, as the forward saw it. */
@@ -1059,20 +1069,22 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     const float *x_in1 = sub_out(m, &s0), *x_in2 = sub_out(m, &s1);
 
     /* feed-forward */
-    const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
+    float *db = g->d_fc2_b + l * C1; /* NULL once sub_post_backward has added it */
+    const float *dsub = sub_post_backward(m, ws, &s2, gd, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT), &db);
     int set;
     float *din = sub_in_grad(m, ws, gd, &set);
     ffn_backward(m, ws, din, set, dsub, sub_input(m, &s2, x_in2), ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf,
                  p->d_fc1_w + l * (size_t)F * C, p->d_fc2_w + l * (size_t)C * F, g->d_fc1_w + l * (size_t)F * C,
-                 g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, g->d_fc2_b + l * C1, Mt, hdrop,
+                 g->d_fc1_b + l * (size_t)F, g->d_fc2_w + l * (size_t)C * F, db, Mt, hdrop,
                  site_key(ws, 1, l, SITE_ACT));
     sub_pre_backward(m, ws, &s2, gd, x_in2, Mt);
 
     /* cross-attention */
     float *q = ws->d_q + l * ws->s_mtc, *kv = ws->d_kv + l * ws->s_kv, *catt = ws->d_catt + l * ws->s_catt;
-    dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
+    db = g->d_co_b + l * C1;
+    dsub = sub_post_backward(m, ws, &s1, gd, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT), &db);
     din = sub_in_grad(m, ws, gd, &set);
-    lin_bwd_set(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, g->d_co_b + l * C1, dsub, ws->d_cctx + l * ws->s_mtc,
+    lin_bwd_set(m, ws, ws->g_ctx, g->d_co_w + l * C1 * C1, db, dsub, ws->d_cctx + l * ws->s_mtc,
             p->d_co_w + l * C1 * C1, Mt, C, C);
     float *dq = ws->g_big1;
     memset(dq, 0, (size_t)Mt * C * sizeof(float));
@@ -1086,12 +1098,13 @@ static void decoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, const fl
     sub_pre_backward(m, ws, &s1, gd, x_in1, Mt);
 
     /* causal self-attention */
-    dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT));
+    db = g->d_so_b + l * C1;
+    dsub = sub_post_backward(m, ws, &s0, gd, Mt, drop, site_key(ws, 1, l, SITE_ATT_OUT), &db);
     din = sub_in_grad(m, ws, gd, &set);
     self_attention_backward(m, ws, din, set, dsub, sub_input(m, &s0, x_in0), ws->d_qkv + l * ws->s_mt3c,
                             ws->d_att + l * ws->s_datt, ws->d_ctx + l * ws->s_mtc, p->d_qkv_w + l * 3 * C1 * C1,
                             p->d_so_w + l * C1 * C1, g->d_qkv_w + l * 3 * C1 * C1, g->d_qkv_b + l * 3 * C1,
-                            g->d_so_w + l * C1 * C1, g->d_so_b + l * C1, Mt, ATT_DEC_SELF, l);
+                            g->d_so_w + l * C1 * C1, db, Mt, ATT_DEC_SELF, l);
     sub_pre_backward(m, ws, &s0, gd, x_in0, Mt);
 }
 
@@ -1111,21 +1124,23 @@ static void encoder_layer_backward(tmodel_t *m, tmodel_ws_t *ws, int l, float *g
     }
     const float *x_in1 = sub_out(m, &s0);
     /* feed-forward */
-    const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+    float *db = g->e_fc2_b + l * C1; /* NULL once sub_post_backward has added it */
+    const float *dsub = sub_post_backward(m, ws, &s1, ge, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT), &db);
     int set;
     float *din = sub_in_grad(m, ws, ge, &set);
     ffn_backward(m, ws, din, set, dsub, sub_input(m, &s1, x_in1), ws->e_fc + l * ws->s_msf, ws->e_h + l * ws->s_msf,
                  p->e_fc1_w + l * (size_t)F * C, p->e_fc2_w + l * (size_t)C * F, g->e_fc1_w + l * (size_t)F * C,
-                 g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, g->e_fc2_b + l * C1, Ms, hdrop,
+                 g->e_fc1_b + l * (size_t)F, g->e_fc2_w + l * (size_t)C * F, db, Ms, hdrop,
                  site_key(ws, 0, l, SITE_ACT));
     sub_pre_backward(m, ws, &s1, ge, x_in1, Ms);
     /* self-attention */
-    dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
+    db = g->e_o_b + l * C1;
+    dsub = sub_post_backward(m, ws, &s0, ge, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT), &db);
     din = sub_in_grad(m, ws, ge, &set);
     self_attention_backward(m, ws, din, set, dsub, sub_input(m, &s0, x_in0), ws->e_qkv + l * ws->s_ms3c,
                             ws->e_att + l * ws->s_eatt, ws->e_ctx + l * ws->s_msc, p->e_qkv_w + l * 3 * C1 * C1,
                             p->e_o_w + l * C1 * C1, g->e_qkv_w + l * 3 * C1 * C1, g->e_qkv_b + l * 3 * C1,
-                            g->e_o_w + l * C1 * C1, g->e_o_b + l * C1, Ms, ATT_ENC, l);
+                            g->e_o_w + l * C1 * C1, db, Ms, ATT_ENC, l);
     sub_pre_backward(m, ws, &s0, ge, x_in0, Ms);
 }
 
