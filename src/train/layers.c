@@ -94,7 +94,7 @@ static inline void drop_mul_inplace(float *x, uint32_t n, uint32_t base, uint32_
  * columns [c0, c0 + w) at once into double sums on the stack: contiguous loads the compiler
  * vectorizes and the prefetcher follows; each column is summed over m = 0, 1, ... in order,
  * whatever the split. Blocks of up to COLSUM_BLK columns, split between threads. */
-#define COLSUM_BLK 1024
+#define COLSUM_BLK 4096
 
 /* The number of column blocks for N columns: at least one per thread (when wide enough). */
 static int colsum_blocks(int N) {
@@ -281,6 +281,24 @@ void nn_activation_backward_set(float *dinp, const float *dout, const float *inp
     activation_backward(dinp, dout, inp, n, act, 0);
 }
 
+/* r = x > 0 ? r : 0 and s += r over w values (restrict: vectorized). */
+static inline void relu_bwd_colsum(float *restrict r, const float *restrict x, double *restrict s, int w) {
+    for (int c = 0; c < w; c++) { /* v = x > 0 ? r : +0, branch-free (as keep_or_zero) */
+        uint32_t u;
+        float v = r[c];
+        memcpy(&u, &v, sizeof u);
+        u &= 0u - (uint32_t)(x[c] > 0.0f);
+        memcpy(&v, &u, sizeof v);
+        r[c] = v;
+        s[c] += v;
+    }
+}
+
+/* s += o over w values. */
+static inline void add_colsum(double *restrict s, const float *restrict o, int w) {
+    for (int c = 0; c < w; c++) s[c] += o[c];
+}
+
 void nn_activation_backward_bias(float *d, const float *inp, int M, int N, activation_t act, float p, uint64_t key,
                                  float *db) {
     if (act != ACT_RELU) {
@@ -302,11 +320,7 @@ void nn_activation_backward_bias(float *d, const float *inp, int M, int N, activ
             float *r = d + i0;
             const float *x = inp + i0;
             if (p > 0.0f) drop_mul_inplace(r, (uint32_t)w, (uint32_t)i0, k0, k1, thr, inv);
-            for (int c = 0; c < w; c++) {
-                float v = x[c] > 0.0f ? r[c] : 0.0f;
-                r[c] = v;
-                s[c] += v;
-            }
+            relu_bwd_colsum(r, x, s, w);
         }
         for (int c = 0; c < w; c++) db[c0 + c] += (float)s[c];
     }
@@ -407,7 +421,7 @@ void nn_dropout_forward_bias(float *out, const float *inp, int M, int N, float p
             size_t i0 = (size_t)m * N + c0; /* element i's mask: index i of the whole M·N, as nn_dropout_forward */
             float *o = out + i0;
             drop_mul(o, inp + i0, (uint32_t)w, (uint32_t)i0, k0, k1, thr, inv);
-            for (int c = 0; c < w; c++) s[c] += o[c];
+            add_colsum(s, o, w);
         }
         for (int c = 0; c < w; c++) db[c0 + c] += (float)s[c];
     }
