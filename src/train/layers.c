@@ -294,6 +294,11 @@ static inline void relu_bwd_colsum(float *restrict r, const float *restrict x, d
     }
 }
 
+/* a += b over n values. */
+static inline void add_rows(float *restrict a, const float *restrict b, size_t n) {
+    for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+
 /* s += o over w values. */
 static inline void add_colsum(double *restrict s, const float *restrict o, int w) {
     for (int c = 0; c < w; c++) s[c] += o[c];
@@ -405,6 +410,35 @@ void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_
         size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
         if (out == inp) drop_mul_inplace(out + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
         else drop_mul(out + i0, inp + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+    }
+}
+
+void nn_activation_dropout_forward(float *out, const float *inp, size_t n, activation_t act, float p, uint64_t key) {
+    if (p <= 0.0f) {
+        nn_activation_forward(out, inp, n, act);
+        return;
+    }
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = 1.0f / (1.0f - p);
+    long long nblk = (long long)((n + DROP_BLK - 1) / DROP_BLK);
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long blk = 0; blk < nblk; blk++) {
+        size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
+        if (out != inp) memcpy(out + i0, inp + i0, m * sizeof(float));
+        activation_forward(out + i0, m, act); /* per element: the same whatever the split */
+        drop_mul_inplace(out + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+    }
+}
+
+void nn_dropout_residual_forward(float *sum, const float *x, size_t n, float p, uint64_t key) {
+    uint32_t thr = drop_threshold(p), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    float inv = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    long long nblk = (long long)((n + DROP_BLK - 1) / DROP_BLK);
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    for (long long blk = 0; blk < nblk; blk++) {
+        size_t i0 = (size_t)blk * DROP_BLK, m = n - i0 < DROP_BLK ? n - i0 : DROP_BLK;
+        if (p > 0.0f) drop_mul_inplace(sum + i0, (uint32_t)m, (uint32_t)i0, k0, k1, thr, inv);
+        add_rows(sum + i0, x + i0, m);
     }
 }
 

@@ -112,6 +112,12 @@ void nn_residual_backward(float *da, float *db, const float *dout, size_t n);
 /* out[i] = keep(key, i) ? inp[i] / (1 - p) : 0, where an element is dropped with probability p
  * (0 <= p < 1; p == 0 copies). out may alias inp. */
 void nn_dropout_forward(float *out, const float *inp, size_t n, float p, uint64_t key);
+/* out = dropout(act(inp)) (nn_activation_forward then nn_dropout_forward, the same results) in one
+ * pass over memory (blocks of a few thousand values: each block through both while in cache). */
+void nn_activation_dropout_forward(float *out, const float *inp, size_t n, activation_t act, float p, uint64_t key);
+/* sum = dropout(sum) + x (nn_dropout_forward in place then nn_residual_forward, the same results)
+ * in one pass. */
+void nn_dropout_residual_forward(float *sum, const float *x, size_t n, float p, uint64_t key);
 /* dinp[i] += keep(key, i) ? dout[i] / (1 - p) : 0 (the mask regenerated from the key). */
 void nn_dropout_backward(float *dinp, const float *dout, size_t n, float p, uint64_t key);
 /* nn_dropout_forward(out, inp, M·N, p, key) over M rows of N, with db[n] += the column sums of out

@@ -587,8 +587,7 @@ static const float *sub_pre(const tmodel_t *m, const sub_t *s, const float *x, i
 /* s->sum holds f's output: dropout, residual, (post-norm) layer norm. Returns the sublayer output. */
 static const float *sub_post(const tmodel_t *m, const sub_t *s, const float *x, int M, float p, uint64_t key) {
     size_t n = (size_t)M * m->cfg.d;
-    nn_dropout_forward(s->sum, s->sum, n, p, key);
-    nn_residual_forward(s->sum, s->sum, x, n);
+    nn_dropout_residual_forward(s->sum, x, n, p, key);
     if (m->cfg.pre_norm) return s->sum;
     nn_layernorm_forward(s->ln, s->mean, s->rstd, s->sum, s->g, s->b, M, m->cfg.d, m->cfg.eps);
     return s->ln;
@@ -903,8 +902,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         float *fc = ws->e_fc + l * ws->s_msf, *h = ws->e_h + l * ws->s_msf;
         in = sub_pre(m, &s1, x, Ms);
         lin_fwd(m, ws, fc, in, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, Ms, C, F);
-        nn_activation_forward(h, fc, (size_t)Ms * F, c->act);
-        nn_dropout_forward(h, h, (size_t)Ms * F, hdrop, site_key(ws, 0, l, SITE_ACT));
+        nn_activation_dropout_forward(h, fc, (size_t)Ms * F, c->act, hdrop, site_key(ws, 0, l, SITE_ACT));
         lin_fwd(m, ws, s1.sum, h, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, Ms, F, C);
         x = sub_post(m, &s1, x, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
     }
@@ -943,8 +941,7 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         float *fc = ws->d_fc + l * ws->s_mtf, *h = ws->d_h + l * ws->s_mtf;
         in = sub_pre(m, &s2, x, Mt);
         lin_fwd(m, ws, fc, in, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, Mt, C, F);
-        nn_activation_forward(h, fc, (size_t)Mt * F, c->act);
-        nn_dropout_forward(h, h, (size_t)Mt * F, hdrop, site_key(ws, 1, l, SITE_ACT));
+        nn_activation_dropout_forward(h, fc, (size_t)Mt * F, c->act, hdrop, site_key(ws, 1, l, SITE_ACT));
         lin_fwd(m, ws, s2.sum, h, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, Mt, F, C);
         x = sub_post(m, &s2, x, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
     }

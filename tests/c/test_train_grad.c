@@ -905,12 +905,84 @@ static void test_optim(void) {
     CHECK(loss_scaler_update(&ls, 1, &apply) == TERN_ERR_INPUT);
 }
 
+/* The fused passes of the Transformer's training (model.c) give bit for bit what the separate
+ * layers they replace give (those are checked against references above). */
+static void test_fused_passes(void) {
+    printf("fused passes (bit-identical to the separate layers)\n");
+    static const int shapes[][2] = {{53, 4100}, {7, 13}, {300, 512}};
+    for (int sh = 0; sh < 3; sh++) {
+        int M = shapes[sh][0], N = shapes[sh][1];
+        size_t n = (size_t)M * N;
+        float *x = malloc(n * sizeof(float)), *fc = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float)),
+              *b = malloc(n * sizeof(float)), *db1 = calloc((size_t)N, sizeof(float)),
+              *db2 = calloc((size_t)N, sizeof(float));
+        rand_fill(x, n, -1, 1);
+        rand_fill(fc, n, -1, 1);
+        for (int pi = 0; pi < 2; pi++) {
+            float p = pi ? 0.1f : 0.0f;
+            uint64_t key = dropout_key(5, (uint64_t)sh, (uint64_t)pi);
+            /* forward: dropout(act(inp)) */
+            nn_activation_forward(a, fc, n, ACT_RELU);
+            nn_dropout_forward(a, a, n, p, key);
+            nn_activation_dropout_forward(b, fc, n, ACT_RELU, p, key);
+            CHECK_MSG(!memcmp(a, b, n * sizeof(float)), "activation+dropout %dx%d p %g", M, N, p);
+            nn_activation_forward(a, fc, n, ACT_GELU);
+            nn_dropout_forward(a, a, n, p, key);
+            nn_activation_dropout_forward(b, fc, n, ACT_GELU, p, key);
+            CHECK_MSG(!memcmp(a, b, n * sizeof(float)), "gelu+dropout %dx%d p %g", M, N, p);
+            /* forward: dropout(sum) + x */
+            memcpy(a, fc, n * sizeof(float));
+            memcpy(b, fc, n * sizeof(float));
+            nn_dropout_forward(a, a, n, p, key);
+            nn_residual_forward(a, a, x, n);
+            nn_dropout_residual_forward(b, x, n, p, key);
+            CHECK_MSG(!memcmp(a, b, n * sizeof(float)), "dropout+residual %dx%d p %g", M, N, p);
+            /* backward: act'(inp) * dropout(d), with the column sums */
+            for (int act = 0; act < 2; act++) {
+                activation_t f = act ? ACT_GELU : ACT_RELU;
+                memcpy(a, x, n * sizeof(float));
+                memcpy(b, x, n * sizeof(float));
+                memset(db1, 0, (size_t)N * sizeof(float));
+                memset(db2, 0, (size_t)N * sizeof(float));
+                if (p > 0) nn_dropout_forward(a, a, n, p, key);
+                nn_activation_backward_set(a, a, fc, n, f);
+                nn_bias_backward(db1, a, M, N);
+                nn_activation_backward_bias(b, fc, M, N, f, p, key, db2);
+                CHECK_MSG(!memcmp(a, b, n * sizeof(float)) && !memcmp(db1, db2, (size_t)N * sizeof(float)),
+                          "activation backward+bias %dx%d p %g act %d", M, N, p, act);
+            }
+            /* backward: dropout(d) into a fresh buffer, with the column sums */
+            if (p > 0) {
+                memset(db1, 0, (size_t)N * sizeof(float));
+                memset(db2, 0, (size_t)N * sizeof(float));
+                nn_dropout_forward(a, x, n, p, key);
+                nn_bias_backward(db1, a, M, N);
+                nn_dropout_forward_bias(b, x, M, N, p, key, db2);
+                CHECK_MSG(!memcmp(a, b, n * sizeof(float)) && !memcmp(db1, db2, (size_t)N * sizeof(float)),
+                          "dropout+bias %dx%d", M, N);
+            }
+        }
+        /* the column sums against a double reference */
+        memset(db1, 0, (size_t)N * sizeof(float));
+        nn_bias_backward(db1, x, M, N);
+        int bad = 0;
+        for (int c = 0; c < N; c++) {
+            double r = 0;
+            for (int m = 0; m < M; m++) r += x[(size_t)m * N + c];
+            if (fabs(db1[c] - r) > 1e-6 * (1 + fabs(r))) bad++;
+        }
+        CHECK_MSG(bad == 0, "%d column sums of %dx%d off", bad, M, N);
+        free(x), free(fc), free(a), free(b), free(db1), free(db2);
+    }
+}
+
 int main(void) {
     test_embedding();
     test_layernorm();
     test_linear();
     test_activations();
     test_dropout();
+    test_fused_passes();
     test_attention();
     test_crossentropy();
     test_optim();
