@@ -128,7 +128,11 @@ static int grow(void **buf, size_t *cap, size_t need_bytes) {
 static float *cache_resize(float *p, size_t old_bytes, size_t new_bytes) {
     void *q = p ? mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE)
                 : mmap(NULL, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return q == MAP_FAILED ? NULL : q;
+    if (q == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (!getenv("TERN_NO_THP")) madvise(q, new_bytes, MADV_HUGEPAGE);
+#endif
+    return q;
 }
 
 /* Back from new_bytes to old_bytes (0: unmapped, NULL). Shrinking in place does not fail. */
@@ -177,11 +181,11 @@ static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin,
 /* The packed weights pk of lin (float32: gemm_packed_forward; int8: linear_forward_packed_s8) when
  * there are and a kernel could be made for M rows: 1 done, 0 not done, < 0 (status in *s) error. */
 static int run_packed(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
-                      const void *pk, int M, tern_status_t *s) {
+                      const void *pk, int M, tern_status_t *s, int relu) {
     if (!pk) return 0;
     if (lin->kind == WEIGHT_F32) return gemm_packed_forward(out, inp, pk, M) == 0;
     if ((*s = ensure_lin_ws(st, lin, M))) return -1;
-    return linear_forward_packed_s8(out, inp, lin, pk, M, st->lin_ws) == 0;
+    return linear_forward_packed_s8_act(out, inp, lin, pk, M, st->lin_ws, relu) == 0;
 }
 
 /* out (M, N) = inp (M, K) . W^T + bias: the packed weights pk when there are (and a kernel for M),
@@ -189,7 +193,7 @@ static int run_packed(transformer_state_t *st, float *out, const float *inp, con
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     tern_status_t s = TERN_OK;
-    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    int r = run_packed(st, out, inp, lin, pk, M, &s, 0);
     if (r) return r > 0 ? TERN_OK : s;
     if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q) /* given back after packing: no fallback */
         return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
@@ -198,16 +202,18 @@ static tern_status_t linear(transformer_state_t *st, float *out, const float *in
     return TERN_OK;
 }
 
-/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU). */
+/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU: the
+ * float32 one's post-op, the int8 one's dequantization). */
 static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     const transformer_t *m = st->m;
     tern_status_t s = TERN_OK;
-    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    int relu_s8 = lin->kind == WEIGHT_S8 && m->act == ACT_RELU;
+    int r = run_packed(st, out, inp, lin, pk, M, &s, relu_s8);
     if (r < 0) return s;
     if (r) {
-        /* ReLU is fused into the packed float32 kernel; other activations (and int8) run after it */
-        if (lin->kind != WEIGHT_F32 || !m->ffn1_relu_packed) activation_forward(out, (size_t)M * lin->N, m->act);
+        /* other activations (and ReLU where the float32 kernel was packed without it) run after it */
+        if (lin->kind == WEIGHT_F32 ? !m->ffn1_relu_packed : !relu_s8) activation_forward(out, (size_t)M * lin->N, m->act);
         return TERN_OK;
     }
     if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q)

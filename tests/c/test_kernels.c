@@ -23,7 +23,8 @@
  *   linear_prepare_s8            exact
  *   linear_forward_packed_s8     bit-exact against linear_forward_ref and linear_forward (int8 weights
  *                                packed for oneDNN's matmul, VNNI only; the plain q not read), M over
- *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact
+ *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact;
+ *                                _act with ReLU bit-exact against the reference then max(v, 0)
  *   f32p_forward (Tern's packed  bit-exact against a scalar fmaf chain per output (k ascending from 0,
  *   float32, AVX2)               then + bias, then ReLU: the order the kernel promises), and within
  *                                (K + 1) 2^-24 (sum_k |a_k w_nk| + |bias_n|) of a double-precision
@@ -718,7 +719,7 @@ static void test_linear(void) {
 static void test_linear_packed_s8(void) {
     static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
                                     {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17},
-                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1}};
+                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1},  {40, 2048, 64}, {36, 2050, 64}};
     int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (int extreme = 0; extreme <= 1; extreme++) {
@@ -779,6 +780,17 @@ static void test_linear_packed_s8(void) {
                         }
                     CHECK_MSG(off == 0, "packed int8 %dx%dx%d: %d int32 sums not exact", M, N, K, off);
                 }
+                /* ReLU fused into the dequantization: the reference's values, then max(v, 0) with
+                 * maxps's rules (+0 for NaN, -0 and negatives) */
+                memset(y, 0xff, (size_t)M * N * sizeof(float));
+                CHECK(linear_forward_packed_s8_act(y, x, &lp, pk, M, ws, 1) == 0);
+                int bad_relu = 0;
+                for (size_t i = 0; i < (size_t)M * N; i++) {
+                    float want = r[i] > 0.0f ? r[i] : 0.0f;
+                    bad_relu += fbits(y[i]) != fbits(want);
+                }
+                CHECK_MSG(bad_relu == 0, "packed int8 + ReLU M=%d N=%d K=%d threads=%d: %d differ", M, N, K, threads,
+                          bad_relu);
             }
             kernels_set_num_threads(1);
             aligned_free(pk);
