@@ -27,7 +27,7 @@ struct transformer_state {
     /* batch */
     int N, S, P;
     int *src_len, *src_off;    /* (N) */
-    float **cross_kv;          /* [dec_layers] (P, 2d) */
+    float **cross_kv;          /* [dec_layers] (P, 2d): per sentence, head-major (cross_head_major) */
     size_t cross_cap;          /* floats per layer allocated */
     /* rows */
     int R, t;                  /* live rows, steps done (of the state: transformer_step's t) */
@@ -436,15 +436,34 @@ static tern_status_t cross_reserve(transformer_state_t *st, int P, int keep) {
     return TERN_OK;
 }
 
-/* Cross-attention keys and values of every decoder layer for the P tokens of the encoder's output
- * (st->x), written at token offset at. */
-static tern_status_t cross_project(transformer_state_t *st, int P, int at) {
+/* Head-major order of a sentence's cross-attention keys and values: in its block of L positions
+ * (L x 2d floats at its offset), head h's keys and values are L rows of 2 dh floats (key, then
+ * value) at h · L · 2 dh. Copied from kv (L rows of 2d: the d keys, then the d values). One head of
+ * a sentence is then one contiguous run that the hardware prefetchers follow; in position-major
+ * order each of its 256-byte key or value slices sat on a 4 KB row of its own. */
+static void cross_head_major(float *dst, const float *kv, int L, int d, int H) {
+    int dh = d / H;
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < L; j++) {
+            float *o = dst + ((size_t)h * L + j) * 2 * dh;
+            memcpy(o, kv + (size_t)j * 2 * d + h * dh, (size_t)dh * sizeof(float));
+            memcpy(o + dh, kv + (size_t)j * 2 * d + d + h * dh, (size_t)dh * sizeof(float));
+        }
+}
+
+/* Cross-attention keys and values of every decoder layer for the n sentences (lengths len, P tokens
+ * packed in order) of the encoder's output (st->x), written head-major (cross_head_major) from
+ * token offset at on. */
+static tern_status_t cross_project(transformer_state_t *st, int P, int at, const int *len, int n) {
     const transformer_t *m = st->m;
+    int d = m->d;
     tern_status_t s;
+    GROW_F(st, big, (size_t)P * 2 * d);
     for (int l = 0; l < m->dec_layers; l++) {
-        PROF(5, "cross_kv", s = linear(st, st->cross_kv[l] + (size_t)at * 2 * m->d, st->x, &m->dec[l].cross_kv,
-                                      m->dec[l].pk_cross_kv, P));
+        PROF(5, "cross_kv", s = linear(st, st->big, st->x, &m->dec[l].cross_kv, m->dec[l].pk_cross_kv, P));
         if (s) return s;
+        for (int i = 0, o = 0; i < n; o += len[i], i++)
+            cross_head_major(st->cross_kv[l] + (size_t)(at + o) * 2 * d, st->big + (size_t)o * 2 * d, len[i], d, m->H);
     }
     return TERN_OK;
 }
@@ -493,7 +512,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
     if ((s = encoder_layers(st, src, src_len, st->src_off, N, P, st->S))) return s;
     /* Cross-attention keys and values of every decoder layer, projected once. */
     if ((s = cross_reserve(st, P, 0))) return s;
-    if ((s = cross_project(st, P, 0))) return s;
+    if ((s = cross_project(st, P, 0, st->src_len, N))) return s;
     /* The encoder's activations are dead now (the cross-attention keys and values hold what the
      * decoder reads): their pages go back, so the decoder's caches do not grow on top of the
      * workspace of the batch's longest encoder pass (the decoder fills the few rows it uses). */
@@ -555,7 +574,7 @@ tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, 
     }
     if ((s = encoder_layers(st, src, src_len, st->src_off + N0, n, Pn, Sn))) return s;
     if ((s = cross_reserve(st, P + Pn, P))) return s;
-    if ((s = cross_project(st, Pn, P))) return s;
+    if ((s = cross_project(st, Pn, P, src_len, n))) return s;
     for (int i = 0; i < n; i++) {
         st->src_off[N0 + i] += P;
         st->row_sent[st->R + i] = N0 + i;
@@ -792,11 +811,11 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
             float *q = c->big + (size_t)r * d;
             for (int i = 0; i < d; i++) q[i] *= c->qscale;
         }
-        for (int hh = 0; hh < H; hh++) {
-            const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
-            const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
+        for (int hh = 0; hh < H; hh++) { /* head-major: cross_head_major */
+            const float *Kb = kv + (size_t)off * 2 * d + (size_t)hh * Ln * 2 * dh;
+            const float *Vb = Kb + dh;
             att_group(c->ctx + (size_t)r0 * d + hh * dh, (size_t)d, sc, c->sc_stride, c->big + (size_t)r0 * d + hh * dh,
-                      (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * d, Ln, Ln, dh);
+                      (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * dh, Ln, Ln, dh);
             if (want_attn && hh < nheads_avg) {
                 float wgt = 1.0f / (float)nheads_avg;
                 for (int u = 0; u < g; u++) {
