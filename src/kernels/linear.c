@@ -7,6 +7,7 @@
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <string.h>
@@ -319,14 +320,29 @@ int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *l
     pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
     float *scale_a = (float *)((char *)ws + ALIGN64(act_bytes(M, K)));
+    /* the rows' quantization split over the threads for a large block (the encoder's tokens, a
+     * beam step's rows): rows are quantized independently, the same bytes whatever the split */
+    int nt = (size_t)M * K < ((size_t)1 << 15) ? 1 : kernels_get_num_threads();
+    if (nt > M) nt = M;
     if (!g_int8_onednn) {
         int pn, pkk;
         if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
-        quantize_rows_s16((int16_t *)ws, gemm_s8p_a_stride(K), scale_a, inp, M, K);
+        size_t lda = gemm_s8p_a_stride(K);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
+            int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
+            quantize_rows_s16((int16_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+        }
         return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
     }
     int32_t *acc = (int32_t *)out;
-    quantize_rows_u8(qa, scale_a, inp, M, K);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
+        int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
+        quantize_rows_u8(qa + (size_t)m0 * K, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+    }
     if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
     extcheck_2d("int8 linear (packed)", "compensation", lin->comp, 1, N, N, sizeof(int32_t));
     dequantize_rows(out, acc, lin->comp, scale_a, lin->scale, lin->bias, M, N, relu);

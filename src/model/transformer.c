@@ -238,8 +238,30 @@ static void embed_row(float *out, const embedding_t *e, int id, float scale, con
     }
 }
 
+/* Threads for a row-wise pass (layer norm, residual add) over M rows of d: the translator's for a
+ * large block (the encoder's tokens, a beam step's rows), else 1 (a fork costs more than it saves
+ * on a few rows). The rows are independent: the same values whatever the split. */
+static int rows_team(int M, int d) { return (size_t)M * d < ((size_t)1 << 15) ? 1 : team_size(M); }
+
 static void layernorm(float *out, const float *inp, const layernorm_t *ln, int M, int d, float eps) {
-    layernorm_forward(out, NULL, NULL, inp, ln->gamma, ln->beta, M, d, eps);
+    int nt = rows_team(M, d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
+        layernorm_forward(out + (size_t)m0 * d, NULL, NULL, inp + (size_t)m0 * d, ln->gamma, ln->beta, m1 - m0, d, eps);
+    }
+}
+
+/* x += h over M rows of d (the residual connection), split as layernorm. */
+static void add_rows(float *x, const float *h, int M, int d) {
+    int nt = rows_team(M, d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
+        add_inplace(x + (size_t)m0 * d, h + (size_t)m0 * d, (size_t)(m1 - m0) * d);
+    }
 }
 
 /* ------------------------------------------------------------------ state */
@@ -396,7 +418,7 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
         if (s) return s;
         PROF(2, "enc_out", s = linear(st, h, ctx, &L->attn_out, L->pk_attn_out, P));
         if (s) return s;
-        add_inplace(x, h, (size_t)P * d);
+        add_rows(x, h, P, d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_attn, P, d, m->eps);
         /* feed-forward */
         in = x;
@@ -408,7 +430,7 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
         if (s) return s;
         PROF(4, "enc_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, P));
         if (s) return s;
-        add_inplace(x, h, (size_t)P * d);
+        add_rows(x, h, P, d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
     }
     if (m->enc_ln.gamma) layernorm(x, x, &m->enc_ln, P, d, m->eps);
@@ -759,7 +781,7 @@ static const float *sublayer_in(const dstep_t *c, const layernorm_t *ln) {
 /* Residual connection of a sub-layer's output (in h), then the post-norm. */
 static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
     const transformer_t *m = c->st->m;
-    add_inplace(c->x, c->h, (size_t)c->R * c->d);
+    add_rows(c->x, c->h, c->R, c->d);
     if (!m->pre_norm) layernorm(c->x, c->x, ln, c->R, c->d, m->eps);
 }
 
@@ -771,12 +793,12 @@ static void decoder_self_attention(const dstep_t *c, int l) {
     transformer_state_t *st = c->st;
     int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = team_size(R);
     float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
-    for (int r = 0; r < R; r++) {
-        memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
-        memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
-    }
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int r = 0; r < R; r++) {
+        /* this step's key and value into the row's new slot (base + r), by the thread that reads
+         * it: no other row's path holds that slot */
+        memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+        memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
         float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
         const int *path = st->path + (size_t)r * c->tc;
         int t = st->row_t[r];
