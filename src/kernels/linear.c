@@ -320,9 +320,10 @@ int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *l
     pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
     float *scale_a = (float *)((char *)ws + ALIGN64(act_bytes(M, K)));
-    /* the rows' quantization split over the threads for a large block (the encoder's tokens, a
-     * beam step's rows): rows are quantized independently, the same bytes whatever the split */
-    int nt = (size_t)M * K < ((size_t)1 << 15) ? 1 : kernels_get_num_threads();
+    /* the rows' quantization split over the threads for a large block (the encoder's tokens; a
+     * decoder step's rows stay on one thread, as transformer.c's rows_team): rows are quantized
+     * independently, the same bytes whatever the split */
+    int nt = (size_t)M * K < ((size_t)1 << 17) ? 1 : kernels_get_num_threads();
     if (nt > M) nt = M;
     if (!g_int8_onednn) {
         int pn, pkk;

@@ -719,7 +719,7 @@ static void test_linear(void) {
 static void test_linear_packed_s8(void) {
     static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
                                     {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17},
-                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1},  {40, 2048, 64}, {36, 2050, 64}};
+                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1},  {40, 2048, 64}, {36, 2050, 64}, {300, 64, 512}};
     int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (int extreme = 0; extreme <= 1; extreme++) {
