@@ -119,6 +119,27 @@ void *aligned_alloc64(size_t bytes) {
 
 void aligned_free(void *p) { free(p); }
 
+#if defined(__SANITIZE_ADDRESS__)
+void *big_alloc(size_t bytes) { return aligned_alloc64(bytes); }
+void big_free(void *p, size_t bytes) {
+    (void)bytes;
+    aligned_free(p);
+}
+#else
+void *big_alloc(size_t bytes) {
+    if (bytes == 0) bytes = 64;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= ((size_t)2 << 20)) madvise(p, bytes, MADV_HUGEPAGE); /* a hint: no huge pages is fine */
+#endif
+    return p;
+}
+void big_free(void *p, size_t bytes) {
+    if (p) munmap(p, bytes ? bytes : 64);
+}
+#endif
+
 double time_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -38,9 +38,10 @@ int gemm_s8p_forward(int32_t *C, const int16_t *A, const void *pk, int M);
 int gemm_s8p_dims(const void *pk, int *N, int *K);
 /* gemm_s8p_forward with the int8 linear layer's dequantization fused into the store: out (M, N)
  * float, row stride N, out[m, n] = float(sum) * (1 / scale_a[m]) / scale_w[n] + bias[n] (bias may
- * be NULL), each operation rounded separately in this order (as linear.c's dequantize_rows). */
+ * be NULL), each operation rounded separately in this order (as linear.c's dequantize_rows); relu:
+ * then max(out, 0) as _mm256_max_ps(v, 0) gives it (activation_forward's ReLU: 0 for NaN). */
 int gemm_s8p_forward_deq(float *out, const int16_t *A, const void *pk, int M, const float *scale_a,
-                         const float *scale_w, const float *bias);
+                         const float *scale_w, const float *bias, int relu);
 size_t gemm_s8p_a_stride(int K);
 
 #endif

@@ -88,6 +88,12 @@ int linear_int8_packs_own(void);
 size_t linear_packed_size_s8(const linear_t *lin);
 int linear_pack_s8(void *buf, const linear_t *lin);
 int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws);
+/* The same with relu != 0: then max(out, 0) fused into the dequantization (the bits of
+ * activation_forward(out, ., ACT_RELU) after linear_forward_packed_s8). Where the int8 GEMM is
+ * oneDNN's, its int32 sums are written into out (dequantized in place): on -1 out may then hold
+ * partial sums instead of being untouched. */
+int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws,
+                                 int relu);
 
 /* Quantization helpers (exposed for tests and for loading float weights as int8). */
 /* Per-row symmetric int8: scale[m] = 127 / max|x[m,:]| (1 when the row is all zero),

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <string.h>
@@ -204,9 +205,16 @@ size_t linear_workspace_size(const linear_t *lin, int M) {
 
 /* out[m, :] = acc[m, :] * (1 / scale_a[m]) / scale_w + bias, in CTranslate2's order of operations
  * (src/cpu/kernels.cc dequantize_gemm_output_row): three separately rounded float operations.
- * comp (N) or NULL: added to acc first, in int32 (exact: the packed path's u8 shift correction). */
+ * comp (N) or NULL: added to acc first, in int32 (exact: the packed path's u8 shift correction).
+ * relu: then max(v, 0), the instruction activation_forward's ReLU runs (so the same bits).
+ * out may be acc itself (each element read before it is written). Large outputs (a vocabulary
+ * projection) are split by rows over the translator's threads. */
 static void dequantize_rows(float *out, const int32_t *acc, const int32_t *comp, const float *scale_a,
-                            const float *scale_w, const float *bias, int M, int N) {
+                            const float *scale_w, const float *bias, int M, int N, int relu) {
+    int nt = kernels_get_num_threads();
+    if (nt > M) nt = M;
+    if ((size_t)M * N < ((size_t)1 << 16)) nt = 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int m = 0; m < M; m++) {
         const int32_t *c = acc + (size_t)m * N;
         float *y = out + (size_t)m * N;
@@ -220,12 +228,14 @@ static void dequantize_rows(float *out, const int32_t *acc, const int32_t *comp,
             v = _mm256_mul_ps(v, vr);
             v = _mm256_div_ps(v, _mm256_loadu_ps(scale_w + n));
             if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + n));
+            if (relu) v = _mm256_max_ps(v, _mm256_setzero_ps());
             _mm256_storeu_ps(y + n, v);
         }
         for (; n < N; n++) {
             float v = (float)(comp ? c[n] + comp[n] : c[n]) * r;
             v = v / scale_w[n];
             if (bias) v = v + bias[n];
+            if (relu) v = v > 0.0f ? v : 0.0f; /* maxps(v, 0): 0 for NaN and for -0 */
             y[n] = v;
         }
     }
@@ -266,7 +276,7 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
         extcheck_2d("int8 linear", "compensation", comp, 1, N, N, sizeof(int32_t));
         dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, qa, K, 0, lin->q, K, 0, 0.0f, acc, N, comp);
     }
-    dequantize_rows(out, acc, NULL, scale_a, lin->scale, lin->bias, M, N);
+    dequantize_rows(out, acc, NULL, scale_a, lin->scale, lin->bias, M, N, 0);
 }
 
 /* ------------------------------------------------------------ packed int8 weights */
@@ -294,22 +304,48 @@ int linear_pack_s8(void *buf, const linear_t *lin) {
  * kernel: the signed rows u - 128 as int16, the exact signed sum (no compensation), as
  * gemm_s8s8s32 gives. */
 int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws) {
+    return linear_forward_packed_s8_act(out, inp, lin, pk, M, ws, 0);
+}
+
+/* The int32 sums of oneDNN's kernel go into out itself (as int32) and are dequantized in place:
+ * for a vocabulary projection (M x 32000) that is one buffer read and written instead of a second
+ * one of the same size read, and out read for ownership, on top (the dequantization was bound by
+ * those memory passes). Where the GEMM fails after a first chunk, out holds partial sums (the
+ * caller's fallback rewrites it). */
+int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws,
+                                 int relu) {
     int N = lin->N, K = lin->K;
     if (M <= 0 || N <= 0) return 0;
     if (lin->kind != WEIGHT_S8 || !lin->comp) return -1;
     pthread_once(&int8_once, int8_init);
     uint8_t *qa = ws;
     float *scale_a = (float *)((char *)ws + ALIGN64(act_bytes(M, K)));
-    int32_t *acc = (int32_t *)((char *)scale_a + ALIGN64((size_t)M * sizeof(float)));
+    /* the rows' quantization split over the threads for a large block (the encoder's tokens; a
+     * decoder step's rows stay on one thread, as transformer.c's rows_team): rows are quantized
+     * independently, the same bytes whatever the split */
+    int nt = (size_t)M * K < ((size_t)1 << 17) ? 1 : kernels_get_num_threads();
+    if (nt > M) nt = M;
     if (!g_int8_onednn) {
         int pn, pkk;
         if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
-        quantize_rows_s16((int16_t *)ws, gemm_s8p_a_stride(K), scale_a, inp, M, K);
-        return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias);
+        size_t lda = gemm_s8p_a_stride(K);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
+            int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
+            quantize_rows_s16((int16_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+        }
+        return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
     }
-    quantize_rows_u8(qa, scale_a, inp, M, K);
+    int32_t *acc = (int32_t *)out;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
+        int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
+        quantize_rows_u8(qa + (size_t)m0 * K, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+    }
     if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
     extcheck_2d("int8 linear (packed)", "compensation", lin->comp, 1, N, N, sizeof(int32_t));
-    dequantize_rows(out, acc, lin->comp, scale_a, lin->scale, lin->bias, M, N);
+    dequantize_rows(out, acc, lin->comp, scale_a, lin->scale, lin->bias, M, N, relu);
     return 0;
 }

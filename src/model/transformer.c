@@ -27,7 +27,7 @@ struct transformer_state {
     /* batch */
     int N, S, P;
     int *src_len, *src_off;    /* (N) */
-    float **cross_kv;          /* [dec_layers] (P, 2d) */
+    float **cross_kv;          /* [dec_layers] (P, 2d): per sentence, head-major (cross_head_major) */
     size_t cross_cap;          /* floats per layer allocated */
     /* rows */
     int R, t;                  /* live rows, steps done (of the state: transformer_step's t) */
@@ -128,7 +128,14 @@ static int grow(void **buf, size_t *cap, size_t need_bytes) {
 static float *cache_resize(float *p, size_t old_bytes, size_t new_bytes) {
     void *q = p ? mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE)
                 : mmap(NULL, new_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return q == MAP_FAILED ? NULL : q;
+    if (q == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    /* transparent huge pages where the system offers them on request: far fewer page faults as a
+     * batch fills the cache again (its pages are given back between batches, drop_pages) and
+     * fewer TLB misses in the attention's scattered reads of the slots (a hint: failure is fine) */
+    madvise(q, new_bytes, MADV_HUGEPAGE);
+#endif
+    return q;
 }
 
 /* Back from new_bytes to old_bytes (0: unmapped, NULL). Shrinking in place does not fail. */
@@ -177,11 +184,11 @@ static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin,
 /* The packed weights pk of lin (float32: gemm_packed_forward; int8: linear_forward_packed_s8) when
  * there are and a kernel could be made for M rows: 1 done, 0 not done, < 0 (status in *s) error. */
 static int run_packed(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
-                      const void *pk, int M, tern_status_t *s) {
+                      const void *pk, int M, tern_status_t *s, int relu) {
     if (!pk) return 0;
     if (lin->kind == WEIGHT_F32) return gemm_packed_forward(out, inp, pk, M) == 0;
     if ((*s = ensure_lin_ws(st, lin, M))) return -1;
-    return linear_forward_packed_s8(out, inp, lin, pk, M, st->lin_ws) == 0;
+    return linear_forward_packed_s8_act(out, inp, lin, pk, M, st->lin_ws, relu) == 0;
 }
 
 /* out (M, N) = inp (M, K) . W^T + bias: the packed weights pk when there are (and a kernel for M),
@@ -189,7 +196,7 @@ static int run_packed(transformer_state_t *st, float *out, const float *inp, con
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     tern_status_t s = TERN_OK;
-    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    int r = run_packed(st, out, inp, lin, pk, M, &s, 0);
     if (r) return r > 0 ? TERN_OK : s;
     if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q) /* given back after packing: no fallback */
         return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
@@ -198,16 +205,18 @@ static tern_status_t linear(transformer_state_t *st, float *out, const float *in
     return TERN_OK;
 }
 
-/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU). */
+/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU: the
+ * float32 one's post-op, the int8 one's dequantization). */
 static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     const transformer_t *m = st->m;
     tern_status_t s = TERN_OK;
-    int r = run_packed(st, out, inp, lin, pk, M, &s);
+    int relu_s8 = lin->kind == WEIGHT_S8 && m->act == ACT_RELU;
+    int r = run_packed(st, out, inp, lin, pk, M, &s, relu_s8);
     if (r < 0) return s;
     if (r) {
-        /* ReLU is fused into the packed float32 kernel; other activations (and int8) run after it */
-        if (lin->kind != WEIGHT_F32 || !m->ffn1_relu_packed) activation_forward(out, (size_t)M * lin->N, m->act);
+        /* other activations (and ReLU where the float32 kernel was packed without it) run after it */
+        if (lin->kind == WEIGHT_F32 ? !m->ffn1_relu_packed : !relu_s8) activation_forward(out, (size_t)M * lin->N, m->act);
         return TERN_OK;
     }
     if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q)
@@ -229,8 +238,32 @@ static void embed_row(float *out, const embedding_t *e, int id, float scale, con
     }
 }
 
+/* Threads for a row-wise pass (layer norm, residual add) over M rows of d: the translator's for a
+ * large block (the encoder's tokens: hundreds of rows), else 1: a decoder step's rows (up to 128
+ * in beam 4) measured no faster split, and each extra parallel region is one more place where a
+ * thread waits (2 threads: more CPU time spinning). The rows are independent: the same values
+ * whatever the split. */
+static int rows_team(int M, int d) { return (size_t)M * d < ((size_t)1 << 17) ? 1 : team_size(M); }
+
 static void layernorm(float *out, const float *inp, const layernorm_t *ln, int M, int d, float eps) {
-    layernorm_forward(out, NULL, NULL, inp, ln->gamma, ln->beta, M, d, eps);
+    int nt = rows_team(M, d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
+        layernorm_forward(out + (size_t)m0 * d, NULL, NULL, inp + (size_t)m0 * d, ln->gamma, ln->beta, m1 - m0, d, eps);
+    }
+}
+
+/* x += h over M rows of d (the residual connection), split as layernorm. */
+static void add_rows(float *x, const float *h, int M, int d) {
+    int nt = rows_team(M, d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
+        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
+        add_inplace(x + (size_t)m0 * d, h + (size_t)m0 * d, (size_t)(m1 - m0) * d);
+    }
 }
 
 /* ------------------------------------------------------------------ state */
@@ -387,7 +420,7 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
         if (s) return s;
         PROF(2, "enc_out", s = linear(st, h, ctx, &L->attn_out, L->pk_attn_out, P));
         if (s) return s;
-        add_inplace(x, h, (size_t)P * d);
+        add_rows(x, h, P, d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_attn, P, d, m->eps);
         /* feed-forward */
         in = x;
@@ -399,7 +432,7 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
         if (s) return s;
         PROF(4, "enc_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, P));
         if (s) return s;
-        add_inplace(x, h, (size_t)P * d);
+        add_rows(x, h, P, d);
         if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
     }
     if (m->enc_ln.gamma) layernorm(x, x, &m->enc_ln, P, d, m->eps);
@@ -430,15 +463,34 @@ static tern_status_t cross_reserve(transformer_state_t *st, int P, int keep) {
     return TERN_OK;
 }
 
-/* Cross-attention keys and values of every decoder layer for the P tokens of the encoder's output
- * (st->x), written at token offset at. */
-static tern_status_t cross_project(transformer_state_t *st, int P, int at) {
+/* Head-major order of a sentence's cross-attention keys and values: in its block of L positions
+ * (L x 2d floats at its offset), head h's keys and values are L rows of 2 dh floats (key, then
+ * value) at h · L · 2 dh. Copied from kv (L rows of 2d: the d keys, then the d values). One head of
+ * a sentence is then one contiguous run that the hardware prefetchers follow; in position-major
+ * order each of its 256-byte key or value slices sat on a 4 KB row of its own. */
+static void cross_head_major(float *dst, const float *kv, int L, int d, int H) {
+    int dh = d / H;
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < L; j++) {
+            float *o = dst + ((size_t)h * L + j) * 2 * dh;
+            memcpy(o, kv + (size_t)j * 2 * d + h * dh, (size_t)dh * sizeof(float));
+            memcpy(o + dh, kv + (size_t)j * 2 * d + d + h * dh, (size_t)dh * sizeof(float));
+        }
+}
+
+/* Cross-attention keys and values of every decoder layer for the n sentences (lengths len, P tokens
+ * packed in order) of the encoder's output (st->x), written head-major (cross_head_major) from
+ * token offset at on. */
+static tern_status_t cross_project(transformer_state_t *st, int P, int at, const int *len, int n) {
     const transformer_t *m = st->m;
+    int d = m->d;
     tern_status_t s;
+    GROW_F(st, big, (size_t)P * 2 * d);
     for (int l = 0; l < m->dec_layers; l++) {
-        PROF(5, "cross_kv", s = linear(st, st->cross_kv[l] + (size_t)at * 2 * m->d, st->x, &m->dec[l].cross_kv,
-                                      m->dec[l].pk_cross_kv, P));
+        PROF(5, "cross_kv", s = linear(st, st->big, st->x, &m->dec[l].cross_kv, m->dec[l].pk_cross_kv, P));
         if (s) return s;
+        for (int i = 0, o = 0; i < n; o += len[i], i++)
+            cross_head_major(st->cross_kv[l] + (size_t)(at + o) * 2 * d, st->big + (size_t)o * 2 * d, len[i], d, m->H);
     }
     return TERN_OK;
 }
@@ -487,7 +539,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
     if ((s = encoder_layers(st, src, src_len, st->src_off, N, P, st->S))) return s;
     /* Cross-attention keys and values of every decoder layer, projected once. */
     if ((s = cross_reserve(st, P, 0))) return s;
-    if ((s = cross_project(st, P, 0))) return s;
+    if ((s = cross_project(st, P, 0, st->src_len, N))) return s;
     /* The encoder's activations are dead now (the cross-attention keys and values hold what the
      * decoder reads): their pages go back, so the decoder's caches do not grow on top of the
      * workspace of the batch's longest encoder pass (the decoder fills the few rows it uses). */
@@ -549,7 +601,7 @@ tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, 
     }
     if ((s = encoder_layers(st, src, src_len, st->src_off + N0, n, Pn, Sn))) return s;
     if ((s = cross_reserve(st, P + Pn, P))) return s;
-    if ((s = cross_project(st, Pn, P))) return s;
+    if ((s = cross_project(st, Pn, P, src_len, n))) return s;
     for (int i = 0; i < n; i++) {
         st->src_off[N0 + i] += P;
         st->row_sent[st->R + i] = N0 + i;
@@ -731,7 +783,7 @@ static const float *sublayer_in(const dstep_t *c, const layernorm_t *ln) {
 /* Residual connection of a sub-layer's output (in h), then the post-norm. */
 static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
     const transformer_t *m = c->st->m;
-    add_inplace(c->x, c->h, (size_t)c->R * c->d);
+    add_rows(c->x, c->h, c->R, c->d);
     if (!m->pre_norm) layernorm(c->x, c->x, ln, c->R, c->d, m->eps);
 }
 
@@ -743,12 +795,12 @@ static void decoder_self_attention(const dstep_t *c, int l) {
     transformer_state_t *st = c->st;
     int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = team_size(R);
     float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
-    for (int r = 0; r < R; r++) {
-        memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
-        memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
-    }
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int r = 0; r < R; r++) {
+        /* this step's key and value into the row's new slot (base + r), by the thread that reads
+         * it: no other row's path holds that slot */
+        memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+        memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
         float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
         const int *path = st->path + (size_t)r * c->tc;
         int t = st->row_t[r];
@@ -786,11 +838,11 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
             float *q = c->big + (size_t)r * d;
             for (int i = 0; i < d; i++) q[i] *= c->qscale;
         }
-        for (int hh = 0; hh < H; hh++) {
-            const float *Kb = kv + (size_t)off * 2 * d + hh * dh;
-            const float *Vb = kv + (size_t)off * 2 * d + d + hh * dh;
+        for (int hh = 0; hh < H; hh++) { /* head-major: cross_head_major */
+            const float *Kb = kv + (size_t)off * 2 * d + (size_t)hh * Ln * 2 * dh;
+            const float *Vb = Kb + dh;
             att_group(c->ctx + (size_t)r0 * d + hh * dh, (size_t)d, sc, c->sc_stride, c->big + (size_t)r0 * d + hh * dh,
-                      (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * d, Ln, Ln, dh);
+                      (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * dh, Ln, Ln, dh);
             if (want_attn && hh < nheads_avg) {
                 float wgt = 1.0f / (float)nheads_avg;
                 for (int u = 0; u < g; u++) {

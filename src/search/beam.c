@@ -198,6 +198,7 @@ typedef struct {
     int common, use_cov, ct2_exit, on_logprobs, sel, pruning;
     float log_thr;
     float *logits, *attn, *cov, *cov2, *cov_tmp;
+    size_t logits_bytes;    /* big_alloc'd */
     float *cands_v;     /* (N, K) top candidates per sentence */
     int *cands_i;
     int *grp;           /* first row of each sentence's group; grp[G] = R */
@@ -220,7 +221,7 @@ static void beam_free(beam_t *b) {
     free(b->fin);
     proc_chain_free(&b->chain);
     free(b->L.tok), free(b->L.par);
-    aligned_free(b->logits);
+    big_free(b->logits, b->logits_bytes);
     aligned_free(b->attn);
     free(b->cov), free(b->cov2), free(b->cov_tmp), free(b->cands_v), free(b->cands_i), free(b->grp);
     free(b->row_mx), free(b->row_lse);
@@ -243,7 +244,8 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, con
     b->use_cov = opt->coverage_penalty != 0.0f;
     b->ct2_exit = opt->length_penalty == 0.0f && !b->use_cov;
     const size_t maxR = (size_t)N * b->B, S1 = (size_t)(b->S ? b->S : 1);
-    b->logits = aligned_alloc64(maxR * b->V * sizeof(float));
+    b->logits_bytes = maxR * b->V * sizeof(float);
+    b->logits = big_alloc(b->logits_bytes);
     if (b->use_cov) {
         b->attn = aligned_alloc64(maxR * S1 * sizeof(float));
         b->cov = calloc(maxR * S1, sizeof(float));
@@ -333,25 +335,22 @@ static void beam_candidates(beam_t *b, int R, int G, int t) {
             b->row_lse[r] = 0.0f;
         }
     }
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        int r0 = (int)((long)R * ith / nth), r1 = (int)((long)R * (ith + 1) / nth);
+    /* One sentence at a time, its rows' statistics then its candidates: the scan finds the rows
+     * (B x V floats, 512 KB for beam 4 and 32k pieces) still in L2 where the statistics left them,
+     * instead of reading the whole step's logits back from L3 or memory. */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+    for (int g = 0; g < G; g++) {
+        int a = b->grp[g], n = b->grp[g + 1] - a;
+        int kc = K < n * V ? K : n * V;
         if (!b->on_logprobs) {
             if (dec->logprobs && t >= opt->min_length) /* scores in log space (an ensemble's) */
-                scores_stats(b->row_mx + r0, b->row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+                scores_stats(b->row_mx + a, b->row_lse + a, logits + (size_t)a * V, n, V);
             else
-                log_softmax_stats(b->row_mx + r0, b->row_lse + r0, logits + (size_t)r0 * V, r1 - r0, V);
+                log_softmax_stats(b->row_mx + a, b->row_lse + a, logits + (size_t)a * V, n, V);
         }
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-        for (int g = 0; g < G; g++) {
-            int a = b->grp[g], n = b->grp[g + 1] - a;
-            int kc = K < n * V ? K : n * V;
-            if (b->sel) continue; /* below, one sentence at a time */
-            topk_candidates(b->cands_v + (size_t)g * K, b->cands_i + (size_t)g * K, logits + (size_t)a * V,
-                            b->row_mx + a, b->row_lse + a, b->score + a, n, V, kc);
-        }
+        if (b->sel) continue; /* below, one sentence at a time */
+        topk_candidates(b->cands_v + (size_t)g * K, b->cands_i + (size_t)g * K, logits + (size_t)a * V,
+                        b->row_mx + a, b->row_lse + a, b->score + a, n, V, kc);
     }
     for (int g = 0; b->sel && g < G; g++) {
         /* a processor chooses the candidates (constrained beam search), or leaves the plain top-K */

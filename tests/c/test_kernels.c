@@ -23,7 +23,8 @@
  *   linear_prepare_s8            exact
  *   linear_forward_packed_s8     bit-exact against linear_forward_ref and linear_forward (int8 weights
  *                                packed for oneDNN's matmul, VNNI only; the plain q not read), M over
- *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact
+ *                                one kernel call (128 rows), 1 vs 2 threads, int32 extremes exact;
+ *                                _act with ReLU bit-exact against the reference then max(v, 0)
  *   f32p_forward (Tern's packed  bit-exact against a scalar fmaf chain per output (k ascending from 0,
  *   float32, AVX2)               then + bias, then ReLU: the order the kernel promises), and within
  *                                (K + 1) 2^-24 (sum_k |a_k w_nk| + |bias_n|) of a double-precision
@@ -721,7 +722,7 @@ static void test_linear(void) {
 static void test_linear_packed_s8(void) {
     static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
                                     {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17},
-                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1}};
+                                    {7, 33, 3},      {61, 17, 31},   {1, 1, 1},  {40, 2048, 64}, {36, 2050, 64}, {300, 64, 512}};
     int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (int extreme = 0; extreme <= 1; extreme++) {
@@ -782,6 +783,17 @@ static void test_linear_packed_s8(void) {
                         }
                     CHECK_MSG(off == 0, "packed int8 %dx%dx%d: %d int32 sums not exact", M, N, K, off);
                 }
+                /* ReLU fused into the dequantization: the reference's values, then max(v, 0) with
+                 * maxps's rules (+0 for NaN, -0 and negatives) */
+                memset(y, 0xff, (size_t)M * N * sizeof(float));
+                CHECK(linear_forward_packed_s8_act(y, x, &lp, pk, M, ws, 1) == 0);
+                int bad_relu = 0;
+                for (size_t i = 0; i < (size_t)M * N; i++) {
+                    float want = r[i] > 0.0f ? r[i] : 0.0f;
+                    bad_relu += fbits(y[i]) != fbits(want);
+                }
+                CHECK_MSG(bad_relu == 0, "packed int8 + ReLU M=%d N=%d K=%d threads=%d: %d differ", M, N, K, threads,
+                          bad_relu);
             }
             kernels_set_num_threads(1);
             aligned_free(pk);
@@ -1022,6 +1034,68 @@ static void fill_logit_rows(float *x, int M, int C) {
         default: for (int c = 0; c < C; c++) r[c] = (float)(c % 3); break;
         }
     }
+}
+
+/* softmax_forward bit-exact against a scalar model of its vector arithmetic: the Cephes exp of
+ * ops.c (clamp at -88, n = floor(x log2 e + 1/2), two-step reduction, degree-7 polynomial, 2^n
+ * from n + 127 in the exponent bits; 0 below -88) as one fmaf / multiply / add per vector
+ * operation, the exps summed in double in the vector code's lanes (element i into lane i % 8, the
+ * lanes reduced as (l0 + l4 + l2 + l6) + (l1 + l5 + l3 + l7), i.e. (s0 + s2) + (s1 + s3) with
+ * s_l = lane l + lane l + 4), then each exp times (float)(1 / sum). Checks that row_sum_exp's
+ * exp256_le0 and its four-vector loop keep exp256's bits (one fused multiply-add computed as two
+ * roundings in the model makes 16 of the 56 rows differ); a different summation order rarely
+ * shows through the float rounding of 1 / sum. */
+static const float EXP_POLY_MODEL[6] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                        4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+static float exp_model(float x) { /* x <= 0 or NaN */
+    if (x < -88.0f) return 0.0f;
+    float xc = x > -88.0f ? x : -88.0f; /* maxps(x, -88): -88 for NaN */
+    float n = floorf(fmaf(xc, 1.44269504088896341f, 0.5f));
+    float r = fmaf(-n, 0.693359375f, xc);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float p = EXP_POLY_MODEL[0];
+    for (int k = 1; k < 6; k++) p = fmaf(p, r, EXP_POLY_MODEL[k]);
+    float r2 = r * r;
+    p = fmaf(p, r2, r + 1.0f);
+    uint32_t bits = (uint32_t)((int)n + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof sc);
+    return p * sc;
+}
+
+static void test_softmax_exact(void) {
+    static const int lens[] = {1, 5, 8, 9, 31, 32, 33, 63, 64, 65, 100, 257, 1000, 32000};
+    int bad_rows = 0, rows = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int kind = 0; kind < 4; kind++) {
+            int C = lens[li];
+            float *x = falloc((size_t)C), *y = falloc((size_t)C), *want = falloc((size_t)C);
+            float sc = kind == 0 ? 1.0f : kind == 1 ? 30.0f : kind == 2 ? 1e-3f : 200.0f;
+            for (int c = 0; c < C; c++) x[c] = ((float)(rng_u32() % 2000001) / 1e6f - 1.0f) * sc;
+            if (kind == 3 && C > 3) x[1] = -INFINITY, x[C - 1] = -1e30f, x[C / 2] = 1e-40f;
+            float mx = -INFINITY;
+            for (int c = 0; c < C; c++) mx = x[c] > mx ? x[c] : mx;
+            double lane[8] = {0};
+            for (int c = 0; c < C; c++) {
+                want[c] = exp_model(x[c] - mx);
+                lane[c % 8] += (double)want[c];
+            }
+            double s[4];
+            for (int l = 0; l < 4; l++) s[l] = lane[l] + lane[l + 4];
+            double sum = (s[0] + s[2]) + (s[1] + s[3]);
+            float inv = (float)(1.0 / sum);
+            for (int c = 0; c < C; c++) want[c] *= inv;
+            softmax_forward(y, x, 1, C);
+            int bad = 0;
+            for (int c = 0; c < C; c++) bad += fbits(y[c]) != fbits(want[c]);
+            if (bad) {
+                if (bad_rows < 3) fprintf(stderr, "softmax exact C=%d kind=%d: %d of %d differ\n", C, kind, bad, C);
+                bad_rows++;
+            }
+            rows++;
+            aligned_free(x), aligned_free(y), aligned_free(want);
+        }
+    CHECK_MSG(bad_rows == 0, "softmax vs its scalar model: %d of %d rows differ", bad_rows, rows);
 }
 
 static void test_softmax(void) {
@@ -1600,6 +1674,7 @@ int main(void) {
     test_linear();
     test_layernorm();
     test_softmax();
+    test_softmax_exact();
     test_logaddexp();
     test_activations();
     test_elementwise();
