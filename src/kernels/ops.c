@@ -44,19 +44,25 @@ static const float LOG_POLY[LOG_POLY_N] = {7.0376836292E-2f,  -1.1514610310E-1f,
                                            -1.2420140846E-1f, 1.4249322787E-1f,  -1.6668057665E-1f,
                                            2.0000714765E-1f,  -2.4999993993E-1f, 3.3333331174E-1f};
 
-/* exp(x), Cephes-style: x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial; about 1 ulp.
- * Inputs below -88 give 0 (exactly 0 for -inf), above 88.37 they saturate near FLT_MAX. */
-static inline __m256 exp256(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-88.0f);
-    __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+/* The common part of exp256 and exp256_le0: x (already clamped) = n ln2 + r, |r| <= ln2/2 (ln2 in
+ * two parts), the degree-7 polynomial p(r) ~ e^r; n returned through *np. */
+static inline __m256 exp256_poly(__m256 x, __m256 *np) {
     __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(EXP_POLY[0]);
     for (int k = 1; k < EXP_POLY_N; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY[k]));
     __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    *np = n;
+    return _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+}
+
+/* exp(x), Cephes-style: x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial; about 1 ulp.
+ * Inputs below -88 give 0 (exactly 0 for -inf), above 88.37 they saturate near FLT_MAX. */
+static inline __m256 exp256(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-88.0f);
+    __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), n;
+    __m256 p = exp256_poly(_mm256_min_ps(_mm256_max_ps(x, lo), hi), &n);
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(zero_mask, p);
@@ -69,15 +75,8 @@ static inline __m256 exp256(__m256 x) {
  * both). For row_sum_exp, whose inputs are x - max(x). */
 static inline __m256 exp256_le0(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-88.0f);
-    __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(EXP_POLY[0]);
-    for (int k = 1; k < EXP_POLY_N; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY[k]));
-    __m256 r2 = _mm256_mul_ps(r, r);
-    p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), n;
+    __m256 p = exp256_poly(_mm256_max_ps(x, lo), &n);
     __m256i e = _mm256_slli_epi32(_mm256_castps_si256(_mm256_add_ps(n, _mm256_set1_ps(8388735.0f))), 23);
     p = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(zero_mask, p);
