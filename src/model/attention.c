@@ -263,6 +263,100 @@ void att_group(float *o, size_t o_ld, float *sc, size_t sc_ld, const float *q, s
     else group_i(o, o_ld, sc, sc_ld, q, q_ld, g, Kb, Vb, NULL, 0, ld, n, n, dh);
 }
 
+/* ------------------------------------------------------------------ all heads of one row
+ * The loops of att_dots / att_wsum turned inside out: for each block of four keys, every head's
+ * four scores (each key's row is then read from its start to its end, a prefetcher-friendly run,
+ * where head by head it was read in dh-float pieces eight times over); for each block of four
+ * values, every head's weighted sums, accumulated in o. Per score and per output element the same
+ * operations in the same order as the one-row kernels, so the same bits. */
+ALWAYS_INLINE void dots_heads_i(float *sc, size_t sc_ld, const float *q, const float *base, const int *idx, size_t ld,
+                                int n, int H, int dh) {
+    int j = 0;
+    if ((dh & 7) == 0)
+        for (; j + 4 <= n; j += 4) {
+            const float *k[4];
+            for (int u = 0; u < 4; u++) k[u] = att_row(base, idx, ld, j + u);
+            for (int hh = 0; hh < H; hh++) {
+                const float *qh = q + (size_t)hh * dh;
+                size_t o = (size_t)hh * dh;
+                __m256 a[4], b[4];
+                for (int u = 0; u < 4; u++) a[u] = b[u] = _mm256_setzero_ps();
+                int i = 0;
+                for (; i + 16 <= dh; i += 16) {
+                    __m256 q0 = _mm256_loadu_ps(qh + i), q1 = _mm256_loadu_ps(qh + i + 8);
+                    for (int u = 0; u < 4; u++) {
+                        a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + o + i), a[u]);
+                        b[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(k[u] + o + i + 8), b[u]);
+                    }
+                }
+                for (; i + 8 <= dh; i += 8) {
+                    __m256 q0 = _mm256_loadu_ps(qh + i);
+                    for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(k[u] + o + i), a[u]);
+                }
+                __m128 s[4];
+                for (int u = 0; u < 4; u++) {
+                    __m256 t = _mm256_add_ps(a[u], b[u]);
+                    s[u] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+                }
+                _mm_storeu_ps(sc + hh * sc_ld + j, _mm_hadd_ps(_mm_hadd_ps(s[0], s[1]), _mm_hadd_ps(s[2], s[3])));
+            }
+        }
+    for (; j < n; j++) {
+        const float *kr = att_row(base, idx, ld, j);
+        for (int hh = 0; hh < H; hh++) sc[hh * sc_ld + j] = dot(q + (size_t)hh * dh, kr + (size_t)hh * dh, dh);
+    }
+}
+
+ALWAYS_INLINE void wsum_heads_i(float *o, const float *p, size_t p_ld, const float *base, const int *idx, size_t ld,
+                                int n, int H, int dh) {
+    memset(o, 0, (size_t)H * dh * sizeof(float));
+    if (dh & 7) {
+        for (int j = 0; j < n; j++) {
+            const float *v = att_row(base, idx, ld, j);
+            for (int hh = 0; hh < H; hh++) axpy_n(o + (size_t)hh * dh, p[hh * p_ld + j], v + (size_t)hh * dh, dh);
+        }
+        return;
+    }
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *v[4];
+        for (int u = 0; u < 4; u++) v[u] = att_row(base, idx, ld, j + u);
+        for (int hh = 0; hh < H; hh++) {
+            const float *ph = p + hh * p_ld + j;
+            __m256 p0 = _mm256_set1_ps(ph[0]), p1 = _mm256_set1_ps(ph[1]), p2 = _mm256_set1_ps(ph[2]),
+                   p3 = _mm256_set1_ps(ph[3]);
+            size_t off = (size_t)hh * dh;
+            for (int c = 0; c < dh; c += 8) {
+                __m256 acc = _mm256_loadu_ps(o + off + c);
+                acc = _mm256_fmadd_ps(p0, _mm256_loadu_ps(v[0] + off + c), acc);
+                acc = _mm256_fmadd_ps(p1, _mm256_loadu_ps(v[1] + off + c), acc);
+                acc = _mm256_fmadd_ps(p2, _mm256_loadu_ps(v[2] + off + c), acc);
+                acc = _mm256_fmadd_ps(p3, _mm256_loadu_ps(v[3] + off + c), acc);
+                _mm256_storeu_ps(o + off + c, acc);
+            }
+        }
+    }
+    for (; j < n; j++) {
+        const float *vr = att_row(base, idx, ld, j);
+        for (int hh = 0; hh < H; hh++) {
+            __m256 pj = _mm256_set1_ps(p[hh * p_ld + j]);
+            size_t off = (size_t)hh * dh;
+            for (int c = 0; c < dh; c += 8)
+                _mm256_storeu_ps(o + off + c,
+                                 _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + off + c), _mm256_loadu_ps(o + off + c)));
+        }
+    }
+}
+
+void att_heads(float *o, float *sc, size_t sc_ld, const float *q, const float *Kb, const float *Vb, const int *idx,
+               size_t ld, int n, int H, int dh) {
+    if (idx) dots_heads_i(sc, sc_ld, q, Kb, idx, ld, n, H, dh);
+    else dots_heads_i(sc, sc_ld, q, Kb, NULL, ld, n, H, dh);
+    for (int hh = 0; hh < H; hh++) softmax_forward(sc + hh * sc_ld, sc + hh * sc_ld, 1, n);
+    if (idx) wsum_heads_i(o, sc, sc_ld, Vb, idx, ld, n, H, dh);
+    else wsum_heads_i(o, sc, sc_ld, Vb, NULL, ld, n, H, dh);
+}
+
 void att_prefetch(const float *base, const int *idx, size_t ld, int n, int width) {
     for (int j = 0; j < n; j++) {
         const char *f = (const char *)att_row(base, idx, ld, j);

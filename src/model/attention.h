@@ -31,6 +31,13 @@ void att_wsum(float *o, const float *p, const float *base, const int *idx, size_
 void att_group(float *o, size_t o_ld, float *sc, size_t sc_ld, const float *q, size_t q_ld, int g,
                const float *Kb, const float *Vb, const int *idx, size_t idx_ld, size_t ld, int n, int P, int dh);
 
+/* The attention of one row over n keys/values, all H heads: head h's query q + h · dh, its key and
+ * value j at Kb/Vb + (idx ? idx[j] : j) · ld + h · dh. Writes head h's probabilities to
+ * sc + h · sc_ld (n floats) and its weighted sum to o + h · dh: the same bits as att_dots,
+ * softmax_forward and att_wsum per head (each key's row read once for all heads). */
+void att_heads(float *o, float *sc, size_t sc_ld, const float *q, const float *Kb, const float *Vb, const int *idx,
+               size_t ld, int n, int H, int dh);
+
 /* Brings the first `width` floats of the n rows base + (idx ? idx[j] : j) · ld into the L2 cache
  * (prefetch hints only: the next chunk's keys and values while this chunk computes). */
 void att_prefetch(const float *base, const int *idx, size_t ld, int n, int width);

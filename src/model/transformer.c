@@ -713,7 +713,8 @@ typedef struct {
     transformer_state_t *st;
     int d, H, dh, R, t, nt, tc, base;
     int nchunk;             /* attention chunks (st->chunk[0..nchunk]: their first rows) */
-    size_t sc_stride;       /* floats of one thread's attention scores */
+    size_t sc_stride;       /* floats of one row of attention scores */
+    size_t sc_rows;         /* rows of scores per thread: max(ATT_GMAX, H) */
     float qscale;
     float *x, *h, *ctx, *big, *scores;
 } dstep_t;
@@ -745,10 +746,11 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     st->chunk[nchunk] = R;
     int nt = team_size(R > nchunk ? R : nchunk);
     size_t sc_stride = ((size_t)(t + 1 > st->S ? t + 1 : st->S) + 15) & ~(size_t)15;
-    GROW_F(st, scores, sc_stride * ATT_GMAX * nt);
+    size_t sc_rows = m->H > ATT_GMAX ? (size_t)m->H : ATT_GMAX;
+    GROW_F(st, scores, sc_stride * sc_rows * nt);
     *c = (dstep_t){.st = st, .d = d, .H = m->H, .dh = d / m->H, .R = R, .t = t, .nt = nt, .tc = st->t_cap,
                    .nchunk = nchunk,
-                   .base = st->n_slots, .sc_stride = sc_stride, .qscale = 1.0f / sqrtf((float)(d / m->H)),
+                   .base = st->n_slots, .sc_stride = sc_stride, .sc_rows = sc_rows, .qscale = 1.0f / sqrtf((float)(d / m->H)),
                    .x = st->x, .h = st->h, .ctx = st->ctx, .big = st->big, .scores = st->scores};
     return TERN_OK;
 }
@@ -801,17 +803,12 @@ static void decoder_self_attention(const dstep_t *c, int l) {
          * it: no other row's path holds that slot */
         memcpy(K + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
         memcpy(Vc + (size_t)(c->base + r) * d, big + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
-        float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
+        float *sc = c->scores + c->sc_stride * c->sc_rows * (size_t)omp_get_thread_num();
         const int *path = st->path + (size_t)r * c->tc;
         int t = st->row_t[r];
         float *q = big + (size_t)r * 3 * d;
         for (int i = 0; i < d; i++) q[i] *= c->qscale;
-        for (int hh = 0; hh < H; hh++) {
-            const float *qh = q + hh * dh;
-            att_dots(sc, qh, K + hh * dh, path, (size_t)d, t + 1, dh);
-            softmax_forward(sc, sc, 1, t + 1);
-            att_wsum(c->ctx + (size_t)r * d + hh * dh, sc, Vc + hh * dh, path, (size_t)d, t + 1, dh);
-        }
+        att_heads(c->ctx + (size_t)r * d, sc, c->sc_stride, q, K, Vc, path, (size_t)d, t + 1, H, dh);
     }
 }
 
@@ -827,13 +824,13 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
     int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (int ch = 0; ch < c->nchunk; ch++) {
-        float *sc = c->scores + c->sc_stride * ATT_GMAX * (size_t)omp_get_thread_num();
+        float *sc = c->scores + c->sc_stride * c->sc_rows * (size_t)omp_get_thread_num();
         int r0 = st->chunk[ch], g = st->chunk[ch + 1] - r0;
         int n = st->row_sent[r0], Ln = st->src_len[n], off = st->src_off[n];
-        if (ch + 1 < c->nchunk) { /* the next chunk's sentence into L2 while this one computes */
-            int n1 = st->row_sent[st->chunk[ch + 1]];
-            if (n1 != n) att_prefetch(kv + (size_t)st->src_off[n1] * 2 * d, NULL, (size_t)2 * d, st->src_len[n1], 2 * d);
-        }
+        /* the next chunk's sentence (when it is another) comes into L2 head by head, each head's
+         * part while this chunk computes the same head: spread over the chunk's work, where all at
+         * once the prefetches stalled on each other (docs/benchmarks.md) */
+        int n1 = ch + 1 < c->nchunk ? st->row_sent[st->chunk[ch + 1]] : n;
         for (int r = r0; r < r0 + g; r++) {
             float *q = c->big + (size_t)r * d;
             for (int i = 0; i < d; i++) q[i] *= c->qscale;
@@ -841,6 +838,9 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
         for (int hh = 0; hh < H; hh++) { /* head-major: cross_head_major */
             const float *Kb = kv + (size_t)off * 2 * d + (size_t)hh * Ln * 2 * dh;
             const float *Vb = Kb + dh;
+            if (n1 != n)
+                att_prefetch(kv + (size_t)st->src_off[n1] * 2 * d + (size_t)hh * st->src_len[n1] * 2 * dh, NULL,
+                             (size_t)2 * dh, st->src_len[n1], 2 * dh);
             att_group(c->ctx + (size_t)r0 * d + hh * dh, (size_t)d, sc, c->sc_stride, c->big + (size_t)r0 * d + hh * dh,
                       (size_t)d, g, Kb, Vb, NULL, 0, (size_t)2 * dh, Ln, Ln, dh);
             if (want_attn && hh < nheads_avg) {

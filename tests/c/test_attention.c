@@ -2,7 +2,10 @@
  * against the one-row kernels it replaces (att_dots, softmax_forward, att_wsum per row): bit-
  * identical probabilities and weighted sums on random shapes — rows per group 1–5, tree-cache
  * paths with shared prefixes of every length (and a P below the true common prefix), source
- * lengths 1–300 without paths, dh 8–128 and 12. `test_attention bench` times both forms instead. */
+ * lengths 1–300 without paths, dh 8–128 and 12. The all-heads kernel (att_heads, the decoder's
+ * self-attention of one row) against the same one-row kernels run head by head: H 1–16 heads of
+ * dh 8–128 and 12 in rows of H · dh floats, with and without paths, n 1–300.
+ * `test_attention bench` times both forms instead. */
 #include "check.h"
 #include "kernels/kernels.h"
 #include "model/attention.h"
@@ -34,7 +37,7 @@ static void ref_rows(float *o, size_t o_ld, float *sc, size_t sc_ld, const float
 
 enum { MAXG = 5, MAXN = 300, MAXD = 512 };
 static float K[(MAXN * MAXG + 8) * MAXD], V[(MAXN * MAXG + 8) * MAXD];
-static float Q[MAXG * MAXD], S1[MAXG * 320], S2[MAXG * 320], O1[MAXG * MAXD], O2[MAXG * MAXD];
+static float Q[MAXG * MAXD], S1[16 * 320], S2[16 * 320], O1[MAXG * MAXD], O2[MAXG * MAXD];
 static int PATH[MAXG * MAXN];
 
 /* One case: g rows, n keys, head width dh inside rows of width ld; shared: the paths' common
@@ -63,6 +66,31 @@ static void one_case(int g, int n, int dh, int shared, int P) {
         bad |= memcmp(O1 + u * o_ld, O2 + u * o_ld, (size_t)dh * sizeof(float)) != 0;
     }
     CHECK_MSG(!bad, "g %d n %d dh %d shared %d P %d: not bit-identical", g, n, dh, shared, P);
+}
+
+/* att_heads: H heads of width dh side by side in rows of ld ≥ H · dh floats, against att_dots,
+ * softmax_forward and att_wsum head by head. */
+static void heads_case(int H, int dh, int n, int with_path) {
+    size_t ld = (size_t)H * dh + (size_t)irand(3) * 8, sc_ld = 320;
+    int nslots = (int)((sizeof K / sizeof *K) / ld);
+    for (size_t i = 0; i < (size_t)nslots * ld; i += 1 + (size_t)irand(3)) K[i] = frand(), V[i] = frand();
+    for (int i = 0; i < H * dh; i++) Q[i] = frand() * 2.0f;
+    const int *idx = NULL;
+    if (with_path) {
+        for (int j = 0; j < n; j++) PATH[j] = irand(nslots);
+        idx = PATH;
+    }
+    memset(O1, 0xff, sizeof O1), memset(O2, 0xff, sizeof O2);
+    for (int h = 0; h < H; h++) {
+        float *su = S1 + h * sc_ld;
+        att_dots(su, Q + h * dh, K + h * dh, idx, ld, n, dh);
+        softmax_forward(su, su, 1, n);
+        att_wsum(O1 + h * dh, su, V + h * dh, idx, ld, n, dh);
+    }
+    att_heads(O2, S2, sc_ld, Q, K, V, idx, ld, n, H, dh);
+    int bad = memcmp(O1, O2, (size_t)H * dh * sizeof(float)) != 0;
+    for (int h = 0; h < H; h++) bad |= memcmp(S1 + h * sc_ld, S2 + h * sc_ld, (size_t)n * sizeof(float)) != 0;
+    CHECK_MSG(!bad, "att_heads H %d dh %d n %d path %d: not bit-identical", H, dh, n, with_path);
 }
 
 static double now(void) {
@@ -107,6 +135,12 @@ int main(int argc, char **argv) {
                     if (sh > 0) one_case(g, n, dh, sh, irand(sh)); /* any smaller P too */
                 }
             }
+    int Hs[] = {1, 2, 3, 4, 8, 16};
+    for (size_t a = 0; a < sizeof dhs / sizeof *dhs; a++)
+        for (size_t hb = 0; hb < sizeof Hs / sizeof *Hs; hb++)
+            for (size_t b = 0; b < sizeof lens / sizeof *lens; b++)
+                if (Hs[hb] * dhs[a] <= MAXD)
+                    for (int wp = 0; wp < 2; wp++) heads_case(Hs[hb], dhs[a], lens[b], wp);
     for (int k = 0; k < 300; k++) { /* random shapes */
         int g = 1 + irand(MAXG), n = 1 + irand(MAXN), dh = 8 * (1 + irand(16)), sh = irand(n + 1);
         one_case(g, n, dh, irand(4) ? sh : -1, sh);
