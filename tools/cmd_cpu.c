@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "kernels/gemm_packed.h"
+#include "kernels/kernels.h"
 
 int cmd_cpu(int argc, char **argv) {
     int caps_only = 0;
@@ -34,6 +35,7 @@ int cmd_cpu(int argc, char **argv) {
     printf("tern isa: %s (TERN_MAX_CPU_ISA)\n", in.effective);
     printf("onednn isa: %s (ONEDNN_MAX_CPU_ISA)\n", in.onednn);
     printf("int8 gemm: %s\n", in.int8_gemm);
+    printf("int8 packed linear: %s\n", linear_int8_packed_kernel_name());
     printf("float32 linear: %s\n", gemm_packed_f32_backend_name());
     printf("caps: %s\n", in.caps);
     return 0;

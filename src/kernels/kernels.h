@@ -64,6 +64,9 @@ void linear_prepare(linear_t *lin, int32_t *comp);
 /* Which int8 GEMM linear_forward runs on this CPU under the ISA caps: oneDNN's u8s8s32 where it is
  * exact (AVX512_VNNI), else Tern's exact AVX2 kernel (gemm_s8.h). */
 const char *linear_int8_backend_name(void);
+/* Which kernel runs the int8 layers packed at load (linear_pack_s8): "Tern VNNI (gemm_s8v)",
+ * "oneDNN matmul (VNNI)" (TERN_INT8_PACKED=onednn) or "Tern AVX2 int16 (gemm_s8p)". */
+const char *linear_int8_packed_kernel_name(void);
 
 /* Bytes of workspace linear_forward needs for M rows (0 for float32 weights). */
 size_t linear_workspace_size(const linear_t *lin, int M);

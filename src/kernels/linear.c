@@ -16,6 +16,7 @@
 #include "kernels/extcheck.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
+#include "kernels/gemm_s8v.h"
 #include "kernels/kernels.h"
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
@@ -97,6 +98,15 @@ static void quantize_rows_shifted(uint8_t *q, float *scale, const float *x, int 
     }
 }
 
+/* The signed bytes (u - 128) of quantize_rows_shifted in rows of ld >= K bytes, the bytes past K
+ * zeroed (Tern's VNNI kernel's activations, gemm_s8v_forward). */
+static void quantize_rows_s8_ld(int8_t *q, size_t ld, float *scale, const float *x, int M, int K) {
+    for (int m = 0; m < M; m++) {
+        quantize_rows_shifted((uint8_t *)q + (size_t)m * ld, scale + m, x + (size_t)m * K, 1, K, 0x80);
+        for (size_t k = (size_t)K; k < ld; k++) q[(size_t)m * ld + k] = 0;
+    }
+}
+
 void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
     quantize_rows_shifted(q, scale, x, M, K, 0);
 }
@@ -155,6 +165,10 @@ void linear_prepare(linear_t *lin, int32_t *comp) {
  * dispatch (TERN_MAX_CPU_ISA) and oneDNN's (ONEDNN_MAX_CPU_ISA) both allow AVX512_VNNI and a probe
  * whose exact result saturates without it comes back exact; else gemm_s8s8s32 runs. */
 static int g_int8_onednn;
+/* With VNNI, the packed layers (a decoder step's few rows) run on Tern's kernel (gemm_s8v.c: each
+ * weight panel streamed once for all the rows, the next ones prefetched), the same int32 sums as
+ * oneDNN's matmul; TERN_INT8_PACKED=onednn keeps oneDNN's (for measurements). */
+static int g_int8_s8v;
 static pthread_once_t int8_once = PTHREAD_ONCE_INIT;
 
 static int onednn_int8_probe(void) {
@@ -173,6 +187,13 @@ static int onednn_int8_probe(void) {
 static void int8_init(void) {
     unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), vnni = (unsigned)dnnl_cpu_isa_avx512_core_vnni;
     g_int8_onednn = cpu_isa_effective() >= CPU_ISA_AVX512_CORE_VNNI && (isa & vnni) == vnni && onednn_int8_probe();
+    const char *pk = getenv("TERN_INT8_PACKED");
+    g_int8_s8v = g_int8_onednn && !(pk && !strcmp(pk, "onednn"));
+}
+
+const char *linear_int8_packed_kernel_name(void) {
+    pthread_once(&int8_once, int8_init);
+    return g_int8_s8v ? "Tern VNNI (gemm_s8v)" : g_int8_onednn ? "oneDNN matmul (VNNI)" : "Tern AVX2 int16 (gemm_s8p)";
 }
 
 const char *linear_int8_backend_name(void) {
@@ -187,6 +208,7 @@ const char *linear_int8_backend_name(void) {
 static size_t act_bytes(int M, int K) {
     pthread_once(&int8_once, int8_init);
     size_t u8 = (size_t)M * K, s16 = (size_t)M * gemm_s8p_a_stride(K) * sizeof(int16_t);
+    if (g_int8_s8v) return (size_t)M * gemm_s8v_a_stride(K);
     return g_int8_onednn || s16 < u8 ? u8 : s16;
 }
 
@@ -283,18 +305,20 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 
 int linear_int8_packs_own(void) {
     pthread_once(&int8_once, int8_init);
-    return !g_int8_onednn;
+    return !g_int8_onednn || g_int8_s8v;
 }
 
 size_t linear_packed_size_s8(const linear_t *lin) {
     if (lin->kind != WEIGHT_S8 || !lin->q || !lin->comp || lin->N <= 0 || lin->K <= 0) return 0;
     pthread_once(&int8_once, int8_init);
+    if (g_int8_s8v) return gemm_s8v_size(lin->N, lin->K);
     return g_int8_onednn ? gemm_packed_size_s8(lin->N, lin->K) : gemm_s8p_size(lin->N, lin->K);
 }
 
 int linear_pack_s8(void *buf, const linear_t *lin) {
     if (!linear_packed_size_s8(lin)) return -1;
     extcheck_2d("linear_pack_s8", "weights", lin->q, lin->N, lin->K, lin->K, 1);
+    if (g_int8_s8v) return gemm_s8v_pack(buf, lin->q, lin->N, lin->K);
     return g_int8_onednn ? gemm_pack_s8(buf, lin->q, lin->N, lin->K) : gemm_s8p_pack(buf, lin->q, lin->N, lin->K);
 }
 
@@ -325,6 +349,18 @@ int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *l
      * independently, the same bytes whatever the split */
     int nt = (size_t)M * K < ((size_t)1 << 17) ? 1 : kernels_get_num_threads();
     if (nt > M) nt = M;
+    if (g_int8_s8v) {
+        int pn, pkk;
+        if (gemm_s8v_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
+        size_t lda = gemm_s8v_a_stride(K);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+        {
+            int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
+            int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
+            quantize_rows_s8_ld((int8_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+        }
+        return gemm_s8v_forward_deq(out, (const int8_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
+    }
     if (!g_int8_onednn) {
         int pn, pkk;
         if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;

@@ -72,6 +72,7 @@
 #include "kernels/gemm_f32p.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
+#include "kernels/gemm_s8v.h"
 #include "kernels/kernels.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -701,6 +702,77 @@ static void test_gemm_s8p(void) {
     CHECK(gemm_s8p_forward(Cx, A, B, 1) == -1); /* not a packed weight */
     aligned_free(A), aligned_free(pk), free(B);
     printf("gemm_s8p (packed AVX2 int16 kernel): %ld sums exact, K up to %d\n", checked, K);
+}
+
+/* gemm_s8v_forward (Tern's VNNI kernel, weights as w + 128, signed activation bytes broadcast)
+ * against the exact int64 sum for every M from 1 to 130 (every row-block remainder, several row
+ * chunks), N around the 32-column panels, K around the 4-byte quads (pad bytes 0, as the caller's
+ * quantizer writes them), operands over the whole byte range with rows of extremes, 1 vs 2
+ * threads, and K at its int32 limit. Only where the CPU has VNNI and TERN_MAX_CPU_ISA allows it. */
+static void test_gemm_s8v(void) {
+    if (cpu_isa_effective() < CPU_ISA_AVX512_CORE_VNNI) {
+        printf("gemm_s8v (packed VNNI kernel): not run, effective ISA %s has no AVX512_VNNI\n",
+               cpu_isa_name(cpu_isa_effective()));
+        return;
+    }
+    static const int NKs[][2] = {{1, 1}, {7, 3}, {32, 4}, {33, 31}, {64, 64}, {100, 513}, {47, 1031}, {5, 2048}};
+    long checked = 0;
+    for (size_t c = 0; c < sizeof NKs / sizeof NKs[0]; c++) {
+        int N = NKs[c][0], K = NKs[c][1], Mmax = c < 6 ? 130 : 13;
+        size_t lda = gemm_s8v_a_stride(K), bytes = gemm_s8v_size(N, K);
+        CHECK(lda >= (size_t)K && lda % 4 == 0 && bytes > 0);
+        int8_t *A = aligned_alloc64((size_t)Mmax * lda);
+        int8_t *B = malloc((size_t)N * K);
+        int32_t *C = malloc((size_t)Mmax * N * 4), *C2 = malloc((size_t)Mmax * N * 4);
+        void *pk = aligned_alloc64(bytes);
+        for (int m = 0; m < Mmax; m++)
+            for (size_t k = 0; k < lda; k++) A[m * lda + k] = k < (size_t)K ? (int8_t)((int)(rng_u32() % 256) - 128) : 0;
+        for (int i = 0; i < N * K; i++) B[i] = (int8_t)((int)(rng_u32() % 256) - 128);
+        for (int k = 0; k < K; k++) { /* row 0 of A and rows 0, 1 of B: extremes */
+            A[k] = (int8_t)(k & 1 ? -128 : 127);
+            if (Mmax > 1) A[lda + k] = -128;
+            B[k] = (int8_t)(k & 1 ? -128 : 127);
+            if (N > 1) B[(size_t)K + k] = -128;
+        }
+        CHECK(gemm_s8v_pack(pk, B, N, K) == 0);
+        int pn = 0, pkk = 0;
+        CHECK(gemm_s8v_dims(pk, &pn, &pkk) == 0 && pn == N && pkk == K);
+        int bad = 0, bad_threads = 0;
+        for (int M = 1; M <= Mmax; M++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                kernels_set_num_threads(threads);
+                CHECK(gemm_s8v_forward(threads == 1 ? C : C2, A, pk, M) == 0);
+            }
+            kernels_set_num_threads(1);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    int64_t acc = 0;
+                    for (int k = 0; k < K; k++) acc += (int64_t)A[m * lda + k] * B[(size_t)n * K + k];
+                    bad += C[(size_t)m * N + n] != acc;
+                    checked++;
+                }
+            bad_threads += memcmp(C, C2, (size_t)M * N * 4) != 0;
+        }
+        CHECK_MSG(bad == 0, "gemm_s8v N=%d K=%d (M 1..%d): %d sums differ from the exact one", N, K, Mmax, bad);
+        CHECK_MSG(bad_threads == 0, "gemm_s8v N=%d K=%d: 2 threads differ for %d values of M", N, K, bad_threads);
+        aligned_free(A), aligned_free(pk), free(B), free(C), free(C2);
+    }
+    /* K at the int32 limit: the lane sums (w + 128) a reach 255 * 128 * K before the correction */
+    int K = GEMM_S8V_MAX_K;
+    size_t lda = gemm_s8v_a_stride(K);
+    int8_t *A = aligned_alloc64(2 * lda);
+    int8_t *B = malloc((size_t)2 * K);
+    void *pk = aligned_alloc64(gemm_s8v_size(2, K));
+    for (size_t k = 0; k < lda; k++) A[k] = -128, A[lda + k] = 127;
+    for (int k = 0; k < K; k++) B[k] = 127, B[(size_t)K + k] = -128;
+    int32_t Cx[4];
+    CHECK(gemm_s8v_pack(pk, B, 2, K) == 0 && gemm_s8v_forward(Cx, A, pk, 2) == 0);
+    CHECK_MSG(Cx[0] == -16256 * K && Cx[1] == 16384 * K, "gemm_s8v K=%d: %d, %d", K, Cx[0], Cx[1]);
+    CHECK_MSG(Cx[2] == 16129 * K && Cx[3] == -16256 * K, "gemm_s8v K=%d: %d, %d", K, Cx[2], Cx[3]);
+    CHECK(gemm_s8v_size(2, K + 1) == 0 && gemm_s8v_size(0, 5) == 0 && gemm_s8v_pack(pk, B, 2, K + 1) == -1);
+    CHECK(gemm_s8v_forward(Cx, A, B, 1) == -1); /* not a packed weight */
+    aligned_free(A), aligned_free(pk), free(B);
+    printf("gemm_s8v (packed VNNI kernel): %ld sums exact, K up to %d\n", checked, K);
 }
 
 static void test_linear(void) {
@@ -1671,6 +1743,7 @@ int main(void) {
     test_gemm_packed_f32();
     test_gemm_s8();
     test_gemm_s8p();
+    test_gemm_s8v();
     test_linear();
     test_layernorm();
     test_softmax();
