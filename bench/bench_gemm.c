@@ -31,6 +31,7 @@
 #include "base/base.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
+#include "kernels/gemm_s8v.h"
 #include "kernels/kernels.h"
 
 static double budget = 0.15;
@@ -294,11 +295,12 @@ int main(int argc, char **argv) {
         }
     int8:
         printf("\n## int8 linear, threads=%d (GOP/s): linear_forward (quantize + int8 GEMM + dequantize) with %s,\n"
-               "## and linear_forward_packed_s8 on weights packed once (\"lin packed\": oneDNN's int8 matmul with VNNI,\n"
-               "## else Tern's packed AVX2 int16 kernel gemm_s8p; 0 where not offered); the bare products: Tern's\n"
+               "## and linear_forward_packed_s8 on weights packed once (\"lin packed\": with VNNI Tern's gemm_s8v, or\n"
+               "## oneDNN's int8 matmul with TERN_INT8_PACKED=onednn; else Tern's packed AVX2 int16 kernel gemm_s8p;\n"
+               "## 0 where not offered); the bare products: Tern's\n"
                "## exact AVX2 s8s8s32, oneDNN's BLAS-like u8s8s32 (exact only with VNNI: without it its 16-bit pair\n"
                "## sums saturate, so it is a speed reference there, not an option) and the product on the packed\n"
-               "## weights (\"packed\": oneDNN's matmul, or gemm_s8p_forward on int16 rows)\n",
+               "## weights (\"packed\": gemm_s8v_forward on signed byte rows, oneDNN's matmul, or gemm_s8p_forward on int16 rows)\n",
                threads, linear_int8_backend_name());
         printf("%5s %6s %5s | %9s %10s | %9s %9s %9s | %9s\n", "M", "N", "K", "linear", "lin packed", "tern s8",
                "onednn u8", "packed", "float32");
@@ -336,7 +338,13 @@ int main(int argc, char **argv) {
                 uint8_t *au = aligned_alloc64((size_t)M * K);
                 int32_t *acc = aligned_alloc64((size_t)M * N * 4);
                 for (size_t i = 0; i < (size_t)M * K; i++) au[i] = (uint8_t)(A[i] * 200.0f + 128.0f);
-                int tern_pk = pk && !strncmp(linear_int8_backend_name(), "Tern", 4);
+                /* the packed kernel: Tern's VNNI (signed byte rows), Tern's AVX2 (int16 rows) or oneDNN's */
+                const char *pkn = linear_int8_packed_kernel_name();
+                int s8v_pk = pk && strstr(pkn, "gemm_s8v") != NULL, tern_pk = pk && strstr(pkn, "gemm_s8p") != NULL;
+                size_t lda8 = gemm_s8v_a_stride(K);
+                int8_t *a8 = aligned_alloc64((size_t)M * lda8 + 64);
+                for (int i = 0; i < M; i++)
+                    for (size_t k = 0; k < lda8; k++) a8[i * lda8 + k] = k < (size_t)K ? (int8_t)(au[(size_t)i * K + k] - 128) : 0;
                 size_t lda16 = gemm_s8p_a_stride(K);
                 int16_t *a16 = aligned_alloc64((size_t)M * lda16 * sizeof(int16_t) + 64);
                 for (int i = 0; i < M; i++)
@@ -344,12 +352,13 @@ int main(int argc, char **argv) {
                 double tb[3] = {0, 0, 0};
                 for (int w = 0; w < 3; w++) {
                     if (w == 2 && !pk) break;
-                    if (w == 2 && !tern_pk) gemm_packed_forward_s8(acc, au, pk, M); /* makes the kernel */
+                    if (w == 2 && !tern_pk && !s8v_pk) gemm_packed_forward_s8(acc, au, pk, M); /* makes the kernel */
                     int reps = 0;
                     double t0 = now(), t;
                     do {
                         if (w == 0) gemm_s8s8s32(M, N, K, (const int8_t *)au, K, q, K, acc, N, 0);
                         else if (w == 1) dnnl_gemm_u8s8s32('N', 'T', 'R', M, N, K, 1.0f, au, K, 0, q, K, 0, 0.0f, acc, N, comp);
+                        else if (s8v_pk) gemm_s8v_forward(acc, a8, pk, M);
                         else if (tern_pk) gemm_s8p_forward(acc, a16, pk, M);
                         else gemm_packed_forward_s8(acc, au, pk, M);
                         reps++;
@@ -362,7 +371,7 @@ int main(int argc, char **argv) {
                        GOPS(tb[0]), GOPS(tb[1]), GOPS(tb[2]), GOPS(ts[1]));
 #undef GOPS
                 aligned_free(pk);
-                aligned_free(au); aligned_free(acc); aligned_free(a16);
+                aligned_free(au); aligned_free(acc); aligned_free(a16); aligned_free(a8);
                 aligned_free(q); aligned_free(scale); aligned_free(comp); aligned_free(ws);
             }
         }

@@ -19,7 +19,7 @@ echo "== instruction-set caps this CPU allows: $(echo $caps) (top one: the uncap
 for cap in $(echo "$caps" | head -n -1); do
   mkl=""; case $cap in AVX2) mkl=AVX2;; AVX512_CORE) mkl=AVX512;; esac
   echo "== cap $cap: kernel tests (ASan/UBSan) and int8 agreement with CTranslate2"
-  TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap MKL_ENABLE_INSTRUCTIONS=$mkl build-san/tests/test_kernels | grep -E "int8 GEMM|packed float32|test_kernels"
+  TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap MKL_ENABLE_INSTRUCTIONS=$mkl build-san/tests/test_kernels | grep -E "int8 GEMM|int8 packed|gemm_s8v|packed float32|test_kernels"
   TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap MKL_ENABLE_INSTRUCTIONS=$mkl \
     .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/test_translate_peer.py -k int8 | grep -E "agreement|median|passed|failed"
 done

@@ -14,6 +14,7 @@ own code, ONEDNN_MAX_CPU_ISA for oneDNN's), and int8 is exact under every cap.
 scripts/test.sh also runs the ASan/UBSan kernel tests and the CTranslate2 int8 agreement per cap.
 """
 import os
+import re
 import subprocess
 
 import pytest
@@ -54,6 +55,12 @@ def test_cpu_report():
     g = fields(cpu(capped("AVX2")).stdout)
     assert g["tern isa"].startswith("AVX2 ") and g["onednn isa"].startswith("avx2 ")
     assert g["int8 gemm"] == "Tern s8s8s32 (AVX2)"
+    assert g["int8 packed linear"] == "Tern AVX2 int16 (gemm_s8p)"
+    # with VNNI the packed int8 layers run on Tern's VNNI kernel (oneDNN's matmul on request)
+    if "AVX512_CORE_VNNI" in c:
+        assert fields(cpu(capped("AVX512_CORE_VNNI")).stdout)["int8 packed linear"] == "Tern VNNI (gemm_s8v)"
+        v = fields(cpu({**capped("AVX512_CORE_VNNI"), "TERN_INT8_PACKED": "onednn"}).stdout)
+        assert v["int8 packed linear"] == "oneDNN matmul (VNNI)"
     # float32 linear layers: oneDNN 2.6 has a blocked (brgemm) float32 matmul only from AVX512_CORE
     # up; below it Tern's own packed AVX2 kernel runs (docs/kernels.md)
     assert g["float32 linear"].startswith("Tern AVX2")
@@ -76,6 +83,10 @@ def test_kernels_under_cap(cap):
     vnni = LEVELS.index(cap) >= LEVELS.index("AVX512_CORE_VNNI")
     assert line.startswith("int8 GEMM: oneDNN" if vnni else "int8 GEMM: Tern s8s8s32 (AVX2)"), line
     assert f"effective {cap}" in line
+    packed = next(x for x in r.stdout.split("\n") if x.startswith("int8 packed layers: "))
+    assert packed == ("int8 packed layers: Tern VNNI (gemm_s8v)" if vnni else "int8 packed layers: Tern AVX2 int16 (gemm_s8p)")
+    # the VNNI kernel's own exactness test runs exactly where VNNI is allowed
+    assert bool(re.search(r"gemm_s8v \(packed VNNI kernel\): [1-9][0-9]* sums exact", r.stdout)) == vnni, r.stdout[-2000:]
 
 
 def translate(env, src, out):

@@ -118,6 +118,35 @@ def test_beam_matches_ctranslate2(model, tmp_path):
     assert rate >= (0.97 if model["quant"] == "float32" else 0.90)
 
 
+def test_packed_weights_equal_plain(model, tmp_path):
+    """Packing is a layout, not a different product. int8: the same outputs and scores, bit for bit as
+    printed, with the weights packed at load (the default: Tern's VNNI kernel or oneDNN's, Tern's AVX2
+    kernel) and with TERN_GEMM_PACKED=0 (plain rows); on the tied shapes the output projection is
+    packed too and the embeddings read their rows from the packed copy. float32: the same
+    hypotheses, scores within 1e-5 relative (another summation order)."""
+    inp = write_inputs(tmp_path, model["inputs"])
+    outs = {}
+    for packed in ("1", "0"):
+        env = dict(os.environ, TERN_GEMM_PACKED=packed)
+        for beam in ("1", "4"):
+            r = subprocess.run([TERN, "translate", "-m", model["dir"], "--pretokenized", "-b", beam, "-n", beam,
+                                "--scores", "-q", inp], capture_output=True, text=True, timeout=600, env=env)
+            assert r.returncode == 0, r.stderr
+            outs[packed, beam] = r.stdout
+    for beam in ("1", "4"):
+        assert outs["1", beam].count("\n") >= len(model["inputs"])
+        if model["quant"] == "int8":  # the same int32 sums, the same dequantization: the same bits
+            assert outs["1", beam] == outs["0", beam], f"beam {beam}: packed and plain weights translate differently"
+            continue
+        # float32: oneDNN's packed kernel and sgemm sum in other orders (last bits): the same
+        # hypotheses, scores within 1e-5 relative
+        a = [line.split(" ||| ") for line in outs["1", beam].splitlines()]
+        b = [line.split(" ||| ") for line in outs["0", beam].splitlines()]
+        assert [x[:2] for x in a] == [x[:2] for x in b], f"beam {beam}: packed and plain hypotheses differ"
+        worst = max(abs(float(x[2]) - float(y[2])) / max(1.0, abs(float(y[2]))) for x, y in zip(a, b))
+        assert worst <= 1e-5, f"beam {beam}: scores differ by {worst:.3g} (relative)"
+
+
 def test_beam_length_penalty_score_not_worse(model, tmp_path):
     inputs = model["inputs"]
     ref = model["ct2"].translate_batch(inputs, beam_size=4, length_penalty=1.0, return_scores=True,

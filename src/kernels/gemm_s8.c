@@ -247,6 +247,16 @@ int gemm_s8p_pack(void *buf, const int8_t *Q, int N, int K) {
     return 0;
 }
 
+int gemm_s8p_row(const void *pk, int n, int k0, int k1, int8_t *out) {
+    s8p_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8P_MAGIC || n < 0 || n >= h.N || k0 < 0 || k1 > h.K || k0 > k1) return -1;
+    const int8_t *pw = (const int8_t *)pk + S8P_HEAD + (size_t)(n / PNR) * PNR * h.Kp;
+    size_t col = (size_t)(n % PNR / 8) * 16 + (size_t)(n % 8) * 2;
+    for (int k = k0; k < k1; k++) out[k - k0] = pw[(size_t)(k / 2) * 32 + col + (size_t)(k % 2)];
+    return 0;
+}
+
 int gemm_s8p_dims(const void *pk, int *N, int *K) {
     s8p_head_t h;
     memcpy(&h, pk, sizeof h);

@@ -43,5 +43,7 @@ int gemm_s8p_dims(const void *pk, int *N, int *K);
 int gemm_s8p_forward_deq(float *out, const int16_t *A, const void *pk, int M, const float *scale_a,
                          const float *scale_w, const float *bias, int relu);
 size_t gemm_s8p_a_stride(int K);
+/* Elements [k0, k1) of weight row n of a gemm_s8p packed weight (as gemm_s8v_row). */
+int gemm_s8p_row(const void *pk, int n, int k0, int k1, int8_t *out);
 
 #endif

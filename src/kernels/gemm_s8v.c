@@ -82,6 +82,16 @@ int gemm_s8v_pack(void *buf, const int8_t *Q, int N, int K) {
     return 0;
 }
 
+int gemm_s8v_row(const void *pk, int n, int k0, int k1, int8_t *out) {
+    s8v_head_t h;
+    memcpy(&h, pk, sizeof h);
+    if (h.magic != S8V_MAGIC || n < 0 || n >= h.N || k0 < 0 || k1 > h.K || k0 > k1) return -1;
+    const uint8_t *pw = (const uint8_t *)pk + S8V_HEAD + (size_t)(n / VNR) * VNR * h.Kp;
+    size_t col = (size_t)(n % VNR / 16) * 64 + (size_t)(n % 16) * 4;
+    for (int k = k0; k < k1; k++) out[k - k0] = (int8_t)(pw[(size_t)(k / 4) * 128 + col + (size_t)(k % 4)] - 128);
+    return 0;
+}
+
 int gemm_s8v_dims(const void *pk, int *N, int *K) {
     s8v_head_t h;
     memcpy(&h, pk, sizeof h);

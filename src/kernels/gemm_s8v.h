@@ -28,6 +28,9 @@ size_t gemm_s8v_size(int N, int K);
 int gemm_s8v_pack(void *buf, const int8_t *Q, int N, int K);
 int gemm_s8v_dims(const void *pk, int *N, int *K);
 size_t gemm_s8v_a_stride(int K);
+/* Elements [k0, k1) of weight row n (0 <= n < N) as the int8 values packed (a tied embedding's row
+ * read from the output projection's packed copy); -1: not a packed weight, or out of range. */
+int gemm_s8v_row(const void *pk, int n, int k0, int k1, int8_t *out);
 int gemm_s8v_forward(int32_t *C, const int8_t *A, const void *pk, int M);
 int gemm_s8v_forward_deq(float *out, const int8_t *A, const void *pk, int M, const float *scale_a,
                          const float *scale_w, const float *bias, int relu);

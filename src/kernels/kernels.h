@@ -88,6 +88,10 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 /* 1 where the int8 GEMM is Tern's own AVX2 kernel (its packed form is cheap to make, e.g. once
  * per batch for a vocabulary-restricted projection), 0 where it is oneDNN's. */
 int linear_int8_packs_own(void);
+/* Elements [k0, k1) of weight row n of an int8 weight packed by linear_pack_s8 where
+ * linear_int8_packs_own() (Tern's layouts: gemm_s8v, gemm_s8p); -1 for oneDNN's layout or out of
+ * range. A tied embedding reads its rows this way once the output projection is packed. */
+int linear_packed_row_s8(const void *pk, int n, int k0, int k1, int8_t *out);
 size_t linear_packed_size_s8(const linear_t *lin);
 int linear_pack_s8(void *buf, const linear_t *lin);
 int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws);

@@ -303,6 +303,11 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
 
 /* ------------------------------------------------------------ packed int8 weights */
 
+int linear_packed_row_s8(const void *pk, int n, int k0, int k1, int8_t *out) {
+    if (gemm_s8v_row(pk, n, k0, k1, out) == 0) return 0;
+    return gemm_s8p_row(pk, n, k0, k1, out);
+}
+
 int linear_int8_packs_own(void) {
     pthread_once(&int8_once, int8_init);
     return !g_int8_onednn || g_int8_s8v;
@@ -349,37 +354,25 @@ int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *l
      * independently, the same bytes whatever the split */
     int nt = (size_t)M * K < ((size_t)1 << 17) ? 1 : kernels_get_num_threads();
     if (nt > M) nt = M;
-    if (g_int8_s8v) {
-        int pn, pkk;
-        if (gemm_s8v_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
-        size_t lda = gemm_s8v_a_stride(K);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
-            int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
-            quantize_rows_s8_ld((int8_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
-        }
-        return gemm_s8v_forward_deq(out, (const int8_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
-    }
-    if (!g_int8_onednn) {
-        int pn, pkk;
-        if (gemm_s8p_dims(pk, &pn, &pkk) || pn != N || pkk != K) return -1;
-        size_t lda = gemm_s8p_a_stride(K);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-        {
-            int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
-            int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
-            quantize_rows_s16((int16_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
-        }
-        return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
-    }
-    int32_t *acc = (int32_t *)out;
+    /* the activation rows each kernel reads: signed bytes (gemm_s8v), int16 (gemm_s8p), u8 (oneDNN) */
+    enum { Q_S8, Q_S16, Q_U8 } qk = g_int8_s8v ? Q_S8 : !g_int8_onednn ? Q_S16 : Q_U8;
+    int pn = N, pkk = K;
+    if ((qk == Q_S8 && gemm_s8v_dims(pk, &pn, &pkk)) || (qk == Q_S16 && gemm_s8p_dims(pk, &pn, &pkk)) || pn != N ||
+        pkk != K)
+        return -1;
+    size_t lda = qk == Q_S8 ? gemm_s8v_a_stride(K) : qk == Q_S16 ? gemm_s8p_a_stride(K) : (size_t)K;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int m0 = (int)((long)M * omp_get_thread_num() / omp_get_num_threads());
         int m1 = (int)((long)M * (omp_get_thread_num() + 1) / omp_get_num_threads());
-        quantize_rows_u8(qa + (size_t)m0 * K, scale_a + m0, inp + (size_t)m0 * K, m1 - m0, K);
+        const float *x = inp + (size_t)m0 * K;
+        if (qk == Q_S8) quantize_rows_s8_ld((int8_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, x, m1 - m0, K);
+        else if (qk == Q_S16) quantize_rows_s16((int16_t *)ws + (size_t)m0 * lda, lda, scale_a + m0, x, m1 - m0, K);
+        else quantize_rows_u8(qa + (size_t)m0 * lda, scale_a + m0, x, m1 - m0, K);
     }
+    if (qk == Q_S8) return gemm_s8v_forward_deq(out, (const int8_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
+    if (qk == Q_S16) return gemm_s8p_forward_deq(out, (const int16_t *)ws, pk, M, scale_a, lin->scale, lin->bias, relu);
+    int32_t *acc = (int32_t *)out;
     if (gemm_packed_forward_s8(acc, qa, pk, M)) return -1;
     extcheck_2d("int8 linear (packed)", "compensation", lin->comp, 1, N, N, sizeof(int32_t));
     dequantize_rows(out, acc, lin->comp, scale_a, lin->scale, lin->bias, M, N, relu);

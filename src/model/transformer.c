@@ -231,10 +231,18 @@ static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *in
 static void embed_row(float *out, const embedding_t *e, int id, float scale, const float *pos) {
     if (e->w) {
         transformer_embed_row(out, e->w + (size_t)id * e->d, scale, pos, e->d);
-    } else {
+    } else if (e->q) {
         const int8_t *r = e->q + (size_t)id * e->d;
         float s = scale / e->scale[id];
         for (int i = 0; i < e->d; i++) out[i] = (float)r[i] * s + pos[i];
+    } else { /* the same values, the row read from the packed output projection (tied) */
+        float s = scale / e->scale[id];
+        int8_t r[256];
+        for (int i0 = 0; i0 < e->d; i0 += 256) {
+            int n = e->d - i0 < 256 ? e->d - i0 : 256;
+            if (linear_packed_row_s8(e->pk, id, i0, i0 + n, r)) memset(r, 0, sizeof r); /* not reached: checked at packing */
+            for (int i = 0; i < n; i++) out[i0 + i] = (float)r[i] * s + pos[i0 + i];
+        }
     }
 }
 
@@ -1104,7 +1112,15 @@ static void trim_heap(void) {
  * nothing else reads the plain ones (a tied embedding reads its rows): those are given back, so the
  * model never holds both (w NULL: the caller keeps them; nothing is packed then). */
 static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, const void **out) {
-    size_t bytes = w && lin->q && weight_uses(m, lin->q) == 1 ? linear_packed_size_s8(lin) : 0;
+    int uses = w && lin->q ? weight_uses(m, lin->q) : 0;
+    /* an output projection tied to the embeddings: packed all the same where the packed layout is
+     * Tern's, whose rows the embeddings then read (linear_packed_row_s8): one copy, and the
+     * vocabulary projection on the packed kernel (plain, it re-packed on every call) */
+    embedding_t *emb[2] = {&m->enc_emb, &m->dec_emb};
+    int tied = 0;
+    for (int i = 0; i < 2; i++) tied += emb[i]->q == lin->q && emb[i]->w == NULL;
+    int ok = uses == 1 || (tied > 0 && uses == 1 + tied && linear_int8_packs_own());
+    size_t bytes = ok ? linear_packed_size_s8(lin) : 0;
     if (!bytes) return TERN_OK;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
@@ -1112,6 +1128,13 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
         return tern_error(TERN_ERR_NOMEM, "packing weights: out of memory");
     }
     if (linear_pack_s8(buf, lin) == 0) {
+        int8_t probe;
+        for (int i = 0; tied && i < 2; i++)
+            if (emb[i]->q == lin->q) {
+                if (lin->N != emb[i]->V || lin->K != emb[i]->d || linear_packed_row_s8(buf, 0, 0, 1, &probe))
+                    return tern_error(TERN_ERR_INTERNAL, "packing a tied output projection: unreadable rows");
+                emb[i]->pk = buf, emb[i]->q = NULL;
+            }
         *out = buf;
         m->packed_bytes += bytes;
         if (m->last_q == lin->q) m->last_q = NULL, m->last_quantized = NULL;

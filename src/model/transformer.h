@@ -28,6 +28,8 @@ typedef struct {
     const float *w;      /* (V, d) */
     const int8_t *q;     /* (V, d) */
     const float *scale;  /* (V) */
+    const void *pk;      /* q NULL: the rows inside the tied output projection's packed copy
+                          * (linear_packed_row_s8), read from there */
 } embedding_t;
 
 typedef struct {

@@ -539,6 +539,7 @@ static void test_linear_int32_exact(void) {
     int wmax = 127;
     printf("int8 GEMM: %s (TERN_MAX_CPU_ISA effective %s, detected %s)\n", linear_int8_backend_name(),
            cpu_isa_name(cpu_isa_effective()), cpu_isa_name(cpu_isa_detected()));
+    printf("int8 packed layers: %s\n", linear_int8_packed_kernel_name());
     static const int shapes[][3] = {{1, 1, 1}, {3, 7, 17}, {7, 17, 64}, {5, 33, 1031}, {17, 100, 33}, {9, 130, 512}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
@@ -636,6 +637,94 @@ static void test_gemm_s8(void) {
     printf("gemm_s8s8s32: %ld sums exact, K up to %d\n", checked, K);
 }
 
+/* A packed exact int8 kernel under test (gemm_s8p: int16 activation rows whose pad element may
+ * hold anything; gemm_s8v: signed byte rows whose pad bytes are 0). */
+typedef struct {
+    const char *name;
+    int a_bytes; /* 2: int16 activations, 1: int8 */
+    int pad;     /* what the test writes into the activation rows past K */
+    size_t (*a_stride)(int K);
+    size_t (*size)(int N, int K);
+    int (*pack)(void *buf, const int8_t *Q, int N, int K);
+    int (*dims)(const void *pk, int *N, int *K);
+    int (*forward)(int32_t *C, const void *A, const void *pk, int M);
+    int (*row)(const void *pk, int n, int k0, int k1, int8_t *out);
+} packed_s8_kernel_t;
+
+static int fwd_s8p(int32_t *C, const void *A, const void *pk, int M) { return gemm_s8p_forward(C, A, pk, M); }
+static int fwd_s8v(int32_t *C, const void *A, const void *pk, int M) { return gemm_s8v_forward(C, A, pk, M); }
+
+static int a_get(const void *A, size_t i, int bytes) {
+    return bytes == 2 ? ((const int16_t *)A)[i] : ((const int8_t *)A)[i];
+}
+static void a_set(void *A, size_t i, int v, int bytes) {
+    if (bytes == 2) ((int16_t *)A)[i] = (int16_t)v;
+    else ((int8_t *)A)[i] = (int8_t)v;
+}
+
+/* The kernel's sums against the exact int64 ones for every M from 1 to 130 (13 for the last two
+ * shapes), activations and weights over the whole byte range with rows of extremes (-128, 127),
+ * 1 vs 2 threads. Returns the number of sums compared. */
+static long packed_s8_exact(const packed_s8_kernel_t *kk, const int (*NKs)[2], size_t ncases) {
+    long checked = 0;
+    for (size_t c = 0; c < ncases; c++) {
+        int N = NKs[c][0], K = NKs[c][1], Mmax = c + 2 < ncases ? 130 : 13, ab = kk->a_bytes;
+        size_t lda = kk->a_stride(K), bytes = kk->size(N, K);
+        CHECK(lda >= (size_t)K && bytes > 0);
+        void *A = aligned_alloc64((size_t)Mmax * lda * ab);
+        int8_t *B = malloc((size_t)N * K);
+        int32_t *C = malloc((size_t)Mmax * N * 4), *C2 = malloc((size_t)Mmax * N * 4);
+        void *pk = aligned_alloc64(bytes);
+        for (int m = 0; m < Mmax; m++)
+            for (size_t k = 0; k < lda; k++)
+                a_set(A, m * lda + k, k < (size_t)K ? (int)(rng_u32() % 256) - 128 : kk->pad, ab);
+        for (int i = 0; i < N * K; i++) B[i] = (int8_t)((int)(rng_u32() % 256) - 128);
+        for (int k = 0; k < K; k++) { /* row 0 of A and rows 0, 1 of B: extremes */
+            a_set(A, k, k & 1 ? -128 : 127, ab);
+            if (Mmax > 1) a_set(A, lda + k, -128, ab);
+            B[k] = (int8_t)(k & 1 ? -128 : 127);
+            if (N > 1) B[(size_t)K + k] = -128;
+        }
+        CHECK(kk->pack(pk, B, N, K) == 0);
+        int pn = 0, pkk = 0;
+        CHECK(kk->dims(pk, &pn, &pkk) == 0 && pn == N && pkk == K);
+        /* every weight row read back from the packed layout (what a tied embedding reads), whole
+         * and in a middle range; out of range refused */
+        int8_t *rb = malloc((size_t)K);
+        int bad_rows = 0;
+        for (int n = 0; n < N; n++) {
+            CHECK(kk->row(pk, n, 0, K, rb) == 0);
+            bad_rows += memcmp(rb, B + (size_t)n * K, (size_t)K) != 0;
+            CHECK(kk->row(pk, n, K / 3, K - K / 4, rb) == 0);
+            bad_rows += memcmp(rb, B + (size_t)n * K + K / 3, (size_t)(K - K / 4 - K / 3)) != 0;
+        }
+        CHECK_MSG(bad_rows == 0, "%s N=%d K=%d: %d rows read back wrong", kk->name, N, K, bad_rows);
+        CHECK(kk->row(pk, N, 0, 1, rb) == -1 && kk->row(pk, 0, 0, K + 1, rb) == -1);
+        CHECK(linear_packed_row_s8(pk, N - 1, 0, K, rb) == 0 && memcmp(rb, B + (size_t)(N - 1) * K, (size_t)K) == 0);
+        free(rb);
+        int bad = 0, bad_threads = 0;
+        for (int M = 1; M <= Mmax; M++) {
+            for (int threads = 1; threads <= 2; threads++) {
+                kernels_set_num_threads(threads);
+                CHECK(kk->forward(threads == 1 ? C : C2, A, pk, M) == 0);
+            }
+            kernels_set_num_threads(1);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    int64_t acc = 0;
+                    for (int k = 0; k < K; k++) acc += (int64_t)a_get(A, m * lda + k, ab) * B[(size_t)n * K + k];
+                    bad += C[(size_t)m * N + n] != acc;
+                    checked++;
+                }
+            bad_threads += memcmp(C, C2, (size_t)M * N * 4) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s N=%d K=%d (M 1..%d): %d sums differ from the exact one", kk->name, N, K, Mmax, bad);
+        CHECK_MSG(bad_threads == 0, "%s N=%d K=%d: 2 threads differ for %d values of M", kk->name, N, K, bad_threads);
+        aligned_free(A), aligned_free(pk), free(B), free(C), free(C2);
+    }
+    return checked;
+}
+
 /* gemm_s8p_* (the packed AVX2 kernel, whatever the CPU) against the exact int64 sum: every M from 1
  * to 130 (row blocks of 6 and their tails, row chunks), N around the 16-column panels, K odd and
  * even (the pad element of the int16 rows holds garbage: its weights must be 0), operands over the
@@ -644,48 +733,10 @@ static void test_gemm_s8(void) {
  * largest K whose sum fits int32 with every product (-128)^2. */
 static void test_gemm_s8p(void) {
     static const int NKs[][2] = {{1, 1}, {7, 3}, {16, 2}, {17, 31}, {33, 64}, {100, 513}, {48, 1031}, {5, 2048}};
-    long checked = 0;
-    for (size_t c = 0; c < sizeof NKs / sizeof NKs[0]; c++) {
-        int N = NKs[c][0], K = NKs[c][1], Mmax = c < 6 ? 130 : 13;
-        size_t lda = gemm_s8p_a_stride(K), bytes = gemm_s8p_size(N, K);
-        CHECK(lda >= (size_t)K && lda % 2 == 0 && bytes > 0);
-        int16_t *A = aligned_alloc64((size_t)Mmax * lda * sizeof(int16_t));
-        int8_t *B = malloc((size_t)N * K);
-        int32_t *C = malloc((size_t)Mmax * N * 4), *C2 = malloc((size_t)Mmax * N * 4);
-        void *pk = aligned_alloc64(bytes);
-        for (int m = 0; m < Mmax; m++)
-            for (size_t k = 0; k < lda; k++)
-                A[m * lda + k] = k < (size_t)K ? (int16_t)((int)(rng_u32() % 256) - 128) : (int16_t)0x7fff;
-        for (int i = 0; i < N * K; i++) B[i] = (int8_t)((int)(rng_u32() % 256) - 128);
-        for (int k = 0; k < K; k++) { /* row 0 of A and rows 0, 1 of B: extremes */
-            A[k] = (int16_t)(k & 1 ? -128 : 127);
-            if (Mmax > 1) A[lda + k] = -128;
-            B[k] = (int8_t)(k & 1 ? -128 : 127);
-            if (N > 1) B[(size_t)K + k] = -128;
-        }
-        CHECK(gemm_s8p_pack(pk, B, N, K) == 0);
-        int pn = 0, pkk = 0;
-        CHECK(gemm_s8p_dims(pk, &pn, &pkk) == 0 && pn == N && pkk == K);
-        int bad = 0, bad_threads = 0;
-        for (int M = 1; M <= Mmax; M++) {
-            for (int threads = 1; threads <= 2; threads++) {
-                kernels_set_num_threads(threads);
-                CHECK(gemm_s8p_forward(threads == 1 ? C : C2, A, pk, M) == 0);
-            }
-            kernels_set_num_threads(1);
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < N; n++) {
-                    int64_t acc = 0;
-                    for (int k = 0; k < K; k++) acc += (int64_t)A[m * lda + k] * B[(size_t)n * K + k];
-                    bad += C[(size_t)m * N + n] != acc;
-                    checked++;
-                }
-            bad_threads += memcmp(C, C2, (size_t)M * N * 4) != 0;
-        }
-        CHECK_MSG(bad == 0, "gemm_s8p N=%d K=%d (M 1..%d): %d sums differ from the exact one", N, K, Mmax, bad);
-        CHECK_MSG(bad_threads == 0, "gemm_s8p N=%d K=%d: 2 threads differ for %d values of M", N, K, bad_threads);
-        aligned_free(A), aligned_free(pk), free(B), free(C), free(C2);
-    }
+    static const packed_s8_kernel_t kk = {"gemm_s8p", 2, 0x7fff, gemm_s8p_a_stride, gemm_s8p_size, gemm_s8p_pack,
+                                          gemm_s8p_dims, fwd_s8p, gemm_s8p_row};
+    CHECK(gemm_s8p_a_stride(3) % 2 == 0);
+    long checked = packed_s8_exact(&kk, NKs, sizeof NKs / sizeof NKs[0]);
     /* K at the int32 limit: every product (-128)^2 = 16384, and 127 * -128 */
     int K = GEMM_S8_MAX_K;
     size_t lda = gemm_s8p_a_stride(K);
@@ -716,47 +767,10 @@ static void test_gemm_s8v(void) {
         return;
     }
     static const int NKs[][2] = {{1, 1}, {7, 3}, {32, 4}, {33, 31}, {64, 64}, {100, 513}, {47, 1031}, {5, 2048}};
-    long checked = 0;
-    for (size_t c = 0; c < sizeof NKs / sizeof NKs[0]; c++) {
-        int N = NKs[c][0], K = NKs[c][1], Mmax = c < 6 ? 130 : 13;
-        size_t lda = gemm_s8v_a_stride(K), bytes = gemm_s8v_size(N, K);
-        CHECK(lda >= (size_t)K && lda % 4 == 0 && bytes > 0);
-        int8_t *A = aligned_alloc64((size_t)Mmax * lda);
-        int8_t *B = malloc((size_t)N * K);
-        int32_t *C = malloc((size_t)Mmax * N * 4), *C2 = malloc((size_t)Mmax * N * 4);
-        void *pk = aligned_alloc64(bytes);
-        for (int m = 0; m < Mmax; m++)
-            for (size_t k = 0; k < lda; k++) A[m * lda + k] = k < (size_t)K ? (int8_t)((int)(rng_u32() % 256) - 128) : 0;
-        for (int i = 0; i < N * K; i++) B[i] = (int8_t)((int)(rng_u32() % 256) - 128);
-        for (int k = 0; k < K; k++) { /* row 0 of A and rows 0, 1 of B: extremes */
-            A[k] = (int8_t)(k & 1 ? -128 : 127);
-            if (Mmax > 1) A[lda + k] = -128;
-            B[k] = (int8_t)(k & 1 ? -128 : 127);
-            if (N > 1) B[(size_t)K + k] = -128;
-        }
-        CHECK(gemm_s8v_pack(pk, B, N, K) == 0);
-        int pn = 0, pkk = 0;
-        CHECK(gemm_s8v_dims(pk, &pn, &pkk) == 0 && pn == N && pkk == K);
-        int bad = 0, bad_threads = 0;
-        for (int M = 1; M <= Mmax; M++) {
-            for (int threads = 1; threads <= 2; threads++) {
-                kernels_set_num_threads(threads);
-                CHECK(gemm_s8v_forward(threads == 1 ? C : C2, A, pk, M) == 0);
-            }
-            kernels_set_num_threads(1);
-            for (int m = 0; m < M; m++)
-                for (int n = 0; n < N; n++) {
-                    int64_t acc = 0;
-                    for (int k = 0; k < K; k++) acc += (int64_t)A[m * lda + k] * B[(size_t)n * K + k];
-                    bad += C[(size_t)m * N + n] != acc;
-                    checked++;
-                }
-            bad_threads += memcmp(C, C2, (size_t)M * N * 4) != 0;
-        }
-        CHECK_MSG(bad == 0, "gemm_s8v N=%d K=%d (M 1..%d): %d sums differ from the exact one", N, K, Mmax, bad);
-        CHECK_MSG(bad_threads == 0, "gemm_s8v N=%d K=%d: 2 threads differ for %d values of M", N, K, bad_threads);
-        aligned_free(A), aligned_free(pk), free(B), free(C), free(C2);
-    }
+    static const packed_s8_kernel_t kk = {"gemm_s8v", 1, 0, gemm_s8v_a_stride, gemm_s8v_size, gemm_s8v_pack,
+                                          gemm_s8v_dims, fwd_s8v, gemm_s8v_row};
+    CHECK(gemm_s8v_a_stride(5) % 4 == 0);
+    long checked = packed_s8_exact(&kk, NKs, sizeof NKs / sizeof NKs[0]);
     /* K at the int32 limit: the lane sums (w + 128) a reach 255 * 128 * K before the correction */
     int K = GEMM_S8V_MAX_K;
     size_t lda = gemm_s8v_a_stride(K);
@@ -795,7 +809,7 @@ static void test_linear_packed_s8(void) {
     static const int shapes[][3] = {{1, 512, 512}, {3, 64, 64}, {32, 1536, 512}, {8, 512, 2048},
                                     {130, 128, 256}, {300, 64, 128}, {5, 100, 64}, {4, 64, 100}, {2, 7, 17},
                                     {7, 33, 3},      {61, 17, 31},   {1, 1, 1},  {40, 2048, 64}, {36, 2050, 64}, {300, 64, 512}};
-    int onednn = !strncmp(linear_int8_backend_name(), "oneDNN", 6), packed = 0;
+    int onednn = !strncmp(linear_int8_packed_kernel_name(), "oneDNN", 6), packed = 0;
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         for (int extreme = 0; extreme <= 1; extreme++) {
             int M = shapes[c][0], N = shapes[c][1], K = shapes[c][2];
@@ -819,7 +833,8 @@ static void test_linear_packed_s8(void) {
                            .bias = b.bias};
             size_t bytes = linear_packed_size_s8(&lq);
             /* Tern's packed AVX2 kernel takes every shape; oneDNN's layout only those it need not pad */
-            CHECK_MSG(onednn || bytes > 0, "int8 packing not offered for %dx%d (%s)", N, K, linear_int8_backend_name());
+            CHECK_MSG(onednn || bytes > 0, "int8 packing not offered for %dx%d (%s)", N, K,
+                      linear_int8_packed_kernel_name());
             if (!bytes) goto next;
             packed++;
             void *pk = aligned_alloc64(bytes), *ws = aligned_alloc64(linear_workspace_size(&lq, M));

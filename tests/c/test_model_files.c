@@ -39,6 +39,7 @@
 #include "mini_model.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
+#include "kernels/gemm_s8v.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -385,11 +386,14 @@ static void test_deferred(void) {
             int same_q = 0;
             if (L->q) {
                 same_q = !memcmp(L->q, q, (size_t)N * K);
-            } else if (mats[k].pk && !strncmp(linear_int8_backend_name(), "Tern", 4)) {
-                /* packed for Tern's AVX2 kernel: the whole buffer as the reference rows packed */
-                size_t bytes = gemm_s8p_size(N, K);
+            } else if (mats[k].pk && !strncmp(linear_int8_packed_kernel_name(), "Tern", 4)) {
+                /* packed for Tern's kernels (VNNI gemm_s8v, AVX2 gemm_s8p): the whole buffer as the
+                 * reference rows packed */
+                int vnni = strstr(linear_int8_packed_kernel_name(), "gemm_s8v") != NULL;
+                size_t bytes = vnni ? gemm_s8v_size(N, K) : gemm_s8p_size(N, K);
                 void *ref = aligned_alloc64(bytes);
-                same_q = ref && gemm_s8p_pack(ref, q, N, K) == 0 && !memcmp(ref, mats[k].pk, bytes);
+                same_q = ref && (vnni ? gemm_s8v_pack(ref, q, N, K) : gemm_s8p_pack(ref, q, N, K)) == 0 &&
+                         !memcmp(ref, mats[k].pk, bytes);
                 aligned_free(ref);
             } else if (mats[k].pk) { /* packed: the same bytes as the reference rows packed */
                 size_t bytes = gemm_packed_size_s8(N, K), wb = 0, rb = 0;
