@@ -1118,7 +1118,8 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
      * vocabulary projection on the packed kernel (plain, it re-packed on every call) */
     embedding_t *emb[2] = {&m->enc_emb, &m->dec_emb};
     int tied = 0;
-    for (int i = 0; i < 2; i++) tied += emb[i]->q == lin->q && emb[i]->w == NULL;
+    for (int i = 0; i < 2; i++)
+        tied += emb[i]->q == lin->q && emb[i]->w == NULL && emb[i]->V == lin->N && emb[i]->d == lin->K;
     int ok = uses == 1 || (tied > 0 && uses == 1 + tied && linear_int8_packs_own());
     size_t bytes = ok ? linear_packed_size_s8(lin) : 0;
     if (!bytes) return TERN_OK;
@@ -1131,7 +1132,7 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
         int8_t probe;
         for (int i = 0; tied && i < 2; i++)
             if (emb[i]->q == lin->q) {
-                if (lin->N != emb[i]->V || lin->K != emb[i]->d || linear_packed_row_s8(buf, 0, 0, 1, &probe))
+                if (linear_packed_row_s8(buf, 0, 0, 1, &probe))
                     return tern_error(TERN_ERR_INTERNAL, "packing a tied output projection: unreadable rows");
                 emb[i]->pk = buf, emb[i]->q = NULL;
             }
