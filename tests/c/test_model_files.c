@@ -243,6 +243,14 @@ static void test_valid(void) {
         tern_model_t *tm = load_ok(kind == 0 ? "int8 model" : "float16 model", dir);
         if (tm) {
             CHECK_EQ_INT(tern_model_info(tm).int8, kind == 0);
+            const transformer_t *net = tm->net;
+            if (kind == 0 && linear_int8_packs_own()) {
+                /* the tied int8 projection packed (Tern's layout), the target embedding reading
+                 * its rows from that copy, the plain rows given back */
+                CHECK(net->pk_proj && net->proj.q == NULL && net->dec_emb.pk == net->pk_proj && net->dec_emb.q == NULL);
+                int8_t row[4];
+                CHECK(linear_packed_row_s8(net->dec_emb.pk, 6, 0, 4, row) == 0);
+            }
             tern_model_free(tm);
         }
         mm_free(&m);
