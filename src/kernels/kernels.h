@@ -85,8 +85,9 @@ void linear_forward(float *out, const float *inp, const linear_t *lin, int M, vo
  * outputs as linear_forward on lin->q, bit for bit (lin->q is not read, lin->comp, scale, bias
  * are). ws: linear_workspace_size(lin, M) bytes. Returns 0, or -1 (out untouched) when no kernel
  * could be made for M (out of memory). */
-/* 1 where the int8 GEMM is Tern's own AVX2 kernel (its packed form is cheap to make, e.g. once
- * per batch for a vocabulary-restricted projection), 0 where it is oneDNN's. */
+/* 1 where the packed int8 layers run on Tern's own kernels (gemm_s8v with VNNI, gemm_s8p without:
+ * their packed form is cheap to make, e.g. once per batch for a vocabulary-restricted projection,
+ * and its rows can be read back, linear_packed_row_s8), 0 where they run on oneDNN's matmul. */
 int linear_int8_packs_own(void);
 /* Elements [k0, k1) of weight row n of an int8 weight packed by linear_pack_s8 where
  * linear_int8_packs_own() (Tern's layouts: gemm_s8v, gemm_s8p); -1 for oneDNN's layout or out of

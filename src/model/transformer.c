@@ -1107,10 +1107,12 @@ static void trim_heap(void) {
 #endif
 }
 
-/* int8: the weights packed once for the int8 GEMM of this CPU (oneDNN's matmul with AVX512_VNNI,
- * else Tern's exact AVX2 kernel gemm_s8p, linear_pack_s8), only where
- * nothing else reads the plain ones (a tied embedding reads its rows): those are given back, so the
- * model never holds both (w NULL: the caller keeps them; nothing is packed then). */
+/* int8: the weights packed once for the int8 GEMM of this CPU (Tern's gemm_s8v with AVX512_VNNI, or
+ * oneDNN's matmul with TERN_INT8_PACKED=onednn; else Tern's exact AVX2 kernel gemm_s8p:
+ * linear_pack_s8), only where nothing else reads the plain ones, or where the only other readers
+ * are the embeddings of a tied projection and the layout is Tern's (they then read their rows from
+ * the packed copy): the plain ones are given back, so the model never holds both (w NULL: the
+ * caller keeps them; nothing is packed then). */
 static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, const void **out) {
     int uses = w && lin->q ? weight_uses(m, lin->q) : 0;
     /* an output projection tied to the embeddings: packed all the same where the packed layout is

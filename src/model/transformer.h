@@ -104,8 +104,9 @@ void transformer_free(transformer_t *m);
 /* Packs the linear weights for the GEMM kernel (gemm_packed.h), once, after transformer_build
  * (and then, for a float32 output projection not kept for a vocabulary map, builds its int8
  * pre-screen, m->screen: kernels/screen.h; not when the environment variable TERN_SCREEN is "0"):
- * float32 ones, and int8 ones where the int8 GEMM is oneDNN's (AVX512_VNNI) and w is given (an
- * int8 layer is packed only where its plain q can be given back: nothing else reads it). When w
+ * float32 ones, and int8 ones where w is given (an int8 layer is packed only where its plain q can be
+ * given back: nothing else reads it, or only the embeddings of a tied output projection, which then
+ * read their rows from the packed copy where the layout is Tern's: embedding_t.pk). When w
  * is given, the plain weight of each packed layer that nothing else uses (no embedding, no other
  * layer) is given back to it right after (weights_release): the model then
  * holds one copy of each weight, and the peak stays near the weights' size; so is every other large
