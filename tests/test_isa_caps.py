@@ -62,11 +62,20 @@ def test_cpu_report():
         v = fields(cpu({**capped("AVX512_CORE_VNNI"), "TERN_INT8_PACKED": "onednn"}).stdout)
         assert v["int8 packed linear"] == "oneDNN matmul (VNNI)"
     # float32 linear layers: oneDNN 2.6 has a blocked (brgemm) float32 matmul only from AVX512_CORE
-    # up; below it Tern's own packed AVX2 kernel runs (docs/kernels.md)
+    # up; below it Tern's own packed AVX2 kernel runs (docs/kernels.md), and above it too on a CPU
+    # that runs 512-bit operations as two 256-bit halves (Zen 4); TERN_GEMM_PACKED picks either
     assert g["float32 linear"].startswith("Tern AVX2")
+    if "AVX512_CORE" not in c:
+        assert f["avx512 width"] == "none"
     if "AVX512_CORE" in c:
+        assert f["avx512 width"] in ("512-bit", "two 256-bit halves (AMD Zen 4)")
         h = fields(cpu(capped("AVX512_CORE")).stdout)
-        assert h["float32 linear"].startswith("oneDNN brgemm")
+        halves = f["avx512 width"].startswith("two")
+        assert h["float32 linear"].startswith("Tern AVX2" if halves else "oneDNN brgemm"), h["float32 linear"]
+        o = fields(cpu({**capped("AVX512_CORE"), "TERN_GEMM_PACKED": "onednn"}).stdout)
+        assert o["float32 linear"].startswith("oneDNN brgemm")
+        t = fields(cpu({**capped("AVX512_CORE"), "TERN_GEMM_PACKED": "tern"}).stdout)
+        assert t["float32 linear"].startswith("Tern AVX2")
     bad = cpu({"TERN_MAX_CPU_ISA": "avx9000"})
     assert "TERN_MAX_CPU_ISA=avx9000 is not one of" in bad.stderr
     assert fields(bad.stdout)["tern isa"].startswith("AVX2 ")
@@ -87,6 +96,27 @@ def test_kernels_under_cap(cap):
     assert packed == ("int8 packed layers: Tern VNNI (gemm_s8v)" if vnni else "int8 packed layers: Tern AVX2 int16 (gemm_s8p)")
     # the VNNI kernel's own exactness test runs exactly where VNNI is allowed
     assert bool(re.search(r"gemm_s8v \(packed VNNI kernel\): [1-9][0-9]* sums exact", r.stdout)) == vnni, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("choice", ["onednn", "tern"])
+def test_kernels_float32_either_kernel(choice):
+    """Both float32 packed kernels stay tested where both can run: oneDNN's brgemm (from AVX512_CORE
+    up; the default on most AVX-512 CPUs, not on Zen 4) and Tern's AVX2 panels (the default below
+    AVX512_CORE and on Zen 4), each chosen with TERN_GEMM_PACKED."""
+    if "AVX512_CORE" not in caps():
+        pytest.skip(f"no AVX512_CORE here (caps: {' '.join(caps())}): oneDNN has no float32 brgemm, Tern's panels "
+                    "run every layer (test_kernels_under_cap)")
+    r = subprocess.run([KERNELS], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "TERN_GEMM_PACKED": choice})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    m = re.search(r"packed float32 linear: (\d+) layers on Tern's AVX2 kernel, (\d+) on oneDNN's brgemm", r.stdout)
+    assert m, r.stdout[-2000:]
+    tern, onednn = int(m.group(1)), int(m.group(2))
+    print(f"\nTERN_GEMM_PACKED={choice}: {m.group(0)}; {r.stdout.strip().split(chr(10))[-1]}")
+    if choice == "tern":
+        assert onednn == 0 and tern > 0
+    else:
+        assert onednn > 0
 
 
 def translate(env, src, out):

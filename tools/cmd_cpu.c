@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
@@ -36,6 +37,9 @@ int cmd_cpu(int argc, char **argv) {
     printf("onednn isa: %s (ONEDNN_MAX_CPU_ISA)\n", in.onednn);
     printf("int8 gemm: %s\n", in.int8_gemm);
     printf("int8 packed linear: %s\n", linear_int8_packed_kernel_name());
+    printf("avx512 width: %s\n", cpu_isa_detected() < CPU_ISA_AVX512_CORE ? "none"
+                                  : cpu_avx512_halves()                  ? "two 256-bit halves (AMD Zen 4)"
+                                                                         : "512-bit");
     printf("float32 linear: %s\n", gemm_packed_f32_backend_name());
     printf("caps: %s\n", in.caps);
     return 0;

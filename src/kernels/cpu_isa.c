@@ -52,12 +52,27 @@ static cpu_isa_t detect(void) {
     return amx && os_amx ? CPU_ISA_AVX512_CORE_AMX : CPU_ISA_AVX512_CORE_BF16;
 }
 
+/* AMD family 19h (Zen 3, Zen 4) with AVX-512, i.e. Zen 4: its 512-bit operations run as two halves
+ * on 256-bit units, so AVX2 FMA code has the same peak as AVX-512. */
+static int detect_avx512_halves(cpu_isa_t isa) {
+    unsigned a, b, c, d;
+    if (isa < CPU_ISA_AVX512_CORE || !__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    /* "AuthenticAMD" in ebx, edx, ecx */
+    if (b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    return family == 0x19;
+}
+
 static cpu_isa_t g_detected, g_effective;
+static int g_avx512_halves;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init(void) {
     g_detected = detect();
     g_effective = g_detected;
+    g_avx512_halves = detect_avx512_halves(g_detected);
     const char *cap = getenv("TERN_MAX_CPU_ISA");
     if (cap && *cap) {
         int c = cpu_isa_parse(cap);
@@ -78,6 +93,11 @@ cpu_isa_t cpu_isa_detected(void) {
 cpu_isa_t cpu_isa_effective(void) {
     pthread_once(&once, init);
     return g_effective;
+}
+
+int cpu_avx512_halves(void) {
+    pthread_once(&once, init);
+    return g_avx512_halves;
 }
 
 static const char *onednn_isa_name(unsigned isa) {

@@ -26,6 +26,9 @@ typedef enum {
 cpu_isa_t cpu_isa_detected(void);
 /* min(detected, TERN_MAX_CPU_ISA): what Tern's dispatch uses. Read once per process. */
 cpu_isa_t cpu_isa_effective(void);
+/* 1 where the CPU has AVX-512 but runs each 512-bit operation as two halves on 256-bit units (AMD
+ * Zen 4: family 19h), so that AVX2 FMA code reaches the same peak as AVX-512 code; 0 elsewhere. */
+int cpu_avx512_halves(void);
 /* "AVX2", "AVX512_CORE", ... */
 const char *cpu_isa_name(cpu_isa_t isa);
 /* Parses a TERN_MAX_CPU_ISA value; returns -1 for an unknown name. */

@@ -22,6 +22,7 @@
 
 #include "base/base.h"
 #include "kernels/extcheck.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/gemm_f32p.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
@@ -396,16 +397,30 @@ static size_t tern_size(int N, int K) {
            ROUND64(f32p_panel_floats(N, 1) * sizeof(float));
 }
 
-/* TERN_GEMM_PACKED=tern: float32 layers on Tern's panels even where oneDNN has brgemm (comparisons). */
-static int force_tern(void) {
+/* Where a float32 layer goes on Tern's panels although oneDNN has brgemm for it: with
+ * TERN_GEMM_PACKED=tern (comparisons), and by default on CPUs that run 512-bit operations as two
+ * 256-bit halves (cpu_avx512_halves: AMD Zen 4), where Tern's AVX2 kernel has the same peak as
+ * oneDNN's AVX-512 one and streams cold weights faster at the few rows of a decoder step
+ * (docs/kernels.md, "Packed float32 on AVX2-only CPUs"). TERN_GEMM_PACKED=onednn keeps oneDNN's
+ * brgemm wherever it exists. */
+enum { PREF_DEFAULT = 0, PREF_TERN_FORCED = 1, PREF_TERN_HALVES = 2, PREF_ONEDNN = 3 };
+
+static int f32_pref(void) {
     static atomic_int v = -1;
     int r = atomic_load(&v);
     if (r < 0) {
         const char *e = getenv("TERN_GEMM_PACKED");
-        r = e && !strcmp(e, "tern");
+        if (e && !strcmp(e, "tern")) r = PREF_TERN_FORCED;
+        else if (e && !strcmp(e, "onednn")) r = PREF_ONEDNN;
+        else r = cpu_avx512_halves() ? PREF_TERN_HALVES : PREF_DEFAULT;
         atomic_store(&v, r);
     }
     return r;
+}
+
+static int force_tern(void) {
+    int r = f32_pref();
+    return r == PREF_TERN_FORCED || r == PREF_TERN_HALVES;
 }
 
 static size_t packed_size(int N, int K, int s8) {
@@ -499,9 +514,11 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
 
 const char *gemm_packed_f32_backend_name(void) {
     dnnl_memory_desc_t wmd;
-    if (force_tern()) return "Tern AVX2 (packed panels, TERN_GEMM_PACKED=tern)";
-    return probe_layout(&wmd, 512, 512, 0) == 0 ? "oneDNN brgemm (packed weights)"
-                                                 : "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
+    if (f32_pref() == PREF_TERN_FORCED) return "Tern AVX2 (packed panels, TERN_GEMM_PACKED=tern)";
+    if (probe_layout(&wmd, 512, 512, 0) != 0) return "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
+    if (f32_pref() == PREF_TERN_HALVES)
+        return "Tern AVX2 (packed panels: this CPU runs 512-bit FMAs as two 256-bit halves)";
+    return "oneDNN brgemm (packed weights)";
 }
 
 const char *gemm_packed_kernel_name(const void *packed) {
