@@ -1,6 +1,7 @@
-"""Continuous batching of greedy search (search.h's greedy_search_stream, model_family_t.admit;
-docs/benchmarks.md "Continuous batching"): with it on (the default) and off (TERN_CONTINUOUS=0, the
-whole-batch path), greedy translation gives the same output lines, byte for byte.
+"""Continuous batching of greedy and beam search (search.h's greedy_search_stream and
+beam_search_stream, model_family_t.admit; docs/benchmarks.md "Continuous batching"): with it on (the
+default) and off (TERN_CONTINUOUS=0, the whole-batch path), translation gives the same output lines,
+byte for byte (n-best lists and scores included for beam search).
 
 The reference is the whole-batch greedy search (greedy_search over batches that shrink as sentences
 finish), which tests/test_translate_peer.py and tests/test_shipped_model.py check against
@@ -50,7 +51,8 @@ STATS = re.compile(r"continuous batching: (\d+) sentences, (\d+) rows at most, (
 
 def translate(src, out, continuous, args=(), env=None):
     e = {**os.environ, **(env or {}), "TERN_CONTINUOUS": "1" if continuous else "0", "TERN_CONTINUOUS_STATS": "1"}
-    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", "1", "-q", *args, str(src), str(out)],
+    beam = [] if "-b" in args else ["-b", "1"]
+    r = subprocess.run([TERN, "translate", "-m", MODEL, *beam, "-q", *args, str(src), str(out)],
                        capture_output=True, text=True, env=e, timeout=600)
     assert r.returncode == 0, r.stderr
     stats = STATS.findall(r.stderr)
@@ -71,6 +73,19 @@ CASES = {
     "bs5-minlen8-float32": ["--max-batch-size", "5", "--min-length", "8", "--compute-type", "float32", "-t", "1"],
     "bs32-tokens200-2threads": ["--max-batch-size", "32", "--max-batch-tokens", "200", "-t", "2"],
     "bs16-float32": ["--max-batch-size", "16", "--compute-type", "float32", "-t", "1"],
+    # beam search: each sentence's beam at its own step (maximum and minimum length, length
+    # penalty, n-best lists, both EOS policies, pruning, early stopping off)
+    "beam4-bs4": ["-b", "4", "--max-batch-size", "4", "-t", "1"],
+    "beam4-nbest3-scores-lp": ["-b", "4", "-n", "3", "--scores", "--length-penalty", "0.6", "--max-batch-size", "7",
+                               "-t", "1"],
+    "beam5-minlen3-cap12": ["-b", "5", "--min-length", "3", "--max-decoding-length", "12", "--max-batch-size", "6",
+                            "--scores", "-t", "1"],
+    "beam4-paper-prune": ["-b", "4", "--eos-policy", "paper", "--prune-width", "2", "--prune-threshold", "0.01",
+                          "--scores", "--max-batch-size", "5", "-t", "1"],
+    "beam3-noearly-gnmt": ["-b", "3", "--no-early-stop", "--length-penalty", "0.6", "--length-norm", "gnmt",
+                           "-n", "2", "--max-batch-size", "8", "-t", "1"],
+    "beam4-float32-tokens200-2threads": ["-b", "4", "--compute-type", "float32", "--max-batch-size", "32",
+                                         "--max-batch-tokens", "200", "--scores", "-t", "2"],
 }
 
 
@@ -82,7 +97,9 @@ def test_continuous_on_off_identical(data_dir, tmp_path, case):
     off = translate(src, tmp_path / "off.de", False, CASES[case])
     on = translate(src, tmp_path / "on.de", True, CASES[case])
     n_out = off.decode("utf-8").count("\n")
-    assert n_out == len(lines)
+    args = CASES[case]
+    nbest = int(args[args.index("-n") + 1]) if "-n" in args else 1  # "i ||| hyp ||| score" lines
+    assert n_out == len(lines) * nbest
     same = sum(a == b for a, b in zip(off.splitlines(), on.splitlines()))
     print(f"\n{case}: {same}/{n_out} lines identical")
     assert on == off
@@ -92,6 +109,10 @@ def test_continuous_avx2_cap(data_dir, tmp_path):
     lines = uneven_lines(data_dir, 120)
     src = tmp_path / "in.en"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for ct in ("int8", "float32"):  # beam search: no screen, identical in both
+        args = ["-b", "4", "-n", "2", "--scores", "--max-batch-size", "5", "--compute-type", ct, "-t", "1"]
+        assert translate(src, tmp_path / "on.de", True, args, AVX2) == translate(src, tmp_path / "off.de", False,
+                                                                                 args, AVX2), ct
     for ct in ("int8", "float32"):
         args = ["--max-batch-size", "5", "--compute-type", ct, "-t", "1"]
         off = translate(src, tmp_path / "off.de", False, args, AVX2)
@@ -132,3 +153,24 @@ def test_python_callbacks_per_sentence(tern, data_dir, monkeypatch):
         assert [e.step for e in ev] == list(range(len(ev)))  # the sentence's own steps
         assert sum(e.is_last for e in ev) == 1 and ev[-1].is_last
         assert "".join(e.delta for e in ev) == ref[i] and ev[-1].text == ref[i], (i, ev[-1])
+
+
+def test_python_callbacks_beam(tern, data_dir, monkeypatch):
+    """Beam search: the token callback's events per sentence (the best live hypothesis at each of the
+    sentence's own steps, then the final one) and the results are those of the whole-batch path."""
+    lines = uneven_lines(data_dir, 60)
+    tr = tern.Translator(MODEL, intra_threads=1)
+    runs = {}
+    for cont in ("0", "1"):
+        monkeypatch.setenv("TERN_CONTINUOUS", cont)
+        events = {}
+        res = tr.translate_batch(lines, beam_size=4, num_hypotheses=2, return_scores=True, max_batch_size=5,
+                                 callback=lambda s: events.setdefault(s.batch_id, []).append(
+                                     (s.step, s.text, s.is_last)))
+        runs[cont] = ([(r.hypotheses, [round(x, 6) for x in r.scores]) for r in res], events)
+    (ref, ev_off), (got, ev_on) = runs["0"], runs["1"]
+    assert got == ref
+    assert sorted(ev_on) == sorted(ev_off) == [i for i, s in enumerate(lines) if s.strip()]
+    for i in ev_off:
+        assert ev_on[i] == ev_off[i], i
+        assert [e[0] for e in ev_on[i][:-1]] == list(range(len(ev_on[i]) - 1))  # its own steps from 0

@@ -362,16 +362,16 @@ static tern_status_t stream_admit(void *ctx, int first, int n, int fresh) {
     return fresh ? fam->encode(c->tr->state, src, c->len + first, n) : fam->admit(c->tr->state, src, c->len + first, n);
 }
 
-/* Greedy search with continuous batching (search.h's greedy_search_stream) where it gives what
- * decode_batch gives: beam 1, no per-sentence data nor global processors, no vocabulary map, no
- * coverage penalty, a family with admit() whose step writes logits; TERN_CONTINUOUS=0 turns it off. */
+/* Greedy or beam search with continuous batching (search.h's greedy_search_stream,
+ * beam_search_stream) where it gives what decode_batch gives: no per-sentence data nor global
+ * processors, no vocabulary map, no coverage penalty, a family with admit() whose step writes
+ * logits; TERN_CONTINUOUS=0 turns it off. */
 static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const *sd, int n) {
     const tern_model_t *m = tr->model;
     const tern_translate_options_t *o = &tr->opt;
     const char *env = getenv("TERN_CONTINUOUS");
     if (env && strcmp(env, "0") == 0) return 0;
-    if (o->beam_size != 1 || o->coverage_penalty != 0.0f || m->vmap || tr->global || !m->fam->admit ||
-        m->fam->step_logprobs)
+    if (o->coverage_penalty != 0.0f || m->vmap || tr->global || !m->fam->admit || m->fam->step_logprobs)
         return 0;
     for (int i = 0; sd && i < n; i++)
         if (sd[i]) return 0;
@@ -405,8 +405,8 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, 0, fam->step, fam->set_rows, fam->step_logprobs,
                            fam->set_argmax_only, fam->set_argmax_ban};
     search_options_t so = {0};
-    so.beam_size = 1;
-    so.num_hypotheses = 1;
+    so.beam_size = o->beam_size;
+    so.num_hypotheses = o->beam_size == 1 ? 1 : o->num_hypotheses;
     so.length_penalty = o->length_penalty;
     so.length_norm = o->length_norm;
     so.eos_policy = o->eos_policy;
@@ -415,11 +415,13 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     so.need_scores = o->return_scores || o->length_penalty != 0;
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
+    so.prune_width = o->prune_width;
+    so.prune_threshold = o->prune_threshold;
     struct call_hooks *h = tr->hooks;
     if (h) {
         so.cancel = h->call->cancel;
         h->batch_idx = idx;
-        h->beam = 0;
+        h->beam = o->beam_size != 1;
         if (h->call->on_result || h->call->on_token) so.on_finish = hook_finish;
         if (h->call->on_token) so.on_step = hook_step;
         so.hook_ctx = h;
@@ -430,7 +432,8 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     feed.min_admit = max_rows / 4 > 1 ? max_rows / 4 : 1;
     const char *env = getenv("TERN_CONTINUOUS_MIN_ADMIT");
     if (env && atoi(env) > 0) feed.min_admit = atoi(env);
-    tern_status_t st = greedy_search_stream(&dec, &feed, max_len, &so, res);
+    tern_status_t st = o->beam_size == 1 ? greedy_search_stream(&dec, &feed, max_len, &so, res)
+                                         : beam_search_stream(&dec, &feed, max_len, &so, res);
     if (!st && (env = getenv("TERN_CONTINUOUS_STATS")) && strcmp(env, "1") == 0)
         fprintf(stderr, "continuous batching: %d sentences, %d rows at most, %ld steps, %ld rows (%.1f per step), %ld admissions\n",
                 n, max_rows, stats[0], stats[1], stats[0] ? (double)stats[1] / (double)stats[0] : 0.0, stats[2]);

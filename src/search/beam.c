@@ -210,7 +210,14 @@ typedef struct {
     proc_chain_t chain;
     search_result_t *results; /* (N) the caller's: a sentence's result is made when it finishes */
     int *hook_buf;            /* (max length + 1) tokens for opt->on_step, or NULL */
+    /* continuous batching (beam_search_stream), else NULL: the global step at which each sentence
+     * started (its own step is t - t0[n]), the model's index of each sentence (set_rows' sent) and
+     * set_rows' buffer for them */
+    int *t0, *msent, *msent2;
 } beam_t;
+
+/* Sentence n's own step at the search's step t. */
+static inline int own_step(const beam_t *b, int n, int t) { return b->t0 ? t - b->t0[n] : t; }
 
 static void beam_free(beam_t *b) {
     for (int n = 0; b->fin && n < b->N; n++) {
@@ -228,12 +235,13 @@ static void beam_free(beam_t *b) {
     free(b->tokens), free(b->tokens2), free(b->sent), free(b->sent2);
     free(b->parent), free(b->score), free(b->score2), free(b->entry), free(b->entry2), free(b->eos_taken);
     free(b->hook_buf);
+    free(b->t0), free(b->msent), free(b->msent2);
 }
 
-/* Options and buffers for N sentences of up to B rows each; the first step's rows (one per
- * sentence, BOS). */
-static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, const int *max_len,
-                               const search_options_t *opt) {
+/* Options and buffers for N sentences, at most G_max of them in flight with up to B rows each;
+ * with first_rows, the first step's rows (one per sentence, BOS; G_max = N). */
+static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, int G_max, int first_rows,
+                               const int *max_len, const search_options_t *opt) {
     memset(b, 0, sizeof *b);
     b->dec = dec, b->opt = opt, b->max_len = max_len, b->N = N;
     b->V = dec->vocab_size, b->S = dec->source_len, b->B = opt->beam_size;
@@ -243,7 +251,7 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, con
     b->keep = b->nhyp > b->B ? b->nhyp : b->B;
     b->use_cov = opt->coverage_penalty != 0.0f;
     b->ct2_exit = opt->length_penalty == 0.0f && !b->use_cov;
-    const size_t maxR = (size_t)N * b->B, S1 = (size_t)(b->S ? b->S : 1);
+    const size_t maxR = (size_t)G_max * b->B, S1 = (size_t)(b->S ? b->S : 1);
     b->logits_bytes = maxR * b->V * sizeof(float);
     b->logits = big_alloc(b->logits_bytes);
     if (b->use_cov) {
@@ -252,9 +260,9 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, con
         b->cov2 = calloc(maxR * S1, sizeof(float));
         b->cov_tmp = calloc(S1, sizeof(float));
     }
-    b->cands_v = malloc((size_t)N * b->K * sizeof(float));
-    b->cands_i = malloc((size_t)N * b->K * sizeof(int));
-    b->grp = malloc((size_t)(N + 1) * sizeof(int));
+    b->cands_v = malloc((size_t)G_max * b->K * sizeof(float));
+    b->cands_i = malloc((size_t)G_max * b->K * sizeof(int));
+    b->grp = malloc((size_t)(G_max + 1) * sizeof(int));
     b->row_mx = malloc(maxR * sizeof(float)), b->row_lse = malloc(maxR * sizeof(float));
     b->tokens = malloc(maxR * sizeof(int)), b->tokens2 = malloc(maxR * sizeof(int));
     b->sent = malloc(maxR * sizeof(int)), b->sent2 = malloc(maxR * sizeof(int));
@@ -284,6 +292,7 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, con
         !b->cands_i || !b->grp || !b->row_mx || !b->row_lse || !b->tokens || !b->tokens2 || !b->sent ||
         !b->sent2 || !b->parent || !b->score || !b->score2 || !b->entry || !b->entry2 || !b->eos_taken)
         return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    if (!first_rows) return TERN_OK;
     for (int n = 0; n < N; n++) {
         b->tokens[n] = opt->bos;
         b->sent[n] = n;
@@ -466,6 +475,7 @@ static tern_status_t beam_expand_group(beam_t *b, int g, int t, int *R2io) {
     const int V = b->V, B = b->B, K = b->K;
     int a = b->grp[g], nr = b->grp[g + 1] - a, n = b->sent[a];
     finished_t *f = &b->fin[n];
+    t = own_step(b, n, t); /* from here on, the sentence's own step */
     int last = t + 1 >= b->max_len[n];
     int kc = K < nr * V ? K : nr * V;
     const float *cand_v = b->cands_v + (size_t)g * K;
@@ -527,7 +537,9 @@ static tern_status_t beam_advance(beam_t *b, int R2) {
             for (int j = 0; j < S; j++)
                 b->cov2[(size_t)i * S + j] = b->cov[(size_t)b->parent[i] * S + j] + b->attn[(size_t)b->parent[i] * S + j];
     proc_chain_advance(&b->chain, b->parent, b->sent2, b->tokens2, R2, 0);
-    tern_status_t st = b->dec->set_rows(b->dec->self, b->parent, b->sent2, R2);
+    if (b->msent)
+        for (int i = 0; i < R2; i++) b->msent2[i] = b->msent[b->sent2[i]];
+    tern_status_t st = b->dec->set_rows(b->dec->self, b->parent, b->msent ? b->msent2 : b->sent2, R2);
     if (st) return st;
     int *ti;
     float *tf;
@@ -571,12 +583,12 @@ static tern_status_t beam_finalize(beam_t *b, int n) {
 static tern_status_t beam_step_hook(beam_t *b, int R, int t) {
     const search_options_t *opt = b->opt;
     for (int a = 0; a < R;) {
-        int e = a, best = a;
+        int e = a, best = a, tn = own_step(b, b->sent[a], t);
         for (; e < R && b->sent[e] == b->sent[a]; e++)
             if (b->score[e] > b->score[best]) best = e;
-        backtrack_into(&b->L, b->entry[best], t + 1, b->hook_buf);
-        if (opt->on_step(opt->hook_ctx, b->sent[a], t, b->hook_buf, t + 1, 0))
-            return tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
+        backtrack_into(&b->L, b->entry[best], tn + 1, b->hook_buf);
+        if (opt->on_step(opt->hook_ctx, b->sent[a], tn, b->hook_buf, tn + 1, 0))
+            return tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", tn);
         a = e;
     }
     return TERN_OK;
@@ -589,7 +601,7 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         results[n].hyps = NULL;
     }
     beam_t b;
-    tern_status_t st = beam_init(&b, dec, N, max_len, opt);
+    tern_status_t st = beam_init(&b, dec, N, N, 1, max_len, opt);
     b.results = results;
     if (st) goto done;
     int R = N;
@@ -613,6 +625,97 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
     }
     /* sentences not finished in the loop (none expected: every sentence leaves through
      * beam_sentence_done) */
+    for (int n = 0; n < N && !st; n++)
+        if (b.fin[n].done != 2) st = beam_finalize(&b, n);
+done:
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    beam_free(&b);
+    return st;
+}
+
+/* Beam search with continuous batching (search.h): up to feed->max_rows sentences in flight, each
+ * with up to B rows; as sentences finish, the next ones are admitted (feed->admit: one row each, at
+ * its own step 0, after the current rows) within the token budget (sentences in flight x the
+ * longest source in flight, as decode_batch's batches count it). Each sentence's search is
+ * beam_search's, at its own step: the maximum and minimum lengths, the length penalty, the step
+ * log and the hooks count from its admission. */
+tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
+                                 const search_options_t *opt, search_result_t *results) {
+    const int N = feed->N, Gm = feed->max_rows > 0 ? feed->max_rows : 1, V = dec->vocab_size;
+    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs)
+        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
+    for (int n = 0; n < N; n++) {
+        results[n].n = 0;
+        results[n].hyps = NULL;
+    }
+    /* the minimum length is applied here per row (its own step), not by the chain's global step */
+    search_options_t o2 = *opt;
+    o2.min_length = 0;
+    const int min_len = opt->min_length, min_admit = feed->min_admit > 0 ? feed->min_admit : 1;
+    beam_t b;
+    tern_status_t st = beam_init(&b, dec, N, Gm, 0, max_len, &o2);
+    b.results = results;
+    if (!st) {
+        b.t0 = malloc((size_t)(N ? N : 1) * sizeof(int));
+        b.msent = malloc((size_t)(N ? N : 1) * sizeof(int));
+        b.msent2 = malloc((size_t)Gm * b.B * sizeof(int));
+        if (!b.t0 || !b.msent || !b.msent2) st = tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    }
+    if (st) goto done;
+    int R = 0, next = 0, nsent = 0, live = 0; /* rows, next sentence, the model's sentences, in flight */
+    for (int t = 0; R > 0 || next < N; t++) {
+        int free_s = Gm - live;
+        if (next < N && (R == 0 || free_s >= min_admit || free_s >= N - next)) {
+            int width = 0;
+            for (int r = 0; r < R; r++) width = feed->src_len[b.sent[r]] > width ? feed->src_len[b.sent[r]] : width;
+            int k = 0;
+            while (k < free_s && next + k < N) {
+                int w = feed->src_len[next + k] > width ? feed->src_len[next + k] : width;
+                if (live + k > 0 && feed->max_tokens > 0 && (long)(live + k + 1) * w > feed->max_tokens) break;
+                width = w;
+                k++;
+            }
+            if (k > 0) {
+                int fresh = R == 0;
+                if ((st = feed->admit(feed->ctx, next, k, fresh))) goto done;
+                if (fresh) nsent = 0, t = 0; /* the model starts anew, its steps from 0 */
+                for (int i = 0; i < k; i++) {
+                    int n = next + i;
+                    b.tokens[R + i] = opt->bos;
+                    b.sent[R + i] = n;
+                    b.score[R + i] = 0.0f;
+                    b.entry[R + i] = -1;
+                    b.t0[n] = t;
+                    b.msent[n] = nsent + i;
+                }
+                nsent += k, next += k, live += k, R += k;
+                if (feed->stats) feed->stats[2]++;
+            }
+        }
+        if (search_cancelled(opt)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+            goto done;
+        }
+        if ((st = dec->step(dec->self, b.tokens, t, b.logits, NULL))) goto done;
+        if (feed->stats) feed->stats[0]++, feed->stats[1] += R;
+        /* the minimum length: the EOS logit removed before the softmax on rows under it (the
+         * chain's rule, per row) */
+        for (int r = 0; r < R; r++)
+            if (own_step(&b, b.sent[r], t) < min_len) b.logits[(size_t)r * V + opt->eos] = -INFINITY;
+        int G = beam_groups(&b, R);
+        beam_candidates(&b, R, G, t);
+        for (int r = 0; r < R; r++) b.eos_taken[r] = 0;
+        int R2 = 0;
+        for (int g = 0; g < G; g++) {
+            int n = b.sent[b.grp[g]];
+            if ((st = beam_expand_group(&b, g, t, &R2))) goto done;
+            live -= b.fin[n].done != 0;
+        }
+        if (R2 > 0 && (st = beam_advance(&b, R2))) goto done;
+        R = R2;
+        if (R > 0 && opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
+    }
     for (int n = 0; n < N && !st; n++)
         if (b.fin[n].done != 2) st = beam_finalize(&b, n);
 done:

@@ -123,6 +123,14 @@ typedef struct {
 tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
                                    const search_options_t *opt, search_result_t *results);
 
+/* Beam search with continuous batching: up to feed->max_rows sentences in flight (each with up to
+ * beam_size rows); as sentences finish, the next ones are admitted and start at their own step 0.
+ * Each sentence gets what beam_search gives it; the same conditions as greedy_search_stream (no
+ * processors, no coverage penalty, a model that writes logits); on_step's t is the sentence's own
+ * step. */
+tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
+                                 const search_options_t *opt, search_result_t *results);
+
 /* Length normalization and coverage penalty as applied to finished hypotheses. */
 float search_length_penalty(int length, float alpha, tern_length_norm_t norm);
 float search_coverage_penalty(const float *coverage, int S, float beta);
