@@ -181,10 +181,15 @@ void f32p_forward(float *out, const float *inp, const float *P, const float *bia
         run_panels(out, inp, P, bias, relu, M, N, K, 0, panels);
         return;
     }
-#pragma omp parallel num_threads(threads)
-    {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int p0 = (int)((long)panels * t / nt), p1 = (int)((long)panels * (t + 1) / nt);
+    /* panels in chunks taken in turn (about 8 per thread, whole groups of GP): a thread slowed by
+     * something else on its core takes fewer, the others more (a static split waits for the
+     * slowest) */
+    int chunk = panels / (threads * 8);
+    chunk = chunk < GP ? GP : (chunk + GP - 1) / GP * GP;
+    int nchunks = (panels + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int c = 0; c < nchunks; c++) {
+        int p0 = c * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
         run_panels(out, inp, P, bias, relu, M, N, K, p0, p1);
     }
 }

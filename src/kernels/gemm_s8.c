@@ -410,7 +410,10 @@ static void s8p_run(int32_t *C, const int16_t *A, const s8p_head_t *h, const int
         if (threads <= 1) {
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
         } else {
-#pragma omp parallel for num_threads(threads) schedule(static)
+            /* panels taken in turn, about 8 chunks per thread (gemm_f32p.c: a thread slowed by
+             * something else on its core takes fewer) */
+            int chunk = panels / (threads * 8) > 1 ? panels / (threads * 8) : 1;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
         }
 #undef S8P_PANEL

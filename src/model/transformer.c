@@ -805,7 +805,8 @@ static void decoder_self_attention(const dstep_t *c, int l) {
     transformer_state_t *st = c->st;
     int d = c->d, dh = c->dh, H = c->H, R = c->R, nt = team_size(R);
     float *K = st->k_cache[l], *Vc = st->v_cache[l], *big = c->big;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    /* rows in turn, a few at a time: their paths differ in length (rows admitted at other steps) */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4) if (nt > 1)
     for (int r = 0; r < R; r++) {
         /* this step's key and value into the row's new slot (base + r), by the thread that reads
          * it: no other row's path holds that slot */
@@ -830,7 +831,10 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
     const float *kv = st->cross_kv[l];
     int want_attn = attn && l == m->alignment_layer;
     int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    /* runs of chunks in turn (their sources differ in length), about 4 per thread: within a run
+     * the next chunk is this thread's, so prefetching its sentence below pays */
+    int run = c->nchunk / (nt * 4) > 1 ? c->nchunk / (nt * 4) : 1;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, run) if (nt > 1)
     for (int ch = 0; ch < c->nchunk; ch++) {
         float *sc = c->scores + c->sc_stride * c->sc_rows * (size_t)omp_get_thread_num();
         int r0 = st->chunk[ch], g = st->chunk[ch + 1] - r0;
