@@ -26,11 +26,14 @@ done
 if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi
-# Bad input, raw text, formats, the C API example, the scorer/filter and the server under ASan + UBSan.
+# Bad input, raw text, formats, the C API example, continuous batching (greedy and beam), the
+# scorer/filter and the server under ASan + UBSan.
 san_tests=(tests/test_translate_text.py tests/test_examples.py)
 for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider "${san_tests[@]}"
+# (the Python API's tests load build/libtern.so, not the sanitizer build: left to the full suite)
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_continuous.py -k "not python"
 # The search's processors (prefixes, suppression, restriction, constraints, LMBR) and `tern mbr`.
 TERN_BIN=build-san/tern SEARCH_DRIVER=build-san/tests/tools/search_driver \
   PREFIX_API_DRIVER=build-san/tests/tools/prefix_api_driver .venv/bin/python -m pytest -q \

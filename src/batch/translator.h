@@ -25,9 +25,9 @@ tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, c
 
 /* The same with per-sentence search data sd (n; NULL or entries NULL: none): forced prefixes,
  * restricted paths, LMBR posteriors. */
-/* 1 when translator_translate_ids_sd decodes with continuous batching (greedy search with the
- * rows of finished sentences refilled from the call's later sentences, search.h's
- * greedy_search_stream) for sentences without per-sentence data (sd NULL): then one call over many
+/* 1 when translator_translate_ids_sd decodes with continuous batching (greedy or beam search with
+ * finished sentences replaced by the call's later ones, search.h's greedy_search_stream and
+ * beam_search_stream) for sentences without per-sentence data (sd NULL): then one call over many
  * sorted sentences keeps its batches full, where one call per batch lets each batch shrink. */
 int translator_continuous(const tern_translator_t *tr);
 

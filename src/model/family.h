@@ -69,8 +69,8 @@ typedef struct model_family {
      * ties) is that of the full row; on = 0: full rows again. The
      * Transformer's float32 output projection uses it (an int8 pre-screen, kernels/screen.h). */
     tern_status_t (*set_argmax_only)(void *state, int on);
-    /* Optional (NULL: the family decodes whole batches only). Continuous batching for greedy search
-     * (search.h's greedy_search_stream): encodes n more sentences (src_len[i] >= 1) and appends one
+    /* Optional (NULL: the family decodes whole batches only). Continuous batching for greedy and beam
+     * search (search.h's greedy_search_stream, beam_search_stream): encodes n more sentences (src_len[i] >= 1) and appends one
      * row per sentence after the current rows, at its own step 0, as sentences N, N+1, ... after
      * those encoded so far (since the last encode()). Rows then keep their own step: step()'s t
      * counts the state's steps, each row's position is its own. No row's outputs depend on the
