@@ -594,6 +594,17 @@ static tern_status_t beam_step_hook(beam_t *b, int R, int t) {
     return TERN_OK;
 }
 
+/* After the search: the sentences not finished in the loop (none expected: every sentence leaves
+ * through beam_sentence_done) get their results; on an error st, every result is freed. */
+static tern_status_t beam_end(beam_t *b, tern_status_t st, search_result_t *results, int N) {
+    for (int n = 0; n < N && !st; n++)
+        if (b->fin[n].done != 2) st = beam_finalize(b, n);
+    if (st)
+        for (int n = 0; n < N; n++) search_result_free(&results[n]);
+    beam_free(b);
+    return st;
+}
+
 tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
                           const search_options_t *opt, search_result_t *results) {
     for (int n = 0; n < N; n++) {
@@ -623,15 +634,8 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         R = R2;
         if (opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
     }
-    /* sentences not finished in the loop (none expected: every sentence leaves through
-     * beam_sentence_done) */
-    for (int n = 0; n < N && !st; n++)
-        if (b.fin[n].done != 2) st = beam_finalize(&b, n);
 done:
-    if (st)
-        for (int n = 0; n < N; n++) search_result_free(&results[n]);
-    beam_free(&b);
-    return st;
+    return beam_end(&b, st, results, N);
 }
 
 /* Beam search with continuous batching (search.h): up to feed->max_rows sentences in flight, each
@@ -667,15 +671,7 @@ tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t
     for (int t = 0; R > 0 || next < N; t++) {
         int free_s = Gm - live;
         if (next < N && (R == 0 || free_s >= min_admit || free_s >= N - next)) {
-            int width = 0;
-            for (int r = 0; r < R; r++) width = feed->src_len[b.sent[r]] > width ? feed->src_len[b.sent[r]] : width;
-            int k = 0;
-            while (k < free_s && next + k < N) {
-                int w = feed->src_len[next + k] > width ? feed->src_len[next + k] : width;
-                if (live + k > 0 && feed->max_tokens > 0 && (long)(live + k + 1) * w > feed->max_tokens) break;
-                width = w;
-                k++;
-            }
+            int k = search_feed_take(feed, b.sent, R, live, next, free_s);
             if (k > 0) {
                 int fresh = R == 0;
                 if ((st = feed->admit(feed->ctx, next, k, fresh))) goto done;
@@ -716,11 +712,6 @@ tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t
         R = R2;
         if (R > 0 && opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
     }
-    for (int n = 0; n < N && !st; n++)
-        if (b.fin[n].done != 2) st = beam_finalize(&b, n);
 done:
-    if (st)
-        for (int n = 0; n < N; n++) search_result_free(&results[n]);
-    beam_free(&b);
-    return st;
+    return beam_end(&b, st, results, N);
 }

@@ -181,6 +181,19 @@ done:
     return st;
 }
 
+int search_feed_take(const search_feed_t *feed, const int *row_sent, int R, int in_flight, int next, int free_slots) {
+    int width = 0;
+    for (int r = 0; r < R; r++) width = feed->src_len[row_sent[r]] > width ? feed->src_len[row_sent[r]] : width;
+    int k = 0;
+    while (k < free_slots && next + k < feed->N) {
+        int w = feed->src_len[next + k] > width ? feed->src_len[next + k] : width;
+        if (in_flight + k > 0 && feed->max_tokens > 0 && (long)(in_flight + k + 1) * w > feed->max_tokens) break;
+        width = w;
+        k++;
+    }
+    return k;
+}
+
 /* Greedy search with continuous batching (search.h). Rows: tokens, sent (the feed's sentence),
  * sidx (the model's sentence), rt (the row's step) and its hypothesis so far (hyp, a row each). */
 tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
@@ -222,15 +235,7 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
          * longest source in flight, as a whole batch counts it) */
         int free_rows = M - R;
         if (next < N && (R == 0 || free_rows >= min_admit || free_rows >= N - next)) {
-            int width = 0;
-            for (int r = 0; r < R; r++) width = feed->src_len[sent[r]] > width ? feed->src_len[sent[r]] : width;
-            int k = 0;
-            while (k < free_rows && next + k < N) {
-                int w = feed->src_len[next + k] > width ? feed->src_len[next + k] : width;
-                if (R + k > 0 && feed->max_tokens > 0 && (long)(R + k + 1) * w > feed->max_tokens) break;
-                width = w;
-                k++;
-            }
+            int k = search_feed_take(feed, sent, R, R, next, free_rows);
             if (k > 0) {
                 int fresh = R == 0;
                 if ((st = feed->admit(feed->ctx, next, k, fresh))) goto done;

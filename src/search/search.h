@@ -113,6 +113,12 @@ typedef struct {
     long *stats;        /* NULL, or (3) += decoder steps, rows over them, admissions */
 } search_feed_t;
 
+/* How many of the next sentences (from next) join now: at most free_slots, and while the token
+ * budget holds (in_flight + joined sentences, times the longest source among them and the R
+ * current rows' sentences row_sent, at most feed->max_tokens; the first always joins an empty
+ * batch). The streaming searches' admission rule. */
+int search_feed_take(const search_feed_t *feed, const int *row_sent, int R, int in_flight, int next, int free_slots);
+
 /* Greedy search with continuous batching: up to feed->max_rows sentences in flight; as rows
  * finish, the next sentences are admitted (feed->admit) and start at their own step 0, so the steps
  * keep running on full batches. Each sentence gets what greedy_search gives it (the model's rows
