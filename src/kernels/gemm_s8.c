@@ -413,6 +413,7 @@ static void s8p_run(int32_t *C, const int16_t *A, const s8p_head_t *h, const int
             /* panels taken in turn, about 8 chunks per thread (gemm_f32p.c: a thread slowed by
              * something else on its core takes fewer) */
             int chunk = panels / (threads * 8) > 1 ? panels / (threads * 8) : 1;
+            (void)chunk; /* read by the pragma only (unused where OpenMP is off: the fuzz build) */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
         }
