@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "kernels/gemm_f32p.h"
+#include "kernels/kernels.h"
 
 #define NR F32P_NR /* 16 features per panel: 2 vectors */
 #define MR 6       /* rows of a full tile */
@@ -181,11 +182,8 @@ void f32p_forward(float *out, const float *inp, const float *P, const float *bia
         run_panels(out, inp, P, bias, relu, M, N, K, 0, panels);
         return;
     }
-    /* panels in chunks taken in turn (about 8 per thread, whole groups of GP): a thread slowed by
-     * something else on its core takes fewer, the others more (a static split waits for the
-     * slowest) */
-    int chunk = panels / (threads * 8);
-    chunk = chunk < GP ? GP : (chunk + GP - 1) / GP * GP;
+    /* panels in chunks taken in turn (kernels_chunk: about 8 per thread), whole groups of GP */
+    int chunk = (kernels_chunk(panels, threads, 8) + GP - 1) / GP * GP;
     int nchunks = (panels + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int c = 0; c < nchunks; c++) {

@@ -410,11 +410,8 @@ static void s8p_run(int32_t *C, const int16_t *A, const s8p_head_t *h, const int
         if (threads <= 1) {
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
         } else {
-            /* panels taken in turn, about 8 chunks per thread (gemm_f32p.c: a thread slowed by
-             * something else on its core takes fewer) */
-            int chunk = panels / (threads * 8) > 1 ? panels / (threads * 8) : 1;
-            (void)chunk; /* read by the pragma only (unused where OpenMP is off: the fuzz build) */
-#pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+            /* panels taken in turn, about 8 chunks per thread */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, kernels_chunk(panels, threads, 8))
             for (int p = 0; p < panels; p++) S8P_PANEL(p);
         }
 #undef S8P_PANEL

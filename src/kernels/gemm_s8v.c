@@ -260,10 +260,8 @@ VNNI_TARGET static void s8v_run(int32_t *C, const int8_t *A, const s8v_head_t *h
         if (threads <= 1) {
             for (int p = 0; p < panels; p++) S8V_PANEL(p);
         } else {
-            /* panels taken in turn, about 8 chunks per thread (gemm_f32p.c) */
-            int chunk = panels / (threads * 8) > 1 ? panels / (threads * 8) : 1;
-            (void)chunk; /* read by the pragma only (unused where OpenMP is off: the fuzz build) */
-#pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+            /* panels taken in turn, about 8 chunks per thread */
+#pragma omp parallel for num_threads(threads) schedule(dynamic, kernels_chunk(panels, threads, 8))
             for (int p = 0; p < panels; p++) S8V_PANEL(p);
         }
 #undef S8V_PANEL

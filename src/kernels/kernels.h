@@ -198,6 +198,14 @@ void logaddexp_inplace_ref(float *y, const float *x, float c, size_t n);
 
 /* Threads set by kernels_set_num_threads() on the calling thread (OpenMP's default when never set). */
 int kernels_get_num_threads(void);
+/* Items per chunk when n items are shared by `threads` threads that take chunks in turn
+ * (schedule(dynamic, ...)), about per_thread chunks each, at least 1 item: a thread slowed by
+ * something else on its core takes fewer chunks, the others more (a static split waits for the
+ * slowest). */
+static inline int kernels_chunk(int n, int threads, int per_thread) {
+    int c = n / (threads * per_thread);
+    return c > 1 ? c : 1;
+}
 
 /* "oneDNN" or "OpenBLAS": the library gemm_f32 uses for this shape on the calling thread. */
 const char *gemm_f32_backend_name(int transA, int transB, int M, int N, int K);

@@ -833,9 +833,7 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
     int nheads_avg = m->alignment_heads ? m->alignment_heads : H;
     /* runs of chunks in turn (their sources differ in length), about 4 per thread: within a run
      * the next chunk is this thread's, so prefetching its sentence below pays */
-    int run = c->nchunk / (nt * 4) > 1 ? c->nchunk / (nt * 4) : 1;
-    (void)run; /* read by the pragma only (unused where OpenMP is off: the fuzz build) */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, run) if (nt > 1)
+#pragma omp parallel for num_threads(nt) schedule(dynamic, kernels_chunk(c->nchunk, nt, 4)) if (nt > 1)
     for (int ch = 0; ch < c->nchunk; ch++) {
         float *sc = c->scores + c->sc_stride * c->sc_rows * (size_t)omp_get_thread_num();
         int r0 = st->chunk[ch], g = st->chunk[ch + 1] - r0;

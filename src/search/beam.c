@@ -594,6 +594,25 @@ static tern_status_t beam_step_hook(beam_t *b, int R, int t) {
     return TERN_OK;
 }
 
+/* Step t after the model wrote the logits of the R rows: each sentence's candidates, its finished
+ * hypotheses, and the next step's rows (beam_advance, when any); *R2 gets their number, *ended
+ * (when not NULL) the number of sentences that finished at this step. */
+static tern_status_t beam_select(beam_t *b, int R, int t, int *R2, int *ended) {
+    int G = beam_groups(b, R);
+    beam_candidates(b, R, G, t);
+    for (int r = 0; r < R; r++) b->eos_taken[r] = 0;
+    int n2 = 0, gone = 0;
+    tern_status_t st;
+    for (int g = 0; g < G; g++) {
+        int n = b->sent[b->grp[g]];
+        if ((st = beam_expand_group(b, g, t, &n2))) return st;
+        gone += b->fin[n].done != 0;
+    }
+    *R2 = n2;
+    if (ended) *ended = gone;
+    return n2 > 0 ? beam_advance(b, n2) : TERN_OK;
+}
+
 /* After the search: the sentences not finished in the loop (none expected: every sentence leaves
  * through beam_sentence_done) get their results; on an error st, every result is freed. */
 static tern_status_t beam_end(beam_t *b, tern_status_t st, search_result_t *results, int N) {
@@ -623,14 +642,9 @@ tern_status_t beam_search(const decoder_iface_t *dec, int N, const int *max_len,
         }
         if ((st = dec->step(dec->self, b.tokens, t, b.logits, b.attn))) goto done;
         proc_chain_apply(&b.chain, SEARCH_STAGE_LOGITS, b.logits, R, b.V, t, b.sent);
-        int G = beam_groups(&b, R);
-        beam_candidates(&b, R, G, t);
-        for (int r = 0; r < R; r++) b.eos_taken[r] = 0;
-        int R2 = 0;
-        for (int g = 0; g < G; g++)
-            if ((st = beam_expand_group(&b, g, t, &R2))) goto done;
+        int R2;
+        if ((st = beam_select(&b, R, t, &R2, NULL))) goto done;
         if (R2 == 0) break;
-        if ((st = beam_advance(&b, R2))) goto done;
         R = R2;
         if (opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
     }
@@ -699,16 +713,9 @@ tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t
          * chain's rule, per row) */
         for (int r = 0; r < R; r++)
             if (own_step(&b, b.sent[r], t) < min_len) b.logits[(size_t)r * V + opt->eos] = -INFINITY;
-        int G = beam_groups(&b, R);
-        beam_candidates(&b, R, G, t);
-        for (int r = 0; r < R; r++) b.eos_taken[r] = 0;
-        int R2 = 0;
-        for (int g = 0; g < G; g++) {
-            int n = b.sent[b.grp[g]];
-            if ((st = beam_expand_group(&b, g, t, &R2))) goto done;
-            live -= b.fin[n].done != 0;
-        }
-        if (R2 > 0 && (st = beam_advance(&b, R2))) goto done;
+        int R2, ended;
+        if ((st = beam_select(&b, R, t, &R2, &ended))) goto done;
+        live -= ended;
         R = R2;
         if (R > 0 && opt->on_step && (st = beam_step_hook(&b, R, t))) goto done;
     }
