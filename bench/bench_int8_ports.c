@@ -52,9 +52,7 @@ static double now(void) {
 static int sink_i(__m256i v) { return _mm256_extract_epi32(v, 0) + _mm256_extract_epi32(v, 7); }
 
 /* Ten accumulators (the forms below keep at most 5 other registers live: no spills), each kept
- * distinct so that the compiler cannot merge them. */
-#define OPS(op) TEN(op)
-#define KC(c) KEEP(c);
+ * distinct (KEEP after its update) so that the compiler cannot merge them. */
 
 __attribute__((noinline)) static int run_fma(long n) {
     __m256 c0 = _mm256_set1_ps(0), c1 = _mm256_set1_ps(1), c2 = _mm256_set1_ps(2), c3 = _mm256_set1_ps(3),
@@ -62,8 +60,8 @@ __attribute__((noinline)) static int run_fma(long n) {
            c8 = _mm256_set1_ps(8), c9 = _mm256_set1_ps(9);
     __m256 x = _mm256_set1_ps(1e-9f), y = _mm256_set1_ps(1.0f);
     for (long i = 0; i < n; i++) {
-#define FM(a) a = _mm256_fmadd_ps(x, y, a); KC(a)
-        OPS(FM)
+#define FM(a) a = _mm256_fmadd_ps(x, y, a); KEEP(a);
+        TEN(FM)
 #undef FM
         KEEP(x); KEEP(y);
     }
@@ -110,8 +108,8 @@ __attribute__((noinline)) static int run_s8_sign(long n) {
     DECL10();
     __m256i a = _mm256_set1_epi8(-3), w = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
     for (long i = 0; i < n; i++) {
-#define SG(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)), one)); KC(c) KEEP(a); KEEP(w);
-        OPS(SG)
+#define SG(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(w, a)), one)); KEEP(c); KEEP(a); KEEP(w);
+        TEN(SG)
 #undef SG
     }
     return sink_i(SUM10I());
@@ -123,8 +121,8 @@ __attribute__((noinline)) static int run_s8_sign_hoisted(long n) {
     __m256i a = _mm256_set1_epi8(-3), w = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
     for (long i = 0; i < n; i++) {
         __m256i ua = _mm256_abs_epi8(a);
-#define SG(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w, a)), one)); KC(c) KEEP(w);
-        OPS(SG)
+#define SG(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(w, a)), one)); KEEP(c); KEEP(w);
+        TEN(SG)
 #undef SG
         KEEP(a);
     }
@@ -136,8 +134,8 @@ __attribute__((noinline)) static int run_s8_sat(long n) {
     DECL10();
     __m256i a = _mm256_set1_epi8(3), w = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
     for (long i = 0; i < n; i++) {
-#define SA(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), one)); KC(c) KEEP(w);
-        OPS(SA)
+#define SA(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), one)); KEEP(c); KEEP(w);
+        TEN(SA)
 #undef SA
         KEEP(a);
     }
@@ -148,8 +146,8 @@ __attribute__((target("avx512f,avx512vl,avx512vnni"), noinline)) static int run_
     DECL10();
     __m256i a = _mm256_set1_epi8(3), w = _mm256_set1_epi8(5);
     for (long i = 0; i < n; i++) {
-#define VN(c) c = _mm256_dpbusd_epi32(c, a, w); KC(c)
-        OPS(VN)
+#define VN(c) c = _mm256_dpbusd_epi32(c, a, w); KEEP(c);
+        TEN(VN)
 #undef VN
         KEEP(a); KEEP(w);
     }
@@ -165,8 +163,8 @@ __attribute__((noinline)) static int run_mix(long n) {
     __m256i a = _mm256_set1_epi16(3), w = _mm256_set1_epi16(5);
     __m256 x = _mm256_set1_ps(1e-9f), y = _mm256_set1_ps(1.0f);
     for (long i = 0; i < n; i++) {
-#define MI(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, w)); KC(c) KEEP(w);
-#define MF(f) f = _mm256_fmadd_ps(x, y, f); KC(f)
+#define MI(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, w)); KEEP(c); KEEP(w);
+#define MF(f) f = _mm256_fmadd_ps(x, y, f); KEEP(f);
         MI(c0) MF(f0) MI(c1) MF(f1) MI(c2) MF(f2) MI(c3) MF(f3) MI(c4) MF(f4)
 #undef MI
 #undef MF
@@ -182,8 +180,8 @@ __attribute__((noinline)) static int run_madd_only(long n) {
     DECL10();
     __m256i w = _mm256_set1_epi16(1);
     for (long i = 0; i < n; i++) {
-#define MO(c) c = _mm256_madd_epi16(c, w); KC(c)
-        OPS(MO)
+#define MO(c) c = _mm256_madd_epi16(c, w); KEEP(c);
+        TEN(MO)
 #undef MO
         KEEP(w);
     }
@@ -195,8 +193,8 @@ __attribute__((noinline)) static int run_madd_add(long n) {
     DECL10();
     __m256i a = _mm256_set1_epi16(3), w = _mm256_set1_epi16(5);
     for (long i = 0; i < n; i++) {
-#define MA(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, w)); KC(c) KEEP(w);
-        OPS(MA)
+#define MA(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(a, w)); KEEP(c); KEEP(w);
+        TEN(MA)
 #undef MA
         KEEP(a);
     }
