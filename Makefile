@@ -1,29 +1,46 @@
 # Tern — build with `make` (after scripts/setup.sh). Outputs go to build/ (or build-san/ with SAN=1).
-#   make            library, CLI, unit-test binaries, examples
+#   make            libraries, CLI, unit-test binaries, examples
 #   make test       everything, then the whole test suite (pytest: C unit tests + peer tests)
 #   make SAN=1 test-c   the C unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       libFuzzer targets (clang)
+#   make install [PREFIX=/usr/local] [DESTDIR=]   tern, libtern (shared + static), tern.h, tern.pc,
+#                   man pages, the shipped model; `make uninstall` with the same variables removes them
 CC      ?= gcc
 CXX     ?= g++
 SAN     ?= 0
 ARCH    ?= -march=x86-64-v3
 OPT     ?= -O3
 BUILD   ?= $(if $(filter 1,$(SAN)),build-san,build)
+# Where `make install` puts things (DESTDIR, empty by default, is prepended to each for staging).
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+LIBDIR  ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DATADIR ?= $(PREFIX)/share
+MANDIR  ?= $(DATADIR)/man
+DOCDIR  ?= $(DATADIR)/doc/tern
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
 CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
-LDLIBS   = -ldnnl -lopenblas -lsentencepiece -lsentencepiece_train -lcjson -lutf8proc -lxxhash -lz -lmicrohttpd \
-           -lstdc++ -lgomp -lpthread -lm
+# The libraries each part links (docs/library.md): the runtime (libtern: translation, scoring, the
+# C API) needs the first line only (its GEMMs are oneDNN's and Tern's own: no object calls
+# OpenBLAS); training adds SentencePiece's trainer (and MPI, below), the server libmicrohttpd.
+# Programs built here (tern, tests, benches) link all three parts, and OpenBLAS and zlib as before.
+RT_LIBS    = -ldnnl -lsentencepiece -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
+TRAIN_LIBS = -lsentencepiece_train
+SERVE_LIBS = -lmicrohttpd
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
 # (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
 # mpirun with more than one process is then refused with a message).
 MPI     ?= $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
 ifeq ($(MPI),1)
   CPPFLAGS += -DTERN_MPI $(shell pkg-config --cflags ompi-c)
-  LDLIBS   += $(shell pkg-config --libs ompi-c)
+  TRAIN_LIBS += $(shell pkg-config --libs ompi-c)
 endif
+LDLIBS   = $(SERVE_LIBS) $(TRAIN_LIBS) $(RT_LIBS) -lopenblas -lz
 ifeq ($(SAN),1)
   SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   CFLAGS   += $(SANFLAGS)
@@ -32,9 +49,36 @@ ifeq ($(SAN),1)
   OPT      = -O1
 endif
 
+# The version: TERN_VERSION in include/tern.h is the one place it is written. tern --version,
+# tern_version(), the shared library's SONAME and file name, tern.pc and the Python package
+# (python/setup.py) all read it from there; CHANGELOG.md says what each version holds.
+VERSION   := $(shell sed -n 's/^.define TERN_VERSION "\([0-9]*\.[0-9]*\.[0-9]*\)"$$/\1/p' include/tern.h)
+$(if $(VERSION),,$(error include/tern.h has no line '#define TERN_VERSION "MAJOR.MINOR.PATCH"'))
+SOVERSION := $(firstword $(subst ., ,$(VERSION)))
+SONAME    := libtern.so.$(SOVERSION)
+SOFILE    := libtern.so.$(VERSION)
+
+# The library in three parts (docs/library.md):
+#   libtern (.so and .a)  the runtime: kernels, models, search, batching, text, scoring, the C API
+#                         (with the layers inference shares with training, src/train/layers.c and
+#                         src/train/rnn_layers.c); no MPI, no libmicrohttpd, no SentencePiece trainer
+#   libtern-train.a       training: the rest of src/train/ (trainer, data, checkpoints, MPI) and
+#                         SentencePiece training (src/text/spm_train.cc)
+#   libtern-serve.a       the HTTP server of `tern serve` (src/serve/)
+# The two others are static and internal (no public header): the tern executable links them.
 LIB_C   := $(sort $(wildcard src/*/*.c))
 LIB_CXX := $(sort $(wildcard src/*/*.cc))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
+NN_SHARED := src/train/layers.c src/train/rnn_layers.c
+TRAIN_SRC := $(filter-out $(NN_SHARED),$(filter src/train/%,$(LIB_C))) src/text/spm_train.cc
+SERVE_SRC := $(filter src/serve/%,$(LIB_C))
+RT_SRC    := $(filter-out $(TRAIN_SRC) $(SERVE_SRC),$(LIB_C) $(LIB_CXX))
+obj = $(patsubst %.cc,$(BUILD)/%.o,$(patsubst %.c,$(BUILD)/%.o,$(1)))
+RT_OBJ    := $(call obj,$(RT_SRC))
+TRAIN_OBJ := $(call obj,$(TRAIN_SRC))
+SERVE_OBJ := $(call obj,$(SERVE_SRC))
+# What the programs built here link, in link order.
+LIBS_A    := $(BUILD)/libtern-serve.a $(BUILD)/libtern-train.a $(BUILD)/libtern.a
 CLI_C   := $(sort $(wildcard tools/*.c))
 CLI_OBJ := $(CLI_C:%.c=$(BUILD)/%.o)
 TEST_C  := $(sort $(wildcard tests/c/test_*.c))
@@ -45,7 +89,7 @@ EX_SHARED := $(BUILD)/examples/translate_api_shared
 BENCH_C := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_C:bench/%.c=$(BUILD)/bench/%)
 
-all: $(BUILD)/libtern.a $(BUILD)/libtern.so $(BUILD)/tern $(TEST_BIN) $(EX_BIN) $(BENCH_BIN) $(EX_SHARED)
+all: $(LIBS_A) $(BUILD)/libtern.so $(BUILD)/tern $(TEST_BIN) $(EX_BIN) $(BENCH_BIN) $(EX_SHARED)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -64,39 +108,57 @@ $(BUILD)/gen/serve_assets.h: $(SERVE_ASSETS) scripts/embed.sh
 $(BUILD)/src/serve/server.o: $(BUILD)/gen/serve_assets.h
 $(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
 
-$(BUILD)/libtern.a: $(LIB_OBJ)
+$(BUILD)/libtern.a: $(RT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libtern-train.a: $(TRAIN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libtern-serve.a: $(SERVE_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# The shared library (the Python package and other bindings link it): it exports exactly the
-# functions include/tern.h declares, through a version script generated from the header.
+# The shared library (the Python package and other bindings link it): the runtime objects only,
+# exporting exactly the functions include/tern.h declares, through a version script generated
+# from the header (symbol version node TERN_$(SOVERSION)). libtern.so.MAJOR.MINOR.PATCH with the
+# SONAME libtern.so.MAJOR, and the two links to it a system library has. --no-undefined: the
+# runtime may not call into training or the server (the link fails if it does).
 $(BUILD)/libtern.map: include/tern.h scripts/export_map.sh
 	@mkdir -p $(dir $@)
-	sh scripts/export_map.sh "$(CC)" include/tern.h > $@.tmp && mv $@.tmp $@
+	sh scripts/export_map.sh "$(CC)" include/tern.h TERN_$(SOVERSION) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/libtern.so: $(LIB_OBJ) $(BUILD)/libtern.map
-	$(CC) -shared $(CFLAGS) $(LDFLAGS) -Wl,--version-script=$(BUILD)/libtern.map -Wl,-soname,libtern.so \
-	  -Wl,--no-undefined -o $@ $(LIB_OBJ) $(LDLIBS)
+$(BUILD)/$(SOFILE): $(RT_OBJ) $(BUILD)/libtern.map
+	$(CC) -shared $(CFLAGS) $(LDFLAGS) -Wl,--version-script=$(BUILD)/libtern.map -Wl,-soname,$(SONAME) \
+	  -Wl,--no-undefined -Wl,--as-needed -o $@ $(RT_OBJ) $(RT_LIBS)
+$(BUILD)/$(SONAME): $(BUILD)/$(SOFILE)
+	ln -sfn $(SOFILE) $@
+$(BUILD)/libtern.so: $(BUILD)/$(SONAME)
+	ln -sfn $(SONAME) $@
 
 # examples/translate_api.c linked against libtern.so (found next to build/ through its rpath)
 $(BUILD)/examples/translate_api_shared: examples/translate_api.c $(BUILD)/libtern.so
 	@mkdir -p $(dir $@)
 	$(CC) -Iinclude -D_GNU_SOURCE $(CFLAGS) $(LDFLAGS) -o $@ $< -L$(BUILD) -ltern -Wl,-rpath,'$$ORIGIN/..'
 
-$(BUILD)/tern: $(CLI_OBJ) $(BUILD)/libtern.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtern.a $(LDLIBS)
+# The CLI: the three parts linked statically (training and the server live in the executable).
+# The models directory it looks in by name (tern translate -m en-de) is found at run time next to
+# the executable (BIN/../share/tern/models) and, as a fallback, at the DATADIR of the build.
+$(BUILD)/tools/cli_models.o: CPPFLAGS += -DTERN_DATADIR='"$(DATADIR)/tern"'
+$(BUILD)/tern: $(CLI_OBJ) $(LIBS_A)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBS_A) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/c/%.c $(BUILD)/libtern.a tests/c/check.h
+$(BUILD)/tests/%: tests/c/%.c $(LIBS_A) tests/c/check.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS)
 
+# The example links the runtime only (what an application embedding the translator links).
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libtern.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(RT_LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libtern.a
+$(BUILD)/bench/%: bench/%.c $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS)
 
 # Test drivers (tests/tools/*.c): small programs the pytest suite runs, e.g. train_driver, which
 # runs the training step for tests/test_train_torch.py (compared with PyTorch), and
@@ -105,9 +167,9 @@ TOOL_C   := $(sort $(wildcard tests/tools/*.c))
 TOOL_BIN := $(TOOL_C:tests/tools/%.c=$(BUILD)/tests/tools/%)
 all: $(TOOL_BIN)
 # Their shared header(s) (tests/tools/*.h, e.g. train_driver_util.h) are included, not linked.
-$(BUILD)/tests/tools/%: tests/tools/%.c $(wildcard tests/tools/*.h) $(BUILD)/libtern.a
+$(BUILD)/tests/tools/%: tests/tools/%.c $(wildcard tests/tools/*.h) $(LIBS_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtern.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS)
 
 # Fuzz targets: fuzz/fuzz_*.c, built with clang's libFuzzer + ASan/UBSan into build-fuzz/, linked
 # with only the library objects the model loaders need, compiled the same way into
@@ -135,6 +197,23 @@ build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 
+# Man pages, generated from each command's --help (scripts/manpages.sh): $(BUILD)/man/*.1
+man: $(BUILD)/man/.stamp
+$(BUILD)/man/.stamp: $(BUILD)/tern scripts/manpages.sh
+	@rm -rf $(BUILD)/man
+	sh scripts/manpages.sh $(BUILD)/tern $(BUILD)/man
+	@touch $@
+
+# make install [PREFIX=/usr/local] [DESTDIR=] (and BINDIR, LIBDIR, ... above): scripts/install.sh
+# holds the list of files, which make uninstall removes again.
+INSTALL_ENV = BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' LIBDIR='$(LIBDIR)' \
+  INCLUDEDIR='$(INCLUDEDIR)' DATADIR='$(DATADIR)' MANDIR='$(MANDIR)' DOCDIR='$(DOCDIR)' \
+  PKGCONFIGDIR='$(PKGCONFIGDIR)' VERSION='$(VERSION)' SONAME='$(SONAME)' SOFILE='$(SOFILE)' RT_LIBS='$(RT_LIBS)'
+install: $(BUILD)/tern $(BUILD)/$(SOFILE) $(BUILD)/libtern.a $(BUILD)/man/.stamp scripts/tern.pc.in
+	@$(INSTALL_ENV) sh scripts/install.sh install
+uninstall:
+	@$(INSTALL_ENV) sh scripts/install.sh uninstall
+
 test: all
 	.venv/bin/python -m pytest -q tests
 
@@ -146,5 +225,5 @@ test-c: $(TEST_BIN)
 clean:
 	rm -rf build build-san build-fuzz build-fuzz-lib
 
-.PHONY: all test test-c clean fuzz
+.PHONY: all test test-c clean fuzz man install uninstall
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

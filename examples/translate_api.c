@@ -6,7 +6,10 @@
  *
  * Reads up to 64 lines from stdin, translates them as one batch and prints, for each line,
  * "i ||| hypothesis ||| score" for its hypotheses (best first).
+ *
+ * Against an installed Tern: cc -std=c11 translate_api.c $(pkg-config --cflags --libs tern)
  */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,26 @@
  * Threads, in short: a model is read-only once loaded and may be used by any number of threads at
  * once; a translator is used by one thread at a time (one per thread); functions without a handle
  * are thread-safe. Each declaration below says which of these applies.
+ *
+ * Version and ABI. TERN_VERSION below is the one place Tern's version is written (the library's
+ * file name libtern.so.MAJOR.MINOR.PATCH, its SONAME libtern.so.MAJOR, tern.pc, `tern --version`
+ * and the Python package read it; CHANGELOG.md). Within one MAJOR version the ABI only grows:
+ *   - Functions are never removed or changed; each exported one carries the symbol version
+ *     TERN_<MAJOR> (a version script generated from this header), so that a function whose
+ *     arguments must change gets a new symbol version while programs linked before keep the old.
+ *   - Every struct passed by value between a program and the library starts with `size_t
+ *     struct_size`: its size in bytes as the side that filled it knows the struct. New fields
+ *     are only appended. tern_*_default_options() set it (to sizeof of the library's struct);
+ *     functions taking an options struct read only struct_size bytes of it and give the fields
+ *     beyond them their defaults, so a program built against an older tern.h runs unchanged
+ *     against a newer library. struct_size 0 (a struct the caller zeroed and filled by hand) is
+ *     read as the layout of version 0.3.0, the first with struct_size. A struct_size larger than
+ *     the library knows (a program built against a newer tern.h than the libtern it runs with)
+ *     is TERN_ERR_INVALID_ARG, naming the struct.
+ *     tern_model_info() and tern_cpu_info() set struct_size in what they return.
+ *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_bleu_score_t) and
+ *     the callback event tern_token_event_t keep their layout for the whole MAJOR version.
+ *   Start options from the defaults and set fields by name (never positional initializers).
  */
 #ifndef TERN_H
 #define TERN_H
@@ -22,7 +42,8 @@
 extern "C" {
 #endif
 
-#define TERN_VERSION "0.1.0"
+/* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
+#define TERN_VERSION "0.3.0"
 
 /* ---------------------------------------------------------------- status */
 
@@ -72,6 +93,7 @@ typedef enum {
 typedef struct tern_model tern_model_t;
 
 typedef struct {
+    size_t struct_size;               /* sizeof this struct (set by the defaults; see "Version and ABI") */
     tern_compute_type_t compute_type; /* how the weights are run (see tern_compute_type_t) */
     const char *source_spm;           /* SentencePiece model for the source side; NULL: look in the
                                          model directory (source.spm, sentencepiece.model, spm.model) */
@@ -128,6 +150,7 @@ typedef struct {
 
 /* Facts about a loaded model, for tools and tests: common fields, then the family's own part. */
 typedef struct {
+    size_t struct_size;                 /* sizeof this struct (set by tern_model_info()) */
     const char *family;                 /* "transformer", "rnn-gru", "gnmt", "ensemble" */
     const char *format;                 /* "ctranslate2" or "tern" ("ensemble" for an ensemble) */
     int source_vocab_size, target_vocab_size; /* an ensemble: its first member's source vocabulary */
@@ -175,6 +198,7 @@ typedef enum {
 } tern_length_norm_t;
 
 typedef struct {
+    size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
     int beam_size;              /* 1: greedy search (argmax of the logits, no softmax; of the
                                    combined scores for an ensemble); >1: beam search */
     int num_hypotheses;         /* n-best: hypotheses returned per input (<= beam_size) */
@@ -293,6 +317,7 @@ tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *o
 
 /* Options of tern_vmap_build() (defaults from tern_vmap_default_options() in parentheses). */
 typedef struct {
+    size_t struct_size; /* sizeof this struct (set by the defaults; see "Version and ABI") */
     int max_ngram;    /* longest source n-gram with a rule (3) */
     int top_n;        /* aligned target pieces kept per source n-gram, 1..256 (20) */
     int top_k;        /* most frequent target pieces that are always candidates (200) */
@@ -320,6 +345,7 @@ tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path
  * ONEDNN_MAX_CPU_ISA oneDNN's (names: AVX2, AVX512_CORE, AVX512_CORE_VNNI, AVX512_CORE_BF16,
  * AVX512_CORE_AMX, ALL). All strings are static. Thread-safe. */
 typedef struct {
+    size_t struct_size;    /* sizeof this struct (set by tern_cpu_info()) */
     const char *detected;  /* what the CPU supports, e.g. "AVX512_CORE_VNNI" */
     const char *effective; /* after TERN_MAX_CPU_ISA */
     const char *onednn;    /* oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA), e.g. "avx2" */
@@ -372,6 +398,8 @@ typedef int (*tern_token_fn)(const tern_token_event_t *event, void *user_data);
  * from the translator's set-up options (threads, batch budget, file mode). Start from
  * tern_call_options_from(&translator_options) and change what a call needs. */
 typedef struct {
+    size_t struct_size;             /* sizeof this struct (set by tern_call_options_from(); see
+                                       "Version and ABI") */
     int beam_size;                  /* 1: greedy; >1: beam search */
     int num_hypotheses;             /* n-best size (1..beam_size) */
     float length_penalty;           /* alpha; 0 disables it */
@@ -436,6 +464,7 @@ tern_status_t tern_model_source_tokens(const tern_model_t *model, const char *te
 
 /* BLEU options, as sacreBLEU's BLEU() arguments (defaults from tern_bleu_default_options()). */
 typedef struct {
+    size_t struct_size;        /* sizeof this struct (set by the defaults; see "Version and ABI") */
     const char *tokenize;      /* "13a" (default), "intl", "char", "none" */
     int lowercase;             /* 1: case-insensitive */
     const char *smooth_method; /* "exp" (default), "none", "floor", "add-k" */
@@ -459,6 +488,7 @@ tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, 
 
 /* chrF options, as sacreBLEU's CHRF() arguments (defaults from tern_chrf_default_options()). */
 typedef struct {
+    size_t struct_size;        /* sizeof this struct (set by the defaults) */
     int char_order;            /* 6 */
     int word_order;            /* 0 (2: chrF++) */
     int beta;                  /* 2 */

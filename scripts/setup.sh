@@ -12,7 +12,8 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   gnuplot-nox
   time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
-  libmicrohttpd-dev)  # HTTP server of `tern serve` (src/serve/)
+  libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
+  man-db)  # `man -l`: tests/test_install.py renders the man pages `make install` writes
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch

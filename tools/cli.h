@@ -4,6 +4,7 @@
 #ifndef TERN_CLI_H
 #define TERN_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "tern.h"
@@ -49,7 +50,9 @@ typedef struct {
 } cli_models_t;
 #define CLI_MODELS_HELP \
 "  -m, --model DIR             model directory; give -m several times for an ensemble (members may\n" \
-"                              differ in family and size; identical target vocabularies)\n" \
+"                              differ in family and size; identical target vocabularies); a name\n" \
+"                              that is not a path (en-de) is an installed model (TERN_MODELS_DIR,\n" \
+"                              then PREFIX/share/tern/models)\n" \
 "  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n" \
 "  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n" \
 "                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
@@ -57,6 +60,11 @@ typedef struct {
 int cli_models_add(const char *cmd, cli_models_t *m, const char *dir);
 int cli_models_weights(const char *cmd, cli_models_t *m, const char *list);
 int cli_models_mode(const char *cmd, cli_models_t *m, const char *s);
+/* A -m value as a model directory: name itself when it exists or is a path (has a '/'); else the
+ * installed model of that name (TERN_MODELS_DIR, BIN/../share/tern/models, the build's DATADIR;
+ * tools/cli_models.c), written into buf. NULL, after printing where it looked and the models
+ * found there, when there is none. */
+const char *cli_model_dir(const char *cmd, const char *name, char *buf, size_t size);
 /* Loads them: one model (tern_model_load), or an ensemble (tern_model_load_ensemble) when -m was
  * given more than once or weights/mode were. Prints the error; returns the exit code (0, 1, 2). */
 int cli_models_load(const char *cmd, const cli_models_t *m, const tern_model_options_t *o, tern_model_t **out);

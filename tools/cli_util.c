@@ -94,8 +94,22 @@ int cli_models_load(const char *cmd, const cli_models_t *m, const tern_model_opt
         fprintf(stderr, "tern %s: --ensemble-weights gives %d weights for %d models\n", cmd, m->n_weights, m->n);
         return 2;
     }
+    /* names of installed models become their directories (cli_models.c) */
+    enum { DIR_MAX = 4096 };
+    char *bufs = malloc((size_t)m->n * DIR_MAX);
+    const char *dirs[CLI_MAX_MODELS];
+    if (!bufs) {
+        fprintf(stderr, "tern %s: out of memory\n", cmd);
+        return 1;
+    }
+    for (int i = 0; i < m->n; i++)
+        if (!(dirs[i] = cli_model_dir(cmd, m->dirs[i], bufs + (size_t)i * DIR_MAX, DIR_MAX))) {
+            free(bufs);
+            return 1;
+        }
     tern_status_t st = m->n == 1 && !m->ensemble
-                           ? tern_model_load(out, m->dirs[0], o)
-                           : tern_model_load_ensemble(out, m->dirs, m->n, m->n_weights ? m->weights : NULL, m->mode, o);
+                           ? tern_model_load(out, dirs[0], o)
+                           : tern_model_load_ensemble(out, dirs, m->n, m->n_weights ? m->weights : NULL, m->mode, o);
+    free(bufs);
     return st ? cli_fail(cmd, st) : 0;
 }

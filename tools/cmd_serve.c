@@ -26,7 +26,8 @@ static void usage(FILE *f) {
 "\n"
 "models:\n"
 "  -m, --model SRC-TGT=DIR     a model and its language pair, e.g. en-de=models/en-de (repeat\n"
-"                              for more models)\n"
+"                              for more models); DIR may name an installed model (en-de=en-de:\n"
+"                              TERN_MODELS_DIR, then PREFIX/share/tern/models)\n"
 "  --compute-type TYPE         auto (default), float32, int8\n"
 "  -w, --workers N             translators per model, each on its own thread, sharing one copy\n"
 "                              of the weights (default: cores / (threads x models), at most 8,\n"
@@ -254,6 +255,10 @@ int cmd_serve(int argc, char **argv) {
     rc = 1;
     engine_t *engine = NULL;
     server_t *server = NULL;
+    /* SRC-TGT=NAME: an installed model by name, as -m NAME elsewhere (cli_models.c) */
+    static char dir_buf[MAX_MODELS][4096];
+    for (int i = 0; i < n_specs; i++)
+        if (!(specs[i].dir = cli_model_dir(C, specs[i].dir, dir_buf[i], sizeof dir_buf[i]))) goto out;
     tern_status_t st = engine_create(&engine, specs, n_specs, &eo);
     if (st) {
         cli_fail(C, st);

@@ -19,6 +19,7 @@ static void usage(FILE *f) {
 "CTranslate2 model directory.\n"
 "\n"
 "  -m, --model DIR          model whose SentencePiece models and vocabularies split the corpus\n"
+"                           (or an installed model's name, as tern translate -m)\n"
 "  --source FILE            source side of the parallel corpus (one sentence a line)\n"
 "  --target FILE            target side (same number of lines)\n"
 "  -o, --output FILE        the map to write\n"
@@ -80,6 +81,8 @@ int cmd_vmap(int argc, char **argv) {
         return 2;
     }
     o.max_pairs = maxp;
+    char dir_buf[4096];
+    if (!(model_dir = cli_model_dir(C, model_dir, dir_buf, sizeof dir_buf))) return 1;
     tern_model_t *m = NULL;
     tern_status_t st = tern_model_load(&m, model_dir, &mo);
     if (st) return cli_fail(C, st);

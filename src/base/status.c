@@ -74,3 +74,21 @@ void tern_log(tern_log_level_t level, const char *fmt, ...) {
     if (fn) fn(level, buf, data);
     else fprintf(stderr, "tern: %s: %s\n", names[level], buf);
 }
+
+tern_status_t api_struct_in(void *dst, const void *src, const void *defaults, size_t known, size_t base,
+                            const char *type) {
+    size_t size = known;
+    if (src) {
+        memcpy(&size, src, sizeof size);
+        if (size == 0) size = base;
+        if (size < sizeof(size_t) || size > known)
+            return tern_error(TERN_ERR_INVALID_ARG,
+                              "%s.struct_size is %zu: this libtern (%s) knows %zu bytes of it (start from "
+                              "the library's defaults; a program built against a newer tern.h needs a newer "
+                              "libtern)", type, size, TERN_VERSION, known);
+    }
+    if (dst != defaults) memcpy(dst, defaults, known);
+    if (src) memmove(dst, src, size);
+    memcpy(dst, &known, sizeof known);
+    return TERN_OK;
+}

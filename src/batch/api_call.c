@@ -11,11 +11,15 @@
 
 #include "translator.h"
 
-tern_call_options_t tern_call_options_from(const tern_translate_options_t *o) {
+tern_call_options_t tern_call_options_from(const tern_translate_options_t *options) {
     tern_translate_options_t d = tern_translate_default_options();
-    if (!o) o = &d;
+    /* a bad struct_size leaves the defaults here and marks the result as one that
+     * tern_call_options_check() refuses (the message stays in tern_last_error()) */
+    int bad = API_STRUCT_IN(&d, options, &d, tern_translate_options_t) != TERN_OK;
+    const tern_translate_options_t *o = &d;
     tern_call_options_t c;
     memset(&c, 0, sizeof c);
+    c.struct_size = bad ? (size_t)-1 : sizeof c;
     c.beam_size = o->beam_size;
     c.num_hypotheses = o->num_hypotheses;
     c.length_penalty = o->length_penalty;
@@ -29,8 +33,19 @@ tern_call_options_t tern_call_options_from(const tern_translate_options_t *o) {
     return c;
 }
 
-tern_status_t tern_call_options_check(const tern_call_options_t *c) {
-    if (!c) return tern_error(TERN_ERR_INVALID_ARG, "call options: NULL");
+/* The caller's call options in this library's layout (API_STRUCT_IN; the defaults are
+ * tern_call_options_from(NULL)'s). */
+static tern_status_t call_in(tern_call_options_t *dst, const tern_call_options_t *c) {
+    tern_call_options_t d = tern_call_options_from(NULL);
+    return API_STRUCT_IN(dst, c, &d, tern_call_options_t);
+}
+
+tern_status_t tern_call_options_check(const tern_call_options_t *call) {
+    if (!call) return tern_error(TERN_ERR_INVALID_ARG, "call options: NULL");
+    tern_call_options_t copy;
+    tern_status_t st = call_in(&copy, call);
+    if (st) return st;
+    const tern_call_options_t *c = &copy;
     if (c->beam_size < 1) return tern_error(TERN_ERR_INVALID_ARG, "beam_size must be >= 1 (got %d)", c->beam_size);
     if (c->num_hypotheses < 1 || c->num_hypotheses > c->beam_size)
         return tern_error(TERN_ERR_INVALID_ARG, "num_hypotheses must be in 1..beam_size (got %d, beam_size %d)",
@@ -55,12 +70,15 @@ tern_status_t tern_translate_batch_with(tern_translator_t *tr, const char *const
 }
 
 tern_status_t tern_translate_batch_ex(tern_translator_t *tr, const char *const *sources,
-                                      const char *const *prefixes, int n, const tern_call_options_t *c,
+                                      const char *const *prefixes, int n, const tern_call_options_t *call,
                                       tern_result_t *results) {
     if (!tr || n < 0 || (n > 0 && !sources))
         return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_ex: NULL translator or sources");
-    tern_status_t st = tern_call_options_check(c);
+    tern_status_t st = tern_call_options_check(call);
     if (st) return st;
+    tern_call_options_t copy;
+    if ((st = call_in(&copy, call))) return st;
+    const tern_call_options_t *c = &copy;
     if (n > 0 && !results && !c->on_result)
         return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch_ex: NULL results without on_result");
     if (c->max_batch_size < 0 || c->max_batch_tokens < 0 || c->max_input_length < 0)
@@ -85,9 +103,16 @@ tern_status_t tern_translate_batch_ex(tern_translator_t *tr, const char *const *
 }
 
 tern_status_t tern_score_batch_with(tern_translator_t *tr, const char *const *sources, const char *const *targets,
-                                    int n, const tern_call_options_t *c, float **token_logprobs, int *token_counts) {
+                                    int n, const tern_call_options_t *call, float **token_logprobs, int *token_counts) {
     if (!tr || n < 0 || (n > 0 && (!sources || !targets || !token_logprobs || !token_counts)))
         return tern_error(TERN_ERR_INVALID_ARG, "tern_score_batch_with: NULL translator, sources, targets or outputs");
+    tern_call_options_t copy;
+    const tern_call_options_t *c = NULL;
+    if (call) {
+        tern_status_t st = call_in(&copy, call);
+        if (st) return st;
+        c = &copy;
+    }
     return translator_score_strings(tr, sources, targets, n, c ? c->pretokenized : 0, c ? c->cancel : NULL,
                                     token_logprobs, token_counts);
 }

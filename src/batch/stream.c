@@ -259,7 +259,9 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
 tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
                                     const tern_translate_options_t *options, tern_progress_fn progress,
                                     void *user_data) {
-    tern_translate_options_t o = options ? *options : tern_translate_default_options();
+    tern_translate_options_t o, defaults = tern_translate_default_options();
+    tern_status_t ost = API_STRUCT_IN(&o, options, &defaults, tern_translate_options_t);
+    if (ost) return ost;
     if (o.workers <= 0) o.workers = 1;
     /* Scores reach the output only in n-best lists or with print_scores: otherwise greedy search
      * needs no log-softmax (the argmax of the logits is the token). */

@@ -16,6 +16,7 @@
 tern_translate_options_t tern_translate_default_options(void) {
     tern_translate_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     o.beam_size = 4;
     o.num_hypotheses = 1;
     o.length_penalty = 0.0f;
@@ -72,8 +73,10 @@ static tern_status_t check_options(const tern_translate_options_t *o) {
 tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t *model,
                                      const tern_translate_options_t *options) {
     *out = NULL;
-    tern_translate_options_t o = options ? *options : tern_translate_default_options();
-    tern_status_t st = check_options(&o);
+    tern_translate_options_t o, defaults = tern_translate_default_options();
+    tern_status_t st = API_STRUCT_IN(&o, options, &defaults, tern_translate_options_t);
+    if (st) return st;
+    st = check_options(&o);
     if (st) return st;
     tern_translator_t *tr = calloc(1, sizeof *tr);
     if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");

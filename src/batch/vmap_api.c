@@ -9,8 +9,9 @@
 
 tern_vmap_options_t tern_vmap_default_options(void) {
     vmap_build_options_t b = vmap_build_default_options();
-    tern_vmap_options_t o = {b.max_ngram, b.top_n, b.top_k, b.min_count, b.align.iterations,
-                             (float)b.align.p0, (float)b.align.tension, 0};
+    tern_vmap_options_t o = {.struct_size = sizeof o, .max_ngram = b.max_ngram, .top_n = b.top_n, .top_k = b.top_k,
+                             .min_count = b.min_count, .iterations = b.align.iterations,
+                             .p0 = (float)b.align.p0, .tension = (float)b.align.tension, .max_pairs = 0};
     return o;
 }
 
@@ -94,7 +95,9 @@ done:
 
 tern_status_t tern_vmap_build(const tern_model_t *m, const char *source_path, const char *target_path,
                               const char *out_path, const tern_vmap_options_t *options, FILE *report) {
-    tern_vmap_options_t to = options ? *options : tern_vmap_default_options();
+    tern_vmap_options_t to, defaults = tern_vmap_default_options();
+    tern_status_t ost = API_STRUCT_IN(&to, options, &defaults, tern_vmap_options_t);
+    if (ost) return ost;
     vmap_build_options_t o = vmap_build_default_options();
     o.max_ngram = to.max_ngram;
     o.top_n = to.top_n;

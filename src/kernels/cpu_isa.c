@@ -128,6 +128,7 @@ tern_cpu_info_t tern_cpu_info(void) {
     static pthread_once_t caps_once = PTHREAD_ONCE_INIT;
     pthread_once(&caps_once, caps_init);
     tern_cpu_info_t in;
+    in.struct_size = sizeof in;
     in.detected = cpu_isa_name(cpu_isa_detected());
     in.effective = cpu_isa_name(cpu_isa_effective());
     in.onednn = onednn_isa_name((unsigned)dnnl_get_effective_cpu_isa());

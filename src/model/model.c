@@ -15,6 +15,7 @@
 tern_model_options_t tern_model_default_options(void) {
     tern_model_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     o.compute_type = TERN_COMPUTE_AUTO;
     o.use_spm = -1;
     return o;
@@ -94,7 +95,9 @@ void tern_model_free(tern_model_t *m) {
 
 tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_model_options_t *options) {
     *out = NULL;
-    tern_model_options_t o = options ? *options : tern_model_default_options();
+    tern_model_options_t o, defaults = tern_model_default_options();
+    tern_status_t ost = API_STRUCT_IN(&o, options, &defaults, tern_model_options_t);
+    if (ost) return ost;
     if (!dir) return tern_error(TERN_ERR_INVALID_ARG, "no model directory given");
     tern_model_t *m = calloc(1, sizeof *m);
     if (!m) return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -179,6 +182,7 @@ fail:
 
 tern_model_info_t tern_model_info(const tern_model_t *m) {
     tern_model_info_t i = m->info;
+    i.struct_size = sizeof i;
     i.format = m->format;
     i.has_spm = m->n_members ? m->members[0]->src_spm != NULL : m->src_spm != NULL;
     if (!m->n_members) i.num_members = 1;

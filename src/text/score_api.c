@@ -7,6 +7,7 @@
 tern_bleu_options_t tern_bleu_default_options(void) {
     tern_bleu_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     o.tokenize = "13a";
     o.smooth_method = "exp";
     o.smooth_value = -1;
@@ -17,7 +18,9 @@ tern_bleu_options_t tern_bleu_default_options(void) {
 tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, const char *const *const *refs,
                                size_t n, int num_refs, const tern_bleu_options_t *options) {
     tern_bleu_options_t d = tern_bleu_default_options();
-    const tern_bleu_options_t *o = options ? options : &d;
+    tern_status_t ost = API_STRUCT_IN(&d, options, &d, tern_bleu_options_t);
+    if (ost) return ost;
+    const tern_bleu_options_t *o = &d;
     if (!out || (n > 0 && (!hyps || !refs)) || num_refs < 1)
         return tern_error(TERN_ERR_INVALID_ARG, "corpus BLEU: NULL argument or no reference stream");
     memset(out, 0, sizeof *out);
@@ -56,6 +59,7 @@ tern_status_t tern_corpus_bleu(tern_bleu_score_t *out, const char *const *hyps, 
 tern_chrf_options_t tern_chrf_default_options(void) {
     tern_chrf_options_t o;
     memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
     o.char_order = 6;
     o.beta = 2;
     return o;
@@ -64,7 +68,9 @@ tern_chrf_options_t tern_chrf_default_options(void) {
 tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const char *const *const *refs, size_t n,
                                int num_refs, const tern_chrf_options_t *options) {
     tern_chrf_options_t d = tern_chrf_default_options();
-    const tern_chrf_options_t *o = options ? options : &d;
+    tern_status_t ost = API_STRUCT_IN(&d, options, &d, tern_chrf_options_t);
+    if (ost) return ost;
+    const tern_chrf_options_t *o = &d;
     if (!score || (n > 0 && (!hyps || !refs)) || num_refs < 1)
         return tern_error(TERN_ERR_INVALID_ARG, "corpus chrF: NULL argument or no reference stream");
     *score = 0;

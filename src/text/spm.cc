@@ -1,7 +1,8 @@
-// spm.cc — the C interface to SentencePiece (the only C++ file in Tern). Every C++ exception is
-// caught here and turned into a tern_status_t; nothing throws across the boundary.
+// spm.cc — the C interface to SentencePiece's processor (encode, decode): the part the runtime
+// library needs; the trainer's side (libsentencepiece_train) is in spm_train.cc, which goes into
+// the training library. Every C++ exception is caught here and turned into a tern_status_t;
+// nothing throws across the boundary.
 #include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -103,22 +104,6 @@ extern "C" tern_status_t spm_decode(const spm_t *s, const char *const *pieces, i
         return tern_error(TERN_ERR_INTERNAL, "spm_decode: %s", e.what());
     } catch (...) {
         return tern_error(TERN_ERR_INTERNAL, "spm_decode: unknown exception");
-    }
-}
-
-extern "C" tern_status_t spm_train(const char *args) {
-    if (!args) return tern_error(TERN_ERR_INVALID_ARG, "spm_train: no arguments");
-    try {
-        auto status = sentencepiece::SentencePieceTrainer::Train(args);
-        if (!status.ok())
-            return tern_error(TERN_ERR_INVALID_ARG, "SentencePiece training failed: %s", status.ToString().c_str());
-        return TERN_OK;
-    } catch (const std::bad_alloc &) {
-        return tern_error(TERN_ERR_NOMEM, "spm_train: out of memory");
-    } catch (const std::exception &e) {
-        return tern_error(TERN_ERR_INTERNAL, "spm_train: %s", e.what());
-    } catch (...) {
-        return tern_error(TERN_ERR_INTERNAL, "spm_train: unknown exception");
     }
 }
 

@@ -15,7 +15,8 @@ tern_status_t spm_encode(const spm_t *s, const char *text, size_t len, char ***p
 /* Decodes pieces into text (malloc'd, NUL-terminated). */
 tern_status_t spm_decode(const spm_t *s, const char *const *pieces, int n, char **text);
 
-/* Trains a model (sentencepiece_train); args as SentencePieceTrainer::Train takes them. */
+/* Trains a model (sentencepiece_train; src/text/spm_train.cc, in the training library); args as
+ * SentencePieceTrainer::Train takes them. */
 tern_status_t spm_train(const char *args);
 
 /* The model's pieces: count, and the piece of an id (NULL when out of range; valid while s lives). */

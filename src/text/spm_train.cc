@@ -2,7 +2,9 @@
 // files itself (one sentence a line, "\r\n" or "\n") and hands the sentences to
 // SentencePieceTrainer through a SentenceIterator, so that any file name works (the trainer's
 // --input flag splits on commas) and an unreadable file is named in the error. Every C++
-// exception is caught here; nothing throws across the boundary.
+// exception is caught here; nothing throws across the boundary. This file (and spm_train(), the
+// trainer with SentencePieceTrainer's own arguments) is the only one linking
+// libsentencepiece_train: it belongs to the training library (libtern-train.a), not to libtern.so.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -198,5 +200,21 @@ extern "C" tern_status_t spm_train_files(const spm_train_options_t *o) {
         return tern_error(TERN_ERR_INTERNAL, "spm_train_files: %s", e.what());
     } catch (...) {
         return tern_error(TERN_ERR_INTERNAL, "spm_train_files: unknown exception");
+    }
+}
+
+extern "C" tern_status_t spm_train(const char *args) {
+    if (!args) return tern_error(TERN_ERR_INVALID_ARG, "spm_train: no arguments");
+    try {
+        auto status = sentencepiece::SentencePieceTrainer::Train(args);
+        if (!status.ok())
+            return tern_error(TERN_ERR_INVALID_ARG, "SentencePiece training failed: %s", status.ToString().c_str());
+        return TERN_OK;
+    } catch (const std::bad_alloc &) {
+        return tern_error(TERN_ERR_NOMEM, "spm_train: out of memory");
+    } catch (const std::exception &e) {
+        return tern_error(TERN_ERR_INTERNAL, "spm_train: %s", e.what());
+    } catch (...) {
+        return tern_error(TERN_ERR_INTERNAL, "spm_train: unknown exception");
     }
 }
