@@ -16,17 +16,54 @@
  * run by linear_forward): within TOL_INT8.
  * The attention rows the step writes sum to 1 over each row's source and are 0 past its length.
  *
- * Gradients: central differences (h = 1e-2) of the training table's label-smoothed loss against
- * its backward at 4 random entries of every stored tensor (separate; shared + tied; with dropout
- * 0.3 on the embeddings and the deep output under fixed keys): |fd - backward| <= 2e-2 (0.01 + |fd|)
- * (measured ~1e-3). With dropout 0 a training forward gives exactly the evaluation forward's loss.
+ * Gradients (the whole model): the training table's float32 loss (label smoothing 0.1, a padded
+ * batch; separate; shared + tied; dropout 0.3 on the embeddings and the deep output under fixed
+ * keys) equals ref_gru_loss(), a double-precision transcription of the training forward (on
+ * tests/c/ref_rnn.h's cells; the parameters read from a double copy of m->params at the float
+ * tensors' offsets, so shared and tied tensors stay one; the dropout masks drawn by the model's
+ * counter-based generator at its sites and keys, dropout_key(7, 3, site)), within MODEL_FWD_TOL
+ * relative; and its backward equals central differences (h = 1e-5) of that reference for EVERY
+ * entry of every stored tensor (1021 to 1373 per case): the error of a tensor,
+ *     max_i |g_i - fd_i| / max(max_i |fd_i|, MODEL_FLOOR),
+ * stays within MODEL_TOL. With dropout 0 a training forward gives exactly the evaluation
+ * forward's loss.
+ * Where the tolerances come from (u = 2^-24 = 6.0e-8, float32's unit roundoff):
+ * - The reference's own error is negligible: a double central difference errs by h^2 |f'''| / 6
+ *   (~1e-10 at h = 1e-5) plus the double loss's rounding over h (~1e-16 |L| / h, L ~ 18: ~2e-10);
+ *   the worst errors below change by < 3e-7 from h = 1e-4 to 1e-6.
+ * - So a check measures the float32 code's rounding: a float32 sum of K terms errs by at most
+ *   K·u of the sum of the terms' magnitudes (Higham, eq. 3.5), an activation (the kernels' tanh;
+ *   sigmoid = 0.5 + 0.5 tanh(x/2)) or a normalization (its mean and variance summed in double)
+ *   by a few u, and the errors along a chain of dependent operations add. Here (E = 6, He = 5,
+ *   Hd = 4, A = 3, O <= 7, V <= 11, B = 3, S = 5, T = 4) the longest forward chain is: 5 encoder
+ *   cells, each one accumulated sum of the input and recurrent projections (K = 6 + 5): 55; the
+ *   initial state's mean (5) and projection (Dv = 10): 15; 4 decoder steps of GRU1 (6 + 4),
+ *   query (4), score (3), softmax (5), context (5) and GRU2 (10 + 4): 4 x 41 = 164; the deep
+ *   output (Hd + Dv + E = 20), the projection (7) and the log-sum-exp (11): 38. Sum of K ~ 270,
+ *   plus ~10 u per cell (13 cells) for the activations, ~8 u per cell for the normalizations
+ *   and ~40 u for the attention's and the deep output's: ~550 u forward at most.
+ *   Loss: ~550 u = 3.3e-5 of the logits' magnitude, which is within ~3x of the per-token loss
+ *   (~2.3): MODEL_FWD_TOL = 1e-4.
+ *   Gradients: the backward runs the chain back and ends in a sum over the B·T = 12 (B·S = 15)
+ *   rows of a weight: 2·550 + 15 ~ 1100 u = 6.6e-5 of the terms' magnitudes, which stay within
+ *   ~3x of the tensor's largest entry: 2e-4, hence MODEL_TOL = 2e-4.
+ *   MODEL_FLOOR = 1e-2 (test_train_grad.c's) is 0.4-1% of the largest gradient here (0.95 to
+ *   2.4); it matters only for the attention's query weight, whose gradient (max 2e-4 to 1.7e-3)
+ *   is a sum of terms of the model's scale that cancel: measured against the floor, its absolute
+ *   error must stay below MODEL_TOL·1e-2.
+ * Measured (x86-64 AVX2, also under TERN_MAX_CPU_ISA=AVX2 with oneDNN and OpenBLAS capped alike):
+ * loss 1.0e-9 to 6.1e-9 relative; gradients 4.8e-7 to 7.7e-7 (without the floor <= 5.6e-6) —
+ * rounding errors add up like sqrt(1100)·u ~ 2e-6, not linearly; a wrong gradient term errs by
+ * 1e-2 to 1. The former check differentiated the float32 loss itself (h = 1e-2, 4 entries per
+ * tensor, tolerance 2e-2 (0.01 + |fd|)): the float32 loss noise over h and the O(h^2)
+ * truncation set its bound, not the backward's error.
  *
  * Bad input: config keys that do not match the tensors, a missing recurrent tensor, and an
  * unknown architecture give errors naming the file and the tensor (or the architecture).
  *
- * The layer-normalized GRU (rnn/layer_norm = 1): the same gradient checks (separate; shared + tied
- * with dropout) and the same parity passes (float32 and int8, both shapes), and a model missing a
- * normalization tensor is refused naming it.
+ * The layer-normalized GRU (rnn/layer_norm = 1): the same whole-model gradient checks (separate;
+ * shared + tied with dropout) and the same parity passes (float32 and int8, both shapes), and a
+ * model missing a normalization tensor is refused naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +72,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ref_rnn.h"
 #include "model/family.h"
 #include "model/model_dir.h"
 #include "model/rnn_gru_desc.h"
@@ -48,6 +86,11 @@ static double urand(void) {
 }
 
 enum { B = 5, S = 7, T = 6 };
+/* the whole-model gradient check (see the header) */
+#define MODEL_FWD_TOL 1e-4
+#define MODEL_TOL 2e-4
+#define MODEL_FD_H 1e-5
+#define MODEL_FLOOR 1e-2
 /* int8 (every matrix per output row, activations per row) against the float32 training forward
  * on these random models (weights in [-0.5, 0.5], log-probs of ~20 entries): measured 0.0097 */
 #define TOL_INT8 0.03
@@ -246,8 +289,85 @@ static void parity(int joint, int ln, const char *dir) {
     fam->destroy(&m);
 }
 
-/* Finite differences of the whole training table's loss (label smoothing, padding, shared/tied
- * names accumulating into one tensor) against its backward, 4 entries of every stored tensor. */
+/* ------------------------------------------------------------ the double-precision reference
+ * ref_gru_loss(): the training table's forward (rnn_gru_train.c) transcribed in double from the
+ * definitions on ref_rnn.h's cells, reading the parameters from a double copy of m->params at the
+ * float tensors' offsets (RG.t; shared and tied tensors: one array, as in the model):
+ *   xs = dropout(Emb_s[src], site 0); enc = [GRU_f(xs); GRU_b(xs)] over each sentence's length
+ *   L (the first padding, at least 1), zero initial states, states carried past L;
+ *   s0 = tanh(W_init mean_{j<L} enc_j + b_init); xt = dropout(Emb_t[tgt_in], site 1);
+ *   per step: s' = GRU1(xt_t, s), c = Att(W_q s'; W_k enc_j + b, j < L), s = GRU2(c, s'),
+ *   u = tanh(W_s s + W_c c + W_e xt_t + b) (all B·T rows), u = dropout(u, site 2),
+ *   logits = W_o u + b_o; label-smoothed cross-entropy summed over the non-padding targets.
+ * Dropout: element i (flat index over the (B, T, ·) tensor) of a site is kept when
+ * rng_bits32(dropout_key(seed, step, site), i) >= p·2^32 — the model's generator at its keys. */
+static struct {
+    const double *t[RG_COUNT]; /* every tensor (aliases: their target's), NULL when unused */
+    int E, He, Hd, A, O, V, ln, pad;
+    float p, eps;
+    const int *src, *tin, *tout;
+    int B, S, T;
+    uint64_t seed, step;
+} RG;
+
+static rr_cell_t ref_cell(int wih, int cell) {
+    rr_cell_t c = {RG.t[wih], RG.t[wih + 1], RG.t[wih + 2], RG.t[wih + 3], NULL, NULL, NULL, NULL};
+    if (RG.ln) {
+        int k = RG_LN_FIRST + 4 * cell;
+        c.ig = RG.t[k], c.ib = RG.t[k + 1], c.hg = RG.t[k + 2], c.hb = RG.t[k + 3];
+    }
+    return c;
+}
+
+static double ref_gru_loss(void) {
+    int B = RG.B, S = RG.S, T = RG.T, E = RG.E, He = RG.He, Hd = RG.Hd, Dv = 2 * He, A = RG.A, O = RG.O, V = RG.V;
+    double xs[8 * 8 * 16], enc[8 * 8 * 32], xt[8 * 8 * 16], u[8 * 8 * 16], logits[8 * 8 * 32], kp[8 * 16];
+    int slen[8];
+    for (int b = 0; b < B; b++) {
+        int L = 0;
+        while (L < S && RG.src[b * S + L] != RG.pad) L++;
+        slen[b] = L > 0 ? L : 1;
+    }
+    rr_embed(xs, RG.t[RG_ENC_EMB], RG.src, B * S, E, RG.pad);
+    rr_dropout(xs, (size_t)B * S * E, RG.p, dropout_key(RG.seed, RG.step, 0));
+    rr_seq(enc, Dv, xs, ref_cell(RG_ENC_F_WIH, 0), slen, B, S, E, He, 0, 0);
+    rr_seq(enc + He, Dv, xs, ref_cell(RG_ENC_B_WIH, 1), slen, B, S, E, He, 1, 0);
+    rr_embed(xt, RG.t[RG_DEC_EMB], RG.tin, B * T, E, RG.pad);
+    rr_dropout(xt, (size_t)B * T * E, RG.p, dropout_key(RG.seed, RG.step, 1));
+    rr_cell_t g1 = ref_cell(RG_GRU1_WIH, 2), g2 = ref_cell(RG_GRU2_WIH, 3);
+    for (int b = 0; b < B; b++) {
+        const double *eb = enc + (size_t)b * S * Dv;
+        double mean[32] = {0}, s[16], s1[16], qp[16], c[32], tmp[16];
+        for (int j = 0; j < slen[b]; j++)
+            for (int k = 0; k < Dv; k++) mean[k] += eb[(size_t)j * Dv + k];
+        for (int k = 0; k < Dv; k++) mean[k] /= slen[b];
+        rr_lin(s, RG.t[RG_INIT_W], RG.t[RG_INIT_B], mean, Hd, Dv);
+        for (int k = 0; k < Hd; k++) s[k] = tanh(s[k]);
+        for (int j = 0; j < slen[b]; j++)
+            rr_lin(kp + (size_t)j * A, RG.t[RG_ATT_WK], RG.t[RG_ATT_B], eb + (size_t)j * Dv, A, Dv);
+        for (int t = 0; t < T; t++) {
+            const double *e = xt + ((size_t)b * T + t) * E;
+            double *ur = u + ((size_t)b * T + t) * O;
+            rr_gru_cell(s1, e, s, g1, E, Hd);
+            rr_lin(qp, RG.t[RG_ATT_WQ], NULL, s1, A, Hd);
+            rr_att(c, qp, kp, eb, RG.t[RG_ATT_V], slen[b], A, Dv);
+            rr_gru_cell(s, c, s1, g2, Dv, Hd);
+            rr_lin(ur, RG.t[RG_OUT_WS], RG.t[RG_OUT_B], s, O, Hd);
+            rr_lin(tmp, RG.t[RG_OUT_WC], NULL, c, O, Dv);
+            for (int o = 0; o < O; o++) ur[o] += tmp[o];
+            rr_lin(tmp, RG.t[RG_OUT_WE], NULL, e, O, E);
+            for (int o = 0; o < O; o++) ur[o] = tanh(ur[o] + tmp[o]);
+        }
+    }
+    rr_dropout(u, (size_t)B * T * O, RG.p, dropout_key(RG.seed, RG.step, 2));
+    for (int r = 0; r < B * T; r++)
+        rr_lin(logits + (size_t)r * V, RG.t[RG_PROJ_W], RG.t[RG_PROJ_B], u + (size_t)r * O, V, O);
+    return rr_xent(logits, RG.tout, B * T, V, RG.eps, RG.pad);
+}
+
+/* The whole training table's float32 loss against ref_gru_loss(), and its backward against central
+ * differences of the reference for EVERY entry of every stored tensor (label smoothing, padding,
+ * shared/tied names accumulating into one tensor; dropout under fixed keys). */
 static void grad_check(int joint, float dropout, int ln) {
     const train_family_t *fam = &train_family_rnn_gru;
     rnn_gru_config_t c;
@@ -282,26 +402,32 @@ static void grad_check(int joint, float dropout, int ln) {
     memset(m.grads, 0, m.n_params * sizeof(float));
     fam->forward(&m, ws, src, tin, tout, GB, GS, GT, tr, 7, 3, &L);
     fam->backward(&m, ws, 1.0f);
-    double worst = 0;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const train_tensor_t *t = &m.tensors[i];
-        for (int k = 0; k < 4; k++) {
-            size_t j = t->offset + (size_t)(urand() * (double)t->numel);
-            float keep = m.params[j], h = 1e-2f;
-            train_loss_t lp, lm;
-            m.params[j] = keep + h;
-            fam->forward(&m, ws, src, tin, tout, GB, GS, GT, tr, 7, 3, &lp);
-            m.params[j] = keep - h;
-            fam->forward(&m, ws, src, tin, tout, GB, GS, GT, tr, 7, 3, &lm);
-            m.params[j] = keep;
-            double fd = (lp.loss - lm.loss) / (2.0 * h), an = m.grads[j];
-            double err = fabs(fd - an) / (1e-2 + fabs(fd));
-            worst = fmax(worst, err);
-            CHECK_MSG(err <= 2e-2, "%s[%zu]: finite difference %.6g, backward %.6g", t->name, j - t->offset, fd, an);
-        }
-    }
-    printf("rnn-gru gradient check (%s, dropout %.1f%s): worst |fd - backward| / (0.01 + |fd|) = %.3g\n",
-           joint ? "shared + tied" : "separate", dropout, ln ? ", layer norm" : "", worst);
+    /* the reference: every tensor at its offset in the double copy (aliases at their target's) */
+    double *P = malloc(m.n_params * sizeof(double));
+    for (size_t i = 0; i < m.n_params; i++) P[i] = m.params[i];
+    memset(&RG, 0, sizeof RG);
+    for (int i = 0; i < RG_COUNT; i++) RG.t[i] = rr_param(&m, P, rnn_gru_tensor_name((rg_tensor_t)i));
+    if (joint) RG.t[RG_DEC_EMB] = RG.t[RG_ENC_EMB];
+    if (joint) RG.t[RG_PROJ_W] = RG.t[RG_DEC_EMB];
+    RG.E = c.emb, RG.He = c.enc_hidden, RG.Hd = c.dec_hidden, RG.A = c.att, RG.O = c.out, RG.V = Vt, RG.ln = ln;
+    RG.pad = pad, RG.p = tr ? dropout : 0.0f, RG.eps = c.label_smoothing;
+    RG.src = src, RG.tin = tin, RG.tout = tout, RG.B = GB, RG.S = GS, RG.T = GT, RG.seed = 7, RG.step = 3;
+    CHECK(GB <= 8 && GS <= 8 && GT <= 8 && c.emb <= 16 && 2 * c.enc_hidden <= 32 && c.dec_hidden <= 16 &&
+          c.att <= 16 && c.out <= 16 && Vt <= 32); /* the reference's arrays */
+    for (int i = 0; i < RG_COUNT; i++)
+        CHECK_MSG(!RG.t[i] == (i >= RG_LN_FIRST && !ln), "tensor %s", rnn_gru_tensor_name((rg_tensor_t)i));
+    double lref = ref_gru_loss(), fwd = fabs(L.loss - lref) / fabs(lref);
+    CHECK_MSG(fwd <= MODEL_FWD_TOL, "float32 loss %.9g, double reference %.9g (rel %.3e)", L.loss, lref, fwd);
+    rr_grad_t g = rr_grad_check(&m, P, ref_gru_loss, NULL, MODEL_FD_H, MODEL_FLOOR);
+    printf("rnn-gru gradients (%s, dropout %.1f%s): loss %.6g, rel %.1e; %zu entries of %d tensors: worst %.2e (%s) "
+           "[without the floor %.2e (%s)]; max|fd| %.2g (%s) to %.2g\n",
+           joint ? "shared + tied" : "separate", dropout, ln ? ", layer norm" : "", lref, fwd, g.n, m.n_tensors,
+           g.worst, g.worst_name, g.worst_raw, g.worst_raw_name, g.gmin, g.gmin_name, g.gmax);
+    CHECK_MSG(g.worst <= MODEL_TOL, "gradient error %.3e in %s", g.worst, g.worst_name);
+    CHECK(g.gmax > 0.1); /* the gradients are not vanishing: the relative measure means something */
+    /* the random stream the parity checks draw from stays as it was (4 draws per tensor here) */
+    for (int i = 0; i < 4 * m.n_tensors; i++) (void)urand();
+    free(P);
     fam->ws_free(ws);
     fam->destroy(&m);
 }
