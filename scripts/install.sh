@@ -73,15 +73,27 @@ install)
     echo "installed tern $VERSION under $DESTDIR$PREFIX"
     ;;
 uninstall)
-    manifest | while read -r mode src dest; do
-        if [ -e "$DESTDIR$dest" ] || [ -L "$DESTDIR$dest" ]; then
-            rm -f "$DESTDIR$dest" && echo "  removed $DESTDIR$dest"
-        fi
+    list=$(mktemp)
+    trap 'rm -f "$list"' EXIT
+    manifest > "$list"
+    # the man pages installed, whether or not this build folder has them
+    for f in "$DESTDIR$MANDIR"/man1/tern.1 "$DESTDIR$MANDIR"/man1/tern-*.1; do
+        [ -f "$f" ] && echo "644 - ${f#"$DESTDIR"}" >> "$list"
     done
+    removed=0
+    while read -r mode src dest; do
+        if [ -e "$DESTDIR$dest" ] || [ -L "$DESTDIR$dest" ]; then
+            rm -f "$DESTDIR$dest" && echo "  removed $DESTDIR$dest" && removed=$((removed + 1))
+        fi
+    done < "$list"
     # Tern's own directories, when empty (a model someone added by hand stays, with its folder)
     for d in "$DESTDIR$MODELDIR"/*/; do [ -d "$d" ] && rmdir "${d%/}" 2>/dev/null || true; done
     for d in "$MODELDIR" "$DATADIR/tern" "$DOCDIR"; do rmdir "$DESTDIR$d" 2>/dev/null || true; done
-    echo "uninstalled tern $VERSION from $DESTDIR$PREFIX"
+    if [ "$removed" = 0 ]; then
+        echo "make uninstall: no file of tern under $DESTDIR$PREFIX (nothing to remove)"
+    else
+        echo "uninstalled tern $VERSION from $DESTDIR$PREFIX ($removed files)"
+    fi
     ;;
 *)
     echo "install.sh: install or uninstall, not '$action'" >&2
