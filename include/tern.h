@@ -26,7 +26,10 @@
  *     read as the layout of version 0.3.0, the first with struct_size. A struct_size larger than
  *     the library knows (a program built against a newer tern.h than the libtern it runs with)
  *     is TERN_ERR_INVALID_ARG, naming the struct.
- *     tern_model_info() and tern_cpu_info() set struct_size in what they return.
+ *     tern_model_info() and tern_cpu_info() set struct_size in what they return. When a struct
+ *     grows, the functions that return it by value (its defaults, tern_model_info(),
+ *     tern_cpu_info()) get a new symbol version, and their old version keeps filling the old
+ *     layout for programs linked before (a by-value return writes into the caller's storage).
  *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_bleu_score_t) and
  *     the callback event tern_token_event_t keep their layout for the whole MAJOR version.
  *   Start options from the defaults and set fields by name (never positional initializers).
