@@ -147,7 +147,7 @@ $(BUILD)/tools/cli_models.o: CPPFLAGS += -DTERN_DATADIR='"$(DATADIR)/tern"'
 $(BUILD)/tern: $(CLI_OBJ) $(LIBS_A)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBS_A) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/c/%.c $(LIBS_A) tests/c/check.h
+$(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS_A) $(LDLIBS)
 

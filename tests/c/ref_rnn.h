@@ -1,8 +1,9 @@
 /* ref_rnn.h — double-precision references of the recurrent families' training forward, shared by
- * tests/c/test_rnn_gru.c and tests/c/test_gnmt.c (whole-model gradient checks).
+ * tests/c/test_rnn_gru.c and tests/c/test_gnmt.c (whole-model gradient checks) and
+ * tests/c/test_rnn_grad.c (the layers).
  *
  * Everything here is written from the defining equations, per sentence and per step, in plain
- * double loops (the shape of tests/c/test_rnn_grad.c's layer references): the GRU cell (PyTorch's
+ * double loops (tests/c/test_rnn_grad.c checks the layers against the same cells): the GRU cell (PyTorch's
  * gates [r; z; n], optionally layer-normalized as Nematus/Marian: [LN(W_i[rz] x); LN(W_in x)] ⊙ γ +
  * β, LN over the blocks 2H and H with ε = 1e-5), the LSTM cell (gates [i; f; g; o]), a sequence
  * that carries its state past a sentence's length, additive (Bahdanau) attention over a

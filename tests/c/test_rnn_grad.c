@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "ref_rnn.h"
 #include "train/layers.h"
 #include "train/rnn_layers.h"
 
@@ -132,71 +133,11 @@ static float *rand_f(size_t n, double scale, double **dcopy) {
 
 static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
 
-static double sig(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-/* ------------------------------------------------------------ double references */
-
-/* y (N) = W (N, K) x (K) + b (N or NULL) */
-static void ref_lin(double *y, const double *W, const double *b, const double *x, int N, int K) {
-    for (int i = 0; i < N; i++) {
-        double s = b ? b[i] : 0;
-        for (int k = 0; k < K; k++) s += W[(size_t)i * K + k] * x[k];
-        y[i] = s;
-    }
-}
-
-typedef struct { const double *wih, *whh, *bih, *bhh, *ig, *ib, *hg, *hb; } dcell_t;
-
-/* v (3H) <- [LN(v[0, 2H)); LN(v[2H, 3H))] ⊙ g + b + bias (bias may be NULL): Nematus' layer-normalized
- * GRU's projections, LN(u) = (u − mean) / sqrt(var + 1e-5). */
-static void ref_ln3(double *v, const double *g, const double *b, const double *bias, int H) {
-    for (int blk = 0; blk < 2; blk++) {
-        int o = blk ? 2 * H : 0, n = blk ? H : 2 * H;
-        double m = 0, var = 0;
-        for (int j = 0; j < n; j++) m += v[o + j];
-        m /= n;
-        for (int j = 0; j < n; j++) var += (v[o + j] - m) * (v[o + j] - m);
-        var /= n;
-        for (int j = 0; j < n; j++) v[o + j] = (v[o + j] - m) / sqrt(var + 1e-5);
-    }
-    for (int j = 0; j < 3 * H; j++) v[j] = v[j] * g[j] + b[j] + (bias ? bias[j] : 0);
-}
-
-/* torch.nn.GRUCell (with the normalization when the cell has gains) */
-static void ref_gru_cell(double *h, const double *x, const double *hp, dcell_t w, int K, int H) {
-    double gi[3 * 64], gh[3 * 64];
-    if (w.ig) {
-        ref_lin(gi, w.wih, NULL, x, 3 * H, K);
-        ref_ln3(gi, w.ig, w.ib, w.bih, H);
-        ref_lin(gh, w.whh, NULL, hp, 3 * H, H);
-        ref_ln3(gh, w.hg, w.hb, w.bhh, H);
-    } else {
-        ref_lin(gi, w.wih, w.bih, x, 3 * H, K);
-        ref_lin(gh, w.whh, w.bhh, hp, 3 * H, H);
-    }
-    for (int j = 0; j < H; j++) {
-        double r = sig(gi[j] + gh[j]), z = sig(gi[H + j] + gh[H + j]);
-        double n = tanh(gi[2 * H + j] + r * gh[2 * H + j]);
-        h[j] = (1 - z) * n + z * hp[j];
-    }
-}
-
-/* torch.nn.LSTMCell */
-static void ref_lstm_cell(double *h, double *c, const double *x, const double *hp, const double *cp, dcell_t w,
-                          int K, int H) {
-    double gi[4 * 64], gh[4 * 64];
-    ref_lin(gi, w.wih, w.bih, x, 4 * H, K);
-    ref_lin(gh, w.whh, w.bhh, hp, 4 * H, H);
-    for (int j = 0; j < H; j++) {
-        double i = sig(gi[j] + gh[j]), f = sig(gi[H + j] + gh[H + j]);
-        double g = tanh(gi[2 * H + j] + gh[2 * H + j]), o = sig(gi[3 * H + j] + gh[3 * H + j]);
-        c[j] = f * cp[j] + i * g;
-        h[j] = o * tanh(c[j]);
-    }
-}
+/* ------------------------------------------------------------ double references (ref_rnn.h: the
+ * cells, linear maps and the GRU's normalization, shared with the whole-model checks) */
 
 /* A sequence per sentence: out[b, t] (stride ldo) = carried state; steps t >= len[b] keep it. */
-static void ref_seq(double *out, int ldo, const double *inp, const double *h0, const double *c0, dcell_t w,
+static void ref_seq(double *out, int ldo, const double *inp, const double *h0, const double *c0, rr_cell_t w,
                     const int *len, int B, int T, int K, int H, int reverse, int lstm) {
     for (int b = 0; b < B; b++) {
         double h[64], c[64], hn[64], cn[64];
@@ -208,8 +149,8 @@ static void ref_seq(double *out, int ldo, const double *inp, const double *h0, c
             int t = reverse ? T - 1 - s : s;
             if (t < len[b]) {
                 const double *x = inp + ((size_t)b * T + t) * K;
-                if (lstm) ref_lstm_cell(hn, cn, x, h, c, w, K, H);
-                else ref_gru_cell(hn, x, h, w, K, H);
+                if (lstm) rr_lstm_cell(hn, cn, x, h, c, w, K, H);
+                else rr_gru_cell(hn, x, h, w, K, H);
                 memcpy(h, hn, sizeof h);
                 memcpy(c, cn, sizeof c);
             }
@@ -232,8 +173,8 @@ static rnn_cell_t gcell(param_t *p) {
     if (cell_ln(p)) c.ln_ih_g = p[4].g, c.ln_ih_b = p[5].g, c.ln_hh_g = p[6].g, c.ln_hh_b = p[7].g;
     return c;
 }
-static dcell_t dcell(param_t *p) {
-    dcell_t c = {p[0].d, p[1].d, p[2].d, p[3].d, NULL, NULL, NULL, NULL};
+static rr_cell_t dcell(param_t *p) {
+    rr_cell_t c = {p[0].d, p[1].d, p[2].d, p[3].d, NULL, NULL, NULL, NULL};
     if (cell_ln(p)) c.ig = p[4].d, c.ib = p[5].d, c.hg = p[6].d, c.hb = p[7].d;
     return c;
 }
@@ -336,9 +277,9 @@ static void ref_cell_case(double *out) {
     for (int r = 0; r < C1.R; r++) {
         const double *x = C1.x->d + (size_t)r * C1.K, *hp = C1.h->d + (size_t)r * H;
         if (C1.lstm)
-            ref_lstm_cell(out + (size_t)r * 2 * H, out + (size_t)r * 2 * H + H, x, hp, C1.c->d + (size_t)r * H,
+            rr_lstm_cell(out + (size_t)r * 2 * H, out + (size_t)r * 2 * H + H, x, hp, C1.c->d + (size_t)r * H,
                           dcell(C1.w), C1.K, H);
-        else ref_gru_cell(out + (size_t)r * H, x, hp, dcell(C1.w), C1.K, H);
+        else rr_gru_cell(out + (size_t)r * H, x, hp, dcell(C1.w), C1.K, H);
     }
 }
 
@@ -442,9 +383,9 @@ static struct { int B, Tq, S, Dq, A, Dv; int *klen; param_t *q, *keys, *wq, *wk,
 static void ref_att_row(double *ctx, double *alpha, const double *q, const double *keys, const double *wq,
                         const double *wk, const double *bk, const double *v, int L, int S, int Dq, int A, int Dv) {
     double qp[64], kp[64], e[32], mx = -1e300, sum = 0;
-    ref_lin(qp, wq, NULL, q, A, Dq);
+    rr_lin(qp, wq, NULL, q, A, Dq);
     for (int j = 0; j < L; j++) {
-        ref_lin(kp, wk, bk, keys + (size_t)j * Dv, A, Dv);
+        rr_lin(kp, wk, bk, keys + (size_t)j * Dv, A, Dv);
         double s = 0;
         for (int a = 0; a < A; a++) s += v[a] * tanh(qp[a] + kp[a]);
         e[j] = s;
@@ -537,15 +478,15 @@ static void ref_cgru_case(double *out) {
         const double *enc = CG.enc->d + (size_t)b * CG.S * d.Dv;
         for (int t = 0; t < CG.T; t++) {
             const double *e = CG.emb->d + ((size_t)b * CG.T + t) * d.E;
-            ref_gru_cell(s1, e, s, dcell(CG.g1), d.E, H);
+            rr_gru_cell(s1, e, s, dcell(CG.g1), d.E, H);
             ref_att_row(c, NULL, s1, enc, CG.wq->d, CG.wk->d, CG.ab->d, CG.av->d, CG.slen[b], CG.S, H, d.A, d.Dv);
-            ref_gru_cell(s, c, s1, dcell(CG.g2), d.Dv, H);
-            ref_lin(u, CG.ws->d, CG.ob->d, s, d.O, H);
-            ref_lin(tmp, CG.wc->d, NULL, c, d.O, d.Dv);
+            rr_gru_cell(s, c, s1, dcell(CG.g2), d.Dv, H);
+            rr_lin(u, CG.ws->d, CG.ob->d, s, d.O, H);
+            rr_lin(tmp, CG.wc->d, NULL, c, d.O, d.Dv);
             for (int o = 0; o < d.O; o++) u[o] += tmp[o];
-            ref_lin(tmp, CG.we->d, NULL, e, d.O, d.E);
+            rr_lin(tmp, CG.we->d, NULL, e, d.O, d.E);
             for (int o = 0; o < d.O; o++) u[o] = tanh(u[o] + tmp[o]);
-            ref_lin(out + ((size_t)b * CG.T + t) * d.V, CG.wo->d, CG.bo->d, u, d.V, d.O);
+            rr_lin(out + ((size_t)b * CG.T + t) * d.V, CG.wo->d, CG.bo->d, u, d.V, d.O);
         }
     }
 }
@@ -643,7 +584,7 @@ static void ref_gdec_case(double *out) {
             ref_att_row(a, NULL, h, enc, GD.wq->d, GD.wk->d, GD.ab->d, GD.av->d, GD.slen[b], GD.S, H, d.A, d.Dv);
             memcpy(x, GD.emb->d + ((size_t)b * GD.T + t) * d.E, d.E * sizeof(double));
             memcpy(x + d.E, a, d.Dv * sizeof(double));
-            ref_lstm_cell(hn, cn, x, h, c, dcell(GD.cell), KI, H);
+            rr_lstm_cell(hn, cn, x, h, c, dcell(GD.cell), KI, H);
             memcpy(h, hn, sizeof h);
             memcpy(c, cn, sizeof c);
             memcpy(out + ((size_t)b * GD.T + t) * H, h, H * sizeof(double));

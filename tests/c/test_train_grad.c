@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "ref_rnn.h"
 #include "train/layers.h"
 #include "train/model.h"
 #include "train/optim.h"
@@ -704,18 +705,7 @@ static double ref_model_loss(void) {
     }
     ref_linear(logits, dec_out, ref_par(p->proj_w), ref_par(p->proj_b), Mt, C, V);
     /* label-smoothed cross-entropy, summed over the non-padding targets */
-    double eps = c->label_smoothing, total = 0;
-    for (int r = 0; r < Mt; r++) {
-        int y = RM.tout[r];
-        if (y == c->pad_id) continue;
-        const double *z = logits + (size_t)r * V;
-        double zm = -1e300, s = 0, sum_lp = 0;
-        for (int j = 0; j < V; j++) zm = z[j] > zm ? z[j] : zm;
-        for (int j = 0; j < V; j++) s += exp(z[j] - zm);
-        double lse = zm + log(s);
-        for (int j = 0; j < V; j++) sum_lp += z[j] - lse;
-        total += (1 - eps) * (lse - z[y]) - eps / V * sum_lp;
-    }
+    double total = rr_xent(logits, RM.tout, Mt, V, c->label_smoothing, c->pad_id);
     free(x); free(ln); free(f); free(big); free(kv); free(enc_out); free(ctx); free(logits);
     return total;
 }
