@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
+from ._cpu import check as _check_cpu
+_check_cpu()  # x86-64-v3 (AVX2, FMA) or a clear ImportError, before libtern loads (tern/_cpu.py)
 from . import _tern
 from . import score  # noqa: F401  (tern.score)
 from ._tern import CancelledError, TernError
