@@ -162,6 +162,11 @@ class BuildExt(build_ext):
                 vendor(dst, os.path.join(d, "_libs"))
             else:
                 shutil.rmtree(os.path.join(d, "_libs"), ignore_errors=True)
+        if os.environ.get("TERN_VENDOR", "1") != "0":
+            # the extension's RUNPATH: $ORIGIN alone (a Python built with -Wl,-rpath, as pyenv's, adds
+            # its own lib folder through LDSHARED, which means nothing on another machine)
+            for e in self.extensions:
+                patch(self.get_ext_fullpath(e.name), {}, rpath="$ORIGIN")
 
 
 ext = Extension(
