@@ -172,6 +172,8 @@ class BuildExt(build_ext):
 ext = Extension(
     "tern._tern",
     sources=["tern/_tern.c"],
+    # rebuilt when the header or the library changes, not only the C file (an in-tree build/ is reused)
+    depends=[os.path.join(ROOT, "include", "tern.h"), LIB],
     include_dirs=[os.path.join(ROOT, "include")],
     library_dirs=[BUILD],
     libraries=["tern"],
