@@ -14,7 +14,8 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
   libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
   patchelf  # python/setup.py: the wheel's vendored libraries find each other ($ORIGIN RUNPATHs)
-  man-db)  # `man -l`: tests/test_install.py renders the man pages `make install` writes
+  man-db  # `man -l`: tests/test_install.py renders the man pages `make install` writes
+  debhelper lintian)  # `make deb` (debian/: dpkg-buildpackage, dh), lintian on its .debs: tests/test_deb.py
 
 # --- training tests (issue 3) -------------------------------------------------------------------
 # tests/test_train_torch.py compares the C training step with PyTorch: Debian's python3-torch
