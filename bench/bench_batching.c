@@ -1,7 +1,7 @@
 /* bench_batching.c — what batching across requests can buy at all, outside the server: the same
  * stream of "requests" (1 to 10 consecutive lines drawn at random from a text file, as
  * bench/bench_serve.py sends them) translated through the C API either one request per
- * tern_translate_batch_with() call ("alone": what `tern serve --no-cross-batching` decodes) or
+ * tern_translate() call ("alone": what `tern serve --no-cross-batching` decodes) or
  * GROUP sentences' worth of requests per call ("cross": the translator sorts them by length and
  * cuts batches under the token budget, as the server's scheduler does with what is waiting).
  * Same translator, same options (beam, threads, budget). Each round translates the same requests
@@ -130,8 +130,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s\n", tern_last_error());
             return 1;
         }
-    tern_translate_options_t to = tern_translate_default_options();
-    to.beam_size = beam;
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam;
+    tern_translator_options_t to = tern_translator_default_options();
+    to.search = &sp;
     to.workers = 1;
     to.threads_per_worker = threads;
     to.max_batch_tokens = budget;
@@ -140,7 +142,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", tern_last_error());
         return 1;
     }
-    tern_call_options_t call = tern_call_options_from(&to);
+    tern_request_t call = tern_request_default();
     int maxn = group + 10;
     const char **src = malloc((size_t)maxn * sizeof *src);
     int *ntok = malloc((size_t)maxn * sizeof *ntok);
@@ -149,7 +151,7 @@ int main(int argc, char **argv) {
     tally_t t[2] = {{0}};
     /* warm-up: one call of 20 lines (workspaces grow once) */
     for (int k = 0; k < 20; k++) src[k] = lines[k];
-    if ((st = tern_translate_batch_with(tr, src, 20, &call, res))) {
+    if ((st = (call.sources = src, call.num_sources = 20, tern_translate(tr, &call, res)))) {
         fprintf(stderr, "%s\n", tern_last_error());
         return 1;
     }
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
             double t0 = now(), c0 = cpu_now();
             for (int q = 0; q < (mode == 0 ? nr : 1); q++) {
                 int a = mode == 0 ? req_at[q] : 0, m = mode == 0 ? req_n[q] : n;
-                if ((st = tern_translate_batch_with(tr, src + a, m, &call, res))) {
+                if ((st = (call.sources = src + a, call.num_sources = m, tern_translate(tr, &call, res)))) {
                     fprintf(stderr, "%s\n", tern_last_error());
                     return 1;
                 }

@@ -32,10 +32,13 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    /* 2. A translator: per-thread state. Options start from the defaults. */
-    tern_translate_options_t to = tern_translate_default_options();
-    to.beam_size = beam > 0 ? beam : 1;
-    to.num_hypotheses = to.beam_size < 2 ? to.beam_size : 2;
+    /* 2. A translator: per-thread state. Options start from the defaults; the search parameters
+     *    given here are the translator's defaults (a request may bring its own). */
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam > 0 ? beam : 1;
+    sp.num_hypotheses = sp.beam_size < 2 ? sp.beam_size : 2;
+    tern_translator_options_t to = tern_translator_default_options();
+    to.search = &sp;
     to.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
     if ((st = tern_translator_create(&tr, model, &to)) != TERN_OK) {
@@ -52,8 +55,13 @@ int main(int argc, char **argv) {
         buf[strcspn(buf, "\r\n")] = 0;
         lines[n++] = strdup(buf);
     }
+    /* 4. One request: the sources (and, when needed, per-source prefixes or constraints, its own
+     *    search parameters, callbacks, a cancellation flag). */
     tern_result_t results[64];
-    st = tern_translate_batch(tr, (const char *const *)lines, n, results);
+    tern_request_t req = tern_request_default();
+    req.sources = (const char *const *)lines;
+    req.num_sources = n;
+    st = tern_translate(tr, &req, results);
     if (st != TERN_OK) {
         fprintf(stderr, "translation failed: %s: %s\n", tern_status_string(st), tern_last_error());
     } else {

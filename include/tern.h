@@ -30,7 +30,8 @@
  *     grows, the functions that return it by value (its defaults, tern_model_info(),
  *     tern_cpu_info()) get a new symbol version, and their old version keeps filling the old
  *     layout for programs linked before (a by-value return writes into the caller's storage).
- *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_bleu_score_t) and
+ *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_text_t,
+ *     tern_bleu_score_t) and
  *     the callback event tern_token_event_t keep their layout for the whole MAJOR version.
  *   Start options from the defaults and set fields by name (never positional initializers).
  */
@@ -39,7 +40,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,7 +60,7 @@ typedef enum {
     TERN_ERR_INPUT,         /* bad input data (e.g. line counts differ between files) */
     TERN_ERR_NOMEM,         /* an allocation failed */
     TERN_ERR_INTERNAL,      /* a bug in Tern: please report it */
-    TERN_ERR_CANCELLED      /* the caller's cancellation flag was set (tern_call_options_t.cancel)
+    TERN_ERR_CANCELLED      /* the caller's cancellation flag was set (tern_request_t.cancel)
                                or a callback asked to stop; nothing of the call is left allocated */
 } tern_status_t;
 
@@ -187,7 +187,25 @@ tern_status_t tern_model_load_ensemble(tern_model_t **model, const char *const *
  * Thread-safe. */
 const tern_model_t *tern_model_member(const tern_model_t *model, int i);
 
-/* ---------------------------------------------------------------- translation options */
+/* ---------------------------------------------------------------- the request API
+ *
+ * Translation is one call, tern_translate(translator, request, results), and scoring one more,
+ * tern_score(translator, request with targets, ...); tern_translate_stream() runs a request over
+ * an input of any length in constant memory. Three kinds of settings, kept apart:
+ *   - tern_search_params_t: what the search does (beam, penalties, lengths, pruning). A
+ *     translator holds default ones (tern_translator_options_t.search, copied at creation); a
+ *     request may point at its own, used for that request only: the translator's state is never
+ *     changed by a request, so requests with different parameters may follow each other (or
+ *     share batches in a server) without saving and restoring anything.
+ *   - tern_translator_options_t: what a translator is (threads, batch budget, input cap,
+ *     workers and read-ahead of the stream mode, <unk> in the output); set once, at creation.
+ *   - tern_request_t: one call's inputs (sources, optional targets, per-source prefixes,
+ *     constraints, restrictions and LMBR evidence, suppressed sequences), its parameters, its
+ *     callbacks and its cancellation flag. Everything is in memory: the library opens no file for
+ *     a request and prints nothing (file paths and output formats belong to the CLI, tools/).
+ * Why pointers and not embedded structs: every struct here starts with struct_size and grows
+ * by appending (see "Version and ABI"); a struct embedded by value in another would move the
+ * outer struct's later fields when it grows, a pointer never does. */
 
 typedef enum {
     TERN_EOS_COMMON = 0,  /* finished hypotheses leave the beam; B live ones continue
@@ -200,66 +218,59 @@ typedef enum {
     TERN_LENPEN_GNMT = 1   /* score / ((5 + |Y|) / 6)^alpha (Wu et al.) */
 } tern_length_norm_t;
 
+/* Search parameters (defaults from tern_search_default_params() in parentheses). Sampling, when it
+ * comes, is appended here. */
 typedef struct {
     size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
     int beam_size;              /* 1: greedy search (argmax of the logits, no softmax; of the
-                                   combined scores for an ensemble); >1: beam search */
-    int num_hypotheses;         /* n-best: hypotheses returned per input (<= beam_size) */
-    float length_penalty;       /* alpha of the length normalization; 0 disables it */
-    tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
-    float coverage_penalty;     /* beta of GNMT's coverage penalty; 0 disables it */
-    tern_eos_policy_t eos_policy; /* what an EOS candidate does to the beam */
+                                   combined scores for an ensemble); >1: beam search (4) */
+    int num_hypotheses;         /* n-best: hypotheses returned per input, 1..beam_size (1) */
+    float length_penalty;       /* alpha of the length normalization; 0 disables it (0) */
+    tern_length_norm_t length_norm; /* formula used when length_penalty != 0 (plain) */
+    float coverage_penalty;     /* beta of GNMT's coverage penalty; 0 disables it (0) */
+    tern_eos_policy_t eos_policy; /* what an EOS candidate does to the beam (common) */
     int early_stop;             /* 1 (default): stop a sentence as CTranslate2 does -- without
                                    penalties once the best candidate of a step was EOS and enough
                                    hypotheses finished (the best one is then exact), with penalties
                                    once B hypotheses finished; 0: decode until no live hypothesis
                                    can beat the n-th best finished one (an exact n-best list) */
-    float max_length_a;         /* max output length = a * source length + b ... */
-    int max_length_b;           /* ... (b alone when a = 0), never above max_decoding_length */
-    int max_decoding_length;    /* hard cap on output tokens (default 256) */
-    int min_length;             /* no EOS before this many output tokens (default 1, as CTranslate2) */
-    int max_input_length;       /* longer inputs are truncated with a warning (default 1024) */
-    int return_scores;          /* 1: fill scores in the results */
-    int max_batch_tokens;       /* token budget of one batch (source tokens, padded) */
-    int max_batch_size;         /* cap on sentences in a batch (0: no cap) */
-    int read_ahead;             /* file mode: batches read ahead and sorted together */
-    int workers;                /* translators running in parallel (file mode); 0: auto */
-    int threads_per_worker;     /* intra-op threads of each translator; 0: auto */
-    int keep_unk;               /* 1: keep <unk> tokens in the output text */
-    int print_scores;           /* stream mode: "LINE ||| HYPOTHESIS ||| SCORE" lines even for
-                                   one hypothesis per input */
+    float max_length_a;         /* max output length = a * source length + b ... (0) */
+    int max_length_b;           /* ... (b alone when a = 0), never above max_decoding_length (0) */
+    int max_decoding_length;    /* hard cap on output tokens (256) */
+    int min_length;             /* no EOS before this many output tokens (1, as CTranslate2) */
+    int return_scores;          /* 1: fill scores in the results (1) */
     /* beam pruning, off by default: */
     float prune_width;          /* GNMT's beam width: candidates more than this below the best one of
                                    the step, and live hypotheses whose normalized score is more than
                                    this below the best finished one's, are dropped (0: off) */
     float prune_threshold;      /* candidates whose token probability is below this are dropped,
                                    except the best of the step (0: off) */
-    /* stream mode: decoding under constraints and posteriors, from files (NULL: none) */
-    const char *suppress_file;      /* pieces or piece sequences never output, one per line */
-    const char *target_prefix_file; /* one line per input line: forced first target tokens */
-    const char *restrict_file;      /* n-best list ("i ||| hypothesis ||| score", Moses, or one
-                                       hypothesis per line): decoding of input i follows only the
-                                       paths of its hypotheses (exact model scores) */
-    const char *constraints_file;   /* one JSON list of target phrases per input line, each of which
-                                       must appear in the output (constrained beam search, dynamic
-                                       beam allocation) */
-    const char *const *lmbr_evidence; /* n-best lists of one or more systems: LMBR posteriors */
-    int num_lmbr_evidence;
-    const float *lmbr_weights;  /* (num_lmbr_evidence) per-system weights (NULL: all 1) */
-    float lmbr_alpha;           /* posteriors p(e) ∝ exp(alpha * score) (default 1) */
-    float lmbr_p, lmbr_r;       /* Tromble's linear-BLEU: theta_n = 1 / (4 p r^(n-1)) (0.85, 0.7) */
-    float lmbr_lambda;          /* weight of the NMT log-probability (default 0: 0.5 divided by the
-                                   number of models, the paper's setting: 0.5 for one model, 0.25
-                                   for an ensemble of two) */
-    int lmbr_clip;              /* 1: each evidence n-gram earns its posterior once per hypothesis
-                                   (its count in the hypothesis clipped to 1); 0 (default): at every
-                                   occurrence, as Tromble's linear gain */
-    int lmbr_sum_gain;          /* 1: the length penalty divides only the NMT part of the score; the
-                                   LMBR gain is added as a sum (theta_0 = -1 per word stays the
-                                   length term); 0 (default): the whole score is divided */
-} tern_translate_options_t;
+} tern_search_params_t;
 
-tern_translate_options_t tern_translate_default_options(void); /* thread-safe */
+tern_search_params_t tern_search_default_params(void); /* thread-safe */
+/* Checks search parameters (ranges, num_hypotheses <= beam_size); TERN_ERR_INVALID_ARG with a
+ * message naming the field otherwise. Thread-safe. */
+tern_status_t tern_search_params_check(const tern_search_params_t *params);
+
+/* A translator's set-up (defaults from tern_translator_default_options() in parentheses). */
+typedef struct {
+    size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
+    const tern_search_params_t *search; /* the translator's default search parameters, copied at
+                                   creation; requests without their own use them (NULL: the
+                                   defaults of tern_search_default_params()) */
+    int max_input_length;       /* longer inputs are truncated with a warning (1024) */
+    int max_batch_tokens;       /* token budget of one batch: sentences x longest source (4096) */
+    int max_batch_size;         /* cap on sentences in a batch (0: no cap) */
+    int workers;                /* tern_translate_stream(): translators running in parallel (0: 1);
+                                   elsewhere: how many translators share the cores, for the
+                                   default of threads_per_worker */
+    int threads_per_worker;     /* intra-op threads of each translator (0: cores / workers) */
+    int read_ahead;             /* tern_translate_stream(): batches read ahead and sorted by length
+                                   together (16) */
+    int keep_unk;               /* 1: keep <unk> tokens in the output text (1) */
+} tern_translator_options_t;
+
+tern_translator_options_t tern_translator_default_options(void); /* thread-safe */
 
 /* ---------------------------------------------------------------- translator */
 
@@ -268,7 +279,7 @@ typedef struct tern_translator tern_translator_t;
 /* A translator holds the per-thread state (workspace, caches) for one model. Create one per thread.
  * Thread-safe: translators on one model may be created at once from several threads. */
 tern_status_t tern_translator_create(tern_translator_t **translator, const tern_model_t *model,
-                                     const tern_translate_options_t *options);
+                                     const tern_translator_options_t *options);
 /* Not thread-safe for that translator (no call on it may be running). */
 void tern_translator_free(tern_translator_t *translator);
 
@@ -280,89 +291,11 @@ typedef struct {
                             or NULL when return_scores is 0 */
 } tern_result_t;
 
-/* Translates n source strings (raw text, or space-separated pieces without SentencePiece).
- * results must point to n tern_result_t; free each with tern_result_free(). This and every other
- * function taking a translator: not thread-safe for one translator (one call at a time on it);
- * different translators, on one model or several, run in parallel from different threads.
- * tern_result_free() and tern_score_results_free() touch only their arguments: thread-safe. */
-tern_status_t tern_translate_batch(tern_translator_t *translator, const char *const *sources, int n,
-                                   tern_result_t *results);
+/* Frees one result's strings and arrays (and zeroes it). Thread-safe (touches only its argument). */
 void tern_result_free(tern_result_t *result);
 
-/* As tern_translate_batch, with a target prefix per source (target_prefixes[i] NULL or "": none;
- * text, or space-separated pieces without SentencePiece): the output starts with the prefix's
- * tokens, forced, and the search goes on freely from there (CTranslate2's target_prefix). */
-tern_status_t tern_translate_batch_prefix(tern_translator_t *translator, const char *const *sources,
-                                          const char *const *target_prefixes, int n, tern_result_t *results);
-
-/* Force decoding: the log-probability of each target token (and of the final EOS) given the
- * source (an ensemble's: its combined score of each token). token_logprobs[i] (malloc'd) has
- * token_counts[i] entries (0 for an empty source); free them with tern_score_results_free(). */
-tern_status_t tern_score_batch(tern_translator_t *translator, const char *const *sources,
-                               const char *const *targets, int n, float **token_logprobs,
-                               int *token_counts);
-/* Frees the n arrays tern_score_batch() gave (and sets them to NULL). */
-void tern_score_results_free(float **token_logprobs, int n);
-
-/* Progress callback of file translation: sentences and target tokens done so far. */
-typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seconds, void *user_data);
-
-/* Translates a stream, one output line per input line in the input's order, in constant memory.
- * With num_hypotheses > 1 each input line gives num_hypotheses lines "i ||| hypothesis ||| score"
- * (i counts input lines from 0). Runs options->workers translators in parallel. Thread-safe (it
- * creates its own translators; the progress callback runs on the calling thread); in and out
- * must not be used by another thread meanwhile. */
-tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
-                                    const tern_translate_options_t *options,
-                                    tern_progress_fn progress, void *user_data);
-
-/* ---------------------------------------------------------------- vocabulary map */
-
-/* Options of tern_vmap_build() (defaults from tern_vmap_default_options() in parentheses). */
-typedef struct {
-    size_t struct_size; /* sizeof this struct (set by the defaults; see "Version and ABI") */
-    int max_ngram;    /* longest source n-gram with a rule (3) */
-    int top_n;        /* aligned target pieces kept per source n-gram, 1..256 (20) */
-    int top_k;        /* most frequent target pieces that are always candidates (200) */
-    int min_count;    /* n-grams of 2+ pieces seen in fewer sentence pairs get no rule (2) */
-    int iterations;   /* EM iterations of the aligner (5) */
-    float p0;         /* aligner: probability of aligning to nothing (0.08) */
-    float tension;    /* aligner: pull towards the diagonal; 0 gives IBM Model 1 (4) */
-    long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
-} tern_vmap_options_t;
-
-tern_vmap_options_t tern_vmap_default_options(void); /* thread-safe */
-
-/* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
- * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
- * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
- * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
- * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
- * out_path (atomically). A line of progress goes to report when not NULL. Thread-safe (the model
- * is only read); two builds must not write the same out_path at once. */
-tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
-                              const char *out_path, const tern_vmap_options_t *options, FILE *report);
-
-/* The instruction sets Tern runs with on this CPU. One build runs on every x86-64-v3 CPU (AVX2 +
- * FMA); faster paths are chosen at run time. TERN_MAX_CPU_ISA caps Tern's own choice and
- * ONEDNN_MAX_CPU_ISA oneDNN's (names: AVX2, AVX512_CORE, AVX512_CORE_VNNI, AVX512_CORE_BF16,
- * AVX512_CORE_AMX, ALL). All strings are static. Thread-safe. */
-typedef struct {
-    size_t struct_size;    /* sizeof this struct (set by tern_cpu_info()) */
-    const char *detected;  /* what the CPU supports, e.g. "AVX512_CORE_VNNI" */
-    const char *effective; /* after TERN_MAX_CPU_ISA */
-    const char *onednn;    /* oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA), e.g. "avx2" */
-    const char *int8_gemm; /* the int8 GEMM the linear layers use */
-    const char *caps;      /* the TERN_MAX_CPU_ISA values this CPU can run, space-separated,
-                              lowest first: "AVX2 AVX512_CORE ..." */
-} tern_cpu_info_t;
-
-tern_cpu_info_t tern_cpu_info(void);
-
-/* ---------------------------------------------------------------- per-call options (server, bindings) */
-
-/* Per-sentence completion callback: input index (0..n-1 in the call) and its result, exactly what
- * tern_translate_batch() gives for it (valid during the call only; results[index] when the call
+/* Per-sentence completion callback: input index (0..n-1 in the request) and its result, exactly
+ * what tern_translate() gives for it (valid during the call only; results[index] when the call
  * has a results array). Called once per input, on the calling thread, as soon as the input's
  * search is finished (so in no particular order; empty inputs first). Return 0 to go on, nonzero
  * to stop the call with TERN_ERR_CANCELLED. */
@@ -370,7 +303,7 @@ typedef int (*tern_result_fn)(int index, const tern_result_t *result, void *user
 
 /* One step of one input's search, for streaming (tern_token_fn). */
 typedef struct {
-    int index;              /* input index (0..n-1 in the call) */
+    int index;              /* input index (0..n-1 in the request) */
     int step;               /* decoding step, from 0 (the step that chose output token `step`);
                                -1 in beam search's final event */
     const int *token_ids;   /* the hypothesis so far: target vocabulary ids, without start or end
@@ -397,71 +330,202 @@ typedef struct {
  * TERN_ERR_CANCELLED. */
 typedef int (*tern_token_fn)(const tern_token_event_t *event, void *user_data);
 
-/* The search options that may change from one call to the next on the same translator, apart
- * from the translator's set-up options (threads, batch budget, file mode). Start from
- * tern_call_options_from(&translator_options) and change what a call needs. */
+/* One piece of target-side text a request steers the search with: a hypothesis of an n-best list
+ * (restrictions, LMBR evidence) or a suppressed sequence. Kept in this layout for the whole MAJOR
+ * version (it is allocated in arrays). */
 typedef struct {
-    size_t struct_size;             /* sizeof this struct (set by tern_call_options_from(); see
-                                       "Version and ABI") */
-    int beam_size;                  /* 1: greedy; >1: beam search */
-    int num_hypotheses;             /* n-best size (1..beam_size) */
-    float length_penalty;           /* alpha; 0 disables it */
-    tern_length_norm_t length_norm; /* formula used when length_penalty != 0 */
-    float coverage_penalty;         /* beta; 0 disables it */
-    float max_length_a;             /* max output length = a * source length + b ... */
-    int max_length_b;               /* ... (b alone when a = 0), never above max_decoding_length */
-    int max_decoding_length;        /* hard cap on output tokens */
-    int min_length;                 /* no EOS before this many output tokens */
-    int return_scores;              /* 1: fill scores in the results */
-    /* what a binding or a server needs (tern_call_options_from() sets them to 0 / NULL): */
-    int pretokenized;               /* 1: sources, prefixes and targets are space-separated pieces
-                                       even when the model has SentencePiece, and the hypotheses
-                                       are pieces joined by spaces (CTranslate2's token lists) */
-    int max_batch_size;             /* > 0: cap on sentences per batch for this call (else the
-                                       translator's max_batch_size) */
-    int max_batch_tokens;           /* > 0: token budget of a batch for this call (else the
-                                       translator's max_batch_tokens) */
-    int max_input_length;           /* > 0: longer inputs are truncated for this call (else the
-                                       translator's max_input_length) */
-    tern_result_fn on_result;       /* per-sentence completion callback (NULL: none) */
-    void *on_result_data;           /* its user_data */
-    tern_token_fn on_token;         /* per-token streaming callback (NULL: none) */
-    void *on_token_data;            /* its user_data */
-    const volatile int *cancel;     /* NULL, or a flag another thread may set to nonzero: the call
-                                       checks it before each batch and each decoding step, stops
-                                       with TERN_ERR_CANCELLED and frees everything it allocated
-                                       (the results are left empty) */
-} tern_call_options_t;
+    const char *text;       /* text, or space-separated pieces (as the request's pretokenized and
+                               the model's use_spm say) */
+    float score;            /* its score in its n-best list (LMBR's posteriors read it) */
+    const char *origin;     /* where it comes from, named in warnings about it (an unknown piece, a
+                               hypothesis longer than the maximum length), e.g. "sys1.nbest line
+                               12"; NULL: no such warning */
+} tern_text_t;
 
-/* The per-call part of a translator's options. Thread-safe. */
-tern_call_options_t tern_call_options_from(const tern_translate_options_t *options);
-/* Checks per-call options (ranges, num_hypotheses <= beam_size); TERN_ERR_INVALID_ARG with a
- * message naming the field otherwise. Thread-safe. */
-tern_status_t tern_call_options_check(const tern_call_options_t *call);
+/* What steers the search of one source, beyond its text (tern_request_t.extras). Every field is
+ * optional. A bad entry (an unknown piece, a phrase or prefix longer than max_decoding_length) is
+ * warned about, naming its origin, and the source is still translated. */
+typedef struct {
+    size_t struct_size;            /* sizeof this struct (see "Version and ABI") */
+    const char *target_prefix;     /* NULL or "": none; else the output starts with its tokens,
+                                      forced, and the search goes on freely (CTranslate2's
+                                      target_prefix) */
+    const char *prefix_origin;     /* named in warnings about the prefix (NULL: none given) */
+    const char *const *constraints; /* num_constraints target phrases (NULL entries are skipped), each
+                                      of which must appear in the output whenever the maximum
+                                      length allows (constrained beam search with dynamic beam
+                                      allocation, Post & Vilar 2018) */
+    int num_constraints;
+    const char *constraints_origin; /* named in warnings about the phrases (NULL: none given) */
+    const tern_text_t *restrict_to; /* num_restrict hypotheses: the search follows only their paths
+                                      (their exact model scores; 0: unrestricted) */
+    int num_restrict;
+    const tern_text_t *const *lmbr_evidence; /* [request lmbr->num_systems]: system k's n-best list
+                                      for this source (lmbr_evidence_count[k] entries; NULL: none) */
+    const int *lmbr_evidence_count;
+} tern_source_extras_t;
 
-/* tern_translate_batch() with these per-call options instead of the translator's own (which
- * are left as they were). Not thread-safe for one translator (one translator per thread). */
-tern_status_t tern_translate_batch_with(tern_translator_t *translator, const char *const *sources, int n,
-                                        const tern_call_options_t *call, tern_result_t *results);
+/* LMBR (Iglesias et al. 2018): n-gram posteriors from the evidence n-best lists of one or more
+ * systems, added to the NMT score at every step. Defaults from tern_lmbr_default_params(). */
+typedef struct {
+    size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
+    int num_systems;            /* evidence systems (each source's extras give one list each) */
+    const float *weights;       /* [num_systems] per-system weights (NULL: all 1) */
+    float alpha;                /* posteriors p(e) ∝ exp(alpha * score) (1) */
+    float p, r;                 /* Tromble's linear-BLEU: theta_n = 1 / (4 p r^(n-1)) (0.85, 0.7) */
+    float lambda;               /* weight of the NMT log-probability (0: 0.5 divided by the model's
+                                   number of members, the paper's setting: 0.5 for one model, 0.25
+                                   for an ensemble of two) */
+    int clip;                   /* 1: each evidence n-gram earns its posterior once per hypothesis;
+                                   0 (default): at every occurrence, as Tromble's linear gain */
+    int sum_gain;               /* 1: the length penalty divides only the NMT part of the score; the
+                                   LMBR gain is added as a sum; 0 (default): the whole score */
+} tern_lmbr_params_t;
 
-/* The general form: tern_translate_batch_with() with target prefixes (NULL, or n entries each
- * NULL/"" or a prefix, as tern_translate_batch_prefix()). results may be NULL when call->on_result
- * is set: each result is then given to the callback only (and freed after it). On any failure
- * (TERN_ERR_CANCELLED included) the results are left empty (zeroed). Not thread-safe for one
- * translator. */
-tern_status_t tern_translate_batch_ex(tern_translator_t *translator, const char *const *sources,
-                                      const char *const *target_prefixes, int n,
-                                      const tern_call_options_t *call, tern_result_t *results);
+tern_lmbr_params_t tern_lmbr_default_params(void); /* thread-safe */
+/* LMBR's lambda as run for model: params->lambda, or when it is 0 0.5 divided by the model's
+ * number of members. Thread-safe. */
+float tern_lmbr_lambda(const tern_model_t *model, const tern_lmbr_params_t *params);
 
-/* tern_score_batch() honouring call->pretokenized and call->cancel (the other fields are unused;
- * call may be NULL). Not thread-safe for one translator. */
-tern_status_t tern_score_batch_with(tern_translator_t *translator, const char *const *sources,
-                                    const char *const *targets, int n, const tern_call_options_t *call,
-                                    float **token_logprobs, int *token_counts);
+/* tern_translate_stream()'s input: sets *text (valid until the next call; *len bytes, no newline
+ * needed) and *extras (NULL: none; valid during the call only) for input line `line` (from 0);
+ * returns 1 for a line, 0 at the end of the input, negative on an error (the stream stops with
+ * TERN_ERR_IO). */
+typedef int (*tern_read_fn)(long line, const char **text, size_t *len, const tern_source_extras_t **extras,
+                            void *user_data);
+/* tern_translate_stream()'s output: the result of input line `line`, called once per line in the
+ * input's order (num_hypotheses entries, or fewer when the search found fewer). Return 0 to go
+ * on, nonzero to stop the stream with TERN_ERR_CANCELLED. */
+typedef int (*tern_line_fn)(long line, const tern_result_t *result, void *user_data);
+/* tern_translate_stream()'s progress: sentences and target tokens done so far. */
+typedef void (*tern_progress_fn)(long sentences, long target_tokens, double seconds, void *user_data);
+
+/* One request (defaults from tern_request_default(): everything empty, NULL or 0). */
+typedef struct {
+    size_t struct_size;            /* sizeof this struct (set by the defaults; see "Version and ABI") */
+    const char *const *sources;    /* num_sources texts (raw text, or space-separated pieces without
+                                      SentencePiece or with pretokenized); NULL entries read as "" */
+    int num_sources;
+    const char *const *targets;    /* tern_score(): num_sources targets to force-decode */
+    const tern_source_extras_t *const *extras; /* NULL, or num_sources entries (NULL: none) */
+    const tern_text_t *suppress;   /* num_suppress pieces or piece sequences never output (a
+                                      sequence's last piece is removed after the others) */
+    int num_suppress;
+    const tern_lmbr_params_t *lmbr; /* LMBR with the evidence in extras (NULL: none) */
+    const tern_search_params_t *params; /* this request's search parameters (NULL: the translator's) */
+    int pretokenized;              /* 1: sources, prefixes and targets are space-separated pieces
+                                      even when the model has SentencePiece, and the hypotheses
+                                      are pieces joined by spaces (CTranslate2's token lists) */
+    int max_batch_size;            /* > 0: cap on sentences per batch for this request (else the
+                                      translator's) */
+    int max_batch_tokens;          /* > 0: token budget of a batch for this request (else the
+                                      translator's) */
+    int max_input_length;          /* > 0: longer inputs are truncated for this request (else the
+                                      translator's) */
+    tern_result_fn on_result;      /* tern_translate(): per-sentence completion callback (NULL: none) */
+    void *on_result_data;          /* its user_data */
+    tern_token_fn on_token;        /* tern_translate(): per-token streaming callback (NULL: none) */
+    void *on_token_data;           /* its user_data */
+    const volatile int *cancel;    /* NULL, or a flag another thread may set to nonzero: the call
+                                      checks it before each batch and each decoding step, stops
+                                      with TERN_ERR_CANCELLED and frees everything it allocated
+                                      (the results are left empty) */
+    /* tern_translate_stream() only (sources is then NULL): */
+    tern_read_fn read_source;      /* the input, line by line */
+    tern_line_fn on_line;          /* the results, line by line in the input's order */
+    tern_progress_fn progress;     /* after each chunk (NULL: none) */
+    void *stream_data;             /* user_data of the three */
+} tern_request_t;
+
+tern_request_t tern_request_default(void); /* thread-safe */
+
+/* Translates request->sources (num_sources of them) with request->params (NULL: the
+ * translator's), target prefixes, constraints, restrictions and LMBR evidence from
+ * request->extras, and the callbacks and cancellation flag of the request. results points to
+ * num_sources tern_result_t (free each with tern_result_free()), or is NULL when on_result is set:
+ * each result is then given to the callback only (and freed after it). On any failure
+ * (TERN_ERR_CANCELLED included) the results are left empty (zeroed). Empty sources give
+ * num_hypotheses empty hypotheses without decoding. This and every other function taking a
+ * translator: not thread-safe for one translator (one call at a time on it); different
+ * translators, on one model or several, run in parallel from different threads. */
+tern_status_t tern_translate(tern_translator_t *translator, const tern_request_t *request, tern_result_t *results);
+
+/* The simplest form, a thin wrapper: tern_translate() of n sources with the translator's
+ * parameters and nothing else. */
+tern_status_t tern_translate_batch(tern_translator_t *translator, const char *const *sources, int n,
+                                   tern_result_t *results);
+
+/* Force decoding: the log-probability of each of request->targets' tokens (and of the final EOS)
+ * given its source (an ensemble's: its combined score of each token); honours pretokenized,
+ * max_input_length and cancel (the search parameters and extras are unused). token_logprobs[i]
+ * (malloc'd) has token_counts[i] entries (0 for an empty source); free them with
+ * tern_score_results_free(). */
+tern_status_t tern_score(tern_translator_t *translator, const tern_request_t *request, float **token_logprobs,
+                         int *token_counts);
+/* Frees the n arrays tern_score() gave (and sets them to NULL). Thread-safe. */
+void tern_score_results_free(float **token_logprobs, int n);
+
+/* Translates a stream in constant memory: input lines come from request->read_source, are read
+ * ahead (read_ahead x max_batch_tokens source tokens), sorted by length and batched, and their
+ * results go to request->on_line in the input's order, one per input line (an empty line gives
+ * empty hypotheses). options->workers translators run in parallel, sharing the model. The request
+ * gives the search parameters (NULL: options->search), the suppressed sequences, LMBR parameters,
+ * pretokenized and cancel; sources, targets, extras, on_result and on_token must be NULL (each
+ * line's extras come from read_source). Thread-safe (it creates its own translators; the
+ * callbacks run on the calling thread). */
+tern_status_t tern_translate_stream(const tern_model_t *model, const tern_translator_options_t *options,
+                                    const tern_request_t *request);
 
 /* Number of source tokens the model's tokenizer gives for text (with the end-of-sentence token
  * the model adds, before any truncation): what a batch's token budget counts. Thread-safe. */
 tern_status_t tern_model_source_tokens(const tern_model_t *model, const char *text, int *count);
+
+/* ---------------------------------------------------------------- vocabulary map */
+
+/* Options of tern_vmap_build() (defaults from tern_vmap_default_options() in parentheses). */
+typedef struct {
+    size_t struct_size; /* sizeof this struct (set by the defaults; see "Version and ABI") */
+    int max_ngram;    /* longest source n-gram with a rule (3) */
+    int top_n;        /* aligned target pieces kept per source n-gram, 1..256 (20) */
+    int top_k;        /* most frequent target pieces that are always candidates (200) */
+    int min_count;    /* n-grams of 2+ pieces seen in fewer sentence pairs get no rule (2) */
+    int iterations;   /* EM iterations of the aligner (5) */
+    float p0;         /* aligner: probability of aligning to nothing (0.08) */
+    float tension;    /* aligner: pull towards the diagonal; 0 gives IBM Model 1 (4) */
+    long max_pairs;   /* read at most this many sentence pairs; 0: all (0) */
+} tern_vmap_options_t;
+
+tern_vmap_options_t tern_vmap_default_options(void); /* thread-safe */
+
+/* Builds a vocabulary map (CTranslate2's vmap format: "source n-gram<TAB>target pieces" lines)
+ * for model from a parallel corpus (two files, one sentence a line, raw text through the model's
+ * SentencePiece models or pre-tokenized pieces as the model takes them): aligns the pieces with
+ * Tern's aligner (IBM Model 2, fast_align's diagonal prior), keeps for each source 1..max_ngram-gram
+ * the top_n target pieces aligned to it and the top_k most frequent target pieces, and writes
+ * out_path (atomically). A line of statistics (no newline) goes to report(line, user_data) when
+ * report is not NULL. Thread-safe (the model is only read); two builds must not write the same
+ * out_path at once. */
+typedef void (*tern_report_fn)(const char *line, void *user_data);
+tern_status_t tern_vmap_build(const tern_model_t *model, const char *source_path, const char *target_path,
+                              const char *out_path, const tern_vmap_options_t *options, tern_report_fn report,
+                              void *user_data);
+
+/* The instruction sets Tern runs with on this CPU. One build runs on every x86-64-v3 CPU (AVX2 +
+ * FMA); faster paths are chosen at run time. TERN_MAX_CPU_ISA caps Tern's own choice and
+ * ONEDNN_MAX_CPU_ISA oneDNN's (names: AVX2, AVX512_CORE, AVX512_CORE_VNNI, AVX512_CORE_BF16,
+ * AVX512_CORE_AMX, ALL). All strings are static. Thread-safe. */
+typedef struct {
+    size_t struct_size;    /* sizeof this struct (set by tern_cpu_info()) */
+    const char *detected;  /* what the CPU supports, e.g. "AVX512_CORE_VNNI" */
+    const char *effective; /* after TERN_MAX_CPU_ISA */
+    const char *onednn;    /* oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA), e.g. "avx2" */
+    const char *int8_gemm; /* the int8 GEMM the linear layers use */
+    const char *caps;      /* the TERN_MAX_CPU_ISA values this CPU can run, space-separated,
+                              lowest first: "AVX2 AVX512_CORE ..." */
+} tern_cpu_info_t;
+
+tern_cpu_info_t tern_cpu_info(void);
+
 
 /* ---------------------------------------------------------------- evaluation (sacreBLEU-exact) */
 

@@ -34,6 +34,31 @@ void cli_close(FILE *f);
 /* Plots save_dir's train_curve.tsv and valid_curve.tsv into out_png with gnuplot (through popen);
  * TERN_ERR_UNSUPPORTED when gnuplot is not installed (tools/train_plot.c). */
 tern_status_t train_plot(const char *save_dir, const char *out_png);
+/* The files that steer `tern translate`'s search (NULL: none), read into the request API's
+ * in-memory form (tools/cli_extras.c). */
+typedef struct {
+    const char *suppress, *target_prefix, *restrict_to, *constraints;
+    const char *const *evidence; /* LMBR evidence n-best lists */
+    int n_evidence;
+} cli_extras_files_t;
+typedef struct cli_extras cli_extras_t;
+/* Reads the suppress and n-best files whole and opens the per-line ones (*out NULL: no file). */
+tern_status_t cli_extras_open(cli_extras_t **out, const cli_extras_files_t *files);
+/* The suppressed sequences (NULL: no --suppress file). */
+const tern_text_t *cli_extras_suppress(const cli_extras_t *x, int *n);
+/* 1 when some file has one entry per input line (prefixes, constraints, restrictions, evidence). */
+int cli_extras_per_line(const cli_extras_t *x);
+/* Input line i's extras (lines in order; *out NULL when no file is per line), valid until the
+ * next call. */
+tern_status_t cli_extras_line(cli_extras_t *x, long i, const tern_source_extras_t **out);
+/* Warns about file lines beyond the input's `lines` (-1: after an error, no warning), then frees. */
+void cli_extras_close(cli_extras_t *x, long lines);
+/* Translates in into out with tern_translate_stream(): one line per input line, or num_hypotheses
+ * lines "i ||| hypothesis ||| score" (also for one with print_scores); base gives the parameters,
+ * the LMBR parameters, pretokenized and progress; x (may be NULL; closed here) the files' data. */
+tern_status_t cli_translate_file(const tern_model_t *model, const tern_translator_options_t *options,
+                                 const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores);
+
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
 

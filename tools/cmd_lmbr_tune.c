@@ -1,6 +1,6 @@
 /* cmd_lmbr_tune.c — `tern lmbr-tune`: coordinate search of LMBR's alpha, p, r and lambda on a
  * development set for corpus BLEU (score.h's sacreBLEU-exact BLEU). Each setting translates the
- * development set in memory (tern_translate_stream over fmemopen/open_memstream); settings already
+ * development set in memory (cli_translate_file over fmemopen/open_memstream); settings already
  * evaluated are not translated again. */
 #include <getopt.h>
 #include <math.h>
@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "batch/extras.h"
 #include "text/score.h"
 
 static void usage(FILE *f) {
@@ -131,13 +130,27 @@ typedef struct {
     double bleu;
 } eval_t;
 
+/* What every setting shares: the translator's set-up, the search, LMBR's files and parameters. */
+typedef struct {
+    tern_translator_options_t to;
+    tern_search_params_t sp;
+    tern_lmbr_params_t lm;
+    cli_extras_files_t files;
+} tune_t;
+
 /* BLEU of one setting (lmbr 0: plain beam search) */
-static tern_status_t evaluate(const tern_model_t *m, const tern_translate_options_t *base, const float *v, int lmbr,
+static tern_status_t evaluate(const tern_model_t *m, const tune_t *base, const float *v, int lmbr,
                               const char *src, size_t src_len, const char *const *refs, int nref, double *bleu) {
-    tern_translate_options_t o = *base;
-    if (!lmbr) o.num_lmbr_evidence = 0, o.lmbr_evidence = NULL;
-    o.lmbr_alpha = v[0], o.lmbr_p = v[1], o.lmbr_r = v[2], o.lmbr_lambda = v[3];
-    if (o.lmbr_weights) o.lmbr_weights = v + 4;
+    tern_lmbr_params_t lm = base->lm;
+    lm.alpha = v[0], lm.p = v[1], lm.r = v[2], lm.lambda = v[3];
+    if (lm.weights) lm.weights = v + 4;
+    tern_request_t req = tern_request_default();
+    req.params = &base->sp;
+    req.lmbr = lmbr ? &lm : NULL;
+    cli_extras_files_t none = {0};
+    cli_extras_t *x = NULL;
+    tern_status_t st = cli_extras_open(&x, lmbr ? &base->files : &none);
+    if (st) return st;
     FILE *in = fmemopen((void *)src, src_len ? src_len : 1, "r");
     char *obuf = NULL;
     size_t olen = 0;
@@ -146,9 +159,11 @@ static tern_status_t evaluate(const tern_model_t *m, const tern_translate_option
         if (in) fclose(in);
         if (out) fclose(out);
         free(obuf);
+        cli_extras_close(x, -1);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
-    tern_status_t st = src_len ? tern_translate_stream(m, in, out, &o, NULL, NULL) : TERN_OK;
+    st = src_len ? cli_translate_file(m, &base->to, &req, x, in, out, 0) : TERN_OK;
+    if (!src_len) cli_extras_close(x, -1);
     fclose(in);
     fclose(out);
     if (st) {
@@ -178,8 +193,8 @@ int cmd_lmbr_tune(int argc, char **argv) {
     int ng[4] = {4, 4, 4, 5}, ngw = 0, nev = 0, nw = 0, rounds = 3, ok = 1, c;
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
-    tern_translate_options_t o = tern_translate_default_options();
-    o.workers = 1;
+    tune_t o = {tern_translator_default_options(), tern_search_default_params(), tern_lmbr_default_params(), {0}};
+    o.to.workers = 1;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:s:r:b:t:h", long_opts, NULL)) != -1) {
         switch (c) {
@@ -198,13 +213,13 @@ int cmd_lmbr_tune(int argc, char **argv) {
         case O_GR: ok = parse_list("--grid-r", optarg, grid[2], &ng[2]); break;
         case O_GL: ok = parse_list("--grid-lambda", optarg, grid[3], &ng[3]); break;
         case O_GW: ok = parse_list("--grid-weights", optarg, gw, &ngw); break;
-        case O_CLIP: o.lmbr_clip = 1; break;
-        case O_SUM: o.lmbr_sum_gain = 1; break;
+        case O_CLIP: o.lm.clip = 1; break;
+        case O_SUM: o.lm.sum_gain = 1; break;
         case O_ROUNDS: ok = cli_int(C, "--rounds", optarg, 1, 100, &rounds); break;
-        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.sp.beam_size); break;
         case O_PRETOK: mo.use_spm = 0; break;
-        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty); break;
-        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.threads_per_worker); break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.sp.length_penalty); break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.to.threads_per_worker); break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
         }
@@ -214,9 +229,10 @@ int cmd_lmbr_tune(int argc, char **argv) {
         fprintf(stderr, "see tern lmbr-tune --help\n");
         return 2;
     }
-    o.lmbr_evidence = ev;
-    o.num_lmbr_evidence = nev;
-    o.lmbr_weights = nw || ngw ? w : NULL;
+    o.files.evidence = ev;
+    o.files.n_evidence = nev;
+    o.lm.num_systems = nev;
+    o.lm.weights = nw || ngw ? w : NULL;
     if (!nw)
         for (int k = 0; k < nev; k++) w[k] = 1;
     tern_set_log_level(TERN_LOG_ERROR);
@@ -240,18 +256,18 @@ int cmd_lmbr_tune(int argc, char **argv) {
         free(refs), free(src), free(ref);
         return lrc;
     }
-    o.lmbr_lambda = extras_lmbr_lambda(m, &o);
+    o.lm.lambda = tern_lmbr_lambda(m, &o.lm);
     tern_status_t st = TERN_OK;
     eval_t *done = NULL;
     int ndone = 0, cap = 0;
     double plain = 0;
-    float cur[NV] = {o.lmbr_alpha, o.lmbr_p, o.lmbr_r, o.lmbr_lambda}, best_v[NV];
+    float cur[NV] = {o.lm.alpha, o.lm.p, o.lm.r, o.lm.lambda}, best_v[NV];
     memcpy(cur + 4, w, (size_t)nev * sizeof *w);
     /* coordinates: alpha, p, r, lambda; with --grid-weights the weights of systems 2..nev */
     int ncoord = 4 + (ngw ? nev - 1 : 0);
     double best = -1;
     if (!st) st = evaluate(m, &o, cur, 0, src, src_len, (const char *const *)refs, nref, &plain);
-    if (!st) printf("plain beam search (beam %d, length penalty %g): BLEU %.2f\n", o.beam_size, o.length_penalty, plain);
+    if (!st) printf("plain beam search (beam %d, length penalty %g): BLEU %.2f\n", o.sp.beam_size, o.sp.length_penalty, plain);
     memcpy(best_v, cur, sizeof cur);
     for (int round = 0; !st && round < rounds; round++) {
         int improved = 0;
@@ -279,7 +295,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
                 memcpy(done[ndone].v, v, sizeof v);
                 done[ndone++].bleu = b;
                 printf("alpha %g p %g r %g lambda %g", v[0], v[1], v[2], v[3]);
-                if (o.lmbr_weights)
+                if (o.lm.weights)
                     for (int i = 0; i < nev; i++) printf("%s%g", i ? "," : " weights ", v[4 + i]);
                 printf(": BLEU %.2f\n", b);
                 fflush(stdout);
@@ -296,10 +312,10 @@ int cmd_lmbr_tune(int argc, char **argv) {
     if (!st) {
         printf("best: --lmbr-alpha %g --lmbr-p %g --lmbr-r %g --lmbr-lambda %g", best_v[0], best_v[1], best_v[2],
                best_v[3]);
-        if (o.lmbr_weights)
+        if (o.lm.weights)
             for (int i = 0; i < nev; i++) printf("%s%g", i ? "," : " --lmbr-weights ", best_v[4 + i]);
-        if (o.lmbr_clip) printf(" --lmbr-clip");
-        if (o.lmbr_sum_gain) printf(" --lmbr-sum-gain");
+        if (o.lm.clip) printf(" --lmbr-clip");
+        if (o.lm.sum_gain) printf(" --lmbr-sum-gain");
         printf("  BLEU %.2f (plain %.2f, %+.2f)\n", best, plain, best - plain);
         rc = 0;
     } else cli_fail(C, st);

@@ -53,7 +53,7 @@ int cmd_rescore(int argc, char **argv) {
     const char *src_path = NULL, *tgt_path = NULL;
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
-    tern_translate_options_t o = tern_translate_default_options();
+    tern_translator_options_t o = tern_translator_default_options();
     o.workers = 1;
     int batch = 32, ok = 1, c;
     optind = 1;
@@ -129,7 +129,11 @@ int cmd_rescore(int argc, char **argv) {
             goto done;
         }
         if (n > 0) {
-            if ((st = tern_score_batch(tr, (const char *const *)srcs, (const char *const *)tgts, n, lp, cnt))) {
+            tern_request_t req = tern_request_default();
+            req.sources = (const char *const *)srcs;
+            req.targets = (const char *const *)tgts;
+            req.num_sources = n;
+            if ((st = tern_score(tr, &req, lp, cnt))) {
                 fprintf(stderr, "tern rescore: lines %ld-%ld: %s: %s\n", line + 1, line + n, tern_status_string(st),
                         tern_last_error());
                 goto done;

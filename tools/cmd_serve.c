@@ -121,7 +121,8 @@ int cmd_serve(int argc, char **argv) {
     engine_options_t eo;
     memset(&eo, 0, sizeof eo);
     eo.model_options = tern_model_default_options();
-    eo.translate_options = tern_translate_default_options();
+    eo.translator_options = tern_translator_default_options();
+    eo.search = tern_search_default_params();
     eo.workers = 1;
     eo.max_queue = 4096;
     eo.cross_batching = 1;
@@ -158,14 +159,14 @@ int cmd_serve(int argc, char **argv) {
             ok = cli_int(C, "--workers", optarg, 1, 256, &eo.workers);
             workers_given = 1;
             break;
-        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &eo.translate_options.threads_per_worker); break;
-        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.translate_options.beam_size); break;
-        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.translate_options.length_penalty); break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &eo.translator_options.threads_per_worker); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.search.beam_size); break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.search.length_penalty); break;
         case O_MAXDEC:
-            ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &eo.translate_options.max_decoding_length);
+            ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &eo.search.max_decoding_length);
             break;
-        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &eo.translate_options.max_batch_tokens); break;
-        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &eo.translate_options.max_batch_size); break;
+        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &eo.translator_options.max_batch_tokens); break;
+        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &eo.translator_options.max_batch_size); break;
         case O_NO_CROSS: eo.cross_batching = 0; break;
         case O_MAXQ: ok = cli_int(C, "--max-queue", optarg, 1, 1 << 24, &eo.max_queue); break;
         case O_MAXBODY: ok = cli_int(C, "--max-body", optarg, 1, 1 << 30, &body); break;
@@ -214,17 +215,17 @@ int cmd_serve(int argc, char **argv) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
     if (!workers_given) {
-        int t = eo.translate_options.threads_per_worker > 0 ? eo.translate_options.threads_per_worker : 1;
+        int t = eo.translator_options.threads_per_worker > 0 ? eo.translator_options.threads_per_worker : 1;
         long w = cores / ((long)t * n_specs);
         eo.workers = w < 1 ? 1 : w > 8 ? 8 : (int)w;
     }
-    if (eo.translate_options.threads_per_worker == 0) {
+    if (eo.translator_options.threads_per_worker == 0) {
         long t = cores / ((long)eo.workers * n_specs);
-        eo.translate_options.threads_per_worker = t > 0 ? (int)t : 1;
+        eo.translator_options.threads_per_worker = t > 0 ? (int)t : 1;
     }
     so.quiet = quiet;
-    if (so.max_decoding_length < eo.translate_options.max_decoding_length)
-        so.max_decoding_length = eo.translate_options.max_decoding_length;
+    if (so.max_decoding_length < eo.search.max_decoding_length)
+        so.max_decoding_length = eo.search.max_decoding_length;
     tern_set_log_level(quiet ? TERN_LOG_ERROR : TERN_LOG_WARN);
 
     /* Our threads (workers, HTTP) inherit a mask that blocks these signals; the main thread
@@ -272,8 +273,8 @@ int cmd_serve(int argc, char **argv) {
     if (!quiet) {
         for (int i = 0; i < n_specs; i++)
             fprintf(stderr, "tern serve: model %s from %s (%d translator%s x %d thread%s)\n", specs[i].name,
-                    specs[i].dir, eo.workers, eo.workers == 1 ? "" : "s", eo.translate_options.threads_per_worker,
-                    eo.translate_options.threads_per_worker == 1 ? "" : "s");
+                    specs[i].dir, eo.workers, eo.workers == 1 ? "" : "s", eo.translator_options.threads_per_worker,
+                    eo.translator_options.threads_per_worker == 1 ? "" : "s");
     }
     fprintf(stderr, "tern serve: listening on http://%s:%d\n", so.host, server_port(server));
     fflush(stderr);

@@ -1,5 +1,5 @@
 /* cmd_translate.c — `tern translate`: translate a text file or stdin with a model. A thin user of
- * tern_translate_stream(). */
+ * tern_translate_stream() (through cli_translate_file(), which also reads the steering files). */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,9 +171,12 @@ int cmd_translate(int argc, char **argv) {
     const char *C = "translate";
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
-    tern_translate_options_t o = tern_translate_default_options();
-    o.workers = 1;
-    int quiet = 0, verbose = 0, progress = 0, ok = 1, c, min_length_set = 0;
+    tern_translator_options_t to = tern_translator_default_options();
+    tern_search_params_t o = tern_search_default_params();
+    tern_lmbr_params_t lm = tern_lmbr_default_params();
+    cli_extras_files_t files = {0};
+    to.workers = 1;
+    int quiet = 0, verbose = 0, progress = 0, ok = 1, c, min_length_set = 0, print_scores = 0;
     const char *evidence[64];
     float ev_weights[64];
     int n_ev = 0, n_w = 0;
@@ -222,10 +225,10 @@ int cmd_translate(int argc, char **argv) {
         case O_MAXB: ok = cli_int(C, "--max-length-b", optarg, 0, 1 << 20, &o.max_length_b); break;
         case O_MAXDEC: ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &o.max_decoding_length); break;
         case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length), min_length_set = 1; break;
-        case O_SUPPRESS: o.suppress_file = optarg; break;
-        case O_PREFIX: o.target_prefix_file = optarg; break;
-        case O_RESTRICT: o.restrict_file = optarg; break;
-        case O_CONSTRAINTS: o.constraints_file = optarg; break;
+        case O_SUPPRESS: files.suppress = optarg; break;
+        case O_PREFIX: files.target_prefix = optarg; break;
+        case O_RESTRICT: files.restrict_to = optarg; break;
+        case O_CONSTRAINTS: files.constraints = optarg; break;
         case O_LMBR_EV:
             if (n_ev == 64) {
                 fprintf(stderr, "tern translate: at most 64 --lmbr-evidence files\n");
@@ -241,22 +244,22 @@ int cmd_translate(int argc, char **argv) {
                 else ok = cli_float(C, "--lmbr-weights", tmp, 0, 1e6f, &ev_weights[n_w++]);
             }
             break;
-        case O_LMBR_A: ok = cli_float(C, "--lmbr-alpha", optarg, 0, 1e6f, &o.lmbr_alpha); break;
-        case O_LMBR_P: ok = cli_float(C, "--lmbr-p", optarg, 1e-6f, 1e6f, &o.lmbr_p); break;
-        case O_LMBR_R: ok = cli_float(C, "--lmbr-r", optarg, 1e-6f, 1e6f, &o.lmbr_r); break;
-        case O_LMBR_L: ok = cli_float(C, "--lmbr-lambda", optarg, 1e-9f, 1e9f, &o.lmbr_lambda); break;
-        case O_LMBR_CLIP: o.lmbr_clip = 1; break;
-        case O_LMBR_SUM: o.lmbr_sum_gain = 1; break;
+        case O_LMBR_A: ok = cli_float(C, "--lmbr-alpha", optarg, 0, 1e6f, &lm.alpha); break;
+        case O_LMBR_P: ok = cli_float(C, "--lmbr-p", optarg, 1e-6f, 1e6f, &lm.p); break;
+        case O_LMBR_R: ok = cli_float(C, "--lmbr-r", optarg, 1e-6f, 1e6f, &lm.r); break;
+        case O_LMBR_L: ok = cli_float(C, "--lmbr-lambda", optarg, 1e-9f, 1e9f, &lm.lambda); break;
+        case O_LMBR_CLIP: lm.clip = 1; break;
+        case O_LMBR_SUM: lm.sum_gain = 1; break;
         case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width); break;
         case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold); break;
-        case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &o.max_input_length); break;
-        case O_SCORES: o.print_scores = 1; break;
-        case O_DROP_UNK: o.keep_unk = 0; break;
-        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &o.max_batch_tokens); break;
-        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &o.max_batch_size); break;
-        case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &o.read_ahead); break;
-        case 'w': ok = cli_int(C, "--workers", optarg, 1, 256, &o.workers); break;
-        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.threads_per_worker); break;
+        case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &to.max_input_length); break;
+        case O_SCORES: print_scores = 1; break;
+        case O_DROP_UNK: to.keep_unk = 0; break;
+        case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &to.max_batch_tokens); break;
+        case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &to.max_batch_size); break;
+        case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &to.read_ahead); break;
+        case 'w': ok = cli_int(C, "--workers", optarg, 1, 256, &to.workers); break;
+        case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &to.threads_per_worker); break;
         case 'q': quiet = 1; break;
         case 'v': verbose = 1; break;
         case O_PROGRESS: progress = 1; break;
@@ -285,10 +288,11 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "tern translate: --lmbr-weights has %d values for %d --lmbr-evidence files\n", n_w, n_ev);
         return 2;
     }
-    o.lmbr_evidence = n_ev ? evidence : NULL;
-    o.num_lmbr_evidence = n_ev;
-    o.lmbr_weights = n_w ? ev_weights : NULL;
-    if (o.restrict_file && !min_length_set) o.min_length = 0;
+    files.evidence = evidence;
+    files.n_evidence = n_ev;
+    lm.num_systems = n_ev;
+    lm.weights = n_w ? ev_weights : NULL;
+    if (files.restrict_to && !min_length_set) o.min_length = 0;
     tern_set_log_level(quiet ? TERN_LOG_ERROR : verbose ? TERN_LOG_INFO : TERN_LOG_WARN);
     const char *in_path = optind < argc ? argv[optind] : NULL;
     const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;
@@ -300,9 +304,16 @@ int cmd_translate(int argc, char **argv) {
     FILE *in = cli_open(C, in_path, "r");
     FILE *out = in ? cli_open(C, out_path, "w") : NULL;
     int rc = 1;
-    if (in && out) {
+    cli_extras_t *x = NULL;
+    if (in && out && (st = cli_extras_open(&x, &files))) {
+        fprintf(stderr, "tern translate: %s: %s\n", tern_status_string(st), tern_last_error());
+    } else if (in && out) {
         int show = !quiet && (progress || isatty(fileno(stderr)));
-        st = tern_translate_stream(model, in, out, &o, show ? show_progress : NULL, NULL);
+        tern_request_t req = tern_request_default();
+        req.params = &o;
+        req.lmbr = n_ev ? &lm : NULL;
+        req.progress = show ? show_progress : NULL;
+        st = cli_translate_file(model, &to, &req, x, in, out, print_scores);
         if (show) fputc('\n', stderr);
         if (st) {
             const char *where = in_path && strcmp(in_path, "-") ? in_path : "stdin";

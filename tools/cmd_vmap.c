@@ -47,6 +47,11 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
+static void report_line(const char *line, void *user_data) {
+    (void)user_data;
+    fprintf(stderr, "%s\n", line);
+}
+
 int cmd_vmap(int argc, char **argv) {
     const char *C = "vmap", *model_dir = NULL, *src = NULL, *tgt = NULL, *out = NULL;
     tern_vmap_options_t o = tern_vmap_default_options();
@@ -86,7 +91,7 @@ int cmd_vmap(int argc, char **argv) {
     tern_model_t *m = NULL;
     tern_status_t st = tern_model_load(&m, model_dir, &mo);
     if (st) return cli_fail(C, st);
-    st = tern_vmap_build(m, src, tgt, out, &o, quiet ? NULL : stderr);
+    st = tern_vmap_build(m, src, tgt, out, &o, quiet ? NULL : report_line, NULL);
     tern_model_free(m);
     return st ? cli_fail(C, st) : 0;
 }

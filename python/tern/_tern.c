@@ -9,6 +9,7 @@
 #include <Python.h>
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +83,7 @@ static int strlist_from(strlist_t *l, PyObject *seq, const char *what) {
 typedef struct {
     PyObject_HEAD
     tern_model_t *model;
-    tern_translate_options_t opt;
+    tern_translator_options_t opt;
     tern_translator_t **tr;     /* inter_threads translators */
     int *busy;
     int ntr;
@@ -153,7 +154,7 @@ static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw)
     st = tern_model_load(&self->model, dir, &mo);
     Py_END_ALLOW_THREADS
     if (st) return raise_status(st, tern_last_error()), -1;
-    self->opt = tern_translate_default_options();
+    self->opt = tern_translator_default_options();
     self->opt.workers = inter;
     self->opt.threads_per_worker = intra;
     self->opt.max_batch_tokens = max_tokens;
@@ -257,14 +258,18 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
         return NULL;
     }
     int n = (int)src.n;
-    tern_call_options_t call = tern_call_options_from(&self->opt);
-    call.beam_size = beam;
-    call.num_hypotheses = nhyp;
-    call.length_penalty = lp;
-    call.coverage_penalty = cp;
-    call.max_decoding_length = maxlen;
-    call.min_length = minlen;
-    call.return_scores = rs;
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam;
+    sp.num_hypotheses = nhyp;
+    sp.length_penalty = lp;
+    sp.coverage_penalty = cp;
+    sp.max_decoding_length = maxlen;
+    sp.min_length = minlen;
+    sp.return_scores = rs;
+    tern_request_t call = tern_request_default();
+    call.sources = src.s;
+    call.num_sources = n;
+    call.params = &sp;
     call.pretokenized = pretok;
     call.max_batch_size = mbs;
     call.max_batch_tokens = mbt;
@@ -274,8 +279,23 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
         call.on_token = token_trampoline;
         call.on_token_data = &cb;
     }
+    /* target prefixes: one extras entry per source (each with its prefix, "" for none) */
+    tern_source_extras_t *ex = pre.s ? calloc((size_t)(n ? n : 1), sizeof *ex) : NULL;
+    const tern_source_extras_t **exp = pre.s ? calloc((size_t)(n ? n : 1), sizeof *exp) : NULL;
+    if (pre.s && (!ex || !exp)) {
+        free(ex), free(exp);
+        strlist_free(&src), strlist_free(&pre);
+        return PyErr_NoMemory();
+    }
+    for (int i = 0; pre.s && i < n; i++) {
+        ex[i].struct_size = sizeof ex[i];
+        ex[i].target_prefix = pre.s[i] ? pre.s[i] : "";
+        exp[i] = &ex[i];
+    }
+    call.extras = exp;
     tern_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
     if (!res) {
+        free(ex), free(exp);
         strlist_free(&src), strlist_free(&pre);
         return PyErr_NoMemory();
     }
@@ -284,10 +304,11 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     Py_BEGIN_ALLOW_THREADS
     int w = pool_take(self);
     tern_translator_t *tr = self->tr[w];
-    st = tern_translate_batch_ex(tr, src.s, pre.s, n, &call, res);
+    st = tern_translate(tr, &call, res);
     if (st) snprintf(err, sizeof err, "%s", tern_last_error());
     pool_give(self, w);
     Py_END_ALLOW_THREADS
+    free(ex), free(exp);
     strlist_free(&src), strlist_free(&pre);
     if (cb.error) { /* the callback raised: that exception, not the cancellation it caused */
         for (int i = 0; i < n; i++) tern_result_free(&res[i]);
@@ -348,13 +369,16 @@ static PyObject *Translator_score(TranslatorObject *self, PyObject *args, PyObje
         strlist_free(&src), strlist_free(&tgt);
         return PyErr_NoMemory();
     }
-    tern_call_options_t call = tern_call_options_from(&self->opt);
+    tern_request_t call = tern_request_default();
+    call.sources = src.s;
+    call.targets = tgt.s;
+    call.num_sources = n;
     call.pretokenized = pretok;
     tern_status_t st;
     char err[1024] = "";
     Py_BEGIN_ALLOW_THREADS
     int w = pool_take(self);
-    st = tern_score_batch_with(self->tr[w], src.s, tgt.s, n, &call, lp, cnt);
+    st = tern_score(self->tr[w], &call, lp, cnt);
     if (st) snprintf(err, sizeof err, "%s", tern_last_error());
     pool_give(self, w);
     Py_END_ALLOW_THREADS
@@ -376,13 +400,41 @@ static PyObject *Translator_score(TranslatorObject *self, PyObject *args, PyObje
     return out;
 }
 
+/* translate_file's stream: lines in from a FILE, results out as lines ("i ||| hypothesis ||| score"
+ * for n-best lists or with_scores, as the CLI writes them), progress kept for the return value. */
 typedef struct {
+    FILE *in, *out;
+    char *line;
+    size_t cap;
+    int nh, with_scores, write_failed;
     long sentences, tokens;
     double seconds;
-} progress_t;
+} file_io_t;
+
+static int file_read(long line, const char **text, size_t *len, const tern_source_extras_t **ex, void *ud) {
+    file_io_t *io = ud;
+    ssize_t r = getline(&io->line, &io->cap, io->in);
+    if (r < 0) return ferror(io->in) ? -1 : 0;
+    *text = io->line;
+    *len = (size_t)r;
+    *ex = NULL;
+    return 1;
+}
+
+static int file_write(long line, const tern_result_t *r, void *ud) {
+    file_io_t *io = ud;
+    for (int k = 0; k < io->nh; k++) {
+        const char *text = k < r->num_hypotheses ? r->hypotheses[k] : "";
+        float score = k < r->num_hypotheses && r->scores ? r->scores[k] : 0.0f;
+        int ok = io->nh == 1 && !io->with_scores ? fprintf(io->out, "%s\n", text) >= 0
+                                                 : fprintf(io->out, "%ld ||| %s ||| %.6f\n", line, text, score) >= 0;
+        if (!ok) return io->write_failed = 1;
+    }
+    return 0;
+}
 
 static void on_progress(long sentences, long tokens, double seconds, void *ud) {
-    progress_t *p = ud;
+    file_io_t *p = ud;
     p->sentences = sentences;
     p->tokens = tokens;
     p->seconds = seconds;
@@ -402,21 +454,22 @@ static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *arg
                                      &maxlen, &minlen, &ws, &mbs, &mbt, &mil))
         return NULL;
     if (check_ready(self)) return NULL;
-    tern_translate_options_t o = self->opt;
-    o.beam_size = beam;
-    o.num_hypotheses = nhyp;
-    o.length_penalty = lp;
-    o.coverage_penalty = cp;
-    o.max_decoding_length = maxlen;
-    o.min_length = minlen;
-    o.print_scores = ws;
-    o.return_scores = 1;
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam;
+    sp.num_hypotheses = nhyp;
+    sp.length_penalty = lp;
+    sp.coverage_penalty = cp;
+    sp.max_decoding_length = maxlen;
+    sp.min_length = minlen;
+    /* scores reach the file only in n-best lists or with with_scores: otherwise greedy search
+     * needs no log-softmax */
+    sp.return_scores = nhyp > 1 || ws;
+    tern_status_t st = tern_search_params_check(&sp);
+    if (st) return raise_status(st, tern_last_error());
+    tern_translator_options_t o = self->opt;
     o.max_input_length = mil;
     if (mbs > 0) o.max_batch_size = mbs;
     if (mbt > 0) o.max_batch_tokens = mbt;
-    tern_call_options_t c = tern_call_options_from(&o);
-    tern_status_t st = tern_call_options_check(&c);
-    if (st) return raise_status(st, tern_last_error());
     FILE *in = fopen(in_path, "rb");
     if (!in) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, in_path);
     FILE *out = fopen(out_path, "wb");
@@ -424,18 +477,25 @@ static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *arg
         fclose(in);
         return PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
     }
-    progress_t p = {0, 0, 0};
+    file_io_t io = {in, out, NULL, 0, nhyp, ws, 0, 0, 0, 0};
+    tern_request_t req = tern_request_default();
+    req.params = &sp;
+    req.read_source = file_read;
+    req.on_line = file_write;
+    req.progress = on_progress;
+    req.stream_data = &io;
     char err[1024] = "";
     int close_err = 0;
     Py_BEGIN_ALLOW_THREADS
-    st = tern_translate_stream(self->model, in, out, &o, on_progress, &p);
-    if (st) snprintf(err, sizeof err, "%s", tern_last_error());
+    st = tern_translate_stream(self->model, &o, &req);
+    if (st) snprintf(err, sizeof err, "%s", io.write_failed ? "cannot write the output" : tern_last_error());
     fclose(in);
     close_err = fclose(out) != 0;
     Py_END_ALLOW_THREADS
-    if (st) return raise_status(st, err);
+    free(io.line);
+    if (st) return raise_status(io.write_failed ? TERN_ERR_IO : st, err);
     if (close_err) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, out_path);
-    return Py_BuildValue("(lld)", p.sentences, p.tokens, p.seconds);
+    return Py_BuildValue("(lld)", io.sentences, io.tokens, io.seconds);
 }
 
 static PyObject *Translator_info(TranslatorObject *self, PyObject *unused) {

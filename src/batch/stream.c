@@ -1,10 +1,10 @@
 /*
- * stream.c — tern_translate_stream(): translates a text stream in constant memory.
+ * stream.c — tern_translate_stream(): translates a stream of lines in constant memory.
  *
- * Lines are read ahead in chunks (read_ahead × the batch token budget), tokenized, sorted by
+ * Lines (and their extras) come from the request's read_source callback; they are read ahead in chunks (read_ahead × the batch token budget), tokenized, sorted by
  * length and cut into batches by the token budget; `workers` translators, each with its own
  * state and intra-op threads but one shared read-only model, take batches from the chunk; the
- * chunk is written back in the input's order. One output line per input line, always.
+ * chunk's results go to on_line in the input's order. One result per input line, always.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -18,8 +18,7 @@ typedef struct {
 } batch_t;
 
 typedef struct {
-    const tern_model_t *model;
-    const tern_translate_options_t *opt;
+    const tern_translator_options_t *opt;
     int **ids;
     int *len;
     search_sentence_t **sd;  /* per-sentence search data (NULL: none) */
@@ -94,73 +93,75 @@ static int cmp_order(const void *a, const void *b) {
     return x - y;
 }
 
-static tern_status_t write_results(const tern_model_t *m, const tern_translate_options_t *o, FILE *out,
-                                   search_result_t *res, int n, long line0, long *tokens_out) {
+/* Gives the chunk's results to on_line in order (line0: the number of its first line). */
+static tern_status_t write_results(tern_translator_t *tr, const tern_request_t *req, search_result_t *res, int n,
+                                   long line0, long *tokens_out) {
     for (int i = 0; i < n; i++) {
-        int nh = o->num_hypotheses;
-        for (int k = 0; k < nh; k++) {
-            char *text = NULL;
-            float score = 0;
-            if (k < res[i].n) {
-                hypothesis_t *h = &res[i].hyps[k];
-                tern_status_t st = model_decode_target(m, h->tokens, h->length, o->keep_unk, &text);
-                if (st) return st;
-                score = h->score;
-                *tokens_out += h->length;
-            }
-            int ok;
-            if (nh == 1 && !o->print_scores) ok = fprintf(out, "%s\n", text ? text : "") >= 0;
-            else ok = fprintf(out, "%ld ||| %s ||| %.6f\n", line0 + i, text ? text : "", score) >= 0;
-            free(text);
-            if (!ok) return tern_error(TERN_ERR_IO, "cannot write the output");
-        }
+        tern_result_t r;
+        tern_status_t st = translator_result(tr, &res[i], &r);
+        if (st) return st;
+        for (int k = 0; k < res[i].n; k++) *tokens_out += res[i].hyps[k].length;
+        int stop = req->on_line(line0 + i, &r, req->stream_data);
+        tern_result_free(&r);
+        if (stop) return tern_error(TERN_ERR_CANCELLED, "stopped by the line callback at input line %ld", line0 + i + 1);
     }
     return TERN_OK;
 }
 
-/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n; with decoding extras
- * (prefixes, constraints, ...: extras.h) each line's search data sd[i]. */
+/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n; each line's search data
+ * sd[i] from its extras (extras.h; NULL: none); has_sd: some line had extras. */
 typedef struct {
     int **ids;
     int *len;
     search_sentence_t **sd;
-    int n, cap;
+    int n, cap, has_sd;
 } chunk_t;
 
+static tern_status_t chunk_grow(chunk_t *c) {
+    int cap = c->cap ? 2 * c->cap : 1024;
+    int **ni = realloc(c->ids, (size_t)cap * sizeof(int *));
+    if (ni) c->ids = ni;
+    int *nl = realloc(c->len, (size_t)cap * sizeof(int));
+    if (nl) c->len = nl;
+    search_sentence_t **ns = realloc(c->sd, (size_t)cap * sizeof *ns);
+    if (ns) c->sd = ns;
+    if (!ni || !nl || !ns) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    c->cap = cap;
+    return TERN_OK;
+}
+
 /* Reads and tokenizes lines into c until it holds budget source tokens or the input ends (*eof). */
-static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_options_t *o, FILE *in, long budget,
-                                decode_extras_t *extras, chunk_t *c, char **line, size_t *line_cap, long *line_no,
-                                int *eof) {
+static tern_status_t read_chunk(const tern_model_t *model, const tern_request_t *req, const translator_call_t *call,
+                                const request_extras_t *x, long budget, chunk_t *c, long *line_no, int *eof) {
     long toks = 0;
     c->n = 0;
+    c->has_sd = 0;
     while (toks < budget) {
-        ssize_t r = getline(line, line_cap, in);
-        if (r < 0) {
+        const char *line = NULL;
+        size_t r = 0;
+        const tern_source_extras_t *ex = NULL;
+        int got = req->read_source(*line_no, &line, &r, &ex, req->stream_data);
+        if (got < 0) return tern_error(TERN_ERR_IO, "cannot read input line %ld", *line_no + 1);
+        if (got == 0) {
             *eof = 1;
             break;
         }
         (*line_no)++;
-        while (r > 0 && ((*line)[r - 1] == '\n' || (*line)[r - 1] == '\r')) r--;
-        if (c->n == c->cap) {
-            int cap = c->cap ? 2 * c->cap : 1024;
-            int **ni = realloc(c->ids, (size_t)cap * sizeof(int *));
-            if (ni) c->ids = ni;
-            int *nl = realloc(c->len, (size_t)cap * sizeof(int));
-            if (nl) c->len = nl;
-            search_sentence_t **ns = extras ? realloc(c->sd, (size_t)cap * sizeof *ns) : NULL;
-            if (ns) c->sd = ns;
-            if (!ni || !nl || (extras && !ns)) return tern_error(TERN_ERR_NOMEM, "out of memory");
-            c->cap = cap;
-        }
+        if (!line) r = 0;
+        while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) r--;
+        tern_status_t st = c->n == c->cap ? chunk_grow(c) : TERN_OK;
+        if (st) return st;
         int trunc = 0;
-        tern_status_t st = model_encode_source(model, *line, (size_t)r, o->max_input_length, &c->ids[c->n],
-                                               &c->len[c->n], &trunc);
+        c->sd[c->n] = NULL;
+        st = model_encode_source_ex(model, line ? line : "", r, call->max_input_length, call->pretok, &c->ids[c->n],
+                                    &c->len[c->n], &trunc);
         if (st) return tern_error_prefix(st, "input line %ld", *line_no);
-        if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, o->max_input_length);
-        if (extras && (st = extras_next(extras, *line_no - 1, &c->sd[c->n]))) {
+        if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, call->max_input_length);
+        if (ex && (st = extras_sentence(x, *line_no - 1, ex, &c->sd[c->n]))) {
             free(c->ids[c->n]);
             return st;
         }
+        c->has_sd |= ex != NULL;
         toks += c->len[c->n] > 0 ? c->len[c->n] : 1;
         c->n++;
     }
@@ -169,7 +170,7 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_translate_
 
 /* Sorts sentences 0..n-1 by length, longest first, into order (n) and cuts them into batches by
  * the token budget (the first length of a batch is its padded width); returns the count. */
-static int cut_batches(const int *len, int n, const tern_translate_options_t *o, int *order, batch_t *batches) {
+static int cut_batches(const int *len, int n, const translator_call_t *o, int *order, batch_t *batches) {
     for (int i = 0; i < n; i++) order[i] = i;
     g_sort_len = (int *)len;
     qsort(order, (size_t)n, sizeof(int), cmp_order);
@@ -206,9 +207,10 @@ static void run_workers(work_t *w, tern_translator_t **trs, int W) {
     free(th), free(args);
 }
 
-/* Translates a chunk on the translators and writes its lines (line0: the number of its first). */
-static tern_status_t translate_chunk(const tern_model_t *model, const tern_translate_options_t *o,
-                                     tern_translator_t **trs, chunk_t *c, FILE *out, long line0, long *tokens_out) {
+/* Translates a chunk on the translators and gives its lines to on_line (line0: the number of its
+ * first). */
+static tern_status_t translate_chunk(const tern_translator_options_t *o, const tern_request_t *req,
+                                     tern_translator_t **trs, chunk_t *c, long line0, long *tokens_out) {
     int n = c->n;
     int *order = malloc((size_t)n * sizeof(int));
     batch_t *batches = malloc((size_t)n * sizeof(batch_t));
@@ -219,17 +221,16 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
     } else {
         work_t w;
         memset(&w, 0, sizeof w);
-        w.model = model;
         w.opt = o;
         w.ids = c->ids;
         w.len = c->len;
-        w.sd = c->sd;
+        w.sd = c->has_sd ? c->sd : NULL;
         w.order = order;
         w.batches = batches;
-        w.n_batches = cut_batches(c->len, n, o, order, batches);
+        w.n_batches = cut_batches(c->len, n, trs[0]->call, order, batches);
         /* continuous batching: one call over many batches keeps them full (a row that finishes
          * takes the next sentence); runs of consecutive batches, a few per worker for balance */
-        if (!c->sd && w.n_batches > 1 && translator_continuous(trs[0])) {
+        if (!w.sd && w.n_batches > 1 && translator_continuous(trs[0])) {
             int G = o->workers > 1 ? 4 * o->workers : 1, per = (w.n_batches + G - 1) / G, ng = 0;
             for (int b = 0; b < w.n_batches; b += per) {
                 int e = b + per < w.n_batches ? b + per : w.n_batches;
@@ -243,56 +244,80 @@ static tern_status_t translate_chunk(const tern_model_t *model, const tern_trans
         pthread_mutex_destroy(&w.mu);
         st = w.status;
         if (st) tern_error(st, "%s", w.error);
-        else st = write_results(model, o, out, res, n, line0, tokens_out);
+        else st = write_results(trs[0], req, res, n, line0, tokens_out);
     }
     for (int i = 0; i < n; i++) {
         if (res) search_result_free(&res[i]);
         free(c->ids[i]);
         c->ids[i] = NULL;
-        if (c->sd) extras_sentence_free(c->sd[i]), c->sd[i] = NULL;
+        extras_sentence_free(c->sd[i]), c->sd[i] = NULL;
     }
     c->n = 0;
     free(order), free(batches), free(res);
     return st;
 }
 
-tern_status_t tern_translate_stream(const tern_model_t *model, FILE *in, FILE *out,
-                                    const tern_translate_options_t *options, tern_progress_fn progress,
-                                    void *user_data) {
-    tern_translate_options_t o, defaults = tern_translate_default_options();
-    tern_status_t ost = API_STRUCT_IN(&o, options, &defaults, tern_translate_options_t);
-    if (ost) return ost;
-    if (o.workers <= 0) o.workers = 1;
-    /* Scores reach the output only in n-best lists or with print_scores: otherwise greedy search
-     * needs no log-softmax (the argmax of the logits is the token). */
-    if (o.num_hypotheses <= 1 && !o.print_scores) o.return_scores = 0;
-    tern_status_t st = TERN_OK;
-    tern_translator_t **trs = calloc((size_t)o.workers, sizeof *trs);
-    if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    decode_extras_t *extras = NULL; /* prefixes, suppressed sequences, restrictions, LMBR evidence */
-    for (int k = 0; k < o.workers && !st; k++) st = tern_translator_create(&trs[k], model, &o);
-    if (!st) st = extras_open(&extras, model, &o);
-    for (int k = 0; !st && k < o.workers; k++) trs[k]->global = extras_global(extras);
-    long budget = (long)o.read_ahead * o.max_batch_tokens;
+/* The stream's request, checked. */
+static tern_status_t stream_request_in(tern_request_t *req, const tern_request_t *request) {
+    tern_status_t st = request_in(req, request, "tern_translate_stream");
+    if (st) return st;
+    if (!req->read_source || !req->on_line)
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_stream: needs read_source and on_line");
+    if (req->sources || req->num_sources || req->targets || req->extras || req->on_result || req->on_token)
+        return tern_error(TERN_ERR_INVALID_ARG,
+                          "tern_translate_stream: sources, targets, extras, on_result and on_token must be NULL "
+                          "(lines and their extras come from read_source)");
+    return TERN_OK;
+}
+
+/* Reads, translates and gives back chunk after chunk. */
+static tern_status_t stream_run(const tern_model_t *model, const tern_translator_options_t *o,
+                                const tern_request_t *req, tern_translator_t **trs, const request_extras_t *x) {
+    long budget = (long)o->read_ahead * trs[0]->call->max_batch_tokens;
     if (budget < 1) budget = 1;
     chunk_t c = {0};
-    char *line = NULL;
-    size_t line_cap = 0;
     long line_no = 0, written = 0, tokens_out = 0;
     double t0 = time_now();
+    tern_status_t st = TERN_OK;
     for (int eof = 0; !st && !eof;) {
-        if ((st = read_chunk(model, &o, in, budget, extras, &c, &line, &line_cap, &line_no, &eof)) || c.n == 0) break;
-        if ((st = translate_chunk(model, &o, trs, &c, out, written, &tokens_out))) break;
+        if (req->cancel && __atomic_load_n(req->cancel, __ATOMIC_RELAXED)) {
+            st = tern_error(TERN_ERR_CANCELLED, "cancelled before input line %ld", line_no + 1);
+            break;
+        }
+        if ((st = read_chunk(model, req, trs[0]->call, x, budget, &c, &line_no, &eof)) || c.n == 0) break;
+        if ((st = translate_chunk(o, req, trs, &c, written, &tokens_out))) break;
         written = line_no;
-        if (progress) progress(written, tokens_out, time_now() - t0, user_data);
+        if (req->progress) req->progress(written, tokens_out, time_now() - t0, req->stream_data);
     }
-    if (!st && fflush(out) != 0) st = tern_error(TERN_ERR_IO, "cannot write the output");
     for (int i = 0; i < c.n; i++) {
         free(c.ids[i]);
-        if (c.sd) extras_sentence_free(c.sd[i]);
+        extras_sentence_free(c.sd[i]);
     }
-    free(c.ids), free(c.len), free(c.sd), free(line);
-    extras_close(extras, st ? -1 : line_no);
+    free(c.ids), free(c.len), free(c.sd);
+    return st;
+}
+
+tern_status_t tern_translate_stream(const tern_model_t *model, const tern_translator_options_t *options,
+                                    const tern_request_t *request) {
+    tern_translator_options_t o, defaults = tern_translator_default_options();
+    tern_request_t req;
+    tern_status_t st = API_STRUCT_IN(&o, options, &defaults, tern_translator_options_t);
+    if (st || (st = stream_request_in(&req, request))) return st;
+    if (!model) return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_stream: NULL model");
+    if (o.workers <= 0) o.workers = 1;
+    tern_translator_t **trs = calloc((size_t)o.workers, sizeof *trs);
+    if (!trs) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < o.workers && !st; k++) st = tern_translator_create(&trs[k], model, &o);
+    translator_call_t call;
+    request_extras_t *x = NULL; /* suppressed sequences, LMBR parameters; each line's extras */
+    if (!st) st = translator_call_init(trs[0], &req, &call);
+    if (!st) st = extras_new(&x, model, &req, &call);
+    if (!st) {
+        call.global = extras_global(x);
+        for (int k = 0; k < o.workers; k++) trs[k]->call = &call;
+        st = stream_run(model, &o, &req, trs, x);
+    }
+    extras_free(x);
     for (int k = 0; k < o.workers; k++) tern_translator_free(trs[k]);
     free(trs);
     return st;

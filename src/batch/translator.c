@@ -5,6 +5,8 @@
  */
 #include "translator.h"
 
+#include "extras.h"
+
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -13,33 +15,37 @@
 #include <string.h>
 #include <unistd.h>
 
-tern_translate_options_t tern_translate_default_options(void) {
-    tern_translate_options_t o;
+tern_search_params_t tern_search_default_params(void) {
+    tern_search_params_t p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.beam_size = 4;
+    p.num_hypotheses = 1;
+    p.length_penalty = 0.0f;
+    p.length_norm = TERN_LENPEN_PLAIN;
+    p.coverage_penalty = 0.0f;
+    p.eos_policy = TERN_EOS_COMMON;
+    p.early_stop = 1;
+    p.max_length_a = 0.0f;
+    p.max_length_b = 0;
+    p.max_decoding_length = 256;
+    p.min_length = 1;
+    p.return_scores = 1;
+    return p;
+}
+
+tern_translator_options_t tern_translator_default_options(void) {
+    tern_translator_options_t o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
-    o.beam_size = 4;
-    o.num_hypotheses = 1;
-    o.length_penalty = 0.0f;
-    o.length_norm = TERN_LENPEN_PLAIN;
-    o.coverage_penalty = 0.0f;
-    o.eos_policy = TERN_EOS_COMMON;
-    o.early_stop = 1;
-    o.max_length_a = 0.0f;
-    o.max_length_b = 0;
-    o.max_decoding_length = 256;
-    o.min_length = 1;
+    o.search = NULL;
     o.max_input_length = 1024;
-    o.return_scores = 1;
     o.max_batch_tokens = 4096;
     o.max_batch_size = 0;
-    o.read_ahead = 16;
     o.workers = 0;
     o.threads_per_worker = 0;
+    o.read_ahead = 16;
     o.keep_unk = 1;
-    o.lmbr_alpha = 1.0f;
-    o.lmbr_p = 0.85f;
-    o.lmbr_r = 0.7f;
-    o.lmbr_lambda = 0.0f; /* 0: 0.5 / the number of models (extras.c) */
     return o;
 }
 
@@ -48,40 +54,36 @@ int tern_num_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
-void translator_set_threads(const tern_translate_options_t *opt) {
+void translator_set_threads(const tern_translator_options_t *opt) {
     int workers = opt->workers > 0 ? opt->workers : 1;
     int threads = opt->threads_per_worker;
     if (threads <= 0) threads = tern_num_cores() / workers > 0 ? tern_num_cores() / workers : 1;
     kernels_set_num_threads(threads);
 }
 
-static tern_status_t check_options(const tern_translate_options_t *o) {
-    if (o->beam_size < 1) return tern_error(TERN_ERR_INVALID_ARG, "beam size must be >= 1 (got %d)", o->beam_size);
-    if (o->num_hypotheses < 1 || o->num_hypotheses > o->beam_size)
-        return tern_error(TERN_ERR_INVALID_ARG, "number of hypotheses must be in 1..beam size (got %d)",
-                          o->num_hypotheses);
-    if (o->max_decoding_length < 1)
-        return tern_error(TERN_ERR_INVALID_ARG, "max decoding length must be >= 1");
-    if (o->min_length < 0 || o->min_length > o->max_decoding_length)
-        return tern_error(TERN_ERR_INVALID_ARG, "min length must be in 0..max decoding length");
+static tern_status_t check_options(const tern_translator_options_t *o) {
     if (o->max_batch_tokens < 1) return tern_error(TERN_ERR_INVALID_ARG, "batch token budget must be >= 1");
-    if (o->length_penalty < 0 || o->coverage_penalty < 0)
-        return tern_error(TERN_ERR_INVALID_ARG, "penalties must be >= 0");
+    if (o->max_input_length < 1) return tern_error(TERN_ERR_INVALID_ARG, "max_input_length must be >= 1");
+    if (o->max_batch_size < 0 || o->workers < 0 || o->threads_per_worker < 0 || o->read_ahead < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, workers, threads_per_worker and read_ahead must be >= 0");
     return TERN_OK;
 }
 
 tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t *model,
-                                     const tern_translate_options_t *options) {
+                                     const tern_translator_options_t *options) {
     *out = NULL;
-    tern_translate_options_t o, defaults = tern_translate_default_options();
-    tern_status_t st = API_STRUCT_IN(&o, options, &defaults, tern_translate_options_t);
+    tern_translator_options_t o, defaults = tern_translator_default_options();
+    tern_status_t st = API_STRUCT_IN(&o, options, &defaults, tern_translator_options_t);
     if (st) return st;
-    st = check_options(&o);
-    if (st) return st;
+    if ((st = check_options(&o))) return st;
+    tern_search_params_t sp;
+    if ((st = search_params_in(&sp, o.search))) return st;
+    o.search = NULL; /* copied: the caller's struct need not outlive the call */
     tern_translator_t *tr = calloc(1, sizeof *tr);
     if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");
     tr->model = model;
     tr->opt = o;
+    tr->search = sp;
     tr->state = model->fam->state_new(model->net);
     if (!tr->state) {
         free(tr);
@@ -100,7 +102,7 @@ void tern_translator_free(tern_translator_t *tr) {
     free(tr);
 }
 
-static int max_output_len(const tern_translate_options_t *o, int src_len) {
+static int max_output_len(const tern_search_params_t *o, int src_len) {
     int lim = o->max_decoding_length;
     if (o->max_length_a > 0 || o->max_length_b > 0) {
         int l = (int)floorf(o->max_length_a * (float)src_len) + o->max_length_b;
@@ -119,7 +121,7 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
                                    const search_sentence_t *const *sd, int n, vmap_decoder_t *vd, decoder_iface_t *dec,
                                    int *bos, int *eos, int *ncand) {
     const tern_model_t *m = tr->model;
-    const int V = m->info.target_vocab_size, rows = n * tr->opt.beam_size;
+    const int V = m->info.target_vocab_size, rows = n * tr->call->p.beam_size;
     if (!tr->vm_cand) {
         tr->vm_cand = malloc((size_t)V * sizeof(int));
         tr->vm_mark = calloc((size_t)V, 1);
@@ -142,7 +144,7 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
         s0[i] = m->n_members ? src[i] + 1 : src[i];
         l0[i] = m->n_members ? src[i][0] : len[i];
     }
-    search_procs_mark(tr->global, sd, n, V, tr->vm_mark); /* vmap_candidates adds what is marked */
+    search_procs_mark(tr->call->global, sd, n, V, tr->vm_mark); /* vmap_candidates adds what is marked */
     int nc = vmap_candidates(m->vmap, s0, l0, n, tr->vm_cand, tr->vm_mark);
     *ncand = nc;
     free(s0), free(l0);
@@ -160,7 +162,7 @@ static tern_status_t vmap_restrict(tern_translator_t *tr, int *const *src, const
 /* What a call with callbacks or a cancellation flag carries through the batches. */
 struct call_hooks {
     tern_translator_t *tr;
-    const tern_call_options_t *call;
+    const tern_request_t *req;  /* the callbacks and the cancellation flag */
     tern_result_t *results;  /* the caller's (n), or NULL: results go to on_result only */
     uint8_t *given;          /* (n) 1: results[i] already converted (and given to on_result) */
     char **emitted;          /* (n) greedy: the text the token events of input i gave so far */
@@ -190,8 +192,9 @@ static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res
     const tern_model_t *m = tr->model;
     memset(r, 0, sizeof *r);
     r->hypotheses = calloc((size_t)(res->n ? res->n : 1), sizeof(char *));
-    r->scores = tr->opt.return_scores ? calloc((size_t)(res->n ? res->n : 1), sizeof(float)) : NULL;
-    if (!r->hypotheses || (tr->opt.return_scores && !r->scores)) {
+    const int rs = tr->call->p.return_scores;
+    r->scores = rs ? calloc((size_t)(res->n ? res->n : 1), sizeof(float)) : NULL;
+    if (!r->hypotheses || (rs && !r->scores)) {
         free(r->hypotheses), free(r->scores);
         memset(r, 0, sizeof *r);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -211,12 +214,16 @@ static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res
     return TERN_OK;
 }
 
+tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, tern_result_t *r) {
+    return to_result(tr, res, tr->call->pretok, r, NULL);
+}
+
 /* Input i's search is finished (res: vocabulary ids when ids, else the search's tokens): convert
  * it, give it to on_result, keep it in results[i] (or free it). Nonzero: stop. */
 static int hook_finish_input(struct call_hooks *h, int i, const search_result_t *res) {
-    const tern_call_options_t *c = h->call;
+    const tern_request_t *c = h->req;
     tern_result_t tmp, *r = h->results ? &h->results[i] : &tmp;
-    if (to_result(h->tr, res, c->pretokenized, r, h)) return 1;
+    if (to_result(h->tr, res, h->tr->call->pretok, r, h)) return 1;
     h->given[i] = 1;
     int stop = 0;
     if (c->on_token && h->beam && res->n > 0) { /* beam search: the final best hypothesis */
@@ -236,11 +243,11 @@ static int hook_finish(void *ctx, int n, const search_result_t *res) {
 
 static int hook_step(void *ctx, int n, int t, const int *tokens, int len, int last) {
     struct call_hooks *h = ctx;
-    const tern_call_options_t *c = h->call;
+    const tern_request_t *c = h->req;
     int i = h->batch_idx[n];
     const int *ids = hook_ids(h, tokens, len);
     char *text = NULL;
-    if ((!ids && len > 0) || model_decode_target_ex(h->tr->model, ids, len, h->tr->opt.keep_unk, c->pretokenized, &text)) return 1;
+    if ((!ids && len > 0) || model_decode_target_ex(h->tr->model, ids, len, h->tr->opt.keep_unk, h->tr->call->pretok, &text)) return 1;
     tern_token_event_t ev = {i, t, ids, len, text, NULL, last};
     if (!h->beam) { /* the delta: what the text adds to what was given, once it extends it */
         const char *prev = h->emitted[i] ? h->emitted[i] : "";
@@ -263,14 +270,15 @@ static int hook_step(void *ctx, int n, int t, const int *tokens, int len, int la
 }
 
 static int hooks_cancelled(const struct call_hooks *h) {
-    return h && h->call->cancel && __atomic_load_n(h->call->cancel, __ATOMIC_RELAXED);
+    return h && h->req->cancel && __atomic_load_n(h->req->cancel, __ATOMIC_RELAXED);
 }
 
 /* Decodes one batch of non-empty sources (idx: their input indices, for the hooks). */
 static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len,
                                   const search_sentence_t *const *sd, const int *idx, int n, search_result_t *res) {
     const tern_model_t *m = tr->model;
-    const tern_translate_options_t *o = &tr->opt;
+    const translator_call_t *call = tr->call;
+    const tern_search_params_t *o = &call->p;
     const model_family_t *fam = m->fam;
     tern_status_t st = fam->encode(tr->state, (const int *const *)src, len, n);
     if (st) return st;
@@ -296,13 +304,13 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
     so.prune_threshold = o->prune_threshold;
-    struct call_hooks *h = tr->hooks;
+    struct call_hooks *h = call->hooks;
     if (h) {
-        so.cancel = h->call->cancel;
+        so.cancel = h->req->cancel;
         h->batch_idx = idx;
         h->beam = !(o->beam_size == 1);
-        if (h->call->on_result || h->call->on_token) so.on_finish = hook_finish;
-        if (h->call->on_token) so.on_step = hook_step;
+        if (h->req->on_result || h->req->on_token) so.on_finish = hook_finish;
+        if (h->req->on_token) so.on_step = hook_step;
         so.hook_ctx = h;
     }
     int constrained = 0; /* terminology constraints need the beam search's selection, even at beam 1 */
@@ -313,11 +321,11 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     }
     vmap_decoder_t vd;
     search_remap_t *rm = NULL; /* under a vocabulary map: the processors' data in positions */
-    const search_global_t *gl = tr->global;
+    const search_global_t *gl = call->global;
     int V = m->info.target_vocab_size, eos = m->tgt_eos, nc = 0;
     if (m->vmap) {
-        if (!(st = vmap_restrict(tr, src, len, sd, n, &vd, &dec, &so.bos, &so.eos, &nc)) && (tr->global || any_sd) &&
-            !(st = search_remap_new(&rm, tr->global, sd, n, tr->vm_cand, nc))) {
+        if (!(st = vmap_restrict(tr, src, len, sd, n, &vd, &dec, &so.bos, &so.eos, &nc)) && (call->global || any_sd) &&
+            !(st = search_remap_new(&rm, call->global, sd, n, tr->vm_cand, nc))) {
             gl = search_remap_global(rm);
             sd = search_remap_sentences(rm);
         }
@@ -371,10 +379,10 @@ static tern_status_t stream_admit(void *ctx, int first, int n, int fresh) {
  * logits; TERN_CONTINUOUS=0 turns it off. */
 static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const *sd, int n) {
     const tern_model_t *m = tr->model;
-    const tern_translate_options_t *o = &tr->opt;
+    const tern_search_params_t *o = tr->call ? &tr->call->p : &tr->search;
     const char *env = getenv("TERN_CONTINUOUS");
     if (env && strcmp(env, "0") == 0) return 0;
-    if (o->coverage_penalty != 0.0f || m->vmap || tr->global || !m->fam->admit || m->fam->step_logprobs)
+    if (o->coverage_penalty != 0.0f || m->vmap || (tr->call && tr->call->global) || !m->fam->admit || m->fam->step_logprobs)
         return 0;
     for (int i = 0; sd && i < n; i++)
         if (sd[i]) return 0;
@@ -388,13 +396,14 @@ int translator_continuous(const tern_translator_t *tr) { return stream_ok(tr, NU
 static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const int *len, const int *idx, int n,
                                    search_result_t *res) {
     const tern_model_t *m = tr->model;
-    const tern_translate_options_t *o = &tr->opt;
+    const translator_call_t *call = tr->call;
+    const tern_search_params_t *o = &call->p;
     const model_family_t *fam = m->fam;
     int max_rows = 1;
     for (int a = 0; a < n;) { /* the batches of translator_translate_ids_sd */
         int width = len[a], b = 0;
-        while (a + b < n && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
-               (o->max_batch_size <= 0 || b < o->max_batch_size))
+        while (a + b < n && (b == 0 || (long)(b + 1) * width <= call->max_batch_tokens) &&
+               (call->max_batch_size <= 0 || b < call->max_batch_size))
             b++;
         max_rows = b > max_rows ? b : max_rows;
         a += b;
@@ -420,18 +429,18 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
     so.prune_threshold = o->prune_threshold;
-    struct call_hooks *h = tr->hooks;
+    struct call_hooks *h = call->hooks;
     if (h) {
-        so.cancel = h->call->cancel;
+        so.cancel = h->req->cancel;
         h->batch_idx = idx;
         h->beam = o->beam_size != 1;
-        if (h->call->on_result || h->call->on_token) so.on_finish = hook_finish;
-        if (h->call->on_token) so.on_step = hook_step;
+        if (h->req->on_result || h->req->on_token) so.on_finish = hook_finish;
+        if (h->req->on_token) so.on_step = hook_step;
         so.hook_ctx = h;
     }
     struct stream_ctx ctx = {tr, src, len};
     long stats[3] = {0, 0, 0};
-    search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, o->max_batch_tokens, 0, stats};
+    search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, call->max_batch_tokens, 0, stats};
     feed.min_admit = max_rows / 4 > 1 ? max_rows / 4 : 1;
     const char *env = getenv("TERN_CONTINUOUS_MIN_ADMIT");
     if (env && atoi(env) > 0) feed.min_admit = atoi(env);
@@ -454,14 +463,9 @@ static int cmp_len_desc(const void *a, const void *b) {
     return x->idx - y->idx;
 }
 
-tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
-                                       search_result_t *res) {
-    return translator_translate_ids_sd(tr, src, len, NULL, n, res);
-}
-
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
                                           const search_sentence_t *const *sd, int n, search_result_t *res) {
-    const tern_translate_options_t *o = &tr->opt;
+    const translator_call_t *o = tr->call;
     tern_status_t st = TERN_OK;
     len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
@@ -479,14 +483,14 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
         res[i].hyps = NULL;
         if (len[i] > 0) order[m++] = (len_idx_t){len[i], i};
         else { /* empty input: num_hypotheses empty hypotheses of score 0, without decoding */
-            int nh = o->num_hypotheses > 0 ? o->num_hypotheses : 1;
+            int nh = o->p.num_hypotheses > 0 ? o->p.num_hypotheses : 1;
             res[i].hyps = calloc((size_t)nh, sizeof(hypothesis_t));
             if (!res[i].hyps) {
                 st = tern_error(TERN_ERR_NOMEM, "out of memory");
                 goto done;
             }
             res[i].n = nh;
-            if (tr->hooks && tr->hooks->given && hook_finish_input(tr->hooks, i, &res[i])) {
+            if (o->hooks && o->hooks->given && hook_finish_input(o->hooks, i, &res[i])) {
                 st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
                 goto done;
             }
@@ -504,7 +508,7 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
         goto done;
     }
     for (int a = 0; a < m;) {
-        if (hooks_cancelled(tr->hooks)) {
+        if (hooks_cancelled(o->hooks)) {
             st = tern_error(TERN_ERR_CANCELLED, "cancelled before batch of input %d", order[a].idx);
             goto done;
         }
@@ -538,75 +542,102 @@ void tern_result_free(tern_result_t *r) {
 
 tern_status_t tern_translate_batch(tern_translator_t *tr, const char *const *sources, int n,
                                    tern_result_t *results) {
-    return tern_translate_batch_prefix(tr, sources, NULL, n, results);
+    tern_request_t req = tern_request_default();
+    req.sources = sources;
+    req.num_sources = n;
+    if (!results && n > 0) return tern_error(TERN_ERR_INVALID_ARG, "tern_translate_batch: NULL results");
+    return tern_translate(tr, &req, results);
 }
 
-tern_status_t tern_translate_batch_prefix(tern_translator_t *tr, const char *const *sources,
-                                          const char *const *prefixes, int n, tern_result_t *results) {
-    return translator_translate_strings(tr, sources, prefixes, n, NULL, results);
+/* The request's sources as token ids (ids[i], len[i]; truncated with a warning). */
+static tern_status_t encode_sources(tern_translator_t *tr, const tern_request_t *req, int **ids, int *len) {
+    const translator_call_t *c = tr->call;
+    for (int i = 0; i < req->num_sources; i++) {
+        int trunc = 0;
+        const char *s = req->sources[i] ? req->sources[i] : "";
+        tern_status_t st = model_encode_source_ex(tr->model, s, strlen(s), c->max_input_length, c->pretok, &ids[i],
+                                                  &len[i], &trunc);
+        if (st) return st;
+        if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, c->max_input_length);
+    }
+    return TERN_OK;
 }
 
-tern_status_t translator_translate_strings(tern_translator_t *tr, const char *const *sources,
-                                           const char *const *prefixes, int n, const tern_call_options_t *call,
-                                           tern_result_t *results) {
-    const tern_model_t *m = tr->model;
-    const int pretok = call ? call->pretokenized : 0;
+/* The search data of each source with extras (sd[i]; NULL: none). */
+static tern_status_t build_sentences(const request_extras_t *x, const tern_request_t *req, search_sentence_t **sd) {
+    for (int i = 0; req->extras && i < req->num_sources; i++) {
+        if (!req->extras[i]) continue;
+        tern_status_t st = extras_sentence(x, i, req->extras[i], &sd[i]);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
+/* tern_translate() on a checked request under the call tr->call. */
+static tern_status_t translate_request(tern_translator_t *tr, const tern_request_t *req, const request_extras_t *x,
+                                       tern_result_t *results) {
+    const int n = req->num_sources;
+    const size_t nn = (size_t)(n > 0 ? n : 1);
+    translator_call_t *call = tr->call;
     tern_status_t st = TERN_OK;
-    int **ids = calloc((size_t)(n ? n : 1), sizeof(int *));
-    int *len = calloc((size_t)(n ? n : 1), sizeof(int));
-    search_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
-    search_sentence_t *sd = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sd) : NULL;
-    const search_sentence_t **sdp = prefixes ? calloc((size_t)(n ? n : 1), sizeof *sdp) : NULL;
+    int **ids = calloc(nn, sizeof(int *));
+    int *len = calloc(nn, sizeof(int));
+    search_result_t *res = calloc(nn, sizeof *res);
+    search_sentence_t **sd = req->extras ? calloc(nn, sizeof *sd) : NULL;
     struct call_hooks hooks = {0};
-    if (call && (call->on_result || call->on_token || call->cancel)) {
+    if (req->on_result || req->on_token || req->cancel) {
         hooks.tr = tr;
-        hooks.call = call;
+        hooks.req = req;
         hooks.results = results;
-        hooks.given = calloc((size_t)(n ? n : 1), 1);
-        hooks.emitted = calloc((size_t)(n ? n : 1), sizeof(char *));
+        hooks.given = calloc(nn, 1);
+        hooks.emitted = calloc(nn, sizeof(char *));
         if (!hooks.given || !hooks.emitted) {
             st = tern_error(TERN_ERR_NOMEM, "out of memory");
             goto done;
         }
-        tr->hooks = &hooks;
+        call->hooks = &hooks;
     }
-    if (!ids || !len || !res || (prefixes && (!sd || !sdp))) {
+    if (!ids || !len || !res || (req->extras && !sd)) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
     if (results) memset(results, 0, (size_t)n * sizeof *results);
     translator_set_threads(&tr->opt);
-    for (int i = 0; i < n; i++) {
-        int trunc = 0;
-        const char *s = sources[i] ? sources[i] : "";
-        if ((st = model_encode_source_ex(m, s, strlen(s), tr->opt.max_input_length, pretok, &ids[i], &len[i], &trunc)))
-            goto done;
-        if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, tr->opt.max_input_length);
-    }
-    for (int i = 0; prefixes && i < n; i++) { /* forced target prefixes */
-        const char *p = prefixes[i] ? prefixes[i] : "";
-        int *pid = NULL, plen = 0;
-        if ((st = model_encode_target_ex(m, p, strlen(p), pretok, &pid, &plen))) {
-            tern_error_prefix(st, "target prefix %d", i);
-            goto done;
-        }
-        sd[i].prefix = pid;
-        sd[i].prefix_len = plen;
-        sdp[i] = &sd[i];
-    }
-    if ((st = translator_translate_ids_sd(tr, ids, len, sdp, n, res))) goto done;
+    if ((st = encode_sources(tr, req, ids, len)) || (st = build_sentences(x, req, sd))) goto done;
+    if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, n, res))) goto done;
     for (int i = 0; results && i < n; i++)
-        if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], pretok, &results[i], NULL))) goto done;
+        if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], call->pretok, &results[i], NULL))) goto done;
 done:
-    tr->hooks = NULL;
+    call->hooks = NULL;
     for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
     for (int i = 0; i < n && ids; i++) free(ids[i]);
-    for (int i = 0; i < n && sd; i++) free((void *)sd[i].prefix);
+    for (int i = 0; i < n && sd; i++) extras_sentence_free(sd[i]);
     for (int i = 0; i < n && hooks.emitted; i++) free(hooks.emitted[i]);
     free(hooks.given), free(hooks.emitted), free(hooks.map);
-    free(ids), free(len), free(res), free(sd), free(sdp);
+    free(ids), free(len), free(res), free(sd);
     if (st && results)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
+    return st;
+}
+
+tern_status_t tern_translate(tern_translator_t *tr, const tern_request_t *request, tern_result_t *results) {
+    tern_request_t req;
+    tern_status_t st = request_in(&req, request, "tern_translate");
+    if (st) return st;
+    if (!tr) return tern_error(TERN_ERR_INVALID_ARG, "tern_translate: NULL translator");
+    if (req.num_sources > 0 && !results && !req.on_result)
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate: NULL results without on_result");
+    if (req.read_source || req.on_line || req.progress)
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_translate: read_source, on_line and progress are for tern_translate_stream()");
+    translator_call_t call;
+    if ((st = translator_call_init(tr, &req, &call))) return st;
+    request_extras_t *x = NULL;
+    if ((st = extras_new(&x, tr->model, &req, &call))) return st;
+    call.global = extras_global(x);
+    tr->call = &call;
+    st = translate_request(tr, &req, x, results);
+    tr->call = NULL;
+    extras_free(x);
     return st;
 }
 
@@ -662,17 +693,21 @@ done:
     return st;
 }
 
-tern_status_t tern_score_batch(tern_translator_t *tr, const char *const *sources, const char *const *targets,
-                               int n, float **token_logprobs, int *token_counts) {
-    return translator_score_strings(tr, sources, targets, n, 0, NULL, token_logprobs, token_counts);
-}
-
-tern_status_t translator_score_strings(tern_translator_t *tr, const char *const *sources, const char *const *targets,
-                                       int n, int pretok, const volatile int *cancel, float **token_logprobs,
-                                       int *token_counts) {
+tern_status_t tern_score(tern_translator_t *tr, const tern_request_t *request, float **token_logprobs,
+                         int *token_counts) {
+    tern_request_t req;
+    tern_status_t st = request_in(&req, request, "tern_score");
+    if (st) return st;
+    const int n = req.num_sources;
+    if (!tr || (n > 0 && (!req.targets || !token_logprobs || !token_counts)))
+        return tern_error(TERN_ERR_INVALID_ARG, "tern_score: NULL translator, targets or outputs");
+    translator_call_t call;
+    if ((st = translator_call_init(tr, &req, &call))) return st;
+    const char *const *sources = req.sources, *const *targets = req.targets;
+    const int pretok = call.pretok;
+    const volatile int *cancel = req.cancel;
     const tern_model_t *m = tr->model;
-    tern_status_t st = TERN_OK;
-    size_t nn = (size_t)(n ? n : 1);
+    size_t nn = (size_t)(n > 0 ? n : 1);
     int **sids = calloc(nn, sizeof(int *)), **tids = calloc(nn, sizeof(int *)), **bsrc = malloc(nn * sizeof(int *));
     int *slen = calloc(nn, sizeof(int)), *tlen = calloc(nn, sizeof(int)), *blen = malloc(nn * sizeof(int));
     int *rows = malloc(nn * sizeof(int));
@@ -689,7 +724,7 @@ tern_status_t translator_score_strings(tern_translator_t *tr, const char *const 
     for (int i = 0; i < n; i++) {
         int trunc;
         const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
-        if ((st = model_encode_source_ex(m, s, strlen(s), tr->opt.max_input_length, pretok, &sids[i], &slen[i], &trunc)))
+        if ((st = model_encode_source_ex(m, s, strlen(s), call.max_input_length, pretok, &sids[i], &slen[i], &trunc)))
             goto done;
         if ((st = model_encode_target_ex(m, t, strlen(t), pretok, &tids[i], &tlen[i]))) goto done;
         if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;

@@ -7,24 +7,42 @@
 #include "search/search.h"
 #include "search/procs.h"
 
+/* What one call runs with, apart from the translator's set-up: the request's search parameters
+ * (or the translator's), its batch overrides and its hooks. A call points the translator at its
+ * own call_t for its duration (tr->call); nothing of the translator's options changes. */
+typedef struct translator_call {
+    tern_search_params_t p;        /* the search parameters of the call */
+    int max_batch_tokens, max_batch_size, max_input_length;
+    int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
+    const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
+    struct call_hooks *hooks;      /* callbacks and cancellation flag (NULL: none) */
+} translator_call_t;
+
 struct tern_translator {
     const tern_model_t *model;
-    tern_translate_options_t opt;
+    tern_translator_options_t opt;  /* the set-up, as created */
+    tern_search_params_t search;    /* the default search parameters */
+    translator_call_t *call;        /* the call under way (set by each entry point) */
     void *state;                 /* the model family's per-translator state */
     /* vocabulary map (model->vmap): candidates of the batch (V), scratch marks (V), tokens (rows) */
     int *vm_cand, *vm_tok, vm_tok_cap;
     uint8_t *vm_mark;
-    const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
-    struct call_hooks *hooks;      /* callbacks and cancellation flag of the current call (NULL: none) */
 };
 
-/* Translates n token-id sources (empty ones give num_hypotheses empty hypotheses, no decoding):
- * sorts them by length, cuts batches by the token budget, restores the order in res (n). */
-tern_status_t translator_translate_ids(tern_translator_t *tr, int *const *src, const int *len, int n,
-                                       search_result_t *res);
+/* The caller's search parameters in this library's layout (NULL: the defaults), checked. */
+tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src);
+/* The caller's request in this library's layout (NULL: TERN_ERR_INVALID_ARG naming fn), with
+ * num_sources and sources checked. */
+tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const char *fn);
 
-/* The same with per-sentence search data sd (n; NULL or entries NULL: none): forced prefixes,
- * restricted paths, LMBR posteriors. */
+/* The call a request makes on tr: the request's parameters (NULL request or params: the
+ * translator's), checked; the batch overrides resolved against the translator's. */
+tern_status_t translator_call_init(const tern_translator_t *tr, const tern_request_t *req, translator_call_t *call);
+
+/* Translates n token-id sources under tr->call (empty ones give num_hypotheses empty hypotheses,
+ * no decoding) with per-sentence search data sd (n; NULL or entries NULL: none: forced prefixes,
+ * restricted paths, LMBR posteriors): sorts them by length, cuts batches by the token budget,
+ * restores the order in res (n). */
 /* 1 when translator_translate_ids_sd decodes with continuous batching (greedy or beam search with
  * finished sentences replaced by the call's later ones, search.h's greedy_search_stream and
  * beam_search_stream) for sentences without per-sentence data (sd NULL): then one call over many
@@ -34,18 +52,11 @@ int translator_continuous(const tern_translator_t *tr);
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
                                           const search_sentence_t *const *sd, int n, search_result_t *res);
 
-/* tern_translate_batch_prefix() with the hooks of a call (callbacks, cancel flag, pretokenized; call
- * NULL: none); the options in tr->opt are the call's. results may be NULL with call->on_result. */
-tern_status_t translator_translate_strings(tern_translator_t *tr, const char *const *sources,
-                                           const char *const *prefixes, int n, const tern_call_options_t *call,
-                                           tern_result_t *results);
-/* tern_score_batch() with pretok and a cancellation flag (NULL: none). */
-tern_status_t translator_score_strings(tern_translator_t *tr, const char *const *sources, const char *const *targets,
-                                       int n, int pretok, const volatile int *cancel, float **token_logprobs,
-                                       int *token_counts);
+/* A search result (vocabulary ids) as the API's result, under tr->call (pretokenized, return_scores). */
+tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, tern_result_t *r);
 
 /* Sets the calling thread's intra-op threads from the options (0: all cores / workers). */
-void translator_set_threads(const tern_translate_options_t *opt);
+void translator_set_threads(const tern_translator_options_t *opt);
 int tern_num_cores(void);
 
 #endif

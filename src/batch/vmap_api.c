@@ -94,7 +94,7 @@ done:
 }
 
 tern_status_t tern_vmap_build(const tern_model_t *m, const char *source_path, const char *target_path,
-                              const char *out_path, const tern_vmap_options_t *options, FILE *report) {
+                              const char *out_path, const tern_vmap_options_t *options, tern_report_fn report, void *user_data) {
     tern_vmap_options_t to, defaults = tern_vmap_default_options();
     tern_status_t ost = API_STRUCT_IN(&to, options, &defaults, tern_vmap_options_t);
     if (ost) return ost;
@@ -127,12 +127,15 @@ tern_status_t tern_vmap_build(const tern_model_t *m, const char *source_path, co
         remove(tmp);
         goto done;
     }
-    if (report)
-        fprintf(report,
-                "vmap: %ld pairs aligned (%ld links) in %.1f s after %.1f s of encoding; rules: %ld 1-grams, "
-                "%ld 2-grams, %ld 3-grams; %d pieces always candidates; wrote %s\n",
-                stats.pairs_used, stats.links, time_now() - t1, t1 - t0, stats.rules[1], stats.rules[2],
-                stats.rules[3], stats.always, out_path);
+    if (report) {
+        char line[4096 + 512];
+        snprintf(line, sizeof line,
+                 "vmap: %ld pairs aligned (%ld links) in %.1f s after %.1f s of encoding; rules: %ld 1-grams, "
+                 "%ld 2-grams, %ld 3-grams; %d pieces always candidates; wrote %s",
+                 stats.pairs_used, stats.links, time_now() - t1, t1 - t0, stats.rules[1], stats.rules[2],
+                 stats.rules[3], stats.always, out_path);
+        report(line, user_data);
+    }
 done:
     id_lines_free(&src);
     id_lines_free(&tgt);

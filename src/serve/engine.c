@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ typedef struct segment {
 
 struct serve_request {
     request_kind_t kind;
-    tern_call_options_t call;
+    tern_search_params_t params;
     int n;
     char **src, **tgt;
     segment_t *segs;          /* [n] */
@@ -102,7 +103,8 @@ static tern_status_t gen_load(const engine_options_t *o, const char *dir, genera
         gen_free(g, o->workers);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
-    tern_translate_options_t to = o->translate_options;
+    tern_translator_options_t to = o->translator_options;
+    to.search = &o->search;
     to.workers = o->workers;
     for (int i = 0; i < o->workers; i++)
         if ((st = tern_translator_create(&g->tr[i], g->model, &to))) {
@@ -138,13 +140,13 @@ static void request_free(serve_request_t *r) {
     free(r);
 }
 
-serve_request_t *request_new(request_kind_t kind, const tern_call_options_t *call, int n,
+serve_request_t *request_new(request_kind_t kind, const tern_search_params_t *params, int n,
                              const char *const *sources, const char *const *targets, const int *ntokens) {
     serve_request_t *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->efd = -1;
     r->kind = kind;
-    r->call = *call;
+    r->params = *params;
     r->n = n;
     atomic_init(&r->refs, 1);
     atomic_init(&r->cancelled, 0);
@@ -221,12 +223,14 @@ static serve_request_t *segment_done_locked(serve_request_t *r) {
 static int same_key(const segment_t *a, const segment_t *b, int cross) {
     if (!cross) return a->req == b->req;
     if (a->req == b->req) return 1;
-    const tern_call_options_t *x = &a->req->call, *y = &b->req->call;
+    const tern_search_params_t *x = &a->req->params, *y = &b->req->params;
     return a->req->kind == b->req->kind && x->beam_size == y->beam_size && x->num_hypotheses == y->num_hypotheses &&
            x->length_penalty == y->length_penalty && x->length_norm == y->length_norm &&
-           x->coverage_penalty == y->coverage_penalty && x->max_length_a == y->max_length_a &&
+           x->coverage_penalty == y->coverage_penalty && x->eos_policy == y->eos_policy &&
+           x->early_stop == y->early_stop && x->max_length_a == y->max_length_a &&
            x->max_length_b == y->max_length_b && x->max_decoding_length == y->max_decoding_length &&
-           x->min_length == y->min_length && x->return_scores == y->return_scores;
+           x->min_length == y->min_length && x->return_scores == y->return_scores &&
+           x->prune_width == y->prune_width && x->prune_threshold == y->prune_threshold;
 }
 
 static int cmp_seg_len(const void *a, const void *b) {
@@ -265,8 +269,8 @@ static int take_batch(engine_model_t *m, segment_t **cand, segment_t **batch, in
     qsort(cand, (size_t)nc, sizeof *cand, cmp_seg_len); /* anchor's position found below */
     int p = 0;
     while (cand[p] != anchor) p++;
-    long budget = o->translate_options.max_batch_tokens;
-    int size_cap = o->translate_options.max_batch_size > 0 ? o->translate_options.max_batch_size : cap;
+    long budget = o->translator_options.max_batch_tokens;
+    int size_cap = o->translator_options.max_batch_size > 0 ? o->translator_options.max_batch_size : cap;
     int i = p, j = p;
     for (int grew = 1; grew && j - i + 1 < size_cap;) {
         grew = 0;
@@ -338,7 +342,8 @@ static void *worker_main(void *p) {
         generation_t *g = gen_acquire_locked(m);
         m->running += b;
         request_kind_t kind = batch[0]->req->kind;
-        tern_call_options_t call = batch[0]->req->call;
+        tern_request_t req = tern_request_default();
+        req.params = &batch[0]->req->params;
         pthread_mutex_unlock(&m->mu);
 
         for (int k = 0; k < nf; k++) request_release(finished[k]);
@@ -353,8 +358,11 @@ static void *worker_main(void *p) {
         }
         tern_status_t st;
         char err[512] = "";
-        if (kind == REQ_TRANSLATE) st = tern_translate_batch_with(g->tr[a.w], src, b, &call, res);
-        else st = tern_score_batch(g->tr[a.w], src, tgt, b, lp, cnt);
+        req.sources = src;
+        req.num_sources = b;
+        req.targets = kind == REQ_SCORE ? tgt : NULL;
+        if (kind == REQ_TRANSLATE) st = tern_translate(g->tr[a.w], &req, res);
+        else st = tern_score(g->tr[a.w], &req, lp, cnt);
         if (st) snprintf(err, sizeof err, "%s: %s", tern_status_string(st), tern_last_error());
 
         pthread_mutex_lock(&m->mu);
@@ -509,9 +517,7 @@ engine_model_t *engine_find(engine_t *e, const char *name) {
 }
 const char *engine_model_name(const engine_model_t *m) { return m->name; }
 const char *engine_model_dir(const engine_model_t *m) { return m->dir; }
-tern_call_options_t engine_default_call_options(const engine_t *e) {
-    return tern_call_options_from(&e->opt.translate_options);
-}
+tern_search_params_t engine_default_params(const engine_t *e) { return e->opt.search; }
 
 void engine_model_stats(engine_model_t *m, engine_stats_t *out) {
     pthread_mutex_lock(&m->mu);

@@ -30,7 +30,8 @@ typedef struct {
 
 typedef struct {
     tern_model_options_t model_options;
-    tern_translate_options_t translate_options; /* defaults of each call; threads; batch budget */
+    tern_translator_options_t translator_options; /* threads, batch budget (its search unused) */
+    tern_search_params_t search;  /* the default search parameters of a request */
     int workers;          /* translators per model, each on its own thread */
     int max_queue;        /* segments waiting per model before new requests are refused */
     int cross_batching;   /* 1: a batch takes segments of every waiting request; 0: one request's */
@@ -56,7 +57,7 @@ engine_model_t *engine_model_at(engine_t *engine, int i);
 engine_model_t *engine_find(engine_t *engine, const char *name);
 const char *engine_model_name(const engine_model_t *m);
 const char *engine_model_dir(const engine_model_t *m);
-tern_call_options_t engine_default_call_options(const engine_t *engine);
+tern_search_params_t engine_default_params(const engine_t *engine);
 void engine_model_stats(engine_model_t *m, engine_stats_t *out);
 
 /* Loads every model again from its directory and swaps it in: batches under way finish on the
@@ -67,8 +68,9 @@ tern_status_t engine_reload(engine_t *engine);
 /* Token count of text for the model's budget (source tokens with EOS). */
 tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *count);
 
-/* A request of n segments (copied). targets: NULL for translation, the n targets for scoring. */
-serve_request_t *request_new(request_kind_t kind, const tern_call_options_t *call, int n,
+/* A request of n segments (copied), with its search parameters (copied; unused for scoring).
+ * targets: NULL for translation, the n targets for scoring. */
+serve_request_t *request_new(request_kind_t kind, const tern_search_params_t *params, int n,
                              const char *const *sources, const char *const *targets, const int *ntokens);
 /* Queues the request's segments (the engine takes a reference). Returns 0, or -1 when the queue
  * would pass max_queue (nothing queued: answer 503). */

@@ -420,7 +420,76 @@ static const char *result_text(void *ctx, int seg, int h) {
     return res->num_hypotheses ? res->hypotheses[h < res->num_hypotheses ? h : 0] : NULL;
 }
 
+/* ------------------------------------------------------------------ the path both APIs share */
+
+/* Where a request's answer goes; fail() sends an error and returns -1. */
+typedef struct {
+    server_t *s;
+    struct MHD_Connection *c;
+    conn_t *cx;
+    enum MHD_Result result;
+} reply_t;
+
+static int fail(reply_t *rp, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(reply_t *rp, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rp->result = send_error(rp->s, rp->c, rp->cx, status, 0, "%s", msg);
+    return -1;
+}
+
+/* The texts of a request checked against the server's limits: each valid UTF-8 (names[t] is what
+ * an error calls text i of list t: "q[%d]", or "q" for a single text), without a newline when
+ * one_line (each item is one segment), and the characters of all within char_limit. texts[1]
+ * (scoring's targets) may be NULL. */
+static int check_texts(reply_t *rp, const char *const *const texts[2], int n, const char *const names[2], int one_line) {
+    long chars = 0;
+    for (int t = 0; t < 2 && texts[t]; t++)
+        for (int i = 0; i < n; i++) {
+            long l = utf8_length(texts[t][i]);
+            char name[64];
+            snprintf(name, sizeof name, names[t], i);
+            if (l < 0) return fail(rp, 400, "Invalid request: %s is not valid UTF-8", name);
+            if (one_line && strchr(texts[t][i], '\n'))
+                return fail(rp, 400, "Invalid request: %s contains a newline: send one segment per item", name);
+            chars += l;
+        }
+    if (rp->s->opt.char_limit >= 0 && chars > rp->s->opt.char_limit)
+        return fail(rp, 400, "Invalid request: request (%ld) exceeds text limit (%d)", chars, rp->s->opt.char_limit);
+    return 0;
+}
+
+/* Counts the segments' tokens, submits them to m's queue with params and waits; 0 with *out
+ * complete, or -1 with the answer sent (or the connection to close). */
+static int submit(reply_t *rp, engine_model_t *m, request_kind_t kind, const tern_search_params_t *params, int n,
+                  const char *const *segs, const char *const *targets, serve_request_t **out) {
+    int *ntok = calloc((size_t)(n > 0 ? n : 1), sizeof *ntok);
+    if (!ntok) return fail(rp, 500, "Cannot translate text: out of memory");
+    for (int i = 0; i < n; i++)
+        if (engine_count_tokens(m, segs[i], &ntok[i])) {
+            free(ntok);
+            return fail(rp, 500, "Cannot translate text: %s", tern_last_error());
+        }
+    *out = request_new(kind, params, n, segs, targets, ntok);
+    free(ntok);
+    if (!*out) return fail(rp, 500, "Cannot translate text: out of memory");
+    return run_request(rp->s, rp->c, rp->cx, m, *out, &rp->result) ? -1 : 0;
+}
+
 /* ------------------------------------------------------------------ LibreTranslate /translate */
+
+/* A /translate request as parsed (strings borrowed from the JSON body or the form). */
+typedef struct {
+    cJSON *root;
+    const char **items;
+    int n_items, is_list, alternatives;
+    const char *source, *target, *format, *api_key, *single;
+    char *norm_q;
+    char auto_src[64]; /* the source "auto" stood for */
+} lt_req_t;
 
 /* The body as one JSON value followed by nothing but whitespace; NULL otherwise (*at: the offset
  * of trailing data, 0 for a parse error). */
@@ -449,259 +518,228 @@ static const char *json_str(cJSON *o, const char *key, int *bad) {
     return v->valuestring;
 }
 
-static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, conn_t *cx) {
-    cJSON *root = NULL;
-    const char **items = NULL;
-    int n_items = 0, is_list = 0, bad_type = 0, alternatives = 0;
-    const char *source = NULL, *target = NULL, *format = NULL, *api_key = NULL, *single = NULL;
-    char *norm_q = NULL;
-    enum MHD_Result result;
-    segments_t g = {0};
-    serve_request_t *r = NULL;
+/* A list of strings (or one string when allow_single) into a fresh array of borrowed pointers. */
+static const char **json_strings(cJSON *v, const char *key, int allow_single, int *n, char *err, size_t en) {
+    *n = 0;
+    const char **out = NULL;
+    if (allow_single && cJSON_IsString(v)) {
+        out = malloc(sizeof *out);
+        if (out) out[0] = v->valuestring, *n = 1;
+        return out;
+    }
+    if (!cJSON_IsArray(v)) {
+        snprintf(err, en, "%s must be %s", key, allow_single ? "a string or a list of strings" : "a list of strings");
+        return NULL;
+    }
+    int k = cJSON_GetArraySize(v), i = 0;
+    out = calloc((size_t)(k ? k : 1), sizeof *out);
+    if (!out) return NULL;
+    cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!cJSON_IsString(it)) {
+            snprintf(err, en, "%s[%d] is not a string", key, i);
+            free(out);
+            return NULL;
+        }
+        out[i++] = it->valuestring;
+    }
+    *n = k;
+    return out;
+}
 
-    if (!cx->is_form) {
-        if (!cx->body) {
-            result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
-            goto done;
-        }
-        long at = 0;
-        root = parse_json(cx, &at);
-        if (!root) {
-            if (at) result = send_error(s, c, cx, 400, 0, "Invalid JSON format: trailing data at byte %ld", at);
-            else result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
-            goto done;
-        }
-        if (!cJSON_IsObject(root)) {
-            result = send_error(s, c, cx, 400, 0, "Invalid JSON format");
-            goto done;
-        }
-        api_key = json_str(root, "api_key", &bad_type);
-        cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q");
-        if (cJSON_IsString(q)) single = q->valuestring;
-        else if (cJSON_IsArray(q)) {
-            is_list = 1;
-            n_items = cJSON_GetArraySize(q);
-            items = calloc((size_t)(n_items ? n_items : 1), sizeof *items);
-            if (!items) {
-                result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-                goto done;
-            }
-            int i = 0;
-            cJSON *it;
-            cJSON_ArrayForEach(it, q) {
-                if (!cJSON_IsString(it)) {
-                    result = send_error(s, c, cx, 400, 0, "Invalid request: q[%d] is not a string", i);
-                    goto done;
-                }
-                items[i++] = it->valuestring;
-            }
-        } else if (q && !cJSON_IsNull(q)) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: q must be a string or a list of strings");
-            goto done;
-        }
-        source = json_str(root, "source", &bad_type);
-        target = json_str(root, "target", &bad_type);
-        format = json_str(root, "format", &bad_type);
-        cJSON *alt = cJSON_GetObjectItemCaseSensitive(root, "alternatives");
-        if (alt && !cJSON_IsNull(alt)) {
-            if (!cJSON_IsNumber(alt) || alt->valuedouble != floor(alt->valuedouble) || alt->valuedouble < 0 ||
-                alt->valuedouble > s->opt.max_beam - 1) {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: alternatives must be an integer in 0..%d",
-                                    s->opt.max_beam - 1);
-                goto done;
-            }
-            alternatives = (int)alt->valuedouble;
-        }
-        if (bad_type) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: source, target, format and api_key must be strings");
-            goto done;
-        }
-    } else {
-        /* form values, then the query string (Flask's request.values) */
-        const char *vals[6];
-        for (int i = 0; i < 6; i++) {
-            vals[i] = cx->form[i];
-            if (!vals[i]) vals[i] = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, form_keys[i]);
-        }
-        api_key = vals[F_API_KEY];
-        source = vals[F_SOURCE];
-        target = vals[F_TARGET];
-        format = vals[F_FORMAT];
-        if (vals[F_ALTERNATIVES] && *vals[F_ALTERNATIVES]) {
-            char *e;
-            long a = strtol(vals[F_ALTERNATIVES], &e, 10);
-            if (*e || a < 0 || a > s->opt.max_beam - 1) {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: alternatives must be an integer in 0..%d",
-                                    s->opt.max_beam - 1);
-                goto done;
-            }
-            alternatives = (int)a;
-        }
-        if (vals[F_Q]) { /* line endings normalized to LF, as LibreTranslate does for forms */
-            norm_q = malloc(strlen(vals[F_Q]) + 1);
-            if (!norm_q) {
-                result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-                goto done;
-            }
-            char *d = norm_q;
-            for (const char *p = vals[F_Q]; *p; p++) {
-                if (*p == '\r') {
-                    *d++ = '\n';
-                    if (p[1] == '\n') p++;
-                } else *d++ = *p;
-            }
-            *d = 0;
-            single = norm_q;
-        }
-    }
+/* alternatives, from JSON (a number) or a form (a string) */
+static int lt_alternatives(reply_t *rp, cJSON *alt, const char *form, lt_req_t *q) {
+    int hi = rp->s->opt.max_beam - 1;
+    char *e = NULL;
+    long a = form ? strtol(form, &e, 10) : 0;
+    if (alt && (!cJSON_IsNumber(alt) || alt->valuedouble != floor(alt->valuedouble) || alt->valuedouble < 0 ||
+                alt->valuedouble > hi))
+        return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
+    if (form && (*e || a < 0 || a > hi))
+        return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
+    q->alternatives = alt ? (int)alt->valuedouble : (int)a;
+    return 0;
+}
 
-    if (key_refused(s, c, cx, api_key, &result)) goto done;
-    if ((!is_list && (!single || !*single)) || (is_list && n_items == 0)) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
-        goto done;
+static int lt_parse_json(reply_t *rp, lt_req_t *q) {
+    long at = 0;
+    if (!rp->cx->body) return fail(rp, 400, "Invalid JSON format");
+    if (!(q->root = parse_json(rp->cx, &at))) {
+        if (at) return fail(rp, 400, "Invalid JSON format: trailing data at byte %ld", at);
+        return fail(rp, 400, "Invalid JSON format");
     }
-    if (!source || !*source) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: missing source parameter");
-        goto done;
-    }
-    if (!target || !*target) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: missing target parameter");
-        goto done;
-    }
-    if (is_list && s->opt.batch_limit >= 0 && n_items > s->opt.batch_limit) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d) exceeds text limit (%d)", n_items,
-                            s->opt.batch_limit);
-        goto done;
-    }
-    if (!is_list) {
-        items = calloc(1, sizeof *items);
-        if (!items) {
-            result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-            goto done;
+    if (!cJSON_IsObject(q->root)) return fail(rp, 400, "Invalid JSON format");
+    int bad_type = 0;
+    q->api_key = json_str(q->root, "api_key", &bad_type);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->root, "q");
+    char err[256] = "";
+    if (cJSON_IsString(v)) q->single = v->valuestring;
+    else if (cJSON_IsArray(v)) {
+        q->is_list = 1;
+        if (!(q->items = json_strings(v, "q", 0, &q->n_items, err, sizeof err))) {
+            if (!err[0]) return fail(rp, 500, "Cannot translate text: out of memory");
+            return fail(rp, 400, "Invalid request: %s", err);
         }
-        items[0] = single;
-        n_items = 1;
+    } else if (v && !cJSON_IsNull(v)) {
+        return fail(rp, 400, "Invalid request: q must be a string or a list of strings");
     }
-    long chars = 0;
-    for (int i = 0; i < n_items; i++) {
-        long l = utf8_length(items[i]);
-        if (l < 0) {
-            if (is_list) result = send_error(s, c, cx, 400, 0, "Invalid request: q[%d] is not valid UTF-8", i);
-            else result = send_error(s, c, cx, 400, 0, "Invalid request: q is not valid UTF-8");
-            goto done;
+    q->source = json_str(q->root, "source", &bad_type);
+    q->target = json_str(q->root, "target", &bad_type);
+    q->format = json_str(q->root, "format", &bad_type);
+    cJSON *alt = cJSON_GetObjectItemCaseSensitive(q->root, "alternatives");
+    if (alt && !cJSON_IsNull(alt) && lt_alternatives(rp, alt, NULL, q)) return -1;
+    if (bad_type)
+        return fail(rp, 400, "Invalid request: source, target, format and api_key must be strings");
+    return 0;
+}
+
+/* form values, then the query string (Flask's request.values) */
+static int lt_parse_form(reply_t *rp, lt_req_t *q) {
+    const char *vals[6];
+    for (int i = 0; i < 6; i++) {
+        vals[i] = rp->cx->form[i];
+        if (!vals[i]) vals[i] = MHD_lookup_connection_value(rp->c, MHD_GET_ARGUMENT_KIND, form_keys[i]);
+    }
+    q->api_key = vals[F_API_KEY];
+    q->source = vals[F_SOURCE];
+    q->target = vals[F_TARGET];
+    q->format = vals[F_FORMAT];
+    if (vals[F_ALTERNATIVES] && *vals[F_ALTERNATIVES] && lt_alternatives(rp, NULL, vals[F_ALTERNATIVES], q)) return -1;
+    if (vals[F_Q]) { /* line endings normalized to LF, as LibreTranslate does for forms */
+        if (!(q->norm_q = malloc(strlen(vals[F_Q]) + 1))) return fail(rp, 500, "Cannot translate text: out of memory");
+        char *d = q->norm_q;
+        for (const char *p = vals[F_Q]; *p; p++) {
+            if (*p == '\r') {
+                *d++ = '\n';
+                if (p[1] == '\n') p++;
+            } else *d++ = *p;
         }
-        chars += l;
+        *d = 0;
+        q->single = q->norm_q;
     }
-    if (s->opt.char_limit >= 0 && chars > s->opt.char_limit) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%ld) exceeds text limit (%d)", chars,
-                            s->opt.char_limit);
-        goto done;
+    return 0;
+}
+
+/* Required fields, limits and texts; a single q becomes a list of one. */
+static int lt_validate(reply_t *rp, lt_req_t *q) {
+    const server_options_t *o = &rp->s->opt;
+    if ((!q->is_list && (!q->single || !*q->single)) || (q->is_list && q->n_items == 0))
+        return fail(rp, 400, "Invalid request: missing q parameter");
+    if (!q->source || !*q->source) return fail(rp, 400, "Invalid request: missing source parameter");
+    if (!q->target || !*q->target) return fail(rp, 400, "Invalid request: missing target parameter");
+    if (q->is_list && o->batch_limit >= 0 && q->n_items > o->batch_limit)
+        return fail(rp, 400, "Invalid request: request (%d) exceeds text limit (%d)", q->n_items, o->batch_limit);
+    if (!q->is_list) {
+        if (!(q->items = calloc(1, sizeof *q->items))) return fail(rp, 500, "Cannot translate text: out of memory");
+        q->items[0] = q->single;
+        q->n_items = 1;
     }
-    /* "auto": the one language the loaded models translate into target from */
-    char auto_src[64] = "";
-    if (!strcmp(source, "auto")) {
+    const char *const *texts[2] = {q->items, NULL}, *names[2] = {q->is_list ? "q[%d]" : "q", NULL};
+    return check_texts(rp, texts, q->n_items, names, 0);
+}
+
+/* The model of the pair ("auto": the one language the loaded models translate into target from). */
+static engine_model_t *lt_model(reply_t *rp, lt_req_t *q) {
+    server_t *s = rp->s;
+    if (!strcmp(q->source, "auto")) {
         char a[64], b[64];
         int found = 0;
         for (int i = 0; i < engine_num_models(s->engine); i++) {
             model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-            if (!strcmp(b, target)) {
+            if (!strcmp(b, q->target)) {
                 found++;
-                snprintf(auto_src, sizeof auto_src, "%s", a);
+                snprintf(q->auto_src, sizeof q->auto_src, "%s", a);
             }
         }
-        if (found != 1) {
-            result = send_error(s, c, cx, 400, 0,
-                                "auto is not supported: this server has %s model into %s; give the source language",
-                                found ? "more than one" : "no", target);
-            goto done;
-        }
-        source = auto_src;
+        if (found != 1)
+            return fail(rp, 400, "auto is not supported: this server has %s model into %s; give the source language",
+                        found ? "more than one" : "no", q->target), NULL;
+        q->source = q->auto_src;
     }
-    if (!lang_known(s, source, 1)) {
-        result = send_error(s, c, cx, 400, 0, "%s is not supported", source);
-        goto done;
-    }
-    if (!lang_known(s, target, 0)) {
-        result = send_error(s, c, cx, 400, 0, "%s is not supported", target);
-        goto done;
-    }
-    engine_model_t *m = find_pair(s, source, target);
-    if (!m) {
-        result = send_error(s, c, cx, 400, 0, "%s (%s) is not available as a target language from %s (%s)",
-                            language_name(target), target, language_name(source), source);
-        goto done;
-    }
-    if (!format || !*format) format = "text";
-    if (strcmp(format, "text") && strcmp(format, "html")) {
-        result = send_error(s, c, cx, 400, 0, "%s format is not supported", format);
-        goto done;
-    }
-    if (segments_build(&g, items, n_items, !strcmp(format, "html"))) {
-        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-        goto done;
-    }
-    if (g.n > s->opt.max_segments) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d segments) exceeds segment limit (%d)", g.n,
-                            s->opt.max_segments);
-        goto done;
-    }
-    for (int i = 0; i < g.n; i++)
-        if (engine_count_tokens(m, g.seg[i], &g.ntok[i])) {
-            result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", tern_last_error());
-            goto done;
-        }
-    tern_call_options_t call = engine_default_call_options(s->engine);
-    if (alternatives > 0) {
-        call.num_hypotheses = alternatives + 1;
-        if (call.beam_size < call.num_hypotheses) call.beam_size = call.num_hypotheses;
-    }
-    r = request_new(REQ_TRANSLATE, &call, g.n, (const char *const *)g.seg, NULL, g.ntok);
-    if (!r) {
-        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-        goto done;
-    }
-    if (run_request(s, c, cx, m, r, &result)) goto done;
+    if (!lang_known(s, q->source, 1)) return fail(rp, 400, "%s is not supported", q->source), NULL;
+    if (!lang_known(s, q->target, 0)) return fail(rp, 400, "%s is not supported", q->target), NULL;
+    engine_model_t *m = find_pair(s, q->source, q->target);
+    if (!m)
+        fail(rp, 400, "%s (%s) is not available as a target language from %s (%s)", language_name(q->target),
+             q->target, language_name(q->source), q->source);
+    return m;
+}
 
-    /* each item with its segments' translations in place; hypothesis h of a segment (its best
-     * when it has fewer) */
-    int n_out = 1 + alternatives;
-    cJSON *resp = cJSON_CreateObject(), *texts = is_list ? cJSON_CreateArray() : NULL,
-          *alts = alternatives ? cJSON_CreateArray() : NULL;
-    for (int i = 0; i < n_items; i++) {
-        cJSON *item_alts = alternatives && is_list ? cJSON_CreateArray() : alts;
+/* The items cut into segments (sentences; the text of HTML) within the segment limit. */
+static int lt_segments(reply_t *rp, lt_req_t *q, segments_t *g) {
+    if (!q->format || !*q->format) q->format = "text";
+    if (strcmp(q->format, "text") && strcmp(q->format, "html"))
+        return fail(rp, 400, "%s format is not supported", q->format);
+    if (segments_build(g, q->items, q->n_items, !strcmp(q->format, "html")))
+        return fail(rp, 500, "Cannot translate text: out of memory");
+    if (g->n > rp->s->opt.max_segments)
+        return fail(rp, 400, "Invalid request: request (%d segments) exceeds segment limit (%d)", g->n,
+                    rp->s->opt.max_segments);
+    return 0;
+}
+
+/* Each item with its segments' translations in place; hypothesis h of a segment (its best when it
+ * has fewer); detectedLanguage for "auto". */
+static cJSON *lt_render(const lt_req_t *q, const segments_t *g, serve_request_t *r) {
+    int n_out = 1 + q->alternatives;
+    cJSON *resp = cJSON_CreateObject(), *texts = q->is_list ? cJSON_CreateArray() : NULL,
+          *alts = q->alternatives ? cJSON_CreateArray() : NULL;
+    for (int i = 0; i < q->n_items; i++) {
+        cJSON *item_alts = q->alternatives && q->is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            char *txt = segments_join(&g, i, h, result_text, r);
+            char *txt = segments_join(g, i, h, result_text, r);
             if (!txt) continue;
             if (h == 0) {
-                if (is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
+                if (q->is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
                 else cJSON_AddStringToObject(resp, "translatedText", txt);
             } else cJSON_AddItemToArray(item_alts, cJSON_CreateString(txt));
             free(txt);
         }
-        if (alternatives && is_list) cJSON_AddItemToArray(alts, item_alts);
+        if (q->alternatives && q->is_list) cJSON_AddItemToArray(alts, item_alts);
     }
-    if (is_list) cJSON_AddItemToObject(resp, "translatedText", texts);
+    if (q->is_list) cJSON_AddItemToObject(resp, "translatedText", texts);
     if (alts) cJSON_AddItemToObject(resp, "alternatives", alts);
-    if (auto_src[0]) {
+    if (q->auto_src[0]) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddNumberToObject(d, "confidence", 100.0);
-        cJSON_AddStringToObject(d, "language", auto_src);
-        if (is_list) {
+        cJSON_AddStringToObject(d, "language", q->auto_src);
+        if (q->is_list) {
             cJSON *arr = cJSON_CreateArray();
-            for (int i = 0; i < n_items; i++) cJSON_AddItemToArray(arr, cJSON_Duplicate(d, 1));
+            for (int i = 0; i < q->n_items; i++) cJSON_AddItemToArray(arr, cJSON_Duplicate(d, 1));
             cJSON_Delete(d);
             cJSON_AddItemToObject(resp, "detectedLanguage", arr);
         } else cJSON_AddItemToObject(resp, "detectedLanguage", d);
     }
-    metrics_translated(&s->metrics, g.n, 0);
-    result = send_json(s, c, cx, 200, resp, 0);
-done:
+    return resp;
+}
+
+/* parse -> validate -> submit -> render */
+static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    reply_t rp = {s, c, cx, MHD_NO};
+    lt_req_t q;
+    memset(&q, 0, sizeof q);
+    segments_t g = {0};
+    serve_request_t *r = NULL;
+    engine_model_t *m = NULL;
+    if ((cx->is_form ? lt_parse_form(&rp, &q) : lt_parse_json(&rp, &q)) == 0 &&
+        !key_refused(s, c, cx, q.api_key, &rp.result) && lt_validate(&rp, &q) == 0 && (m = lt_model(&rp, &q)) &&
+        lt_segments(&rp, &q, &g) == 0) {
+        tern_search_params_t params = engine_default_params(s->engine);
+        if (q.alternatives > 0) {
+            params.num_hypotheses = q.alternatives + 1;
+            if (params.beam_size < params.num_hypotheses) params.beam_size = params.num_hypotheses;
+        }
+        if (submit(&rp, m, REQ_TRANSLATE, &params, g.n, (const char *const *)g.seg, NULL, &r) == 0) {
+            metrics_translated(&s->metrics, g.n, 0);
+            rp.result = send_json(s, c, cx, 200, lt_render(&q, &g, r), 0);
+        }
+    }
     request_release(r);
     segments_free(&g);
-    free(items);
-    free(norm_q);
-    cJSON_Delete(root);
-    return result;
+    free(q.items);
+    free(q.norm_q);
+    cJSON_Delete(q.root);
+    return rp.result;
 }
 
 /* ------------------------------------------------------------------ Tern's /v1 API */
@@ -748,196 +786,106 @@ static int json_float_field(cJSON *root, const char *key, double lo, double hi, 
     return 0;
 }
 
-/* A list of strings (or one string when allow_single) into a fresh array of borrowed pointers. */
-static const char **json_strings(cJSON *v, const char *key, int allow_single, int *n, char *err, size_t en) {
-    *n = 0;
-    const char **out = NULL;
-    if (allow_single && cJSON_IsString(v)) {
-        out = malloc(sizeof *out);
-        if (out) out[0] = v->valuestring, *n = 1;
-        return out;
-    }
-    if (!cJSON_IsArray(v)) {
-        snprintf(err, en, "%s must be %s", key, allow_single ? "a string or a list of strings" : "a list of strings");
-        return NULL;
-    }
-    int k = cJSON_GetArraySize(v), i = 0;
-    out = calloc((size_t)(k ? k : 1), sizeof *out);
-    if (!out) return NULL;
-    cJSON *it;
-    cJSON_ArrayForEach(it, v) {
-        if (!cJSON_IsString(it)) {
-            snprintf(err, en, "%s[%d] is not a string", key, i);
-            free(out);
-            return NULL;
-        }
-        out[i++] = it->valuestring;
-    }
-    *n = k;
-    return out;
-}
+/* A /v1 request as parsed (strings borrowed from the JSON body). */
+typedef struct {
+    cJSON *root;
+    int score;
+    engine_model_t *m;
+    const char **items, **targets;
+    int n_items;
+    tern_search_params_t params;
+} v1_req_t;
 
-static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *cx, int score) {
-    enum MHD_Result result;
-    cJSON *root = NULL;
-    const char **items = NULL, **targets = NULL;
-    int n_items = 0, n_targets = 0;
-    char err[512] = "";
-    int *ntok = NULL;
-    serve_request_t *r = NULL;
-    long at = 0;
-    root = parse_json(cx, &at);
-    if (!root || !cJSON_IsObject(root)) {
-        result = send_error(s, c, cx, 400, 0, "Invalid JSON format: expected an object");
-        goto done;
-    }
+/* The body: an object of known fields, an accepted key, a model, q (and targets to score). */
+static int v1_parse(reply_t *rp, v1_req_t *q) {
     static const char *const known_translate[] = {"model", "source", "target", "q", "api_key", "beam_size",
                                                   "num_hypotheses", "length_penalty", "length_norm",
                                                   "coverage_penalty", "max_decoding_length", "max_length_a",
                                                   "max_length_b", "min_length", "return_scores", NULL};
     static const char *const known_score[] = {"model", "source", "target", "q", "targets", "api_key", NULL};
+    long at = 0;
+    char err[512] = "";
+    q->root = parse_json(rp->cx, &at);
+    if (!q->root || !cJSON_IsObject(q->root)) return fail(rp, 400, "Invalid JSON format: expected an object");
     cJSON *f;
-    cJSON_ArrayForEach(f, root) {
-        const char *const *k = score ? known_score : known_translate;
+    cJSON_ArrayForEach(f, q->root) {
+        const char *const *k = q->score ? known_score : known_translate;
         while (*k && strcmp(*k, f->string)) k++;
-        if (!*k) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: unknown field %s", f->string);
-            goto done;
-        }
+        if (!*k) return fail(rp, 400, "Invalid request: unknown field %s", f->string);
     }
     int bad = 0;
-    const char *api_key = json_str(root, "api_key", &bad);
-    if (bad) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: api_key must be a string");
-        goto done;
+    const char *api_key = json_str(q->root, "api_key", &bad);
+    if (bad) return fail(rp, 400, "Invalid request: api_key must be a string");
+    if (key_refused(rp->s, rp->c, rp->cx, api_key, &rp->result)) return -1;
+    if (!(q->m = v1_model(rp->s, q->root, err, sizeof err))) return fail(rp, 400, "Invalid request: %s", err);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(q->root, "q");
+    if (!v) return fail(rp, 400, "Invalid request: missing q parameter");
+    if (!(q->items = json_strings(v, "q", !q->score, &q->n_items, err, sizeof err)))
+        return fail(rp, 400, "Invalid request: %s", err[0] ? err : "out of memory");
+    if (q->n_items == 0) return fail(rp, 400, "Invalid request: missing q parameter");
+    if (!q->score) return 0;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(q->root, "targets");
+    int n_targets = 0;
+    if (!t) return fail(rp, 400, "Invalid request: missing targets parameter");
+    if (!(q->targets = json_strings(t, "targets", 0, &n_targets, err, sizeof err)))
+        return fail(rp, 400, "Invalid request: %s", err[0] ? err : "out of memory");
+    if (n_targets != q->n_items)
+        return fail(rp, 400, "Invalid request: %d targets for %d sources", n_targets, q->n_items);
+    return 0;
+}
+
+/* The search parameters a /v1 translate request gives, within the server's bounds. */
+static int v1_params(reply_t *rp, v1_req_t *q) {
+    const server_options_t *o = &rp->s->opt;
+    tern_search_params_t *p = &q->params;
+    cJSON *root = q->root, *ln = cJSON_GetObjectItemCaseSensitive(root, "length_norm"),
+          *rs = cJSON_GetObjectItemCaseSensitive(root, "return_scores");
+    char err[512];
+    if (json_int_field(root, "beam_size", 1, o->max_beam, &p->beam_size, err, sizeof err) ||
+        json_int_field(root, "num_hypotheses", 1, o->max_beam, &p->num_hypotheses, err, sizeof err) ||
+        json_float_field(root, "length_penalty", 0, 10, &p->length_penalty, err, sizeof err) ||
+        json_float_field(root, "coverage_penalty", 0, 10, &p->coverage_penalty, err, sizeof err) ||
+        json_int_field(root, "max_decoding_length", 1, o->max_decoding_length, &p->max_decoding_length, err, sizeof err) ||
+        json_float_field(root, "max_length_a", 0, 100, &p->max_length_a, err, sizeof err) ||
+        json_int_field(root, "max_length_b", 0, o->max_decoding_length, &p->max_length_b, err, sizeof err) ||
+        json_int_field(root, "min_length", 0, o->max_decoding_length, &p->min_length, err, sizeof err))
+        return fail(rp, 400, "Invalid request: %s", err);
+    if (ln) {
+        if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "plain")) p->length_norm = TERN_LENPEN_PLAIN;
+        else if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "gnmt")) p->length_norm = TERN_LENPEN_GNMT;
+        else return fail(rp, 400, "Invalid request: length_norm must be \"plain\" or \"gnmt\"");
     }
-    if (key_refused(s, c, cx, api_key, &result)) goto done;
-    engine_model_t *m = v1_model(s, root, err, sizeof err);
-    if (!m) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err);
-        goto done;
+    if (rs) {
+        if (!cJSON_IsBool(rs)) return fail(rp, 400, "Invalid request: return_scores must be true or false");
+        p->return_scores = cJSON_IsTrue(rs);
     }
-    cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "q");
-    if (!q) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
-        goto done;
-    }
-    if (!(items = json_strings(q, "q", !score, &n_items, err, sizeof err))) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err[0] ? err : "out of memory");
-        goto done;
-    }
-    if (n_items == 0) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: missing q parameter");
-        goto done;
-    }
-    if (score) {
-        cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "targets");
-        if (!t) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: missing targets parameter");
-            goto done;
-        }
-        if (!(targets = json_strings(t, "targets", 0, &n_targets, err, sizeof err))) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err[0] ? err : "out of memory");
-            goto done;
-        }
-        if (n_targets != n_items) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: %d targets for %d sources", n_targets, n_items);
-            goto done;
-        }
-    }
-    if (s->opt.batch_limit >= 0 && n_items > s->opt.batch_limit) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d) exceeds text limit (%d)", n_items,
-                            s->opt.batch_limit);
-        goto done;
-    }
-    if (n_items > s->opt.max_segments) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%d segments) exceeds segment limit (%d)",
-                            n_items, s->opt.max_segments);
-        goto done;
-    }
-    long chars = 0;
-    for (int pass = 0; pass < (score ? 2 : 1); pass++)
-        for (int i = 0; i < n_items; i++) {
-            const char *txt = pass ? targets[i] : items[i];
-            long l = utf8_length(txt);
-            if (l < 0) {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: %s[%d] is not valid UTF-8", pass ? "targets" : "q", i);
-                goto done;
-            }
-            if (strchr(txt, '\n')) {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: %s[%d] contains a newline: send one segment per item",
-                                    pass ? "targets" : "q", i);
-                goto done;
-            }
-            chars += l;
-        }
-    if (s->opt.char_limit >= 0 && chars > s->opt.char_limit) {
-        result = send_error(s, c, cx, 400, 0, "Invalid request: request (%ld) exceeds text limit (%d)", chars,
-                            s->opt.char_limit);
-        goto done;
-    }
-    tern_call_options_t call = engine_default_call_options(s->engine);
-    if (!score) {
-        cJSON *ln = cJSON_GetObjectItemCaseSensitive(root, "length_norm");
-        cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "return_scores");
-        if (json_int_field(root, "beam_size", 1, s->opt.max_beam, &call.beam_size, err, sizeof err) ||
-            json_int_field(root, "num_hypotheses", 1, s->opt.max_beam, &call.num_hypotheses, err, sizeof err) ||
-            json_float_field(root, "length_penalty", 0, 10, &call.length_penalty, err, sizeof err) ||
-            json_float_field(root, "coverage_penalty", 0, 10, &call.coverage_penalty, err, sizeof err) ||
-            json_int_field(root, "max_decoding_length", 1, s->opt.max_decoding_length, &call.max_decoding_length, err,
-                           sizeof err) ||
-            json_float_field(root, "max_length_a", 0, 100, &call.max_length_a, err, sizeof err) ||
-            json_int_field(root, "max_length_b", 0, s->opt.max_decoding_length, &call.max_length_b, err, sizeof err) ||
-            json_int_field(root, "min_length", 0, s->opt.max_decoding_length, &call.min_length, err, sizeof err)) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: %s", err);
-            goto done;
-        }
-        if (ln) {
-            if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "plain")) call.length_norm = TERN_LENPEN_PLAIN;
-            else if (cJSON_IsString(ln) && !strcmp(ln->valuestring, "gnmt")) call.length_norm = TERN_LENPEN_GNMT;
-            else {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: length_norm must be \"plain\" or \"gnmt\"");
-                goto done;
-            }
-        }
-        if (rs) {
-            if (!cJSON_IsBool(rs)) {
-                result = send_error(s, c, cx, 400, 0, "Invalid request: return_scores must be true or false");
-                goto done;
-            }
-            call.return_scores = cJSON_IsTrue(rs);
-        }
-        if (call.num_hypotheses > call.beam_size) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: num_hypotheses (%d) exceeds beam_size (%d)",
-                                call.num_hypotheses, call.beam_size);
-            goto done;
-        }
-        if (call.min_length > call.max_decoding_length) {
-            result = send_error(s, c, cx, 400, 0, "Invalid request: min_length exceeds max_decoding_length");
-            goto done;
-        }
-    }
-    ntok = calloc((size_t)n_items, sizeof *ntok);
-    if (!ntok) {
-        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-        goto done;
-    }
-    for (int i = 0; i < n_items; i++)
-        if (engine_count_tokens(m, items[i], &ntok[i])) {
-            result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", tern_last_error());
-            goto done;
-        }
-    r = request_new(score ? REQ_SCORE : REQ_TRANSLATE, &call, n_items, items, targets, ntok);
-    if (!r) {
-        result = send_error(s, c, cx, 500, 0, "Cannot translate text: out of memory");
-        goto done;
-    }
-    if (run_request(s, c, cx, m, r, &result)) goto done;
+    if (p->num_hypotheses > p->beam_size)
+        return fail(rp, 400, "Invalid request: num_hypotheses (%d) exceeds beam_size (%d)", p->num_hypotheses,
+                    p->beam_size);
+    if (p->min_length > p->max_decoding_length)
+        return fail(rp, 400, "Invalid request: min_length exceeds max_decoding_length");
+    return 0;
+}
+
+/* Limits on the number of items, then the texts. */
+static int v1_validate(reply_t *rp, v1_req_t *q) {
+    const server_options_t *o = &rp->s->opt;
+    if (o->batch_limit >= 0 && q->n_items > o->batch_limit)
+        return fail(rp, 400, "Invalid request: request (%d) exceeds text limit (%d)", q->n_items, o->batch_limit);
+    if (q->n_items > o->max_segments)
+        return fail(rp, 400, "Invalid request: request (%d segments) exceeds segment limit (%d)", q->n_items,
+                    o->max_segments);
+    const char *const *texts[2] = {q->items, q->score ? q->targets : NULL}, *names[2] = {"q[%d]", "targets[%d]"};
+    if (check_texts(rp, texts, q->n_items, names, 1)) return -1;
+    return q->score ? 0 : v1_params(rp, q);
+}
+
+static cJSON *v1_render(const v1_req_t *q, serve_request_t *r) {
     cJSON *resp = cJSON_CreateObject(), *arr = cJSON_CreateArray();
-    cJSON_AddStringToObject(resp, "model", engine_model_name(m));
-    for (int i = 0; i < n_items; i++) {
+    cJSON_AddStringToObject(resp, "model", engine_model_name(q->m));
+    for (int i = 0; i < q->n_items; i++) {
         cJSON *o = cJSON_CreateObject();
-        if (!score) {
+        if (!q->score) {
             const tern_result_t *res = request_result(r, i);
             cJSON *h = cJSON_CreateArray(), *sc = cJSON_CreateArray();
             for (int k = 0; k < res->num_hypotheses; k++) {
@@ -962,15 +910,27 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
         }
         cJSON_AddItemToArray(arr, o);
     }
-    cJSON_AddItemToObject(resp, score ? "scores" : "translations", arr);
-    metrics_translated(&s->metrics, n_items, 0);
-    result = send_json(s, c, cx, 200, resp, 0);
-done:
+    cJSON_AddItemToObject(resp, q->score ? "scores" : "translations", arr);
+    return resp;
+}
+
+/* parse -> validate -> submit -> render */
+static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *cx, int score) {
+    reply_t rp = {s, c, cx, MHD_NO};
+    v1_req_t q;
+    memset(&q, 0, sizeof q);
+    q.score = score;
+    q.params = engine_default_params(s->engine);
+    serve_request_t *r = NULL;
+    if (v1_parse(&rp, &q) == 0 && v1_validate(&rp, &q) == 0 &&
+        submit(&rp, q.m, score ? REQ_SCORE : REQ_TRANSLATE, &q.params, q.n_items, q.items, q.targets, &r) == 0) {
+        metrics_translated(&s->metrics, q.n_items, 0);
+        rp.result = send_json(s, c, cx, 200, v1_render(&q, r), 0);
+    }
     request_release(r);
-    free(ntok);
-    free(items), free(targets);
-    cJSON_Delete(root);
-    return result;
+    free(q.items), free(q.targets);
+    cJSON_Delete(q.root);
+    return rp.result;
 }
 
 /* ------------------------------------------------------------------ GET endpoints */
@@ -1005,7 +965,7 @@ static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, c
 
 static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     cJSON *arr = cJSON_CreateArray();
-    tern_call_options_t d = engine_default_call_options(s->engine);
+    tern_search_params_t d = engine_default_params(s->engine);
     char a[64], b[64];
     for (int i = 0; i < engine_num_models(s->engine); i++) {
         engine_model_t *m = engine_model_at(s->engine, i);

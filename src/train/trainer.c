@@ -464,10 +464,12 @@ static tern_status_t bleu_eval(trainer_t *t, const char *model_dir, double *scor
     tern_status_t st;
     tern_model_options_t mo = tern_model_default_options();
     if ((st = tern_model_load(&model, model_dir, &mo))) goto done;
-    tern_translate_options_t to = tern_translate_default_options();
-    to.beam_size = o->bleu_beam;
-    to.num_hypotheses = 1;
-    to.length_penalty = o->bleu_length_penalty;
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = o->bleu_beam;
+    sp.num_hypotheses = 1;
+    sp.length_penalty = o->bleu_length_penalty;
+    tern_translator_options_t to = tern_translator_default_options();
+    to.search = &sp;
     to.workers = 1;
     to.threads_per_worker = t->threads;
     if ((st = tern_translator_create(&tr, model, &to))) goto done;

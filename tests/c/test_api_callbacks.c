@@ -17,6 +17,14 @@
 #include "check.h"
 #include "tern.h"
 
+/* One tern_translate() call: n sources with req's parameters and callbacks. */
+static tern_status_t run(tern_translator_t *tr, const char *const *src, int n, tern_request_t *req,
+                         tern_result_t *res) {
+    req->sources = src;
+    req->num_sources = n;
+    return tern_translate(tr, req, res);
+}
+
 static const char *SENT[] = {
     "A man in an orange hat starring at something.",
     "A Boston Terrier is running on lush green grass in front of a white fence.",
@@ -68,20 +76,21 @@ static void check_results_equal(const tern_result_t *a, const tern_result_t *b, 
 }
 
 static void test_result_callback(tern_translator_t *tr, int beam, int nbest) {
-    tern_translate_options_t to = tern_translate_default_options();
-    tern_call_options_t call = tern_call_options_from(&to);
-    call.beam_size = beam;
-    call.num_hypotheses = nbest;
-    call.return_scores = 1;
+    tern_search_params_t sp = tern_search_default_params();
+    tern_request_t call = tern_request_default();
+    call.params = &sp;
+    sp.beam_size = beam;
+    sp.num_hypotheses = nbest;
+    sp.return_scores = 1;
     tern_result_t ref[NS], res[NS];
-    CHECK_EQ_INT(tern_translate_batch_with(tr, SENT, NS, &call, ref), TERN_OK);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, ref), TERN_OK);
 
     static result_log_t L;
     memset(&L, 0, sizeof L);
     call.on_result = on_result;
     call.on_result_data = &L;
     call.max_batch_size = 3; /* several batches */
-    CHECK_EQ_INT(tern_translate_batch_with(tr, SENT, NS, &call, res), TERN_OK);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_OK);
     for (int i = 0; i < NS; i++) {
         CHECK_MSG(L.calls[i] == 1, "beam %d: input %d: %d calls", beam, i, L.calls[i]);
         check_results_equal(&ref[i], &res[i], i);
@@ -91,7 +100,7 @@ static void test_result_callback(tern_translator_t *tr, int beam, int nbest) {
     }
     /* without a results array: the callback alone */
     memset(&L, 0, sizeof L);
-    CHECK_EQ_INT(tern_translate_batch_ex(tr, SENT, NULL, NS, &call, NULL), TERN_OK);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, NULL), TERN_OK);
     for (int i = 0; i < NS; i++) {
         CHECK_EQ_INT(L.calls[i], 1);
         check_results_equal(&ref[i], &L.got[i], i);
@@ -123,18 +132,19 @@ static int on_token(const tern_token_event_t *ev, void *ud) {
 }
 
 static void test_token_callback(tern_translator_t *tr, int beam) {
-    tern_translate_options_t to = tern_translate_default_options();
-    tern_call_options_t call = tern_call_options_from(&to);
-    call.beam_size = beam;
-    call.num_hypotheses = 1;
+    tern_search_params_t sp = tern_search_default_params();
+    tern_request_t call = tern_request_default();
+    call.params = &sp;
+    sp.beam_size = beam;
+    sp.num_hypotheses = 1;
     tern_result_t ref[NS], res[NS];
-    CHECK_EQ_INT(tern_translate_batch_with(tr, SENT, NS, &call, ref), TERN_OK);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, ref), TERN_OK);
     static token_log_t L;
     memset(&L, 0, sizeof L);
     for (int i = 0; i < NS; i++) L.last_step[i] = -1;
     call.on_token = on_token;
     call.on_token_data = &L;
-    CHECK_EQ_INT(tern_translate_batch_with(tr, SENT, NS, &call, res), TERN_OK);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_OK);
     for (int i = 0; i < NS; i++) {
         check_results_equal(&ref[i], &res[i], i);
         if (SENT[i][0] == 0) {
@@ -184,9 +194,10 @@ static void test_cancel(tern_translator_t *tr) {
     enum { N = 600 };
     const char **src = malloc(N * sizeof *src);
     for (int i = 0; i < N; i++) src[i] = SENT[i % NS][0] ? SENT[i % NS] : SENT[0];
-    tern_translate_options_t to = tern_translate_default_options();
-    tern_call_options_t call = tern_call_options_from(&to);
-    call.beam_size = 5;
+    tern_search_params_t sp = tern_search_default_params();
+    tern_request_t call = tern_request_default();
+    call.params = &sp;
+    sp.beam_size = 5;
     call.max_batch_size = 4; /* many batches, many steps */
     cancel_ctx_t c = {0, 0};
     call.cancel = &c.cancel;
@@ -197,7 +208,7 @@ static void test_cancel(tern_translator_t *tr) {
     pthread_create(&th, NULL, canceller, &c);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    tern_status_t st = tern_translate_batch_with(tr, src, N, &call, res);
+    tern_status_t st = run(tr, src, N, &call, res);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     pthread_join(th, NULL);
     CHECK_MSG(st == TERN_ERR_CANCELLED, "status %d (%s): %s", st, tern_status_string(st), tern_last_error());
@@ -211,25 +222,27 @@ static void test_cancel(tern_translator_t *tr) {
     /* a flag already set: nothing is decoded */
     c.cancel = 1;
     c.results_seen = 0;
-    CHECK_EQ_INT(tern_translate_batch_with(tr, src, 8, &call, res), TERN_ERR_CANCELLED);
+    CHECK_EQ_INT(run(tr, src, 8, &call, res), TERN_ERR_CANCELLED);
     CHECK_EQ_INT(c.results_seen, 0);
 
     /* a callback that asks to stop; greedy and beam */
     for (int beam = 1; beam <= 4; beam += 3) {
         int seen = 0;
-        tern_call_options_t c2 = tern_call_options_from(&to);
-        c2.beam_size = beam;
+        tern_search_params_t sp2 = tern_search_default_params();
+        tern_request_t c2 = tern_request_default();
+        c2.params = &sp2;
+        sp2.beam_size = beam;
         c2.on_result = stop_after_three;
         c2.on_result_data = &seen;
-        CHECK_EQ_INT(tern_translate_batch_with(tr, src, 40, &c2, res), TERN_ERR_CANCELLED);
+        CHECK_EQ_INT(run(tr, src, 40, &c2, res), TERN_ERR_CANCELLED);
         CHECK_EQ_INT(seen, 3);
     }
     CHECK(strcmp(tern_status_string(TERN_ERR_CANCELLED), "cancelled") == 0);
     /* the translator still works after a cancelled call */
     tern_result_t r1;
-    CHECK_EQ_INT(tern_translate_batch_with(tr, src, 1, &call, &r1), TERN_ERR_CANCELLED); /* flag still set */
+    CHECK_EQ_INT(run(tr, src, 1, &call, &r1), TERN_ERR_CANCELLED); /* flag still set */
     c.cancel = 0;
-    CHECK_EQ_INT(tern_translate_batch_with(tr, src, 1, &call, &r1), TERN_OK);
+    CHECK_EQ_INT(run(tr, src, 1, &call, &r1), TERN_OK);
     CHECK_EQ_INT(r1.num_hypotheses, 1);
     tern_result_free(&r1);
     free(res);
@@ -252,8 +265,10 @@ static void on_log(tern_log_level_t level, const char *msg, void *ud) {
 }
 
 static void test_log_callback(const tern_model_t *model) {
-    tern_translate_options_t to = tern_translate_default_options();
-    to.beam_size = 1;
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = 1;
+    tern_translator_options_t to = tern_translator_default_options();
+    to.search = &sp;
     to.max_input_length = 4; /* every input below is truncated: a warning per input */
     to.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
@@ -286,7 +301,7 @@ int main(void) {
         fprintf(stderr, "cannot load models/en-de: %s\n", tern_last_error());
         return 1;
     }
-    tern_translate_options_t to = tern_translate_default_options();
+    tern_translator_options_t to = tern_translator_default_options();
     to.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
     CHECK_EQ_INT(tern_translator_create(&tr, model, &to), TERN_OK);

@@ -8,8 +8,8 @@
  *    options are not mixed into it;
  *  - a cancelled request's waiting segments are dropped, it completes, nothing leaks (ASan);
  *  - the queue refuses past max_queue; a reload while requests wait drops none of them;
- *  - tern_translate_batch_with() leaves the translator's own options as they were;
- *  - scoring requests give tern_score_batch()'s log-probabilities.
+ *  - a request's own search parameters win over the translator's, which stay as they were;
+ *  - scoring requests give tern_score()'s log-probabilities.
  */
 #include <math.h>
 #include <string.h>
@@ -37,11 +37,13 @@ static int same_result(const tern_result_t *a, const tern_result_t *b) {
 }
 
 /* Reference: each sentence alone through the plain batch API with these options. */
-static void reference(const tern_model_t *model, const tern_call_options_t *call, tern_result_t *ref) {
-    tern_translate_options_t o = tern_translate_default_options();
-    o.beam_size = call->beam_size;
-    o.num_hypotheses = call->num_hypotheses;
-    o.return_scores = call->return_scores;
+static void reference(const tern_model_t *model, const tern_search_params_t *call, tern_result_t *ref) {
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = call->beam_size;
+    sp.num_hypotheses = call->num_hypotheses;
+    sp.return_scores = call->return_scores;
+    tern_translator_options_t o = tern_translator_default_options();
+    o.search = &sp;
     o.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
     CHECK(tern_translator_create(&tr, model, &o) == TERN_OK);
@@ -60,33 +62,41 @@ int main(void) {
     CHECK(tern_model_load(&model, dir, NULL) == TERN_OK);
     if (!model) return check_report("test_serve_engine");
 
-    tern_call_options_t beam4 = tern_call_options_from(NULL);
-    tern_call_options_t nbest = beam4;
+    tern_search_params_t beam4 = tern_search_default_params();
+    tern_search_params_t nbest = beam4;
     nbest.beam_size = 5;
     nbest.num_hypotheses = 3;
     tern_result_t ref4[NSRC], ref5[NSRC];
     reference(model, &beam4, ref4);
     reference(model, &nbest, ref5);
 
-    /* tern_translate_batch_with on a translator set up with beam 1: the call's options win, and
-     * the translator's own are back afterwards */
+    /* a request with its own parameters on a translator set up with beam 1: the request's win,
+     * and the translator's own are unchanged afterwards */
     {
-        tern_translate_options_t o = tern_translate_default_options();
-        o.beam_size = 1;
+        tern_search_params_t gp = tern_search_default_params();
+        gp.beam_size = 1;
+        tern_translator_options_t o = tern_translator_default_options();
+        o.search = &gp;
         o.threads_per_worker = 1;
         tern_translator_t *tr = NULL;
         CHECK(tern_translator_create(&tr, model, &o) == TERN_OK);
         tern_result_t r;
-        CHECK(tern_translate_batch_with(tr, &SRC[2], 1, &nbest, &r) == TERN_OK);
+        tern_request_t req = tern_request_default();
+        req.sources = &SRC[2];
+        req.num_sources = 1;
+        req.params = &nbest;
+        CHECK(tern_translate(tr, &req, &r) == TERN_OK);
         CHECK(same_result(&r, &ref5[2]));
         tern_result_free(&r);
-        tern_call_options_t bad = nbest;
+        tern_search_params_t bad = nbest;
         bad.num_hypotheses = 6;
-        CHECK(tern_translate_batch_with(tr, &SRC[2], 1, &bad, &r) == TERN_ERR_INVALID_ARG);
-        tern_call_options_t greedy = tern_call_options_from(&o);
+        req.params = &bad;
+        CHECK(tern_translate(tr, &req, &r) == TERN_ERR_INVALID_ARG);
+        tern_search_params_t greedy = gp;
         tern_result_t g1, g2;
         CHECK(tern_translate_batch(tr, &SRC[2], 1, &g1) == TERN_OK);
-        CHECK(tern_translate_batch_with(tr, &SRC[2], 1, &greedy, &g2) == TERN_OK);
+        req.params = &greedy;
+        CHECK(tern_translate(tr, &req, &g2) == TERN_OK);
         CHECK(g1.num_hypotheses == 1 && same_result(&g1, &g2));
         tern_result_free(&g1);
         tern_result_free(&g2);
@@ -100,8 +110,9 @@ int main(void) {
         engine_options_t eo;
         memset(&eo, 0, sizeof eo);
         eo.model_options = tern_model_default_options();
-        eo.translate_options = tern_translate_default_options();
-        eo.translate_options.threads_per_worker = 1;
+        eo.translator_options = tern_translator_default_options();
+        eo.translator_options.threads_per_worker = 1;
+        eo.search = tern_search_default_params();
         eo.workers = 2;
         eo.max_queue = 64;
         eo.cross_batching = cross;
@@ -141,7 +152,7 @@ int main(void) {
         request_wait(r[5]); /* a cancelled request completes too */
         for (int k = 0; k < 6; k++) request_release(r[k]);
 
-        /* scoring: the log-probabilities of tern_score_batch for the reference translations */
+        /* scoring: the log-probabilities of tern_score for the reference translations */
         const char *tgt[NSRC];
         for (int i = 0; i < NSRC; i++) tgt[i] = ref4[i].hypotheses[0];
         serve_request_t *sr = request_new(REQ_SCORE, &beam4, NSRC, SRC, tgt, ntok);
@@ -149,13 +160,17 @@ int main(void) {
         request_wait(sr);
         CHECK(request_status(sr, NULL) == TERN_OK);
         tern_translator_t *tr = NULL;
-        tern_translate_options_t o = tern_translate_default_options();
+        tern_translator_options_t o = tern_translator_default_options();
         o.threads_per_worker = 1;
         CHECK(tern_translator_create(&tr, model, &o) == TERN_OK);
         for (int i = 0; i < NSRC; i++) {
             float *lp = NULL;
             int cnt = 0, got_cnt = 0;
-            CHECK(tern_score_batch(tr, &SRC[i], &tgt[i], 1, &lp, &cnt) == TERN_OK);
+            tern_request_t sq = tern_request_default();
+            sq.sources = &SRC[i];
+            sq.targets = &tgt[i];
+            sq.num_sources = 1;
+            CHECK(tern_score(tr, &sq, &lp, &cnt) == TERN_OK);
             const float *got = request_logprobs(sr, i, &got_cnt);
             CHECK_EQ_INT(got_cnt, cnt);
             for (int t = 0; t < cnt && t < got_cnt; t++) CHECK_NEAR(got[t], lp[t], 1e-5, 1e-5);

@@ -669,7 +669,7 @@ static void test_checkpoint_inference(const data_vocab_t *v) {
     mo.use_spm = 0;
     tern_model_t *model;
     CHECK(tern_model_load(&model, path, &mo) == TERN_OK);
-    tern_translate_options_t to = tern_translate_default_options();
+    tern_translator_options_t to = tern_translator_default_options();
     to.threads_per_worker = 1;
     tern_translator_t *tr;
     CHECK(tern_translator_create(&tr, model, &to) == TERN_OK);
@@ -689,7 +689,11 @@ static void test_checkpoint_inference(const data_vocab_t *v) {
     }
     float *lp[12];
     int cnt[12];
-    CHECK(tern_score_batch(tr, sp, tp, k, lp, cnt) == TERN_OK);
+    tern_request_t req = tern_request_default();
+    req.sources = sp;
+    req.targets = tp;
+    req.num_sources = k;
+    CHECK(tern_score(tr, &req, lp, cnt) == TERN_OK);
     double worst = 0;
     for (int i = 0; i < k; i++) {
         const line_t *l = &L[lines[i]];

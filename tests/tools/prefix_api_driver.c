@@ -1,4 +1,4 @@
-/* prefix_api_driver.c — tern_translate_batch_prefix() through the public C API, for
+/* prefix_api_driver.c — tern_translate() with target prefixes (tern_source_extras_t) through the public C API, for
  * tests/test_search_constraints.py: prints one "hypothesis ||| score" line per source line.
  *
  * usage: prefix_api_driver MODEL_DIR BEAM SOURCES PREFIXES (pre-tokenized files, one line each) */
@@ -37,8 +37,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", tern_last_error());
         return 1;
     }
-    tern_translate_options_t o = tern_translate_default_options();
-    o.beam_size = atoi(argv[2]);
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = atoi(argv[2]);
+    tern_translator_options_t o = tern_translator_default_options();
+    o.search = &sp;
     o.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
     if (tern_translator_create(&tr, m, &o)) return 1;
@@ -46,7 +48,18 @@ int main(int argc, char **argv) {
     char **src = read_lines(argv[3], &n), **pre = read_lines(argv[4], &np);
     if (!src || !pre || n != np) return 1;
     tern_result_t *res = calloc((size_t)n, sizeof *res);
-    if (tern_translate_batch_prefix(tr, (const char *const *)src, (const char *const *)pre, n, res)) {
+    tern_source_extras_t *ex = calloc((size_t)n, sizeof *ex);
+    const tern_source_extras_t **exp = calloc((size_t)n, sizeof *exp);
+    for (int i = 0; i < n; i++) {
+        ex[i].struct_size = sizeof ex[i];
+        ex[i].target_prefix = pre[i];
+        exp[i] = &ex[i];
+    }
+    tern_request_t req = tern_request_default();
+    req.sources = (const char *const *)src;
+    req.num_sources = n;
+    req.extras = exp;
+    if (tern_translate(tr, &req, res)) {
         fprintf(stderr, "%s\n", tern_last_error());
         return 1;
     }
@@ -55,7 +68,7 @@ int main(int argc, char **argv) {
         tern_result_free(&res[i]);
         free(src[i]), free(pre[i]);
     }
-    free(res), free(src), free(pre);
+    free(res), free(src), free(pre), free(ex), free(exp);
     tern_translator_free(tr);
     tern_model_free(m);
     return 0;

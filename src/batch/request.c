@@ -1,0 +1,95 @@
+/*
+ * request.c — the request API's small parts: search parameters (defaults, check), a request's
+ * defaults and its reading in this library's layout, the call a request makes on a translator,
+ * the source token count a batch budget uses, and tern_version().
+ *
+ * A translator keeps its set-up (tern_translator_options_t) and its default search parameters; a
+ * request's own parameters and batch overrides live in the call's translator_call_t, never in
+ * the translator, so nothing is saved or restored around a call.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "translator.h"
+
+tern_request_t tern_request_default(void) {
+    tern_request_t r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    return r;
+}
+
+tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const char *fn) {
+    if (!src) return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL request", fn);
+    tern_request_t d = tern_request_default();
+    tern_status_t st = API_STRUCT_IN(dst, src, &d, tern_request_t);
+    if (st) return st;
+    if (dst->num_sources < 0 || (dst->num_sources > 0 && !dst->sources))
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL sources or num_sources < 0", fn);
+    if (dst->max_batch_size < 0 || dst->max_batch_tokens < 0 || dst->max_input_length < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, max_batch_tokens and max_input_length must be >= 0");
+    if (dst->num_suppress < 0 || (dst->num_suppress > 0 && !dst->suppress))
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL suppress or num_suppress < 0", fn);
+    return TERN_OK;
+}
+
+static tern_status_t check_params(const tern_search_params_t *c) {
+    if (c->beam_size < 1) return tern_error(TERN_ERR_INVALID_ARG, "beam_size must be >= 1 (got %d)", c->beam_size);
+    if (c->num_hypotheses < 1 || c->num_hypotheses > c->beam_size)
+        return tern_error(TERN_ERR_INVALID_ARG, "num_hypotheses must be in 1..beam_size (got %d, beam_size %d)",
+                          c->num_hypotheses, c->beam_size);
+    if (c->max_decoding_length < 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_decoding_length must be >= 1 (got %d)", c->max_decoding_length);
+    if (c->min_length < 0 || c->min_length > c->max_decoding_length)
+        return tern_error(TERN_ERR_INVALID_ARG, "min_length must be in 0..max_decoding_length (got %d)", c->min_length);
+    if (!(c->length_penalty >= 0) || !(c->coverage_penalty >= 0))
+        return tern_error(TERN_ERR_INVALID_ARG, "length_penalty and coverage_penalty must be >= 0");
+    if (!(c->max_length_a >= 0) || c->max_length_b < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "max_length_a and max_length_b must be >= 0");
+    if (c->length_norm != TERN_LENPEN_PLAIN && c->length_norm != TERN_LENPEN_GNMT)
+        return tern_error(TERN_ERR_INVALID_ARG, "length_norm must be plain or gnmt");
+    if (c->eos_policy != TERN_EOS_COMMON && c->eos_policy != TERN_EOS_PAPER)
+        return tern_error(TERN_ERR_INVALID_ARG, "eos_policy must be common or paper");
+    if (!(c->prune_width >= 0) || !(c->prune_threshold >= 0) || c->prune_threshold > 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "prune_width must be >= 0 and prune_threshold in 0..1");
+    return TERN_OK;
+}
+
+tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src) {
+    tern_search_params_t d = tern_search_default_params();
+    tern_status_t st = API_STRUCT_IN(dst, src, &d, tern_search_params_t);
+    return st ? st : check_params(dst);
+}
+
+tern_status_t tern_search_params_check(const tern_search_params_t *params) {
+    if (!params) return tern_error(TERN_ERR_INVALID_ARG, "search parameters: NULL");
+    tern_search_params_t copy;
+    return search_params_in(&copy, params);
+}
+
+tern_status_t translator_call_init(const tern_translator_t *tr, const tern_request_t *req, translator_call_t *c) {
+    memset(c, 0, sizeof *c);
+    if (req && req->params) {
+        tern_status_t st = search_params_in(&c->p, req->params);
+        if (st) return st;
+    } else {
+        c->p = tr->search;
+    }
+    c->max_batch_tokens = req && req->max_batch_tokens > 0 ? req->max_batch_tokens : tr->opt.max_batch_tokens;
+    c->max_batch_size = req && req->max_batch_size > 0 ? req->max_batch_size : tr->opt.max_batch_size;
+    c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
+    c->pretok = req ? req->pretokenized : 0;
+    return TERN_OK;
+}
+
+tern_status_t tern_model_source_tokens(const tern_model_t *m, const char *text, int *count) {
+    *count = 0;
+    if (!m || !text) return tern_error(TERN_ERR_INVALID_ARG, "tern_model_source_tokens: NULL model or text");
+    int *ids = NULL, n = 0, trunc = 0;
+    tern_status_t st = model_encode_source(m, text, strlen(text), 1 << 30, &ids, &n, &trunc);
+    free(ids);
+    if (!st) *count = n;
+    return st;
+}
+
+const char *tern_version(void) { return TERN_VERSION; }
