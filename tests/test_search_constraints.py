@@ -77,7 +77,7 @@ def test_target_prefix_equals_ctranslate2(model, tmp_path, beam):
 
 
 def test_target_prefix_c_api_equals_ctranslate2(model, tmp_path):
-    """tern_translate_batch_prefix() (the C API, via tests/tools/prefix_api_driver) gives CTranslate2's
+    """tern_translate() with target prefixes (the C API, via tests/tools/prefix_api_driver) gives CTranslate2's
     target_prefix output too (beam 4)."""
     driver = os.environ.get("PREFIX_API_DRIVER", os.path.join(os.path.dirname(HERE), "build", "tests", "tools",
                                                              "prefix_api_driver"))

@@ -215,6 +215,18 @@ static int token_trampoline(const tern_token_event_t *ev, void *ud) {
     return stop;
 }
 
+/* The search parameters of translate_batch and translate_file (CTranslate2's argument names). */
+static tern_search_params_t search_params(int beam, int nhyp, float lp, float cp, int maxlen, int minlen) {
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam;
+    sp.num_hypotheses = nhyp;
+    sp.length_penalty = lp;
+    sp.coverage_penalty = cp;
+    sp.max_decoding_length = maxlen;
+    sp.min_length = minlen;
+    return sp;
+}
+
 /* _translate(sources, target_prefix, pretokenized, beam_size, num_hypotheses, length_penalty,
  *            coverage_penalty, max_decoding_length, min_decoding_length, return_scores,
  *            max_batch_size, max_batch_tokens, max_input_length, callback)
@@ -258,13 +270,7 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
         return NULL;
     }
     int n = (int)src.n;
-    tern_search_params_t sp = tern_search_default_params();
-    sp.beam_size = beam;
-    sp.num_hypotheses = nhyp;
-    sp.length_penalty = lp;
-    sp.coverage_penalty = cp;
-    sp.max_decoding_length = maxlen;
-    sp.min_length = minlen;
+    tern_search_params_t sp = search_params(beam, nhyp, lp, cp, maxlen, minlen);
     sp.return_scores = rs;
     tern_request_t call = tern_request_default();
     call.sources = src.s;
@@ -454,13 +460,7 @@ static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *arg
                                      &maxlen, &minlen, &ws, &mbs, &mbt, &mil))
         return NULL;
     if (check_ready(self)) return NULL;
-    tern_search_params_t sp = tern_search_default_params();
-    sp.beam_size = beam;
-    sp.num_hypotheses = nhyp;
-    sp.length_penalty = lp;
-    sp.coverage_penalty = cp;
-    sp.max_decoding_length = maxlen;
-    sp.min_length = minlen;
+    tern_search_params_t sp = search_params(beam, nhyp, lp, cp, maxlen, minlen);
     /* scores reach the file only in n-best lists or with with_scores: otherwise greedy search
      * needs no log-softmax */
     sp.return_scores = nhyp > 1 || ws;

@@ -299,6 +299,33 @@ static int take_batch(engine_model_t *m, segment_t **cand, segment_t **batch, in
     return b;
 }
 
+/* The batch's results into their requests' slots, or its error (lock held); returns how many
+ * requests it completed (in finished). */
+static int publish_locked(segment_t **batch, int b, request_kind_t kind, tern_status_t st, const char *err,
+                          tern_result_t *res, float **lp, int *cnt, serve_request_t **finished) {
+    int nf = 0;
+    for (int k = 0; k < b; k++) {
+        serve_request_t *r = batch[k]->req;
+        int i = batch[k]->idx;
+        if (st) {
+            if (!r->status) {
+                r->status = st;
+                snprintf(r->error, sizeof r->error, "%s", err);
+            }
+        } else if (kind == REQ_TRANSLATE) {
+            r->results[i] = res[k];
+            memset(&res[k], 0, sizeof res[k]);
+        } else {
+            r->logprobs[i] = lp[k];
+            r->counts[i] = cnt[k];
+            lp[k] = NULL;
+        }
+        serve_request_t *fin = segment_done_locked(r);
+        if (fin) finished[nf++] = fin;
+    }
+    return nf;
+}
+
 static void *worker_main(void *p) {
     worker_arg_t a = *(worker_arg_t *)p;
     free(p);
@@ -366,25 +393,7 @@ static void *worker_main(void *p) {
         if (st) snprintf(err, sizeof err, "%s: %s", tern_status_string(st), tern_last_error());
 
         pthread_mutex_lock(&m->mu);
-        for (int k = 0; k < b; k++) {
-            serve_request_t *r = batch[k]->req;
-            int i = batch[k]->idx;
-            if (st) {
-                if (!r->status) {
-                    r->status = st;
-                    snprintf(r->error, sizeof r->error, "%s", err);
-                }
-            } else if (kind == REQ_TRANSLATE) {
-                r->results[i] = res[k];
-                memset(&res[k], 0, sizeof res[k]);
-            } else {
-                r->logprobs[i] = lp[k];
-                r->counts[i] = cnt[k];
-                lp[k] = NULL;
-            }
-            serve_request_t *fin = segment_done_locked(r);
-            if (fin) finished[nf++] = fin;
-        }
+        nf = publish_locked(batch, b, kind, st, err, res, lp, cnt, finished);
         m->running -= b;
         m->stats.batches++;
         m->stats.batch_segments += (uint64_t)b;
