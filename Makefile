@@ -59,9 +59,9 @@ SONAME    := libtern.so.$(SOVERSION)
 SOFILE    := libtern.so.$(VERSION)
 
 # The library in three parts (docs/library.md):
-#   libtern (.so and .a)  the runtime: kernels, models, search, batching, text, scoring, the C API
-#                         (with the layers inference shares with training, src/train/layers.c and
-#                         src/train/rnn_layers.c); no MPI, no libmicrohttpd, no SentencePiece trainer
+#   libtern (.so and .a)  the runtime: kernels, the layers inference shares with training (src/nn/),
+#                         models, search, batching, text, scoring, the C API; no MPI, no
+#                         libmicrohttpd, no SentencePiece trainer
 #   libtern-train.a       training: the rest of src/train/ (trainer, data, checkpoints, MPI) and
 #                         SentencePiece training (src/text/spm_train.cc)
 #   libtern-serve.a       the HTTP server of `tern serve` (src/serve/)
@@ -69,8 +69,7 @@ SOFILE    := libtern.so.$(VERSION)
 LIB_C   := $(sort $(wildcard src/*/*.c))
 LIB_CXX := $(sort $(wildcard src/*/*.cc))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CXX:%.cc=$(BUILD)/%.o)
-NN_SHARED := src/train/layers.c src/train/rnn_layers.c
-TRAIN_SRC := $(filter-out $(NN_SHARED),$(filter src/train/%,$(LIB_C))) src/text/spm_train.cc
+TRAIN_SRC := $(filter src/train/%,$(LIB_C)) src/text/spm_train.cc
 SERVE_SRC := $(filter src/serve/%,$(LIB_C))
 RT_SRC    := $(filter-out $(TRAIN_SRC) $(SERVE_SRC),$(LIB_C) $(LIB_CXX))
 obj = $(patsubst %.cc,$(BUILD)/%.o,$(patsubst %.c,$(BUILD)/%.o,$(1)))

@@ -1,4 +1,4 @@
-/* bench_rnn.c — where the time of the recurrent layers goes (src/train/rnn_layers.c).
+/* bench_rnn.c — where the time of the recurrent layers goes (src/nn/rnn.c).
  *
  *   build/bench/bench_rnn [threads] [B] [T] [H] [reps]      (defaults 1 64 30 512 3)
  *
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "train/layers.h"
-#include "train/rnn_layers.h"
+#include "nn/layers.h"
+#include "nn/rnn.h"
 
 static double now(void) {
     struct timespec t;

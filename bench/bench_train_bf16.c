@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "kernels/gemm_bf16.h"
-#include "train/layers.h"
+#include "nn/layers.h"
 #include "train/lowp.h"
 #include "train/model.h"
 #include "train/optim.h"

@@ -1,5 +1,5 @@
 /* file.c — whole-file mapping and reading, paths, aligned allocation, time. */
-#include "base.h"
+#include "base/base.h"
 
 #include <errno.h>
 #include <fcntl.h>

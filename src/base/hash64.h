@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base.h"
+#include "base/base.h"
 
 typedef struct {
     uint64_t *keys;  /* (cap) UINT64_MAX marks an empty slot */

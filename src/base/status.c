@@ -1,5 +1,5 @@
 /* status.c — status strings, per-thread last error, logging. */
-#include "base.h"
+#include "base/base.h"
 
 #include <pthread.h>
 #include <stdarg.h>

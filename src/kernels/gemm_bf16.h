@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
+#include "base/base.h"
 
 typedef uint16_t bf16_t;
 

@@ -7,7 +7,7 @@
  * A string is a u16 length counting a terminating NUL, then the bytes and the NUL.
  * Every length, count, rank and size is checked against the bytes left in the file.
  */
-#include "weights_internal.h"
+#include "model/weights_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

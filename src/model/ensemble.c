@@ -4,13 +4,13 @@
  * Legend: K members, N sentences, R rows, V target vocabulary, S_k member k's padded source
  * length, S = max_k S_k.
  */
-#include "ensemble.h"
+#include "model/ensemble.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/kernels.h"
+#include "kernels/kernels.h"
 
 typedef struct {
     int K;

@@ -17,7 +17,7 @@
 #ifndef TERN_ENSEMBLE_H
 #define TERN_ENSEMBLE_H
 
-#include "family.h"
+#include "model/family.h"
 
 extern const model_family_t model_family_ensemble;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "family.h"
+#include "model/family.h"
 
 static const model_family_t *const FAMILIES[] = {
     &model_family_transformer,

@@ -14,9 +14,9 @@
 #ifndef TERN_MODEL_FAMILY_H
 #define TERN_MODEL_FAMILY_H
 
-#include "../base/base.h"
-#include "../text/vocab.h"
-#include "weights.h"
+#include "base/base.h"
+#include "text/vocab.h"
+#include "model/weights.h"
 
 typedef struct model_family {
     const char *name;  /* the config.json "architecture" value that selects it, e.g. "transformer" */

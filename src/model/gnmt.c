@@ -10,16 +10,16 @@
  * of all N·S positions are one linear_forward per layer and direction; each step then multiplies
  * the N states by the recurrent matrix (M = N). A decoder step multiplies all R rows at once.
  * The nonlinearities (gates, attention scores and softmax) are computed in the order the training
- * layers (src/train/rnn_layers.c) compute them; tests/c/test_gnmt.c ties the two (parity).
+ * layers (src/nn/rnn.c) compute them; tests/c/test_gnmt.c ties the two (parity).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/kernels.h"
-#include "family.h"
-#include "gnmt_desc.h"
-#include "../train/rnn_layers.h"
+#include "kernels/kernels.h"
+#include "model/family.h"
+#include "model/gnmt_desc.h"
+#include "nn/rnn.h"
 
 typedef struct {
     linear_t lin;
@@ -338,9 +338,8 @@ static tern_status_t ensure_rows(gnmt_state_t *s, int R) {
 
 /* ------------------------------------------------------------ the computations */
 
-static void tanh_inplace(float *x, int n) { activation_forward(x, (size_t)n, ACT_TANH); }
 
-/* The LSTM's pointwise part for one row: training's own (rnn_layers.h). */
+/* The LSTM's pointwise part for one row: training's own (nn/rnn.h). */
 static void lstm_point(float *h, float *c, float *g, const float *cp, int H) { nn_lstm_point(h, c, g, cp, H); }
 
 /* One encoder direction over the N·S rows of x (K wide): out[b, t] (row stride ldo) = h after
@@ -435,43 +434,6 @@ static tern_status_t gn_encode(void *state, const int *const *src, const int *sr
 
 static int gn_source_len(const void *state) { return ((const gnmt_state_t *)state)->S; }
 
-enum { ATT_CHUNK = 256 };
-
-/* GNMT's attention for row r: alpha (S) and ctx (Dv) from qp (A), as rnn_layers computes it. */
-static void attend(float *al, float *cr, const float *qr, const gnmt_state_t *s, int b) {
-    const gnmt_net_t *m = s->m;
-    int A = m->d.att, Dv = m->Dv, S = s->S, L = s->slen[b] < S ? s->slen[b] : S;
-    const float *kpb = s->kp + (size_t)b * S * A, *v = m->att_v;
-    float mx = -INFINITY, buf[ATT_CHUNK];
-    for (int j = 0; j < L; j++) {
-        const float *kpj = kpb + (size_t)j * A;
-        double e = 0;
-        for (int a0 = 0; a0 < A; a0 += ATT_CHUNK) {
-            int n = A - a0 < ATT_CHUNK ? A - a0 : ATT_CHUNK;
-            for (int a = 0; a < n; a++) buf[a] = qr[a0 + a] + kpj[a0 + a];
-            tanh_inplace(buf, n);
-            float sm = 0;
-            for (int a = 0; a < n; a++) sm += v[a0 + a] * buf[a];
-            e += sm;
-        }
-        al[j] = (float)e;
-        if (al[j] > mx) mx = al[j];
-    }
-    double sum = 0;
-    for (int j = 0; j < L; j++) {
-        al[j] = expf(al[j] - mx);
-        sum += al[j];
-    }
-    for (int j = 0; j < L; j++) al[j] = (float)(al[j] / sum);
-    for (int j = L; j < S; j++) al[j] = 0.0f;
-    memset(cr, 0, (size_t)Dv * sizeof(float));
-    const float *vb = s->enc + (size_t)b * S * Dv;
-    for (int j = 0; j < L; j++) {
-        const float *vj = vb + (size_t)j * Dv;
-        for (int k = 0; k < Dv; k++) cr[k] += al[j] * vj[k];
-    }
-}
-
 /* One LSTM layer over the R rows: gates = ih(x) + hh(h); h, c updated in place. */
 static void dec_layer(gnmt_state_t *s, int l, const float *x, int R) {
     const gnmt_net_t *m = s->m;
@@ -500,8 +462,8 @@ static tern_status_t gn_step(void *state, const int *tokens, int t, float *out, 
     }
     /* the attention from the bottom layer's previous output h[0] */
     linear_forward(s->qp, s->h[0], &m->att_q.lin, R, s->lws);
-    for (int r = 0; r < R; r++)
-        attend(s->alpha + (size_t)r * S, s->ctx + (size_t)r * Dv, s->qp + (size_t)r * A, s, s->row_sent[r]);
+    nn_additive_attention_apply(s->ctx, Dv, s->alpha, s->qp, s->kp, s->enc, s->slen, s->row_sent, m->att_v, R, 1, S,
+                                A, Dv);
     /* layer 0 over [e; a] */
     for (int r = 0; r < R; r++) {
         memcpy(s->x + (size_t)r * KI, s->e + (size_t)r * H, (size_t)H * sizeof(float));

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gnmt_desc.h"
+#include "model/gnmt_desc.h"
 
 int gnmt_enc_width(const gnmt_dims_t *d) { return d->enc_layers == 1 ? 2 * d->hidden : d->hidden; }
 int gnmt_enc_input(const gnmt_dims_t *d, int l) { return l == 1 ? 2 * d->hidden : d->hidden; }

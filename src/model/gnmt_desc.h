@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "weights.h"
+#include "base/base.h"
+#include "model/weights.h"
 
 typedef enum {
     GN_ENC_EMB = 0, /* encoder/embeddings/weight            (Vs, H) */

@@ -5,9 +5,9 @@
  * checks that they agree. tern_model_load_ensemble(): several models as one (ensemble.h).
  * Text <-> token id conversion for both sides.
  */
-#include "model.h"
+#include "model/model.h"
 
-#include "ensemble.h"
+#include "model/ensemble.h"
 
 #include <stdlib.h>
 #include <string.h>

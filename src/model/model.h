@@ -3,11 +3,11 @@
 #ifndef TERN_MODEL_H
 #define TERN_MODEL_H
 
-#include "family.h"
+#include "model/family.h"
 #include "search/vmap.h"
 #include "text/spm.h"
 #include "text/vocab.h"
-#include "weights.h"
+#include "model/weights.h"
 
 struct tern_model {
     char dir[1024];

@@ -3,7 +3,7 @@
  * metadata, JSON vocabularies and SentencePiece models (see model_dir.h). Moved here from
  * `tern convert` so that checkpoints and `tern average` write the same directories.
  */
-#include "model_dir.h"
+#include "model/model_dir.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

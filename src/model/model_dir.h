@@ -8,9 +8,9 @@
 #ifndef TERN_MODEL_DIR_H
 #define TERN_MODEL_DIR_H
 
-#include "../base/base.h"
-#include "../text/vocab.h"
-#include "weights.h"
+#include "base/base.h"
+#include "text/vocab.h"
+#include "model/weights.h"
 
 /* Writes text and a final newline to path. */
 tern_status_t model_dir_write_text(const char *path, const char *text);

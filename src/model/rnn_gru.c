@@ -1,7 +1,7 @@
 /*
  * rnn_gru.c — the GRU family (`architecture: "rnn-gru"`, rnn_gru_desc.h) behind the model family
  * table (family.h): a bidirectional GRU encoder and the conditional GRU decoder with deep output
- * of src/train/rnn_layers.h. Inference calls the same layer functions as training
+ * of src/nn/rnn.h. Inference calls the same layer functions as training
  * (nn_bigru_forward, nn_additive_keys_forward, nn_cgru_step_forward), so the two cannot drift;
  * tests/c/test_rnn_gru.c ties them together.
  *
@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "family.h"
-#include "rnn_gru_desc.h"
-#include "../kernels/kernels.h"
-#include "../train/rnn_layers.h"
+#include "model/family.h"
+#include "model/rnn_gru_desc.h"
+#include "kernels/kernels.h"
+#include "nn/rnn.h"
 
 typedef struct {
     rnn_gru_dims_t d;
@@ -70,7 +70,7 @@ typedef struct {
     size_t lws_n;
 } gru_state_t;
 
-/* u (R, O) = tanh(W_s s + W_c ctx + W_e e + b): the deep output (as rnn_layers' cGRU step computes it),
+/* u (R, O) = tanh(W_s s + W_c ctx + W_e e + b): the deep output (as nn/rnn.c's cGRU step computes it),
  * for the projection restricted by a vocabulary map. */
 static void deep_output(float *u, const float *s, const float *ctx, const float *e, const cgru_weights_t *w, int R,
                         cgru_dims_t d) {
@@ -281,7 +281,7 @@ static tern_status_t ensure_rows(gru_state_t *s, int R, int S) {
 }
 
 /* ------------------------------------------------------------ the int8 path
- * The same functions as rnn_layers' (checked against the float32 path in tests/c/test_rnn_gru.c),
+ * The same functions as nn/rnn.c's (checked against the float32 path in tests/c/test_rnn_gru.c),
  * with every matrix product a linear_forward of per-row int8 weights. */
 
 static size_t i8_floats(const gru_net_t *n, int N, int S, int R) {
@@ -469,7 +469,7 @@ static tern_status_t gru_encode(void *p, const int *const *src, const int *src_l
     }
     nn_bigru_forward(s->enc, s->gates, s->gates + nn_gru_gates_size(NS, He, D->layer_norm), s->emb, &n->enc_f, &n->enc_b, s->slen, N, S, E, He);
     nn_additive_keys_forward(s->kp, s->enc, n->dec.att_wk, n->dec.att_b, N, S, d.Dv, d.A);
-    rnn_gru_init_state(s->s, s->scratch, s->enc, s->slen, n->t[RG_INIT_W], n->t[RG_INIT_B], N, S, d.Dv, d.H);
+    nn_gru_init_state_forward(s->s, s->scratch, s->enc, s->slen, n->t[RG_INIT_W], n->t[RG_INIT_B], N, S, d.Dv, d.H);
     for (int i = 0; i < N; i++) s->src_of_row[i] = i;
     s->R = N;
     return TERN_OK;

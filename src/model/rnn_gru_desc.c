@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rnn_gru_desc.h"
-#include "../train/rnn_layers.h"
+#include "model/rnn_gru_desc.h"
+#include "nn/rnn.h"
 
 static const char *const NAMES[RG_COUNT] = {
     "encoder/embeddings/weight",
@@ -206,53 +206,4 @@ tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
             return tern_error(TERN_ERR_FORMAT, "%s: int8 tensor '%s' has no '%s'", path, NAMES[i], sc);
     }
     return TERN_OK;
-}
-
-/* ------------------------------------------------------------ shared computations */
-
-#include "../kernels/kernels.h"
-#include <math.h>
-
-void rnn_gru_init_state(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
-                        const float *b_init, int N, int S, int Dv, int Hd) {
-    for (int i = 0; i < N; i++) {
-        float *m = mean + (size_t)i * Dv;
-        int L = slen ? slen[i] : S;
-        memset(m, 0, sizeof(float) * (size_t)Dv);
-        for (int j = 0; j < L; j++) {
-            const float *e = enc + ((size_t)i * S + j) * Dv;
-            for (int k = 0; k < Dv; k++) m[k] += e[k];
-        }
-        float inv = L > 0 ? 1.0f / (float)L : 0.0f;
-        for (int k = 0; k < Dv; k++) m[k] *= inv;
-    }
-    gemm_f32(0, 1, N, Hd, Dv, 1.0f, mean, Dv, w_init, Dv, 0.0f, s0, Hd);
-    for (int i = 0; i < N; i++)
-        for (int k = 0; k < Hd; k++) {
-            float *x = s0 + (size_t)i * Hd + k;
-            *x = tanhf(*x + (b_init ? b_init[k] : 0.0f));
-        }
-}
-
-void rnn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
-                                 const float *s0, const float *mean, const int *slen, const float *w_init, int N,
-                                 int S, int Dv, int Hd) {
-    float *dp = scratch;
-    for (size_t i = 0; i < (size_t)N * Hd; i++) dp[i] = ds0[i] * (1.0f - s0[i] * s0[i]);
-    gemm_f32(1, 0, Hd, Dv, N, 1.0f, dp, Hd, mean, Dv, 1.0f, dw_init, Dv);
-    if (db_init)
-        for (int i = 0; i < N; i++)
-            for (int k = 0; k < Hd; k++) db_init[k] += dp[(size_t)i * Hd + k];
-    if (!denc) return;
-    for (int i = 0; i < N; i++) {
-        int L = slen ? slen[i] : S;
-        if (L <= 0) continue;
-        /* dmean = dp · W_init / L, spread over the valid positions */
-        float *dm = scratch + (size_t)N * Hd;
-        gemm_f32(0, 0, 1, Dv, Hd, 1.0f / (float)L, dp + (size_t)i * Hd, Hd, w_init, Dv, 0.0f, dm, Dv);
-        for (int j = 0; j < L; j++) {
-            float *de = denc + ((size_t)i * S + j) * Dv;
-            for (int k = 0; k < Dv; k++) de[k] += dm[k];
-        }
-    }
 }

@@ -7,7 +7,7 @@
  * The model (docs/rnn.md, "The GRU family"):
  *   encoder: x_j = Emb_s[src_j] (E); h_j = [GRU_f(x)_j ; GRU_b(x)_j] (Dv = 2·He), zero initial states
  *   decoder: s_0 = tanh(W_init · mean_{j<len} h_j + b_init) (Hd)
- *            the conditional GRU of rnn_layers.h (GRU1 over e_{t-1}, additive attention with
+ *            the conditional GRU of nn/rnn.h (GRU1 over e_{t-1}, additive attention with
  *            s'_t as query over h, GRU2 over the context), deep output
  *            u_t = tanh(W_s s_t + W_c c_t + W_e e_{t-1} + b), logits = W_o u_t + b_o.
  * Recurrent cells are PyTorch's (torch.nn.GRUCell): w_ih (3H, K) rows [r; z; n], w_hh (3H, H),
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weights.h"
+#include "model/weights.h"
 
 #define RNN_GRU_ARCHITECTURE "rnn-gru"
 /* model.safetensors' "ct2_spec" metadata */
@@ -79,7 +79,7 @@ int rnn_gru_tensor_used(const rnn_gru_dims_t *d, rg_tensor_t i);
 /* Whether tensor i is stored (used, and not an alias) under dims. */
 int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i);
 /* The views of a buffer's tensors P[RG_COUNT] (weights or gradients) as the layers' structs
- * (src/train/rnn_layers.h): the encoder's two cells and the decoder's weights; the normalization
+ * (src/nn/rnn.h): the encoder's two cells and the decoder's weights; the normalization
  * pointers are set only with layer_norm. Training and inference both build their views here. */
 void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec);
 /* Tied names: names[i] is stored as targets[i] (at most 2). Returns the count. */
@@ -115,15 +115,3 @@ int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d);
 tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w);
 
 #endif
-
-/* ------------------------------------------------------------ shared computations
- * Training and inference compute the decoder's initial state with these functions. */
-
-/* s0 (N, Hd) = tanh(W_init · mean (N, Dv) + b_init), mean[i] = the mean of enc[i, j] (N, S, Dv)
- * over j < slen[i]. mean is saved (the backward reads it). */
-void rnn_gru_init_state(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
-                        const float *b_init, int N, int S, int Dv, int Hd);
-/* denc (N, S, Dv), dw_init, db_init += the gradients given ds0 (N, Hd); scratch N·Hd + Dv floats. */
-void rnn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
-                                 const float *s0, const float *mean, const int *slen, const float *w_init, int N,
-                                 int S, int Dv, int Hd);

@@ -9,7 +9,7 @@
  * size without holes, so every tensor is aligned to its dtype and the file stays readable by the
  * reference safetensors library. Aliases are stored as metadata "alias:<name>" = "<target>".
  */
-#include "weights_internal.h"
+#include "model/weights_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

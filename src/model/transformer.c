@@ -5,9 +5,10 @@
  * Legend: N sentences, R decoder rows, P packed source tokens (sum of lengths), S padded source
  * length, T steps, d width, H heads, dh = d / H, F feed-forward width, V target vocabulary.
  */
-#include "transformer.h"
-#include "attention.h"
-#include "transformer_desc.h"
+#include "model/transformer.h"
+#include "model/attention.h"
+#include "model/transformer_desc.h"
+#include "nn/layers.h"
 
 #include "kernels/gemm_packed.h"
 
@@ -230,7 +231,7 @@ static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *in
 /* A token's input row: scale · embedding + position (float32 rows: the function training uses). */
 static void embed_row(float *out, const embedding_t *e, int id, float scale, const float *pos) {
     if (e->w) {
-        transformer_embed_row(out, e->w + (size_t)id * e->d, scale, pos, e->d);
+        nn_embed_row(out, e->w + (size_t)id * e->d, scale, pos, e->d);
     } else if (e->q) {
         const int8_t *r = e->q + (size_t)id * e->d;
         float s = scale / e->scale[id];

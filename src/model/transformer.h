@@ -14,9 +14,9 @@
 #ifndef TERN_TRANSFORMER_H
 #define TERN_TRANSFORMER_H
 
-#include "../kernels/kernels.h"
-#include "../kernels/screen.h"
-#include "weights.h"
+#include "kernels/kernels.h"
+#include "kernels/screen.h"
+#include "model/weights.h"
 
 typedef struct {
     const float *gamma, *beta; /* (d) */

@@ -2,7 +2,7 @@
  * transformer_desc.c — the Transformer's tensor names, shapes and config keys (see
  * transformer_desc.h), and the input computations training and inference share.
  */
-#include "transformer_desc.h"
+#include "model/transformer_desc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -219,28 +219,4 @@ int transformer_desc_scalars(transformer_scalars_t *s, const transformer_spec_t 
         scalar(&s->t[k], KEYS[k], wide ? DT_I16 : DT_I8, wide ? (const void *)&s->i16[k] : (const void *)&s->i8[k]);
     }
     return TKEY_WRITTEN;
-}
-
-/* ------------------------------------------------------------ shared computations */
-
-void transformer_sinusoids(float *table, int P, int C) {
-    int half = C / 2;
-    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
-    for (int pos = 0; pos < P; pos++) {
-        float *row = table + (size_t)pos * C;
-        for (int i = 0; i < half; i++) {
-            float ts = expf(-inc * (float)i);
-            float v = (float)(pos + 1) * ts;
-            row[i] = sinf(v);
-            row[half + i] = cosf(v);
-        }
-        if (C % 2) row[C - 1] = 0.0f;
-    }
-}
-
-void transformer_embed_row(float *out, const float *emb, float scale, const float *pos, int C) {
-    if (pos)
-        for (int c = 0; c < C; c++) out[c] = scale * emb[c] + pos[c];
-    else
-        for (int c = 0; c < C; c++) out[c] = scale * emb[c];
 }

@@ -4,8 +4,8 @@
  * (transformer_load.c), the training model (src/train/model.c), the checkpoint writer (through
  * the training table) and `tern convert` all read the names from here; nothing else spells them.
  *
- * Also here: the functions training and inference both compute on the model's inputs (the
- * sinusoidal position table, one embedding + position row), so that the two cannot drift.
+ * The functions training and inference both compute on the model's inputs (the sinusoidal
+ * position table, one embedding + position row) are layers: src/nn/layers.h.
  *
  * Legend: C model width, F feed-forward width, Vs/Vt source/target vocabulary, P rows of a
  * learned position table, Le/Ld encoder/decoder layers.
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weights.h"
+#include "model/weights.h"
 
 /* The modules of the model: each is a group of tensors under one path prefix. */
 typedef enum {
@@ -161,16 +161,5 @@ int transformer_desc_scalars(transformer_scalars_t *s, const transformer_spec_t 
 
 /* The spec name written as model.safetensors' "ct2_spec" metadata. */
 #define TRANSFORMER_SPEC_NAME "TransformerSpec"
-
-/* ------------------------------------------------------------ shared computations */
-
-/* CTranslate2's sinusoidal position table: row p (0-based) holds sin/cos((p + 1) · ts_i),
- * ts_i = exp(-i · log(10000) / (C/2 - 1)), sines in the first half, cosines in the second (an
- * odd C's last column 0). Training and inference build their tables with this one function. */
-void transformer_sinusoids(float *table, int P, int C);
-
-/* out = scale · emb + pos (pos NULL: no position), C floats: a token's input row to layer 0, in
- * training and in inference. */
-void transformer_embed_row(float *out, const float *emb, float scale, const float *pos, int C);
 
 #endif

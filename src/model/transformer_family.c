@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "family.h"
-#include "transformer.h"
+#include "model/family.h"
+#include "model/transformer.h"
 
 static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
                               unsigned flags) {

@@ -5,8 +5,9 @@
  * used in place when their dtype is the one run (float32, or int8 run as int8); otherwise they
  * are converted once here (float16/bfloat16 -> float32, int8 -> float32, float32 -> int8).
  */
-#include "transformer.h"
-#include "transformer_desc.h"
+#include "model/transformer.h"
+#include "model/transformer_desc.h"
+#include "nn/layers.h"
 
 #include <stddef.h>
 
@@ -299,7 +300,7 @@ static int64_t scalar_or(const weights_t *w, const char *name, int64_t dflt) {
 /* The sinusoidal table (transformer_desc.h: the one training uses too). */
 static float *sinusoid_table(transformer_t *m, int max_pos, int d) {
     float *p = own_alloc(m, (size_t)max_pos * d * sizeof(float));
-    if (p) transformer_sinusoids(p, max_pos, d);
+    if (p) nn_sinusoids(p, max_pos, d);
     return p;
 }
 

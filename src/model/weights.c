@@ -2,7 +2,7 @@
  * weights.c — the table of named tensors shared by the model.bin and safetensors loaders:
  * dtype helpers, a hash map from names (and aliases) to tensors, metadata, scalar helpers.
  */
-#include "weights_internal.h"
+#include "model/weights_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>

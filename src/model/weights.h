@@ -11,7 +11,7 @@
 #ifndef TERN_WEIGHTS_H
 #define TERN_WEIGHTS_H
 
-#include "../base/base.h"
+#include "base/base.h"
 
 typedef enum {
     DT_F32 = 0, DT_I8 = 1, DT_I16 = 2, DT_I32 = 3, DT_F16 = 4, DT_BF16 = 5

@@ -6,7 +6,7 @@
 #ifndef TERN_WEIGHTS_INTERNAL_H
 #define TERN_WEIGHTS_INTERNAL_H
 
-#include "weights.h"
+#include "model/weights.h"
 
 typedef struct {
     char *name;

@@ -13,7 +13,7 @@
 #ifndef TERN_ALIGN_H
 #define TERN_ALIGN_H
 
-#include "../base/base.h"
+#include "base/base.h"
 
 typedef struct {
     int iterations;     /* EM iterations (5) */

@@ -1,7 +1,7 @@
 /* bleu.c — sacreBLEU-exact BLEU (corpus and sentence) and the n-gram tables the scorers share.
  *
  * Dimension letters: N sentences, R references per sentence. */
-#include "score.h"
+#include "text/score.h"
 
 #include <math.h>
 #include <stdio.h>

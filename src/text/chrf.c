@@ -3,7 +3,7 @@
  * Character n-grams are counted on code points with whitespace removed (Python's str.split()
  * set); chrF++ adds word n-grams over sacreBLEU's punctuation-split words. With several
  * references, each sentence keeps the statistics of the reference with the best sentence F. */
-#include "score.h"
+#include "text/score.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,14 +3,14 @@
  * non-whitespace characters and letters, compare the whitespace-normalized sides, then look the
  * pair's hash up in an open-addressing set that doubles at half load. No allocation per pair once
  * the buffers are warm, except SentencePiece's own when a model is given. */
-#include "filter.h"
+#include "text/filter.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 #include <xxhash.h>
 
-#include "score.h" /* text_utf8_valid, text_decode, text_is_py_space */
+#include "text/score.h" /* text_utf8_valid, text_decode, text_is_py_space */
 
 typedef struct {
     uint32_t *cp; /* decoded code points */

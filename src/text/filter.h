@@ -26,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "spm.h"
+#include "base/base.h"
+#include "text/spm.h"
 
 typedef enum {
     FILTER_KEEP = 0,

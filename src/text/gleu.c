@@ -3,7 +3,7 @@
  * n-grams, reference n-grams); with several references the best one. Corpus GLEU here is the mean
  * of the sentence scores (the issue's definition); the pooled ratio (NLTK's corpus_gleu) comes
  * with it. Tokenization and lowercasing as BLEU's options say. */
-#include "score.h"
+#include "text/score.h"
 
 #include <stdlib.h>
 #include <string.h>

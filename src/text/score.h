@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
+#include "base/base.h"
 
 /* ---------------------------------------------------------------- text helpers */
 

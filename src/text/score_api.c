@@ -2,7 +2,7 @@
  * with options named as sacreBLEU names them, for bindings (the Python package's tern.score). */
 #include <string.h>
 
-#include "score.h"
+#include "text/score.h"
 
 tern_bleu_options_t tern_bleu_default_options(void) {
     tern_bleu_options_t o;

@@ -12,7 +12,7 @@
  *     at S/40 and S - S/40 - 1; the arrays are float32 when every score in them is a numpy float32.
  *
  * Dimension letters: N sentences, K statistics per sentence, S bootstrap samples. */
-#include "score.h"
+#include "text/score.h"
 
 #include <math.h>
 #include <stdlib.h>

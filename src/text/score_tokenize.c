@@ -4,7 +4,7 @@
  * The tokenizers are sequences of Python re.sub() calls; each is reproduced here as one left-to-
  * right pass over code points that takes non-overlapping matches, exactly as re.sub() does for
  * these fixed-width (one or two character) patterns. */
-#include "score.h"
+#include "text/score.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #include <vector>
 
 extern "C" {
-#include "spm.h"
+#include "text/spm.h"
 }
 
 struct spm {

@@ -2,7 +2,7 @@
 #ifndef TERN_SPM_H
 #define TERN_SPM_H
 
-#include "../base/base.h"
+#include "base/base.h"
 
 typedef struct spm spm_t;
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 extern "C" {
-#include "spm.h"
+#include "text/spm.h"
 }
 
 namespace {

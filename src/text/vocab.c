@@ -2,7 +2,7 @@
  * vocab.c — token vocabularies (JSON list of strings, or one token per line) with a hash map for
  * lookup (the first id wins for duplicate tokens), and the model directory's config.json.
  */
-#include "vocab.h"
+#include "text/vocab.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

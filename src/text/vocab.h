@@ -3,7 +3,7 @@
 #ifndef TERN_VOCAB_H
 #define TERN_VOCAB_H
 
-#include "../base/base.h"
+#include "base/base.h"
 
 typedef struct vocab vocab_t;
 

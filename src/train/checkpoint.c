@@ -2,7 +2,7 @@
  * checkpoint.c — atomic checkpoint directories, keep-last-K, resume reading, averaging
  * (see checkpoint.h).
  */
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../model/model_dir.h"
+#include "model/model_dir.h"
 
 #define CKPT_PREFIX "checkpoint-"
 #define TMP_PREFIX ".tmp-"

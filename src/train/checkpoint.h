@@ -30,9 +30,9 @@
 #ifndef TERN_TRAIN_CHECKPOINT_H
 #define TERN_TRAIN_CHECKPOINT_H
 
-#include "../base/base.h"
-#include "../model/weights.h"
-#include "data.h"
+#include "base/base.h"
+#include "model/weights.h"
+#include "train/data.h"
 
 /* Tensors stored as prefix + tensors[i].name ("adam_m/" + "encoder/...") in trainer_state. */
 typedef struct {

@@ -12,7 +12,7 @@
  *   index: N x {u64 first token; u32 source length; u32 target length}, pairs back to back
  *   tokens: int32 vocabulary ids; pair i = its source ids then its target ids
  */
-#include "data.h"
+#include "train/data.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -25,9 +25,9 @@
 
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../text/spm.h"
-#include "../text/vocab.h"
+#include "base/base.h"
+#include "text/spm.h"
+#include "text/vocab.h"
 
 /* ------------------------------------------------------------ vocabularies and special tokens */
 

@@ -6,7 +6,7 @@
  * run of pieces in stage order, with a contiguous slice of the bucket buffer (n_params floats in
  * all) that its all-reduce works on in place.
  */
-#include "dist.h"
+#include "train/dist.h"
 
 #include <stdio.h>
 #include <stdlib.h>

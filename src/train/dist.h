@@ -31,8 +31,8 @@
 
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "family.h"
+#include "base/base.h"
+#include "train/family.h"
 
 /* 1 when this build has MPI. */
 int dist_compiled(void);

@@ -15,9 +15,9 @@
 #ifndef TERN_TRAIN_FAMILY_H
 #define TERN_TRAIN_FAMILY_H
 
-#include "../base/base.h"
-#include "../model/weights.h"
-#include "checkpoint.h"
+#include "base/base.h"
+#include "model/weights.h"
+#include "train/checkpoint.h"
 
 /* One named view of the parameter buffer (and of the gradient and moment buffers). */
 typedef struct {

@@ -1,5 +1,5 @@
 /*
- * gnmt_table.c — GNMT's training table (gnmt_table.h) over the recurrent layers of rnn_layers.h.
+ * gnmt_table.c — GNMT's training table (gnmt_table.h) over the recurrent layers of nn/rnn.h.
  *
  * Legend: B sentences, S / T padded source / target lengths, H hidden, A attention, Dv top encoder
  * width, V target vocabulary, Le / Ld layers.
@@ -16,17 +16,17 @@
  *   y_l = LSTM_l([dropout(y_{l-1}); a]) (+ y_{l-1} for l >= 2)   (nn_lstm_forward), l = 1 .. Ld-1
  *   logits = W_p dropout(y_{Ld-1}) + b_p; label-smoothed cross-entropy.
  */
-#include "model.h"
-#include "gnmt_table.h"
+#include "train/model.h"
+#include "train/gnmt_table.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/gnmt_desc.h"
-#include "layers.h"
-#include "rnn_layers.h"
+#include "model/gnmt_desc.h"
+#include "nn/layers.h"
+#include "nn/rnn.h"
 
 enum { GN_MAX_LAYERS = 64 };
 

@@ -3,12 +3,12 @@
  * layers (bottom bidirectional, residuals from the third layer up), a decoder of Ld LSTM layers
  * with GNMT's attention from the bottom decoder layer, the context fed to every decoder layer,
  * a softmax over the (shared) wordpieces. Tensors: src/model/gnmt_desc.h; layers:
- * src/train/rnn_layers.h; docs/rnn.md.
+ * src/nn/rnn.h; docs/rnn.md.
  */
 #ifndef TERN_TRAIN_GNMT_TABLE_H
 #define TERN_TRAIN_GNMT_TABLE_H
 
-#include "family.h"
+#include "train/family.h"
 
 /* The configuration (`tern train --architecture gnmt`). */
 typedef struct {
@@ -23,7 +23,7 @@ typedef struct {
                               and decoder layer above the first) and on the top decoder output
                               before the softmax (default 0.2) */
     float label_smoothing; /* (default 0.1) */
-    int bf16;              /* bfloat16 compute of every GEMM (rnn_layers.h; `--precision bfloat16`) */
+    int bf16;              /* bfloat16 compute of every GEMM (nn/rnn.h; `--precision bfloat16`) */
 } gnmt_train_config_t;
 
 extern const train_family_t train_family_gnmt;

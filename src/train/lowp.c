@@ -1,11 +1,11 @@
 /* lowp.c — bfloat16 linear layers for training (see lowp.h). */
-#include "lowp.h"
+#include "train/lowp.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/kernels.h"
-#include "layers.h"
+#include "kernels/kernels.h"
+#include "nn/layers.h"
 
 tern_status_t lowp_ws_init(lowp_ws_t *ws, size_t max_in, size_t max_out) {
     memset(ws, 0, sizeof *ws);

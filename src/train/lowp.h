@@ -14,7 +14,7 @@
 #ifndef TERN_TRAIN_LOWP_H
 #define TERN_TRAIN_LOWP_H
 
-#include "../kernels/gemm_bf16.h"
+#include "kernels/gemm_bf16.h"
 
 typedef struct {
     bf16_t *a;        /* (cap_in) the layer input in bfloat16 */

@@ -30,9 +30,9 @@
  * tmodel_ws_set_target_groups(ws, 0) turns grouping off: one group of the batch as given (B x T,
  * unsorted), today's computation exactly.
  */
-#include "model.h"
-#include "lowp.h"
-#include "../model/transformer_desc.h"
+#include "train/model.h"
+#include "train/lowp.h"
+#include "model/transformer_desc.h"
 
 #include <stddef.h>
 
@@ -223,7 +223,7 @@ tern_status_t tmodel_init(tmodel_t *m, const tmodel_config_t *cfg) {
             tmodel_free(m);
             return tern_error(TERN_ERR_NOMEM, "model: out of memory");
         }
-        transformer_sinusoids(m->sinusoids, cfg->max_pos, cfg->d);
+        nn_sinusoids(m->sinusoids, cfg->max_pos, cfg->d);
         m->enc_pos_table = m->dec_pos_table = m->sinusoids;
     }
     m->n_aliases = transformer_desc_aliases(&dims, m->alias_name, m->alias_target);

@@ -26,10 +26,10 @@
 #ifndef TERN_TRAIN_MODEL_H
 #define TERN_TRAIN_MODEL_H
 
-#include "../base/base.h"
-#include "../model/weights.h"
-#include "family.h"
-#include "layers.h"
+#include "base/base.h"
+#include "model/weights.h"
+#include "train/family.h"
+#include "nn/layers.h"
 
 /* bfloat16 compute in training (tmodel_config_t.precision, `tern train --precision`). */
 #define TERN_HAVE_BF16_TRAIN 1

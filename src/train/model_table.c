@@ -2,10 +2,10 @@
  * model_table.c — the Transformer's training table (family.h) over src/train/model.c, and the
  * registry of training families.
  */
-#include "family.h"
-#include "model.h"
-#include "gnmt_table.h"
-#include "../model/transformer_desc.h"
+#include "train/family.h"
+#include "train/model.h"
+#include "train/gnmt_table.h"
+#include "model/transformer_desc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * optim.c — Adam, SGD, gradient norm and clipping, learning-rate schedules, loss scaling
  * (see optim.h). Legend: n parameters, t updates done.
  */
-#include "optim.h"
+#include "train/optim.h"
 
 #include <math.h>
 #include <omp.h>

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "../base/base.h"
+#include "base/base.h"
 
 /* ------------------------------------------------------------ Adam and SGD */
 

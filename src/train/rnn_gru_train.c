@@ -7,7 +7,7 @@
  * Forward of a batch:
  *   xs = dropout(Emb_s[src])            (B, S, E)
  *   enc = BiGRU(xs, len)                (B, S, Dv)   nn_bigru_forward
- *   s0 = tanh(W_init mean(enc) + b)     (B, Hd)      rnn_gru_init_state (shared with inference)
+ *   s0 = tanh(W_init mean(enc) + b)     (B, Hd)      nn_gru_init_state_forward (shared with inference)
  *   xt = dropout(Emb_t[tgt_in])         (B, T, E)
  *   logits = cGRU(xt, s0, enc)          (B, T, Vt)   nn_cgru_forward (dropout on its deep output u)
  *   loss = label-smoothed cross-entropy over tgt_out
@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rnn_gru_train.h"
-#include "layers.h"
-#include "model.h"
-#include "rnn_layers.h"
-#include "../model/rnn_gru_desc.h"
+#include "train/rnn_gru_train.h"
+#include "nn/layers.h"
+#include "train/model.h"
+#include "nn/rnn.h"
+#include "model/rnn_gru_desc.h"
 
 void rnn_gru_default_config(rnn_gru_config_t *c) {
     memset(c, 0, sizeof *c);
@@ -334,7 +334,7 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     nn_embedding_forward(ws->xs, src, P[RG_ENC_EMB], NULL, B, S, E, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xs, ws->xs, (size_t)B * S * E, p, dropout_key(seed, step, 0));
     nn_bigru_forward(ws->enc, ws->gf, ws->gb, ws->xs, &ef, &eb, ws->slen, B, S, E, He);
-    rnn_gru_init_state(ws->s0, ws->mean, ws->enc, ws->slen, P[RG_INIT_W], P[RG_INIT_B], B, S, d.Dv, d.H);
+    nn_gru_init_state_forward(ws->s0, ws->mean, ws->enc, ws->slen, P[RG_INIT_W], P[RG_INIT_B], B, S, d.Dv, d.H);
     nn_embedding_forward(ws->xt, tgt_in, P[RG_DEC_EMB], NULL, B, T, E, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xt, ws->xt, (size_t)B * T * E, p, dropout_key(seed, step, 1));
     ws->acts.drop = p; /* on the deep output, before the output layer */
@@ -371,7 +371,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     memset(ws->denc, 0, sizeof(float) * (size_t)B * S * d.Dv);
     nn_cgru_backward(ws->dxt, ws->ds0, ws->denc, &dw, ws->scratch, dlogits, ws->xt, ws->s0, ws->enc, ws->slen, &w,
                      &ws->acts, B, T, S, d);
-    rnn_gru_init_state_backward(ws->denc, G[RG_INIT_W], G[RG_INIT_B], ws->scratch, ws->ds0, ws->s0, ws->mean,
+    nn_gru_init_state_backward(ws->denc, G[RG_INIT_W], G[RG_INIT_B], ws->scratch, ws->ds0, ws->s0, ws->mean,
                                 ws->slen, P[RG_INIT_W], B, S, d.Dv, d.H);
     memset(ws->dxs, 0, sizeof(float) * (size_t)B * S * E);
     nn_bigru_backward(ws->dxs, &def, &deb, ws->scratch, ws->denc, ws->xs, &ef, &eb, ws->enc, ws->gf, ws->gb, ws->slen,

@@ -16,7 +16,7 @@
  * Nothing is allocated per batch: the slots, the model workspace (sized for the largest batch of
  * both plans) and the optimizer state are allocated once.
  */
-#include "trainer.h"
+#include "train/trainer.h"
 
 #include <errno.h>
 #include <float.h>
@@ -29,12 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../batch/translator.h"
-#include "../kernels/kernels.h"
-#include "../model/model_dir.h"
-#include "../text/score.h"
-#include "checkpoint.h"
-#include "dist.h"
+#include "batch/translator.h"
+#include "kernels/kernels.h"
+#include "model/model_dir.h"
+#include "text/score.h"
+#include "train/checkpoint.h"
+#include "train/dist.h"
 
 #include <xxhash.h>
 

@@ -41,11 +41,11 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "data.h"
-#include "family.h"
-#include "model.h"
-#include "optim.h"
+#include "base/base.h"
+#include "train/data.h"
+#include "train/family.h"
+#include "train/model.h"
+#include "train/optim.h"
 
 typedef enum { STOP_ON_LOSS = 0, STOP_ON_BLEU = 1 } trainer_stop_metric_t;
 

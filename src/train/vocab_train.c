@@ -2,7 +2,7 @@
  * vocab_train.c — SentencePiece training for `tern vocab` (see vocab_train.h): atomic
  * PREFIX.model/PREFIX.vocab, JSON vocabulary lists, model-directory layouts with config.json.
  */
-#include "vocab_train.h"
+#include "train/vocab_train.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../model/model_dir.h"
-#include "../text/vocab.h"
+#include "model/model_dir.h"
+#include "text/vocab.h"
 
 tern_status_t vocab_train_spm(const char *prefix, const char *const *inputs, int n,
                               const spm_train_options_t *o) {

@@ -6,8 +6,8 @@
 #ifndef TERN_TRAIN_VOCAB_TRAIN_H
 #define TERN_TRAIN_VOCAB_TRAIN_H
 
-#include "../base/base.h"
-#include "../text/spm.h"
+#include "base/base.h"
+#include "text/spm.h"
 
 /* Trains PREFIX.model and PREFIX.vocab on the inputs (o->inputs and o->model_prefix are ignored).
  * The trainer writes under a temporary prefix; both files are renamed into place at the end. */

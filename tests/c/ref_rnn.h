@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "train/family.h"
-#include "train/layers.h"
+#include "nn/layers.h"
 
 enum { RR_MAXH = 64 }; /* the widest gate block (4H) and input (K) a reference cell handles */
 

@@ -1,4 +1,4 @@
-/* test_rnn_grad.c — finite-difference gradient checks of the recurrent layers (rnn_layers.h).
+/* test_rnn_grad.c — finite-difference gradient checks of the recurrent layers (nn/rnn.h).
  *
  * Every layer's float32 forward and backward is compared with a double-precision reference forward
  * written here, independently, from the defining equations (per sentence and per step, plain
@@ -20,8 +20,8 @@
 
 #include "check.h"
 #include "ref_rnn.h"
-#include "train/layers.h"
-#include "train/rnn_layers.h"
+#include "nn/layers.h"
+#include "nn/rnn.h"
 
 #define GRAD_TOL 1e-4
 #define FWD_TOL 1e-5

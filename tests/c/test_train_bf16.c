@@ -16,7 +16,7 @@
 
 #include "check.h"
 #include "kernels/gemm_bf16.h"
-#include "train/layers.h"
+#include "nn/layers.h"
 #include "train/lowp.h"
 #include "train/model.h"
 

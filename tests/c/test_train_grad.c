@@ -45,7 +45,7 @@
 
 #include "check.h"
 #include "ref_rnn.h"
-#include "train/layers.h"
+#include "nn/layers.h"
 #include "train/model.h"
 #include "train/optim.h"
 

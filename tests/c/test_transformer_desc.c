@@ -117,7 +117,7 @@ int main(void) {
     /* shared computations */
     enum { P = 300, C = 24 };
     float *tab = malloc(sizeof(float) * P * C);
-    transformer_sinusoids(tab, P, C);
+    nn_sinusoids(tab, P, C);
     double worst = 0;
     for (int p = 0; p < P; p++)
         for (int i = 0; i < C / 2; i++) {
@@ -128,9 +128,9 @@ int main(void) {
     printf("  sinusoids (%d x %d): max |table - formula| %.2e\n", P, C, worst);
     CHECK_MSG(worst <= 5e-5, "sinusoid table off by %.3e", worst);
     float e[5] = {1, -2, 0.5f, 3, 0}, pos[5] = {0.25f, 0.5f, -1, 2, 7}, out[5];
-    transformer_embed_row(out, e, 2.0f, pos, 5);
+    nn_embed_row(out, e, 2.0f, pos, 5);
     for (int c = 0; c < 5; c++) CHECK(out[c] == 2.0f * e[c] + pos[c]);
-    transformer_embed_row(out, e, 3.0f, NULL, 5);
+    nn_embed_row(out, e, 3.0f, NULL, 5);
     for (int c = 0; c < 5; c++) CHECK(out[c] == 3.0f * e[c]);
     free(tab);
 

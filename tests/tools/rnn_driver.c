@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "model/weights.h"
-#include "train/rnn_layers.h"
+#include "nn/rnn.h"
 
 #define MAXT 64
 

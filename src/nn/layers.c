@@ -4,8 +4,7 @@
  * Legend: B sentences, T/Tq query length, S/Tk key length, C channels, H heads, D = C / H,
  * F feed-forward width, V vocabulary, M rows, K/N input/output features, n elements.
  */
-#include "layers.h"
-#include "../model/transformer_desc.h"
+#include "nn/layers.h"
 
 #include <math.h>
 #include <omp.h>
@@ -119,7 +118,29 @@ static void colsum_acc(float *acc, const float *x, int M, int N) {
     }
 }
 
-/* ------------------------------------------------------------ embedding */
+/* ------------------------------------------------------------ embedding and positions */
+
+void nn_sinusoids(float *table, int P, int C) {
+    int half = C / 2;
+    float inc = logf(10000.0f) / (float)(half > 1 ? half - 1 : 1);
+    for (int pos = 0; pos < P; pos++) {
+        float *row = table + (size_t)pos * C;
+        for (int i = 0; i < half; i++) {
+            float ts = expf(-inc * (float)i);
+            float v = (float)(pos + 1) * ts;
+            row[i] = sinf(v);
+            row[half + i] = cosf(v);
+        }
+        if (C % 2) row[C - 1] = 0.0f;
+    }
+}
+
+void nn_embed_row(float *out, const float *emb, float scale, const float *pos, int C) {
+    if (pos)
+        for (int c = 0; c < C; c++) out[c] = scale * emb[c] + pos[c];
+    else
+        for (int c = 0; c < C; c++) out[c] = scale * emb[c];
+}
 
 void nn_embedding_forward(float *out, const int *tokens, const float *wte, const float *pos, int B,
                           int T, int C, float scale, int pad_id) {
@@ -132,7 +153,7 @@ void nn_embedding_forward(float *out, const int *tokens, const float *wte, const
             memset(o, 0, (size_t)C * sizeof(float));
             continue;
         }
-        transformer_embed_row(o, wte + (size_t)tok * C, scale, pos ? pos + (size_t)t * C : NULL, C);
+        nn_embed_row(o, wte + (size_t)tok * C, scale, pos ? pos + (size_t)t * C : NULL, C);
     }
 }
 

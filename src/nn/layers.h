@@ -1,5 +1,6 @@
 /*
- * layers.h — the training layers: each a pair of free functions, forward and backward.
+ * nn/layers.h — the layers inference and training share: each a pair of free functions, forward and
+ * backward (inference calls the forwards).
  *
  * Legend: B sentences in a batch, T (Tq) query/target length, S (Tk) key/source length,
  * C channels (model width), H heads, D = C / H head width, F feed-forward width, V vocabulary,
@@ -25,13 +26,13 @@
  *   run with the same keys drops the same units. Keys come from dropout_key().
  * - Nothing allocates; large loops use OpenMP; GEMMs go through the kernels' gemm dispatch.
  */
-#ifndef TERN_TRAIN_LAYERS_H
-#define TERN_TRAIN_LAYERS_H
+#ifndef TERN_NN_LAYERS_H
+#define TERN_NN_LAYERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
+#include "kernels/kernels.h"
 
 /* ------------------------------------------------------------ random numbers */
 
@@ -47,7 +48,16 @@ uint32_t rng_bits32(uint64_t key, uint32_t i);
 double rng_uniform(uint64_t key, uint64_t i);
 double rng_normal(uint64_t key, uint64_t i);
 
-/* ------------------------------------------------------------ embedding */
+/* ------------------------------------------------------------ embedding and positions */
+
+/* CTranslate2's sinusoidal position table: row p (0-based) holds sin/cos((p + 1) · ts_i),
+ * ts_i = exp(-i · log(10000) / (C/2 - 1)), sines in the first half, cosines in the second (an
+ * odd C's last column 0). Training and inference build their tables with this one function. */
+void nn_sinusoids(float *table, int P, int C);
+
+/* out = scale · emb + pos (pos NULL: no position), C floats: a token's input row to layer 0, in
+ * training (nn_embedding_forward) and in inference (one row per decoder step). */
+void nn_embed_row(float *out, const float *emb, float scale, const float *pos, int C);
 
 /* out[b,t,:] = scale * wte[tokens[b,t], :] + pos[t, :]; zero for padding tokens.
  * tokens (B, T) ids in [0, V); wte (V, C); pos (>= T, C) or NULL (no positions). */

@@ -1,5 +1,5 @@
 /*
- * rnn_layers.c — forward and backward of the recurrent layers (see rnn_layers.h).
+ * nn/rnn.c — forward and backward of the recurrent layers (see nn/rnn.h).
  *
  * Legend: B sentences, T steps, S source length, K input features, H state size, R rows of a step,
  * A attention hidden size, Dq/Dv query/value widths, E embedding width, O deep-output width,
@@ -13,12 +13,12 @@
  * gates [i, f, g, o] (4H) and its per-step GEMM also adds into them.
  * Sigmoids are computed as 0.5 + 0.5 tanh(x / 2) with the kernels' vectorized tanh.
  */
-#include "rnn_layers.h"
+#include "nn/rnn.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "../kernels/gemm_bf16.h"
+#include "kernels/gemm_bf16.h"
 
 /* Below this many elements a per-step elementwise loop runs on one thread. */
 #define RNN_PAR_MIN 16384
@@ -1168,4 +1168,50 @@ void nn_gnmt_dec_bottom_step_forward(float *h, float *c, float *ctx, float *alph
         memcpy(x + (size_t)r * KI + d.E, ctx + (size_t)r * d.Dv, (size_t)d.Dv * sizeof(float));
     }
     nn_lstm_cell_forward(h, c, g, x, h_prev, c_prev, &w->lstm, R, KI, d.H);
+}
+
+/* ------------------------------------------------------------ the attention GRU's initial state */
+
+void nn_gru_init_state_forward(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
+                               const float *b_init, int N, int S, int Dv, int Hd) {
+    for (int i = 0; i < N; i++) {
+        float *m = mean + (size_t)i * Dv;
+        int L = slen ? slen[i] : S;
+        memset(m, 0, sizeof(float) * (size_t)Dv);
+        for (int j = 0; j < L; j++) {
+            const float *e = enc + ((size_t)i * S + j) * Dv;
+            for (int k = 0; k < Dv; k++) m[k] += e[k];
+        }
+        float inv = L > 0 ? 1.0f / (float)L : 0.0f;
+        for (int k = 0; k < Dv; k++) m[k] *= inv;
+    }
+    gemm_f32(0, 1, N, Hd, Dv, 1.0f, mean, Dv, w_init, Dv, 0.0f, s0, Hd);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < Hd; k++) {
+            float *x = s0 + (size_t)i * Hd + k;
+            *x = tanhf(*x + (b_init ? b_init[k] : 0.0f));
+        }
+}
+
+void nn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
+                                 const float *s0, const float *mean, const int *slen, const float *w_init, int N,
+                                 int S, int Dv, int Hd) {
+    float *dp = scratch;
+    for (size_t i = 0; i < (size_t)N * Hd; i++) dp[i] = ds0[i] * (1.0f - s0[i] * s0[i]);
+    gemm_f32(1, 0, Hd, Dv, N, 1.0f, dp, Hd, mean, Dv, 1.0f, dw_init, Dv);
+    if (db_init)
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < Hd; k++) db_init[k] += dp[(size_t)i * Hd + k];
+    if (!denc) return;
+    for (int i = 0; i < N; i++) {
+        int L = slen ? slen[i] : S;
+        if (L <= 0) continue;
+        /* dmean = dp · W_init / L, spread over the valid positions */
+        float *dm = scratch + (size_t)N * Hd;
+        gemm_f32(0, 0, 1, Dv, Hd, 1.0f / (float)L, dp + (size_t)i * Hd, Hd, w_init, Dv, 0.0f, dm, Dv);
+        for (int j = 0; j < L; j++) {
+            float *de = denc + ((size_t)i * S + j) * Dv;
+            for (int k = 0; k < Dv; k++) de[k] += dm[k];
+        }
+    }
 }

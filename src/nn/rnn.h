@@ -1,5 +1,5 @@
 /*
- * rnn_layers.h — the recurrent training layers (GRU, LSTM, additive attention, conditional GRU
+ * nn/rnn.h — the recurrent layers (GRU, LSTM, additive attention, conditional GRU
  * decoder with deep output), forward and backward through time, in the conventions of layers.h.
  *
  * Legend: B sentences, T time steps (target or source length of the sequence run), S source
@@ -35,8 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "layers.h"
+#include "base/base.h"
+#include "nn/layers.h"
 
 /* ------------------------------------------------------------ bfloat16 compute (training)
  * As the Transformer's (lowp.h, docs/training.md): every GEMM of these layers — input projections,
@@ -365,5 +365,17 @@ void nn_gnmt_dec_bottom_step_forward(float *h, float *c, float *ctx, float *alph
                                      const float *kp, const float *enc, const int *slen,
                                      const int *src_of_row, const gnmt_dec_weights_t *w, int R,
                                      int S, gnmt_dec_dims_t d);
+
+/* ------------------------------------------------------------ the attention GRU's initial state
+ * (the SDL systems' decoder: s0 from the mean of the encoder states) */
+
+/* s0 (N, Hd) = tanh(W_init · mean (N, Dv) + b_init), mean[i] = the mean of enc[i, j] (N, S, Dv)
+ * over j < slen[i]. mean is saved (the backward reads it). */
+void nn_gru_init_state_forward(float *s0, float *mean, const float *enc, const int *slen, const float *w_init,
+                               const float *b_init, int N, int S, int Dv, int Hd);
+/* denc (N, S, Dv), dw_init, db_init += the gradients given ds0 (N, Hd); scratch N·Hd + Dv floats. */
+void nn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, float *scratch, const float *ds0,
+                                const float *s0, const float *mean, const int *slen, const float *w_init, int N,
+                                int S, int Dv, int Hd);
 
 #endif
