@@ -6,9 +6,9 @@
  * length, T steps, d width, H heads, dh = d / H, F feed-forward width, V target vocabulary.
  */
 #include "model/transformer.h"
-#include "model/attention.h"
+#include "nn/attention.h"
 #include "model/transformer_desc.h"
-#include "nn/layers.h"
+#include "nn/transformer.h"
 
 #include "kernels/gemm_packed.h"
 
@@ -50,8 +50,7 @@ struct transformer_state {
     /* workspace */
     float *x, *h, *big, *ctx, *scores;
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
-    void *lin_ws;
-    size_t lin_ws_cap;
+    nn_scratch_t lin_ws;       /* the linear layers' (int8 activations) and the encoder attention's */
     /* the output projection's pre-screen (transformer_set_argmax_only) and its workspace */
     int argmax_only;
     /* rows whose next argmax must not be ban_tok (transformer_set_argmax_ban): the next step only */
@@ -175,57 +174,11 @@ static int team_size(int n) {
     return t < n ? (t > 0 ? t : 1) : (n > 0 ? n : 1);
 }
 
-static tern_status_t ensure_lin_ws(transformer_state_t *st, const linear_t *lin, int M) {
-    size_t need = linear_workspace_size(lin, M);
-    if (grow(&st->lin_ws, &st->lin_ws_cap, need))
-        return tern_error(TERN_ERR_NOMEM, "linear workspace: out of memory");
-    return TERN_OK;
-}
-
-/* The packed weights pk of lin (float32: gemm_packed_forward; int8: linear_forward_packed_s8) when
- * there are and a kernel could be made for M rows: 1 done, 0 not done, < 0 (status in *s) error. */
-static int run_packed(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
-                      const void *pk, int M, tern_status_t *s, int relu) {
-    if (!pk) return 0;
-    if (lin->kind == WEIGHT_F32) return gemm_packed_forward(out, inp, pk, M) == 0;
-    if ((*s = ensure_lin_ws(st, lin, M))) return -1;
-    return linear_forward_packed_s8_act(out, inp, lin, pk, M, st->lin_ws, relu) == 0;
-}
-
-/* out (M, N) = inp (M, K) . W^T + bias: the packed weights pk when there are (and a kernel for M),
- * else linear_forward on the weights as loaded. */
+/* out (M, N) = inp (M, K) . W^T + bias: the layer's one forward (nn/dense.h). */
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
-    tern_status_t s = TERN_OK;
-    int r = run_packed(st, out, inp, lin, pk, M, &s, 0);
-    if (r) return r > 0 ? TERN_OK : s;
-    if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q) /* given back after packing: no fallback */
-        return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
-    if ((s = ensure_lin_ws(st, lin, M))) return s;
-    linear_forward(out, inp, lin, M, st->lin_ws);
-    return TERN_OK;
-}
-
-/* The first feed-forward layer with its activation (fused into the packed kernel for ReLU: the
- * float32 one's post-op, the int8 one's dequantization). */
-static tern_status_t ffn_in(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
-                            const void *pk, int M) {
-    const transformer_t *m = st->m;
-    tern_status_t s = TERN_OK;
-    int relu_s8 = lin->kind == WEIGHT_S8 && m->act == ACT_RELU;
-    int r = run_packed(st, out, inp, lin, pk, M, &s, relu_s8);
-    if (r < 0) return s;
-    if (r) {
-        /* other activations (and ReLU where the float32 kernel was packed without it) run after it */
-        if (lin->kind == WEIGHT_F32 ? !m->ffn1_relu_packed : !relu_s8) activation_forward(out, (size_t)M * lin->N, m->act);
-        return TERN_OK;
-    }
-    if (lin->kind == WEIGHT_F32 ? !lin->w : !lin->q)
-        return tern_error(TERN_ERR_NOMEM, "GEMM kernel for %d rows: out of memory", M);
-    if ((s = ensure_lin_ws(st, lin, M))) return s;
-    linear_forward(out, inp, lin, M, st->lin_ws);
-    activation_forward(out, (size_t)M * lin->N, m->act);
-    return TERN_OK;
+    nn_dense_t d = nn_dense_of(lin, pk);
+    return nn_dense_forward(out, inp, &d, M, &st->lin_ws);
 }
 
 /* A token's input row: scale · embedding + position (float32 rows: the function training uses). */
@@ -247,33 +200,7 @@ static void embed_row(float *out, const embedding_t *e, int id, float scale, con
     }
 }
 
-/* Threads for a row-wise pass (layer norm, residual add) over M rows of d: the translator's for a
- * large block (the encoder's tokens: hundreds of rows), else 1: a decoder step's rows (up to 128
- * in beam 4) measured no faster split, and each extra parallel region is one more place where a
- * thread waits (2 threads: more CPU time spinning). The rows are independent: the same values
- * whatever the split. */
-static int rows_team(int M, int d) { return (size_t)M * d < ((size_t)1 << 17) ? 1 : team_size(M); }
-
-static void layernorm(float *out, const float *inp, const layernorm_t *ln, int M, int d, float eps) {
-    int nt = rows_team(M, d);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
-        layernorm_forward(out + (size_t)m0 * d, NULL, NULL, inp + (size_t)m0 * d, ln->gamma, ln->beta, m1 - m0, d, eps);
-    }
-}
-
-/* x += h over M rows of d (the residual connection), split as layernorm. */
-static void add_rows(float *x, const float *h, int M, int d) {
-    int nt = rows_team(M, d);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        int nth = omp_get_num_threads(), ith = omp_get_thread_num();
-        int m0 = (int)((long)M * ith / nth), m1 = (int)((long)M * (ith + 1) / nth);
-        add_inplace(x + (size_t)m0 * d, h + (size_t)m0 * d, (size_t)(m1 - m0) * d);
-    }
-}
+static nn_norm_t norm_of(const layernorm_t *ln) { return (nn_norm_t){ln->gamma, ln->beta}; }
 
 /* ------------------------------------------------------------------ state */
 
@@ -324,7 +251,7 @@ void transformer_state_free(transformer_state_t *st) {
     aligned_free(st->big);
     aligned_free(st->ctx);
     aligned_free(st->scores);
-    aligned_free(st->lin_ws);
+    nn_scratch_free(&st->lin_ws);
     aligned_free(st->scr_ws);
     free(st);
 }
@@ -368,33 +295,21 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
 
 /* ------------------------------------------------------------------ encoder */
 
-/* Multi-head self-attention over each sentence of a packed batch: qkv (P, 3d) -> ctx (P, d). */
-static tern_status_t encoder_attention(transformer_state_t *st, float *ctx, const float *qkv, const int *len,
-                                       const int *offs, int N, int S) {
-    const transformer_t *m = st->m;
-    int d = m->d, H = m->H, dh = d / H;
-    float alpha = 1.0f / sqrtf((float)dh);
-    /* one (sentence, head) pair per task, each thread with its own scores (S, S); the gemms inside
-     * a parallel region run on one thread */
-    int nt = team_size(N * H);
-    size_t stride = ((size_t)S * S + 15) & ~(size_t)15;
-    GROW_F(st, scores, stride * nt);
-    float *scores = st->scores;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-    for (int task = 0; task < N * H; task++) {
-        int n = task / H, h = task % H;
-        float *sc = scores + stride * (size_t)omp_get_thread_num();
-        int L = len[n], off = offs[n];
-        const float *base = qkv + (size_t)off * 3 * d;
-        const float *Q = base + h * dh, *K = base + d + h * dh, *Vv = base + 2 * d + h * dh;
-        gemm_f32(0, 1, L, L, dh, alpha, Q, 3 * d, K, 3 * d, 0.0f, sc, L);
-        softmax_forward(sc, sc, L, L);
-        gemm_f32(0, 0, L, dh, L, 1.0f, sc, L, Vv, 3 * d, 0.0f, ctx + (size_t)off * d + h * dh, d);
-    }
-    return TERN_OK;
+/* The weights of encoder layer l as the shared forward reads them (nn/transformer.h). */
+static nn_encoder_layer_t encoder_layer_of(const transformer_t *m, int l) {
+    const enc_layer_t *L = &m->enc[l];
+    nn_encoder_layer_t w = {.ln_att = norm_of(&L->ln_attn), .ln_ffn = norm_of(&L->ln_ffn),
+                            .qkv = nn_dense_of(&L->qkv, L->pk_qkv), .out = nn_dense_of(&L->attn_out, L->pk_attn_out),
+                            .ffn1 = nn_dense_of(&L->ffn1, L->pk_ffn1), .ffn2 = nn_dense_of(&L->ffn2, L->pk_ffn2)};
+    w.ffn1.act_packed = m->ffn1_relu_packed;
+    return w;
 }
 
-/* The encoder over N sentences packed at offs (P tokens, the longest S): its output in st->x. */
+/* The encoder over N sentences packed at offs (P tokens, the longest S): its output in st->x.
+ * Each layer is nn_encoder_layer_forward, training's own, on a packed batch with four buffers:
+ * the residual stream x, h, big (Q, K, V; the feed-forward's hidden rows) and ctx, the layer
+ * norms' and sums' outputs placed where the value they overwrite is dead, so that every layer's
+ * output lands in x again. */
 static tern_status_t encoder_layers(transformer_state_t *st, const int *const *src, const int *src_len, const int *offs,
                                     int N, int P, int S) {
     const transformer_t *m = st->m;
@@ -405,7 +320,7 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
     GROW_F(st, h, (size_t)P * d);
     GROW_F(st, ctx, (size_t)P * d);
     GROW_F(st, big, wide);
-    float *x = st->x, *h = st->h, *ctx = st->ctx, *big = st->big;
+    float *x = st->x, *h = st->h;
     float emb_scale = m->enc_scale_emb ? sqrtf((float)d) : 1.0f;
     for (int n = 0; n < N; n++)
         for (int i = 0; i < src_len[n]; i++) {
@@ -415,36 +330,21 @@ static tern_status_t encoder_layers(transformer_state_t *st, const int *const *s
             float *row = x + (size_t)(offs[n] + i) * d;
             embed_row(row, &m->enc_emb, id, emb_scale, m->enc_pos + (size_t)i * d);
         }
+    nn_batch_t bt = {.B = N, .S = S, .len = src_len, .off = offs};
+    nn_tdims_t dims = {.C = d, .H = m->H, .F = F, .act = m->act, .eps = m->eps, .pre_norm = m->pre_norm};
+    nn_tdrop_t nodrop = {0};
+    /* pre-norm: LN(x) -> h, attention output -> h, h += x; LN(h) -> x, feed-forward output -> x,
+     * x += h. post-norm: attention output -> h, h += x, LN(h) -> x; the same for the feed-forward */
+    nn_encoder_acts_t a = {.ln1 = m->pre_norm ? h : x, .qkv = st->big, .ctx = st->ctx, .sum1 = h, .ln2 = x,
+                           .h = st->big, .sum2 = m->pre_norm ? x : h};
     for (int l = 0; l < m->enc_layers; l++) {
-        const enc_layer_t *L = &m->enc[l];
-        /* self-attention */
-        const float *in = x;
-        if (m->pre_norm) {
-            layernorm(h, x, &L->ln_attn, P, d, m->eps);
-            in = h;
-        }
-        PROF(0, "enc_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, P));
+        nn_encoder_layer_t w = encoder_layer_of(m, l);
+        const float *y;
+        PROF(0, "enc_layer", s = nn_encoder_layer_forward(&y, &a, x, &w, &bt, P, &dims, &nodrop, &st->lin_ws));
         if (s) return s;
-        PROF(1, "enc_attn", s = encoder_attention(st, ctx, big, src_len, offs, N, S));
-        if (s) return s;
-        PROF(2, "enc_out", s = linear(st, h, ctx, &L->attn_out, L->pk_attn_out, P));
-        if (s) return s;
-        add_rows(x, h, P, d);
-        if (!m->pre_norm) layernorm(x, x, &L->ln_attn, P, d, m->eps);
-        /* feed-forward */
-        in = x;
-        if (m->pre_norm) {
-            layernorm(h, x, &L->ln_ffn, P, d, m->eps);
-            in = h;
-        }
-        PROF(3, "enc_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, P));
-        if (s) return s;
-        PROF(4, "enc_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, P));
-        if (s) return s;
-        add_rows(x, h, P, d);
-        if (!m->pre_norm) layernorm(x, x, &L->ln_ffn, P, d, m->eps);
+        if (y != x) return tern_error(TERN_ERR_INTERNAL, "encoder layer %d: output not in place", l);
     }
-    if (m->enc_ln.gamma) layernorm(x, x, &m->enc_ln, P, d, m->eps);
+    if (m->enc_ln.gamma) nn_layernorm_forward(x, NULL, NULL, x, m->enc_ln.gamma, m->enc_ln.beta, P, d, m->eps);
     return TERN_OK;
 }
 
@@ -557,6 +457,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
     drop_pages(st->ctx, st->ctx_cap * sizeof(float));
     drop_pages(st->big, st->big_cap * sizeof(float));
     drop_pages(st->scores, st->scores_cap * sizeof(float));
+    drop_pages(st->lin_ws.p, st->lin_ws.cap);
     /* One decoder row per sentence. */
     st->t = 0;
     st->n_slots = 0;
@@ -786,16 +687,15 @@ static tern_status_t decoder_embed(const dstep_t *c, const int *tokens) {
 /* Input of a sub-layer: the layer-normed rows (pre-norm, in h) or the rows themselves. */
 static const float *sublayer_in(const dstep_t *c, const layernorm_t *ln) {
     const transformer_t *m = c->st->m;
-    if (!m->pre_norm) return c->x;
-    layernorm(c->h, c->x, ln, c->R, c->d, m->eps);
-    return c->h;
+    nn_norm_t n = norm_of(ln);
+    return nn_sublayer_in(c->h, NULL, NULL, c->x, &n, c->R, c->d, m->eps, m->pre_norm);
 }
 
-/* Residual connection of a sub-layer's output (in h), then the post-norm. */
+/* Residual connection of a sub-layer's output (in h), then the post-norm: x in place. */
 static void sublayer_out(const dstep_t *c, const layernorm_t *ln) {
     const transformer_t *m = c->st->m;
-    add_rows(c->x, c->h, c->R, c->d);
-    if (!m->pre_norm) layernorm(c->x, c->x, ln, c->R, c->d, m->eps);
+    nn_norm_t n = norm_of(ln);
+    nn_sublayer_out(c->x, c->x, NULL, NULL, c->h, c->x, &n, c->R, c->d, m->eps, m->pre_norm, 0.0f, 0);
 }
 
 /* Masked self-attention of each row over the cached keys and values of its path (the tree
@@ -891,9 +791,9 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     sublayer_out(c, &L->ln_cross);
 
     in = sublayer_in(c, &L->ln_ffn);
-    PROF(12, "dec_ffn1", s = ffn_in(st, big, in, &L->ffn1, L->pk_ffn1, R));
-    if (s) return s;
-    PROF(13, "dec_ffn2", s = linear(st, h, big, &L->ffn2, L->pk_ffn2, R));
+    nn_dense_t f1 = nn_dense_of(&L->ffn1, L->pk_ffn1), f2 = nn_dense_of(&L->ffn2, L->pk_ffn2);
+    f1.act_packed = st->m->ffn1_relu_packed;
+    PROF(12, "dec_ffn", s = nn_ffn_forward(h, NULL, big, in, &f1, &f2, st->m->act, 0.0f, 0, R, &st->lin_ws));
     if (s) return s;
     sublayer_out(c, &L->ln_ffn);
     return TERN_OK;
@@ -963,7 +863,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
     /* output projection (of the final layer norm's output where the model has one) */
     const float *out = c.x;
     if (m->dec_ln.gamma) {
-        layernorm(c.h, c.x, &m->dec_ln, c.R, c.d, m->eps);
+        nn_layernorm_forward(c.h, NULL, NULL, c.x, m->dec_ln.gamma, m->dec_ln.beta, c.R, c.d, m->eps);
         out = c.h;
     }
     if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, st->vm_pk_bytes ? st->vm_pk : NULL, c.R));

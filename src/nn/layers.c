@@ -180,14 +180,25 @@ void nn_embedding_backward(float *dwte, float *dpos, const float *dout, const in
 
 /* ------------------------------------------------------------ layer normalization */
 
+/* Threads for a row-wise pass over n values in M rows: the calling thread's intra-op threads
+ * (kernels_get_num_threads) for a large block (an encoder's or a training batch's tokens), else 1:
+ * a decoder step's rows measured no faster split, and each extra parallel region is one more place
+ * where a thread waits. The rows are independent: the same values whatever the split. */
+static int rows_team(size_t n, int M) {
+    if (n < ((size_t)1 << 17)) return 1;
+    int t = kernels_get_num_threads();
+    return t < M ? (t > 0 ? t : 1) : (M > 0 ? M : 1);
+}
+
 void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *g,
                           const float *b, int M, int C, float eps) {
-    if ((size_t)M * C < PAR_MIN) {
+    int nt = rows_team((size_t)M * C, M);
+    if (nt == 1) {
         layernorm_forward(out, mean, rstd, inp, g, b, M, C, eps);
         return;
     }
     /* The kernel is row-wise: split the rows between threads. */
-#pragma omp parallel
+#pragma omp parallel num_threads(nt)
     {
         int n = omp_get_num_threads(), id = omp_get_thread_num();
         int m0 = (int)((long long)M * id / n), m1 = (int)((long long)M * (id + 1) / n);
@@ -405,7 +416,8 @@ static void activation_backward(float *dinp, const float *dout, const float *inp
 
 void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
     long long nn = (long long)n;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+    int nt = rows_team(n, (int)(n < (size_t)1 << 30 ? n : (size_t)1 << 30));
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
     for (long long i = 0; i < nn; i++) out[i] = a[i] + b[i];
 }
 

@@ -31,7 +31,8 @@
  * unsorted), today's computation exactly.
  */
 #include "train/model.h"
-#include "train/lowp.h"
+#include "nn/lowp.h"
+#include "nn/transformer.h"
 #include "model/transformer_desc.h"
 
 #include <stddef.h>
@@ -577,20 +578,18 @@ typedef struct {
     float *sum;           /* saved: x + dropout(f) (M, C) */
 } sub_t;
 
-/* The input of the sublayer's transformation. */
+/* The input of the sublayer's transformation (nn_sublayer_in). */
 static const float *sub_pre(const tmodel_t *m, const sub_t *s, const float *x, int M) {
-    if (!m->cfg.pre_norm) return x;
-    nn_layernorm_forward(s->ln, s->mean, s->rstd, x, s->g, s->b, M, m->cfg.d, m->cfg.eps);
-    return s->ln;
+    nn_norm_t n = {s->g, s->b};
+    return nn_sublayer_in(s->ln, s->mean, s->rstd, x, &n, M, m->cfg.d, m->cfg.eps, m->cfg.pre_norm);
 }
 
-/* s->sum holds f's output: dropout, residual, (post-norm) layer norm. Returns the sublayer output. */
+/* s->sum holds f's output: dropout, residual, (post-norm) layer norm (nn_sublayer_out). Returns the
+ * sublayer output. */
 static const float *sub_post(const tmodel_t *m, const sub_t *s, const float *x, int M, float p, uint64_t key) {
-    size_t n = (size_t)M * m->cfg.d;
-    nn_dropout_residual_forward(s->sum, x, n, p, key);
-    if (m->cfg.pre_norm) return s->sum;
-    nn_layernorm_forward(s->ln, s->mean, s->rstd, s->sum, s->g, s->b, M, m->cfg.d, m->cfg.eps);
-    return s->ln;
+    nn_norm_t n = {s->g, s->b};
+    return nn_sublayer_out(s->sum, s->ln, s->mean, s->rstd, s->sum, x, &n, M, m->cfg.d, m->cfg.eps, m->cfg.pre_norm,
+                           p, key);
 }
 
 /* dres holds the gradient of the sublayer output. Returns the gradient of f's output, and leaves in
@@ -669,10 +668,13 @@ static const float *sub_out(const tmodel_t *m, const sub_t *s) { return m->cfg.p
 
 /* nn_linear_forward/backward in float32, or with bfloat16 operands (lowp.h) where the weight w
  * (a pointer into m->params) is read from its bfloat16 copy at the same offset. */
+static nn_dense_t dense(const tmodel_t *m, tmodel_ws_t *ws, const float *w, const float *b, int K, int N) {
+    return nn_dense_f32(w, b, ws->lowp ? m->params_bf16 + (w - m->params) : NULL, ws->lowp, K, N);
+}
 static void lin_fwd(const tmodel_t *m, tmodel_ws_t *ws, float *out, const float *inp, const float *w, const float *b,
                     int M, int K, int N) {
-    if (ws->lowp) lowp_linear_forward(ws->lowp, out, inp, m->params_bf16 + (w - m->params), b, M, K, N);
-    else nn_linear_forward(out, inp, w, b, M, K, N);
+    nn_dense_t d = dense(m, ws, w, b, K, N);
+    nn_dense_forward(out, inp, &d, M, NULL);
 }
 static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, float *db, const float *dout,
                     const float *inp, const float *w, int M, int K, int N) {
@@ -789,16 +791,12 @@ static uint64_t group_key(uint64_t key, int g) { return g ? rng_mix64(key ^ rng_
 
 typedef enum { ATT_ENC, ATT_DEC_SELF, ATT_DEC_CROSS } att_kind_t;
 
-/* nn_attention_forward over the batch: the encoder's self-attention in one call (sorted batch,
- * source lengths); the decoder's causal self-attention and its cross-attention (q: decoder rows,
- * k/v: encoder rows) group by group. att: this layer's saved probabilities. */
+/* nn_attention_forward over the decoder's rows: its causal self-attention and its cross-attention
+ * (q: decoder rows, k/v: encoder rows) group by group. att: this layer's saved probabilities. (The
+ * encoder's self-attention is nn_encoder_layer_forward's.) */
 static void attention_fwd(const tmodel_t *m, tmodel_ws_t *ws, att_kind_t kind, float *out, float *att,
                           const float *q, int ldq, const float *k, const float *v, int ldkv, float p, uint64_t key) {
     int C = m->cfg.d, H = m->cfg.heads, S = ws->S;
-    if (kind == ATT_ENC) {
-        nn_attention_forward(out, att, ws->g_att, q, ldq, k, v, ldkv, ws->src_len, ws->B, S, S, C, H, 0, p, key);
-        return;
-    }
     int self = kind == ATT_DEC_SELF;
     for (int g = 0; g < ws->G; g++) {
         size_t r0 = (size_t)ws->grp_row[g], a0 = self ? ws->grp_att[g] : ws->grp_catt[g];
@@ -889,22 +887,25 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
     nn_embedding_forward(ws->e_x0, ws->src, p->enc_emb, m->enc_pos_table, B, S, C, escale, c->pad_id);
     nn_dropout_forward(ws->e_x0, ws->e_x0, (size_t)Ms * C, drop, site_key(ws, 0, -1, SITE_EMB));
     const float *x = ws->e_x0;
-    for (int l = 0; l < c->enc_layers; l++) {
+    nn_batch_t bt = {.B = B, .S = S, .len = ws->src_len, .off = NULL}; /* the sorted batch, padded */
+    nn_tdims_t dims = {.C = C, .H = c->heads, .F = F, .act = c->act, .eps = c->eps, .pre_norm = c->pre_norm};
+    for (int l = 0; l < c->enc_layers; l++) { /* inference's encoder layer (nn_encoder_layer_forward) */
         sub_t s0 = enc_sub(m, ws, l, 0), s1 = enc_sub(m, ws, l, 1);
-        float *qkv = ws->e_qkv + l * ws->s_ms3c, *att = ws->e_att + l * ws->s_eatt, *ctx = ws->e_ctx + l * ws->s_msc;
-        const float *in = sub_pre(m, &s0, x, Ms);
-        lin_fwd(m, ws, qkv, in, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, Ms, C, 3 * C);
-        attention_fwd(m, ws, ATT_ENC, ctx, att, qkv, 3 * C, qkv + C, qkv + 2 * C, 3 * C, adrop,
-                      site_key(ws, 0, l, SITE_ATT));
-        lin_fwd(m, ws, s0.sum, ctx, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, Ms, C, C);
-        x = sub_post(m, &s0, x, Ms, drop, site_key(ws, 0, l, SITE_ATT_OUT));
-
-        float *fc = ws->e_fc + l * ws->s_msf, *h = ws->e_h + l * ws->s_msf;
-        in = sub_pre(m, &s1, x, Ms);
-        lin_fwd(m, ws, fc, in, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, Ms, C, F);
-        nn_activation_dropout_forward(h, fc, (size_t)Ms * F, c->act, hdrop, site_key(ws, 0, l, SITE_ACT));
-        lin_fwd(m, ws, s1.sum, h, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, Ms, F, C);
-        x = sub_post(m, &s1, x, Ms, drop, site_key(ws, 0, l, SITE_FFN_OUT));
+        nn_encoder_layer_t w = {
+            .ln_att = {s0.g, s0.b}, .ln_ffn = {s1.g, s1.b},
+            .qkv = dense(m, ws, p->e_qkv_w + l * 3 * C1 * C1, p->e_qkv_b + l * 3 * C1, C, 3 * C),
+            .out = dense(m, ws, p->e_o_w + l * C1 * C1, p->e_o_b + l * C1, C, C),
+            .ffn1 = dense(m, ws, p->e_fc1_w + l * (size_t)F * C, p->e_fc1_b + l * (size_t)F, C, F),
+            .ffn2 = dense(m, ws, p->e_fc2_w + l * (size_t)C * F, p->e_fc2_b + l * C1, F, C)};
+        nn_encoder_acts_t a = {
+            .ln1 = s0.ln, .mean1 = s0.mean, .rstd1 = s0.rstd, .qkv = ws->e_qkv + l * ws->s_ms3c,
+            .att = ws->e_att + l * ws->s_eatt, .att_scratch = ws->g_att, .ctx = ws->e_ctx + l * ws->s_msc,
+            .sum1 = s0.sum, .ln2 = s1.ln, .mean2 = s1.mean, .rstd2 = s1.rstd, .fc = ws->e_fc + l * ws->s_msf,
+            .h = ws->e_h + l * ws->s_msf, .sum2 = s1.sum};
+        nn_tdrop_t dr = {.p = drop, .p_att = adrop, .p_act = hdrop, .k_att = site_key(ws, 0, l, SITE_ATT),
+                         .k_att_out = site_key(ws, 0, l, SITE_ATT_OUT), .k_act = site_key(ws, 0, l, SITE_ACT),
+                         .k_ffn_out = site_key(ws, 0, l, SITE_FFN_OUT)};
+        if ((st = nn_encoder_layer_forward(&x, &a, x, &w, &bt, Ms, &dims, &dr, NULL))) return st;
     }
     const float *enc_out = x;
     if (c->pre_norm) {
@@ -938,11 +939,11 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
         lin_fwd(m, ws, s1.sum, cctx, p->d_co_w + l * C1 * C1, p->d_co_b + l * C1, Mt, C, C);
         x = sub_post(m, &s1, x, Mt, drop, site_key(ws, 1, l, SITE_CATT_OUT));
         /* feed-forward */
-        float *fc = ws->d_fc + l * ws->s_mtf, *h = ws->d_h + l * ws->s_mtf;
         in = sub_pre(m, &s2, x, Mt);
-        lin_fwd(m, ws, fc, in, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, Mt, C, F);
-        nn_activation_dropout_forward(h, fc, (size_t)Mt * F, c->act, hdrop, site_key(ws, 1, l, SITE_ACT));
-        lin_fwd(m, ws, s2.sum, h, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, Mt, F, C);
+        nn_dense_t f1 = dense(m, ws, p->d_fc1_w + l * (size_t)F * C, p->d_fc1_b + l * (size_t)F, C, F);
+        nn_dense_t f2 = dense(m, ws, p->d_fc2_w + l * (size_t)C * F, p->d_fc2_b + l * C1, F, C);
+        nn_ffn_forward(s2.sum, ws->d_fc + l * ws->s_mtf, ws->d_h + l * ws->s_mtf, in, &f1, &f2, c->act, hdrop,
+                       site_key(ws, 1, l, SITE_ACT), Mt, NULL);
         x = sub_post(m, &s2, x, Mt, drop, site_key(ws, 1, l, SITE_FFN_OUT));
     }
     const float *dec_out = x;

@@ -1,5 +1,5 @@
 /*
- * lowp.h — low-precision (bfloat16) compute for the training linear layers, float32 master
+ * nn/lowp.h — low-precision (bfloat16) compute for the training linear layers, float32 master
  * weights (see docs/training.md, "bfloat16 training").
  *
  * Legend: M rows of activations, K input and N output features of a linear layer.
@@ -11,8 +11,8 @@
  * and float32 accumulation and output (gemm_bf16); biases, gradients, layer norms, attention,
  * the loss and the optimizer stay float32.
  */
-#ifndef TERN_TRAIN_LOWP_H
-#define TERN_TRAIN_LOWP_H
+#ifndef TERN_NN_LOWP_H
+#define TERN_NN_LOWP_H
 
 #include "kernels/gemm_bf16.h"
 

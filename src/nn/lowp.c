@@ -1,5 +1,5 @@
 /* lowp.c — bfloat16 linear layers for training (see lowp.h). */
-#include "train/lowp.h"
+#include "nn/lowp.h"
 
 #include <stdlib.h>
 #include <string.h>

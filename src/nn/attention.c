@@ -2,7 +2,7 @@
  * attention.c — the decoder's attention kernels (see attention.h): the one-row scores and weighted
  * sums, and the grouped form for rows that read the same keys and values.
  */
-#include "model/attention.h"
+#include "nn/attention.h"
 
 #include "kernels/kernels.h"
 
