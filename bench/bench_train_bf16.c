@@ -21,7 +21,7 @@
 
 #include "kernels/gemm_bf16.h"
 #include "nn/layers.h"
-#include "train/lowp.h"
+#include "nn/lowp.h"
 #include "train/model.h"
 #include "train/optim.h"
 

@@ -1,7 +1,8 @@
 /*
  * nn/attention.h — incremental attention (a decoder step over cached keys and values; float32,
  * AVX2 — the build's baseline ISA, so they run under any TERN_MAX_CPU_ISA cap): scores q · K_j and
- * weighted sums Σ_j p_j V_j over keys and values addressed by row index (base + idx[j] · ld, or base + j · ld without idx).
+ * weighted sums Σ_j p_j V_j over keys and values addressed by row index (base + idx[j] · ld, or
+ * base + j · ld without idx).
  *
  * The one-row kernels (att_dots, att_wsum) define the bits: every score is summed like dot()
  * (two 8-float accumulators over 16-float blocks, an 8-float tail into the first, then the same

@@ -8,7 +8,7 @@
  * `test_attention bench` times both forms instead. */
 #include "check.h"
 #include "kernels/kernels.h"
-#include "model/attention.h"
+#include "nn/attention.h"
 
 #include <string.h>
 #include <time.h>

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "kernels/gemm_bf16.h"
 #include "nn/layers.h"
-#include "train/lowp.h"
+#include "nn/lowp.h"
 #include "train/model.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
