@@ -1,4 +1,4 @@
-"""Tern's recurrent layers (src/train/rnn_layers.c) against PyTorch, forward and backward.
+"""Tern's recurrent layers (src/nn/rnn.c) against PyTorch, forward and backward.
 
 tests/tools/rnn_driver.c runs one layer's forward and backward in Tern (float32);
 tests/tools/rnn_torch_ref.py runs the same layer built from torch.nn.GRUCell / torch.nn.LSTMCell

@@ -1,5 +1,5 @@
 /* extras.c — a request's steering data, from memory into the search's (extras.h). */
-#include "extras.h"
+#include "batch/extras.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #ifndef TERN_BATCH_EXTRAS_H
 #define TERN_BATCH_EXTRAS_H
 
-#include "translator.h"
+#include "batch/translator.h"
 
 typedef struct request_extras request_extras_t;
 

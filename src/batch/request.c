@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "translator.h"
+#include "batch/translator.h"
 
 tern_request_t tern_request_default(void) {
     tern_request_t r;

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "extras.h"
-#include "translator.h"
+#include "batch/extras.h"
+#include "batch/translator.h"
 
 typedef struct {
     int start, count; /* into order[] */

@@ -3,9 +3,9 @@
  * family table, family.h) and the search, batch translation of strings, and force decoding
  * (scoring).
  */
-#include "translator.h"
+#include "batch/translator.h"
 
-#include "extras.h"
+#include "batch/extras.h"
 
 #include "kernels/kernels.h"
 

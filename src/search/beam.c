@@ -20,7 +20,7 @@
 
 #include "base/base.h"
 #include "kernels/kernels.h"
-#include "search.h"
+#include "search/search.h"
 
 typedef struct {
     hypothesis_t *h;

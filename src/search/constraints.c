@@ -1,5 +1,5 @@
 /* constraints.c — lexically constrained beam search with dynamic beam allocation (constraints.h). */
-#include "constraints.h"
+#include "search/constraints.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #ifndef TERN_SEARCH_CONSTRAINTS_H
 #define TERN_SEARCH_CONSTRAINTS_H
 
-#include "procs.h"
+#include "search/procs.h"
 
 #define CONS_MAX 31 /* phrases per sentence */
 

@@ -10,7 +10,7 @@
 
 #include "base/base.h"
 #include "kernels/kernels.h"
-#include "search.h"
+#include "search/search.h"
 
 float search_length_penalty(int length, float alpha, tern_length_norm_t norm) {
     if (alpha == 0.0f) return 1.0f;

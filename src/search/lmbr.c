@@ -6,7 +6,7 @@
  * open-addressing table maps (n, history) to that range. A step costs, per row, one pass over the
  * vocabulary (λ·x + Θ0) and one lookup per order.
  */
-#include "lmbr.h"
+#include "search/lmbr.h"
 
 #include <math.h>
 #include <stdlib.h>

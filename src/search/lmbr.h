@@ -14,7 +14,7 @@
 #ifndef TERN_SEARCH_LMBR_H
 #define TERN_SEARCH_LMBR_H
 
-#include "procs.h"
+#include "search/procs.h"
 
 #define LMBR_ORDER 4
 

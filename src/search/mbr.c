@@ -1,5 +1,5 @@
 /* mbr.c — MBR reranking with sentence BLEU / chrF utilities (mbr.h). */
-#include "mbr.h"
+#include "search/mbr.h"
 
 #include <stdlib.h>
 #include <string.h>

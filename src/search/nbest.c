@@ -1,5 +1,5 @@
 /* nbest.c — reading n-best list files (nbest.h). */
-#include "nbest.h"
+#include "search/nbest.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * length: no EOS before min_length output tokens (the EOS logit is removed before the softmax, so
  * the other tokens renormalize, as CTranslate2 does).
  */
-#include "proc.h"
+#include "search/proc.h"
 
 #include <math.h>
 #include <stdlib.h>

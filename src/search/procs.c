@@ -14,15 +14,15 @@
  *   constraints log-prob stage: EOS removed while a row has unmet phrases; the beam's candidates
  *              chosen by dynamic beam allocation (constraints.h; state: met phrases, progress).
  */
-#include "procs.h"
+#include "search/procs.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
-#include "constraints.h"
-#include "lmbr.h"
+#include "search/constraints.h"
+#include "search/lmbr.h"
 
 /* ------------------------------------------------------------ prefix tree */
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "proc.h"
+#include "search/proc.h"
 
 /* ------------------------------------------------------------ prefix tree of token sequences */
 

@@ -11,7 +11,7 @@
 #define TERN_SEARCH_H
 
 #include "tern.h"
-#include "proc.h"
+#include "search/proc.h"
 
 struct search_result;
 

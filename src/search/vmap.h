@@ -16,10 +16,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../base/base.h"
-#include "search.h"
-#include "../text/align.h"
-#include "../text/vocab.h"
+#include "base/base.h"
+#include "search/search.h"
+#include "text/align.h"
+#include "text/vocab.h"
 
 typedef struct {
     int max_ngram;           /* longest source n-gram (3) */

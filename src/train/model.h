@@ -36,7 +36,7 @@
 
 /* Compute precision of the linear layers. float32 master weights, gradients and optimizer in
  * both; TPREC_BF16 runs the linear layers' GEMMs with bfloat16 operands and float32
- * accumulation (needs AVX512_BF16; see src/train/lowp.h). */
+ * accumulation (needs AVX512_BF16; see src/nn/lowp.h). */
 typedef enum { TPREC_F32 = 0, TPREC_BF16 = 1 } tprecision_t;
 
 typedef struct {
