@@ -228,7 +228,7 @@ clean:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 # ---- Debian packages: make deb (docs/library.md, "Debian packages") ------------------------------
-# tern, libtern0, libtern-dev and tern-model-en-de (debian/), built by dpkg-buildpackage in a copy
+# tern, libtern1, libtern-dev and tern-model-en-de (debian/), built by dpkg-buildpackage in a copy
 # of the source tree, DEB_DIR/tern-VERSION, so that what it writes into the parent folder lands in
 # DEB_DIR: the .debs, the .changes and .buildinfo; then lintian, whose report goes to
 # DEB_DIR/lintian.log (an error fails the target). debian/changelog is generated in the copy from

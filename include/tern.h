@@ -23,9 +23,9 @@
  *     functions taking an options struct read only struct_size bytes of it and give the fields
  *     beyond them their defaults, so a program built against an older tern.h runs unchanged
  *     against a newer library. struct_size 0 (a struct the caller zeroed and filled by hand) is
- *     read as the layout of version 0.3.0, the first with struct_size. A struct_size larger than
- *     the library knows (a program built against a newer tern.h than the libtern it runs with)
- *     is TERN_ERR_INVALID_ARG, naming the struct.
+ *     read as the struct's first layout in this MAJOR version, that of 1.0.0. A struct_size
+ *     larger than the library knows (a program built against a newer tern.h than the libtern it
+ *     runs with) is TERN_ERR_INVALID_ARG, naming the struct.
  *     tern_model_info() and tern_cpu_info() set struct_size in what they return. When a struct
  *     grows, the functions that return it by value (its defaults, tern_model_info(),
  *     tern_cpu_info()) get a new symbol version, and their old version keeps filling the old
@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 /* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
-#define TERN_VERSION "0.3.0"
+#define TERN_VERSION "1.0.0"
 
 /* ---------------------------------------------------------------- status */
 

@@ -1,16 +1,19 @@
 """Debian packages: `make deb` (Makefile, debian/; docs/library.md, "Debian packages"), built,
 checked, installed and removed again:
 
-  - `make deb` builds tern, libtern0, libtern-dev and tern-model-en-de into build-deb/, each with
+  - `make deb` builds tern, libternMAJOR (libtern1: the package follows the SONAME), libtern-dev
+    and tern-model-en-de into build-deb/, each with
     the version of include/tern.h (debian/changelog is generated from it and CHANGELOG.md), and
     lintian reports no error (build-deb/lintian.log: no "E:" line);
-  - each package holds what it should: tern the executable and its man pages, libtern0 the
-    library under /usr/lib/<multiarch> (a symbols file), libtern-dev the link, libtern.a, tern.h
+  - each package holds what it should: tern the executable and its man pages, libternMAJOR the
+    library under /usr/lib/<multiarch> with a symbols file listing exactly the functions the
+    library exports (those tern.h declares, at symbol version TERN_MAJOR), libtern-dev the link,
+    libtern.a, tern.h
     and tern.pc, tern-model-en-de (arch all) /usr/share/tern/models/en-de;
   - installed with `apt-get install ./build-deb/*.deb` (as root; skipped otherwise, saying why):
     `/usr/bin/tern translate -m en-de` (the model found by name) gives what build/tern gives with
     -m models/en-de; examples/translate_api.c built with `pkg-config --cflags --libs tern` loads
-    /usr/lib/<multiarch>/libtern.so.0 and prints what build/examples/translate_api prints; man
+    /usr/lib/<multiarch>/libtern.so.MAJOR and prints what build/examples/translate_api prints; man
     finds the pages;
   - `apt-get remove --purge` leaves none of the files `dpkg -L` listed, nor /usr/bin/tern;
   - bad input: `make deb` without debhelper's tools says to run scripts/setup.sh, and a version
@@ -28,7 +31,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build")         # the plain build `make deb` reuses (not TERN_BIN's)
 DEBS = os.path.join(ROOT, "build-deb")
-PACKAGES = ["tern", "libtern0", "libtern-dev", "tern-model-en-de"]
 SENTENCE = "A man is riding a bicycle .\n"
 APT_ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 APT_LOCK = ["-o", "DPkg::Lock::Timeout=120"]
@@ -37,6 +39,10 @@ APT_LOCK = ["-o", "DPkg::Lock::Timeout=120"]
 def version():
     with open(os.path.join(ROOT, "include", "tern.h"), encoding="utf-8") as f:
         return re.search(r'^#define TERN_VERSION "(\d+\.\d+\.\d+)"$', f.read(), re.M).group(1)
+
+
+LIBPKG = "libtern" + version().split(".")[0]    # the runtime package is named after the SONAME
+PACKAGES = ["tern", LIBPKG, "libtern-dev", "tern-model-en-de"]
 
 
 def run(cmd, **kw):
@@ -99,7 +105,7 @@ def test_package_contents(debs):
     want = {
         "tern": ["/usr/bin/tern", "/usr/share/man/man1/tern.1.gz", "/usr/share/man/man1/tern-translate.1.gz",
                  "/usr/share/doc/tern/copyright", "/usr/share/doc/tern/changelog.gz"],
-        "libtern0": [f"{lib}/libtern.so.{v}", f"{lib}/libtern.so.{major}", "/usr/share/doc/libtern0/copyright"],
+        LIBPKG: [f"{lib}/libtern.so.{v}", f"{lib}/libtern.so.{major}", f"/usr/share/doc/{LIBPKG}/copyright"],
         "libtern-dev": [f"{lib}/libtern.so", f"{lib}/libtern.a", "/usr/include/tern.h", f"{lib}/pkgconfig/tern.pc"],
         "tern-model-en-de": ["/usr/share/tern/models/en-de/" + f for f in os.listdir(os.path.join(ROOT, "models", "en-de"))],
     }
@@ -109,17 +115,23 @@ def test_package_contents(debs):
             assert f in files, (p, f, files)
         fields = run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture"]).stdout
         assert f"Package: {p}\nVersion: {v}\n" in fields, fields
-    # each file in one package only; the library in libtern0, not in tern (which links it statically)
+    # each file in one package only; the library in libternMAJOR, not in tern (which links it statically)
     all_files = [f for deb in debs.values() for f in deb_files(deb)]
     assert len(all_files) == len(set(all_files))
     assert not [f for f in deb_files(debs["tern"]) if "libtern" in f]
     assert run(["dpkg-deb", "-f", debs["tern-model-en-de"], "Architecture"]).stdout.strip() == "all"
-    # libtern0 ships a symbols file (symbol version TERN_<major>); libtern-dev needs this very libtern0
-    ctl = run(["dpkg-deb", "--ctrl-tarfile", debs["libtern0"]], text=False).stdout
+    # libternMAJOR ships a symbols file (symbol version TERN_<major>) that lists exactly the
+    # functions the library exports, which are those tern.h declares (scripts/export_map.sh);
+    # libtern-dev needs this very libternMAJOR
+    ctl = run(["dpkg-deb", "--ctrl-tarfile", debs[LIBPKG]], text=False).stdout
     symbols = subprocess.run(["tar", "-xOf", "-", "./symbols"], input=ctl, capture_output=True).stdout.decode()
-    assert f"libtern.so.{major} libtern0" in symbols and f" tern_model_load@TERN_{major} " in symbols, symbols
+    assert f"libtern.so.{major} {LIBPKG}" in symbols and f" tern_model_load@TERN_{major} " in symbols, symbols
+    listed = set(re.findall(rf"^ (tern_\w+)@TERN_{major} ", symbols, re.M))
+    exported = set(re.findall(r"^\s+(tern_\w+);$", run(["sh", os.path.join(ROOT, "scripts", "export_map.sh"),
+                                                          "cc", os.path.join(ROOT, "include", "tern.h")]).stdout, re.M))
+    assert exported and listed == exported, (sorted(listed - exported), sorted(exported - listed))
     dev = run(["dpkg-deb", "-f", debs["libtern-dev"], "Depends"]).stdout
-    assert f"libtern0 (= {v})" in dev, dev
+    assert f"{LIBPKG} (= {v})" in dev, dev
     # the changelog says the version of include/tern.h
     data = run(["dpkg-deb", "--fsys-tarfile", debs["tern"]], text=False).stdout
     gz = subprocess.run(["tar", "-xOf", "-", "./usr/share/doc/tern/changelog.gz"], input=data, capture_output=True).stdout

@@ -244,10 +244,12 @@ def test_pip_wheel_builds(tmp_path):
     wheels = glob.glob(str(tmp_path / "tern_nmt-*.whl"))
     assert len(wheels) == 1, os.listdir(tmp_path)
     names = zipfile.ZipFile(wheels[0]).namelist()
-    for f in ("tern/__init__.py", "tern/__init__.pyi", "tern/score.py", "tern/libtern.so.0", "tern/py.typed"):
-        assert f in names, (f, names)
-    # the wheel's version is TERN_VERSION (include/tern.h), as libtern's
+    # the wheel's version is TERN_VERSION (include/tern.h), as libtern's; libtern is in it under
+    # its SONAME, libtern.so.MAJOR
     with open(os.path.join(ROOT, "include", "tern.h"), encoding="utf-8") as f:
         version = re.search(r'^#define TERN_VERSION "([0-9.]+)"$', f.read(), re.M).group(1)
+    soname = "libtern.so." + version.split(".")[0]
+    for f in ("tern/__init__.py", "tern/__init__.pyi", "tern/score.py", f"tern/{soname}", "tern/py.typed"):
+        assert f in names, (f, names)
     assert os.path.basename(wheels[0]).startswith(f"tern_nmt-{version}-"), wheels
     assert any(n.startswith("tern/_tern.") and n.endswith(".so") for n in names)

@@ -44,6 +44,9 @@ BUILD = os.path.dirname(os.path.abspath(os.environ.get("TERN_BIN", os.path.join(
 TERN = os.path.join(BUILD, "tern")
 MODEL = os.path.join(ROOT, "models", "en-de")
 N_LINES = 20
+# libtern's SONAME, libtern.so.MAJOR of TERN_VERSION (include/tern.h): the wheel holds it under that name
+with open(os.path.join(ROOT, "include", "tern.h"), encoding="utf-8") as _f:
+    SONAME = "libtern.so." + re.search(r'^#define TERN_VERSION "(\d+)\.\d+\.\d+"$', _f.read(), re.M).group(1)
 # the sonames a wheel may leave to the system (python/setup.py's SYSTEM_LIBS)
 SYSTEM = re.compile(r"^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|"
                     r"libgcc_s\.so\.1|libstdc\+\+\.so\.6)$")
@@ -78,7 +81,7 @@ def wheel_env(tmp_path_factory, data_dir):
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     assert os.path.basename(wheels[0]).endswith(f"-{tag}-{tag}-linux_x86_64.whl"), wheels[0]
     names = zipfile.ZipFile(wheels[0]).namelist()
-    assert "tern/__main__.py" in names and "tern/_cpu.py" in names and "tern/libtern.so.0" in names
+    assert "tern/__main__.py" in names and "tern/_cpu.py" in names and f"tern/{SONAME}" in names
     assert any(re.match(r"tern/_libs/libdnnl-[0-9a-f]{8}\.so\.2$", n) for n in names), names
     assert not any(n.endswith(".c") for n in names), names
 
@@ -180,7 +183,7 @@ def test_dependencies_vendored_no_mpi(wheel_env):
     pkg = wheel_env["pkg"]
     elfs = elf_files(pkg)
     vendored = {os.path.basename(p) for p in glob.glob(os.path.join(pkg, "_libs", "*"))}
-    assert len(elfs) == 2 + len(vendored), elfs  # _tern, libtern.so.0 and _libs/
+    assert len(elfs) == 2 + len(vendored), elfs  # _tern, libtern.so.MAJOR and _libs/
     maxv = {}
     for p in elfs:
         d = subprocess.run(["readelf", "-d", "-W", p], capture_output=True, text=True, check=True).stdout
@@ -188,7 +191,7 @@ def test_dependencies_vendored_no_mpi(wheel_env):
         bad = [n for n in needed if FORBIDDEN.search(n)]
         assert not bad, (p, bad)
         for n in needed:
-            assert n in vendored or n == "libtern.so.0" or SYSTEM.match(n), f"{p} needs {n}: neither vendored nor glibc / the C++ runtime"
+            assert n in vendored or n == SONAME or SYSTEM.match(n), f"{p} needs {n}: neither vendored nor glibc / the C++ runtime"
         for rp in re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*)\]", d):
             assert all(x.startswith("$ORIGIN") for x in rp.split(":")), (p, rp)
         v = subprocess.run(["readelf", "-V", "-W", p], capture_output=True, text=True, check=True).stdout

@@ -1,6 +1,6 @@
 """The CPU check that runs before tern's C extension is loaded.
 
-libtern (and so this package's tern/libtern.so.0) is compiled for x86-64-v3 (the Makefile's
+libtern (and so this package's tern/libtern.so.MAJOR) is compiled for x86-64-v3 (the Makefile's
 ``-march=x86-64-v3``): the compiler may use AVX, AVX2, FMA, BMI1/2, F16C, LZCNT and MOVBE
 instructions anywhere, so on an older CPU the library would die with SIGILL (an "illegal
 instruction" crash of the whole interpreter) at its first call, or worse at an unlucky later one.

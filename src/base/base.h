@@ -21,8 +21,9 @@ tern_status_t tern_error_prefix(tern_status_t status, const char *fmt, ...) TERN
 /* The ABI rule of the structs tern.h passes by value ("Version and ABI"): *dst (a struct of
  * `known` bytes, this library's) becomes *defaults overwritten by the first struct_size bytes of
  * the caller's *src (NULL: the defaults alone), with dst's struct_size set to known. struct_size 0
- * reads as base bytes (the struct's size in 0.3.0, the first layout with struct_size); one below
- * sizeof(size_t) or above known is TERN_ERR_INVALID_ARG naming type. */
+ * reads as base bytes (the struct's first layout in this MAJOR version: its size in 1.0.0, which
+ * API_STRUCT_IN passes while no struct has grown); one below sizeof(size_t) or above known is
+ * TERN_ERR_INVALID_ARG naming type. */
 tern_status_t api_struct_in(void *dst, const void *src, const void *defaults, size_t known, size_t base,
                             const char *type);
 #define API_STRUCT_IN(dst, src, defaults, type) \
