@@ -15,8 +15,12 @@ if [ "$newest" != "$version" ]; then
     echo "  (add the section '## [$version] — YYYY-MM-DD' to $changelog)" >&2
     exit 1
 fi
-sed -n 's/^## \[\([0-9.]*\)\] — \([0-9-]*\)$/\1 \2/p' "$changelog" | while read -r v d; do
-    date=$(LC_ALL=C date -u -R -d "$d 12:00:00")
+releases=$(sed -n 's/^## \[\([0-9.]*\)\] — \([0-9-]*\)$/\1 \2/p' "$changelog")
+echo "$releases" | while read -r v d; do
+    # releases of the same day (1.0.0 and 0.3.0) at 12:00, 12:01, ... from the oldest on, so that
+    # each entry is later than the one before it (Debian's changelog, and lintian, want that)
+    older=$(echo "$releases" | awk -v v="$v" -v d="$d" 'seen && $2 == d { n++ } $1 == v { seen = 1 } END { print n + 0 }')
+    date=$(LC_ALL=C date -u -R -d "$d $(printf '12:%02d:00' "$older")")
     echo "tern ($v) unstable; urgency=medium"
     echo
     # the section's first paragraph, wrapped as a changelog item

@@ -1,7 +1,7 @@
 #!/bin/sh
 # export_map.sh CC HEADER [NODE] — a linker version script exporting exactly the functions HEADER
 # declares (tern_* names followed by "(" in the preprocessed header, comments stripped by the
-# preprocessor); everything else in libtern.so stays local. NODE (e.g. TERN_0, the SONAME's
+# preprocessor); everything else in libtern.so stays local. NODE (e.g. TERN_1, the SONAME's
 # major version) names the symbol version the functions get, so that a later release can change
 # one function's ABI under a new version node and keep the old one for programs linked before
 # (include/tern.h, "ABI"); without NODE the script is anonymous (no symbol versions).
