@@ -143,6 +143,8 @@ $(BUILD)/examples/translate_api_shared: examples/translate_api.c $(BUILD)/libter
 # The models directory it looks in by name (tern translate -m en-de) is found at run time next to
 # the executable (BIN/../share/tern/models) and, as a fallback, at the DATADIR of the build.
 $(BUILD)/tools/cli_models.o: CPPFLAGS += -DTERN_DATADIR='"$(DATADIR)/tern"'
+# tools/cpu_guard.c checks the CPU before any x86-64-v3 code runs, so it alone is baseline x86-64
+$(BUILD)/tools/cpu_guard.o: override ARCH = -march=x86-64 -mtune=generic
 $(BUILD)/tern: $(CLI_OBJ) $(LIBS_A)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBS_A) $(LDLIBS)
 

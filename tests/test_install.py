@@ -19,7 +19,11 @@ after `make` (build/, or the folder of TERN_BIN), into temporary prefixes:
     one refused with a message naming the struct;
   - DESTDIR staging (tern.pc names the PREFIX, not the staging folder);
   - bad input: an unwritable prefix fails with a clear message and writes nothing;
-  - `make uninstall` leaves no file behind.
+  - `make uninstall` leaves no file behind;
+  - the CPU guard of the tern executable (tools/cpu_guard.c): on a CPU without x86-64-v3's
+    features (simulated by the test hook TERN_FAKE_NO_CPU_FEATURES) tern names the missing ones and
+    exits 1 before any x86-64-v3 code runs; the guard's object holds no VEX-encoded (AVX) or
+    BMI/MOVBE instruction, and it is in the executable only, not in libtern.
 """
 import os
 import re
@@ -273,6 +277,41 @@ def test_unwritable_prefix(tmp_path):
         r = make("install", f"PREFIX={ro}/usr")
         assert r.returncode != 0 and "make install: cannot write to" in r.stderr, r.stderr
         assert files_under(str(ro)) == []
+
+
+CPU_MESSAGE = ("tern: this build needs an x86-64 CPU with AVX2 and FMA (x86-64-v3: Intel Haswell, AMD Zen or newer); "
+               "this CPU lacks: ")
+
+
+@pytest.mark.parametrize("fake, lacks", [("avx2,fma", "avx2 fma"), ("fma", "fma"), ("avx2 bmi2 movbe", "avx2 bmi2 movbe")])
+def test_cpu_guard(prefix, tmp_path, fake, lacks):
+    """tools/cpu_guard.c: the built and the installed tern refuse a CPU that lacks x86-64-v3's features
+    (TERN_FAKE_NO_CPU_FEATURES, a test hook, simulates one) with one line naming them and exit 1,
+    whatever the command; without the hook they run."""
+    for exe, env in ((TERN, dict(os.environ)), ("tern", env_for(prefix))):
+        for args in (["--version"], ["translate", "-m", os.path.join(ROOT, "models", "en-de")]):
+            r = subprocess.run([exe, *args], input=SENTENCE, env=dict(env, TERN_FAKE_NO_CPU_FEATURES=fake),
+                               cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+            assert (r.returncode, r.stdout, r.stderr) == (1, "", CPU_MESSAGE + lacks + "\n"), (exe, args, r)
+        r = subprocess.run([exe, "--version"], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == f"tern {version()}", (exe, r)
+
+
+def test_cpu_guard_is_baseline_x86_64():
+    """The guard runs on any x86-64 CPU: its object has no instruction beyond baseline x86-64 (no
+    VEX-encoded AVX/AVX2/FMA/F16C, no BMI1/2, LZCNT or MOVBE), and it is the tern executable's, not
+    libtern's (the library never exits)."""
+    obj = os.path.join(BUILD, "tools", "cpu_guard.o")
+    d = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 0 and "<tern_cpu_guard>:" in d.stdout, d.stderr
+    mnemonics = {line.split("\t")[1].split()[0] for line in d.stdout.splitlines()
+                 if line.count("\t") >= 1 and line.split("\t")[1].strip()}
+    beyond = {m for m in mnemonics if re.match(r"^(v[a-z]|andn$|bextr|bls|bzhi|pdep|pext|rorx|sarx|shlx|shrx|mulx|"
+                                              r"lzcnt|tzcnt|movbe)", m)}
+    assert mnemonics and not beyond, sorted(beyond)
+    for lib in ("libtern.so", "libtern.a"):
+        syms = subprocess.run(["nm", "-A", os.path.join(BUILD, lib)], capture_output=True, text=True, timeout=60)
+        assert "tern_cpu_guard" not in syms.stdout, lib
 
 
 def test_uninstall_leaves_nothing(prefix):
