@@ -128,21 +128,15 @@ typedef enum {
     TERN_ENSEMBLE_PROB_MEAN = 1     /* log sum_k w_k p_k (fairseq): a log-probability */
 } tern_ensemble_mode_t;
 
-/* The Transformer's own facts (family "transformer"). */
+/* One of a model's own facts, as its family names them (tern_model_info_t.hparams): a layer
+ * count, a width, a switch. Every family describes itself this way, so that a new family needs
+ * nothing new here. */
 typedef struct {
-    int encoder_layers, decoder_layers; /* number of layers */
-    int d_model, num_heads, ffn_dim;    /* dimensions */
-    int pre_norm;                       /* 1 pre-norm, 0 post-norm */
-} tern_transformer_info_t;
-
-/* The GRU family's own facts (family "rnn-gru", docs/rnn.md). */
-typedef struct {
-    int embedding_size;                 /* E */
-    int encoder_hidden_size;            /* per direction */
-    int decoder_hidden_size;
-    int attention_size, output_size;    /* attention hidden size, deep-output width */
-    int layer_norm;                     /* 1: layer-normalized GRU cells */
-} tern_rnn_gru_info_t;
+    const char *name;                   /* e.g. "encoder_layers", "d_model" */
+    long value;
+    const char *text;                   /* the value in words where it is a choice ("pre", "yes"),
+                                           else NULL */
+} tern_hparam_t;
 
 /* An ensemble's own facts (family "ensemble"); each member's with tern_model_member(). */
 typedef struct {
@@ -163,13 +157,18 @@ typedef struct {
     int has_spm;                        /* 1 when raw text goes through SentencePiece */
     size_t weight_bytes;                /* bytes of weights as run (all members) */
     int num_members;                    /* 1, or the members of an ensemble */
-    union {                             /* by family */
-        tern_transformer_info_t transformer;
-        tern_ensemble_info_t ensemble;
-        tern_rnn_gru_info_t rnn_gru;
-    };
+    int num_hparams;                    /* the family's own facts: [num_hparams] of them, valid */
+    const tern_hparam_t *hparams;       /* while the model lives (a Transformer: encoder_layers,
+                                           decoder_layers, d_model, num_heads, ffn_dim, norm; an
+                                           attention GRU: embedding_size, encoder_hidden_size,
+                                           decoder_hidden_size, attention_size, output_size,
+                                           layer_norm; GNMT: encoder_layers, decoder_layers,
+                                           hidden_size, attention_size) */
+    tern_ensemble_info_t ensemble;      /* family "ensemble": how it combines its members */
 } tern_model_info_t;
 tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */
+/* The value of the fact called name in info->hparams, or missing when the family has none. */
+long tern_model_hparam(const tern_model_info_t *info, const char *name, long missing);
 
 /* Loads n model directories as one model, an ensemble: at each step its next-token scores are the
  * members' distributions combined by mode with weights (n entries > 0, normalized to sum 1; NULL:

@@ -7,18 +7,10 @@
 static void print_info(const tern_model_info_t *in, const char *indent) {
     printf("%sfamily: %s\n", indent, in->family);
     printf("%sformat: %s\n", indent, in->format);
-    if (!strcmp(in->family, "transformer")) {
-        const tern_transformer_info_t *t = &in->transformer;
-        printf("%sencoder_layers: %d\n%sdecoder_layers: %d\n", indent, t->encoder_layers, indent, t->decoder_layers);
-        printf("%sd_model: %d\n%snum_heads: %d\n%sffn_dim: %d\n", indent, t->d_model, indent, t->num_heads, indent,
-               t->ffn_dim);
-        printf("%snorm: %s\n", indent, t->pre_norm ? "pre" : "post");
-    } else if (!strcmp(in->family, "rnn-gru")) {
-        const tern_rnn_gru_info_t *g = &in->rnn_gru;
-        printf("%sembedding_size: %d\n%sencoder_hidden_size: %d\n%sdecoder_hidden_size: %d\n", indent,
-               g->embedding_size, indent, g->encoder_hidden_size, indent, g->decoder_hidden_size);
-        printf("%sattention_size: %d\n%soutput_size: %d\n", indent, g->attention_size, indent, g->output_size);
-        printf("%slayer_norm: %s\n", indent, g->layer_norm ? "yes" : "no");
+    for (int k = 0; k < in->num_hparams; k++) {
+        const tern_hparam_t *h = &in->hparams[k];
+        if (h->text) printf("%s%s: %s\n", indent, h->name, h->text);
+        else printf("%s%s: %ld\n", indent, h->name, h->value);
     }
     printf("%ssource_vocab_size: %d\n%starget_vocab_size: %d\n", indent, in->source_vocab_size, indent,
            in->target_vocab_size);

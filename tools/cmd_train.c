@@ -1,4 +1,5 @@
-/* cmd_train.c — `tern train`: trains a Transformer translation model (src/train/trainer.h). */
+/* cmd_train.c — `tern train`: trains a translation model of any registered family
+ * (src/train/trainer.h, src/train/family.h: each family brings its own options). */
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -8,9 +9,7 @@
 
 #include "cli.h"
 #include "train/dist.h"
-#include "train/gnmt_table.h"
 #include "train/trainer.h"
-#include "train/rnn_gru_train.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -18,8 +17,9 @@ static void usage(FILE *f) {
 "                  --save-dir DIR [options]\n"
 "       tern train --plot-only SAVE_DIR\n"
 "\n"
-"Trains a Transformer encoder-decoder on raw parallel text (one sentence a line) and writes\n"
-"checkpoints SAVE_DIR/checkpoint-NNNNNNNN that `tern translate -m` loads as they are.\n"
+"Trains a translation model (a Transformer, an attention GRU or GNMT) on raw parallel text (one\n"
+"sentence a line) and writes"
+" checkpoints SAVE_DIR/checkpoint-NNNNNNNN that `tern translate -m` loads as they are.\n"
 "\n"
 "Data:\n"
 "  --vocab DIR                 the vocabulary: a directory written by `tern vocab --model-dir`\n"
@@ -37,42 +37,17 @@ static void usage(FILE *f) {
 "  --max-ratio R               skip pairs whose token counts differ by more than R times\n"
 "                              (default 9; 0: no ratio filter)\n"
 "  --no-shuffle                batches in length order every epoch (for tests)\n"
-"Model:\n"
-"  --layers N                  encoder and decoder layers (default 6); --encoder-layers N,\n"
-"                              --decoder-layers N for one side\n"
-"  --d-model N                 width (default 512)\n"
-"  --ff N                      feed-forward width (default 2048)\n"
-"  --heads N                   attention heads (default 8)\n"
-"  --pre-norm | --post-norm    layer norm placement (default pre-norm)\n"
-"  --activation A              relu (default), gelu, gelu-tanh, swish\n"
-"  --share-embeddings | --no-share-embeddings\n"
-"                              one embedding matrix for encoder and decoder (default: when the\n"
-"                              vocabulary is joint)\n"
-"  --no-tie-projection         an output projection of its own (default: the decoder embedding)\n"
-"  --projection-bias           a bias on the output projection\n"
-"  --learned-positions         learned position embeddings (default: sinusoids)\n"
-"  --no-scale-embeddings       do not multiply embeddings by sqrt(d)\n"
-"  --layer-norm-eps E          (default 1e-6)\n"
-"  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
-"                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"
-"  --architecture A            transformer (default), rnn-gru or gnmt (docs/rnn.md)\n"
-"rnn-gru (with --dropout on the embeddings and the deep output, --label-smoothing,\n"
-"--[no-]share-embeddings, --no-tie-projection, --precision):\n"
-"  --emb-dim N                 embedding width (default 256)\n"
-"  --rnn-dim N                 encoder (per direction) and decoder GRU width (default 256);\n"
-"                              --encoder-rnn-dim N, --decoder-rnn-dim N for one side\n"
-"  --attention-dim N           attention hidden size (default: the decoder GRU width)\n"
-"  --output-dim N              deep-output width (default: --emb-dim, needed by a tied projection)\n"
-"  --init-scale S              weights uniform in [-S, S] (default 0: Glorot-uniform)\n"
-"  --layer-norm                layer-normalized GRU cells (Nematus/Marian: the input and recurrent\n"
-"                              projections of every GRU transition, gains and shifts per unit)\n"
-"GNMT (--architecture gnmt; also --layers/--encoder-layers/--decoder-layers, --dropout (embeddings,\n"
-"between layers, before the softmax), --label-smoothing, --share-embeddings, --precision; GNMT\n"
-"clips at --clip-norm 5):\n"
-"  --hidden N                  LSTM state and embedding width (default: --d-model)\n"
-"  --attention-size N          attention hidden size (default: --hidden)\n"
-"  --init-uniform R            every parameter uniform in [-R, R] (GNMT: 0.04; default: +-1/sqrt(fan-in))\n"
-"  --tie-projection            the output projection is the decoder embedding\n"
+"Model: --architecture A chooses the family (");
+    for (int k = 0; train_family_at(k); k++)
+        fprintf(f, "%s%s%s", k ? ", " : "", train_family_at(k)->architecture, k ? "" : " by default");
+    fprintf(f, ");\neach takes the options of its section below:\n");
+    for (int k = 0; train_family_at(k); k++) {
+        const train_family_t *fam = train_family_at(k);
+        fprintf(f, "%s\n", fam->options_title);
+        for (const train_option_t *op = fam->options; op->name; op++)
+            if (op->usage) fputs(op->usage, f);
+    }
+    fprintf(f,
 "Optimization:\n"
 "  --lr LR                     peak learning rate (default 5e-4)\n"
 "  --lr-scheduler S            inverse_sqrt (default; fairseq's), constant, gnmt\n"
@@ -86,10 +61,6 @@ static void usage(FILE *f) {
 "  --weight-decay W            decoupled (AdamW, fairseq's) weight decay (default 0)\n"
 "  --l2                        weight decay as L2 on the gradient instead\n"
 "  --clip-norm C               clip the gradient to global norm C (default 0: off)\n"
-"  --label-smoothing E         (default 0.1)\n"
-"  --dropout P                 on embeddings and sublayer outputs (default 0.1)\n"
-"  --attention-dropout P       on attention weights (default 0)\n"
-"  --activation-dropout P      on the feed-forward activation (default 0)\n"
 "  --update-freq K             accumulate K batches per update (default 1)\n"
 "  --max-updates N             stop after N updates (default: no limit)\n"
 "  --max-epochs N              stop after N epochs (default: no limit)\n"
@@ -135,16 +106,13 @@ static void usage(FILE *f) {
 enum {
     O_VOCAB = 1000, O_SPM, O_SRC_SPM, O_TGT_SPM, O_TRAIN_SRC, O_TRAIN_TGT, O_VALID_SRC, O_VALID_TGT, O_CACHE,
     O_MAX_TOKENS, O_MAX_SENT, O_VALID_MAX_TOKENS, O_MAX_LEN, O_MAX_SRC_LEN, O_MAX_TGT_LEN, O_MAX_RATIO, O_NO_SHUFFLE,
-    O_LAYERS, O_ENC_LAYERS, O_DEC_LAYERS, O_D, O_FF, O_HEADS, O_PRE, O_POST, O_ACT, O_SHARE, O_NO_SHARE,
-    O_NO_TIE, O_PROJ_BIAS, O_LEARNED_POS, O_NO_SCALE, O_LN_EPS, O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
-    O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP, O_LS,
-    O_DROPOUT, O_ATTN_DROPOUT, O_ACT_DROPOUT, O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
+    O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
+    O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP,
+    O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
-    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_PRECISION,
-    /* the recurrent families */
-    O_ARCH, O_EMB_DIM, O_RNN_DIM, O_ENC_RNN_DIM, O_DEC_RNN_DIM, O_ATT_DIM, O_OUT_DIM, O_INIT_SCALE, O_GRU_LN,
-    O_GNMT_HIDDEN, O_GNMT_ATT, O_GNMT_INIT, O_GNMT_TIE
+    O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_ARCH,
+    O_FAMILY /* the chosen family's options: O_FAMILY + their index in its table */
 };
 
 static const struct option long_opts[] = {
@@ -165,22 +133,6 @@ static const struct option long_opts[] = {
     {"max-target-len", required_argument, 0, O_MAX_TGT_LEN},
     {"max-ratio", required_argument, 0, O_MAX_RATIO},
     {"no-shuffle", no_argument, 0, O_NO_SHUFFLE},
-    {"layers", required_argument, 0, O_LAYERS},
-    {"encoder-layers", required_argument, 0, O_ENC_LAYERS},
-    {"decoder-layers", required_argument, 0, O_DEC_LAYERS},
-    {"d-model", required_argument, 0, O_D},
-    {"ff", required_argument, 0, O_FF},
-    {"heads", required_argument, 0, O_HEADS},
-    {"pre-norm", no_argument, 0, O_PRE},
-    {"post-norm", no_argument, 0, O_POST},
-    {"activation", required_argument, 0, O_ACT},
-    {"share-embeddings", no_argument, 0, O_SHARE},
-    {"no-share-embeddings", no_argument, 0, O_NO_SHARE},
-    {"no-tie-projection", no_argument, 0, O_NO_TIE},
-    {"projection-bias", no_argument, 0, O_PROJ_BIAS},
-    {"learned-positions", no_argument, 0, O_LEARNED_POS},
-    {"no-scale-embeddings", no_argument, 0, O_NO_SCALE},
-    {"layer-norm-eps", required_argument, 0, O_LN_EPS},
     {"lr", required_argument, 0, O_LR},
     {"lr-scheduler", required_argument, 0, O_SCHED},
     {"warmup", required_argument, 0, O_WARMUP},
@@ -195,16 +147,11 @@ static const struct option long_opts[] = {
     {"weight-decay", required_argument, 0, O_WD},
     {"l2", no_argument, 0, O_L2},
     {"clip-norm", required_argument, 0, O_CLIP},
-    {"label-smoothing", required_argument, 0, O_LS},
-    {"dropout", required_argument, 0, O_DROPOUT},
-    {"attention-dropout", required_argument, 0, O_ATTN_DROPOUT},
-    {"activation-dropout", required_argument, 0, O_ACT_DROPOUT},
     {"update-freq", required_argument, 0, O_UPDATE_FREQ},
     {"max-updates", required_argument, 0, O_MAX_UPDATES},
     {"max-epochs", required_argument, 0, O_MAX_EPOCHS},
     {"max-time", required_argument, 0, O_MAX_TIME},
     {"seed", required_argument, 0, O_SEED},
-    {"precision", required_argument, 0, O_PRECISION},
     {"threads", required_argument, 0, 't'},
     {"save-dir", required_argument, 0, O_SAVE_DIR},
     {"save-interval-updates", required_argument, 0, O_SAVE_INTERVAL},
@@ -227,18 +174,6 @@ static const struct option long_opts[] = {
     {"bucket-mb", required_argument, 0, O_BUCKET_MB},
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
     {"architecture", required_argument, 0, O_ARCH},
-    {"emb-dim", required_argument, 0, O_EMB_DIM},
-    {"rnn-dim", required_argument, 0, O_RNN_DIM},
-    {"encoder-rnn-dim", required_argument, 0, O_ENC_RNN_DIM},
-    {"decoder-rnn-dim", required_argument, 0, O_DEC_RNN_DIM},
-    {"attention-dim", required_argument, 0, O_ATT_DIM},
-    {"output-dim", required_argument, 0, O_OUT_DIM},
-    {"init-scale", required_argument, 0, O_INIT_SCALE},
-    {"layer-norm", no_argument, 0, O_GRU_LN},
-    {"hidden", required_argument, 0, O_GNMT_HIDDEN},
-    {"attention-size", required_argument, 0, O_GNMT_ATT},
-    {"init-uniform", required_argument, 0, O_GNMT_INIT},
-    {"tie-projection", no_argument, 0, O_GNMT_TIE},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -246,40 +181,86 @@ static const struct option long_opts[] = {
 
 static volatile sig_atomic_t g_stop = 0;
 
-/* --architecture gnmt: its configuration (hidden 0: --d-model), completed by gnmt_config(). */
-static gnmt_train_config_t g_gnmt = {.hidden = 0, .att = 0, .init_range = 0, .tie_proj = 0};
-
-/* The GNMT configuration from the shared options (layers, dropout, label smoothing, sharing). */
-static void gnmt_config(trainer_options_t *o) {
-    g_gnmt.enc_layers = o->model.enc_layers;
-    g_gnmt.dec_layers = o->model.dec_layers;
-    if (!g_gnmt.hidden) g_gnmt.hidden = o->model.d;
-    g_gnmt.share_emb = o->model.share_emb;
-    g_gnmt.dropout = o->model.dropout;
-    g_gnmt.label_smoothing = o->model.label_smoothing;
-    o->architecture = "gnmt";
-    o->model_config = &g_gnmt;
+/* --architecture: the family whose options the command line takes, scanned before the others
+ * (they depend on it). The name as given goes to *arch. */
+static const train_family_t *find_family(int argc, char **argv, const char **arch) {
+    *arch = TRAIN_DEFAULT_ARCHITECTURE;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strcmp(argv[i], "--architecture") && i + 1 < argc) *arch = argv[++i];
+        else if (!strncmp(argv[i], "--architecture=", 15)) *arch = argv[i] + 15;
+    }
+    return train_family_find(*arch);
 }
 
-/* The GRU family's configuration (--architecture rnn-gru); the options shared with the
- * Transformer (--dropout, --label-smoothing, embeddings' sharing and tying) are copied in. */
-static rnn_gru_config_t g_gru;
-static const char *family_config(trainer_options_t *o) {
-    if (g_gru.layer_norm && (!o->architecture || strcmp(o->architecture, "rnn-gru")))
-        return "--layer-norm is for --architecture rnn-gru (the Transformer always normalizes; gnmt has none)";
-    if (o->architecture && !strcmp(o->architecture, "gnmt")) {
-        g_gnmt.bf16 = o->model.precision == TPREC_BF16;
-        gnmt_config(o);
-        return NULL;
+/* The option list: the trainer's own, then the family's (O_FAMILY + i). */
+static struct option *all_options(const train_family_t *fam) {
+    int ng = 0, nf = 0;
+    while (long_opts[ng].name) ng++;
+    while (fam->options[nf].name) nf++;
+    struct option *all = calloc((size_t)(ng + nf + 1), sizeof *all);
+    if (!all) return NULL;
+    memcpy(all, long_opts, (size_t)ng * sizeof *all);
+    for (int i = 0; i < nf; i++)
+        all[ng + i] = (struct option){fam->options[i].name,
+                                      fam->options[i].kind == TRAIN_OPT_SET ? no_argument : required_argument, 0,
+                                      O_FAMILY + i};
+    return all;
+}
+
+/* An option of another family than fam (named in the message), or 0. */
+static int foreign_option(int argc, char **argv, const struct option *all, const train_family_t *fam) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        if (strncmp(argv[i], "--", 2)) continue;
+        size_t n = strcspn(argv[i] + 2, "=");
+        int known = 0;
+        for (const struct option *o = all; o->name && !known; o++)
+            known = strlen(o->name) == n && !strncmp(o->name, argv[i] + 2, n);
+        for (int k = 0; !known && train_family_at(k); k++) {
+            const train_family_t *other = train_family_at(k);
+            for (const train_option_t *op = other->options; op->name; op++)
+                if (strlen(op->name) == n && !strncmp(op->name, argv[i] + 2, n)) {
+                    fprintf(stderr, "tern train: --%s is an option of --architecture %s (this run: %s)\n", op->name,
+                            other->architecture, fam->architecture);
+                    return 1;
+                }
+        }
     }
-    if (!o->architecture || strcmp(o->architecture, "rnn-gru")) return NULL;
-    g_gru.bf16 = o->model.precision == TPREC_BF16;
-    g_gru.dropout = o->model.dropout;
-    g_gru.label_smoothing = o->model.label_smoothing;
-    g_gru.share_emb = o->model.share_emb;
-    g_gru.tie_proj = o->model.tie_proj;
-    o->model_config = &g_gru;
-    return NULL;
+    return 0;
+}
+
+/* A family option's value into the family's configuration; 0 on a usage error (printed). */
+static int family_option(const train_option_t *op, const char *arg, void *config) {
+    char flag[80];
+    snprintf(flag, sizeof flag, "--%s", op->name);
+    char *base = config;
+    int iv;
+    float fv;
+    switch (op->kind) {
+    case TRAIN_OPT_INT:
+        if (!cli_int("train", flag, arg, (int)op->min, (int)op->max, &iv)) return 0;
+        *(int *)(base + op->field) = iv;
+        if (op->field2 != TRAIN_OPT_NO_FIELD2) *(int *)(base + op->field2) = iv;
+        return 1;
+    case TRAIN_OPT_FLOAT:
+        if (!cli_float("train", flag, arg, (float)op->min, (float)op->max, &fv)) return 0;
+        *(float *)(base + op->field) = fv;
+        return 1;
+    case TRAIN_OPT_SET:
+        *(int *)(base + op->field) = op->value;
+        return 1;
+    case TRAIN_OPT_CHOICE:
+        for (int i = 0; op->choices[i]; i++)
+            if (!strcmp(arg, op->choices[i])) {
+                *(int *)(base + op->field) = op->values[i];
+                return 1;
+            }
+        fprintf(stderr, "tern train: %s must be ", flag);
+        for (int i = 0; op->choices[i]; i++)
+            fprintf(stderr, "%s%s", i == 0 ? "" : op->choices[i + 1] ? ", " : " or ", op->choices[i]);
+        fprintf(stderr, " (got '%s')\n", arg);
+        return 0;
+    }
+    return 0;
 }
 
 /* Stop signals. The first SIGINT or SIGTERM asks for a stop after the current update with a
@@ -355,13 +336,18 @@ static int parse_long(const char *opt, const char *s, long *out) {
 
 /* Parses the options into o; returns 1 when they parse, 0 on a usage error (message printed),
  * 2 after --help. */
-static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot, const char **plot_only) {
+static int parse_options(int argc, char **argv, const struct option *all, const train_family_t *fam, void *config,
+                         trainer_options_t *o, int *plot, const char **plot_only) {
     const char *C = "train";
     int ok = 1, c, iv;
     long lv = 0;
     const char *scheds[] = {"constant", "inverse_sqrt", "gnmt"};
     optind = 1;
-    while (ok && (c = getopt_long(argc, argv, "t:qh", long_opts, NULL)) != -1) {
+    while (ok && (c = getopt_long(argc, argv, "t:qh", all, NULL)) != -1) {
+        if (c >= O_FAMILY) {
+            ok = family_option(&fam->options[c - O_FAMILY], optarg, config);
+            continue;
+        }
         switch (c) {
         case O_VOCAB: o->vocab_dir = optarg; break;
         case O_SPM: o->src_spm = optarg; o->tgt_spm = NULL; break;
@@ -383,47 +369,6 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         case O_MAX_TGT_LEN: ok = cli_int(C, "--max-target-len", optarg, 2, 65535, &o->data.max_tgt_len); break;
         case O_MAX_RATIO: ok = cli_float(C, "--max-ratio", optarg, 0, 1e9f, &o->data.max_ratio); break;
         case O_NO_SHUFFLE: o->shuffle = 0; break;
-        case O_LAYERS:
-            ok = cli_int(C, "--layers", optarg, 1, 1000, &o->model.enc_layers);
-            o->model.dec_layers = o->model.enc_layers;
-            break;
-        case O_ENC_LAYERS: ok = cli_int(C, "--encoder-layers", optarg, 1, 1000, &o->model.enc_layers); break;
-        case O_DEC_LAYERS: ok = cli_int(C, "--decoder-layers", optarg, 1, 1000, &o->model.dec_layers); break;
-        case O_D: ok = cli_int(C, "--d-model", optarg, 2, 1 << 16, &o->model.d); break;
-        case O_FF: ok = cli_int(C, "--ff", optarg, 1, 1 << 20, &o->model.ff); break;
-        case O_HEADS: ok = cli_int(C, "--heads", optarg, 1, 1024, &o->model.heads); break;
-        case O_PRE: o->model.pre_norm = 1; break;
-        case O_POST: o->model.pre_norm = 0; break;
-        case O_ACT:
-            if (!strcmp(optarg, "relu")) o->model.act = ACT_RELU;
-            else if (!strcmp(optarg, "gelu")) o->model.act = ACT_GELU;
-            else if (!strcmp(optarg, "gelu-tanh")) o->model.act = ACT_GELU_TANH;
-            else if (!strcmp(optarg, "swish")) o->model.act = ACT_SWISH;
-            else {
-                fprintf(stderr, "tern train: --activation must be relu, gelu, gelu-tanh or swish (got '%s')\n",
-                        optarg);
-                ok = 0;
-            }
-            break;
-        case O_PRECISION:
-            if (!strcmp(optarg, "float32")) o->model.precision = TPREC_F32;
-            else if (!strcmp(optarg, "bfloat16")) o->model.precision = TPREC_BF16;
-            else {
-                fprintf(stderr, "tern train: --precision must be float32 or bfloat16 (got '%s')\n", optarg);
-                ok = 0;
-            }
-            break;
-        case O_SHARE: o->model.share_emb = 1; break;
-        case O_NO_SHARE: o->model.share_emb = 0; break;
-        case O_NO_TIE: o->model.tie_proj = 0; break;
-        case O_PROJ_BIAS: o->model.proj_bias = 1; break;
-        case O_LEARNED_POS: o->model.learned_pos = 1; break;
-        case O_NO_SCALE: o->model.scale_emb = 0; break;
-        case O_GNMT_HIDDEN: ok = cli_int(C, "--hidden", optarg, 1, 1 << 16, &g_gnmt.hidden); break;
-        case O_GNMT_ATT: ok = cli_int(C, "--attention-size", optarg, 1, 1 << 16, &g_gnmt.att); break;
-        case O_GNMT_INIT: ok = cli_float(C, "--init-uniform", optarg, 0, 10, &g_gnmt.init_range); break;
-        case O_GNMT_TIE: g_gnmt.tie_proj = 1; break;
-        case O_LN_EPS: ok = cli_float(C, "--layer-norm-eps", optarg, 0, 1, &o->model.eps); break;
         case O_LR: ok = cli_float(C, "--lr", optarg, 0, 1e3f, &o->sched.lr); break;
         case O_SCHED:
             o->sched.kind = (lr_kind_t)-1;
@@ -459,10 +404,6 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         case O_WD: ok = cli_float(C, "--weight-decay", optarg, 0, 1, &o->adam.weight_decay); break;
         case O_L2: o->adam.decoupled = 0; break;
         case O_CLIP: ok = cli_float(C, "--clip-norm", optarg, 0, 1e9f, &o->clip_norm); break;
-        case O_LS: ok = cli_float(C, "--label-smoothing", optarg, 0, 0.999f, &o->model.label_smoothing); break;
-        case O_DROPOUT: ok = cli_float(C, "--dropout", optarg, 0, 0.99f, &o->model.dropout); break;
-        case O_ATTN_DROPOUT: ok = cli_float(C, "--attention-dropout", optarg, 0, 0.99f, &o->model.attn_dropout); break;
-        case O_ACT_DROPOUT: ok = cli_float(C, "--activation-dropout", optarg, 0, 0.99f, &o->model.act_dropout); break;
         case O_UPDATE_FREQ: ok = cli_int(C, "--update-freq", optarg, 1, 1 << 20, &o->update_freq); break;
         case O_MAX_UPDATES: ok = parse_long("--max-updates", optarg, &o->max_updates); break;
         case O_MAX_EPOCHS: ok = cli_int(C, "--max-epochs", optarg, 0, 1 << 30, &o->max_epochs); break;
@@ -511,17 +452,6 @@ static int parse_options(int argc, char **argv, trainer_options_t *o, int *plot,
         }
         case O_NO_OVERLAP: o->comm_overlap = 0; break;
         case O_ARCH: o->architecture = optarg; break;
-        case O_EMB_DIM: ok = cli_int(C, "--emb-dim", optarg, 1, 1 << 16, &g_gru.emb); break;
-        case O_RNN_DIM:
-            ok = cli_int(C, "--rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden);
-            g_gru.dec_hidden = g_gru.enc_hidden;
-            break;
-        case O_ENC_RNN_DIM: ok = cli_int(C, "--encoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.enc_hidden); break;
-        case O_DEC_RNN_DIM: ok = cli_int(C, "--decoder-rnn-dim", optarg, 1, 1 << 16, &g_gru.dec_hidden); break;
-        case O_ATT_DIM: ok = cli_int(C, "--attention-dim", optarg, 1, 1 << 16, &g_gru.att); break;
-        case O_OUT_DIM: ok = cli_int(C, "--output-dim", optarg, 1, 1 << 16, &g_gru.out); break;
-        case O_INIT_SCALE: ok = cli_float(C, "--init-scale", optarg, 0, 10.0f, &g_gru.init_scale); break;
-        case O_GRU_LN: g_gru.layer_norm = 1; break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 2;
         default: ok = 0; break;
@@ -539,7 +469,6 @@ static const char *options_error(const trainer_options_t *o, int argc) {
     if (!o->vocab_dir == !o->src_spm)
         return "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and --tgt-spm), one of the two";
     if (o->tgt_spm && !o->src_spm) return "--tgt-spm goes with --src-spm";
-    if (o->model.d % o->model.heads) return "--d-model must be a multiple of --heads";
     if (o->patience && !o->valid_src) return "--patience needs validation files";
     return NULL;
 }
@@ -592,29 +521,52 @@ static int run_training(trainer_options_t *o, int plot) {
 int cmd_train(int argc, char **argv) {
     block_stop_signals(); /* before any thread is started (see signal_thread) */
     trainer_options_t o = trainer_default_options();
-    o.model.share_emb = -1; /* shared when the vocabulary is joint */
-    rnn_gru_default_config(&g_gru);
+    const char *arch;
+    const train_family_t *fam = find_family(argc, argv, &arch);
+    if (!fam) {
+        fprintf(stderr, "tern train: --architecture '%s': no such family (", arch);
+        for (int k = 0; train_family_at(k); k++) fprintf(stderr, "%s%s", k ? ", " : "", train_family_at(k)->architecture);
+        fprintf(stderr, ")\n");
+        return 2;
+    }
+    void *config = calloc(1, fam->config_size);
+    struct option *all = all_options(fam);
+    if (!config || !all) {
+        free(config), free(all);
+        fprintf(stderr, "tern train: out of memory\n");
+        return 1;
+    }
+    fam->default_config(config);
     const char *plot_only = NULL;
     int plot = 1; /* curves.png at the end */
-    int ok = parse_options(argc, argv, &o, &plot, &plot_only);
-    if (ok == 2) return 0;
-    if (ok && plot_only) {
+    int foreign = foreign_option(argc, argv, all, fam);
+    int ok = foreign ? 0 : parse_options(argc, argv, all, fam, config, &o, &plot, &plot_only);
+    int rc = -1;
+    if (ok == 2) rc = 0;
+    if (ok == 1 && plot_only) {
         char png[4096];
         snprintf(png, sizeof png, "%s/curves.png", plot_only);
         tern_status_t st = train_plot(plot_only, png);
-        if (st) return cli_fail("train", st);
-        fprintf(stderr, "tern train: wrote %s\n", png);
-        return 0;
+        rc = st ? cli_fail("train", st) : 0;
+        if (!st) fprintf(stderr, "tern train: wrote %s\n", png);
     }
-    const char *err = ok ? options_error(&o, argc) : NULL;
-    if (!ok || err) {
-        if (err) fprintf(stderr, "tern train: %s\n", err);
-        else usage(stderr);
-        return 2;
+    if (rc < 0) {
+        const char *err = ok ? options_error(&o, argc) : NULL;
+        if (ok && !err && o.architecture && strcmp(o.architecture, fam->architecture))
+            err = "give --architecture in full (it chooses the options the command line takes)";
+        if (ok && !err && fam->check_options) err = fam->check_options(config);
+        if (!ok || err) {
+            if (err) fprintf(stderr, "tern train: %s\n", err);
+            else if (!foreign) usage(stderr);
+            rc = 2;
+        }
     }
-    if ((err = family_config(&o))) {
-        fprintf(stderr, "tern train: %s\n", err);
-        return 2;
+    if (rc < 0) {
+        o.architecture = fam->architecture;
+        o.model_config = config;
+        rc = run_training(&o, plot);
     }
-    return run_training(&o, plot);
+    free(all);
+    free(config);
+    return rc;
 }

@@ -1,17 +1,14 @@
 /*
  * family.c — the registry of model families: config.json's "architecture" -> its table.
- * A new family adds one line to FAMILIES (docs/model-families.md).
+ * A new family is one entry of MODEL_FAMILIES in family.h (docs/model-families.md).
  */
 #include <string.h>
 #include <strings.h>
 
 #include "model/family.h"
 
-static const model_family_t *const FAMILIES[] = {
-    &model_family_transformer,
-    &model_family_gnmt,
-    &model_family_rnn_gru,
-};
+#define FAMILY_ENTRY(name) &model_family_##name,
+static const model_family_t *const FAMILIES[] = {MODEL_FAMILIES(FAMILY_ENTRY)};
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
 tern_status_t model_family_find(const model_family_t **fam, const model_config_t *cfg, const char *config_path) {

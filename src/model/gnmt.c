@@ -38,6 +38,7 @@ typedef struct {
     float *att_v;             /* (A) */
     int int8;
     size_t weight_bytes;
+    tern_hparam_t hparams[4]; /* what tern_model_info() tells of the shape */
 } gnmt_net_t;
 
 typedef struct {
@@ -215,6 +216,11 @@ static tern_status_t gn_build(void **net, weights_t *w, const model_config_t *cf
         gn_free(m);
         return st;
     }
+    tern_hparam_t *h = m->hparams;
+    h[0] = (tern_hparam_t){"encoder_layers", m->d.enc_layers, NULL};
+    h[1] = (tern_hparam_t){"decoder_layers", m->d.dec_layers, NULL};
+    h[2] = (tern_hparam_t){"hidden_size", m->d.hidden, NULL};
+    h[3] = (tern_hparam_t){"attention_size", m->d.att, NULL};
     *net = m;
     return TERN_OK;
 }
@@ -228,6 +234,8 @@ static void gn_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = 4096;
     in->int8 = m->int8;
     in->weight_bytes = m->weight_bytes;
+    in->num_hparams = 4;
+    in->hparams = m->hparams;
 }
 
 static const char *gn_vocab_tensor(const void *net, const weights_t *w, int target) {

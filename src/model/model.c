@@ -189,6 +189,12 @@ tern_model_info_t tern_model_info(const tern_model_t *m) {
     return i;
 }
 
+long tern_model_hparam(const tern_model_info_t *info, const char *name, long missing) {
+    for (int i = 0; info && name && i < info->num_hparams; i++)
+        if (!strcmp(info->hparams[i].name, name)) return info->hparams[i].value;
+    return missing;
+}
+
 const tern_model_t *tern_model_member(const tern_model_t *m, int i) {
     if (!m || i < 0) return NULL;
     if (!m->n_members) return i == 0 ? m : NULL;

@@ -38,6 +38,7 @@ typedef struct {
     int8_t *qbuf;
     float *sbuf;
     int32_t *cbuf;
+    tern_hparam_t hparams[6]; /* what tern_model_info() tells of the shape */
 } gru_net_t;
 
 typedef struct {
@@ -213,6 +214,13 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
         net_free(n);
         return st;
     }
+    tern_hparam_t *h = n->hparams;
+    h[0] = (tern_hparam_t){"embedding_size", n->d.emb, NULL};
+    h[1] = (tern_hparam_t){"encoder_hidden_size", n->d.enc_hidden, NULL};
+    h[2] = (tern_hparam_t){"decoder_hidden_size", n->d.dec_hidden, NULL};
+    h[3] = (tern_hparam_t){"attention_size", n->d.att, NULL};
+    h[4] = (tern_hparam_t){"output_size", n->d.out, NULL};
+    h[5] = (tern_hparam_t){"layer_norm", n->d.layer_norm, n->d.layer_norm ? "yes" : "no"};
     *out = n;
     return TERN_OK;
 }
@@ -228,8 +236,8 @@ static void gru_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = 1024;
     in->int8 = n->int8;
     in->weight_bytes = n->weight_bytes;
-    in->rnn_gru = (tern_rnn_gru_info_t){n->d.emb, n->d.enc_hidden, n->d.dec_hidden, n->d.att, n->d.out,
-                                        n->d.layer_norm};
+    in->num_hparams = 6;
+    in->hparams = n->hparams;
 }
 
 static const char *gru_vocab_tensor(const void *net, const weights_t *w, int target) {

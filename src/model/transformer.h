@@ -86,6 +86,7 @@ typedef struct {
     int ffn1_relu_packed;     /* packed ffn1 layers apply the ReLU themselves */
     size_t packed_bytes;      /* bytes of packed weights */
     size_t weight_bytes;      /* bytes of weights as run */
+    tern_hparam_t hparams[6]; /* what tern_model_info() tells of the shape (transformer_family.c) */
     /* memory owned by the model (converted/quantized tensors, tables) */
     void **owned;
     int n_owned, cap_owned;

@@ -21,6 +21,13 @@ static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cf
         free(m);
         return st;
     }
+    tern_hparam_t *h = m->hparams;
+    h[0] = (tern_hparam_t){"encoder_layers", m->enc_layers, NULL};
+    h[1] = (tern_hparam_t){"decoder_layers", m->dec_layers, NULL};
+    h[2] = (tern_hparam_t){"d_model", m->d, NULL};
+    h[3] = (tern_hparam_t){"num_heads", m->H, NULL};
+    h[4] = (tern_hparam_t){"ffn_dim", m->F, NULL};
+    h[5] = (tern_hparam_t){"norm", m->pre_norm, m->pre_norm ? "pre" : "post"};
     *net = m;
     return TERN_OK;
 }
@@ -40,12 +47,8 @@ static void tf_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = m->dec_max_pos;
     in->int8 = m->int8;
     in->weight_bytes = m->weight_bytes;
-    in->transformer.encoder_layers = m->enc_layers;
-    in->transformer.decoder_layers = m->dec_layers;
-    in->transformer.d_model = m->d;
-    in->transformer.num_heads = m->H;
-    in->transformer.ffn_dim = m->F;
-    in->transformer.pre_norm = m->pre_norm;
+    in->num_hparams = 6;
+    in->hparams = m->hparams;
 }
 
 static const char *tf_vocab_tensor(const void *net, const weights_t *w, int target) {

@@ -262,6 +262,116 @@ static int push_id(int **arr, int *n, int *cap, int id) {
     return 1;
 }
 
+/* A map being read, and what it left out (for the warning). */
+typedef struct {
+    vmap_t *v;
+    const char *path;
+    const vocab_t *src_vocab, *tgt_vocab;
+    long lineno;
+    int ids_cap, rule_cap, always_cap;
+    long dropped_rules, dropped_targets, long_rules;
+} vmap_reader_t;
+
+/* The next piece of a list separated by spaces, from *p on (empty pieces skipped): its start,
+ * with its length in *len and *p moved past it; NULL at the end. */
+static const char *next_piece(const char **p, size_t *len) {
+    const char *s = *p;
+    while (*s == ' ') s++;
+    if (!*s) return NULL;
+    const char *sp = strchr(s, ' ');
+    *len = sp ? (size_t)(sp - s) : strlen(s);
+    *p = s + *len;
+    return s;
+}
+
+/* A line's source n-gram: 1 with its ids in src (*n of them); 0 at the first piece unknown to the
+ * source vocabulary, or at a piece beyond VMAP_MAX_N (counted in long_rules). */
+static int parse_ngram(vmap_reader_t *rd, const char *text, int *src, int *n) {
+    size_t len;
+    *n = 0;
+    for (const char *p = text, *piece; (piece = next_piece(&p, &len));) {
+        if (*n == VMAP_MAX_N) {
+            rd->long_rules++;
+            return 0;
+        }
+        int id = vocab_lookup_n(rd->src_vocab, piece, len);
+        if (id < 0) return 0;
+        src[(*n)++] = id;
+    }
+    return 1;
+}
+
+/* A line's target pieces, appended to the always-candidates or to the rules' ids; pieces unknown
+ * to the target vocabulary are counted and left out. */
+static tern_status_t add_targets(vmap_reader_t *rd, const char *text, int is_always) {
+    vmap_t *v = rd->v;
+    size_t len;
+    for (const char *p = text, *piece; (piece = next_piece(&p, &len));) {
+        int id = vocab_lookup_n(rd->tgt_vocab, piece, len);
+        if (id < 0) rd->dropped_targets++;
+        else if (is_always ? !push_id(&v->always, &v->n_always, &rd->always_cap, id)
+                           : !push_id(&v->ids, &v->n_ids, &rd->ids_cap, id))
+            return TERN_ERR_NOMEM;
+    }
+    return TERN_OK;
+}
+
+/* The rule of a source n-gram: its targets are ids[start ..]. A repeated n-gram: the later line
+ * replaces the earlier (as CTranslate2). */
+static tern_status_t add_rule(vmap_reader_t *rd, const int *src, int n, int start) {
+    vmap_t *v = rd->v;
+    int added;
+    int32_t g = hash64_insert(&v->rules, ngram_key(src, n), &added);
+    if (g < 0) return TERN_ERR_NOMEM;
+    if (added && g >= rd->rule_cap) {
+        int nc = rd->rule_cap ? rd->rule_cap * 2 : 4096;
+        int *ns = realloc(v->start, (size_t)nc * sizeof *ns);
+        if (ns) v->start = ns;
+        int *nn = ns ? realloc(v->cnt, (size_t)nc * sizeof *nn) : NULL;
+        if (!ns || !nn) return TERN_ERR_NOMEM;
+        v->cnt = nn;
+        rd->rule_cap = nc;
+    }
+    v->start[g] = start;
+    v->cnt[g] = v->n_ids - start;
+    if (n > v->max_n) v->max_n = n;
+    return TERN_OK;
+}
+
+/* One non-empty line (r bytes, without its line end): "n-gram TAB targets". */
+static tern_status_t read_rule_line(vmap_reader_t *rd, char *line, size_t r) {
+    if (memchr(line, 0, r)) return tern_error(TERN_ERR_FORMAT, "%s: line %ld: a NUL byte", rd->path, rd->lineno);
+    char *tab = strchr(line, '\t');
+    if (!tab)
+        return tern_error(TERN_ERR_FORMAT, "%s: line %ld: no TAB between the source n-gram and its targets",
+                          rd->path, rd->lineno);
+    *tab = 0;
+    int src[VMAP_MAX_N] = {0}, n;
+    int known = parse_ngram(rd, line, src, &n);
+    int is_always = n == 0 && known && line[0] == 0;
+    if (!known || (n == 0 && !is_always)) {
+        rd->dropped_rules++;
+        return TERN_OK;
+    }
+    int start = rd->v->n_ids;
+    tern_status_t st = add_targets(rd, tab + 1, is_always);
+    return st || is_always ? st : add_rule(rd, src, n, start);
+}
+
+static tern_status_t read_rules(vmap_reader_t *rd, FILE *f) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t r;
+    tern_status_t st = TERN_OK;
+    while (!st && (r = getline(&line, &cap, f)) >= 0) {
+        rd->lineno++;
+        while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) line[--r] = 0;
+        if (r > 0) st = read_rule_line(rd, line, (size_t)r);
+    }
+    free(line);
+    return st;
+}
+
 tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab, const vocab_t *tgt_vocab,
                         const int *always, int n_always) {
     *out = NULL;
@@ -270,109 +380,28 @@ tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab
                           ID_LIMIT);
     FILE *f = fopen(path, "rb");
     if (!f) return tern_error(TERN_ERR_IO, "%s: cannot open the vocabulary map", path);
-    vmap_t *v = calloc(1, sizeof *v);
+    vmap_reader_t rd = {.path = path, .src_vocab = src_vocab, .tgt_vocab = tgt_vocab};
+    vmap_t *v = rd.v = calloc(1, sizeof *v);
     if (!v) {
         fclose(f);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
     v->tgt_size = vocab_size(tgt_vocab);
     tern_status_t st = TERN_OK;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t r;
-    long lineno = 0, dropped_rules = 0, dropped_targets = 0, long_rules = 0;
-    int ids_cap = 0, rule_cap = 0, always_cap = 0;
-    for (int i = 0; i < n_always; i++)
-        if (always[i] >= 0 && !push_id(&v->always, &v->n_always, &always_cap, always[i])) st = TERN_ERR_NOMEM;
-    while (!st && (r = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) line[--r] = 0;
-        if (r == 0) continue;
-        if (memchr(line, 0, (size_t)r)) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: line %ld: a NUL byte", path, lineno);
-            break;
-        }
-        char *tab = strchr(line, '\t');
-        if (!tab) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: line %ld: no TAB between the source n-gram and its targets",
-                            path, lineno);
-            break;
-        }
-        *tab = 0;
-        /* the source n-gram */
-        int src[VMAP_MAX_N] = {0}, n = 0, known = 1;
-        for (char *p = line, *sp; *p && known; p = sp ? sp + 1 : p + strlen(p)) {
-            sp = strchr(p, ' ');
-            size_t len = sp ? (size_t)(sp - p) : strlen(p);
-            if (len == 0) continue;
-            if (n == VMAP_MAX_N) {
-                known = 0;
-                long_rules++;
-                break;
-            }
-            int id = vocab_lookup_n(src_vocab, p, len);
-            if (id < 0) known = 0;
-            else src[n++] = id;
-            if (!sp) break;
-        }
-        int is_always = n == 0 && known && line[0] == 0;
-        if (!known || (n == 0 && !is_always)) {
-            dropped_rules++;
-            continue;
-        }
-        int start = v->n_ids;
-        for (char *p = tab + 1, *sp; *p; p = sp ? sp + 1 : p + strlen(p)) {
-            sp = strchr(p, ' ');
-            size_t len = sp ? (size_t)(sp - p) : strlen(p);
-            if (len) {
-                int id = vocab_lookup_n(tgt_vocab, p, len);
-                if (id < 0) dropped_targets++;
-                else if (is_always) {
-                    if (!push_id(&v->always, &v->n_always, &always_cap, id)) st = TERN_ERR_NOMEM;
-                } else if (!push_id(&v->ids, &v->n_ids, &ids_cap, id)) st = TERN_ERR_NOMEM;
-            }
-            if (!sp) break;
-        }
-        if (st || is_always) continue;
-        int added;
-        int32_t g = hash64_insert(&v->rules, ngram_key(src, n), &added);
-        if (g < 0) {
-            st = TERN_ERR_NOMEM;
-            break;
-        }
-        if (!added) { /* a repeated n-gram: the later line replaces the earlier (as CTranslate2) */
-            v->start[g] = start;
-            v->cnt[g] = v->n_ids - start;
-            continue;
-        }
-        if (g >= rule_cap) {
-            int nc = rule_cap ? rule_cap * 2 : 4096;
-            int *ns = realloc(v->start, (size_t)nc * sizeof *ns);
-            if (ns) v->start = ns;
-            int *nn = ns ? realloc(v->cnt, (size_t)nc * sizeof *nn) : NULL;
-            if (!ns || !nn) {
-                st = TERN_ERR_NOMEM;
-                break;
-            }
-            v->cnt = nn;
-            rule_cap = nc;
-        }
-        v->start[g] = start;
-        v->cnt[g] = v->n_ids - start;
-        if (n > v->max_n) v->max_n = n;
-    }
+    for (int i = 0; i < n_always && !st; i++)
+        if (always[i] >= 0 && !push_id(&v->always, &v->n_always, &rd.always_cap, always[i])) st = TERN_ERR_NOMEM;
+    if (!st) st = read_rules(&rd, f);
     if (!st && ferror(f)) st = tern_error(TERN_ERR_IO, "%s: read error", path);
-    if (st == TERN_ERR_NOMEM) tern_error(st, "%s: out of memory at line %ld", path, lineno);
-    free(line);
+    if (st == TERN_ERR_NOMEM) tern_error(st, "%s: out of memory at line %ld", path, rd.lineno);
     fclose(f);
     if (st) {
         vmap_free(v);
         return st;
     }
-    if (dropped_rules || dropped_targets || long_rules)
+    if (rd.dropped_rules || rd.dropped_targets || rd.long_rules)
         TERN_WARN("%s: %ld rule(s) with source pieces not in the model's vocabulary, %ld with more than %d "
                   "pieces (ignored); %ld target piece(s) not in the target vocabulary (ignored)",
-                  path, dropped_rules, long_rules, VMAP_MAX_N, dropped_targets);
+                  path, rd.dropped_rules, rd.long_rules, VMAP_MAX_N, rd.dropped_targets);
     *out = v;
     return TERN_OK;
 }

@@ -358,164 +358,140 @@ static int cat_is(uint32_t c, char major) {
     return 0;
 }
 
-#define SWAP_AB() do { uint32_t *t_ = src; src = dst; dst = t_; } while (0)
+/* The one- and two-character classes of the tokenizers' patterns. */
+static int not_digit(uint32_t c) { return !is_digit(c); }
+static int is_dot_or_comma(uint32_t c) { return c == '.' || c == ','; }
+static int is_hyphen(uint32_t c) { return c == '-'; }
+static int not_number(uint32_t c) { return !cat_is(c, 'N'); }
+static int is_punctuation(uint32_t c) { return cat_is(c, 'P'); }
+static int is_symbol(uint32_t c) { return cat_is(c, 'S'); }
 
-tern_status_t text_tokenize(const char **out, size_t *out_len, text_buf_t *tb, const char *line,
-                            score_tokenizer_t tok, int lowercase) {
-    size_t len = strlen(line);
-    /* every pass below at most triples the length (+2 for the padding) */
-    if (!tb_reserve(tb, 2 * len + 8)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-    uint32_t *src = tb->a, *dst = tb->b;
-    size_t n = text_decode(src, line, len);
-    if (lowercase) {
-        n = text_lower(dst, src, n);
-        SWAP_AB();
+/* One re.sub() of a tokenizer. With first only: (first) -> " \1 ". With second too:
+ * (first)(second) -> "\1 \2 ", or " \1 \2" when space_before. */
+typedef struct {
+    int (*first)(uint32_t c);
+    int (*second)(uint32_t c);
+    int space_before;
+} sub_rule_t;
+
+/* sacreBLEU's Tokenizer13a after its padding (TokenizerRegexp's rules 1 to 4). */
+static const sub_rule_t rules_13a[] = {
+    {is_13a_punct, NULL, 0},          /* ([\{-\~\[-\` -\&\(-\+\:-\@\/]) -> " \1 " */
+    {not_digit, is_dot_or_comma, 0},  /* ([^0-9])([\.,]) -> "\1 \2 " */
+    {is_dot_or_comma, not_digit, 1},  /* ([\.,])([^0-9]) -> " \1 \2" */
+    {is_digit, is_hyphen, 0},         /* ([0-9])(-) -> "\1 \2 " */
+};
+
+/* sacreBLEU's TokenizerV14International. */
+static const sub_rule_t rules_intl[] = {
+    {not_number, is_punctuation, 0},  /* (\P{N})(\p{P}) -> "\1 \2 " */
+    {is_punctuation, not_number, 1},  /* (\p{P})(\P{N}) -> " \1 \2" */
+    {is_symbol, NULL, 0},             /* (\p{S}) -> " \1 " */
+};
+
+/* Tokenizer13a's str.replace() calls before the rules: pattern, replacement (-1: none). */
+typedef struct {
+    const char *pat;
+    int rep;
+} replace_rule_t;
+
+static const replace_rule_t unwrap_13a[] = {{"<skipped>", -1}, {"-\n", -1}, {"\n", ' '}};
+static const replace_rule_t entities_13a[] = {{"&quot;", '"'}, {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}};
+
+#define N_RULES(t) ((int)(sizeof t / sizeof t[0]))
+
+/* The text between passes: n code points in src; each pass writes dst, then the two swap. */
+typedef struct {
+    text_buf_t *tb;
+    uint32_t *src, *dst;
+    size_t n;
+} passes_t;
+
+static tern_status_t tokenizer_nomem(void) { return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory"); }
+
+/* Grows both scratch arrays to `need` code points, src staying src. */
+static int passes_reserve(passes_t *p, size_t need) {
+    if (need <= p->tb->cap) return 1;
+    int src_is_a = p->src == p->tb->a;
+    if (!tb_reserve(p->tb, need)) return 0;
+    p->src = src_is_a ? p->tb->a : p->tb->b;
+    p->dst = src_is_a ? p->tb->b : p->tb->a;
+    return 1;
+}
+
+/* What the pass wrote to dst (n code points) becomes the next pass's src. */
+static void passes_swap(passes_t *p, size_t n) {
+    uint32_t *t = p->src;
+    p->src = p->dst;
+    p->dst = t;
+    p->n = n;
+}
+
+static void replace_all(passes_t *p, const replace_rule_t *rules, int n_rules) {
+    for (int r = 0; r < n_rules; r++)
+        passes_swap(p, replace_ascii(p->dst, p->src, p->n, rules[r].pat, rules[r].rep));
+}
+
+static size_t sub_one(uint32_t *o, const uint32_t *s, size_t n, const sub_rule_t *r) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (r->first(s[i])) { o[k++] = ' '; o[k++] = s[i]; o[k++] = ' '; }
+        else o[k++] = s[i];
     }
-    n = text_rstrip_len(src, n);
+    return k;
+}
 
-    if (tok == SCORE_TOK_13A) {
-        static const char *const pats[3] = {"<skipped>", "-\n", "\n"};
-        static const int reps[3] = {-1, -1, ' '};
-        for (int p = 0; p < 3; p++) {
-            n = replace_ascii(dst, src, n, pats[p], reps[p]);
-            SWAP_AB();
-        }
-        int amp = 0;
-        for (size_t i = 0; i < n && !amp; i++) amp = src[i] == '&';
-        if (amp) {
-            static const char *const ents[4] = {"&quot;", "&amp;", "&lt;", "&gt;"};
-            static const char reps2[4] = {'"', '&', '<', '>'};
-            for (int p = 0; p < 4; p++) {
-                n = replace_ascii(dst, src, n, ents[p], reps2[p]);
-                SWAP_AB();
-            }
-        }
-        /* pad, and rule 1: ( punct ) -> " \1 " */
-        size_t need = 3 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        size_t k = 0;
-        dst[k++] = ' ';
-        for (size_t i = 0; i < n; i++) {
-            uint32_t c = src[i];
-            if (is_13a_punct(c)) { dst[k++] = ' '; dst[k++] = c; dst[k++] = ' '; }
-            else dst[k++] = c;
-        }
-        dst[k++] = ' ';
-        n = k;
-        SWAP_AB();
-        /* rule 2: ([^0-9])([\.,]) -> "\1 \2 " (at most doubles) */
-        need = 2 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && !is_digit(src[i]) && (src[i + 1] == '.' || src[i + 1] == ',')) {
-                dst[k++] = src[i]; dst[k++] = ' '; dst[k++] = src[i + 1]; dst[k++] = ' ';
-                i += 2;
-            } else dst[k++] = src[i++];
-        }
-        n = k;
-        SWAP_AB();
-        /* rule 3: ([\.,])([^0-9]) -> " \1 \2" */
-        need = 2 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && (src[i] == '.' || src[i] == ',') && !is_digit(src[i + 1])) {
-                dst[k++] = ' '; dst[k++] = src[i]; dst[k++] = ' '; dst[k++] = src[i + 1];
-                i += 2;
-            } else dst[k++] = src[i++];
-        }
-        n = k;
-        SWAP_AB();
-        /* rule 4: ([0-9])(-) -> "\1 \2 " */
-        need = 2 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && is_digit(src[i]) && src[i + 1] == '-') {
-                dst[k++] = src[i]; dst[k++] = ' '; dst[k++] = '-'; dst[k++] = ' ';
-                i += 2;
-            } else dst[k++] = src[i++];
-        }
-        n = k;
-        SWAP_AB();
-    } else if (tok == SCORE_TOK_INTL) {
-        /* (\P{N})(\p{P}) -> "\1 \2 " */
-        size_t need = 2 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        size_t k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && !cat_is(src[i], 'N') && cat_is(src[i + 1], 'P')) {
-                dst[k++] = src[i]; dst[k++] = ' '; dst[k++] = src[i + 1]; dst[k++] = ' ';
-                i += 2;
-            } else dst[k++] = src[i++];
-        }
-        n = k;
-        SWAP_AB();
-        /* (\p{P})(\P{N}) -> " \1 \2" */
-        need = 2 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        k = 0;
-        for (size_t i = 0; i < n;) {
-            if (i + 1 < n && cat_is(src[i], 'P') && !cat_is(src[i + 1], 'N')) {
-                dst[k++] = ' '; dst[k++] = src[i]; dst[k++] = ' '; dst[k++] = src[i + 1];
-                i += 2;
-            } else dst[k++] = src[i++];
-        }
-        n = k;
-        SWAP_AB();
-        /* (\p{S}) -> " \1 " */
-        need = 3 * n + 8;
-        if (need > tb->cap) {
-            int src_is_a = src == tb->a;
-            if (!tb_reserve(tb, need)) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
-            src = src_is_a ? tb->a : tb->b;
-            dst = src_is_a ? tb->b : tb->a;
-        }
-        k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (cat_is(src[i], 'S')) { dst[k++] = ' '; dst[k++] = src[i]; dst[k++] = ' '; }
-            else dst[k++] = src[i];
-        }
-        n = k;
-        SWAP_AB();
+static size_t sub_pair(uint32_t *o, const uint32_t *s, size_t n, const sub_rule_t *r) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 1 < n && r->first(s[i]) && r->second(s[i + 1])) {
+            if (r->space_before) o[k++] = ' ';
+            o[k++] = s[i]; o[k++] = ' '; o[k++] = s[i + 1];
+            if (!r->space_before) o[k++] = ' ';
+            i += 2;
+        } else o[k++] = s[i++];
     }
+    return k;
+}
 
-    /* ' '.join(line.split()) — for char, every non-space character is its own token */
+/* Each rule in turn over the whole text, as re.sub() takes non-overlapping matches left to right. */
+static tern_status_t apply_rules(passes_t *p, const sub_rule_t *rules, int n_rules) {
+    for (int r = 0; r < n_rules; r++) {
+        const sub_rule_t *rule = &rules[r];
+        /* a one-character rule at most triples the text, a two-character one doubles it */
+        if (!passes_reserve(p, (rule->second ? 2 : 3) * p->n + 8)) return tokenizer_nomem();
+        passes_swap(p, rule->second ? sub_pair(p->dst, p->src, p->n, rule) : sub_one(p->dst, p->src, p->n, rule));
+    }
+    return TERN_OK;
+}
+
+/* f" {line} " */
+static tern_status_t pad_with_spaces(passes_t *p) {
+    if (!passes_reserve(p, p->n + 2 + 8)) return tokenizer_nomem();
+    p->dst[0] = ' ';
+    memcpy(p->dst + 1, p->src, p->n * sizeof *p->src);
+    p->dst[p->n + 1] = ' ';
+    passes_swap(p, p->n + 2);
+    return TERN_OK;
+}
+
+static tern_status_t tokenize_13a(passes_t *p) {
+    replace_all(p, unwrap_13a, N_RULES(unwrap_13a));
+    int amp = 0;
+    for (size_t i = 0; i < p->n && !amp; i++) amp = p->src[i] == '&';
+    if (amp) replace_all(p, entities_13a, N_RULES(entities_13a));
+    tern_status_t st = pad_with_spaces(p);
+    return st ? st : apply_rules(p, rules_13a, N_RULES(rules_13a));
+}
+
+/* ' '.join(line.split()) into tb->out as UTF-8; with char_tokens, every non-space character is
+ * its own token. */
+static tern_status_t join_split(const char **out, size_t *out_len, text_buf_t *tb, const uint32_t *s, size_t n,
+                                int char_tokens) {
     size_t need_out = 5 * n + 1;
     if (need_out > tb->out_cap) {
         char *o = realloc(tb->out, need_out);
-        if (!o) return tern_error(TERN_ERR_NOMEM, "tokenizer: out of memory");
+        if (!o) return tokenizer_nomem();
         tb->out = o;
         tb->out_cap = need_out;
     }
@@ -523,12 +499,12 @@ tern_status_t text_tokenize(const char **out, size_t *out_len, text_buf_t *tb, c
     size_t k = 0;
     int pending_space = 0;
     for (size_t i = 0; i < n; i++) {
-        uint32_t c = src[i];
+        uint32_t c = s[i];
         if (text_is_py_space(c)) {
             if (k) pending_space = 1;
             continue;
         }
-        if (pending_space || (tok == SCORE_TOK_CHAR && k)) o[k++] = ' ';
+        if (pending_space || (char_tokens && k)) o[k++] = ' ';
         pending_space = 0;
         k += encode1(o + k, c);
     }
@@ -536,4 +512,18 @@ tern_status_t text_tokenize(const char **out, size_t *out_len, text_buf_t *tb, c
     *out = o;
     *out_len = k;
     return TERN_OK;
+}
+
+tern_status_t text_tokenize(const char **out, size_t *out_len, text_buf_t *tb, const char *line,
+                            score_tokenizer_t tok, int lowercase) {
+    size_t len = strlen(line);
+    /* decoding and lowercasing make at most 2 code points of a byte; the rules reserve more */
+    if (!tb_reserve(tb, 2 * len + 8)) return tokenizer_nomem();
+    passes_t p = {tb, tb->a, tb->b, text_decode(tb->a, line, len)};
+    if (lowercase) passes_swap(&p, text_lower(p.dst, p.src, p.n));
+    p.n = text_rstrip_len(p.src, p.n);
+    tern_status_t st = TERN_OK;
+    if (tok == SCORE_TOK_13A) st = tokenize_13a(&p);
+    else if (tok == SCORE_TOK_INTL) st = apply_rules(&p, rules_intl, N_RULES(rules_intl));
+    return st ? st : join_split(out, out_len, tb, p.src, p.n, tok == SCORE_TOK_CHAR);
 }

@@ -469,133 +469,164 @@ static int same_shape(const tensor_t *a, const tensor_t *b) {
     return 1;
 }
 
+/* An averaging: the n inputs, and the output's nt tensors (the averaged ones in buffers of their
+ * own) and aliases. */
+typedef struct {
+    weights_t **w;          /* (n) */
+    int n;
+    tensor_t *t;            /* (nt) */
+    int nt;
+    void **bufs;            /* (nb) the averaged tensors' data */
+    int nb;
+    double *acc;            /* (the largest tensor's numel) */
+    const char **an, **at;  /* (n_alias) the aliases written: names and targets */
+    int n_alias;
+} average_t;
+
+static tern_status_t load_inputs(average_t *avg, const char *const *dirs) {
+    char p[4096];
+    tern_status_t st;
+    for (int k = 0; k < avg->n; k++)
+        if ((st = weights_load_safetensors(&avg->w[k], path_join(p, sizeof p, dirs[k], "model.safetensors"))))
+            return st;
+    avg->nt = weights_count(avg->w[0]);
+    int nt = avg->nt > 0 ? avg->nt : 1;
+    avg->t = calloc((size_t)nt, sizeof *avg->t);
+    avg->bufs = calloc((size_t)nt, sizeof *avg->bufs);
+    int64_t max_numel = 1;
+    for (int i = 0; i < avg->nt; i++) max_numel = TERN_MAX(max_numel, weights_at(avg->w[0], i)->numel);
+    avg->acc = malloc(sizeof *avg->acc * (size_t)max_numel);
+    if (!avg->t || !avg->bufs || !avg->acc) return tern_error(TERN_ERR_NOMEM, "average: out of memory");
+    return TERN_OK;
+}
+
+/* No input is quantized, and all have as many tensors as the first. */
+static tern_status_t check_inputs(const average_t *avg) {
+    for (int k = 0; k < avg->n; k++)
+        for (int i = 0; i < weights_count(avg->w[k]); i++) {
+            const tensor_t *q = weights_at(avg->w[k], i);
+            if (q->rank > 0 && (q->dtype == DT_I8 || q->dtype == DT_I16))
+                return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s): quantized models cannot "
+                                  "be averaged (average float checkpoints, then quantize)", weights_path(avg->w[k]),
+                                  q->name, dtype_name(q->dtype));
+        }
+    for (int k = 1; k < avg->n; k++)
+        if (weights_count(avg->w[k]) != avg->nt)
+            return tern_error(TERN_ERR_MISMATCH, "%s has %d tensors but %s has %d", weights_path(avg->w[k]),
+                              weights_count(avg->w[k]), weights_path(avg->w[0]), avg->nt);
+    return TERN_OK;
+}
+
+/* Every other input holds the first's tensor a with its shape and kind (float or not), and an
+ * integer tensor equal to it. */
+static tern_status_t check_same_tensor(const average_t *avg, const tensor_t *a) {
+    for (int k = 1; k < avg->n; k++) {
+        const tensor_t *b = weights_get(avg->w[k], a->name);
+        if (!b || !same_shape(a, b) || is_float_dt(a->dtype) != is_float_dt(b->dtype))
+            return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s' %s (as in %s)", weights_path(avg->w[k]), a->name,
+                              b ? "has another shape or dtype" : "missing", weights_path(avg->w[0]));
+        if (!is_float_dt(a->dtype) && (b->dtype != a->dtype || memcmp(a->data, b->data, a->nbytes)))
+            return tern_error(TERN_ERR_MISMATCH, "%s: integer tensor '%s' differs from %s's", weights_path(avg->w[k]),
+                              a->name, weights_path(avg->w[0]));
+    }
+    return TERN_OK;
+}
+
+/* Output tensor i: a float tensor becomes the inputs' mean (accumulated in float64, written as
+ * float32); another is the first input's. */
+static tern_status_t average_tensor(average_t *avg, int i) {
+    const tensor_t *a = weights_at(avg->w[0], i);
+    avg->t[i] = *a;
+    tern_status_t st = check_same_tensor(avg, a);
+    if (st || !is_float_dt(a->dtype)) return st;
+    double *acc = avg->acc;
+    for (int64_t j = 0; j < a->numel; j++) acc[j] = 0.0;
+    for (int k = 0; k < avg->n; k++) {
+        const tensor_t *b = k ? weights_get(avg->w[k], a->name) : a;
+        if (b->dtype == DT_F32) {
+            const float *x = b->data;
+            for (int64_t j = 0; j < a->numel; j++) acc[j] += (double)x[j];
+        } else {
+            for (int64_t j = 0; j < a->numel; j++) acc[j] += (double)tensor_get_f32(b, j);
+        }
+    }
+    float *o = aligned_alloc64((size_t)a->numel * sizeof(float));
+    if (!o) return tern_error(TERN_ERR_NOMEM, "average: tensor '%s': out of memory", a->name);
+    avg->bufs[avg->nb++] = o;
+    for (int64_t j = 0; j < a->numel; j++) o[j] = (float)(acc[j] / (double)avg->n);
+    avg->t[i].dtype = DT_F32;
+    avg->t[i].data = o;
+    avg->t[i].nbytes = (size_t)a->numel * sizeof(float);
+    return TERN_OK;
+}
+
+/* The first input's aliases, less the derived ones. */
+static tern_status_t collect_aliases(average_t *avg) {
+    int na = weights_alias_count(avg->w[0]);
+    avg->an = calloc((size_t)na + 1, sizeof *avg->an);
+    avg->at = calloc((size_t)na + 1, sizeof *avg->at);
+    if (!avg->an || !avg->at) return tern_error(TERN_ERR_NOMEM, "average: out of memory");
+    for (int i = 0; i < na; i++) {
+        if (weights_alias_is_derived(avg->w[0], i)) continue;
+        avg->an[avg->n_alias] = weights_alias_at(avg->w[0], i, &avg->at[avg->n_alias]);
+        avg->n_alias++;
+    }
+    return TERN_OK;
+}
+
+/* The directory that holds a path (its first l bytes, trailing slashes left out). */
+static void parent_dir(char *parent, size_t size, const char *path, size_t l) {
+    snprintf(parent, size, "%.*s", (int)l, path);
+    char *slash = strrchr(parent, '/');
+    if (slash == parent) parent[1] = 0;
+    else if (slash) *slash = 0;
+    else snprintf(parent, size, ".");
+}
+
+/* Written like a checkpoint: a temporary directory beside out_dir, renamed into place; the
+ * configuration and side files come from first_dir. */
+static tern_status_t write_average(const average_t *avg, const char *out_dir, const char *first_dir) {
+    size_t l = strlen(out_dir);
+    while (l > 1 && out_dir[l - 1] == '/') l--;
+    char parent[4096], name[128], tmp[4096], p[4096], cnt[32];
+    parent_dir(parent, sizeof parent, out_dir, l);
+    snprintf(name, sizeof name, TMP_PREFIX "average-%ld", (long)getpid());
+    snprintf(tmp, sizeof tmp, "%.*s%s", (int)l, out_dir, name);
+    if (mkdir(tmp, 0755) != 0)
+        return tern_error(TERN_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
+    snprintf(cnt, sizeof cnt, "%d", avg->n);
+    const char *spec = weights_metadata(avg->w[0], "ct2_spec");
+    const char *mk[] = {"averaged_models", "ct2_spec"}, *mv[] = {cnt, spec};
+    path_join(p, sizeof p, first_dir, "config.json");
+    tern_status_t st;
+    if ((st = model_dir_write_weights(tmp, avg->t, avg->nt, avg->an, avg->at, avg->n_alias, mk, mv, spec ? 2 : 1)) ||
+        (st = model_dir_write_config(tmp, file_exists(p) ? p : NULL, NULL, NULL)) ||
+        (st = model_dir_copy_side_files(first_dir, tmp)) || (st = publish_dir(parent, tmp, out_dir)))
+        remove_tree(tmp);
+    return st;
+}
+
+static void average_free(average_t *avg) {
+    for (int i = 0; i < avg->nb; i++) aligned_free(avg->bufs[i]);
+    free(avg->bufs);
+    free(avg->acc);
+    free(avg->t);
+    free(avg->an);
+    free(avg->at);
+    for (int i = 0; i < avg->n; i++) weights_free(avg->w[i]);
+    free(avg->w);
+}
+
 tern_status_t ckpt_average(const char *out_dir, const char *const *dirs, int n) {
     if (n < 1) return tern_error(TERN_ERR_INVALID_ARG, "average: no model directories");
-    tern_status_t st = TERN_OK;
-    weights_t **w = calloc((size_t)n, sizeof *w);
-    tensor_t *t = NULL;
-    void **bufs = NULL;
-    double *acc = NULL;
-    const char **an = NULL, **at = NULL;
-    int nt = 0, nb = 0;
-    char p[4096], tmp[4096], name[128];
-    tmp[0] = 0;
-    if (!w) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < n; k++)
-        if ((st = weights_load_safetensors(&w[k], path_join(p, sizeof p, dirs[k], "model.safetensors")))) goto done;
-    nt = weights_count(w[0]);
-    t = calloc((size_t)(nt > 0 ? nt : 1), sizeof *t);
-    bufs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *bufs);
-    int64_t max_numel = 1;
-    for (int i = 0; i < nt; i++) max_numel = TERN_MAX(max_numel, weights_at(w[0], i)->numel);
-    acc = malloc(sizeof *acc * (size_t)max_numel);
-    if (!t || !bufs || !acc) {
-        st = tern_error(TERN_ERR_NOMEM, "average: out of memory");
-        goto done;
-    }
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < weights_count(w[k]); i++) {
-            const tensor_t *q = weights_at(w[k], i);
-            if (q->rank > 0 && (q->dtype == DT_I8 || q->dtype == DT_I16)) {
-                st = tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' is quantized (%s): quantized models cannot be "
-                                "averaged (average float checkpoints, then quantize)", weights_path(w[k]), q->name,
-                                dtype_name(q->dtype));
-                goto done;
-            }
-        }
-    for (int k = 1; k < n; k++)
-        if (weights_count(w[k]) != nt) {
-            st = tern_error(TERN_ERR_MISMATCH, "%s has %d tensors but %s has %d", weights_path(w[k]),
-                            weights_count(w[k]), weights_path(w[0]), nt);
-            goto done;
-        }
-    for (int i = 0; i < nt; i++) {
-        const tensor_t *a = weights_at(w[0], i);
-        t[i] = *a;
-        for (int k = 1; k < n; k++) {
-            const tensor_t *b = weights_get(w[k], a->name);
-            if (!b || !same_shape(a, b) || is_float_dt(a->dtype) != is_float_dt(b->dtype)) {
-                st = tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s' %s (as in %s)", weights_path(w[k]), a->name,
-                                b ? "has another shape or dtype" : "missing", weights_path(w[0]));
-                goto done;
-            }
-            if (!is_float_dt(a->dtype) && (b->dtype != a->dtype || memcmp(a->data, b->data, a->nbytes))) {
-                st = tern_error(TERN_ERR_MISMATCH, "%s: integer tensor '%s' differs from %s's", weights_path(w[k]),
-                                a->name, weights_path(w[0]));
-                goto done;
-            }
-        }
-        if (!is_float_dt(a->dtype)) continue;
-        for (int64_t j = 0; j < a->numel; j++) acc[j] = 0.0;
-        for (int k = 0; k < n; k++) {
-            const tensor_t *b = k ? weights_get(w[k], a->name) : a;
-            if (b->dtype == DT_F32) {
-                const float *x = b->data;
-                for (int64_t j = 0; j < a->numel; j++) acc[j] += (double)x[j];
-            } else {
-                for (int64_t j = 0; j < a->numel; j++) acc[j] += (double)tensor_get_f32(b, j);
-            }
-        }
-        float *o = aligned_alloc64((size_t)a->numel * sizeof(float));
-        if (!o) {
-            st = tern_error(TERN_ERR_NOMEM, "average: tensor '%s': out of memory", a->name);
-            goto done;
-        }
-        bufs[nb++] = o;
-        for (int64_t j = 0; j < a->numel; j++) o[j] = (float)(acc[j] / (double)n);
-        t[i].dtype = DT_F32;
-        t[i].data = o;
-        t[i].nbytes = (size_t)a->numel * sizeof(float);
-    }
-    int na = weights_alias_count(w[0]), k = 0;
-    an = calloc((size_t)na + 1, sizeof *an);
-    at = calloc((size_t)na + 1, sizeof *at);
-    if (!an || !at) {
-        st = tern_error(TERN_ERR_NOMEM, "average: out of memory");
-        goto done;
-    }
-    for (int i = 0; i < na; i++) {
-        if (weights_alias_is_derived(w[0], i)) continue;
-        an[k] = weights_alias_at(w[0], i, &at[k]);
-        k++;
-    }
-    /* Written like a checkpoint: a temporary directory beside out_dir, renamed into place. */
-    {
-        size_t l = strlen(out_dir);
-        while (l > 1 && out_dir[l - 1] == '/') l--;
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%.*s", (int)l, out_dir);
-        char *slash = strrchr(parent, '/');
-        if (slash == parent) parent[1] = 0;
-        else if (slash) *slash = 0;
-        else snprintf(parent, sizeof parent, ".");
-        snprintf(name, sizeof name, TMP_PREFIX "average-%ld", (long)getpid());
-        snprintf(tmp, sizeof tmp, "%.*s%s", (int)l, out_dir, name);
-        if (mkdir(tmp, 0755) != 0) {
-            st = tern_error(TERN_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
-            tmp[0] = 0;
-            goto done;
-        }
-        char cnt[32];
-        snprintf(cnt, sizeof cnt, "%d", n);
-        const char *spec = weights_metadata(w[0], "ct2_spec");
-        const char *mk[] = {"averaged_models", "ct2_spec"}, *mv[] = {cnt, spec};
-        path_join(p, sizeof p, dirs[0], "config.json");
-        if ((st = model_dir_write_weights(tmp, t, nt, an, at, k, mk, mv, spec ? 2 : 1)) ||
-            (st = model_dir_write_config(tmp, file_exists(p) ? p : NULL, NULL, NULL)) ||
-            (st = model_dir_copy_side_files(dirs[0], tmp)) || (st = publish_dir(parent, tmp, out_dir)))
-            goto done;
-        tmp[0] = 0;
-    }
-done:
-    if (tmp[0]) remove_tree(tmp);
-    for (int i = 0; i < nb; i++) aligned_free(bufs[i]);
-    free(bufs);
-    free(acc);
-    free(t);
-    free(an);
-    free(at);
-    for (int i = 0; i < n; i++) weights_free(w[i]);
-    free(w);
+    average_t avg = {.n = n};
+    avg.w = calloc((size_t)n, sizeof *avg.w);
+    if (!avg.w) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    tern_status_t st = load_inputs(&avg, dirs);
+    if (!st) st = check_inputs(&avg);
+    for (int i = 0; !st && i < avg.nt; i++) st = average_tensor(&avg, i);
+    if (!st) st = collect_aliases(&avg);
+    if (!st) st = write_average(&avg, out_dir, dirs[0]);
+    average_free(&avg);
     return st;
 }

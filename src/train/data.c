@@ -385,158 +385,187 @@ typedef struct {
     int n[2], unk[2];
 } slot_t;
 
-static tern_status_t build_cache(const char *cache_path, const char *src_path, const char *tgt_path,
-                                 const data_vocab_t *v, uint64_t hash, int threads) {
+/* One streaming build: the text files are read CHUNK pairs at a time, encoded in parallel, and
+ * their index entries and tokens written in place into a temporary file, renamed at the end. */
+typedef struct {
+    const char *cache_path;
+    const char *path[2];      /* source and target text */
+    const data_vocab_t *v;
+    int64_t pairs;
+    char *tmp;                /* the temporary file's path */
+    FILE *text[2];
+    int fd;
+    slot_t *slots;            /* (CHUNK) */
+    uint8_t *index;           /* (CHUNK x 16) a chunk's index entries */
+    int32_t *tok;             /* (tok_cap) a chunk's tokens */
+    size_t tok_cap;
+    uint64_t tokens_off, n_tokens, unk[2];
+} cache_build_t;
+
+static tern_status_t count_pairs(const char *src_path, const char *tgt_path, int64_t *pairs) {
     int64_t ns, nt;
     tern_status_t st;
     if ((st = count_lines(src_path, &ns)) || (st = count_lines(tgt_path, &nt))) return st;
     if (ns != nt)
         return tern_error(TERN_ERR_INPUT, "%s has %lld lines but %s has %lld", src_path, (long long)ns, tgt_path,
                           (long long)nt);
-    size_t pl = strlen(cache_path) + 32;
-    char *tmp = malloc(pl);
-    slot_t *slots = calloc(CHUNK, sizeof *slots);
-    uint8_t *index = malloc((size_t)CHUNK * 16);
-    int32_t *tok = NULL;
-    size_t tok_cap = 0;
-    FILE *fs = NULL, *ft = NULL;
-    int fd = -1;
-    if (!tmp || !slots || !index) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", cache_path);
-        goto done;
+    *pairs = ns;
+    return TERN_OK;
+}
+
+/* Allocates the chunk's buffers, opens both text files and creates the temporary file. */
+static tern_status_t build_open(cache_build_t *b) {
+    size_t pl = strlen(b->cache_path) + 32;
+    b->tmp = malloc(pl);
+    b->slots = calloc(CHUNK, sizeof *b->slots);
+    b->index = malloc((size_t)CHUNK * 16);
+    if (!b->tmp || !b->slots || !b->index) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", b->cache_path);
+    snprintf(b->tmp, pl, "%s.tmp.%ld", b->cache_path, (long)getpid());
+    for (int side = 0; side < 2; side++)
+        if (!(b->text[side] = fopen(b->path[side], "rb")))
+            return tern_error(TERN_ERR_IO, "%s: cannot open: %s", b->path[side], strerror(errno));
+    b->fd = open(b->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (b->fd < 0) return tern_error(TERN_ERR_IO, "%s: cannot create: %s", b->tmp, strerror(errno));
+    return TERN_OK;
+}
+
+/* Reads the next chunk, *cnt pairs from pair `line` on, into the slots. */
+static tern_status_t read_chunk(cache_build_t *b, int64_t line, int *cnt) {
+    int n = 0;
+    while (n < CHUNK && line + n < b->pairs) {
+        slot_t *s = &b->slots[n];
+        for (int side = 0; side < 2; side++) s->len[side] = read_line(&s->line[side], &s->cap[side], b->text[side]);
+        if (s->len[0] < 0 || s->len[1] < 0)
+            return tern_error(TERN_ERR_INPUT, "%s: ended at line %lld while encoding (changed while read?)",
+                              s->len[0] < 0 ? b->path[0] : b->path[1], (long long)(line + n + 1));
+        n++;
     }
-    snprintf(tmp, pl, "%s.tmp.%ld", cache_path, (long)getpid());
-    fs = fopen(src_path, "rb");
-    if (!fs) {
-        st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", src_path, strerror(errno));
-        goto done;
-    }
-    ft = fopen(tgt_path, "rb");
-    if (!ft) {
-        st = tern_error(TERN_ERR_IO, "%s: cannot open: %s", tgt_path, strerror(errno));
-        goto done;
-    }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        st = tern_error(TERN_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    const uint64_t tokens_off = HDR_BYTES + 16 * (uint64_t)ns;
-    uint64_t n_tokens = 0, unk[2] = {0, 0};
-    int64_t line = 0;
-    int nth = threads > 0 ? threads : omp_get_max_threads();
-    while (line < ns) {
-        int cnt = 0;
-        while (cnt < CHUNK && line + cnt < ns) {
-            slot_t *s = &slots[cnt];
-            s->len[0] = read_line(&s->line[0], &s->cap[0], fs);
-            s->len[1] = read_line(&s->line[1], &s->cap[1], ft);
-            if (s->len[0] < 0 || s->len[1] < 0) {
-                st = tern_error(TERN_ERR_INPUT, "%s: ended at line %lld while encoding (changed while read?)",
-                                s->len[0] < 0 ? src_path : tgt_path, (long long)(line + cnt + 1));
-                goto done;
-            }
-            cnt++;
-        }
-        tern_status_t err = TERN_OK;
-        char msg[768] = "";
-        int64_t base = line;
+    *cnt = n;
+    return TERN_OK;
+}
+
+/* Encodes the chunk's cnt pairs (the first is pair `base`) on nth threads; the first error found
+ * names its file and line. */
+static tern_status_t encode_chunk(cache_build_t *b, int cnt, int64_t base, int nth) {
+    tern_status_t err = TERN_OK;
+    char msg[768] = "";
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 16)
-        for (int i = 0; i < cnt; i++) {
-            tern_status_t e;
+    for (int i = 0; i < cnt; i++) {
+        tern_status_t e;
 #pragma omp atomic read
-            e = err;
-            if (e) continue;
-            slot_t *s = &slots[i];
-            for (int side = 0; side < 2; side++) {
-                e = data_vocab_encode(v, side, s->line[side], (size_t)s->len[side], &s->ids[side], &s->n[side],
-                                      &s->unk[side]);
-                if (e) {
+        e = err;
+        if (e) continue;
+        slot_t *s = &b->slots[i];
+        for (int side = 0; side < 2; side++) {
+            e = data_vocab_encode(b->v, side, s->line[side], (size_t)s->len[side], &s->ids[side], &s->n[side],
+                                  &s->unk[side]);
+            if (e) {
 #pragma omp critical(data_build_error)
-                    if (!err) {
-                        snprintf(msg, sizeof msg, "%s:%lld: %s", side ? tgt_path : src_path,
-                                 (long long)(base + i + 1), tern_last_error());
-                        err = e;
-                    }
-                    break;
+                if (!err) {
+                    snprintf(msg, sizeof msg, "%s:%lld: %s", b->path[side], (long long)(base + i + 1),
+                             tern_last_error());
+                    err = e;
                 }
+                break;
             }
         }
-        if (err) {
-            st = tern_error(err, "%s", msg);
-            goto done;
+    }
+    return err ? tern_error(err, "%s", msg) : TERN_OK;
+}
+
+/* Writes the chunk's index entries and tokens (cnt pairs, the first is pair `line`) in place. */
+static tern_status_t write_chunk(cache_build_t *b, int cnt, int64_t line) {
+    size_t chunk_tokens = 0;
+    for (int i = 0; i < cnt; i++) chunk_tokens += (size_t)b->slots[i].n[0] + (size_t)b->slots[i].n[1];
+    if (chunk_tokens > b->tok_cap) {
+        int32_t *nt2 = realloc(b->tok, chunk_tokens * sizeof *b->tok);
+        if (!nt2) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", b->cache_path);
+        b->tok = nt2;
+        b->tok_cap = chunk_tokens;
+    }
+    size_t k = 0;
+    for (int i = 0; i < cnt; i++) {
+        slot_t *s = &b->slots[i];
+        put_u64(b->index + 16 * i, b->n_tokens + k);
+        put_u32(b->index + 16 * i + 8, (uint32_t)s->n[0]);
+        put_u32(b->index + 16 * i + 12, (uint32_t)s->n[1]);
+        for (int side = 0; side < 2; side++) {
+            memcpy(b->tok + k, s->ids[side], sizeof *b->tok * (size_t)s->n[side]);
+            k += (size_t)s->n[side];
+            b->unk[side] += (uint64_t)s->unk[side];
+            free(s->ids[side]);
+            s->ids[side] = NULL;
         }
-        size_t chunk_tokens = 0;
-        for (int i = 0; i < cnt; i++) chunk_tokens += (size_t)slots[i].n[0] + (size_t)slots[i].n[1];
-        if (chunk_tokens > tok_cap) {
-            int32_t *nt2 = realloc(tok, chunk_tokens * sizeof *tok);
-            if (!nt2) {
-                st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", cache_path);
-                goto done;
-            }
-            tok = nt2;
-            tok_cap = chunk_tokens;
+    }
+    tern_status_t st;
+    if ((st = pwrite_all(b->fd, b->index, (size_t)cnt * 16, HDR_BYTES + 16 * (uint64_t)line, b->tmp)) ||
+        (st = pwrite_all(b->fd, b->tok, k * sizeof *b->tok, b->tokens_off + 4 * b->n_tokens, b->tmp)))
+        return st;
+    b->n_tokens += k;
+    return TERN_OK;
+}
+
+/* Writes the header (the layout at the top of this file), syncs, and renames the file into place. */
+static tern_status_t write_header_and_rename(cache_build_t *b, uint64_t hash) {
+    uint64_t size = b->tokens_off + 4 * b->n_tokens;
+    uint8_t h[HDR_BYTES];
+    memset(h, 0, sizeof h);
+    memcpy(h, CACHE_MAGIC, 8);
+    put_u32(h + 8, CACHE_VERSION);
+    put_u32(h + 12, HDR_BYTES);
+    put_u64(h + 16, hash);
+    put_u64(h + 24, (uint64_t)b->pairs);
+    put_u64(h + 32, HDR_BYTES);
+    put_u64(h + 40, b->tokens_off);
+    put_u64(h + 48, b->n_tokens);
+    put_u64(h + 56, size);
+    put_u64(h + 64, b->unk[0]);
+    put_u64(h + 72, b->unk[1]);
+    put_u64(h + 120, XXH3_64bits(h, 120));
+    tern_status_t st = pwrite_all(b->fd, h, sizeof h, 0, b->tmp);
+    if (st) return st;
+    if (ftruncate(b->fd, (off_t)size) != 0 || fsync(b->fd) != 0)
+        return tern_error(TERN_ERR_IO, "%s: write failed: %s", b->tmp, strerror(errno));
+    int rc = close(b->fd);
+    b->fd = -1;
+    if (rc != 0 || rename(b->tmp, b->cache_path) != 0)
+        return tern_error(TERN_ERR_IO, "%s: cannot write: %s", b->cache_path, strerror(errno));
+    return TERN_OK;
+}
+
+/* Frees the build; after a failure (st), removes the temporary file. */
+static void build_close(cache_build_t *b, tern_status_t st) {
+    if (b->fd >= 0) close(b->fd);
+    if (st && b->tmp) unlink(b->tmp);
+    for (int side = 0; side < 2; side++)
+        if (b->text[side]) fclose(b->text[side]);
+    for (int i = 0; b->slots && i < CHUNK; i++)
+        for (int side = 0; side < 2; side++) {
+            free(b->slots[i].line[side]);
+            free(b->slots[i].ids[side]);
         }
-        size_t k = 0;
-        for (int i = 0; i < cnt; i++) {
-            slot_t *s = &slots[i];
-            put_u64(index + 16 * i, n_tokens + k);
-            put_u32(index + 16 * i + 8, (uint32_t)s->n[0]);
-            put_u32(index + 16 * i + 12, (uint32_t)s->n[1]);
-            for (int side = 0; side < 2; side++) {
-                memcpy(tok + k, s->ids[side], sizeof *tok * (size_t)s->n[side]);
-                k += (size_t)s->n[side];
-                unk[side] += (uint64_t)s->unk[side];
-                free(s->ids[side]);
-                s->ids[side] = NULL;
-            }
-        }
-        if ((st = pwrite_all(fd, index, (size_t)cnt * 16, HDR_BYTES + 16 * (uint64_t)line, tmp))) goto done;
-        if ((st = pwrite_all(fd, tok, k * sizeof *tok, tokens_off + 4 * n_tokens, tmp))) goto done;
-        n_tokens += k;
+    free(b->slots);
+    free(b->index);
+    free(b->tok);
+    free(b->tmp);
+}
+
+static tern_status_t build_cache(const char *cache_path, const char *src_path, const char *tgt_path,
+                                 const data_vocab_t *v, uint64_t hash, int threads) {
+    cache_build_t b = {.cache_path = cache_path, .path = {src_path, tgt_path}, .v = v, .fd = -1};
+    tern_status_t st = count_pairs(src_path, tgt_path, &b.pairs);
+    if (st) return st;
+    b.tokens_off = HDR_BYTES + 16 * (uint64_t)b.pairs;
+    int nth = threads > 0 ? threads : omp_get_max_threads();
+    st = build_open(&b);
+    for (int64_t line = 0; !st && line < b.pairs;) {
+        int cnt = 0;
+        if (!(st = read_chunk(&b, line, &cnt)) && !(st = encode_chunk(&b, cnt, line, nth)))
+            st = write_chunk(&b, cnt, line);
         line += cnt;
     }
-    {
-        uint8_t h[HDR_BYTES];
-        memset(h, 0, sizeof h);
-        memcpy(h, CACHE_MAGIC, 8);
-        put_u32(h + 8, CACHE_VERSION);
-        put_u32(h + 12, HDR_BYTES);
-        put_u64(h + 16, hash);
-        put_u64(h + 24, (uint64_t)ns);
-        put_u64(h + 32, HDR_BYTES);
-        put_u64(h + 40, tokens_off);
-        put_u64(h + 48, n_tokens);
-        put_u64(h + 56, tokens_off + 4 * n_tokens);
-        put_u64(h + 64, unk[0]);
-        put_u64(h + 72, unk[1]);
-        put_u64(h + 120, XXH3_64bits(h, 120));
-        if ((st = pwrite_all(fd, h, sizeof h, 0, tmp))) goto done;
-        if (ftruncate(fd, (off_t)(tokens_off + 4 * n_tokens)) != 0 || fsync(fd) != 0) {
-            st = tern_error(TERN_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-            goto done;
-        }
-        int rc = close(fd);
-        fd = -1;
-        if (rc != 0 || rename(tmp, cache_path) != 0) {
-            st = tern_error(TERN_ERR_IO, "%s: cannot write: %s", cache_path, strerror(errno));
-            goto done;
-        }
-    }
-done:
-    if (fd >= 0) close(fd);
-    if (st && tmp) unlink(tmp);
-    if (fs) fclose(fs);
-    if (ft) fclose(ft);
-    for (int i = 0; slots && i < CHUNK; i++)
-        for (int side = 0; side < 2; side++) {
-            free(slots[i].line[side]);
-            free(slots[i].ids[side]);
-        }
-    free(slots);
-    free(index);
-    free(tok);
-    free(tmp);
+    if (!st) st = write_header_and_rename(&b, hash);
+    build_close(&b, st);
     return st;
 }
 

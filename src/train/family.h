@@ -63,9 +63,40 @@ typedef void (*train_backward_hook_t)(void *user, int stage);
 
 enum { TRAIN_MAX_CONFIG_VALUES = 32 };
 
+/* One of a family's own `tern train` options: the CLI builds its option list and the family's
+ * section of --help from the family's table (a NULL name ends it), so that a family parses its
+ * own flags and a flag of another family is an error naming that family. */
+typedef enum {
+    TRAIN_OPT_INT,    /* N: an int field (and field2, when set), in [min, max] */
+    TRAIN_OPT_FLOAT,  /* X: a float field, in [min, max] */
+    TRAIN_OPT_SET,    /* a flag: the int field = value */
+    TRAIN_OPT_CHOICE  /* NAME: the int field = values[i] of choices[i] */
+} train_opt_kind_t;
+
+typedef struct {
+    const char *name;           /* the long option without "--" */
+    train_opt_kind_t kind;
+    size_t field;               /* offsetof() the field in the family's configuration */
+    size_t field2;              /* TRAIN_OPT_INT: a second int field set alike (+1: none) */
+    double min, max;            /* TRAIN_OPT_INT, TRAIN_OPT_FLOAT: the accepted range */
+    int value;                  /* TRAIN_OPT_SET */
+    const char *const *choices; /* TRAIN_OPT_CHOICE: names and their values, NULL-terminated */
+    const int *values;
+    const char *usage;          /* its --help lines as printed (NULL: told by the line before) */
+} train_option_t;
+
+#define TRAIN_OPT_NO_FIELD2 ((size_t)-1)
+
 struct train_family {
     const char *architecture;  /* registry key (config.json "architecture") */
     const char *spec_name;     /* model.safetensors' "ct2_spec" metadata */
+    /* The configuration: its size (the trainer and the CLI hold it opaque), the family's own
+     * `tern train` options and their --help heading, and the check of a combination of them (a
+     * usage error, or NULL). */
+    size_t config_size;
+    const train_option_t *options;
+    const char *options_title;
+    const char *(*check_options)(const void *config);
     /* Creates the model (parameters zero) from the family's configuration and the data. */
     tern_status_t (*create)(train_model_t *m, const void *config, const train_data_dims_t *data);
     void (*destroy)(train_model_t *m);
@@ -108,14 +139,21 @@ struct train_family {
  * (float32, the shapes of m->tensors), out[0..n_tensors), for checkpoints. */
 void train_model_views(const train_model_t *m, const float *buf, tensor_t *out);
 
-/* The registered family of that architecture, or NULL. */
+/* The registry (src/train/family.c): the family of that architecture, or NULL; the i-th family
+ * (0, 1, ...; NULL past the last), the default first. */
 const train_family_t *train_family_find(const char *architecture);
+const train_family_t *train_family_at(int i);
 /* "transformer": the default. */
 #define TRAIN_DEFAULT_ARCHITECTURE "transformer"
 
-/* The Transformer's table (src/train/model_table.c); its configuration is a tmodel_config_t. */
-extern const train_family_t train_family_transformer;
-/* The GRU family's (src/train/rnn_gru_train.c); its configuration is an rnn_gru_config_t. */
-extern const train_family_t train_family_rnn_gru;
+/* The registry's list: each family's table train_family_<name>, defined in the family's own files
+ * (the Transformer's in src/train/model_table.c, a tmodel_config_t; the attention GRU's in
+ * src/train/rnn_gru_train.c, an rnn_gru_config_t; GNMT's in src/train/gnmt_table.c, a
+ * gnmt_train_config_t), the default first. A new family is one more X(name) here
+ * (docs/model-families.md); family.c, these declarations and `tern train`'s options and --help
+ * follow from the list. */
+#define TRAIN_FAMILIES(X) X(transformer) X(rnn_gru) X(gnmt)
+#define TRAIN_FAMILY_DECLARE(name) extern const train_family_t train_family_##name;
+TRAIN_FAMILIES(TRAIN_FAMILY_DECLARE)
 
 #endif

@@ -20,6 +20,7 @@
 #include "train/gnmt_table.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,9 +529,51 @@ static void gn_set_hook(void *ws, train_backward_hook_t hook, void *user) {
     ((gn_ws_t *)ws)->hook_user = user;
 }
 
+/* ------------------------------------------------------------ `tern train` options */
+
+#define F(field) offsetof(gnmt_train_config_t, field)
+#define NO2 TRAIN_OPT_NO_FIELD2
+static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
+static const int PREC_VALUES[] = {0, 1};
+
+static const train_option_t GN_OPTIONS[] = {
+    {"layers", TRAIN_OPT_INT, F(enc_layers), F(dec_layers), 1, 1000, 0, NULL, NULL,
+     "  --layers N                  encoder and decoder LSTM layers (default 4; GNMT: 8);\n"
+     "                              --encoder-layers N, --decoder-layers N for one side\n"},
+    {"encoder-layers", TRAIN_OPT_INT, F(enc_layers), NO2, 1, 1000, 0, NULL, NULL, NULL},
+    {"decoder-layers", TRAIN_OPT_INT, F(dec_layers), NO2, 1, 1000, 0, NULL, NULL, NULL},
+    {"hidden", TRAIN_OPT_INT, F(hidden), NO2, 1, 1 << 16, 0, NULL, NULL,
+     "  --hidden N                  LSTM state and embedding width (default 512; --d-model N alike)\n"},
+    {"d-model", TRAIN_OPT_INT, F(hidden), NO2, 1, 1 << 16, 0, NULL, NULL, NULL},
+    {"attention-size", TRAIN_OPT_INT, F(att), NO2, 1, 1 << 16, 0, NULL, NULL,
+     "  --attention-size N          attention hidden size (default: --hidden)\n"},
+    {"init-uniform", TRAIN_OPT_FLOAT, F(init_range), NO2, 0, 10, 0, NULL, NULL,
+     "  --init-uniform R            every parameter uniform in [-R, R] (GNMT: 0.04; default: +-1/sqrt(fan-in))\n"},
+    {"tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 1, NULL, NULL,
+     "  --tie-projection            the output projection is the decoder embedding\n"},
+    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+     "  --share-embeddings | --no-share-embeddings\n"
+     "                              one embedding matrix for both sides (default: when the vocabulary\n"
+     "                              is joint)\n"},
+    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
+    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
+     "  --label-smoothing E         (default 0.1)\n"},
+    {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
+     "  --dropout P                 on the embeddings, between layers and before the softmax\n"
+     "                              (default 0.2; GNMT clips at --clip-norm 5)\n"},
+    {"precision", TRAIN_OPT_CHOICE, F(bf16), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
+     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"},
+    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+#undef F
+#undef NO2
+
 const train_family_t train_family_gnmt = {
     .architecture = GNMT_ARCHITECTURE,
     .spec_name = GNMT_SPEC_NAME,
+    .config_size = sizeof(gnmt_train_config_t),
+    .options = GN_OPTIONS,
+    .options_title = "GNMT (--architecture gnmt; docs/rnn.md):",
     .create = gn_create,
     .destroy = gn_destroy,
     .init_params = gn_init_params,

@@ -26,7 +26,6 @@ typedef struct {
     int bf16;              /* bfloat16 compute of every GEMM (nn/rnn.h; `--precision bfloat16`) */
 } gnmt_train_config_t;
 
-extern const train_family_t train_family_gnmt;
 
 /* The teacher-forced forward up to the logits (for the parity test): after it,
  * gnmt_train_logits(ws) holds the (B, T, V) logits of the batch (train 0: no dropout). */

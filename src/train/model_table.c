@@ -1,12 +1,12 @@
 /*
- * model_table.c — the Transformer's training table (family.h) over src/train/model.c, and the
- * registry of training families.
+ * model_table.c — the Transformer's training table (family.h) over src/train/model.c: its
+ * configuration, its `tern train` options and its operations.
  */
 #include "train/family.h"
 #include "train/model.h"
-#include "train/gnmt_table.h"
 #include "model/transformer_desc.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +105,74 @@ static int tf_describe(const train_model_t *m, int line, char *buf, size_t n) {
     return 1;
 }
 
-static void tf_default_config(void *config) { *(tmodel_config_t *)config = tmodel_default_config(); }
+/* tmodel_default_config(), the embeddings shared when the vocabulary is joint. */
+static void tf_default_config(void *config) {
+    tmodel_config_t *c = config;
+    *c = tmodel_default_config();
+    c->share_emb = -1;
+}
+
+/* ------------------------------------------------------------ `tern train` options */
+
+#define F(field) offsetof(tmodel_config_t, field)
+#define NO2 TRAIN_OPT_NO_FIELD2
+static const char *const ACT_NAMES[] = {"relu", "gelu", "gelu-tanh", "swish", NULL};
+static const int ACT_VALUES[] = {ACT_RELU, ACT_GELU, ACT_GELU_TANH, ACT_SWISH};
+static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
+static const int PREC_VALUES[] = {TPREC_F32, TPREC_BF16};
+
+static const train_option_t TF_OPTIONS[] = {
+    {"layers", TRAIN_OPT_INT, F(enc_layers), F(dec_layers), 1, 1000, 0, NULL, NULL,
+     "  --layers N                  encoder and decoder layers (default 6); --encoder-layers N,\n"
+     "                              --decoder-layers N for one side\n"},
+    {"encoder-layers", TRAIN_OPT_INT, F(enc_layers), NO2, 1, 1000, 0, NULL, NULL, NULL},
+    {"decoder-layers", TRAIN_OPT_INT, F(dec_layers), NO2, 1, 1000, 0, NULL, NULL, NULL},
+    {"d-model", TRAIN_OPT_INT, F(d), NO2, 2, 1 << 16, 0, NULL, NULL,
+     "  --d-model N                 width (default 512)\n"},
+    {"ff", TRAIN_OPT_INT, F(ff), NO2, 1, 1 << 20, 0, NULL, NULL,
+     "  --ff N                      feed-forward width (default 2048)\n"},
+    {"heads", TRAIN_OPT_INT, F(heads), NO2, 1, 1024, 0, NULL, NULL,
+     "  --heads N                   attention heads (default 8)\n"},
+    {"pre-norm", TRAIN_OPT_SET, F(pre_norm), NO2, 0, 0, 1, NULL, NULL,
+     "  --pre-norm | --post-norm    layer norm placement (default pre-norm)\n"},
+    {"post-norm", TRAIN_OPT_SET, F(pre_norm), NO2, 0, 0, 0, NULL, NULL, NULL},
+    {"activation", TRAIN_OPT_CHOICE, F(act), NO2, 0, 0, 0, ACT_NAMES, ACT_VALUES,
+     "  --activation A              relu (default), gelu, gelu-tanh, swish\n"},
+    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+     "  --share-embeddings | --no-share-embeddings\n"
+     "                              one embedding matrix for encoder and decoder (default: when the\n"
+     "                              vocabulary is joint)\n"},
+    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
+    {"no-tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 0, NULL, NULL,
+     "  --no-tie-projection         an output projection of its own (default: the decoder embedding)\n"},
+    {"projection-bias", TRAIN_OPT_SET, F(proj_bias), NO2, 0, 0, 1, NULL, NULL,
+     "  --projection-bias           a bias on the output projection\n"},
+    {"learned-positions", TRAIN_OPT_SET, F(learned_pos), NO2, 0, 0, 1, NULL, NULL,
+     "  --learned-positions         learned position embeddings (default: sinusoids)\n"},
+    {"no-scale-embeddings", TRAIN_OPT_SET, F(scale_emb), NO2, 0, 0, 0, NULL, NULL,
+     "  --no-scale-embeddings       do not multiply embeddings by sqrt(d)\n"},
+    {"layer-norm-eps", TRAIN_OPT_FLOAT, F(eps), NO2, 0, 1, 0, NULL, NULL,
+     "  --layer-norm-eps E          (default 1e-6)\n"},
+    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
+     "  --label-smoothing E         (default 0.1)\n"},
+    {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
+     "  --dropout P                 on embeddings and sublayer outputs (default 0.1)\n"},
+    {"attention-dropout", TRAIN_OPT_FLOAT, F(attn_dropout), NO2, 0, 0.99, 0, NULL, NULL,
+     "  --attention-dropout P       on attention weights (default 0)\n"},
+    {"activation-dropout", TRAIN_OPT_FLOAT, F(act_dropout), NO2, 0, 0.99, 0, NULL, NULL,
+     "  --activation-dropout P      on the feed-forward activation (default 0)\n"},
+    {"precision", TRAIN_OPT_CHOICE, F(precision), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
+     "  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
+     "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"},
+    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+#undef F
+#undef NO2
+
+static const char *tf_check_options(const void *config) {
+    const tmodel_config_t *c = config;
+    return c->d % c->heads ? "--d-model must be a multiple of --heads" : NULL;
+}
 
 static tern_status_t tf_ws_new(void **ws, const train_model_t *m, int ms, int mt, int mS, int mT) {
     return tmodel_ws_new((tmodel_ws_t **)ws, tm(m), ms, mt, mS, mT);
@@ -129,6 +196,10 @@ static void tf_set_hook(void *ws, train_backward_hook_t hook, void *user) {
 const train_family_t train_family_transformer = {
     .architecture = "transformer",
     .spec_name = TRANSFORMER_SPEC_NAME,
+    .config_size = sizeof(tmodel_config_t),
+    .options = TF_OPTIONS,
+    .options_title = "Transformer (--architecture transformer, the default):",
+    .check_options = tf_check_options,
     .create = tf_create,
     .destroy = tf_destroy,
     .init_params = tf_init_params,
@@ -147,23 +218,3 @@ const train_family_t train_family_transformer = {
     .tensor_stage = tf_tensor_stage,
     .set_backward_hook = tf_set_hook,
 };
-
-/* ------------------------------------------------------------ any family */
-
-void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) {
-    for (int i = 0; i < m->n_tensors; i++) {
-        const train_tensor_t *t = &m->tensors[i];
-        train_tensor_view(&out[i], t->name, t->rank, t->shape[0], t->shape[1], t->numel, buf + t->offset);
-    }
-}
-
-/* ------------------------------------------------------------ registry */
-
-static const train_family_t *const FAMILIES[] = {&train_family_transformer, &train_family_gnmt,
-                                                 &train_family_rnn_gru};
-
-const train_family_t *train_family_find(const char *architecture) {
-    for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++)
-        if (!strcmp(FAMILIES[i]->architecture, architecture)) return FAMILIES[i];
-    return NULL;
-}

@@ -14,6 +14,7 @@
  * The backward runs the same chain in reverse; parameter gradients accumulate (+=).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,9 +404,54 @@ static int gru_tensor_stage(const train_model_t *m, int i) {
 }
 static void gru_set_hook(void *ws, train_backward_hook_t hook, void *user) { (void)ws, (void)hook, (void)user; }
 
+/* ------------------------------------------------------------ `tern train` options */
+
+#define F(field) offsetof(rnn_gru_config_t, field)
+#define NO2 TRAIN_OPT_NO_FIELD2
+static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
+static const int PREC_VALUES[] = {0, 1};
+
+static const train_option_t GRU_OPTIONS[] = {
+    {"emb-dim", TRAIN_OPT_INT, F(emb), NO2, 1, 1 << 16, 0, NULL, NULL,
+     "  --emb-dim N                 embedding width (default 256)\n"},
+    {"rnn-dim", TRAIN_OPT_INT, F(enc_hidden), F(dec_hidden), 1, 1 << 16, 0, NULL, NULL,
+     "  --rnn-dim N                 encoder (per direction) and decoder GRU width (default 256);\n"
+     "                              --encoder-rnn-dim N, --decoder-rnn-dim N for one side\n"},
+    {"encoder-rnn-dim", TRAIN_OPT_INT, F(enc_hidden), NO2, 1, 1 << 16, 0, NULL, NULL, NULL},
+    {"decoder-rnn-dim", TRAIN_OPT_INT, F(dec_hidden), NO2, 1, 1 << 16, 0, NULL, NULL, NULL},
+    {"attention-dim", TRAIN_OPT_INT, F(att), NO2, 1, 1 << 16, 0, NULL, NULL,
+     "  --attention-dim N           attention hidden size (default: the decoder GRU width)\n"},
+    {"output-dim", TRAIN_OPT_INT, F(out), NO2, 1, 1 << 16, 0, NULL, NULL,
+     "  --output-dim N              deep-output width (default: --emb-dim, needed by a tied projection)\n"},
+    {"init-scale", TRAIN_OPT_FLOAT, F(init_scale), NO2, 0, 10, 0, NULL, NULL,
+     "  --init-scale S              weights uniform in [-S, S] (default 0: Glorot-uniform)\n"},
+    {"layer-norm", TRAIN_OPT_SET, F(layer_norm), NO2, 0, 0, 1, NULL, NULL,
+     "  --layer-norm                layer-normalized GRU cells (Nematus/Marian: the input and recurrent\n"
+     "                              projections of every GRU transition, gains and shifts per unit)\n"},
+    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+     "  --share-embeddings | --no-share-embeddings\n"
+     "                              one embedding matrix for both sides (default: when the vocabulary\n"
+     "                              is joint)\n"},
+    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
+    {"no-tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 0, NULL, NULL,
+     "  --no-tie-projection         an output layer of its own (default: the target embedding)\n"},
+    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
+     "  --label-smoothing E         (default 0.1)\n"},
+    {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
+     "  --dropout P                 on the embeddings and the deep output (default 0.1)\n"},
+    {"precision", TRAIN_OPT_CHOICE, F(bf16), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
+     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"},
+    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+#undef F
+#undef NO2
+
 const train_family_t train_family_rnn_gru = {
     .architecture = RNN_GRU_ARCHITECTURE,
     .spec_name = RNN_GRU_SPEC_NAME,
+    .config_size = sizeof(rnn_gru_config_t),
+    .options = GRU_OPTIONS,
+    .options_title = "Attention GRU (--architecture rnn-gru; docs/rnn.md):",
     .create = gru_create,
     .destroy = gru_destroy,
     .init_params = gru_init_params,

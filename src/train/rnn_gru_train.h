@@ -33,6 +33,5 @@ void rnn_gru_default_config(rnn_gru_config_t *c);
  * test with the inference step (tests/c/test_rnn_gru.c); valid until the backward. */
 const float *rnn_gru_train_probs(const void *ws);
 
-extern const train_family_t train_family_rnn_gru;
 
 #endif

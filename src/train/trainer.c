@@ -43,7 +43,6 @@
 trainer_options_t trainer_default_options(void) {
     trainer_options_t o;
     memset(&o, 0, sizeof o);
-    train_family_transformer.default_config(&o.model);
     o.seed = 1;
     o.data = data_default_options();
     o.max_tokens = 4096;
@@ -349,7 +348,7 @@ static tern_status_t save_checkpoint(trainer_t *t) {
     c.n_aliases = t->m.n_aliases;
     c.n_scalars = t->fam->scalars(&t->m, &c.scalars);
     c.spec_name = t->fam->spec_name;
-    if (t->fam != &train_family_transformer) c.architecture = t->fam->architecture;
+    if (strcmp(t->fam->architecture, TRAIN_DEFAULT_ARCHITECTURE)) c.architecture = t->fam->architecture;
     c.vocab = &t->vocab;
     c.layer_norm_epsilon = t->m.layer_norm_epsilon;
     c.groups = g;
@@ -713,7 +712,15 @@ static tern_status_t setup_model(trainer_t *t) {
     train_data_dims_t dd = {vocab_size(t->vocab.src_vocab), vocab_size(t->vocab.tgt_vocab),
                             t->vocab.src_vocab == t->vocab.tgt_vocab, t->vocab.pad_id,
                             TERN_MAX(o->data.max_src_len, o->data.max_tgt_len)};
-    tern_status_t st = t->fam->create(&t->m, o->model_config ? o->model_config : (const void *)&o->model, &dd);
+    const void *config = o->model_config;
+    void *defaults = NULL;
+    if (!config) { /* the family's defaults */
+        if (!(defaults = calloc(1, t->fam->config_size))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        t->fam->default_config(defaults);
+        config = defaults;
+    }
+    tern_status_t st = t->fam->create(&t->m, config, &dd);
+    free(defaults);
     if (st) return st;
     t->m_ok = 1;
     t->fam->init_params(&t->m, o->seed);

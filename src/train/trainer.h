@@ -44,17 +44,16 @@
 #include "base/base.h"
 #include "train/data.h"
 #include "train/family.h"
-#include "train/model.h"
 #include "train/optim.h"
 
 typedef enum { STOP_ON_LOSS = 0, STOP_ON_BLEU = 1 } trainer_stop_metric_t;
 
 typedef struct {
-    /* ---- model (src_vocab, tgt_vocab, pad_id and max_pos are set from the data; share_emb -1:
-     * shared when the vocabulary is joint) */
-    tmodel_config_t model;      /* the Transformer's configuration */
+    /* ---- model: a family (family.h) and its configuration, opaque here (the family's create()
+     * sets the vocabularies, padding and positions from the data) */
     const char *architecture;   /* the training table (family.h) by name: NULL "transformer" */
-    const void *model_config;   /* that family's configuration; NULL: &model */
+    const void *model_config;   /* that family's configuration (train_family_t.config_size bytes);
+                                   NULL: the family's defaults (its default_config()) */
     uint64_t seed;              /* parameter initialization, batch order, dropout masks (1) */
 
     /* ---- data */
@@ -110,7 +109,7 @@ typedef struct {
 
 /* fairseq-like defaults: seed 1, max_tokens 4096, shuffle, Adam (0.9, 0.98, 1e-8), inverse_sqrt
  * lr 5e-4 warm-up 4000 from 1e-7, no clipping, update_freq 1, keep_last 10, BLEU with beam 5 at
- * epoch ends, log every 100 updates, the model of tmodel_default_config(). */
+ * epoch ends, log every 100 updates, the default family with its default configuration. */
 trainer_options_t trainer_default_options(void);
 
 /* Figures of a finished run (for the CLI's summary and the tests). */

@@ -181,8 +181,8 @@ static void parity(int joint, int ln, const char *dir) {
     CHECK_EQ_INT(info.source_vocab_size, Vs);
     CHECK_EQ_INT(info.target_vocab_size, Vt);
     CHECK_EQ_INT(info.int8, q8);
-    CHECK_EQ_INT(info.rnn_gru.layer_norm, ln);
-    CHECK_EQ_INT(info.rnn_gru.decoder_hidden_size, 7);
+    CHECK_EQ_INT(tern_model_hparam(&info, "layer_norm", -1), ln);
+    CHECK_EQ_INT(tern_model_hparam(&info, "decoder_hidden_size", -1), 7);
     double tol = q8 ? TOL_INT8 : 1e-4;
     void *state = inf->state_new(net);
     const int *sp[B];

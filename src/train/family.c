@@ -1,0 +1,26 @@
+/* family.c — the registry of training families (family.h), beside the inference registry
+ * (src/model/family.c): the list is TRAIN_FAMILIES in family.h (docs/model-families.md). */
+#include "train/family.h"
+
+#include <string.h>
+
+#include "train/model.h" /* train_tensor_view */
+
+#define FAMILY_ENTRY(name) &train_family_##name,
+static const train_family_t *const FAMILIES[] = {TRAIN_FAMILIES(FAMILY_ENTRY)};
+enum { N_FAMILIES = sizeof FAMILIES / sizeof FAMILIES[0] };
+
+const train_family_t *train_family_find(const char *architecture) {
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (!strcmp(FAMILIES[i]->architecture, architecture)) return FAMILIES[i];
+    return NULL;
+}
+
+const train_family_t *train_family_at(int i) { return i >= 0 && i < N_FAMILIES ? FAMILIES[i] : NULL; }
+
+void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const train_tensor_t *t = &m->tensors[i];
+        train_tensor_view(&out[i], t->name, t->rank, t->shape[0], t->shape[1], t->numel, buf + t->offset);
+    }
+}
