@@ -416,8 +416,12 @@ static void activation_backward(float *dinp, const float *dout, const float *inp
 
 void nn_residual_forward(float *out, const float *a, const float *b, size_t n) {
     long long nn = (long long)n;
-    int nt = rows_team(n, (int)(n < (size_t)1 << 30 ? n : (size_t)1 << 30));
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    int nt = rows_team(n, 1 << 30);
+    if (nt == 1) {
+        for (long long i = 0; i < nn; i++) out[i] = a[i] + b[i];
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (long long i = 0; i < nn; i++) out[i] = a[i] + b[i];
 }
 
