@@ -262,6 +262,101 @@ static int push_id(int **arr, int *n, int *cap, int id) {
     return 1;
 }
 
+/* vmap_load's reading state: the arrays' capacities and what was dropped. */
+typedef struct {
+    int ids_cap, rule_cap, always_cap;
+    long dropped_rules, dropped_targets, long_rules;
+} vmap_reader_t;
+
+/* A rule's source n-gram (the text before its TAB) into src[*n]; 0 where a piece is not in the
+ * vocabulary or there are more than VMAP_MAX_N of them (counted in long_rules). */
+static int read_source_ngram(const char *line, const vocab_t *src_vocab, int *src, int *n, vmap_reader_t *rd) {
+    int known = 1;
+    for (const char *p = line, *sp; *p && known; p = sp ? sp + 1 : p + strlen(p)) {
+        sp = strchr(p, ' ');
+        size_t len = sp ? (size_t)(sp - p) : strlen(p);
+        if (len == 0) continue;
+        if (*n == VMAP_MAX_N) {
+            known = 0;
+            rd->long_rules++;
+            break;
+        }
+        int id = vocab_lookup_n(src_vocab, p, len);
+        if (id < 0) known = 0;
+        else src[(*n)++] = id;
+        if (!sp) break;
+    }
+    return known;
+}
+
+/* A rule's target pieces (the text after its TAB): appended to v->ids, or to v->always for the
+ * rule of the empty n-gram; pieces not in the vocabulary are counted and dropped. */
+static tern_status_t read_targets(vmap_t *v, const char *text, const vocab_t *tgt_vocab, int is_always,
+                                  vmap_reader_t *rd) {
+    tern_status_t st = TERN_OK;
+    for (const char *p = text, *sp; *p; p = sp ? sp + 1 : p + strlen(p)) {
+        sp = strchr(p, ' ');
+        size_t len = sp ? (size_t)(sp - p) : strlen(p);
+        if (len) {
+            int id = vocab_lookup_n(tgt_vocab, p, len);
+            if (id < 0) rd->dropped_targets++;
+            else if (is_always) {
+                if (!push_id(&v->always, &v->n_always, &rd->always_cap, id)) st = TERN_ERR_NOMEM;
+            } else if (!push_id(&v->ids, &v->n_ids, &rd->ids_cap, id)) st = TERN_ERR_NOMEM;
+        }
+        if (!sp) break;
+    }
+    return st;
+}
+
+/* The n-gram src[n]'s rule: its targets are v->ids[start..n_ids) (a repeated n-gram: the later
+ * line replaces the earlier, as CTranslate2). */
+static tern_status_t add_rule(vmap_t *v, const int *src, int n, int start, vmap_reader_t *rd) {
+    int added;
+    int32_t g = hash64_insert(&v->rules, ngram_key(src, n), &added);
+    if (g < 0) return TERN_ERR_NOMEM;
+    if (!added) {
+        v->start[g] = start;
+        v->cnt[g] = v->n_ids - start;
+        return TERN_OK;
+    }
+    if (g >= rd->rule_cap) {
+        int nc = rd->rule_cap ? rd->rule_cap * 2 : 4096;
+        int *ns = realloc(v->start, (size_t)nc * sizeof *ns);
+        if (ns) v->start = ns;
+        int *nn = ns ? realloc(v->cnt, (size_t)nc * sizeof *nn) : NULL;
+        if (!ns || !nn) return TERN_ERR_NOMEM;
+        v->cnt = nn;
+        rd->rule_cap = nc;
+    }
+    v->start[g] = start;
+    v->cnt[g] = v->n_ids - start;
+    if (n > v->max_n) v->max_n = n;
+    return TERN_OK;
+}
+
+/* One line of the map (newline stripped, r bytes, not empty): "n-gram<TAB>pieces". */
+static tern_status_t read_rule_line(vmap_t *v, char *line, ssize_t r, const char *path, long lineno,
+                                    const vocab_t *src_vocab, const vocab_t *tgt_vocab, vmap_reader_t *rd) {
+    if (memchr(line, 0, (size_t)r)) return tern_error(TERN_ERR_FORMAT, "%s: line %ld: a NUL byte", path, lineno);
+    char *tab = strchr(line, '\t');
+    if (!tab)
+        return tern_error(TERN_ERR_FORMAT, "%s: line %ld: no TAB between the source n-gram and its targets", path,
+                          lineno);
+    *tab = 0;
+    int src[VMAP_MAX_N] = {0}, n = 0;
+    int known = read_source_ngram(line, src_vocab, src, &n, rd);
+    int is_always = n == 0 && known && line[0] == 0;
+    if (!known || (n == 0 && !is_always)) {
+        rd->dropped_rules++;
+        return TERN_OK;
+    }
+    int start = v->n_ids;
+    tern_status_t st = read_targets(v, tab + 1, tgt_vocab, is_always, rd);
+    if (st || is_always) return st;
+    return add_rule(v, src, n, start, rd);
+}
+
 tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab, const vocab_t *tgt_vocab,
                         const int *always, int n_always) {
     *out = NULL;
@@ -280,86 +375,15 @@ tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab
     char *line = NULL;
     size_t cap = 0;
     ssize_t r;
-    long lineno = 0, dropped_rules = 0, dropped_targets = 0, long_rules = 0;
-    int ids_cap = 0, rule_cap = 0, always_cap = 0;
+    long lineno = 0;
+    vmap_reader_t rd = {0};
     for (int i = 0; i < n_always; i++)
-        if (always[i] >= 0 && !push_id(&v->always, &v->n_always, &always_cap, always[i])) st = TERN_ERR_NOMEM;
+        if (always[i] >= 0 && !push_id(&v->always, &v->n_always, &rd.always_cap, always[i])) st = TERN_ERR_NOMEM;
     while (!st && (r = getline(&line, &cap, f)) >= 0) {
         lineno++;
         while (r > 0 && (line[r - 1] == '\n' || line[r - 1] == '\r')) line[--r] = 0;
         if (r == 0) continue;
-        if (memchr(line, 0, (size_t)r)) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: line %ld: a NUL byte", path, lineno);
-            break;
-        }
-        char *tab = strchr(line, '\t');
-        if (!tab) {
-            st = tern_error(TERN_ERR_FORMAT, "%s: line %ld: no TAB between the source n-gram and its targets",
-                            path, lineno);
-            break;
-        }
-        *tab = 0;
-        /* the source n-gram */
-        int src[VMAP_MAX_N] = {0}, n = 0, known = 1;
-        for (char *p = line, *sp; *p && known; p = sp ? sp + 1 : p + strlen(p)) {
-            sp = strchr(p, ' ');
-            size_t len = sp ? (size_t)(sp - p) : strlen(p);
-            if (len == 0) continue;
-            if (n == VMAP_MAX_N) {
-                known = 0;
-                long_rules++;
-                break;
-            }
-            int id = vocab_lookup_n(src_vocab, p, len);
-            if (id < 0) known = 0;
-            else src[n++] = id;
-            if (!sp) break;
-        }
-        int is_always = n == 0 && known && line[0] == 0;
-        if (!known || (n == 0 && !is_always)) {
-            dropped_rules++;
-            continue;
-        }
-        int start = v->n_ids;
-        for (char *p = tab + 1, *sp; *p; p = sp ? sp + 1 : p + strlen(p)) {
-            sp = strchr(p, ' ');
-            size_t len = sp ? (size_t)(sp - p) : strlen(p);
-            if (len) {
-                int id = vocab_lookup_n(tgt_vocab, p, len);
-                if (id < 0) dropped_targets++;
-                else if (is_always) {
-                    if (!push_id(&v->always, &v->n_always, &always_cap, id)) st = TERN_ERR_NOMEM;
-                } else if (!push_id(&v->ids, &v->n_ids, &ids_cap, id)) st = TERN_ERR_NOMEM;
-            }
-            if (!sp) break;
-        }
-        if (st || is_always) continue;
-        int added;
-        int32_t g = hash64_insert(&v->rules, ngram_key(src, n), &added);
-        if (g < 0) {
-            st = TERN_ERR_NOMEM;
-            break;
-        }
-        if (!added) { /* a repeated n-gram: the later line replaces the earlier (as CTranslate2) */
-            v->start[g] = start;
-            v->cnt[g] = v->n_ids - start;
-            continue;
-        }
-        if (g >= rule_cap) {
-            int nc = rule_cap ? rule_cap * 2 : 4096;
-            int *ns = realloc(v->start, (size_t)nc * sizeof *ns);
-            if (ns) v->start = ns;
-            int *nn = ns ? realloc(v->cnt, (size_t)nc * sizeof *nn) : NULL;
-            if (!ns || !nn) {
-                st = TERN_ERR_NOMEM;
-                break;
-            }
-            v->cnt = nn;
-            rule_cap = nc;
-        }
-        v->start[g] = start;
-        v->cnt[g] = v->n_ids - start;
-        if (n > v->max_n) v->max_n = n;
+        st = read_rule_line(v, line, r, path, lineno, src_vocab, tgt_vocab, &rd);
     }
     if (!st && ferror(f)) st = tern_error(TERN_ERR_IO, "%s: read error", path);
     if (st == TERN_ERR_NOMEM) tern_error(st, "%s: out of memory at line %ld", path, lineno);
@@ -369,10 +393,10 @@ tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab
         vmap_free(v);
         return st;
     }
-    if (dropped_rules || dropped_targets || long_rules)
+    if (rd.dropped_rules || rd.dropped_targets || rd.long_rules)
         TERN_WARN("%s: %ld rule(s) with source pieces not in the model's vocabulary, %ld with more than %d "
                   "pieces (ignored); %ld target piece(s) not in the target vocabulary (ignored)",
-                  path, dropped_rules, long_rules, VMAP_MAX_N, dropped_targets);
+                  path, rd.dropped_rules, rd.long_rules, VMAP_MAX_N, rd.dropped_targets);
     *out = v;
     return TERN_OK;
 }
