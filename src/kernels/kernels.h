@@ -166,6 +166,19 @@ void argmax_rows(int *out, float *max_value, const float *x, int M, int C);
 
 /* The k largest values of x[0..n) with their indices, sorted descending (ties: lower index first). */
 void topk(float *values, int *indices, const float *x, int n, int k);
+/* topk()'s step, for searches that pick their own candidates: inserts (v, i) into the descending
+ * list values/indices of length *len (capacity k; a full list drops its last entry); entries come
+ * in increasing index order, so an equal value never goes before an existing one. */
+static inline void topk_insert(float *values, int *indices, int *len, int k, float v, int i) {
+    int j = *len < k ? (*len)++ : k - 1;
+    while (j > 0 && values[j - 1] < v) {
+        values[j] = values[j - 1];
+        indices[j] = indices[j - 1];
+        j--;
+    }
+    values[j] = v;
+    indices[j] = i;
+}
 
 /* ------------------------------------------------------------ conversions */
 

@@ -511,19 +511,6 @@ void argmax_rows(int *out, float *max_value, const float *x, int M, int C) {
     }
 }
 
-/* Inserts (v, i) into the sorted list of length *len (capacity k); entries come in increasing index
- * order, so an equal value never goes before an existing one. */
-static void topk_insert(float *values, int *indices, int *len, int k, float v, int i) {
-    int j = *len < k ? (*len)++ : k - 1;
-    while (j > 0 && values[j - 1] < v) {
-        values[j] = values[j - 1];
-        indices[j] = indices[j - 1];
-        j--;
-    }
-    values[j] = v;
-    indices[j] = i;
-}
-
 void topk(float *values, int *indices, const float *x, int n, int k) {
     if (k > n) k = n;
     if (k <= 0) return;

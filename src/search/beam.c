@@ -143,19 +143,6 @@ static void scores_stats(float *mx, float *lse, const float *x, int M, int V) {
     }
 }
 
-/* Inserts (v, i) into the sorted list of length *len (capacity k); entries come in increasing index
- * order, so an equal value never goes before an existing one (as topk() in ops.c). */
-static void cand_insert(float *values, int *indices, int *len, int k, float v, int i) {
-    int j = *len < k ? (*len)++ : k - 1;
-    while (j > 0 && values[j - 1] < v) {
-        values[j] = values[j - 1];
-        indices[j] = indices[j - 1];
-        j--;
-    }
-    values[j] = v;
-    indices[j] = i;
-}
-
 /* topk() over the candidate scores of rows [0, b) (index r * V + v), one pass over the logits
  * without writing them: what topk() gives on the stored log-probabilities plus scores. */
 static void topk_candidates(float *values, int *indices, const float *x, const float *mx, const float *lse,
@@ -166,10 +153,10 @@ static void topk_candidates(float *values, int *indices, const float *x, const f
         const float *row = x + (size_t)r * V;
         int v = 0;
         if (mx[r] == -INFINITY) { /* a row of -inf: only while the list fills */
-            for (; v < V && len < k; v++) cand_insert(values, indices, &len, k, -INFINITY, r * V + v);
+            for (; v < V && len < k; v++) topk_insert(values, indices, &len, k, -INFINITY, r * V + v);
             continue;
         }
-        for (; v < V && len < k; v++) cand_insert(values, indices, &len, k, cand_score(x, mx, lse, score, r, V, v), r * V + v);
+        for (; v < V && len < k; v++) topk_insert(values, indices, &len, k, cand_score(x, mx, lse, score, r, V, v), r * V + v);
         __m256 vm = _mm256_set1_ps(mx[r]), vl = _mm256_set1_ps(lse[r]), vs = _mm256_set1_ps(score[r]);
         for (; v + 8 <= V; v += 8) {
             __m256 y = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(row + v), vm), vl), vs);
@@ -178,12 +165,12 @@ static void topk_candidates(float *values, int *indices, const float *x, const f
             _mm256_storeu_ps(tmp, y);
             for (; mask; mask &= mask - 1) {
                 int j = __builtin_ctz((unsigned)mask);
-                if (tmp[j] > values[k - 1]) cand_insert(values, indices, &len, k, tmp[j], r * V + v + j);
+                if (tmp[j] > values[k - 1]) topk_insert(values, indices, &len, k, tmp[j], r * V + v + j);
             }
         }
         for (; v < V; v++) {
             float y = cand_score(x, mx, lse, score, r, V, v);
-            if (y > values[k - 1]) cand_insert(values, indices, &len, k, y, r * V + v);
+            if (y > values[k - 1]) topk_insert(values, indices, &len, k, y, r * V + v);
         }
     }
 }

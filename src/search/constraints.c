@@ -149,11 +149,8 @@ static void pool_add(cons_workspace_t *w, int *n, float v, int idx) {
     (*n)++;
 }
 
-int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, const float *score, int b, int V,
-                const int *state, int W, int off, int B, int K, int eos, float *values, int *indices) {
-    if (!s || s->C == 0) return 0;
-    int n = 0;
-    /* the plain top-K over the rows (a small insertion list) */
+/* The plain top-K candidates over the b rows into the pool (a small insertion list); their number. */
+static int pool_top_k(cons_workspace_t *w, const float *x, const float *score, int b, int V, int K) {
     int topn = 0;
     for (int r = 0; r < b; r++) {
         const float *row = x + (size_t)r * V;
@@ -169,38 +166,52 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
             w->pool[j].idx = r * V + v;
         }
     }
-    n = topn;
-    /* every row's best token and the tokens that advance its constraints */
+    return topn;
+}
+
+/* Adds to the pool (*n entries) every row's best token and the tokens that advance its
+ * constraints: the next token of the one in progress, the first of each one not met. */
+static void pool_add_row_tokens(cons_workspace_t *w, int *n, const cons_sentence_t *s, const float *x,
+                                const float *score, int b, int V, const int *state, int W, int off) {
     for (int r = 0; r < b; r++) {
         const float *row = x + (size_t)r * V;
         int best = 0;
         for (int v = 1; v < V; v++)
             if (row[v] > row[best]) best = v;
-        pool_add(w, &n, row[best] + score[r], r * V + best);
+        pool_add(w, n, row[best] + score[r], r * V + best);
         const int *st = state + (size_t)r * W + off;
         if (st[1] >= 0) {
             int j = st[1] / 4096, pos = st[1] % 4096, t = s->tok[j][pos];
-            if (t >= 0 && t < V) pool_add(w, &n, row[t] + score[r], r * V + t);
+            if (t >= 0 && t < V) pool_add(w, n, row[t] + score[r], r * V + t);
         }
         for (int j = 0; j < s->C; j++) {
             int t = s->tok[j][0];
-            if (!(st[0] >> j & 1) && t >= 0 && t < V) pool_add(w, &n, row[t] + score[r], r * V + t);
+            if (!(st[0] >> j & 1) && t >= 0 && t < V) pool_add(w, n, row[t] + score[r], r * V + t);
         }
     }
-    /* banks: constraint tokens met after the candidate */
-    int banks = s->total + 1;
-    if (banks > w->bank_cap) { /* sized by cons_workspace_new for the batch: not reached */
-        int *a = realloc(w->bank_n, (size_t)banks * sizeof(int));
-        if (a) w->bank_n = a;
-        int *c = realloc(w->bank_start, (size_t)banks * sizeof(int));
-        if (c) w->bank_start = c;
-        int *d = realloc(w->bank_used, (size_t)banks * sizeof(int));
-        if (d) w->bank_used = d;
-        int *e = realloc(w->bank_quota, (size_t)banks * sizeof(int));
-        if (e) w->bank_quota = e;
-        if (!a || !c || !d || !e) return 0; /* out of memory: the plain top-K */
-        w->bank_cap = banks;
-    }
+}
+
+/* Room for `banks` banks (sized by cons_workspace_new for the batch: not reached); 0 when out of
+ * memory. */
+static int banks_reserve(cons_workspace_t *w, int banks) {
+    if (banks <= w->bank_cap) return 1;
+    int *a = realloc(w->bank_n, (size_t)banks * sizeof(int));
+    if (a) w->bank_n = a;
+    int *c = realloc(w->bank_start, (size_t)banks * sizeof(int));
+    if (c) w->bank_start = c;
+    int *d = realloc(w->bank_used, (size_t)banks * sizeof(int));
+    if (d) w->bank_used = d;
+    int *e = realloc(w->bank_quota, (size_t)banks * sizeof(int));
+    if (e) w->bank_quota = e;
+    if (!a || !c || !d || !e) return 0;
+    w->bank_cap = banks;
+    return 1;
+}
+
+/* Each of the n candidates in its bank (the constraint tokens met after it); the pool sorted by
+ * bank, highest first, then score, and each bank's size and start. */
+static void banks_sort(cons_workspace_t *w, int n, int banks, const cons_sentence_t *s, int V, const int *state,
+                       int W, int off, int eos) {
     for (int i = 0; i < n; i++) {
         int r = w->pool[i].idx / V, t = w->pool[i].idx % V;
         int st[2] = {state[(size_t)r * W + off], state[(size_t)r * W + off + 1]};
@@ -214,7 +225,11 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
         w->bank_start[k] = start;
         start += w->bank_n[k];
     }
-    /* quotas: B / banks each (at most what a bank has), then one at a time from the highest bank */
+}
+
+/* The banks' quotas of the B slots: B / banks each (at most what a bank has), then one at a time
+ * from the highest bank. */
+static void banks_quotas(cons_workspace_t *w, int banks, int B) {
     int slots = B, q = B / banks;
     for (int k = 0; k < banks; k++) {
         w->bank_quota[k] = q < w->bank_n[k] ? q : w->bank_n[k];
@@ -225,7 +240,11 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
         for (int k = banks - 1; k >= 0 && slots > 0; k--)
             if (w->bank_quota[k] < w->bank_n[k]) w->bank_quota[k]++, slots--, progress = 1;
     }
-    /* the beam: each bank's best; then the rest by score as replacements */
+}
+
+/* The beam: each bank's best (its quota of them; marked taken among the n), ordered by score (the
+ * caller's EOS handling reads it best first); its size. */
+static int beam_from_banks(cons_workspace_t *w, int n, int banks, float *values, int *indices) {
     for (int i = 0; i < n; i++) w->taken[i] = 0;
     int m = 0;
     for (int k = banks - 1; k >= 0; k--)
@@ -235,15 +254,18 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
             values[m] = w->pool[at].v;
             indices[m++] = w->pool[at].idx;
         }
-    int beam = m;
-    /* order the beam by score (the caller's EOS handling reads it best first) */
-    for (int i = 1; i < beam; i++)
+    for (int i = 1; i < m; i++)
         for (int j = i; j > 0 && values[j - 1] < values[j]; j--) {
             float tv = values[j];
             values[j] = values[j - 1], values[j - 1] = tv;
             int ti = indices[j];
             indices[j] = indices[j - 1], indices[j - 1] = ti;
         }
+    return m;
+}
+
+/* After the beam's m: the candidates not taken, by score, as replacements, up to K (-inf after). */
+static void fill_replacements(cons_workspace_t *w, int n, int m, int K, float *values, int *indices) {
     int rest = 0;
     for (int i = 0; i < n; i++)
         if (!w->taken[i]) w->pool[rest++] = w->pool[i];
@@ -253,5 +275,19 @@ int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, c
         indices[m++] = w->pool[i].idx;
     }
     for (; m < K; m++) values[m] = -INFINITY, indices[m] = 0;
+}
+
+int cons_select(cons_workspace_t *w, const cons_sentence_t *s, const float *x, const float *score, int b, int V,
+                const int *state, int W, int off, int B, int K, int eos, float *values, int *indices) {
+    if (!s || s->C == 0) return 0;
+    int n = pool_top_k(w, x, score, b, V, K);
+    pool_add_row_tokens(w, &n, s, x, score, b, V, state, W, off);
+    /* banks: constraint tokens met after the candidate */
+    int banks = s->total + 1;
+    if (!banks_reserve(w, banks)) return 0; /* out of memory: the plain top-K */
+    banks_sort(w, n, banks, s, V, state, W, off, eos);
+    banks_quotas(w, banks, B);
+    int m = beam_from_banks(w, n, banks, values, indices);
+    fill_replacements(w, n, m, K, values, indices);
     return 1;
 }

@@ -73,111 +73,179 @@ static tern_status_t greedy_end(const decoder_iface_t *dec, int argmax_only, ter
     return st;
 }
 
-tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
-                            const search_options_t *opt, search_result_t *results) {
-    int V = dec->vocab_size, S = dec->source_len;
-    int need_attn = opt->coverage_penalty != 0.0f;
-    int max_T = 0;
-    for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
-    tern_status_t st = TERN_OK;
+/* No result yet for any of the N sentences. */
+static void results_clear(search_result_t *results, int N) {
     for (int n = 0; n < N; n++) {
         results[n].n = 0;
         results[n].hyps = NULL;
     }
+}
+
+/* The longest of the N maximum lengths, and at least `floor`. */
+static int longest_max_len(const int *max_len, int N, int floor) {
+    int max_T = floor;
+    for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
+    return max_T;
+}
+
+/* The token callback for sentence n at its step t (hypothesis hy of len tokens; ends: its last). */
+static tern_status_t greedy_token_hook(const search_options_t *opt, int n, int t, const int *hy, int len, int ends) {
+    if (opt->on_step && opt->on_step(opt->hook_ctx, n, t, hy, len, ends))
+        return tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
+    return TERN_OK;
+}
+
+/* Sentence n ends at its step t: its result (greedy_result's arguments) and the result callback. */
+static tern_status_t greedy_finish(search_result_t *results, int n, int t, const int *hy, int len, float raw, float u,
+                                   float cp, const search_options_t *opt) {
+    tern_status_t st = greedy_result(&results[n], hy, len, raw, u, t + 1, cp, opt);
+    if (st) return st;
+    if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n]))
+        return tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
+    return TERN_OK;
+}
+
+/* greedy_search's state: the options read once, the processors and the buffers. Rows: tokens (the
+ * next input), sent (the sentence), parent (the row before compaction); per sentence: score, its
+ * hypothesis hyp (max_T a sentence) of hlen tokens, its coverage cov (S a sentence). */
+typedef struct {
+    const decoder_iface_t *dec;
+    const search_options_t *opt;
+    const int *max_len;
+    int N, V, S, max_T, need_attn, on_logprobs, argmax_ok;
+    int argmax_only; /* what the model was last told */
     proc_chain_t chain;
-    if ((st = proc_chain_init(&chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N))) return st;
-    /* processors on log-probabilities need them: the rows are then normalized in place */
-    const int on_logprobs = chain.has_stage[SEARCH_STAGE_LOGPROBS];
-    /* only the argmax of each row is read: the model may skip the rest (an int8 pre-screen), from
-     * the first step the minimum length no longer masks EOS on (that mask needs the runner-up) */
+    int *tokens, *sent, *parent, *best, *hyp, *hlen;
+    float *bestv, *score, *logits, *attn, *cov;
+} greedy_t;
+
+/* Only the argmax of each row is read: the model may skip the rest (an int8 pre-screen); not with
+ * scores, log-space scores or processors that read the logits or log-probabilities. */
+static int greedy_argmax_ok(const greedy_t *g) {
+    const search_options_t *opt = g->opt;
     int user_logits = 0;
     for (int i = 0; i < opt->num_procs; i++) user_logits |= opt->procs[i].stage == SEARCH_STAGE_LOGITS;
-    const int argmax_ok = dec->set_argmax_only && !dec->logprobs && !on_logprobs && !opt->need_scores && !user_logits;
-    int argmax_only = 0; /* what the model was last told */
-    int *tokens = malloc((size_t)N * sizeof(int));
-    int *sent = malloc((size_t)N * sizeof(int));
-    int *parent = malloc((size_t)N * sizeof(int));
-    int *best = malloc((size_t)N * sizeof(int));
-    float *bestv = malloc((size_t)N * sizeof(float));
-    float *score = calloc((size_t)N, sizeof(float));
-    int *hyp = malloc((size_t)N * (size_t)(max_T > 0 ? max_T : 1) * sizeof(int));
-    int *hlen = calloc((size_t)N, sizeof(int));
-    float *logits = aligned_alloc64((size_t)N * V * sizeof(float));
-    float *attn = need_attn ? aligned_alloc64((size_t)N * (S ? S : 1) * sizeof(float)) : NULL;
-    float *cov = need_attn ? calloc((size_t)N * (S ? S : 1), sizeof(float)) : NULL;
-    if (!tokens || !sent || !parent || !best || !bestv || !score || !hyp || !hlen || !logits ||
-        (need_attn && (!attn || !cov))) {
-        st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
-        goto done;
+    return g->dec->set_argmax_only && !g->dec->logprobs && !g->on_logprobs && !opt->need_scores && !user_logits;
+}
+
+static tern_status_t greedy_alloc(greedy_t *g) {
+    size_t N = (size_t)g->N, S = (size_t)(g->S ? g->S : 1);
+    g->tokens = malloc(N * sizeof(int));
+    g->sent = malloc(N * sizeof(int));
+    g->parent = malloc(N * sizeof(int));
+    g->best = malloc(N * sizeof(int));
+    g->bestv = malloc(N * sizeof(float));
+    g->score = calloc(N, sizeof(float));
+    g->hyp = malloc(N * (size_t)(g->max_T > 0 ? g->max_T : 1) * sizeof(int));
+    g->hlen = calloc(N, sizeof(int));
+    g->logits = aligned_alloc64(N * g->V * sizeof(float));
+    g->attn = g->need_attn ? aligned_alloc64(N * S * sizeof(float)) : NULL;
+    g->cov = g->need_attn ? calloc(N * S, sizeof(float)) : NULL;
+    if (!g->tokens || !g->sent || !g->parent || !g->best || !g->bestv || !g->score || !g->hyp || !g->hlen || !g->logits ||
+        (g->need_attn && (!g->attn || !g->cov)))
+        return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+    return TERN_OK;
+}
+
+static void greedy_free(greedy_t *g) {
+    free(g->tokens), free(g->sent), free(g->parent), free(g->best), free(g->bestv), free(g->score), free(g->hyp),
+        free(g->hlen);
+    aligned_free(g->logits);
+    aligned_free(g->attn);
+    free(g->cov);
+}
+
+/* Step t of the R rows: the model's logits (argmax-only from the first step the minimum length no
+ * longer masks EOS on: that mask needs the runner-up), the processors (on log-probabilities, the
+ * rows normalized in place, where they ask for them), and each row's best token. */
+static tern_status_t greedy_step(greedy_t *g, int R, int t) {
+    const decoder_iface_t *dec = g->dec;
+    const search_options_t *opt = g->opt;
+    tern_status_t st;
+    if (g->argmax_ok && !g->argmax_only && t >= opt->min_length) {
+        if ((st = dec->set_argmax_only(dec->self, 1))) return st;
+        g->argmax_only = 1;
     }
-    for (int n = 0; n < N; n++) {
-        tokens[n] = opt->bos;
-        sent[n] = n;
+    if ((st = dec->step(dec->self, g->tokens, t, g->logits, g->attn))) return st;
+    proc_chain_apply(&g->chain, SEARCH_STAGE_LOGITS, g->logits, R, g->V, t, g->sent);
+    if (g->on_logprobs) {
+        if (!(dec->logprobs && t >= opt->min_length)) log_softmax_forward(g->logits, g->logits, R, g->V);
+        proc_chain_apply(&g->chain, SEARCH_STAGE_LOGPROBS, g->logits, R, g->V, t, g->sent);
     }
-    proc_chain_start(&chain, N);
-    int R = N;
+    argmax_rows(g->best, g->bestv, g->logits, R, g->V);
+    return TERN_OK;
+}
+
+/* Row r takes its best token at step t: the sentence's score, coverage and hypothesis grow; a
+ * sentence that ends gets its result, another goes on as row *R2 of the next step. */
+static tern_status_t greedy_take(greedy_t *g, search_result_t *results, int r, int t, int *R2) {
+    const search_options_t *opt = g->opt;
+    const int V = g->V, S = g->S, max_T = g->max_T;
+    int n = g->sent[r], tok = g->best[r];
+    float bestv = g->bestv[r];
+    if (g->on_logprobs) g->score[n] += bestv;
+    else if (opt->need_scores)
+        g->score[n] += g->dec->logprobs && t >= opt->min_length
+                           ? bestv /* scores in log space (an ensemble's) */
+                           : bestv - row_logsumexp(g->logits + (size_t)r * V, V, bestv);
+    if (g->need_attn)
+        for (int j = 0; j < S; j++) g->cov[(size_t)n * S + j] += g->attn[(size_t)r * S + j];
+    int is_eos = tok == opt->eos;
+    int *hy = g->hyp + (size_t)n * max_T;
+    if (!is_eos) hy[g->hlen[n]++] = tok;
+    int ends = is_eos || t + 1 >= g->max_len[n];
+    tern_status_t st = greedy_token_hook(opt, n, t, hy, g->hlen[n], ends);
+    if (st) return st;
+    if (ends) {
+        float u = proc_chain_unnormalized(&g->chain, r, n, is_eos ? -1 : tok);
+        float cp = g->need_attn ? search_coverage_penalty(g->cov + (size_t)n * S, S, opt->coverage_penalty) : 0.0f;
+        return greedy_finish(results, n, t, hy, g->hlen[n], g->score[n], u, cp, opt);
+    }
+    g->parent[*R2] = r;
+    g->sent[*R2] = n;
+    g->tokens[*R2] = tok;
+    (*R2)++;
+    return TERN_OK;
+}
+
+/* The decoding loop: a step for the rows left until every sentence has ended. */
+static tern_status_t greedy_decode(greedy_t *g, search_result_t *results) {
+    const decoder_iface_t *dec = g->dec;
+    tern_status_t st;
+    for (int n = 0; n < g->N; n++) {
+        g->tokens[n] = g->opt->bos;
+        g->sent[n] = n;
+    }
+    proc_chain_start(&g->chain, g->N);
+    int R = g->N;
     for (int t = 0; R > 0; t++) {
-        if (search_cancelled(opt)) {
-            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
-            goto done;
-        }
-        if (argmax_ok && !argmax_only && t >= opt->min_length) {
-            if ((st = dec->set_argmax_only(dec->self, 1))) goto done;
-            argmax_only = 1;
-        }
-        if ((st = dec->step(dec->self, tokens, t, logits, attn))) goto done;
-        proc_chain_apply(&chain, SEARCH_STAGE_LOGITS, logits, R, V, t, sent);
-        if (on_logprobs) {
-            if (!(dec->logprobs && t >= opt->min_length)) log_softmax_forward(logits, logits, R, V);
-            proc_chain_apply(&chain, SEARCH_STAGE_LOGPROBS, logits, R, V, t, sent);
-        }
-        argmax_rows(best, bestv, logits, R, V);
+        if (search_cancelled(g->opt)) return tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+        if ((st = greedy_step(g, R, t))) return st;
         int R2 = 0;
-        for (int r = 0; r < R; r++) {
-            int n = sent[r], tok = best[r];
-            if (on_logprobs) score[n] += bestv[r];
-            else if (opt->need_scores)
-                score[n] += dec->logprobs && t >= opt->min_length
-                                ? bestv[r] /* scores in log space (an ensemble's) */
-                                : bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
-            if (need_attn)
-                for (int j = 0; j < S; j++) cov[(size_t)n * S + j] += attn[(size_t)r * S + j];
-            int is_eos = tok == opt->eos;
-            if (!is_eos) hyp[(size_t)n * max_T + hlen[n]++] = tok;
-            int ends = is_eos || t + 1 >= max_len[n];
-            if (opt->on_step && opt->on_step(opt->hook_ctx, n, t, hyp + (size_t)n * max_T, hlen[n], ends)) {
-                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", t);
-                goto done;
-            }
-            if (ends) {
-                float u = proc_chain_unnormalized(&chain, r, n, is_eos ? -1 : tok);
-                float cp = need_attn ? search_coverage_penalty(cov + (size_t)n * S, S, opt->coverage_penalty) : 0.0f;
-                if ((st = greedy_result(&results[n], hyp + (size_t)n * max_T, hlen[n], score[n], u, t + 1, cp, opt)))
-                    goto done;
-                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
-                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
-                    goto done;
-                }
-            } else {
-                parent[R2] = r;
-                sent[R2] = n;
-                tokens[R2] = tok;
-                R2++;
-            }
-        }
+        for (int r = 0; r < R; r++)
+            if ((st = greedy_take(g, results, r, t, &R2))) return st;
         if (R2 == 0) break;
-        proc_chain_advance(&chain, parent, sent, tokens, R2, 1);
+        proc_chain_advance(&g->chain, g->parent, g->sent, g->tokens, R2, 1);
         /* rows keep their order: only when some left does the model compact its state */
-        if (R2 != R && (st = dec->set_rows(dec->self, parent, sent, R2))) goto done;
+        if (R2 != R && (st = dec->set_rows(dec->self, g->parent, g->sent, R2))) return st;
         R = R2;
     }
-done:
-    st = greedy_end(dec, argmax_only, st, results, N);
-    proc_chain_free(&chain);
-    free(tokens), free(sent), free(parent), free(best), free(bestv), free(score), free(hyp), free(hlen);
-    aligned_free(logits);
-    aligned_free(attn);
-    free(cov);
+    return TERN_OK;
+}
+
+tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
+                            const search_options_t *opt, search_result_t *results) {
+    greedy_t g = {.dec = dec, .opt = opt, .max_len = max_len, .N = N, .V = dec->vocab_size, .S = dec->source_len,
+                  .max_T = longest_max_len(max_len, N, 0), .need_attn = opt->coverage_penalty != 0.0f};
+    results_clear(results, N);
+    tern_status_t st = proc_chain_init(&g.chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N);
+    if (st) return st;
+    g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    g.argmax_ok = greedy_argmax_ok(&g);
+    if (!(st = greedy_alloc(&g))) st = greedy_decode(&g, results);
+    st = greedy_end(dec, g.argmax_only, st, results, N);
+    proc_chain_free(&g.chain);
+    greedy_free(&g);
     return st;
 }
 
@@ -194,121 +262,160 @@ int search_feed_take(const search_feed_t *feed, const int *row_sent, int R, int 
     return k;
 }
 
-/* Greedy search with continuous batching (search.h). Rows: tokens, sent (the feed's sentence),
- * sidx (the model's sentence), rt (the row's step) and its hypothesis so far (hyp, a row each). */
+/* greedy_search_stream's state. Rows (M at most): tokens, sent (the feed's sentence), sidx (the
+ * model's sentence), rt (the row's step), parent, ban (under the minimum length) and its hypothesis
+ * so far (hyp, max_T a row); per sentence of the feed: score and hlen. R rows, next: the next
+ * sentence to admit, nsent: the model's sentences. */
+typedef struct {
+    const decoder_iface_t *dec;
+    const search_feed_t *feed;
+    const search_options_t *opt;
+    const int *max_len;
+    int N, V, M, max_T, min_admit, argmax_ok, can_ban;
+    int argmax_only; /* what the model was last told */
+    int *tokens, *sent, *sidx, *rt, *parent, *best, *hlen, *hyp;
+    float *bestv, *score, *logits;
+    unsigned char *ban;
+    int R, next, nsent;
+} greedy_stream_t;
+
+static tern_status_t stream_alloc(greedy_stream_t *g) {
+    size_t M = (size_t)g->M, N = (size_t)(g->N ? g->N : 1);
+    g->tokens = malloc(M * sizeof(int));
+    g->sent = malloc(M * sizeof(int));
+    g->sidx = malloc(M * sizeof(int));
+    g->rt = malloc(M * sizeof(int));
+    g->parent = malloc(M * sizeof(int));
+    g->best = malloc(M * sizeof(int));
+    g->bestv = malloc(M * sizeof(float));
+    g->ban = malloc(M);
+    g->score = calloc(N, sizeof(float));
+    g->hlen = calloc(N, sizeof(int));
+    g->hyp = malloc(M * (size_t)g->max_T * sizeof(int));
+    g->logits = aligned_alloc64(M * g->V * sizeof(float));
+    if (!g->tokens || !g->sent || !g->sidx || !g->rt || !g->parent || !g->best || !g->bestv || !g->ban || !g->score ||
+        !g->hlen || !g->hyp || !g->logits)
+        return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
+    return TERN_OK;
+}
+
+static void stream_free(greedy_stream_t *g) {
+    free(g->tokens), free(g->sent), free(g->sidx), free(g->rt), free(g->parent), free(g->best), free(g->bestv),
+        free(g->ban), free(g->score), free(g->hlen), free(g->hyp);
+    aligned_free(g->logits);
+}
+
+/* Admission before step *t: the next sentences join when enough rows are free (token budget: rows
+ * x the longest source in flight, as a whole batch counts it); into an empty batch they start the
+ * model afresh, at step 0. */
+static tern_status_t stream_admit(greedy_stream_t *g, int *t) {
+    const search_feed_t *feed = g->feed;
+    int free_rows = g->M - g->R;
+    if (!(g->next < g->N && (g->R == 0 || free_rows >= g->min_admit || free_rows >= g->N - g->next))) return TERN_OK;
+    int k = search_feed_take(feed, g->sent, g->R, g->R, g->next, free_rows);
+    if (k <= 0) return TERN_OK;
+    int fresh = g->R == 0;
+    tern_status_t st = feed->admit(feed->ctx, g->next, k, fresh);
+    if (st) return st;
+    if (fresh) g->nsent = 0, *t = 0;
+    for (int i = 0; i < k; i++) {
+        int r = g->R + i;
+        g->tokens[r] = g->opt->bos;
+        g->sent[r] = g->next + i;
+        g->sidx[r] = g->nsent + i;
+        g->rt[r] = 0;
+    }
+    g->nsent += k;
+    g->next += k;
+    if (feed->stats) feed->stats[2]++;
+    g->R += k;
+    return TERN_OK;
+}
+
+/* Step t of the rows: rows before the minimum length need the runner-up of EOS: the model gives it
+ * for those rows (set_argmax_ban), or the step reads full logits; then EOS masked on those rows and
+ * each row's best token. */
+static tern_status_t stream_step(greedy_stream_t *g, int t) {
+    const decoder_iface_t *dec = g->dec;
+    const search_options_t *opt = g->opt;
+    const int R = g->R, V = g->V;
+    tern_status_t st;
+    int young = 0;
+    for (int r = 0; r < R; r++) young |= (g->ban[r] = g->rt[r] < opt->min_length);
+    int want = g->argmax_ok && (!young || g->can_ban);
+    if (want != g->argmax_only) {
+        if ((st = dec->set_argmax_only(dec->self, want))) return st;
+        g->argmax_only = want;
+    }
+    if (want && young && (st = dec->set_argmax_ban(dec->self, opt->eos, g->ban))) return st;
+    if ((st = dec->step(dec->self, g->tokens, t, g->logits, NULL))) return st;
+    if (g->feed->stats) g->feed->stats[0]++, g->feed->stats[1] += R;
+    if (young)
+        for (int r = 0; r < R; r++)
+            if (g->rt[r] < opt->min_length) g->logits[(size_t)r * V + opt->eos] = -INFINITY;
+    argmax_rows(g->best, g->bestv, g->logits, R, V);
+    return TERN_OK;
+}
+
+/* Row r takes its best token at its own step: a sentence that ends gets its result, another goes
+ * on as row *R2 (its hypothesis moved along). */
+static tern_status_t stream_take(greedy_stream_t *g, search_result_t *results, int r, int *R2) {
+    const search_options_t *opt = g->opt;
+    const int V = g->V, max_T = g->max_T;
+    int n = g->sent[r], tok = g->best[r], tr = g->rt[r];
+    int *hy = g->hyp + (size_t)r * max_T;
+    if (opt->need_scores) g->score[n] += g->bestv[r] - row_logsumexp(g->logits + (size_t)r * V, V, g->bestv[r]);
+    int is_eos = tok == opt->eos;
+    if (!is_eos) hy[g->hlen[n]++] = tok;
+    int ends = is_eos || tr + 1 >= g->max_len[n];
+    tern_status_t st = greedy_token_hook(opt, n, tr, hy, g->hlen[n], ends);
+    if (st) return st;
+    /* greedy_search's arithmetic, without processors (u = 0) or coverage */
+    if (ends) return greedy_finish(results, n, tr, hy, g->hlen[n], g->score[n], 0.0f, 0.0f, opt);
+    int k = *R2;
+    if (k != r) memmove(g->hyp + (size_t)k * max_T, hy, (size_t)g->hlen[n] * sizeof(int));
+    g->parent[k] = r;
+    g->sent[k] = n;
+    g->sidx[k] = g->sidx[r];
+    g->rt[k] = tr + 1;
+    g->tokens[k] = tok;
+    (*R2)++;
+    return TERN_OK;
+}
+
+/* The decoding loop: admission, a step, the tokens taken, until every sentence has ended. */
+static tern_status_t stream_decode(greedy_stream_t *g, search_result_t *results) {
+    const decoder_iface_t *dec = g->dec;
+    tern_status_t st;
+    for (int t = 0; g->R > 0 || g->next < g->N; t++) {
+        if ((st = stream_admit(g, &t))) return st;
+        if (search_cancelled(g->opt)) return tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
+        if ((st = stream_step(g, t))) return st;
+        int R2 = 0;
+        for (int r = 0; r < g->R; r++)
+            if ((st = stream_take(g, results, r, &R2))) return st;
+        /* rows keep their order: only when some left does the model compact its state */
+        if (R2 != g->R && R2 > 0 && (st = dec->set_rows(dec->self, g->parent, g->sidx, R2))) return st;
+        g->R = R2;
+    }
+    return TERN_OK;
+}
+
+/* Greedy search with continuous batching (search.h): greedy_stream_t's rows. */
 tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
                                    const search_options_t *opt, search_result_t *results) {
-    int V = dec->vocab_size, N = feed->N, M = feed->max_rows > 0 ? feed->max_rows : 1;
     if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs)
         return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
-    int max_T = 1;
-    for (int n = 0; n < N; n++) max_T = max_len[n] > max_T ? max_len[n] : max_T;
-    tern_status_t st = TERN_OK;
-    for (int n = 0; n < N; n++) {
-        results[n].n = 0;
-        results[n].hyps = NULL;
-    }
-    const int argmax_ok = dec->set_argmax_only && !opt->need_scores;
-    int argmax_only = 0; /* what the model was last told */
-    int min_admit = feed->min_admit > 0 ? feed->min_admit : 1;
+    greedy_stream_t g = {.dec = dec, .feed = feed, .opt = opt, .max_len = max_len, .N = feed->N, .V = dec->vocab_size,
+                         .M = feed->max_rows > 0 ? feed->max_rows : 1, .max_T = longest_max_len(max_len, feed->N, 1),
+                         .min_admit = feed->min_admit > 0 ? feed->min_admit : 1,
+                         .argmax_ok = dec->set_argmax_only && !opt->need_scores};
+    results_clear(results, g.N);
     /* rows under the minimum length in argmax-only steps: where the model can (set_argmax_ban) */
-    const int can_ban = argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
-    int *tokens = malloc((size_t)M * sizeof(int));
-    int *sent = malloc((size_t)M * sizeof(int));
-    int *sidx = malloc((size_t)M * sizeof(int));
-    int *rt = malloc((size_t)M * sizeof(int));
-    int *parent = malloc((size_t)M * sizeof(int));
-    int *best = malloc((size_t)M * sizeof(int));
-    float *bestv = malloc((size_t)M * sizeof(float));
-    unsigned char *ban = malloc((size_t)M);
-    float *score = calloc((size_t)(N ? N : 1), sizeof(float));
-    int *hlen = calloc((size_t)(N ? N : 1), sizeof(int));
-    int *hyp = malloc((size_t)M * (size_t)max_T * sizeof(int));
-    float *logits = aligned_alloc64((size_t)M * V * sizeof(float));
-    if (!tokens || !sent || !sidx || !rt || !parent || !best || !bestv || !ban || !score || !hlen || !hyp || !logits) {
-        st = tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
-        goto done;
-    }
-    int R = 0, next = 0, nsent = 0; /* rows, the next sentence to admit, the model's sentences */
-    for (int t = 0; R > 0 || next < N; t++) {
-        /* admission: the next sentences join when enough rows are free (token budget: rows x the
-         * longest source in flight, as a whole batch counts it) */
-        int free_rows = M - R;
-        if (next < N && (R == 0 || free_rows >= min_admit || free_rows >= N - next)) {
-            int k = search_feed_take(feed, sent, R, R, next, free_rows);
-            if (k > 0) {
-                int fresh = R == 0;
-                if ((st = feed->admit(feed->ctx, next, k, fresh))) goto done;
-                if (fresh) nsent = 0, t = 0;
-                for (int i = 0; i < k; i++) {
-                    tokens[R + i] = opt->bos;
-                    sent[R + i] = next + i;
-                    sidx[R + i] = nsent + i;
-                    rt[R + i] = 0;
-                }
-                nsent += k;
-                next += k;
-                if (feed->stats) feed->stats[2]++;
-                R += k;
-            }
-        }
-        if (search_cancelled(opt)) {
-            st = tern_error(TERN_ERR_CANCELLED, "cancelled at decoding step %d", t);
-            goto done;
-        }
-        /* rows before the minimum length need the runner-up of EOS: the model gives it for those
-         * rows (set_argmax_ban), or the step reads full logits */
-        int young = 0;
-        for (int r = 0; r < R; r++) young |= (ban[r] = rt[r] < opt->min_length);
-        int want = argmax_ok && (!young || can_ban);
-        if (want != argmax_only) {
-            if ((st = dec->set_argmax_only(dec->self, want))) goto done;
-            argmax_only = want;
-        }
-        if (want && young && (st = dec->set_argmax_ban(dec->self, opt->eos, ban))) goto done;
-        if ((st = dec->step(dec->self, tokens, t, logits, NULL))) goto done;
-        if (feed->stats) feed->stats[0]++, feed->stats[1] += R;
-        if (young)
-            for (int r = 0; r < R; r++)
-                if (rt[r] < opt->min_length) logits[(size_t)r * V + opt->eos] = -INFINITY;
-        argmax_rows(best, bestv, logits, R, V);
-        int R2 = 0;
-        for (int r = 0; r < R; r++) {
-            int n = sent[r], tok = best[r], tr = rt[r];
-            int *hy = hyp + (size_t)r * max_T;
-            if (opt->need_scores) score[n] += bestv[r] - row_logsumexp(logits + (size_t)r * V, V, bestv[r]);
-            int is_eos = tok == opt->eos;
-            if (!is_eos) hy[hlen[n]++] = tok;
-            int ends = is_eos || tr + 1 >= max_len[n];
-            if (opt->on_step && opt->on_step(opt->hook_ctx, n, tr, hy, hlen[n], ends)) {
-                st = tern_error(TERN_ERR_CANCELLED, "stopped by the token callback at step %d", tr);
-                goto done;
-            }
-            if (ends) {
-                /* greedy_search's arithmetic, without processors (u = 0) or coverage */
-                if ((st = greedy_result(&results[n], hy, hlen[n], score[n], 0.0f, tr + 1, 0.0f, opt))) goto done;
-                if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n])) {
-                    st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", tr);
-                    goto done;
-                }
-            } else {
-                if (R2 != r) memmove(hyp + (size_t)R2 * max_T, hy, (size_t)hlen[n] * sizeof(int));
-                parent[R2] = r;
-                sent[R2] = n;
-                sidx[R2] = sidx[r];
-                rt[R2] = tr + 1;
-                tokens[R2] = tok;
-                R2++;
-            }
-        }
-        /* rows keep their order: only when some left does the model compact its state */
-        if (R2 != R && R2 > 0 && (st = dec->set_rows(dec->self, parent, sidx, R2))) goto done;
-        R = R2;
-    }
-done:
-    st = greedy_end(dec, argmax_only, st, results, N);
-    free(tokens), free(sent), free(sidx), free(rt), free(parent), free(best), free(bestv), free(ban), free(score), free(hlen),
-        free(hyp);
-    aligned_free(logits);
+    g.can_ban = g.argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
+    tern_status_t st = stream_alloc(&g);
+    if (!st) st = stream_decode(&g, results);
+    st = greedy_end(dec, g.argmax_only, st, results, g.N);
+    stream_free(&g);
     return st;
 }

@@ -70,26 +70,25 @@ static hist_t *hist_find(const lmbr_sentence_t *s, int n, const int *h) {
     }
 }
 
-tern_status_t lmbr_sentence_build(lmbr_sentence_t **out, const lmbr_evidence_t *const *ev, const float *weights,
-                                  int S, float alpha) {
-    *out = NULL;
-    lmbr_sentence_t *s = calloc(1, sizeof *s);
-    if (!s) return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+/* How many n-grams (orders 1..LMBR_ORDER, with repeats) the S systems' evidence holds; *wsum: the
+ * weights of the systems with evidence. */
+static size_t count_grams(const lmbr_evidence_t *const *ev, const float *weights, int S, double *wsum) {
     size_t G = 0;
-    double wsum = 0;
     for (int k = 0; k < S; k++) {
         if (!ev[k] || ev[k]->K <= 0) continue;
-        wsum += weights ? weights[k] : 1.0;
+        *wsum += weights ? weights[k] : 1.0;
         for (int e = 0; e < ev[k]->K; e++) {
             int L = ev[k]->len[e];
             for (int n = 1; n <= LMBR_ORDER; n++) G += L >= n ? (size_t)(L - n + 1) : 0;
         }
     }
-    gram_t *g = malloc((G ? G : 1) * sizeof *g);
-    if (!g) {
-        free(s);
-        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
-    }
+    return G;
+}
+
+/* Every n-gram of every evidence hypothesis into g, with its hypothesis (numbered over all the
+ * systems) and that hypothesis's posterior; their number. */
+static size_t collect_grams(gram_t *g, const lmbr_evidence_t *const *ev, const float *weights, int S, float alpha,
+                            double wsum) {
     size_t m = 0;
     int hyp = 0;
     for (int k = 0; k < S; k++) {
@@ -114,38 +113,40 @@ tern_status_t lmbr_sentence_build(lmbr_sentence_t **out, const lmbr_evidence_t *
                 }
         }
     }
-    qsort(g, m, sizeof *g, cmp_gram);
-    /* distinct n-grams, each hypothesis counted once (presence) */
-    size_t M = 0, nh = 0;
-    for (size_t i = 0; i < m; i++) {
-        int new_gram = i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)g[i].n * sizeof(int));
-        if (new_gram) {
-            int new_hist = i == 0 || g[i].n != g[i - 1].n ||
-                           memcmp(g[i].t, g[i - 1].t, (size_t)(g[i].n - 1) * sizeof(int));
-            nh += new_hist;
+    return m;
+}
+
+/* In the sorted grams: g[i] starts a new n-gram; a new history (its first n - 1 tokens). */
+static int new_gram_at(const gram_t *g, size_t i) {
+    return i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)g[i].n * sizeof(int));
+}
+
+static int new_hist_at(const gram_t *g, size_t i) {
+    return i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)(g[i].n - 1) * sizeof(int));
+}
+
+/* The distinct n-grams among the m sorted ones; *nh: their distinct histories. */
+static size_t count_distinct(const gram_t *g, size_t m, size_t *nh) {
+    size_t M = 0;
+    for (size_t i = 0; i < m; i++)
+        if (new_gram_at(g, i)) {
+            *nh += new_hist_at(g, i);
             M++;
         }
-    }
-    s->M = (int)M;
-    s->tok = malloc((M ? M : 1) * sizeof(int));
-    s->post = malloc((M ? M : 1) * sizeof(float));
-    s->cap = 16;
-    while ((size_t)s->cap < 2 * nh + 2) s->cap *= 2;
-    s->tab = calloc((size_t)s->cap, sizeof *s->tab);
-    if (!s->tok || !s->post || !s->tab) {
-        free(g);
-        lmbr_sentence_free(s);
-        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
-    }
+    return M;
+}
+
+/* The distinct n-grams' last tokens and posteriors (each hypothesis counted once: presence), and
+ * the table of histories, each with its n-grams' range. */
+static void fill_posteriors(lmbr_sentence_t *s, const gram_t *g, size_t m) {
     int j = -1;
     hist_t *cur = NULL;
     double acc = 0;
     for (size_t i = 0; i < m; i++) {
-        int new_gram = i == 0 || g[i].n != g[i - 1].n || memcmp(g[i].t, g[i - 1].t, (size_t)g[i].n * sizeof(int));
+        int new_gram = new_gram_at(g, i);
         if (new_gram) {
             if (j >= 0) s->post[j] = (float)acc;
-            int new_hist = i == 0 || g[i].n != g[i - 1].n ||
-                           memcmp(g[i].t, g[i - 1].t, (size_t)(g[i].n - 1) * sizeof(int));
+            int new_hist = new_hist_at(g, i);
             j++;
             s->tok[j] = g[i].t[g[i].n - 1];
             acc = 0;
@@ -163,6 +164,35 @@ tern_status_t lmbr_sentence_build(lmbr_sentence_t **out, const lmbr_evidence_t *
         if (i == 0 || new_gram || g[i].hyp != g[i - 1].hyp) acc += g[i].p;
     }
     if (j >= 0) s->post[j] = (float)acc;
+}
+
+tern_status_t lmbr_sentence_build(lmbr_sentence_t **out, const lmbr_evidence_t *const *ev, const float *weights,
+                                  int S, float alpha) {
+    *out = NULL;
+    lmbr_sentence_t *s = calloc(1, sizeof *s);
+    if (!s) return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    double wsum = 0;
+    size_t G = count_grams(ev, weights, S, &wsum);
+    gram_t *g = malloc((G ? G : 1) * sizeof *g);
+    if (!g) {
+        free(s);
+        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    }
+    size_t m = collect_grams(g, ev, weights, S, alpha, wsum);
+    qsort(g, m, sizeof *g, cmp_gram);
+    size_t nh = 0, M = count_distinct(g, m, &nh);
+    s->M = (int)M;
+    s->tok = malloc((M ? M : 1) * sizeof(int));
+    s->post = malloc((M ? M : 1) * sizeof(float));
+    s->cap = 16;
+    while ((size_t)s->cap < 2 * nh + 2) s->cap *= 2;
+    s->tab = calloc((size_t)s->cap, sizeof *s->tab);
+    if (!s->tok || !s->post || !s->tab) {
+        free(g);
+        lmbr_sentence_free(s);
+        return tern_error(TERN_ERR_NOMEM, "lmbr: out of memory");
+    }
+    fill_posteriors(s, g, m);
     free(g);
     *out = s;
     return TERN_OK;

@@ -236,38 +236,99 @@ static int cons_unmet_fn(void *self, int n, const int *state) {
     return c ? cons_state_unmet(c, state) : 0;
 }
 
-tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
-                                int N, int V, int eos, int beam) {
-    *out = NULL;
-    int any_prefix = 0, any_restrict = 0, any_cons = 0, suppress_h = 0, cons_total = 0;
+/* What search_procs_bind finds the search needs: which processors, and their sizes. */
+typedef struct {
+    int any_prefix, any_restrict, any_cons, cons_total; /* per-sentence data */
+    int sup, suppress_h;                                /* suppressed sequences, their longest history */
+    int lm, lm_count;                                   /* LMBR, its largest sentence's distinct n-grams */
+} procs_needs_t;
+
+/* The needs of the sentences' data and of the global suppressed sequences and LMBR; an error for a
+ * suppressed sequence or LMBR clipping state out of bounds. */
+static tern_status_t procs_needs(procs_needs_t *q, const search_global_t *g, const search_sentence_t *const *sd,
+                                 int N) {
     for (int n = 0; sd && n < N; n++) {
         if (!sd[n]) continue;
-        any_prefix |= sd[n]->prefix_len > 0;
-        any_restrict |= sd[n]->restrict_to != NULL;
-        any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
-        if (sd[n]->constraints && sd[n]->constraints->total > cons_total) cons_total = sd[n]->constraints->total;
+        q->any_prefix |= sd[n]->prefix_len > 0;
+        q->any_restrict |= sd[n]->restrict_to != NULL;
+        q->any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
+        if (sd[n]->constraints && sd[n]->constraints->total > q->cons_total) q->cons_total = sd[n]->constraints->total;
     }
-    int sup = g && g->suppress && g->suppress->n > 0;
-    for (int k = 0; sup && k < g->suppress->n; k++) {
+    q->sup = g && g->suppress && g->suppress->n > 0;
+    for (int k = 0; q->sup && k < g->suppress->n; k++) {
         if (g->suppress->len[k] < 1 || g->suppress->len[k] - 1 > SEARCH_MAX_HISTORY)
             return tern_error(TERN_ERR_INVALID_ARG, "suppressed sequence %d: 1 to %d pieces", k + 1,
                               SEARCH_MAX_HISTORY + 1);
-        if (g->suppress->len[k] - 1 > suppress_h) suppress_h = g->suppress->len[k] - 1;
+        if (g->suppress->len[k] - 1 > q->suppress_h) q->suppress_h = g->suppress->len[k] - 1;
     }
-    int lm = g && g->lmbr, lm_count = 0;
-    for (int n = 0; lm && g->lmbr->clip && sd && n < N; n++)
-        if (sd[n] && lmbr_ngram_count(sd[n]->lmbr) > lm_count) lm_count = lmbr_ngram_count(sd[n]->lmbr);
-    if (lm && g->lmbr->clip && lmbr_clip_ints(lm_count) + 3 > SEARCH_MAX_STATE)
+    q->lm = g && g->lmbr;
+    for (int n = 0; q->lm && g->lmbr->clip && sd && n < N; n++)
+        if (sd[n] && lmbr_ngram_count(sd[n]->lmbr) > q->lm_count) q->lm_count = lmbr_ngram_count(sd[n]->lmbr);
+    if (q->lm && g->lmbr->clip && lmbr_clip_ints(q->lm_count) + 3 > SEARCH_MAX_STATE)
         return tern_error(TERN_ERR_INVALID_ARG, "LMBR clipping: a sentence's evidence has %d distinct n-grams, at most %d",
-                          lm_count, (SEARCH_MAX_STATE - 3 - (LMBR_ORDER - 1)) * 32);
-    if (!any_prefix && !any_restrict && !sup && !lm && !any_cons) return TERN_OK;
+                          q->lm_count, (SEARCH_MAX_STATE - 3 - (LMBR_ORDER - 1)) * 32);
+    return TERN_OK;
+}
+
+/* The LMBR processor: its state by gain (summed apart from the length penalty, clipped, or plain). */
+static search_proc_t lmbr_proc(search_procs_t *P, const lmbr_params_t *L, int lm_count) {
+    search_proc_t p = {0};
+    p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.history = LMBR_ORDER - 1, p.may_raise = 1;
+    p.apply = lmbr_apply;
+    if (L->sum_gain) {
+        p.state_ints = 1 + lmbr_clip_ints(L->clip ? lm_count : 0);
+        p.init_state = lmbr_sum_init_fn, p.advance = lmbr_sum_advance_fn;
+        p.unnormalized = lmbr_sum_unnormalized_fn;
+    } else if (L->clip) {
+        p.state_ints = lmbr_clip_ints(lm_count);
+        p.init_state = lmbr_clip_init_fn, p.advance = lmbr_clip_advance_fn;
+    }
+    return p;
+}
+
+/* P's processors in their order: suppression on logits, then prefix, restriction, LMBR and
+ * constraints on log-probabilities. */
+static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_global_t *g) {
+    if (q->sup) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = q->suppress_h, p.apply = suppress_apply;
+        P->list[P->n++] = p;
+    }
+    if (q->any_prefix) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.apply = prefix_apply;
+        P->list[P->n++] = p;
+    }
+    if (q->any_restrict) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 1;
+        p.init_state = restrict_init, p.advance = restrict_advance, p.apply = restrict_apply;
+        P->list[P->n++] = p;
+    }
+    if (q->lm) P->list[P->n++] = lmbr_proc(P, g->lmbr, q->lm_count);
+    if (q->any_cons) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 2;
+        p.init_state = cons_init, p.advance = cons_advance, p.apply = cons_apply;
+        p.select = cons_select_fn, p.unmet = cons_unmet_fn;
+        P->list[P->n++] = p;
+    }
+}
+
+tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
+                                int N, int V, int eos, int beam) {
+    *out = NULL;
+    procs_needs_t q = {0};
+    tern_status_t st = procs_needs(&q, g, sd, N);
+    if (st) return st;
+    if (!q.any_prefix && !q.any_restrict && !q.sup && !q.lm && !q.any_cons) return TERN_OK;
     search_procs_t *P = calloc(1, sizeof *P);
     static const search_sentence_t none = {0};
     const search_sentence_t **sdc = malloc((size_t)(N ? N : 1) * sizeof *sdc);
     if (P) P->keep = malloc((size_t)(V + 1) * sizeof(float));
     if (P) P->keep_tok = malloc((size_t)(V + 1) * sizeof(int));
-    if (P && any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1), cons_total);
-    if (!P || !sdc || !P->keep || !P->keep_tok || (any_cons && !P->cons)) {
+    if (P && q.any_cons) P->cons = cons_workspace_new(beam > 0 ? beam : 1, 2 * (beam > 0 ? beam : 1), q.cons_total);
+    if (!P || !sdc || !P->keep || !P->keep_tok || (q.any_cons && !P->cons)) {
         if (P) free(P->keep), free(P->keep_tok), cons_workspace_free(P->cons);
         free(P), free(sdc);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -279,44 +340,8 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     P->V = V;
     P->eos = eos;
     P->beam = beam > 1;
-    P->lmbr_count = lm_count;
-    if (sup) {
-        search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = suppress_h, p.apply = suppress_apply;
-        P->list[P->n++] = p;
-    }
-    if (any_prefix) {
-        search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.apply = prefix_apply;
-        P->list[P->n++] = p;
-    }
-    if (any_restrict) {
-        search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 1;
-        p.init_state = restrict_init, p.advance = restrict_advance, p.apply = restrict_apply;
-        P->list[P->n++] = p;
-    }
-    if (lm) {
-        search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.history = LMBR_ORDER - 1, p.may_raise = 1;
-        p.apply = lmbr_apply;
-        if (g->lmbr->sum_gain) {
-            p.state_ints = 1 + lmbr_clip_ints(g->lmbr->clip ? lm_count : 0);
-            p.init_state = lmbr_sum_init_fn, p.advance = lmbr_sum_advance_fn;
-            p.unnormalized = lmbr_sum_unnormalized_fn;
-        } else if (g->lmbr->clip) {
-            p.state_ints = lmbr_clip_ints(lm_count);
-            p.init_state = lmbr_clip_init_fn, p.advance = lmbr_clip_advance_fn;
-        }
-        P->list[P->n++] = p;
-    }
-    if (any_cons) {
-        search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 2;
-        p.init_state = cons_init, p.advance = cons_advance, p.apply = cons_apply;
-        p.select = cons_select_fn, p.unmet = cons_unmet_fn;
-        P->list[P->n++] = p;
-    }
+    P->lmbr_count = q.lm_count;
+    procs_list(P, &q, g);
     *out = P;
     return TERN_OK;
 }
@@ -399,6 +424,81 @@ static void remap_ids(int *dst, const int *src, int n, const int *cand, int nc) 
     for (int i = 0; i < n; i++) dst[i] = search_id_position(cand, nc, src[i]);
 }
 
+/* The suppressed sequences S in positions of the candidates (cand, nc): those with a piece not
+ * among them are never completed in the restricted search and are left out. */
+static tern_status_t remap_suppress(search_remap_t *r, const search_suppress_t *S, const int *cand, int nc) {
+    r->sup.seq = calloc((size_t)S->n, sizeof(int *));
+    r->sup.len = calloc((size_t)S->n, sizeof(int));
+    if (!r->sup.seq || !r->sup.len) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < S->n; k++) {
+        if (S->len[k] < 1 || S->len[k] - 1 > SEARCH_MAX_HISTORY) /* as search_procs_bind */
+            return tern_error(TERN_ERR_INVALID_ARG, "suppressed sequence %d: 1 to %d pieces", k + 1,
+                              SEARCH_MAX_HISTORY + 1);
+        int ok = 1;
+        for (int i = 0; ok && i < S->len[k]; i++) ok = search_id_position(cand, nc, S->seq[k][i]) >= 0;
+        if (!ok) continue;
+        int *q = malloc((size_t)S->len[k] * sizeof(int));
+        if (!q) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        remap_ids(q, S->seq[k], S->len[k], cand, nc);
+        r->sup.seq[r->sup.n] = q;
+        r->sup.len[r->sup.n++] = S->len[k];
+    }
+    r->g.suppress = &r->sup;
+    return TERN_OK;
+}
+
+/* The trie T of allowed paths into U, its tokens in positions of the candidates. */
+static tern_status_t remap_trie(search_trie_t *U, const search_trie_t *T, const int *cand, int nc) {
+    U->node = malloc((size_t)(T->n ? T->n : 1) * sizeof *U->node);
+    if (!U->node) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    memcpy(U->node, T->node, (size_t)T->n * sizeof *U->node);
+    U->n = U->cap = T->n;
+    for (int k = 1; k < U->n; k++) U->node[k].tok = search_id_position(cand, nc, T->node[k].tok);
+    return TERN_OK;
+}
+
+/* The constraints c anew (*out), their phrases in positions of the candidates. */
+static tern_status_t remap_constraints(cons_sentence_t **out, const cons_sentence_t *c, const int *cand, int nc) {
+    int *buf = malloc((size_t)(c->total ? c->total : 1) * sizeof(int));
+    int *ph[CONS_MAX];
+    if (!buf) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int j = 0, o = 0; j < c->C; o += c->len[j], j++) {
+        ph[j] = buf + o;
+        remap_ids(ph[j], c->tok[j], c->len[j], cand, nc);
+    }
+    tern_status_t st = cons_sentence_new(out, (const int *const *)ph, c->len, c->C);
+    free(buf);
+    return st;
+}
+
+/* Sentence n's data s (its prefix, allowed paths, constraints and LMBR posteriors) in positions of
+ * the candidates, as r->s[n]. */
+static tern_status_t remap_sentence(search_remap_t *r, int n, const search_sentence_t *s, const int *cand, int nc) {
+    tern_status_t st;
+    search_sentence_t *t = &r->s[n];
+    *t = *s;
+    if (s->prefix && s->prefix_len > 0) {
+        if (!(r->prefix[n] = malloc((size_t)s->prefix_len * sizeof(int))))
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        remap_ids(r->prefix[n], s->prefix, s->prefix_len, cand, nc);
+        t->prefix = r->prefix[n];
+    }
+    if (s->restrict_to) {
+        if ((st = remap_trie(&r->trie[n], s->restrict_to, cand, nc))) return st;
+        t->restrict_to = &r->trie[n];
+    }
+    if (s->constraints) {
+        if ((st = remap_constraints(&r->cons[n], s->constraints, cand, nc))) return st;
+        t->constraints = r->cons[n];
+    }
+    if (s->lmbr) {
+        if ((st = lmbr_sentence_remap(&r->lmbr[n], s->lmbr, cand, nc))) return st;
+        t->lmbr = r->lmbr[n];
+    }
+    r->sp[n] = t;
+    return TERN_OK;
+}
+
 tern_status_t search_remap_new(search_remap_t **out, const search_global_t *g, const search_sentence_t *const *sd,
                                int N, const int *cand, int nc) {
     *out = NULL;
@@ -413,76 +513,18 @@ tern_status_t search_remap_new(search_remap_t **out, const search_global_t *g, c
     r->trie = calloc(n1, sizeof *r->trie);
     r->cons = calloc(n1, sizeof *r->cons);
     r->lmbr = calloc(n1, sizeof *r->lmbr);
-    if (!r->s || !r->sp || !r->prefix || !r->trie || !r->cons || !r->lmbr) goto nomem;
+    if (!r->s || !r->sp || !r->prefix || !r->trie || !r->cons || !r->lmbr) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     if (g) {
         r->g.lmbr = g->lmbr;
-        if (g->suppress && g->suppress->n > 0) {
-            const search_suppress_t *S = g->suppress;
-            r->sup.seq = calloc((size_t)S->n, sizeof(int *));
-            r->sup.len = calloc((size_t)S->n, sizeof(int));
-            if (!r->sup.seq || !r->sup.len) goto nomem;
-            for (int k = 0; k < S->n; k++) {
-                if (S->len[k] < 1 || S->len[k] - 1 > SEARCH_MAX_HISTORY) { /* as search_procs_bind */
-                    st = tern_error(TERN_ERR_INVALID_ARG, "suppressed sequence %d: 1 to %d pieces", k + 1,
-                                    SEARCH_MAX_HISTORY + 1);
-                    goto fail;
-                }
-                int ok = 1;
-                for (int i = 0; ok && i < S->len[k]; i++) ok = search_id_position(cand, nc, S->seq[k][i]) >= 0;
-                if (!ok) continue; /* never completed in the restricted search */
-                int *q = malloc((size_t)S->len[k] * sizeof(int));
-                if (!q) goto nomem;
-                remap_ids(q, S->seq[k], S->len[k], cand, nc);
-                r->sup.seq[r->sup.n] = q;
-                r->sup.len[r->sup.n++] = S->len[k];
-            }
-            r->g.suppress = &r->sup;
-        }
+        if (g->suppress && g->suppress->n > 0 && (st = remap_suppress(r, g->suppress, cand, nc))) goto fail;
     }
-    for (int n = 0; sd && n < N; n++) {
-        const search_sentence_t *s = sd[n];
-        if (!s) continue;
-        search_sentence_t *t = &r->s[n];
-        *t = *s;
-        if (s->prefix && s->prefix_len > 0) {
-            if (!(r->prefix[n] = malloc((size_t)s->prefix_len * sizeof(int)))) goto nomem;
-            remap_ids(r->prefix[n], s->prefix, s->prefix_len, cand, nc);
-            t->prefix = r->prefix[n];
-        }
-        if (s->restrict_to) {
-            const search_trie_t *T = s->restrict_to;
-            search_trie_t *U = &r->trie[n];
-            U->node = malloc((size_t)(T->n ? T->n : 1) * sizeof *U->node);
-            if (!U->node) goto nomem;
-            memcpy(U->node, T->node, (size_t)T->n * sizeof *U->node);
-            U->n = U->cap = T->n;
-            for (int k = 1; k < U->n; k++) U->node[k].tok = search_id_position(cand, nc, T->node[k].tok);
-            t->restrict_to = U;
-        }
-        if (s->constraints) {
-            const cons_sentence_t *c = s->constraints;
-            int *buf = malloc((size_t)(c->total ? c->total : 1) * sizeof(int));
-            int *ph[CONS_MAX];
-            if (!buf) goto nomem;
-            for (int j = 0, o = 0; j < c->C; o += c->len[j], j++) {
-                ph[j] = buf + o;
-                remap_ids(ph[j], c->tok[j], c->len[j], cand, nc);
-            }
-            st = cons_sentence_new(&r->cons[n], (const int *const *)ph, c->len, c->C);
-            free(buf);
-            if (st) goto fail;
-            t->constraints = r->cons[n];
-        }
-        if (s->lmbr) {
-            if ((st = lmbr_sentence_remap(&r->lmbr[n], s->lmbr, cand, nc))) goto fail;
-            t->lmbr = r->lmbr[n];
-        }
-        r->sp[n] = t;
-    }
+    for (int n = 0; sd && n < N; n++)
+        if (sd[n] && (st = remap_sentence(r, n, sd[n], cand, nc))) goto fail;
     *out = r;
     return TERN_OK;
-nomem:
-    st = tern_error(TERN_ERR_NOMEM, "out of memory");
 fail:
     search_remap_free(r);
     return st;

@@ -326,91 +326,143 @@ static int publish_locked(segment_t **batch, int b, request_kind_t kind, tern_st
     return nf;
 }
 
+/* A worker's buffers, for up to a queue's worth (cap) of segments. */
+typedef struct {
+    segment_t **cand, **batch;
+    serve_request_t **finished; /* (2 cap) */
+    const char **src, **tgt;
+    tern_result_t *res;
+    float **lp;
+    int *cnt;
+} worker_bufs_t;
+
+/* 1 when all of them are there. */
+static int worker_bufs_alloc(worker_bufs_t *w, int cap) {
+    w->cand = malloc((size_t)cap * sizeof *w->cand);
+    w->batch = malloc((size_t)cap * sizeof *w->batch);
+    w->finished = malloc((size_t)(2 * cap) * sizeof *w->finished);
+    w->src = malloc((size_t)cap * sizeof *w->src);
+    w->tgt = malloc((size_t)cap * sizeof *w->tgt);
+    w->res = calloc((size_t)cap, sizeof *w->res);
+    w->lp = calloc((size_t)cap, sizeof *w->lp);
+    w->cnt = calloc((size_t)cap, sizeof *w->cnt);
+    return w->cand && w->batch && w->finished && w->src && w->tgt && w->res && w->lp && w->cnt;
+}
+
+static void worker_bufs_free(worker_bufs_t *w) {
+    free(w->cand), free(w->batch), free(w->finished), free(w->src), free(w->tgt), free(w->res), free(w->lp),
+        free(w->cnt);
+}
+
+/* The nf finished requests released outside the lock (held before and after). */
+static void release_unlocked(engine_model_t *m, serve_request_t **finished, int nf) {
+    pthread_mutex_unlock(&m->mu);
+    for (int k = 0; k < nf; k++) request_release(finished[k]);
+    pthread_mutex_lock(&m->mu);
+}
+
+/* Out of memory at the worker's start: the next queued segment fails (lock held). */
+static void fail_next_segment_locked(engine_model_t *m) {
+    segment_t *s = m->head;
+    m->head = s->next;
+    if (!m->head) m->tail = NULL;
+    m->queued--;
+    s->req->status = TERN_ERR_NOMEM;
+    snprintf(s->req->error, sizeof s->req->error, "out of memory");
+    serve_request_t *r = segment_done_locked(s->req);
+    pthread_mutex_unlock(&m->mu);
+    if (r) request_release(r);
+    pthread_mutex_lock(&m->mu);
+}
+
+/* Translates or scores the b segments of the batch with translator tr (lock not held); err (512
+ * bytes) gets an error's text, *tokens the segments' source tokens and *width the longest. */
+static tern_status_t run_batch(tern_translator_t *tr, worker_bufs_t *w, int b, request_kind_t kind, tern_request_t *req,
+                               char *err, long *tokens, int *width) {
+    for (int k = 0; k < b; k++) {
+        w->src[k] = w->batch[k]->req->src[w->batch[k]->idx];
+        if (kind == REQ_SCORE) w->tgt[k] = w->batch[k]->req->tgt[w->batch[k]->idx];
+        *tokens += w->batch[k]->ntok;
+        if (w->batch[k]->ntok > *width) *width = w->batch[k]->ntok;
+    }
+    tern_status_t st;
+    req->sources = w->src;
+    req->num_sources = b;
+    req->targets = kind == REQ_SCORE ? w->tgt : NULL;
+    if (kind == REQ_TRANSLATE) st = tern_translate(tr, req, w->res);
+    else st = tern_score(tr, req, w->lp, w->cnt);
+    if (st) snprintf(err, 512, "%s: %s", tern_status_string(st), tern_last_error());
+    return st;
+}
+
+/* A decoded batch of b segments (width: the longest source, tokens: all of them) in the model's
+ * statistics (lock held). */
+static void count_batch_locked(engine_model_t *m, int b, int width, long tokens) {
+    m->stats.batches++;
+    m->stats.batch_segments += (uint64_t)b;
+    m->stats.batch_tokens += (uint64_t)b * (uint64_t)width;
+    m->stats.segments += (uint64_t)b;
+    m->stats.source_tokens += (uint64_t)tokens;
+    int h = 0;
+    while (h < 10 && b > (1 << h)) h++;
+    m->stats.batch_size_hist[h]++;
+}
+
+/* The batch of b segments taken (lock held before and after; nf requests finished in the taking):
+ * decoded outside the lock by the worker's translator of the current generation, its results
+ * published, its requests released. */
+static void serve_batch_locked(engine_model_t *m, int worker, worker_bufs_t *w, int b, int nf) {
+    engine_t *e = m->engine;
+    generation_t *g = gen_acquire_locked(m);
+    m->running += b;
+    request_kind_t kind = w->batch[0]->req->kind;
+    tern_request_t req = tern_request_default();
+    req.params = &w->batch[0]->req->params;
+    pthread_mutex_unlock(&m->mu);
+
+    for (int k = 0; k < nf; k++) request_release(w->finished[k]);
+    long tokens = 0;
+    int width = 0;
+    char err[512] = "";
+    tern_status_t st = run_batch(g->tr[worker], w, b, kind, &req, err, &tokens, &width);
+
+    pthread_mutex_lock(&m->mu);
+    nf = publish_locked(w->batch, b, kind, st, err, w->res, w->lp, w->cnt, w->finished);
+    m->running -= b;
+    count_batch_locked(m, b, width, tokens);
+    generation_t *old = gen_release_locked(m, g);
+    pthread_mutex_unlock(&m->mu);
+    if (old) gen_free(old, e->opt.workers);
+    for (int k = 0; k < nf; k++) request_release(w->finished[k]);
+    pthread_mutex_lock(&m->mu);
+}
+
 static void *worker_main(void *p) {
     worker_arg_t a = *(worker_arg_t *)p;
     free(p);
     engine_model_t *m = a.m;
     engine_t *e = m->engine;
     int cap = e->opt.max_queue > 0 ? e->opt.max_queue : 1;
-    segment_t **cand = malloc((size_t)cap * sizeof *cand);
-    segment_t **batch = malloc((size_t)cap * sizeof *batch);
-    serve_request_t **finished = malloc((size_t)(2 * cap) * sizeof *finished);
-    const char **src = malloc((size_t)cap * sizeof *src);
-    const char **tgt = malloc((size_t)cap * sizeof *tgt);
-    tern_result_t *res = calloc((size_t)cap, sizeof *res);
-    float **lp = calloc((size_t)cap, sizeof *lp);
-    int *cnt = calloc((size_t)cap, sizeof *cnt);
-    int ok = cand && batch && finished && src && tgt && res && lp && cnt;
+    worker_bufs_t w = {0};
+    int ok = worker_bufs_alloc(&w, cap);
     pthread_mutex_lock(&m->mu);
     for (;;) {
         while (!m->stop && !m->head) pthread_cond_wait(&m->cv, &m->mu);
         if (!m->head && m->stop) break;
         int nf = 0;
-        int b = ok ? take_batch(m, cand, batch, cap, finished, &nf) : 0;
+        int b = ok ? take_batch(m, w.cand, w.batch, cap, w.finished, &nf) : 0;
         if (!ok) { /* out of memory at start: fail what comes */
-            segment_t *s = m->head;
-            m->head = s->next;
-            if (!m->head) m->tail = NULL;
-            m->queued--;
-            s->req->status = TERN_ERR_NOMEM;
-            snprintf(s->req->error, sizeof s->req->error, "out of memory");
-            serve_request_t *r = segment_done_locked(s->req);
-            pthread_mutex_unlock(&m->mu);
-            if (r) request_release(r);
-            pthread_mutex_lock(&m->mu);
+            fail_next_segment_locked(m);
             continue;
         }
         if (b == 0) {
-            pthread_mutex_unlock(&m->mu);
-            for (int k = 0; k < nf; k++) request_release(finished[k]);
-            pthread_mutex_lock(&m->mu);
+            release_unlocked(m, w.finished, nf);
             continue;
         }
-        generation_t *g = gen_acquire_locked(m);
-        m->running += b;
-        request_kind_t kind = batch[0]->req->kind;
-        tern_request_t req = tern_request_default();
-        req.params = &batch[0]->req->params;
-        pthread_mutex_unlock(&m->mu);
-
-        for (int k = 0; k < nf; k++) request_release(finished[k]);
-        nf = 0;
-        long tokens = 0;
-        int width = 0;
-        for (int k = 0; k < b; k++) {
-            src[k] = batch[k]->req->src[batch[k]->idx];
-            if (kind == REQ_SCORE) tgt[k] = batch[k]->req->tgt[batch[k]->idx];
-            tokens += batch[k]->ntok;
-            if (batch[k]->ntok > width) width = batch[k]->ntok;
-        }
-        tern_status_t st;
-        char err[512] = "";
-        req.sources = src;
-        req.num_sources = b;
-        req.targets = kind == REQ_SCORE ? tgt : NULL;
-        if (kind == REQ_TRANSLATE) st = tern_translate(g->tr[a.w], &req, res);
-        else st = tern_score(g->tr[a.w], &req, lp, cnt);
-        if (st) snprintf(err, sizeof err, "%s: %s", tern_status_string(st), tern_last_error());
-
-        pthread_mutex_lock(&m->mu);
-        nf = publish_locked(batch, b, kind, st, err, res, lp, cnt, finished);
-        m->running -= b;
-        m->stats.batches++;
-        m->stats.batch_segments += (uint64_t)b;
-        m->stats.batch_tokens += (uint64_t)b * (uint64_t)width;
-        m->stats.segments += (uint64_t)b;
-        m->stats.source_tokens += (uint64_t)tokens;
-        int h = 0;
-        while (h < 10 && b > (1 << h)) h++;
-        m->stats.batch_size_hist[h]++;
-        generation_t *old = gen_release_locked(m, g);
-        pthread_mutex_unlock(&m->mu);
-        if (old) gen_free(old, e->opt.workers);
-        for (int k = 0; k < nf; k++) request_release(finished[k]);
-        pthread_mutex_lock(&m->mu);
+        serve_batch_locked(m, a.w, &w, b, nf);
     }
     pthread_mutex_unlock(&m->mu);
-    free(cand), free(batch), free(finished), free(src), free(tgt), free(res), free(lp), free(cnt);
+    worker_bufs_free(&w);
     return NULL;
 }
 

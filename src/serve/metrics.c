@@ -88,57 +88,65 @@ static void sb_printf(sb_t *b, const char *fmt, ...) {
     }
 }
 
-char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
-    metrics_t c;
-    pthread_mutex_lock(&m->mu);
-    memcpy(&c, m, sizeof c);
-    pthread_mutex_unlock(&m->mu);
-    sb_t b = {0};
-    sb_printf(&b, "# HELP tern_http_requests_total HTTP requests answered, by route and status code.\n"
-                  "# TYPE tern_http_requests_total counter\n");
+/* tern_http_requests_total: a row for each route and status code that has answered. */
+static void render_requests(sb_t *b, const metrics_t *c) {
+    sb_printf(b, "# HELP tern_http_requests_total HTTP requests answered, by route and status code.\n"
+                 "# TYPE tern_http_requests_total counter\n");
     for (int r = 0; r < R_COUNT; r++)
         for (int k = 0; k < METRICS_CODES; k++) {
-            if (!c.requests[r][k]) continue;
+            if (!c->requests[r][k]) continue;
             if (k < METRICS_CODES - 2)
-                sb_printf(&b, "tern_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], codes[k],
-                          (unsigned long long)c.requests[r][k]);
+                sb_printf(b, "tern_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n", route_names[r], codes[k],
+                          (unsigned long long)c->requests[r][k]);
             else
-                sb_printf(&b, "tern_http_requests_total{route=\"%s\",code=\"other\"} %llu\n", route_names[r],
-                          (unsigned long long)c.requests[r][k]);
+                sb_printf(b, "tern_http_requests_total{route=\"%s\",code=\"other\"} %llu\n", route_names[r],
+                          (unsigned long long)c->requests[r][k]);
         }
-    sb_printf(&b, "# HELP tern_http_request_duration_seconds Time from a request's headers to its response.\n"
-                  "# TYPE tern_http_request_duration_seconds histogram\n");
+}
+
+/* tern_http_request_duration_seconds: the latency histogram of each route that has answered. */
+static void render_latency(sb_t *b, const metrics_t *c) {
+    sb_printf(b, "# HELP tern_http_request_duration_seconds Time from a request's headers to its response.\n"
+                 "# TYPE tern_http_request_duration_seconds histogram\n");
     for (int r = 0; r < R_COUNT; r++) {
-        if (!c.latency_count[r]) continue;
+        if (!c->latency_count[r]) continue;
         uint64_t cum = 0;
         for (int k = 0; k < METRICS_BUCKETS; k++) {
-            cum += c.latency[r][k];
-            sb_printf(&b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n", route_names[r],
+            cum += c->latency[r][k];
+            sb_printf(b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n", route_names[r],
                       buckets[k], (unsigned long long)cum);
         }
-        cum += c.latency[r][METRICS_BUCKETS];
-        sb_printf(&b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", route_names[r],
+        cum += c->latency[r][METRICS_BUCKETS];
+        sb_printf(b, "tern_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n", route_names[r],
                   (unsigned long long)cum);
-        sb_printf(&b, "tern_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", route_names[r], c.latency_sum[r]);
-        sb_printf(&b, "tern_http_request_duration_seconds_count{route=\"%s\"} %llu\n", route_names[r],
-                  (unsigned long long)c.latency_count[r]);
+        sb_printf(b, "tern_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n", route_names[r], c->latency_sum[r]);
+        sb_printf(b, "tern_http_request_duration_seconds_count{route=\"%s\"} %llu\n", route_names[r],
+                  (unsigned long long)c->latency_count[r]);
     }
-    sb_printf(&b, "# HELP tern_http_client_disconnects_total Requests abandoned by their client before the answer.\n"
-                  "# TYPE tern_http_client_disconnects_total counter\n");
-    for (int r = 0; r < R_COUNT; r++)
-        if (c.disconnects[r])
-            sb_printf(&b, "tern_http_client_disconnects_total{route=\"%s\"} %llu\n", route_names[r],
-                      (unsigned long long)c.disconnects[r]);
-    sb_printf(&b, "# HELP tern_rejected_total Requests refused with 503 because a queue was full.\n"
-                  "# TYPE tern_rejected_total counter\ntern_rejected_total %llu\n",
-              (unsigned long long)c.rejected);
-    sb_printf(&b, "# HELP tern_http_requests_in_flight Requests received and not yet answered.\n"
-                  "# TYPE tern_http_requests_in_flight gauge\ntern_http_requests_in_flight %d\n",
-              inflight);
-    sb_printf(&b, "# HELP tern_segments_answered_total Segments (lines) returned to clients.\n"
-                  "# TYPE tern_segments_answered_total counter\ntern_segments_answered_total %llu\n",
-              (unsigned long long)c.segments);
+}
 
+/* The server's other counters: client disconnects by route, rejections, requests in flight and
+ * segments answered. */
+static void render_server_counters(sb_t *b, const metrics_t *c, int inflight) {
+    sb_printf(b, "# HELP tern_http_client_disconnects_total Requests abandoned by their client before the answer.\n"
+                 "# TYPE tern_http_client_disconnects_total counter\n");
+    for (int r = 0; r < R_COUNT; r++)
+        if (c->disconnects[r])
+            sb_printf(b, "tern_http_client_disconnects_total{route=\"%s\"} %llu\n", route_names[r],
+                      (unsigned long long)c->disconnects[r]);
+    sb_printf(b, "# HELP tern_rejected_total Requests refused with 503 because a queue was full.\n"
+                 "# TYPE tern_rejected_total counter\ntern_rejected_total %llu\n",
+              (unsigned long long)c->rejected);
+    sb_printf(b, "# HELP tern_http_requests_in_flight Requests received and not yet answered.\n"
+                 "# TYPE tern_http_requests_in_flight gauge\ntern_http_requests_in_flight %d\n",
+              inflight);
+    sb_printf(b, "# HELP tern_segments_answered_total Segments (lines) returned to clients.\n"
+                 "# TYPE tern_segments_answered_total counter\ntern_segments_answered_total %llu\n",
+              (unsigned long long)c->segments);
+}
+
+/* The engine's gauges and counters, a row for each of its nm models (their stats st). */
+static void render_model_counters(sb_t *b, engine_t *e, const engine_stats_t *st, int nm) {
     static const char *const help[][3] = {
         {"tern_queue_depth", "gauge", "Segments waiting in the model's queue."},
         {"tern_segments_running", "gauge", "Segments in batches being decoded."},
@@ -148,15 +156,8 @@ char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
         {"tern_reloads_total", "counter", "Successful model reloads."},
         {"tern_reload_failures_total", "counter", "Failed model reloads (the old model kept serving)."},
     };
-    int nm = engine_num_models(e);
-    engine_stats_t *st = calloc((size_t)(nm ? nm : 1), sizeof *st);
-    if (!st) {
-        free(b.buf);
-        return NULL;
-    }
-    for (int i = 0; i < nm; i++) engine_model_stats(engine_model_at(e, i), &st[i]);
     for (size_t h = 0; h < sizeof help / sizeof help[0]; h++) {
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", help[h][0], help[h][2], help[h][0], help[h][1]);
+        sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", help[h][0], help[h][2], help[h][0], help[h][1]);
         for (int i = 0; i < nm; i++) {
             unsigned long long v = 0;
             switch (h) {
@@ -168,22 +169,46 @@ char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
             case 5: v = st[i].reloads; break;
             case 6: v = st[i].reload_failures; break;
             }
-            sb_printf(&b, "%s{model=\"%s\"} %llu\n", help[h][0], engine_model_name(engine_model_at(e, i)), v);
+            sb_printf(b, "%s{model=\"%s\"} %llu\n", help[h][0], engine_model_name(engine_model_at(e, i)), v);
         }
     }
-    sb_printf(&b, "# HELP tern_batch_size Segments per decoded batch.\n# TYPE tern_batch_size histogram\n");
+}
+
+/* tern_batch_size: the histogram of segments per decoded batch of each of the nm models. */
+static void render_batch_sizes(sb_t *b, engine_t *e, const engine_stats_t *st, int nm) {
+    sb_printf(b, "# HELP tern_batch_size Segments per decoded batch.\n# TYPE tern_batch_size histogram\n");
     for (int i = 0; i < nm; i++) {
         const char *name = engine_model_name(engine_model_at(e, i));
         uint64_t cum = 0;
         for (int k = 0; k < 10; k++) {
             cum += st[i].batch_size_hist[k];
-            sb_printf(&b, "tern_batch_size_bucket{model=\"%s\",le=\"%d\"} %llu\n", name, 1 << k, (unsigned long long)cum);
+            sb_printf(b, "tern_batch_size_bucket{model=\"%s\",le=\"%d\"} %llu\n", name, 1 << k, (unsigned long long)cum);
         }
         cum += st[i].batch_size_hist[10];
-        sb_printf(&b, "tern_batch_size_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-        sb_printf(&b, "tern_batch_size_sum{model=\"%s\"} %llu\ntern_batch_size_count{model=\"%s\"} %llu\n", name,
+        sb_printf(b, "tern_batch_size_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+        sb_printf(b, "tern_batch_size_sum{model=\"%s\"} %llu\ntern_batch_size_count{model=\"%s\"} %llu\n", name,
                   (unsigned long long)st[i].batch_segments, name, (unsigned long long)st[i].batches);
     }
+}
+
+char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
+    metrics_t c;
+    pthread_mutex_lock(&m->mu);
+    memcpy(&c, m, sizeof c);
+    pthread_mutex_unlock(&m->mu);
+    sb_t b = {0};
+    render_requests(&b, &c);
+    render_latency(&b, &c);
+    render_server_counters(&b, &c, inflight);
+    int nm = engine_num_models(e);
+    engine_stats_t *st = calloc((size_t)(nm ? nm : 1), sizeof *st);
+    if (!st) {
+        free(b.buf);
+        return NULL;
+    }
+    for (int i = 0; i < nm; i++) engine_model_stats(engine_model_at(e, i), &st[i]);
+    render_model_counters(&b, e, st, nm);
+    render_batch_sizes(&b, e, st, nm);
     free(st);
     if (b.oom) {
         free(b.buf);

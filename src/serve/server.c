@@ -1064,74 +1064,79 @@ static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *c
     return r;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
-    server_t *s = cls;
-    conn_t *cx = *con_cls;
-    if (!cx) {
-        cx = calloc(1, sizeof *cx);
-        if (!cx) return MHD_NO;
-        *con_cls = cx;
-        atomic_fetch_add(&s->inflight, 1);
-        cx->t0 = time_now();
-        cx->route = route_of(url);
-        cx->after_drain = atomic_load(&s->draining);
-        cx->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
-        if (cx->is_post) {
-            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-            if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
-                cx->early_done = 1;
-                return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
-            }
-            const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-            int json = ct && (strstr(ct, "application/json") || strstr(ct, "+json"));
-            if (cx->route == R_TRANSLATE && !json && ct &&
-                (!strncasecmp(ct, "application/x-www-form-urlencoded", 33) || !strncasecmp(ct, "multipart/form-data", 19))) {
-                cx->is_form = 1;
-                cx->pp = MHD_create_post_processor(c, 16384, on_form_field, cx);
-                if (!cx->pp) {
-                    cx->early_done = 1;
-                    return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
-                }
-            } else if (cx->route == R_TRANSLATE && !json) {
-                cx->is_form = 1; /* another type or none: values from the query string, as Flask's request.values */
-            }
-        }
-        return MHD_YES;
+/* A POST's headers: a declared body over the limit is refused at once (413); a form body to
+ * /translate gets a post processor, and /translate without JSON takes its values from the form or
+ * the query string. */
+static enum MHD_Result conn_post_headers(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
+        cx->early_done = 1;
+        return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
     }
-    if (*upload_data_size) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (cx->early_done || cx->too_large) return MHD_YES;
-        if (cx->len + n > s->opt.max_body) {
-            cx->too_large = 1;
-            return MHD_YES;
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    int json = ct && (strstr(ct, "application/json") || strstr(ct, "+json"));
+    if (cx->route == R_TRANSLATE && !json && ct &&
+        (!strncasecmp(ct, "application/x-www-form-urlencoded", 33) || !strncasecmp(ct, "multipart/form-data", 19))) {
+        cx->is_form = 1;
+        cx->pp = MHD_create_post_processor(c, 16384, on_form_field, cx);
+        if (!cx->pp) {
+            cx->early_done = 1;
+            return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
         }
-        if (cx->pp) {
-            if (MHD_post_process(cx->pp, upload_data, n) != MHD_YES) cx->too_large = 2;
-            cx->len += n;
-            return MHD_YES;
-        }
-        if (cx->len + n + 1 > cx->cap) {
-            size_t cap = cx->cap ? cx->cap : 4096;
-            while (cap < cx->len + n + 1) cap *= 2;
-            char *b = realloc(cx->body, cap);
-            if (!b) return MHD_NO;
-            cx->body = b;
-            cx->cap = cap;
-        }
-        memcpy(cx->body + cx->len, upload_data, n);
-        cx->len += n;
-        cx->body[cx->len] = 0;
-        return MHD_YES;
+    } else if (cx->route == R_TRANSLATE && !json) {
+        cx->is_form = 1; /* another type or none: values from the query string, as Flask's request.values */
     }
-    if (cx->early_done) return MHD_YES;
-    if (cx->too_large == 1) return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
-    if (cx->too_large == 2) return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
-    if (cx->after_drain && cx->route != R_HEALTH && cx->route != R_METRICS)
-        return send_error(s, c, cx, 503, 1, "Server shutting down");
+    return MHD_YES;
+}
 
+/* A request's first call (its headers): its connection state, counted in flight. */
+static enum MHD_Result conn_open(server_t *s, struct MHD_Connection *c, const char *url, const char *method,
+                                 void **con_cls) {
+    conn_t *cx = calloc(1, sizeof *cx);
+    if (!cx) return MHD_NO;
+    *con_cls = cx;
+    atomic_fetch_add(&s->inflight, 1);
+    cx->t0 = time_now();
+    cx->route = route_of(url);
+    cx->after_drain = atomic_load(&s->draining);
+    cx->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    if (cx->is_post) return conn_post_headers(s, c, cx);
+    return MHD_YES;
+}
+
+/* A piece of the body (all of it taken): to the form's post processor or appended to the body,
+ * up to the limit (too_large: 1 over it, 2 a malformed form). */
+static enum MHD_Result conn_receive(server_t *s, conn_t *cx, const char *upload_data, size_t *upload_data_size) {
+    size_t n = *upload_data_size;
+    *upload_data_size = 0;
+    if (cx->early_done || cx->too_large) return MHD_YES;
+    if (cx->len + n > s->opt.max_body) {
+        cx->too_large = 1;
+        return MHD_YES;
+    }
+    if (cx->pp) {
+        if (MHD_post_process(cx->pp, upload_data, n) != MHD_YES) cx->too_large = 2;
+        cx->len += n;
+        return MHD_YES;
+    }
+    if (cx->len + n + 1 > cx->cap) {
+        size_t cap = cx->cap ? cx->cap : 4096;
+        while (cap < cx->len + n + 1) cap *= 2;
+        char *b = realloc(cx->body, cap);
+        if (!b) return MHD_NO;
+        cx->body = b;
+        cx->cap = cap;
+    }
+    memcpy(cx->body + cx->len, upload_data, n);
+    cx->len += n;
+    cx->body[cx->len] = 0;
+    return MHD_YES;
+}
+
+/* The whole request received: its route's handler, 204 to OPTIONS, 404 for an unknown path and
+ * 405 for a method the route does not take. */
+static enum MHD_Result route_request(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *url,
+                                     const char *method) {
     int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
     if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS)) return send_body(s, c, cx, 204, NULL, 0, "text/plain", 0);
     switch (cx->route) {
@@ -1166,6 +1171,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     default: return send_error(s, c, cx, 404, 0, "Not Found: %s", url);
     }
     return send_405(s, c, cx, method, url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    server_t *s = cls;
+    conn_t *cx = *con_cls;
+    if (!cx) return conn_open(s, c, url, method, con_cls);
+    if (*upload_data_size) return conn_receive(s, cx, upload_data, upload_data_size);
+    if (cx->early_done) return MHD_YES;
+    if (cx->too_large == 1) return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+    if (cx->too_large == 2) return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
+    if (cx->after_drain && cx->route != R_HEALTH && cx->route != R_METRICS)
+        return send_error(s, c, cx, 503, 1, "Server shutting down");
+    return route_request(s, c, cx, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
