@@ -135,6 +135,13 @@ int desc_parse(const model_desc_t *md, const char *name, int *spec, int *layer) 
     return 0;
 }
 
+const char *desc_global_name(const model_desc_t *md, int module, int part) {
+    for (int s = 0; s < md->n_specs; s++)
+        if (md->specs[s].count == DESC_ONCE && md->specs[s].module == module && md->specs[s].part == part)
+            return md->specs[s].name;
+    return NULL;
+}
+
 int desc_quantizable(const model_desc_t *md, const char *name) {
     int s, l;
     return desc_parse(md, name, &s, &l) && md->specs[s].dtype == DESC_Q8;

@@ -101,6 +101,8 @@ int desc_tensors(const model_desc_t *md, const int *dims, desc_tensor_t *out);
 int desc_aliases(const model_desc_t *md, const int *dims, const char **names, const char **targets, int max);
 /* Parses a stored name into spec and layer; 0 when the family has no such tensor. */
 int desc_parse(const model_desc_t *md, const char *name, int *spec, int *layer);
+/* The name of the global spec of a module's part (the family's handles); NULL when none. */
+const char *desc_global_name(const model_desc_t *md, int module, int part);
 /* Whether the named tensor may be stored int8 with a per-row scale. */
 int desc_quantizable(const model_desc_t *md, const char *name);
 

@@ -159,6 +159,8 @@ int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const ch
     return desc_aliases(&RNN_GRU_DESC, dims, names, targets, 2);
 }
 
+int rnn_gru_tensor_is_gain(rg_tensor_t i) { return i >= RG_LN_FIRST && i <= RG_LN_LAST && (i - RG_LN_FIRST) % 2 == 0; }
+
 int rnn_gru_tensor_is_matrix(rg_tensor_t i) { return (unsigned)i < RG_COUNT && SPECS[i].dtype == DESC_Q8; }
 
 int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d) {

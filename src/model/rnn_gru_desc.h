@@ -85,6 +85,8 @@ int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i);
 void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec);
 /* Tied names: names[i] is stored as targets[i] (at most 2). Returns the count. */
 int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]);
+/* Whether tensor i is a layer normalization's gain (initialized to 1). */
+int rnn_gru_tensor_is_gain(rg_tensor_t i);
 /* Whether the matrix is multiplied by linear_forward at inference (int8 per output row). */
 int rnn_gru_tensor_is_matrix(rg_tensor_t i);
 
