@@ -180,7 +180,7 @@ $(BUILD)/tests/tools/%: tests/tools/%.c $(wildcard tests/tools/*.h) $(LIBS_A)
 FUZZ_C     := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_BIN   := $(FUZZ_C:fuzz/%.c=build-fuzz/%)
 FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct2_format.c \
-              src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
+              src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/model/desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
               src/serve/segments.c

@@ -241,7 +241,7 @@ static void gn_describe(const void *net, tern_model_info_t *in) {
 static const char *gn_vocab_tensor(const void *net, const weights_t *w, int target) {
     (void)net;
     (void)w;
-    return target ? "decoder/embeddings/weight" : "encoder/embeddings/weight";
+    return desc_global_name(&GNMT_DESC, target ? GN_DEC_EMB : GN_ENC_EMB, GP_NONE);
 }
 
 /* ------------------------------------------------------------ state */

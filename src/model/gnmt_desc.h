@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "model/desc.h"
 #include "model/weights.h"
 
 typedef enum {
@@ -89,10 +90,7 @@ typedef enum {
 } gnmt_key_t;
 const char *gnmt_key_name(gnmt_key_t k);
 
-typedef struct {
-    int32_t v[GKEY_COUNT];
-    tensor_t t[GKEY_COUNT];
-} gnmt_scalars_t;
+typedef desc_scalars_t gnmt_scalars_t;
 /* Fills s with the GKEY_COUNT rank-0 tensors of d (pointing into s); returns GKEY_COUNT. */
 int gnmt_desc_scalars(gnmt_scalars_t *s, const gnmt_dims_t *d);
 
@@ -100,6 +98,18 @@ int gnmt_desc_scalars(gnmt_scalars_t *s, const gnmt_dims_t *d);
  * and tying from the aliases; then every tensor of the description is checked present with its
  * shape. Errors name the weights file and the tensor. */
 tern_status_t gnmt_desc_read(gnmt_dims_t *d, const weights_t *w);
+
+/* The family's description in the common form (desc.h): each spec's module and part are a
+ * gnmt_module_t and a gnmt_part_t; dimensions are indexed by gnmt_dim_t. */
+typedef enum {
+    GND_VS = 0, GND_VT, GND_H, GND_A, GND_LE, GND_LD, GND_SHARE_EMB, GND_TIE_PROJ,
+    GND_DV,     /* derived: the top encoder layer's width */
+    GND_DEC_IN, /* derived: H + Dv, the decoder layers' input */
+    GND_COUNT
+} gnmt_dim_t;
+extern const model_desc_t GNMT_DESC;
+/* dims as the description's dimension array (derived ones filled). */
+void gnmt_dims_array(const gnmt_dims_t *d, int out[GND_COUNT]);
 
 #define GNMT_SPEC_NAME "GnmtSpec"
 #define GNMT_ARCHITECTURE "gnmt"

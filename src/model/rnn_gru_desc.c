@@ -7,70 +7,121 @@
 #include "model/rnn_gru_desc.h"
 #include "nn/rnn.h"
 
-static const char *const NAMES[RG_COUNT] = {
-    "encoder/embeddings/weight",
-    "encoder/forward/w_ih", "encoder/forward/w_hh", "encoder/forward/b_ih", "encoder/forward/b_hh",
-    "encoder/backward/w_ih", "encoder/backward/w_hh", "encoder/backward/b_ih", "encoder/backward/b_hh",
-    "decoder/embeddings/weight",
-    "decoder/init/weight", "decoder/init/bias",
-    "decoder/gru1/w_ih", "decoder/gru1/w_hh", "decoder/gru1/b_ih", "decoder/gru1/b_hh",
-    "decoder/attention/query/weight",
-    "decoder/attention/key/weight", "decoder/attention/key/bias",
-    "decoder/attention/v",
-    "decoder/gru2/w_ih", "decoder/gru2/w_hh", "decoder/gru2/b_ih", "decoder/gru2/b_hh",
-    "decoder/output/state/weight", "decoder/output/context/weight", "decoder/output/embedding/weight",
-    "decoder/output/bias",
-    "decoder/projection/weight", "decoder/projection/bias",
-    "encoder/forward/ln_ih/gain", "encoder/forward/ln_ih/bias", "encoder/forward/ln_hh/gain",
-    "encoder/forward/ln_hh/bias",
-    "encoder/backward/ln_ih/gain", "encoder/backward/ln_ih/bias", "encoder/backward/ln_hh/gain",
-    "encoder/backward/ln_hh/bias",
-    "decoder/gru1/ln_ih/gain", "decoder/gru1/ln_ih/bias", "decoder/gru1/ln_hh/gain", "decoder/gru1/ln_hh/bias",
-    "decoder/gru2/ln_ih/gain", "decoder/gru2/ln_ih/bias", "decoder/gru2/ln_hh/gain", "decoder/gru2/ln_hh/bias",
+/* Shapes: mul × a dimension (desc.h); V: a vector (rank 1). */
+#define D(m, d) {m, RGD_##d}
+#define V {0, 0}
+#define ONE DESC_ONCE, 0, 0, 0
+#define ENC DESC_ENCODER
+#define DEC DESC_DECODER
+#define A DESC_ALWAYS
+#define LN RGD_LAYER_NORM
+
+/* The stored tensors, in rg_tensor_t (buffer) order. */
+static const desc_spec_t SPECS[RG_COUNT] = {
+    [RG_ENC_EMB] = {"encoder/embeddings/weight", ONE, D(1, VS), D(1, E), DESC_F32, ENC, A, NULL, 0},
+    [RG_ENC_F_WIH] = {"encoder/forward/w_ih", ONE, D(3, HE), D(1, E), DESC_Q8, ENC, A, NULL, 0},
+    [RG_ENC_F_WHH] = {"encoder/forward/w_hh", ONE, D(3, HE), D(1, HE), DESC_Q8, ENC, A, NULL, 0},
+    [RG_ENC_F_BIH] = {"encoder/forward/b_ih", ONE, D(3, HE), V, DESC_F32, ENC, A, NULL, 0},
+    [RG_ENC_F_BHH] = {"encoder/forward/b_hh", ONE, D(3, HE), V, DESC_F32, ENC, A, NULL, 0},
+    [RG_ENC_B_WIH] = {"encoder/backward/w_ih", ONE, D(3, HE), D(1, E), DESC_Q8, ENC, A, NULL, 0},
+    [RG_ENC_B_WHH] = {"encoder/backward/w_hh", ONE, D(3, HE), D(1, HE), DESC_Q8, ENC, A, NULL, 0},
+    [RG_ENC_B_BIH] = {"encoder/backward/b_ih", ONE, D(3, HE), V, DESC_F32, ENC, A, NULL, 0},
+    [RG_ENC_B_BHH] = {"encoder/backward/b_hh", ONE, D(3, HE), V, DESC_F32, ENC, A, NULL, 0},
+    [RG_DEC_EMB] = {"decoder/embeddings/weight", ONE, D(1, VT), D(1, E), DESC_F32, DEC, A,
+                    "encoder/embeddings/weight", RGD_SHARE_EMB},
+    [RG_INIT_W] = {"decoder/init/weight", ONE, D(1, HD), D(1, DV), DESC_Q8, DEC, A, NULL, 0},
+    [RG_INIT_B] = {"decoder/init/bias", ONE, D(1, HD), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_GRU1_WIH] = {"decoder/gru1/w_ih", ONE, D(3, HD), D(1, E), DESC_Q8, DEC, A, NULL, 0},
+    [RG_GRU1_WHH] = {"decoder/gru1/w_hh", ONE, D(3, HD), D(1, HD), DESC_Q8, DEC, A, NULL, 0},
+    [RG_GRU1_BIH] = {"decoder/gru1/b_ih", ONE, D(3, HD), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_GRU1_BHH] = {"decoder/gru1/b_hh", ONE, D(3, HD), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_ATT_WQ] = {"decoder/attention/query/weight", ONE, D(1, A), D(1, HD), DESC_Q8, DEC, A, NULL, 0},
+    [RG_ATT_WK] = {"decoder/attention/key/weight", ONE, D(1, A), D(1, DV), DESC_Q8, DEC, A, NULL, 0},
+    [RG_ATT_B] = {"decoder/attention/key/bias", ONE, D(1, A), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_ATT_V] = {"decoder/attention/v", ONE, D(1, A), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_GRU2_WIH] = {"decoder/gru2/w_ih", ONE, D(3, HD), D(1, DV), DESC_Q8, DEC, A, NULL, 0},
+    [RG_GRU2_WHH] = {"decoder/gru2/w_hh", ONE, D(3, HD), D(1, HD), DESC_Q8, DEC, A, NULL, 0},
+    [RG_GRU2_BIH] = {"decoder/gru2/b_ih", ONE, D(3, HD), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_GRU2_BHH] = {"decoder/gru2/b_hh", ONE, D(3, HD), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_OUT_WS] = {"decoder/output/state/weight", ONE, D(1, O), D(1, HD), DESC_Q8, DEC, A, NULL, 0},
+    [RG_OUT_WC] = {"decoder/output/context/weight", ONE, D(1, O), D(1, DV), DESC_Q8, DEC, A, NULL, 0},
+    [RG_OUT_WE] = {"decoder/output/embedding/weight", ONE, D(1, O), D(1, E), DESC_Q8, DEC, A, NULL, 0},
+    [RG_OUT_B] = {"decoder/output/bias", ONE, D(1, O), V, DESC_F32, DEC, A, NULL, 0},
+    [RG_PROJ_W] = {"decoder/projection/weight", ONE, D(1, VT), D(1, O), DESC_Q8, DEC, A,
+                   "decoder/embeddings/weight", RGD_TIE_PROJ},
+    [RG_PROJ_B] = {"decoder/projection/bias", ONE, D(1, VT), V, DESC_F32, DEC, A, NULL, 0},
+    /* layer normalization (rnn/layer_norm = 1) */
+    {"encoder/forward/ln_ih/gain", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/forward/ln_ih/bias", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/forward/ln_hh/gain", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/forward/ln_hh/bias", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/backward/ln_ih/gain", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/backward/ln_ih/bias", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/backward/ln_hh/gain", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"encoder/backward/ln_hh/bias", ONE, D(3, HE), V, DESC_F32, ENC, LN, NULL, 0},
+    {"decoder/gru1/ln_ih/gain", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru1/ln_ih/bias", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru1/ln_hh/gain", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru1/ln_hh/bias", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru2/ln_ih/gain", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru2/ln_ih/bias", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru2/ln_hh/gain", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
+    {"decoder/gru2/ln_hh/bias", ONE, D(3, HD), V, DESC_F32, DEC, LN, NULL, 0},
 };
 
-static const char *const KEYS[RGKEY_COUNT] = {
-    "rnn/embedding_size", "rnn/encoder_hidden_size", "rnn/decoder_hidden_size", "rnn/attention_size",
-    "rnn/output_size", "rnn/layer_norm",
+/* The config keys, in rg_key_t order (sizes in [1, 2^20]; rnn/layer_norm optional, 0 or 1). */
+static const desc_key_t KEYS[RGKEY_COUNT] = {
+    [RGKEY_EMB] = {"rnn/embedding_size", DT_I32, RGD_E, 0, 1, 1 << 20, 0},
+    [RGKEY_ENC_HIDDEN] = {"rnn/encoder_hidden_size", DT_I32, RGD_HE, 0, 1, 1 << 20, 0},
+    [RGKEY_DEC_HIDDEN] = {"rnn/decoder_hidden_size", DT_I32, RGD_HD, 0, 1, 1 << 20, 0},
+    [RGKEY_ATT] = {"rnn/attention_size", DT_I32, RGD_A, 0, 1, 1 << 20, 0},
+    [RGKEY_OUT] = {"rnn/output_size", DT_I32, RGD_O, 0, 1, 1 << 20, 0},
+    [RGKEY_LAYER_NORM] = {"rnn/layer_norm", DT_I32, RGD_LAYER_NORM, 0, 0, 1, DESC_KEY_OPTIONAL},
+};
+#undef D
+#undef V
+#undef ONE
+#undef ENC
+#undef DEC
+#undef A
+#undef LN
+
+static const char *const DIM_NAMES[RGD_COUNT] = {"Vs", "Vt", "E", "He", "Hd", "A", "O", "layer_norm",
+                                                 "share_emb", "tie_proj", "Dv"};
+
+static void derive(int *d) { d[RGD_DV] = 2 * d[RGD_HE]; }
+
+const model_desc_t RNN_GRU_DESC = {
+    .family = RNN_GRU_ARCHITECTURE,
+    .specs = SPECS,
+    .n_specs = RG_COUNT,
+    .keys = KEYS,
+    .n_keys = RGKEY_COUNT,
+    .dim_names = DIM_NAMES,
+    .n_dims = RGD_COUNT,
+    .derive = derive,
 };
 
-const char *rnn_gru_tensor_name(rg_tensor_t i) { return (unsigned)i < RG_COUNT ? NAMES[i] : "?"; }
-const char *rnn_gru_key_name(rg_key_t k) { return (unsigned)k < RGKEY_COUNT ? KEYS[k] : "?"; }
+void rnn_gru_dims_array(const rnn_gru_dims_t *d, int out[RGD_COUNT]) {
+    out[RGD_VS] = d->src_vocab, out[RGD_VT] = d->tgt_vocab, out[RGD_E] = d->emb, out[RGD_HE] = d->enc_hidden;
+    out[RGD_HD] = d->dec_hidden, out[RGD_A] = d->att, out[RGD_O] = d->out, out[RGD_LAYER_NORM] = d->layer_norm;
+    out[RGD_SHARE_EMB] = d->share_emb, out[RGD_TIE_PROJ] = d->tie_proj;
+    derive(out);
+}
+
+const char *rnn_gru_tensor_name(rg_tensor_t i) { return (unsigned)i < RG_COUNT ? SPECS[i].name : "?"; }
+const char *rnn_gru_key_name(rg_key_t k) { return (unsigned)k < RGKEY_COUNT ? KEYS[k].name : "?"; }
 
 void rnn_gru_tensor_shape(const rnn_gru_dims_t *d, rg_tensor_t i, int *rows, int *cols) {
-    int E = d->emb, He = d->enc_hidden, Hd = d->dec_hidden, Dv = 2 * He, A = d->att, O = d->out;
-    int r = 0, c = 0;
-    switch (i) {
-    case RG_ENC_EMB: r = d->src_vocab, c = E; break;
-    case RG_ENC_F_WIH: case RG_ENC_B_WIH: r = 3 * He, c = E; break;
-    case RG_ENC_F_WHH: case RG_ENC_B_WHH: r = 3 * He, c = He; break;
-    case RG_ENC_F_BIH: case RG_ENC_F_BHH: case RG_ENC_B_BIH: case RG_ENC_B_BHH: r = 3 * He; break;
-    case RG_DEC_EMB: r = d->tgt_vocab, c = E; break;
-    case RG_INIT_W: r = Hd, c = Dv; break;
-    case RG_INIT_B: r = Hd; break;
-    case RG_GRU1_WIH: r = 3 * Hd, c = E; break;
-    case RG_GRU1_WHH: case RG_GRU2_WHH: r = 3 * Hd, c = Hd; break;
-    case RG_GRU1_BIH: case RG_GRU1_BHH: case RG_GRU2_BIH: case RG_GRU2_BHH: r = 3 * Hd; break;
-    case RG_ATT_WQ: r = A, c = Hd; break;
-    case RG_ATT_WK: r = A, c = Dv; break;
-    case RG_ATT_B: case RG_ATT_V: r = A; break;
-    case RG_GRU2_WIH: r = 3 * Hd, c = Dv; break;
-    case RG_OUT_WS: r = O, c = Hd; break;
-    case RG_OUT_WC: r = O, c = Dv; break;
-    case RG_OUT_WE: r = O, c = E; break;
-    case RG_OUT_B: r = O; break;
-    case RG_PROJ_W: r = d->tgt_vocab, c = O; break;
-    case RG_PROJ_B: r = d->tgt_vocab; break;
-    default:
-        if (i >= RG_LN_FIRST && i <= RG_LN_LAST) r = 3 * (i < RG_LN_FIRST + 8 ? He : Hd);
-        break;
-    }
-    *rows = r;
-    *cols = c;
+    int dims[RGD_COUNT];
+    rnn_gru_dims_array(d, dims);
+    desc_shape(&RNN_GRU_DESC, (int)i, dims, rows, cols);
 }
 
 int rnn_gru_tensor_used(const rnn_gru_dims_t *d, rg_tensor_t i) {
-    return i < RG_LN_FIRST || d->layer_norm;
+    int dims[RGD_COUNT];
+    rnn_gru_dims_array(d, dims);
+    return desc_used(&RNN_GRU_DESC, (int)i, dims);
 }
 
 void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec) {
@@ -97,44 +148,25 @@ void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *
 }
 
 int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i) {
-    if (!rnn_gru_tensor_used(d, i)) return 0;
-    if (i == RG_DEC_EMB && d->share_emb) return 0;
-    if (i == RG_PROJ_W && d->tie_proj) return 0;
-    return 1;
+    int dims[RGD_COUNT];
+    rnn_gru_dims_array(d, dims);
+    return desc_stored(&RNN_GRU_DESC, (int)i, dims);
 }
 
 int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]) {
-    int n = 0;
-    if (d->share_emb) names[n] = NAMES[RG_DEC_EMB], targets[n++] = NAMES[RG_ENC_EMB];
-    if (d->tie_proj)
-        names[n] = NAMES[RG_PROJ_W], targets[n++] = d->share_emb ? NAMES[RG_ENC_EMB] : NAMES[RG_DEC_EMB];
-    return n;
+    int dims[RGD_COUNT];
+    rnn_gru_dims_array(d, dims);
+    return desc_aliases(&RNN_GRU_DESC, dims, names, targets, 2);
 }
 
-int rnn_gru_tensor_is_matrix(rg_tensor_t i) {
-    switch (i) {
-    case RG_ENC_F_WIH: case RG_ENC_F_WHH: case RG_ENC_B_WIH: case RG_ENC_B_WHH: case RG_INIT_W:
-    case RG_GRU1_WIH: case RG_GRU1_WHH: case RG_ATT_WQ: case RG_ATT_WK: case RG_GRU2_WIH: case RG_GRU2_WHH:
-    case RG_OUT_WS: case RG_OUT_WC: case RG_OUT_WE: case RG_PROJ_W:
-        return 1;
-    default:
-        return 0;
-    }
-}
+int rnn_gru_tensor_is_gain(rg_tensor_t i) { return i >= RG_LN_FIRST && i <= RG_LN_LAST && (i - RG_LN_FIRST) % 2 == 0; }
+
+int rnn_gru_tensor_is_matrix(rg_tensor_t i) { return (unsigned)i < RG_COUNT && SPECS[i].dtype == DESC_Q8; }
 
 int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d) {
-    int32_t v[RGKEY_COUNT] = {d->emb, d->enc_hidden, d->dec_hidden, d->att, d->out, d->layer_norm};
-    for (int k = 0; k < RGKEY_COUNT; k++) {
-        s->v[k] = v[k];
-        memset(&s->t[k], 0, sizeof s->t[k]);
-        s->t[k].name = KEYS[k];
-        s->t[k].dtype = DT_I32;
-        s->t[k].rank = 0;
-        s->t[k].numel = 1;
-        s->t[k].data = &s->v[k];
-        s->t[k].nbytes = sizeof(int32_t);
-    }
-    return RGKEY_COUNT;
+    int dims[RGD_COUNT];
+    rnn_gru_dims_array(d, dims);
+    return desc_scalars(&RNN_GRU_DESC, dims, s);
 }
 
 /* Whether name is stored as an alias of target in w. */
@@ -149,44 +181,45 @@ static int is_alias_of(const weights_t *w, const char *name, const char *target)
 tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
     const char *path = weights_path(w);
     memset(d, 0, sizeof *d);
-    int *dst[RGKEY_COUNT] = {&d->emb, &d->enc_hidden, &d->dec_hidden, &d->att, &d->out, &d->layer_norm};
+    int dims[RGD_COUNT] = {0};
     for (int k = 0; k < RGKEY_COUNT; k++) {
         int64_t v = 0;
-        if (k == RGKEY_LAYER_NORM) { /* optional: models written before it have no normalization */
-            if (!weights_get_int(w, KEYS[k], &v)) v = 0;
-            if (v != 0 && v != 1)
-                return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld must be 0 or 1", path, KEYS[k],
-                                  (long long)v);
-            *dst[k] = (int)v;
-            continue;
-        }
-        if (!weights_get_int(w, KEYS[k], &v))
+        /* optional rnn/layer_norm: models written before it have no normalization */
+        if (!desc_key_get(&RNN_GRU_DESC, k, w, &v))
             return tern_error(TERN_ERR_FORMAT, "%s: config key tensor '%s' is missing (an rnn-gru model stores its "
-                              "sizes as rank-0 tensors)", path, KEYS[k]);
-        if (v < 1 || v > (1 << 20))
-            return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld is out of range", path, KEYS[k],
+                              "sizes as rank-0 tensors)", path, KEYS[k].name);
+        if (v < KEYS[k].lo || v > KEYS[k].hi) {
+            if (KEYS[k].flags & DESC_KEY_OPTIONAL)
+                return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld must be 0 or 1", path, KEYS[k].name,
+                                  (long long)v);
+            return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld is out of range", path, KEYS[k].name,
                               (long long)v);
-        *dst[k] = (int)v;
+        }
+        dims[KEYS[k].dim] = (int)v;
     }
-    const tensor_t *es = weights_get(w, NAMES[RG_ENC_EMB]), *et = weights_get(w, NAMES[RG_DEC_EMB]);
-    if (!es) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[RG_ENC_EMB]);
-    if (!et) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, NAMES[RG_DEC_EMB]);
+    d->emb = dims[RGD_E], d->enc_hidden = dims[RGD_HE], d->dec_hidden = dims[RGD_HD], d->att = dims[RGD_A];
+    d->out = dims[RGD_O], d->layer_norm = dims[RGD_LAYER_NORM];
+    const tensor_t *es = weights_get(w, SPECS[RG_ENC_EMB].name), *et = weights_get(w, SPECS[RG_DEC_EMB].name);
+    if (!es) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, SPECS[RG_ENC_EMB].name);
+    if (!et) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, SPECS[RG_DEC_EMB].name);
     if (es->rank != 2 || et->rank != 2)
         return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is not a matrix", path,
-                          es->rank != 2 ? NAMES[RG_ENC_EMB] : NAMES[RG_DEC_EMB]);
+                          es->rank != 2 ? SPECS[RG_ENC_EMB].name : SPECS[RG_DEC_EMB].name);
     d->src_vocab = (int)es->shape[0];
     d->tgt_vocab = (int)et->shape[0];
-    d->share_emb = is_alias_of(w, NAMES[RG_DEC_EMB], NAMES[RG_ENC_EMB]);
-    d->tie_proj = is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_DEC_EMB]) ||
-                  is_alias_of(w, NAMES[RG_PROJ_W], NAMES[RG_ENC_EMB]);
+    d->share_emb = is_alias_of(w, SPECS[RG_DEC_EMB].name, SPECS[RG_ENC_EMB].name);
+    d->tie_proj = is_alias_of(w, SPECS[RG_PROJ_W].name, SPECS[RG_DEC_EMB].name) ||
+                  is_alias_of(w, SPECS[RG_PROJ_W].name, SPECS[RG_ENC_EMB].name);
+    rnn_gru_dims_array(d, dims);
     for (int i = 0; i < RG_COUNT; i++) {
-        if (!rnn_gru_tensor_used(d, (rg_tensor_t)i)) continue;
-        const tensor_t *t = weights_get(w, NAMES[i]);
+        if (!desc_used(&RNN_GRU_DESC, i, dims)) continue;
+        const char *name = SPECS[i].name;
+        const tensor_t *t = weights_get(w, name);
         if (!t)
-            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing%s", path, NAMES[i],
+            return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing%s", path, name,
                               i >= RG_LN_FIRST ? " (rnn/layer_norm = 1)" : "");
         int r, c;
-        rnn_gru_tensor_shape(d, (rg_tensor_t)i, &r, &c);
+        desc_shape(&RNN_GRU_DESC, i, dims, &r, &c);
         int rank = c ? 2 : 1;
         if (t->rank != rank || t->shape[0] != r || (rank == 2 && t->shape[1] != c)) {
             char got[64];
@@ -197,13 +230,13 @@ tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
             if (rank == 2) snprintf(want, sizeof want, "(%d, %d)", r, c);
             else snprintf(want, sizeof want, "(%d)", r);
             return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' has shape %s, but the config keys (E %d, He %d, Hd %d, "
-                              "A %d, O %d) and vocabularies (%d/%d) give %s", path, NAMES[i], got, d->emb,
+                              "A %d, O %d) and vocabularies (%d/%d) give %s", path, name, got, d->emb,
                               d->enc_hidden, d->dec_hidden, d->att, d->out, d->src_vocab, d->tgt_vocab, want);
         }
         char sc[128];
-        snprintf(sc, sizeof sc, "%s_scale", NAMES[i]);
+        snprintf(sc, sizeof sc, "%s_scale", name);
         if (t->dtype == DT_I8 && !weights_get(w, sc))
-            return tern_error(TERN_ERR_FORMAT, "%s: int8 tensor '%s' has no '%s'", path, NAMES[i], sc);
+            return tern_error(TERN_ERR_FORMAT, "%s: int8 tensor '%s' has no '%s'", path, name, sc);
     }
     return TERN_OK;
 }

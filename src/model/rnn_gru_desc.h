@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/desc.h"
 #include "model/weights.h"
 
 #define RNN_GRU_ARCHITECTURE "rnn-gru"
@@ -84,6 +85,8 @@ int rnn_gru_tensor_stored(const rnn_gru_dims_t *d, rg_tensor_t i);
 void rnn_gru_views(const rnn_gru_dims_t *d, float *const *P, void *enc_f, void *enc_b, void *dec);
 /* Tied names: names[i] is stored as targets[i] (at most 2). Returns the count. */
 int rnn_gru_desc_aliases(const rnn_gru_dims_t *d, const char *names[2], const char *targets[2]);
+/* Whether tensor i is a layer normalization's gain (initialized to 1). */
+int rnn_gru_tensor_is_gain(rg_tensor_t i);
 /* Whether the matrix is multiplied by linear_forward at inference (int8 per output row). */
 int rnn_gru_tensor_is_matrix(rg_tensor_t i);
 
@@ -101,13 +104,21 @@ typedef enum {
 
 const char *rnn_gru_key_name(rg_key_t k);
 
-typedef struct {
-    int32_t v[RGKEY_COUNT];
-    tensor_t t[RGKEY_COUNT];
-} rnn_gru_scalars_t;
+typedef desc_scalars_t rnn_gru_scalars_t;
 
 /* Fills s with the RGKEY_COUNT rank-0 tensors of dims (pointing into s); returns RGKEY_COUNT. */
 int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d);
+
+/* The family's description in the common form (desc.h): its specs are indexed by rg_tensor_t,
+ * its dimensions by rg_dim_t. */
+typedef enum {
+    RGD_VS = 0, RGD_VT, RGD_E, RGD_HE, RGD_HD, RGD_A, RGD_O, RGD_LAYER_NORM, RGD_SHARE_EMB, RGD_TIE_PROJ,
+    RGD_DV, /* derived: 2·He */
+    RGD_COUNT
+} rg_dim_t;
+extern const model_desc_t RNN_GRU_DESC;
+/* dims as the description's dimension array (derived ones filled). */
+void rnn_gru_dims_array(const rnn_gru_dims_t *d, int out[RGD_COUNT]);
 
 /* Reads dims from model weights: the config keys, vocabularies from the embeddings, the aliases
  * from the weights' tied names; then checks every tensor's presence and shape. Errors

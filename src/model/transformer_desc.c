@@ -5,186 +5,222 @@
 #include "model/transformer_desc.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Per module: its kind, side and path (a printf format with %d for the layer when per layer). */
-static const struct {
-    tmodule_kind_t kind;
-    int side;
-    const char *path;
-} MODULES[TM_COUNT] = {
-    [TM_ENC_EMB] = {TK_EMBEDDING, 0, "encoder/embeddings_0"},
-    [TM_DEC_EMB] = {TK_EMBEDDING, 0, "decoder/embeddings"},
-    [TM_ENC_POS] = {TK_POSITIONS, 0, "encoder/position_encodings"},
-    [TM_DEC_POS] = {TK_POSITIONS, 0, "decoder/position_encodings"},
-    [TM_ENC_SELF_LN] = {TK_NORM, 1, "encoder/layer_%d/self_attention/layer_norm"},
-    [TM_ENC_SELF_QKV] = {TK_LINEAR, 1, "encoder/layer_%d/self_attention/linear_0"},
-    [TM_ENC_SELF_OUT] = {TK_LINEAR, 1, "encoder/layer_%d/self_attention/linear_1"},
-    [TM_ENC_FFN_LN] = {TK_NORM, 1, "encoder/layer_%d/ffn/layer_norm"},
-    [TM_ENC_FFN1] = {TK_LINEAR, 1, "encoder/layer_%d/ffn/linear_0"},
-    [TM_ENC_FFN2] = {TK_LINEAR, 1, "encoder/layer_%d/ffn/linear_1"},
-    [TM_ENC_FINAL_LN] = {TK_NORM, 0, "encoder/layer_norm"},
-    [TM_DEC_SELF_LN] = {TK_NORM, 2, "decoder/layer_%d/self_attention/layer_norm"},
-    [TM_DEC_SELF_QKV] = {TK_LINEAR, 2, "decoder/layer_%d/self_attention/linear_0"},
-    [TM_DEC_SELF_OUT] = {TK_LINEAR, 2, "decoder/layer_%d/self_attention/linear_1"},
-    [TM_DEC_CROSS_LN] = {TK_NORM, 2, "decoder/layer_%d/attention/layer_norm"},
-    [TM_DEC_CROSS_Q] = {TK_LINEAR, 2, "decoder/layer_%d/attention/linear_0"},
-    [TM_DEC_CROSS_KV] = {TK_LINEAR, 2, "decoder/layer_%d/attention/linear_1"},
-    [TM_DEC_CROSS_OUT] = {TK_LINEAR, 2, "decoder/layer_%d/attention/linear_2"},
-    [TM_DEC_FFN_LN] = {TK_NORM, 2, "decoder/layer_%d/ffn/layer_norm"},
-    [TM_DEC_FFN1] = {TK_LINEAR, 2, "decoder/layer_%d/ffn/linear_0"},
-    [TM_DEC_FFN2] = {TK_LINEAR, 2, "decoder/layer_%d/ffn/linear_1"},
-    [TM_DEC_FINAL_LN] = {TK_NORM, 0, "decoder/layer_norm"},
-    [TM_PROJ] = {TK_LINEAR, 0, "decoder/projection"},
+/* Per module: its kind (what parts it has). */
+static const tmodule_kind_t KIND[TM_COUNT] = {
+    [TM_ENC_EMB] = TK_EMBEDDING, [TM_DEC_EMB] = TK_EMBEDDING, [TM_ENC_POS] = TK_POSITIONS,
+    [TM_DEC_POS] = TK_POSITIONS, [TM_ENC_SELF_LN] = TK_NORM, [TM_ENC_SELF_QKV] = TK_LINEAR,
+    [TM_ENC_SELF_OUT] = TK_LINEAR, [TM_ENC_FFN_LN] = TK_NORM, [TM_ENC_FFN1] = TK_LINEAR,
+    [TM_ENC_FFN2] = TK_LINEAR, [TM_ENC_FINAL_LN] = TK_NORM, [TM_DEC_SELF_LN] = TK_NORM,
+    [TM_DEC_SELF_QKV] = TK_LINEAR, [TM_DEC_SELF_OUT] = TK_LINEAR, [TM_DEC_CROSS_LN] = TK_NORM,
+    [TM_DEC_CROSS_Q] = TK_LINEAR, [TM_DEC_CROSS_KV] = TK_LINEAR, [TM_DEC_CROSS_OUT] = TK_LINEAR,
+    [TM_DEC_FFN_LN] = TK_NORM, [TM_DEC_FFN1] = TK_LINEAR, [TM_DEC_FFN2] = TK_LINEAR,
+    [TM_DEC_FINAL_LN] = TK_NORM, [TM_PROJ] = TK_LINEAR,
 };
 
 static const char *const PARTS[] = {"weight", "bias", "gamma", "beta", "encodings"};
 
-static const char *const KEYS[TKEY_COUNT] = {
-    [TKEY_ENC_HEADS] = "encoder/num_heads",
-    [TKEY_DEC_HEADS] = "decoder/num_heads",
-    [TKEY_DEC_ALIGN_LAYER] = "decoder/alignment_layer",
-    [TKEY_DEC_ALIGN_HEADS] = "decoder/alignment_heads",
-    [TKEY_ENC_PRE_NORM] = "encoder/pre_norm",
-    [TKEY_DEC_PRE_NORM] = "decoder/pre_norm",
-    [TKEY_ENC_ACT] = "encoder/activation",
-    [TKEY_DEC_ACT] = "decoder/activation",
-    [TKEY_ENC_SCALE_EMB] = "encoder/scale_embeddings",
-    [TKEY_DEC_SCALE_EMB] = "decoder/scale_embeddings",
-    [TKEY_DEC_ZERO_START] = "decoder/start_from_zero_embedding",
+/* Shapes: mul × a dimension (desc.h); V: a vector (rank 1). */
+#define D(m, d) {m, TD_##d}
+#define V {0, 0}
+#define ONE DESC_ONCE, 0, 0, 0
+#define EL TD_LE, 0, 0, 0
+#define DL TD_LD, 0, 0, 0
+#define ENC DESC_ENCODER
+#define DEC DESC_DECODER
+#define A DESC_ALWAYS
+#define NOALIAS NULL, 0
+#define Q8 DESC_Q8
+#define F32 DESC_F32
+/* a linear module's weight (N, K) and bias (N) */
+#define LINEAR(path, layers, N, K, side, mod)                                                                    \
+    {path "/weight", layers, N, K, Q8, side, A, NOALIAS, mod, TP_WEIGHT},                                       \
+    {path "/bias", layers, N, V, F32, side, A, NOALIAS, mod, TP_BIAS}
+/* a layer norm's gamma and beta (C) */
+#define NORM(path, layers, side, cond, mod)                                                                      \
+    {path "/gamma", layers, D(1, C), V, F32, side, cond, NOALIAS, mod, TP_GAMMA},                               \
+    {path "/beta", layers, D(1, C), V, F32, side, cond, NOALIAS, mod, TP_BETA}
+
+/* The stored tensors in storage order: modules in tmodule_t order, within a module its parts,
+ * within a part the layers (one part of all layers contiguous: the training model's buffer). */
+static const desc_spec_t SPECS[] = {
+    {"encoder/embeddings_0/weight", ONE, D(1, VS), D(1, C), Q8, ENC, A, NOALIAS, TM_ENC_EMB, TP_WEIGHT},
+    {"decoder/embeddings/weight", ONE, D(1, VT), D(1, C), Q8, DEC, A, "encoder/embeddings_0/weight", TD_SHARE_EMB,
+     TM_DEC_EMB, TP_WEIGHT},
+    {"encoder/position_encodings/encodings", ONE, D(1, P), D(1, C), F32, ENC, TD_LEARNED_POS, NOALIAS, TM_ENC_POS,
+     TP_ENCODINGS},
+    {"decoder/position_encodings/encodings", ONE, D(1, P), D(1, C), F32, DEC, TD_LEARNED_POS, NOALIAS, TM_DEC_POS,
+     TP_ENCODINGS},
+    NORM("encoder/layer_%d/self_attention/layer_norm", EL, ENC, A, TM_ENC_SELF_LN),
+    LINEAR("encoder/layer_%d/self_attention/linear_0", EL, D(3, C), D(1, C), ENC, TM_ENC_SELF_QKV),
+    LINEAR("encoder/layer_%d/self_attention/linear_1", EL, D(1, C), D(1, C), ENC, TM_ENC_SELF_OUT),
+    NORM("encoder/layer_%d/ffn/layer_norm", EL, ENC, A, TM_ENC_FFN_LN),
+    LINEAR("encoder/layer_%d/ffn/linear_0", EL, D(1, F), D(1, C), ENC, TM_ENC_FFN1),
+    LINEAR("encoder/layer_%d/ffn/linear_1", EL, D(1, C), D(1, F), ENC, TM_ENC_FFN2),
+    NORM("encoder/layer_norm", ONE, ENC, TD_PRE_NORM, TM_ENC_FINAL_LN),
+    NORM("decoder/layer_%d/self_attention/layer_norm", DL, DEC, A, TM_DEC_SELF_LN),
+    LINEAR("decoder/layer_%d/self_attention/linear_0", DL, D(3, C), D(1, C), DEC, TM_DEC_SELF_QKV),
+    LINEAR("decoder/layer_%d/self_attention/linear_1", DL, D(1, C), D(1, C), DEC, TM_DEC_SELF_OUT),
+    NORM("decoder/layer_%d/attention/layer_norm", DL, DEC, A, TM_DEC_CROSS_LN),
+    LINEAR("decoder/layer_%d/attention/linear_0", DL, D(1, C), D(1, C), DEC, TM_DEC_CROSS_Q),
+    LINEAR("decoder/layer_%d/attention/linear_1", DL, D(2, C), D(1, C), DEC, TM_DEC_CROSS_KV),
+    LINEAR("decoder/layer_%d/attention/linear_2", DL, D(1, C), D(1, C), DEC, TM_DEC_CROSS_OUT),
+    NORM("decoder/layer_%d/ffn/layer_norm", DL, DEC, A, TM_DEC_FFN_LN),
+    LINEAR("decoder/layer_%d/ffn/linear_0", DL, D(1, F), D(1, C), DEC, TM_DEC_FFN1),
+    LINEAR("decoder/layer_%d/ffn/linear_1", DL, D(1, C), D(1, F), DEC, TM_DEC_FFN2),
+    NORM("decoder/layer_norm", ONE, DEC, TD_PRE_NORM, TM_DEC_FINAL_LN),
+    {"decoder/projection/weight", ONE, D(1, VT), D(1, C), Q8, DEC, A, "decoder/embeddings/weight", TD_TIE_PROJ, TM_PROJ,
+     TP_WEIGHT},
+    {"decoder/projection/bias", ONE, D(1, VT), V, F32, DEC, TD_PROJ_BIAS, NOALIAS, TM_PROJ, TP_BIAS},
+};
+#undef D
+#undef V
+#undef ONE
+#undef EL
+#undef DL
+#undef ENC
+#undef DEC
+#undef A
+#undef NOALIAS
+#undef Q8
+#undef F32
+#undef LINEAR
+#undef NORM
+
+enum { N_SPECS = (int)(sizeof SPECS / sizeof SPECS[0]) };
+
+/* The config keys, in tkey_t order; the written ones are the values of a transformer_spec_t. */
+static const desc_key_t KEYS[TKEY_COUNT] = {
+    [TKEY_ENC_HEADS] = {"encoder/num_heads", DT_I16, TD_HEADS, 0, 1, 1 << 15, 0},
+    [TKEY_DEC_HEADS] = {"decoder/num_heads", DT_I16, TD_HEADS, 0, 1, 1 << 15, 0},
+    [TKEY_DEC_ALIGN_LAYER] = {"decoder/alignment_layer", DT_I16, DESC_CONST, -1, -1, 1 << 15, 0}, /* the last */
+    [TKEY_DEC_ALIGN_HEADS] = {"decoder/alignment_heads", DT_I16, DESC_CONST, 1, 0, 1 << 15, 0},
+    [TKEY_ENC_PRE_NORM] = {"encoder/pre_norm", DT_I8, TD_PRE_NORM, 0, 0, 1, 0},
+    [TKEY_DEC_PRE_NORM] = {"decoder/pre_norm", DT_I8, TD_PRE_NORM, 0, 0, 1, 0},
+    [TKEY_ENC_ACT] = {"encoder/activation", DT_I8, TD_ACT, 0, 0, 127, 0},
+    [TKEY_DEC_ACT] = {"decoder/activation", DT_I8, TD_ACT, 0, 0, 127, 0},
+    [TKEY_ENC_SCALE_EMB] = {"encoder/scale_embeddings", DT_I8, TD_SCALE_EMB, 0, 0, 1, 0},
+    [TKEY_DEC_SCALE_EMB] = {"decoder/scale_embeddings", DT_I8, TD_SCALE_EMB, 0, 0, 1, 0},
+    [TKEY_DEC_ZERO_START] = {"decoder/start_from_zero_embedding", DT_I8, DESC_CONST, 0, 0, 1,
+                             DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
 };
 
-tmodule_kind_t transformer_module_kind(tmodule_t mod) { return MODULES[mod].kind; }
+static const char *const DIM_NAMES[TD_COUNT] = {"Vs", "Vt", "C", "F", "Le", "Ld", "P", "pre_norm", "learned_pos",
+                                                "share_emb", "tie_proj", "proj_bias", "heads", "activation",
+                                                "scale_embeddings"};
 
-int transformer_module_side(tmodule_t mod) { return MODULES[mod].side; }
+const model_desc_t TRANSFORMER_DESC = {
+    .family = "transformer",
+    .specs = SPECS,
+    .n_specs = N_SPECS,
+    .keys = KEYS,
+    .n_keys = TKEY_COUNT,
+    .dim_names = DIM_NAMES,
+    .n_dims = TD_COUNT,
+    .derive = NULL,
+};
+
+void transformer_dims_array(const transformer_dims_t *d, const transformer_spec_t *spec, int out[TD_COUNT]) {
+    memset(out, 0, sizeof(int) * TD_COUNT);
+    if (d) {
+        out[TD_VS] = d->src_vocab, out[TD_VT] = d->tgt_vocab, out[TD_C] = d->d, out[TD_F] = d->ff;
+        out[TD_LE] = d->enc_layers, out[TD_LD] = d->dec_layers, out[TD_P] = d->max_pos;
+        out[TD_PRE_NORM] = d->pre_norm, out[TD_LEARNED_POS] = d->learned_pos, out[TD_SHARE_EMB] = d->share_emb;
+        out[TD_TIE_PROJ] = d->tie_proj, out[TD_PROJ_BIAS] = d->proj_bias;
+    }
+    if (spec) {
+        out[TD_HEADS] = spec->num_heads, out[TD_PRE_NORM] = spec->pre_norm != 0, out[TD_ACT] = spec->activation;
+        out[TD_SCALE_EMB] = spec->scale_embeddings != 0;
+    }
+}
+
+/* The spec of a module's part; -1 when the module has no such part. */
+static int spec_of(tmodule_t mod, tpart_t part) {
+    for (int s = 0; s < N_SPECS; s++)
+        if (SPECS[s].module == (int)mod && SPECS[s].part == (int)part) return s;
+    return -1;
+}
+
+/* The first spec of a module. */
+static int first_spec(tmodule_t mod) {
+    for (int s = 0; s < N_SPECS; s++)
+        if (SPECS[s].module == (int)mod) return s;
+    return 0;
+}
+
+tmodule_kind_t transformer_module_kind(tmodule_t mod) { return KIND[mod]; }
+
+int transformer_module_side(tmodule_t mod) {
+    const desc_spec_t *p = &SPECS[first_spec(mod)];
+    return p->count == DESC_ONCE ? 0 : p->side == DESC_ENCODER ? 1 : 2;
+}
 
 const char *transformer_module_path(char *buf, size_t n, tmodule_t mod, int layer) {
-    if (MODULES[mod].side) snprintf(buf, n, MODULES[mod].path, layer);
-    else snprintf(buf, n, "%s", MODULES[mod].path);
+    desc_name(&TRANSFORMER_DESC, first_spec(mod), layer, buf, n);
+    char *slash = strrchr(buf, '/'); /* less the part */
+    if (slash) *slash = '\0';
     return buf;
 }
 
 const char *transformer_part_name(tpart_t part) { return PARTS[part]; }
 
 const char *transformer_tensor_name(char *buf, size_t n, tmodule_t mod, int layer, tpart_t part) {
+    int s = spec_of(mod, part);
+    if (s >= 0) return desc_name(&TRANSFORMER_DESC, s, layer, buf, n);
     char p[96];
     transformer_module_path(p, sizeof p, mod, layer);
     snprintf(buf, n, "%s/%s", p, PARTS[part]);
     return buf;
 }
 
-const char *transformer_key_name(tkey_t key) { return KEYS[key]; }
+const char *transformer_key_name(tkey_t key) { return KEYS[key].name; }
 
 void transformer_module_shape(const transformer_dims_t *dims, tmodule_t mod, int *rows, int *cols) {
-    int C = dims->d, F = dims->ff;
-    *cols = C;
-    switch (mod) {
-    case TM_ENC_EMB: *rows = dims->src_vocab; break;
-    case TM_DEC_EMB: *rows = dims->tgt_vocab; break;
-    case TM_ENC_POS: case TM_DEC_POS: *rows = dims->max_pos; break;
-    case TM_ENC_SELF_QKV: case TM_DEC_SELF_QKV: *rows = 3 * C; break;
-    case TM_DEC_CROSS_KV: *rows = 2 * C; break;
-    case TM_ENC_FFN1: case TM_DEC_FFN1: *rows = F; break;
-    case TM_ENC_FFN2: case TM_DEC_FFN2: *rows = C, *cols = F; break;
-    case TM_PROJ: *rows = dims->tgt_vocab; break;
-    default:
-        *rows = C;
-        if (MODULES[mod].kind == TK_NORM) *cols = 0;
-        break;
-    }
-}
-
-/* Whether a model with these dims stores this part of this module. */
-static int stored(const transformer_dims_t *dims, tmodule_t mod, tpart_t part) {
-    switch (mod) {
-    case TM_DEC_EMB: return !dims->share_emb;
-    case TM_ENC_POS: case TM_DEC_POS: return dims->learned_pos;
-    case TM_ENC_FINAL_LN: case TM_DEC_FINAL_LN: return dims->pre_norm;
-    case TM_PROJ: return part == TP_WEIGHT ? !dims->tie_proj : dims->proj_bias;
-    default: return 1;
-    }
-}
-
-/* The parts of a module kind, in storage order. */
-static int kind_parts(tmodule_kind_t kind, tpart_t parts[2]) {
-    switch (kind) {
-    case TK_EMBEDDING: parts[0] = TP_WEIGHT; return 1;
-    case TK_POSITIONS: parts[0] = TP_ENCODINGS; return 1;
-    case TK_NORM: parts[0] = TP_GAMMA, parts[1] = TP_BETA; return 2;
-    default: parts[0] = TP_WEIGHT, parts[1] = TP_BIAS; return 2;
-    }
+    int d[TD_COUNT];
+    transformer_dims_array(dims, NULL, d);
+    desc_shape(&TRANSFORMER_DESC, first_spec(mod), d, rows, cols);
 }
 
 int transformer_desc_tensors(const transformer_dims_t *dims, transformer_tensor_t *out) {
-    int n = 0;
-    for (int mi = 0; mi < TM_COUNT; mi++) {
-        tmodule_t mod = (tmodule_t)mi;
-        tpart_t parts[2];
-        int np = kind_parts(MODULES[mod].kind, parts), rows, cols;
-        int side = MODULES[mod].side, L = side == 1 ? dims->enc_layers : side == 2 ? dims->dec_layers : 1;
-        transformer_module_shape(dims, mod, &rows, &cols);
-        for (int k = 0; k < np; k++) {
-            if (!stored(dims, mod, parts[k])) continue;
-            for (int l = 0; l < L; l++, n++) {
-                if (!out) continue;
-                transformer_tensor_t *t = &out[n];
-                transformer_tensor_name(t->name, sizeof t->name, mod, l, parts[k]);
-                t->module = mod;
-                t->part = parts[k];
-                t->layer = side ? l : -1;
-                int vec = parts[k] == TP_BIAS || parts[k] == TP_GAMMA || parts[k] == TP_BETA;
-                t->rank = vec ? 1 : 2;
-                t->shape[0] = rows;
-                t->shape[1] = vec ? 0 : cols;
-            }
-        }
+    int d[TD_COUNT];
+    transformer_dims_array(dims, NULL, d);
+    int n = desc_tensors(&TRANSFORMER_DESC, d, NULL);
+    if (!out) return n;
+    desc_tensor_t *all = malloc(sizeof *all * (size_t)(n ? n : 1));
+    if (!all) return 0;
+    desc_tensors(&TRANSFORMER_DESC, d, all);
+    for (int i = 0; i < n; i++) {
+        transformer_tensor_t *t = &out[i];
+        snprintf(t->name, sizeof t->name, "%s", all[i].name);
+        t->rank = all[i].rank;
+        t->shape[0] = all[i].shape[0];
+        t->shape[1] = all[i].shape[1];
+        t->module = (tmodule_t)SPECS[all[i].spec].module;
+        t->part = (tpart_t)SPECS[all[i].spec].part;
+        t->layer = all[i].layer;
     }
+    free(all);
     return n;
 }
 
 int transformer_desc_aliases(const transformer_dims_t *dims, const char *names[2], const char *targets[2]) {
-    static const char *enc_emb = "encoder/embeddings_0/weight", *dec_emb = "decoder/embeddings/weight",
-                      *proj = "decoder/projection/weight";
-    int n = 0;
-    if (dims->share_emb) names[n] = dec_emb, targets[n++] = enc_emb;
-    if (dims->tie_proj) names[n] = proj, targets[n++] = dims->share_emb ? enc_emb : dec_emb;
-    return n;
+    int d[TD_COUNT];
+    transformer_dims_array(dims, NULL, d);
+    return desc_aliases(&TRANSFORMER_DESC, d, names, targets, 2);
 }
 
 int transformer_desc_parse(const char *name, tmodule_t *mod, int *layer, tpart_t *part) {
+    int s, l;
     if (!strcmp(name, TRANSFORMER_ENC_EMB_ALT)) {
         *mod = TM_ENC_EMB, *layer = -1, *part = TP_WEIGHT;
         return 1;
     }
-    const char *slash = strrchr(name, '/');
-    if (!slash) return 0;
-    int pi = -1;
-    for (int k = 0; k < (int)(sizeof PARTS / sizeof PARTS[0]); k++)
-        if (!strcmp(slash + 1, PARTS[k])) pi = k;
-    if (pi < 0) return 0;
-    size_t plen = (size_t)(slash - name);
-    int l = -1;
-    if ((!strncmp(name, "encoder/layer_", 14) || !strncmp(name, "decoder/layer_", 14)) && name[14] >= '0' &&
-        name[14] <= '9') {
-        const char *p = name + 14;
-        l = 0;
-        for (; *p >= '0' && *p <= '9' && l < (1 << 20); p++) l = l * 10 + (*p - '0');
-    }
-    char buf[160];
-    for (int mi = 0; mi < TM_COUNT; mi++) {
-        if ((MODULES[mi].side != 0) != (l >= 0)) continue;
-        transformer_module_path(buf, sizeof buf, (tmodule_t)mi, l);
-        if (strlen(buf) != plen || strncmp(buf, name, plen)) continue;
-        tpart_t parts[2];
-        int np = kind_parts(MODULES[mi].kind, parts);
-        for (int k = 0; k < np; k++)
-            if ((int)parts[k] == pi) {
-                *mod = (tmodule_t)mi, *layer = l, *part = (tpart_t)pi;
-                return 1;
-            }
-    }
-    return 0;
+    if (!desc_parse(&TRANSFORMER_DESC, name, &s, &l)) return 0;
+    *mod = (tmodule_t)SPECS[s].module, *layer = l, *part = (tpart_t)SPECS[s].part;
+    return 1;
 }
 
 int transformer_desc_quantizable(const char *name) {
@@ -192,31 +228,12 @@ int transformer_desc_quantizable(const char *name) {
     int layer;
     tpart_t part;
     if (!transformer_desc_parse(name, &mod, &layer, &part)) return 0;
-    tmodule_kind_t k = MODULES[mod].kind;
-    return part == TP_WEIGHT && (k == TK_LINEAR || k == TK_EMBEDDING);
-}
-
-static void scalar(tensor_t *t, const char *name, dtype_t dt, const void *data) {
-    memset(t, 0, sizeof *t);
-    t->name = name;
-    t->dtype = dt;
-    t->rank = 0;
-    t->numel = 1;
-    t->data = data;
-    t->nbytes = dtype_size(dt);
+    int s = spec_of(mod, part);
+    return s >= 0 && SPECS[s].dtype == DESC_Q8;
 }
 
 int transformer_desc_scalars(transformer_scalars_t *s, const transformer_spec_t *spec) {
-    memset(s, 0, sizeof *s);
-    s->i16[TKEY_ENC_HEADS] = s->i16[TKEY_DEC_HEADS] = (int16_t)spec->num_heads;
-    s->i16[TKEY_DEC_ALIGN_LAYER] = -1; /* the last layer */
-    s->i16[TKEY_DEC_ALIGN_HEADS] = 1;
-    s->i8[TKEY_ENC_PRE_NORM] = s->i8[TKEY_DEC_PRE_NORM] = (int8_t)(spec->pre_norm != 0);
-    s->i8[TKEY_ENC_ACT] = s->i8[TKEY_DEC_ACT] = (int8_t)spec->activation;
-    s->i8[TKEY_ENC_SCALE_EMB] = s->i8[TKEY_DEC_SCALE_EMB] = (int8_t)(spec->scale_embeddings != 0);
-    for (int k = 0; k < TKEY_WRITTEN; k++) {
-        int wide = k <= TKEY_DEC_ALIGN_HEADS;
-        scalar(&s->t[k], KEYS[k], wide ? DT_I16 : DT_I8, wide ? (const void *)&s->i16[k] : (const void *)&s->i8[k]);
-    }
-    return TKEY_WRITTEN;
+    int d[TD_COUNT];
+    transformer_dims_array(NULL, spec, d);
+    return desc_scalars(&TRANSFORMER_DESC, d, s);
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/desc.h"
 #include "model/weights.h"
 
 /* The modules of the model: each is a group of tensors under one path prefix. */
@@ -149,15 +150,23 @@ typedef struct {
 } transformer_spec_t;
 
 /* Storage for the written keys as rank-0 tensors. */
-typedef struct {
-    int16_t i16[TKEY_WRITTEN];
-    int8_t i8[TKEY_WRITTEN];
-    tensor_t t[TKEY_WRITTEN];
-} transformer_scalars_t;
+typedef desc_scalars_t transformer_scalars_t;
 
 /* Fills s with the TKEY_WRITTEN rank-0 tensors (in tkey_t order, dtypes as listed) of spec;
  * returns TKEY_WRITTEN. The tensors point into s. */
 int transformer_desc_scalars(transformer_scalars_t *s, const transformer_spec_t *spec);
+
+/* The family's description in the common form (desc.h): each spec's module and part are a
+ * tmodule_t and a tpart_t; dimensions are indexed by tdim_t. */
+typedef enum {
+    TD_VS = 0, TD_VT, TD_C, TD_F, TD_LE, TD_LD, TD_P, TD_PRE_NORM, TD_LEARNED_POS, TD_SHARE_EMB, TD_TIE_PROJ,
+    TD_PROJ_BIAS,
+    TD_HEADS, TD_ACT, TD_SCALE_EMB, /* the written config keys' values (transformer_spec_t) */
+    TD_COUNT
+} tdim_t;
+extern const model_desc_t TRANSFORMER_DESC;
+/* dims (and spec, NULL: zeros) as the description's dimension array. */
+void transformer_dims_array(const transformer_dims_t *dims, const transformer_spec_t *spec, int out[TD_COUNT]);
 
 /* The spec name written as model.safetensors' "ct2_spec" metadata. */
 #define TRANSFORMER_SPEC_NAME "TransformerSpec"

@@ -7,6 +7,7 @@
 
 #include "model/family.h"
 #include "model/transformer.h"
+#include "model/transformer_desc.h"
 
 static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cfg, tern_compute_type_t compute,
                               unsigned flags) {
@@ -53,8 +54,9 @@ static void tf_describe(const void *net, tern_model_info_t *in) {
 
 static const char *tf_vocab_tensor(const void *net, const weights_t *w, int target) {
     (void)net;
-    if (target) return "decoder/embeddings/weight";
-    return weights_get(w, "encoder/embeddings_0/weight") ? "encoder/embeddings_0/weight" : "encoder/embeddings/weight";
+    const char *enc = desc_global_name(&TRANSFORMER_DESC, TM_ENC_EMB, TP_WEIGHT);
+    if (target) return desc_global_name(&TRANSFORMER_DESC, TM_DEC_EMB, TP_WEIGHT);
+    return weights_get(w, enc) ? enc : TRANSFORMER_ENC_EMB_ALT;
 }
 
 static void *tf_state_new(const void *net) { return transformer_state_new(net); }

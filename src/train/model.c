@@ -997,14 +997,17 @@ void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, v
 int tmodel_backward_stages(const tmodel_t *m) { return m->cfg.dec_layers + m->cfg.enc_layers + 4; }
 
 int tmodel_tensor_stage(const tmodel_t *m, int i) {
-    const char *n = m->tensors[i].name;
     int Ld = m->cfg.dec_layers, Le = m->cfg.enc_layers, l;
+    tmodule_t mod;
+    tpart_t part;
     if (m->tensors[i].offset == (size_t)(m->p.enc_emb - m->params)) return Ld + Le + 3; /* maybe shared */
-    if (sscanf(n, "decoder/layer_%d/", &l) == 1) return 1 + (Ld - 1 - l);
-    if (sscanf(n, "encoder/layer_%d/", &l) == 1) return Ld + 3 + (Le - 1 - l);
-    if (!strncmp(n, "decoder/layer_norm/", 19) || !strncmp(n, "decoder/projection/", 19)) return 0;
-    if (!strncmp(n, "decoder/", 8)) return Ld + 1; /* embeddings (maybe tied), positions */
-    if (!strncmp(n, "encoder/layer_norm/", 19)) return Ld + 2;
+    if (!transformer_desc_parse(m->tensors[i].name, &mod, &l, &part)) return Ld + Le + 3;
+    int side = transformer_module_side(mod);
+    if (side == 2) return 1 + (Ld - 1 - l);
+    if (side == 1) return Ld + 3 + (Le - 1 - l);
+    if (mod == TM_DEC_FINAL_LN || mod == TM_PROJ) return 0;
+    if (mod == TM_DEC_EMB || mod == TM_DEC_POS) return Ld + 1; /* embeddings (maybe tied), positions */
+    if (mod == TM_ENC_FINAL_LN) return Ld + 2;
     return Ld + Le + 3;
 }
 

@@ -158,8 +158,8 @@ static void gru_init_params(train_model_t *m, uint64_t seed) {
         float *x = m->params + t->offset;
         uint64_t key = rng_mix64(seed ^ rng_mix64((uint64_t)i + 101));
         if (t->rank == 1) { /* biases 0, layer normalization gains 1 */
-            size_t nl = strlen(t->name);
-            float v = nl > 5 && !strcmp(t->name + nl - 5, "/gain") ? 1.0f : 0.0f;
+            int s, l;
+            float v = desc_parse(&RNN_GRU_DESC, t->name, &s, &l) && rnn_gru_tensor_is_gain((rg_tensor_t)s) ? 1.0f : 0.0f;
             for (size_t k = 0; k < t->numel; k++) x[k] = v;
             continue;
         }
