@@ -16,6 +16,9 @@ const train_family_t *train_family_find(const char *architecture) {
     return NULL;
 }
 
+const char *const train_precision_names[] = {"float32", "bfloat16", NULL};
+const int train_precision_values[] = {0, 1};
+
 const train_family_t *train_family_at(int i) { return i >= 0 && i < N_FAMILIES ? FAMILIES[i] : NULL; }
 
 void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) {

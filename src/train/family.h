@@ -87,6 +87,22 @@ typedef struct {
 
 #define TRAIN_OPT_NO_FIELD2 ((size_t)-1)
 
+/* The options several families share, as entries of their tables (T: the configuration type):
+ * --share-embeddings / --no-share-embeddings on an int field (1 / 0), --label-smoothing on a float
+ * field, --precision float32|bfloat16 on an int field (0 / 1: TPREC_F32 / TPREC_BF16). */
+extern const char *const train_precision_names[];
+extern const int train_precision_values[];
+#define TRAIN_OPT_SHARE_EMBEDDINGS(T, field, usage)                                                              \
+    {"share-embeddings", TRAIN_OPT_SET, offsetof(T, field), TRAIN_OPT_NO_FIELD2, 0, 0, 1, NULL, NULL, usage},   \
+    {"no-share-embeddings", TRAIN_OPT_SET, offsetof(T, field), TRAIN_OPT_NO_FIELD2, 0, 0, 0, NULL, NULL, NULL}
+#define TRAIN_OPT_LABEL_SMOOTHING(T, field)                                                                      \
+    {"label-smoothing", TRAIN_OPT_FLOAT, offsetof(T, field), TRAIN_OPT_NO_FIELD2, 0, 0.999, 0, NULL, NULL,      \
+     "  --label-smoothing E         (default 0.1)\n"}
+#define TRAIN_OPT_PRECISION(T, field, usage)                                                                     \
+    {"precision", TRAIN_OPT_CHOICE, offsetof(T, field), TRAIN_OPT_NO_FIELD2, 0, 0, 0, train_precision_names,     \
+     train_precision_values, usage}
+#define TRAIN_OPT_END {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
+
 struct train_family {
     const char *architecture;  /* registry key (config.json "architecture") */
     const char *spec_name;     /* model.safetensors' "ct2_spec" metadata */

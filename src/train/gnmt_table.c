@@ -533,8 +533,6 @@ static void gn_set_hook(void *ws, train_backward_hook_t hook, void *user) {
 
 #define F(field) offsetof(gnmt_train_config_t, field)
 #define NO2 TRAIN_OPT_NO_FIELD2
-static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
-static const int PREC_VALUES[] = {0, 1};
 
 static const train_option_t GN_OPTIONS[] = {
     {"layers", TRAIN_OPT_INT, F(enc_layers), F(dec_layers), 1, 1000, 0, NULL, NULL,
@@ -551,19 +549,17 @@ static const train_option_t GN_OPTIONS[] = {
      "  --init-uniform R            every parameter uniform in [-R, R] (GNMT: 0.04; default: +-1/sqrt(fan-in))\n"},
     {"tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 1, NULL, NULL,
      "  --tie-projection            the output projection is the decoder embedding\n"},
-    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+    TRAIN_OPT_SHARE_EMBEDDINGS(gnmt_train_config_t, share_emb,
      "  --share-embeddings | --no-share-embeddings\n"
      "                              one embedding matrix for both sides (default: when the vocabulary\n"
-     "                              is joint)\n"},
-    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
-    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
-     "  --label-smoothing E         (default 0.1)\n"},
+     "                              is joint)\n"),
+    TRAIN_OPT_LABEL_SMOOTHING(gnmt_train_config_t, label_smoothing),
     {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
      "  --dropout P                 on the embeddings, between layers and before the softmax\n"
      "                              (default 0.2; GNMT clips at --clip-norm 5)\n"},
-    {"precision", TRAIN_OPT_CHOICE, F(bf16), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
-     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"},
-    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    TRAIN_OPT_PRECISION(gnmt_train_config_t, bf16,
+     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"),
+    TRAIN_OPT_END,
 };
 #undef F
 #undef NO2

@@ -118,8 +118,6 @@ static void tf_default_config(void *config) {
 #define NO2 TRAIN_OPT_NO_FIELD2
 static const char *const ACT_NAMES[] = {"relu", "gelu", "gelu-tanh", "swish", NULL};
 static const int ACT_VALUES[] = {ACT_RELU, ACT_GELU, ACT_GELU_TANH, ACT_SWISH};
-static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
-static const int PREC_VALUES[] = {TPREC_F32, TPREC_BF16};
 
 static const train_option_t TF_OPTIONS[] = {
     {"layers", TRAIN_OPT_INT, F(enc_layers), F(dec_layers), 1, 1000, 0, NULL, NULL,
@@ -138,11 +136,10 @@ static const train_option_t TF_OPTIONS[] = {
     {"post-norm", TRAIN_OPT_SET, F(pre_norm), NO2, 0, 0, 0, NULL, NULL, NULL},
     {"activation", TRAIN_OPT_CHOICE, F(act), NO2, 0, 0, 0, ACT_NAMES, ACT_VALUES,
      "  --activation A              relu (default), gelu, gelu-tanh, swish\n"},
-    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+    TRAIN_OPT_SHARE_EMBEDDINGS(tmodel_config_t, share_emb,
      "  --share-embeddings | --no-share-embeddings\n"
      "                              one embedding matrix for encoder and decoder (default: when the\n"
-     "                              vocabulary is joint)\n"},
-    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
+     "                              vocabulary is joint)\n"),
     {"no-tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 0, NULL, NULL,
      "  --no-tie-projection         an output projection of its own (default: the decoder embedding)\n"},
     {"projection-bias", TRAIN_OPT_SET, F(proj_bias), NO2, 0, 0, 1, NULL, NULL,
@@ -153,18 +150,17 @@ static const train_option_t TF_OPTIONS[] = {
      "  --no-scale-embeddings       do not multiply embeddings by sqrt(d)\n"},
     {"layer-norm-eps", TRAIN_OPT_FLOAT, F(eps), NO2, 0, 1, 0, NULL, NULL,
      "  --layer-norm-eps E          (default 1e-6)\n"},
-    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
-     "  --label-smoothing E         (default 0.1)\n"},
+    TRAIN_OPT_LABEL_SMOOTHING(tmodel_config_t, label_smoothing),
     {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
      "  --dropout P                 on embeddings and sublayer outputs (default 0.1)\n"},
     {"attention-dropout", TRAIN_OPT_FLOAT, F(attn_dropout), NO2, 0, 0.99, 0, NULL, NULL,
      "  --attention-dropout P       on attention weights (default 0)\n"},
     {"activation-dropout", TRAIN_OPT_FLOAT, F(act_dropout), NO2, 0, 0.99, 0, NULL, NULL,
      "  --activation-dropout P      on the feed-forward activation (default 0)\n"},
-    {"precision", TRAIN_OPT_CHOICE, F(precision), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
+    TRAIN_OPT_PRECISION(tmodel_config_t, precision,
      "  --precision P               float32 (default) or bfloat16: linear layers with bfloat16 operands\n"
-     "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"},
-    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+     "                              and float32 accumulation, float32 master weights (needs AVX512_BF16)\n"),
+    TRAIN_OPT_END,
 };
 #undef F
 #undef NO2

@@ -408,8 +408,6 @@ static void gru_set_hook(void *ws, train_backward_hook_t hook, void *user) { (vo
 
 #define F(field) offsetof(rnn_gru_config_t, field)
 #define NO2 TRAIN_OPT_NO_FIELD2
-static const char *const PREC_NAMES[] = {"float32", "bfloat16", NULL};
-static const int PREC_VALUES[] = {0, 1};
 
 static const train_option_t GRU_OPTIONS[] = {
     {"emb-dim", TRAIN_OPT_INT, F(emb), NO2, 1, 1 << 16, 0, NULL, NULL,
@@ -428,20 +426,18 @@ static const train_option_t GRU_OPTIONS[] = {
     {"layer-norm", TRAIN_OPT_SET, F(layer_norm), NO2, 0, 0, 1, NULL, NULL,
      "  --layer-norm                layer-normalized GRU cells (Nematus/Marian: the input and recurrent\n"
      "                              projections of every GRU transition, gains and shifts per unit)\n"},
-    {"share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 1, NULL, NULL,
+    TRAIN_OPT_SHARE_EMBEDDINGS(rnn_gru_config_t, share_emb,
      "  --share-embeddings | --no-share-embeddings\n"
      "                              one embedding matrix for both sides (default: when the vocabulary\n"
-     "                              is joint)\n"},
-    {"no-share-embeddings", TRAIN_OPT_SET, F(share_emb), NO2, 0, 0, 0, NULL, NULL, NULL},
+     "                              is joint)\n"),
     {"no-tie-projection", TRAIN_OPT_SET, F(tie_proj), NO2, 0, 0, 0, NULL, NULL,
      "  --no-tie-projection         an output layer of its own (default: the target embedding)\n"},
-    {"label-smoothing", TRAIN_OPT_FLOAT, F(label_smoothing), NO2, 0, 0.999, 0, NULL, NULL,
-     "  --label-smoothing E         (default 0.1)\n"},
+    TRAIN_OPT_LABEL_SMOOTHING(rnn_gru_config_t, label_smoothing),
     {"dropout", TRAIN_OPT_FLOAT, F(dropout), NO2, 0, 0.99, 0, NULL, NULL,
      "  --dropout P                 on the embeddings and the deep output (default 0.1)\n"},
-    {"precision", TRAIN_OPT_CHOICE, F(bf16), NO2, 0, 0, 0, PREC_NAMES, PREC_VALUES,
-     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"},
-    {NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    TRAIN_OPT_PRECISION(rnn_gru_config_t, bf16,
+     "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"),
+    TRAIN_OPT_END,
 };
 #undef F
 #undef NO2
