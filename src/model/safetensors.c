@@ -215,78 +215,72 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n,
-                                const char *const *meta_keys, const char *const *meta_values, int n_meta) {
-    tern_status_t st = TERN_OK;
-    int *order = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-    int64_t *offset = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    cJSON *root = cJSON_CreateObject();
-    char *json = NULL, *tmp = NULL, *header = NULL;
-    int fd = -1;
-    if (!order || !offset || !root) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    /* Data layout: by decreasing dtype size (stable), contiguous. */
+/* The data layout: tensors by decreasing dtype size (stable) in order, contiguous, each one's
+ * offset in the data section in offset. */
+static tern_status_t layout_tensors(const char *path, const tensor_t *tensors, int n, int *order, int64_t *offset) {
     int k = 0;
     for (size_t es = 8; es >= 1; es /= 2)
         for (int i = 0; i < n; i++)
             if (dtype_size(tensors[i].dtype) == es) order[k++] = i;
-    if (k != n) {
-        st = tern_error(TERN_ERR_INVALID_ARG, "%s: a tensor has an unknown dtype", path);
-        goto done;
-    }
+    if (k != n) return tern_error(TERN_ERR_INVALID_ARG, "%s: a tensor has an unknown dtype", path);
     int64_t pos = 0;
     for (int j = 0; j < n; j++) {
         const tensor_t *t = &tensors[order[j]];
         offset[order[j]] = pos;
         pos += (int64_t)t->nbytes;
     }
+    return TERN_OK;
+}
+
+/* The header's JSON object: __metadata__ (when there is any), then each tensor's dtype, shape and
+ * data_offsets. */
+static tern_status_t build_header_json(cJSON *root, const char *path, const tensor_t *tensors, int n,
+                                       const int64_t *offset, const char *const *meta_keys,
+                                       const char *const *meta_values, int n_meta) {
     if (n_meta > 0) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
         for (int i = 0; m && i < n_meta; i++)
             if (!cJSON_AddStringToObject(m, meta_keys[i], meta_values[i])) m = NULL;
-        if (!m) {
-            st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
+        if (!m) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
     }
     for (int i = 0; i < n; i++) {
         const tensor_t *t = &tensors[i];
-        if ((size_t)t->numel * dtype_size(t->dtype) != t->nbytes) {
-            st = tern_error(TERN_ERR_INVALID_ARG, "%s: tensor '%s': nbytes %zu != numel x dtype size",
-                            path, t->name, t->nbytes);
-            goto done;
-        }
+        if ((size_t)t->numel * dtype_size(t->dtype) != t->nbytes)
+            return tern_error(TERN_ERR_INVALID_ARG, "%s: tensor '%s': nbytes %zu != numel x dtype size",
+                              path, t->name, t->nbytes);
         cJSON *o = cJSON_AddObjectToObject(root, t->name);
         cJSON *shape = o ? cJSON_AddArrayToObject(o, "shape") : NULL;
         cJSON *offs = o ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
-        if (!o || !shape || !offs || !cJSON_AddStringToObject(o, "dtype", st_dtype_name(t->dtype))) {
-            st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
+        if (!o || !shape || !offs || !cJSON_AddStringToObject(o, "dtype", st_dtype_name(t->dtype)))
+            return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
         for (int r = 0; r < t->rank; r++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[r]));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)offset[i]));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(offset[i] + (int64_t)t->nbytes)));
     }
-    json = cJSON_PrintUnformatted(root);
-    if (!json) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    size_t jl = strlen(json);
-    size_t hl = (8 + jl + 63) / 64 * 64 - 8; /* data section starts 64-byte aligned */
-    header = malloc(8 + hl);
-    if (!header) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    for (int i = 0; i < 8; i++) header[i] = (char)(((uint64_t)hl >> (8 * i)) & 0xff);
-    memcpy(header + 8, json, jl);
-    memset(header + 8 + jl, ' ', hl - jl);
+    return TERN_OK;
+}
 
+/* The header's bytes into *header (8 + *hl of them): the u64 length, the JSON, then spaces up to
+ * a 64-byte aligned data section. */
+static tern_status_t pad_header(const char *path, const char *json, char **header, size_t *hl) {
+    size_t jl = strlen(json);
+    *hl = (8 + jl + 63) / 64 * 64 - 8; /* data section starts 64-byte aligned */
+    *header = malloc(8 + *hl);
+    if (!*header) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < 8; i++) (*header)[i] = (char)(((uint64_t)*hl >> (8 * i)) & 0xff);
+    memcpy(*header + 8, json, jl);
+    memset(*header + 8 + jl, ' ', *hl - jl);
+    return TERN_OK;
+}
+
+/* The file's bytes (header, then the tensors in order) into path.tmp, synced, then renamed to
+ * path; path.tmp is removed on failure. */
+static tern_status_t write_via_tmp(const char *path, const char *header, size_t hl, const tensor_t *tensors,
+                                   const int *order, int n) {
+    tern_status_t st = TERN_OK;
+    int fd = -1;
     size_t pl = strlen(path);
-    tmp = malloc(pl + 5);
+    char *tmp = malloc(pl + 5);
     if (!tmp) {
         st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
         goto done;
@@ -318,6 +312,32 @@ done:
     if (fd >= 0) close(fd);
     if (st && tmp) unlink(tmp);
     free(tmp);
+    return st;
+}
+
+tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n,
+                                const char *const *meta_keys, const char *const *meta_values, int n_meta) {
+    tern_status_t st = TERN_OK;
+    int *order = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    int64_t *offset = malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    cJSON *root = cJSON_CreateObject();
+    char *json = NULL, *header = NULL;
+    size_t hl = 0;
+    if (!order || !offset || !root) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    if ((st = layout_tensors(path, tensors, n, order, offset)) ||
+        (st = build_header_json(root, path, tensors, n, offset, meta_keys, meta_values, n_meta)))
+        goto done;
+    json = cJSON_PrintUnformatted(root);
+    if (!json) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    if ((st = pad_header(path, json, &header, &hl))) goto done;
+    st = write_via_tmp(path, header, hl, tensors, order, n);
+done:
     free(header);
     free(json);
     cJSON_Delete(root);
