@@ -375,31 +375,27 @@ static tern_status_t load_module(transformer_t *m, weights_t *w, const transform
     return load_linear(m, w, p, rows, cols, compute, field);
 }
 
-tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_type_t compute,
-                                float eps) {
-    memset(m, 0, sizeof *m);
-    tern_status_t st;
-    char p[256];
-    if ((st = check_unsupported(w))) return st;
-
-    /* Shape from the variables. */
-    char enc_emb_name[96], ffn1_name[96], dec_emb_name[96];
-    transformer_tensor_name(enc_emb_name, sizeof enc_emb_name, TM_ENC_EMB, -1, TP_WEIGHT);
-    transformer_tensor_name(dec_emb_name, sizeof dec_emb_name, TM_DEC_EMB, -1, TP_WEIGHT);
-    transformer_tensor_name(ffn1_name, sizeof ffn1_name, TM_ENC_FFN1, 0, TP_WEIGHT);
+/* The width d, from the encoder embedding (or its alternative name, which then replaces
+ * enc_emb_name): a [vocabulary, width] tensor with at least one row, so that d is bounded by the
+ * file size. */
+static tern_status_t read_width(transformer_t *m, weights_t *w, char *enc_emb_name, size_t n) {
     if (!weights_get(w, enc_emb_name) && weights_get(w, TRANSFORMER_ENC_EMB_ALT))
-        snprintf(enc_emb_name, sizeof enc_emb_name, "%s", TRANSFORMER_ENC_EMB_ALT);
+        snprintf(enc_emb_name, n, "%s", TRANSFORMER_ENC_EMB_ALT);
     const tensor_t *ee = weights_get(w, enc_emb_name);
     if (!ee)
         return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s' (not a Transformer encoder-decoder model?)",
                           weights_path(w), enc_emb_name);
-    /* The width comes from this tensor: at least one row, so that d is bounded by the file size. */
     if (ee->rank != 2 || ee->shape[0] < 1 || ee->shape[1] < 1 || ee->shape[1] > (1 << 20))
         return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [vocabulary >= 1, width "
                           "1..%d], got rank %d [%lld, %lld]", weights_path(w), enc_emb_name, 1 << 20,
                           ee->rank, (long long)(ee->rank > 0 ? ee->shape[0] : 0),
                           (long long)(ee->rank > 1 ? ee->shape[1] : 0));
     m->d = (int)ee->shape[1];
+    return TERN_OK;
+}
+
+/* The encoder's and decoder's layer counts: both at least one, with no gap. */
+static tern_status_t read_layer_counts(transformer_t *m, weights_t *w) {
     const char *gap_e, *gap_d;
     m->enc_layers = count_layers(w, "encoder", &gap_e);
     m->dec_layers = count_layers(w, "decoder", &gap_d);
@@ -408,6 +404,11 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
                           "layers?)", weights_path(w), gap_e ? gap_e : gap_d, gap_e ? m->enc_layers : m->dec_layers);
     if (m->enc_layers == 0 || m->dec_layers == 0)
         return tern_error(TERN_ERR_FORMAT, "%s: no encoder or decoder layers found", weights_path(w));
+    return TERN_OK;
+}
+
+/* The head count H (stored, or the spec's default), dividing d, the same in the decoder. */
+static tern_status_t read_heads(transformer_t *m, weights_t *w, const char *enc_emb_name) {
     const char *spec = weights_spec_name(w);
     int64_t heads_default = !strcmp(spec, "TransformerBig") ? 16 : !strcmp(spec, "TransformerBase") ? 8 : 0;
     const char *enc_heads = transformer_key_name(TKEY_ENC_HEADS);
@@ -421,13 +422,25 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
     if (dec_heads != m->H)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor 'decoder/num_heads': encoder and decoder head "
                           "counts differ (%d, %d)", weights_path(w), m->H, dec_heads);
-    const tensor_t *f1 = weights_get(w, ffn1_name);
-    if (!f1 || f1->rank != 2)
+    return TERN_OK;
+}
+
+/* The feed-forward width F, from the first encoder layer's first feed-forward weight (*f1). */
+static tern_status_t read_ffn_width(transformer_t *m, weights_t *w, const char *ffn1_name, const tensor_t **f1) {
+    *f1 = weights_get(w, ffn1_name);
+    if (!*f1 || (*f1)->rank != 2)
         return tern_error(TERN_ERR_FORMAT, "%s: missing tensor '%s'", weights_path(w), ffn1_name);
-    if (f1->shape[0] < 1 || f1->shape[0] > (1 << 24))
+    if ((*f1)->shape[0] < 1 || (*f1)->shape[0] > (1 << 24))
         return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': feed-forward width %lld out of range",
-                          weights_path(w), ffn1_name, (long long)f1->shape[0]);
-    m->F = (int)f1->shape[0];
+                          weights_path(w), ffn1_name, (long long)(*f1)->shape[0]);
+    m->F = (int)(*f1)->shape[0];
+    return TERN_OK;
+}
+
+/* The scalar options: norm placement, activation, embedding scaling, decoder start, alignment
+ * layer and heads; then eps and whether int8 computes. */
+static tern_status_t read_options(transformer_t *m, weights_t *w, tern_compute_type_t compute, float eps,
+                                  const tensor_t *f1) {
     m->pre_norm = (int)scalar_or(w, transformer_key_name(TKEY_ENC_PRE_NORM), 1);
     if (scalar_or(w, transformer_key_name(TKEY_DEC_PRE_NORM), m->pre_norm) != m->pre_norm)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: encoder and decoder norms differ", weights_path(w));
@@ -447,14 +460,15 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
     m->eps = eps > 0 ? eps : 1e-6f;
     m->int8 = compute == TERN_COMPUTE_INT8 ||
               (compute == TERN_COMPUTE_AUTO && f1->dtype == DT_I8);
+    return TERN_OK;
+}
+
+/* The encoder and decoder layers, their final layer norms (required when pre-norm) and the output
+ * projection. */
+static tern_status_t load_layers(transformer_t *m, weights_t *w, tern_compute_type_t compute) {
+    tern_status_t st;
+    char p[256];
     int d = m->d, F = m->F;
-
-    /* Embeddings and positions. */
-    if ((st = load_embedding(m, w, enc_emb_name, compute, &m->enc_emb))) return st;
-    if ((st = load_embedding(m, w, dec_emb_name, compute, &m->dec_emb))) return st;
-    m->src_vocab = m->enc_emb.V;
-    m->tgt_vocab = m->dec_emb.V;
-
     m->enc = calloc((size_t)m->enc_layers, sizeof *m->enc);
     m->dec = calloc((size_t)m->dec_layers, sizeof *m->dec);
     if (!m->enc || !m->dec) return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -476,6 +490,33 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
     if ((st = load_linear(m, w, transformer_module_path(p, sizeof p, TM_PROJ, -1), m->tgt_vocab, d, compute,
                           &m->proj)))
         return st;
+    return TERN_OK;
+}
+
+tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_type_t compute,
+                                float eps) {
+    memset(m, 0, sizeof *m);
+    tern_status_t st;
+    if ((st = check_unsupported(w))) return st;
+
+    /* Shape from the variables. */
+    char enc_emb_name[96], ffn1_name[96], dec_emb_name[96];
+    transformer_tensor_name(enc_emb_name, sizeof enc_emb_name, TM_ENC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(dec_emb_name, sizeof dec_emb_name, TM_DEC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(ffn1_name, sizeof ffn1_name, TM_ENC_FFN1, 0, TP_WEIGHT);
+    const tensor_t *f1 = NULL;
+    if ((st = read_width(m, w, enc_emb_name, sizeof enc_emb_name)) || (st = read_layer_counts(m, w)) ||
+        (st = read_heads(m, w, enc_emb_name)) || (st = read_ffn_width(m, w, ffn1_name, &f1)) ||
+        (st = read_options(m, w, compute, eps, f1)))
+        return st;
+
+    /* Embeddings and positions. */
+    if ((st = load_embedding(m, w, enc_emb_name, compute, &m->enc_emb))) return st;
+    if ((st = load_embedding(m, w, dec_emb_name, compute, &m->dec_emb))) return st;
+    m->src_vocab = m->enc_emb.V;
+    m->tgt_vocab = m->dec_emb.V;
+
+    if ((st = load_layers(m, w, compute))) return st;
     /* Positions last: the sinusoidal table (2048 x d floats) is only built once the layers have
      * shown that the file really holds weights of width d (a corrupt few-byte tensor could claim
      * any width). */

@@ -835,44 +835,40 @@ void data_iter_free(data_iter_t *it) {
     free(it);
 }
 
-tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b) {
-    *out = NULL;
-    data_batching_t o = b ? *b : data_default_batching();
-    if (o.max_tokens < 1 || o.max_sentences < 0 || o.world < 1 || o.rank < 0 || o.rank >= o.world)
-        return tern_error(TERN_ERR_INVALID_ARG, "data: max_tokens must be >= 1, max_sentences >= 0 and "
-                          "0 <= rank < world (got %d, %d, %d, %d)", o.max_tokens, o.max_sentences, o.rank, o.world);
-    data_iter_t *it = calloc(1, sizeof *it);
-    if (!it) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    it->c = c;
-    it->opt = o;
+/* it->order: the n kept pairs by source length, target length, then a seeded hash of the line
+ * (ties broken by line); every pair must fit max_tokens. */
+static tern_status_t order_by_length(data_iter_t *it, int64_t n) {
+    const data_corpus_t *c = it->c;
+    const data_batching_t *o = &it->opt;
     tern_status_t st = TERN_OK;
-    int64_t n = c->n_kept;
     sort_rec_t *rec = malloc(sizeof *rec * (size_t)(n > 0 ? n : 1));
-    it->order = malloc(sizeof *it->order * (size_t)(n > 0 ? n : 1));
-    it->bstart = malloc(sizeof *it->bstart * (size_t)(n + 1));
-    if (!rec || !it->order || !it->bstart) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
-        goto fail;
-    }
+    if (!rec) return tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
     for (int64_t j = 0; j < n; j++) {
         uint32_t i = c->kept[j];
         int S, T;
         pair_shape(c, i, &S, &T);
-        if (S > o.max_tokens || T > o.max_tokens) {
+        if (S > o->max_tokens || T > o->max_tokens) {
             st = tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
                             "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
-                            o.max_tokens);
-            goto fail;
+                            o->max_tokens);
+            free(rec);
+            return st;
         }
-        uint64_t r = o.seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)i + 1));
+        uint64_t r = o->seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)i + 1));
         rec[j].key = (uint64_t)S << 48 | (uint64_t)T << 32 | (splitmix64(&r) >> 32);
         rec[j].idx = i;
     }
     qsort(rec, (size_t)n, sizeof *rec, rec_cmp);
     for (int64_t j = 0; j < n; j++) it->order[j] = rec[j].idx;
     free(rec);
-    rec = NULL;
-    /* Greedy cut, as fairseq's batch_by_size: a batch grows while (B + 1) * max(S, T) fits. */
+    return TERN_OK;
+}
+
+/* Greedy cut, as fairseq's batch_by_size: a batch grows while (B + 1) * max(S, T) fits. Fills
+ * it->bstart and the largest batch's sizes; returns the number of batches. */
+static int64_t cut_batches(data_iter_t *it, int64_t n) {
+    const data_corpus_t *c = it->c;
+    const data_batching_t *o = &it->opt;
     int64_t nb = 0, start = 0;
     int mS = 0, mT = 0;
     for (int64_t j = 0; j <= n; j++) {
@@ -880,8 +876,8 @@ tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const dat
         if (j < n) pair_shape(c, it->order[j], &S, &T);
         int nS = TERN_MAX(mS, S), nT = TERN_MAX(mT, T);
         int64_t cnt = j - start + 1;
-        int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o.max_tokens ||
-                                         (o.max_sentences > 0 && cnt > o.max_sentences)));
+        int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o->max_tokens ||
+                                         (o->max_sentences > 0 && cnt > o->max_sentences)));
         if (cut && j > start) {
             int B = (int)(j - start);
             it->bstart[nb++] = start;
@@ -899,28 +895,28 @@ tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const dat
         }
     }
     it->bstart[nb] = n;
-    it->n_batches = nb;
-    it->epoch_len = nb / o.world;
-    if (it->epoch_len < 1) {
-        st = tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
-                        c->path, (long long)n, (long long)nb, o.world);
-        goto fail;
-    }
+    return nb;
+}
+
+/* The iterator's starting state: the plan's hash (order and batch starts), the seed, epoch 0. */
+static tern_status_t init_state(data_iter_t *it, int64_t n, int64_t nb) {
     XXH3_state_t *h = XXH3_createState();
-    if (!h) {
-        st = tern_error(TERN_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (!h) return tern_error(TERN_ERR_NOMEM, "out of memory");
     XXH3_64bits_reset(h);
     XXH3_64bits_update(h, it->order, sizeof *it->order * (size_t)n);
     XXH3_64bits_update(h, it->bstart, sizeof *it->bstart * (size_t)(nb + 1));
     it->st.plan_hash = XXH3_64bits_digest(h);
     XXH3_freeState(h);
-    it->st.seed = o.seed;
+    it->st.seed = it->opt.seed;
     it->st.epoch = 0;
     it->st.pos = 0;
-    it->st.rng = o.seed;
+    it->st.rng = it->opt.seed;
     it->st.n_batches = nb;
+    return TERN_OK;
+}
+
+/* The epoch's batch order and the buffers of the largest batch. */
+static tern_status_t alloc_batch_buffers(data_iter_t *it, int64_t nb) {
     size_t sb = (size_t)it->max_src_tokens, tb = (size_t)it->max_tgt_tokens, B = (size_t)it->max_B;
     it->perm = malloc(sizeof *it->perm * (size_t)nb);
     it->src = malloc(sizeof(int32_t) * sb);
@@ -929,15 +925,43 @@ tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const dat
     it->src_len = malloc(sizeof(int32_t) * B);
     it->tgt_len = malloc(sizeof(int32_t) * B);
     it->ids = malloc(sizeof(int64_t) * B);
-    if (!it->perm || !it->src || !it->tgt_in || !it->tgt_out || !it->src_len || !it->tgt_len || !it->ids) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory for batch buffers", c->path);
+    if (!it->perm || !it->src || !it->tgt_in || !it->tgt_out || !it->src_len || !it->tgt_len || !it->ids)
+        return tern_error(TERN_ERR_NOMEM, "%s: out of memory for batch buffers", it->c->path);
+    return TERN_OK;
+}
+
+tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b) {
+    *out = NULL;
+    data_batching_t o = b ? *b : data_default_batching();
+    if (o.max_tokens < 1 || o.max_sentences < 0 || o.world < 1 || o.rank < 0 || o.rank >= o.world)
+        return tern_error(TERN_ERR_INVALID_ARG, "data: max_tokens must be >= 1, max_sentences >= 0 and "
+                          "0 <= rank < world (got %d, %d, %d, %d)", o.max_tokens, o.max_sentences, o.rank, o.world);
+    data_iter_t *it = calloc(1, sizeof *it);
+    if (!it) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    it->c = c;
+    it->opt = o;
+    tern_status_t st = TERN_OK;
+    int64_t n = c->n_kept;
+    it->order = malloc(sizeof *it->order * (size_t)(n > 0 ? n : 1));
+    it->bstart = malloc(sizeof *it->bstart * (size_t)(n + 1));
+    if (!it->order || !it->bstart) {
+        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
         goto fail;
     }
+    if ((st = order_by_length(it, n))) goto fail;
+    int64_t nb = cut_batches(it, n);
+    it->n_batches = nb;
+    it->epoch_len = nb / o.world;
+    if (it->epoch_len < 1) {
+        st = tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
+                        c->path, (long long)n, (long long)nb, o.world);
+        goto fail;
+    }
+    if ((st = init_state(it, n, nb)) || (st = alloc_batch_buffers(it, nb))) goto fail;
     shuffle_epoch(it);
     *out = it;
     return TERN_OK;
 fail:
-    free(rec);
     data_iter_free(it);
     return st;
 }

@@ -415,21 +415,11 @@ struct tmodel_ws {
     lowp_ws_t *lowp;                   /* bfloat16 scratch (TPREC_BF16), else NULL */
 };
 
-tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_tokens, int max_tgt_tokens,
+/* The capacities and the per-layer block sizes (s_*) the forward and backward passes index by. */
+static void set_block_sizes(tmodel_ws_t *ws, const tmodel_config_t *c, int max_src_tokens, int max_tgt_tokens,
                             int max_S, int max_T) {
-    *out = NULL;
-    const tmodel_config_t *c = &m->cfg;
-    if (max_src_tokens < 1 || max_tgt_tokens < 1 || max_S < 1 || max_T < 1 || max_S > c->max_pos ||
-        max_T > c->max_pos)
-        return tern_error(TERN_ERR_INVALID_ARG, "training workspace: bad capacity (%d source tokens, %d target "
-                          "tokens, lengths %d/%d; positions %d)", max_src_tokens, max_tgt_tokens, max_S, max_T,
-                          c->max_pos);
-    tmodel_ws_t *ws = calloc(1, sizeof *ws);
-    if (!ws) return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
-    size_t C = (size_t)c->d, F = (size_t)c->ff, H = (size_t)c->heads, Le = (size_t)c->enc_layers,
-           Ld = (size_t)c->dec_layers, Vt = (size_t)c->tgt_vocab;
+    size_t C = (size_t)c->d, F = (size_t)c->ff, H = (size_t)c->heads;
     size_t Ms = (size_t)max_src_tokens, Mt = (size_t)max_tgt_tokens, S = (size_t)max_S, T = (size_t)max_T;
-    size_t Mx = Ms > Mt ? Ms : Mt, W = 3 * C > F ? 3 * C : F;
     ws->cap_ms = max_src_tokens;
     ws->cap_mt = max_tgt_tokens;
     ws->max_S = max_S;
@@ -437,10 +427,18 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
     ws->s_msc = Ms * C; ws->s_ms = Ms; ws->s_ms3c = Ms * 3 * C; ws->s_msf = Ms * F; ws->s_eatt = H * Ms * S;
     ws->s_mtc = Mt * C; ws->s_mt = Mt; ws->s_mt3c = Mt * 3 * C; ws->s_mtf = Mt * F; ws->s_datt = H * Mt * T;
     ws->s_catt = H * Mt * S; ws->s_kv = Ms * 2 * C;
+}
+
+/* The float blocks, in one 64-byte aligned allocation: two passes, count, then point (each block
+ * rounded to 16 floats = 64 bytes). */
+static tern_status_t alloc_float_blocks(tmodel_ws_t *ws, const tmodel_config_t *c) {
+    size_t C = (size_t)c->d, F = (size_t)c->ff, Le = (size_t)c->enc_layers, Ld = (size_t)c->dec_layers,
+           Vt = (size_t)c->tgt_vocab;
+    size_t Ms = (size_t)ws->cap_ms, Mt = (size_t)ws->cap_mt;
+    size_t Mx = Ms > Mt ? Ms : Mt, W = 3 * C > F ? 3 * C : F;
     size_t att_max = ws->s_eatt;
     if (ws->s_datt > att_max) att_max = ws->s_datt;
     if (ws->s_catt > att_max) att_max = ws->s_catt;
-    /* Two passes: count, then point (each block rounded to 16 floats = 64 bytes). */
     for (int pass = 0; pass < 2; pass++) {
         size_t off = 0;
 #define W_(field, n) do { ws->field = pass ? ws->mem + off : NULL; off += ((n) + 15) / 16 * 16; } while (0)
@@ -467,19 +465,24 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
         if (!pass) {
             ws->n_floats = off;
             ws->mem = aligned_alloc64(off * sizeof(float));
-            if (!ws->mem) {
-                free(ws);
+            if (!ws->mem)
                 return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory (%.1f MB)",
                                   (double)off * 4 / 1e6);
-            }
         }
     }
+    return TERN_OK;
+}
+
+/* The batch's token buffers and the per-sentence and per-group arrays of target grouping; 0 when
+ * one is out of memory. */
+static int alloc_batch_arrays(tmodel_ws_t *ws, const tmodel_config_t *c) {
+    size_t Ms = (size_t)ws->cap_ms, Mt = (size_t)ws->cap_mt, T = (size_t)ws->max_T;
     ws->src = malloc(Ms * sizeof(int));
     ws->tgt_in = malloc(Mt * sizeof(int));
     ws->tgt_out = malloc(Mt * sizeof(int));
     ws->grouping = 1;
     ws->Vt = c->tgt_vocab;
-    ws->cap_b = max_src_tokens < max_tgt_tokens ? max_src_tokens : max_tgt_tokens;
+    ws->cap_b = ws->cap_ms < ws->cap_mt ? ws->cap_ms : ws->cap_mt;
     size_t nb = (size_t)ws->cap_b, ng = T + 2;
     ws->src_len = malloc(nb * sizeof(int));
     ws->perm = malloc(nb * sizeof(int));
@@ -497,22 +500,46 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
     ws->run0 = malloc(ng * sizeof(int));
     ws->dp_from = malloc(ng * sizeof(int));
     ws->dp_cost = malloc(ng * sizeof(long long));
-    if (!ws->src || !ws->tgt_in || !ws->tgt_out || !ws->src_len || !ws->perm || !ws->tlen || !ws->src_len0 ||
-        !ws->sent_row || !ws->sent_T || !ws->grp_b0 || !ws->grp_B || !ws->grp_T || !ws->grp_row || !ws->grp_att ||
-        !ws->grp_catt || !ws->len_cnt || !ws->run0 || !ws->dp_from || !ws->dp_cost) {
+    return ws->src && ws->tgt_in && ws->tgt_out && ws->src_len && ws->perm && ws->tlen && ws->src_len0 &&
+           ws->sent_row && ws->sent_T && ws->grp_b0 && ws->grp_B && ws->grp_T && ws->grp_row && ws->grp_att &&
+           ws->grp_catt && ws->len_cnt && ws->run0 && ws->dp_from && ws->dp_cost;
+}
+
+/* The bfloat16 scratch of TPREC_BF16: inputs of a linear layer are C or F wide (W >= both);
+ * outputs C, 2C, 3C, F or Vt. */
+static tern_status_t alloc_lowp(tmodel_ws_t *ws, const tmodel_config_t *c) {
+    size_t C = (size_t)c->d, F = (size_t)c->ff, Vt = (size_t)c->tgt_vocab;
+    size_t Ms = (size_t)ws->cap_ms, Mt = (size_t)ws->cap_mt;
+    size_t Mx = Ms > Mt ? Ms : Mt, W = 3 * C > F ? 3 * C : F;
+    size_t N = Vt > W ? Vt : W;
+    if (!(ws->lowp = calloc(1, sizeof *ws->lowp))) return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
+    return lowp_ws_init(ws->lowp, Mx * W, Mx * N);
+}
+
+tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_tokens, int max_tgt_tokens,
+                            int max_S, int max_T) {
+    *out = NULL;
+    const tmodel_config_t *c = &m->cfg;
+    tern_status_t st;
+    if (max_src_tokens < 1 || max_tgt_tokens < 1 || max_S < 1 || max_T < 1 || max_S > c->max_pos ||
+        max_T > c->max_pos)
+        return tern_error(TERN_ERR_INVALID_ARG, "training workspace: bad capacity (%d source tokens, %d target "
+                          "tokens, lengths %d/%d; positions %d)", max_src_tokens, max_tgt_tokens, max_S, max_T,
+                          c->max_pos);
+    tmodel_ws_t *ws = calloc(1, sizeof *ws);
+    if (!ws) return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
+    set_block_sizes(ws, c, max_src_tokens, max_tgt_tokens, max_S, max_T);
+    if ((st = alloc_float_blocks(ws, c))) {
+        free(ws);
+        return st;
+    }
+    if (!alloc_batch_arrays(ws, c)) {
         tmodel_ws_free(ws);
         return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
     }
-    if (c->precision == TPREC_BF16) {
-        /* inputs of a linear layer are C or F wide (W >= both); outputs C, 2C, 3C, F or Vt */
-        size_t N = Vt > W ? Vt : W;
-        tern_status_t st;
-        if (!(ws->lowp = calloc(1, sizeof *ws->lowp))) st = tern_error(TERN_ERR_NOMEM, "training workspace: out of memory");
-        else st = lowp_ws_init(ws->lowp, Mx * W, Mx * N);
-        if (st) {
-            tmodel_ws_free(ws);
-            return st;
-        }
+    if (c->precision == TPREC_BF16 && (st = alloc_lowp(ws, c))) {
+        tmodel_ws_free(ws);
+        return st;
     }
     *out = ws;
     return TERN_OK;

@@ -876,34 +876,30 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
     return TERN_OK;
 }
 
-tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) {
-    trainer_result_t dummy;
-    trainer_result_t *r = result ? result : &dummy;
-    memset(r, 0, sizeof *r);
-    tern_status_t st = check_options(o);
-    if (st) return st;
-    trainer_t t;
-    memset(&t, 0, sizeof t);
-    t.o = o;
-    t.t_start = time_now();
-    t.best_loss = NO_LOSS;
-    t.last_loss = t.last_nll = NO_LOSS;
-    t.best_bleu = -1;
-    t.last_bleu = -1;
-    t.validated_at = t.saved_at = -1;
-    t.threads = o->threads > 0 ? o->threads : tern_num_cores();
-    kernels_set_num_threads(t.threads);
-    t.rank = dist_rank();
-    t.world = dist_world();
-    t.progress = t.rank != 0 ? 0 : o->progress < 0 ? (!o->quiet && isatty(fileno(stderr))) : o->progress;
+/* The run's state before anything is opened: options, clocks, "nothing yet" markers, threads,
+ * the data-parallel rank and whether a progress bar is drawn. */
+static void trainer_init(trainer_t *t, const trainer_options_t *o) {
+    memset(t, 0, sizeof *t);
+    t->o = o;
+    t->t_start = time_now();
+    t->best_loss = NO_LOSS;
+    t->last_loss = t->last_nll = NO_LOSS;
+    t->best_bleu = -1;
+    t->last_bleu = -1;
+    t->validated_at = t->saved_at = -1;
+    t->threads = o->threads > 0 ? o->threads : tern_num_cores();
+    kernels_set_num_threads(t->threads);
+    t->rank = dist_rank();
+    t->world = dist_world();
+    t->progress = t->rank != 0 ? 0 : o->progress < 0 ? (!o->quiet && isatty(fileno(stderr))) : o->progress;
+}
 
-    char resume_dir[4096] = "", p[4096];
-    /* data-parallel: rank 0 creates the directories and writes every file (logs, curves,
-     * checkpoints, caches); the others read */
-    if (t.rank == 0 && (st = model_dir_mkdir(o->save_dir))) return st;
-    dist_barrier();
+/* The checkpoint to continue from into resume_dir ("" for a fresh run): --resume-from's, or the
+ * save directory's last one, which only --resume may continue. */
+static tern_status_t find_resume_dir(const trainer_options_t *o, char *resume_dir, size_t n) {
+    tern_status_t st;
     if (o->resume_from) {
-        snprintf(resume_dir, sizeof resume_dir, "%s", o->resume_from);
+        snprintf(resume_dir, n, "%s", o->resume_from);
     } else {
         int64_t *u;
         int k;
@@ -914,62 +910,76 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
                 return tern_error(TERN_ERR_INVALID_ARG, "%s already holds checkpoints: continue with --resume, or "
                                   "give another save directory", o->save_dir);
             }
-            ckpt_path(resume_dir, sizeof resume_dir, o->save_dir, u[k - 1]);
+            ckpt_path(resume_dir, n, o->save_dir, u[k - 1]);
         }
         free(u);
     }
-    path_join(p, sizeof p, o->save_dir, "train.log");
-    if (t.rank == 0) {
-        t.log = fopen(p, resume_dir[0] ? "a" : "w");
-        if (!t.log) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
-    }
-    if (t.world > 1)
-        tlog(&t, "data-parallel: %d processes (MPI), %d thread(s) each; an update is %d x %d batches; all-reduce "
-             "in buckets of %g MB %s", t.world, t.threads, t.world, o->update_freq, o->bucket_mb,
-             o->comm_overlap ? "during the backward pass" : "after the backward pass (--no-comm-overlap)");
+    return TERN_OK;
+}
 
-    if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = load_bleu_lines(&t)))
-        goto done;
+/* train.log (rank 0; appended to when resuming) and the data-parallel layout's line. */
+static tern_status_t open_train_log(trainer_t *t, int resuming) {
+    const trainer_options_t *o = t->o;
+    char p[4096];
+    path_join(p, sizeof p, o->save_dir, "train.log");
+    if (t->rank == 0) {
+        t->log = fopen(p, resuming ? "a" : "w");
+        if (!t->log) return tern_error(TERN_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    }
+    if (t->world > 1)
+        tlog(t, "data-parallel: %d processes (MPI), %d thread(s) each; an update is %d x %d batches; all-reduce "
+             "in buckets of %g MB %s", t->world, t->threads, t->world, o->update_freq, o->bucket_mb,
+             o->comm_overlap ? "during the backward pass" : "after the backward pass (--no-comm-overlap)");
+    return TERN_OK;
+}
+
+/* Resuming (when resume_dir is set), then the training and validation curves (rank 0), cut back
+ * to the resumed update. */
+static tern_status_t resume_and_open_curves(trainer_t *t, const char *resume_dir) {
+    const trainer_options_t *o = t->o;
+    tern_status_t st;
     if (resume_dir[0]) {
-        if ((st = resume(&t, resume_dir))) goto done;
-        data_iter_state_t ds = data_iter_state(t.train_it);
-        tlog(&t, "resumed from %s: update %ld, epoch %lld, batch %lld of the epoch", resume_dir, t.updates,
+        if ((st = resume(t, resume_dir))) return st;
+        data_iter_state_t ds = data_iter_state(t->train_it);
+        tlog(t, "resumed from %s: update %ld, epoch %lld, batch %lld of the epoch", resume_dir, t->updates,
              (long long)ds.epoch + 1, (long long)ds.pos);
     }
-    if (t.rank == 0 &&
-        ((st = open_tsv(&t.tcurve, o->save_dir, "train_curve.tsv",
-                       "# update\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens\telapsed", resume_dir[0] != 0, t.updates)) ||
-        (st = open_tsv(&t.vcurve, o->save_dir, "valid_curve.tsv", "# update\tepoch\tloss\tnll\tppl\tbleu",
-                       resume_dir[0] != 0, t.updates))))
-        goto done;
-    t.dirty = !resume_dir[0];
-    st = train_loop(&t, r);
-    if (!st && t.world > 1) {
-        /* the replicas must have stayed identical (same gradient, same steps) */
-        uint64_t h = XXH3_64bits(t.m.params, t.m.n_params * sizeof(float));
-        if (!dist_same_u64(h))
-            st = tern_error(TERN_ERR_MISMATCH, "update %ld: the parameters of the %d data-parallel processes differ "
-                            "(rank %d: hash %016llx)", t.updates, t.world, t.rank, (unsigned long long)h);
-    }
-    if (st) {
-        tlog(&t, "error at update %ld: %s", t.updates, tern_last_error());
-        goto done;
-    }
-    bar_clear(&t);
+    if (t->rank == 0 &&
+        ((st = open_tsv(&t->tcurve, o->save_dir, "train_curve.tsv",
+                       "# update\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens\telapsed", resume_dir[0] != 0, t->updates)) ||
+        (st = open_tsv(&t->vcurve, o->save_dir, "valid_curve.tsv", "# update\tepoch\tloss\tnll\tppl\tbleu",
+                       resume_dir[0] != 0, t->updates))))
+        return st;
+    return TERN_OK;
+}
+
+/* Data-parallel: the replicas must have stayed identical (same gradient, same steps). */
+static tern_status_t check_replicas(trainer_t *t) {
+    uint64_t h = XXH3_64bits(t->m.params, t->m.n_params * sizeof(float));
+    if (!dist_same_u64(h))
+        return tern_error(TERN_ERR_MISMATCH, "update %ld: the parameters of the %d data-parallel processes differ "
+                          "(rank %d: hash %016llx)", t->updates, t->world, t->rank, (unsigned long long)h);
+    return TERN_OK;
+}
+
+/* The closing lines of train.log: where and why the run stopped, its speed, the best scores, the
+ * last checkpoint, and the all-reduce's statistics. */
+static void log_summary(trainer_t *t, const trainer_result_t *r) {
+    bar_clear(t);
     char el[32];
-    fmt_hms(el, sizeof el, elapsed(&t));
+    fmt_hms(el, sizeof el, elapsed(t));
     char best[128] = "";
-    if (t.best_loss != NO_LOSS) snprintf(best, sizeof best, "; best validation loss %.4f", t.best_loss);
-    if (t.best_bleu >= 0) snprintf(best + strlen(best), sizeof best - strlen(best), ", best BLEU %.2f", t.best_bleu);
-    data_iter_state_t ds = data_iter_state(t.train_it);
-    tlog(&t, "done (%s) at update %ld (%lld epoch(s) and %lld batch(es)): %lld target tokens in %.1f s of training "
-         "steps (%.0f tok/s), elapsed %s%s; last checkpoint %s", r->stop_reason, t.updates, (long long)ds.epoch,
+    if (t->best_loss != NO_LOSS) snprintf(best, sizeof best, "; best validation loss %.4f", t->best_loss);
+    if (t->best_bleu >= 0) snprintf(best + strlen(best), sizeof best - strlen(best), ", best BLEU %.2f", t->best_bleu);
+    data_iter_state_t ds = data_iter_state(t->train_it);
+    tlog(t, "done (%s) at update %ld (%lld epoch(s) and %lld batch(es)): %lld target tokens in %.1f s of training "
+         "steps (%.0f tok/s), elapsed %s%s; last checkpoint %s", r->stop_reason, t->updates, (long long)ds.epoch,
          (long long)ds.pos,
-         (long long)t.run_tokens, t.run_train_time, t.run_train_time > 0 ? (double)t.run_tokens / t.run_train_time : 0.0,
-         el, best, t.last_ckpt);
-    if (t.dg) {
-        dist_grads_stats_t ds2 = dist_grads_stats(t.dg);
-        tlog(&t, "all-reduce: %ld updates, %d buckets of ~%g MB each (%d wait for the last stage); buckets started "
+         (long long)t->run_tokens, t->run_train_time,
+         t->run_train_time > 0 ? (double)t->run_tokens / t->run_train_time : 0.0, el, best, t->last_ckpt);
+    if (t->dg) {
+        dist_grads_stats_t ds2 = dist_grads_stats(t->dg);
+        tlog(t, "all-reduce: %ld updates, %d buckets of ~%g MB each (%d wait for the last stage); buckets started "
              "during the backward pass %ld, of which complete when it returned %ld; rank 0 waited %.3f s after "
              "its backward passes (%.2f ms per update): %.3f s for slower ranks, %.3f s (%.2f ms per update) "
              "of communication not hidden by the backward pass; %.3f s from first bucket start to last "
@@ -979,19 +989,54 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
              ds2.exposed_seconds, ds2.updates ? 1e3 * ds2.exposed_seconds / (double)ds2.updates : 0.0,
              ds2.reduce_seconds);
     }
+}
+
+/* The result: updates, epochs, best and last scores, training time and tokens, last checkpoint. */
+static void fill_result(const trainer_t *t, trainer_result_t *r) {
+    r->updates = t->updates;
+    r->epochs = t->cur_epoch;
+    r->best_valid_loss = t->best_loss == NO_LOSS ? INFINITY : t->best_loss;
+    r->best_bleu = t->best_bleu;
+    r->last_valid_loss = t->last_loss == NO_LOSS ? INFINITY : t->last_loss;
+    r->last_bleu = t->last_bleu;
+    r->train_seconds = t->run_train_time;
+    r->train_tokens = t->run_tokens;
+    snprintf(r->last_checkpoint, sizeof r->last_checkpoint, "%s", t->last_ckpt);
+}
+
+tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) {
+    trainer_result_t dummy;
+    trainer_result_t *r = result ? result : &dummy;
+    memset(r, 0, sizeof *r);
+    tern_status_t st = check_options(o);
+    if (st) return st;
+    trainer_t t;
+    trainer_init(&t, o);
+
+    char resume_dir[4096] = "";
+    /* data-parallel: rank 0 creates the directories and writes every file (logs, curves,
+     * checkpoints, caches); the others read */
+    if (t.rank == 0 && (st = model_dir_mkdir(o->save_dir))) return st;
+    dist_barrier();
+    if ((st = find_resume_dir(o, resume_dir, sizeof resume_dir))) return st;
+    if ((st = open_train_log(&t, resume_dir[0] != 0))) return st;
+
+    if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = load_bleu_lines(&t)))
+        goto done;
+    if ((st = resume_and_open_curves(&t, resume_dir))) goto done;
+    t.dirty = !resume_dir[0];
+    st = train_loop(&t, r);
+    if (!st && t.world > 1) st = check_replicas(&t);
+    if (st) {
+        tlog(&t, "error at update %ld: %s", t.updates, tern_last_error());
+        goto done;
+    }
+    log_summary(&t, r);
     if (t.rank == 0) {
         fflush(t.tcurve);
         fflush(t.vcurve);
     }
-    r->updates = t.updates;
-    r->epochs = t.cur_epoch;
-    r->best_valid_loss = t.best_loss == NO_LOSS ? INFINITY : t.best_loss;
-    r->best_bleu = t.best_bleu;
-    r->last_valid_loss = t.last_loss == NO_LOSS ? INFINITY : t.last_loss;
-    r->last_bleu = t.last_bleu;
-    r->train_seconds = t.run_train_time;
-    r->train_tokens = t.run_tokens;
-    snprintf(r->last_checkpoint, sizeof r->last_checkpoint, "%s", t.last_ckpt);
+    fill_result(&t, r);
 done:
     bar_clear(&t);
     trainer_free(&t);
