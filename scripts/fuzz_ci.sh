@@ -4,11 +4,11 @@
 # for a bounded time on a seed corpus written at run time (tiny valid models, see
 # fuzz/fuzz_common.h), with the format's dictionary. Exits non-zero when a target crashes, leaks,
 # hits undefined behaviour or a timeout; the input that did it is kept in build-fuzz/artifacts/.
-#   TERN_FUZZ_SECONDS   seconds per target (default 60)
+#   TERN_FUZZ_SECONDS   seconds per target (default 40: CI stays under 30 minutes)
 #   TERN_FUZZ_CORPUS    keep the corpus here between runs (default: a temporary directory)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${TERN_FUZZ_SECONDS:-60}
+seconds=${TERN_FUZZ_SECONDS:-40}
 
 if ! command -v clang >/dev/null; then
   echo "fuzz_ci.sh: clang is missing (scripts/setup.sh installs it)" >&2
