@@ -31,6 +31,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_write  # noqa: E402
+from testutil import safetensors_header  # noqa: E402
 
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 TORCH_PY = "/usr/bin/python3"
@@ -177,6 +178,30 @@ def test_int8(case):
     print(f"\n{label}: int8 greedy identical {same:.1%}; force-decoding max |log-prob difference| {diff:.3g}")
     assert same >= INT8_MIN_SAME
     assert diff <= INT8_MAX_DIFF
+
+
+def test_convert_int8_follows_the_description(case, tmp_path):
+    """`tern convert --quantize int8` stores int8 (with per-row "_scale") exactly the matrices GNMT's
+    description marks int8-able (every LSTM matrix, the attention's two, an untied projection; not
+    the embeddings), the converted model loads them divided by their scales, and run as stored
+    ("auto" = int8) it decodes exactly as the original with --compute-type int8."""
+    label, d, srcs, ref = case
+    q = tmp_path / "q"
+    run(TERN, "convert", "--from", d / "model", "-o", q, "--quantize", "int8")
+    orig = safetensors_header(d / "model" / "model.safetensors")
+    conv = safetensors_header(q / "model.safetensors")
+    want = {n for n, t in orig.items() if n != "__metadata__" and len(t["shape"]) == 2 and "embeddings" not in n}
+    got = {n for n, t in conv.items() if n != "__metadata__" and t["dtype"] == "I8"}
+    assert got == want and any("weight_hh" in n for n in got)
+    for n in got:
+        assert conv[n + "_scale"]["dtype"] == "F32" and conv[n + "_scale"]["shape"] == conv[n]["shape"][:1]
+    for beam in (1, 4):
+        a = run(TERN, "translate", "-m", d / "model", "--pretokenized", "-t", 1, "--max-decoding-length", MAX_LEN,
+                "-b", beam, "--compute-type", "int8", input=(d / "src.txt").read_text())
+        b = run(TERN, "translate", "-m", q, "--pretokenized", "-t", 1, "--max-decoding-length", MAX_LEN,
+                "-b", beam, input=(d / "src.txt").read_text())
+        assert a == b and len(a.split("\n")) == N_INPUTS + 1
+    assert "compute: int8" in run(TERN, "info", "-m", q)
 
 
 def test_beam4(case):

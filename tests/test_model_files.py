@@ -170,6 +170,39 @@ def test_tern_info_valid(models, kind):
     assert facts["compute"] == ("int8" if kind == "int8" else "float32")
 
 
+@pytest.mark.parametrize("kind", ["float32", "int8", "separate"])
+def test_tern_info_tensors(models, kind):
+    """`tern info --tensors`: every variable of model.bin, in the file's order, with its dtype and
+    shape, as the Transformer's description reads it: matrices int8-able, vectors float32 only,
+    scales beside their matrices, flags as config keys; nothing the description does not know;
+    then the file's aliases."""
+    r = subprocess.run([TERN, "info", "-m", models[kind], "--tensors"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(models[kind], "model.bin"), "rb") as f:
+        version, variables, aliases, _ = scan(f.read())
+    lines = r.stdout.split("model.bin: transformer, ")[1].strip().split("\n")
+    assert lines[0] == f"{len(variables)} tensors"
+    rows = [l.split() for l in lines[1:1 + len(variables)]]
+    assert [row[0] for row in rows] == [v["name"] for v in variables]
+    for row, v in zip(rows, variables):
+        role = " ".join(row[row.index(next(x for x in row if x.endswith("]"))) + 1:])
+        shape = [int(x) for x in " ".join(row[2:]).split("[")[1].split("]")[0].replace(",", " ").split()]
+        assert shape == list(v["shape"]), row
+        if v["name"].endswith("_scale"):
+            assert role == "int8 scales", row
+        elif len(v["shape"]) == 2:
+            assert role == "matrix (int8-able)", row
+        elif len(v["shape"]) == 1:
+            assert role == "float32 only", row
+        else:
+            assert role in ("config key", "not in the description"), row
+    int8 = sum(r[1] == "int8" and len(v["shape"]) == 2 for r, v in zip(rows, variables))
+    assert int8 == (sum(len(v["shape"]) == 2 and not v["name"].endswith("_scale") for v in variables)
+                    if kind == "int8" else 0)
+    tied = lines[1 + len(variables):]
+    assert len(tied) == len(aliases) and all(" = " in l for l in tied)
+
+
 TARGET = "encoder/layer_1/ffn/linear_0/weight"   # [64, 32] float32 (int8 in the int8 model)
 
 

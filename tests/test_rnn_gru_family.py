@@ -35,7 +35,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 from train_torch_ref import st_write  # noqa: E402
-from testutil import head  # noqa: E402
+from testutil import head, safetensors_header  # noqa: E402
 
 TORCH_PY = os.environ.get("TERN_TORCH_PYTHON", "/usr/bin/python3")
 REF = os.path.join(ROOT, "tests", "tools", "rnn_gru_torch_ref.py")
@@ -195,6 +195,30 @@ def test_int8_greedy_agreement(model, tmp_path):
     first = sum(hyp.split()[:1] == [m["tgt"][i] for i in ref[:1]] for hyp, ref in zip(out, m["ref"]["greedy"]))
     print(f"\n{m['name']}: int8 greedy identical {same}/{N_INPUTS}, first token {first}/{N_INPUTS}")
     assert same >= INT8_MIN_SAME * N_INPUTS and first >= INT8_MIN_FIRST * N_INPUTS
+
+
+def test_convert_int8_follows_the_description(model, tmp_path):
+    """`tern convert --quantize int8` stores int8 (with per-row "_scale") exactly the matrices the
+    family's description marks int8-able (the GRU weights, attention, output and untied projection;
+    not the embeddings), and the converted model, run as stored ("auto" = int8), decodes exactly as
+    the original with --compute-type int8 (the stored rows are those int8 computes)."""
+    m = model
+    q = tmp_path / "q"
+    ok(TERN, "convert", "--from", m["dir"], "-o", q, "--quantize", "int8")
+    orig = safetensors_header(m["dir"] / "model.safetensors")
+    conv = safetensors_header(q / "model.safetensors")
+    want = {n for n, t in orig.items() if n != "__metadata__" and len(t["shape"]) == 2 and "embeddings" not in n}
+    got = {n for n, t in conv.items() if n != "__metadata__" and t["dtype"] == "I8"}
+    assert got == want and len(want) >= 12
+    for n in got:
+        assert conv[n + "_scale"]["dtype"] == "F32" and conv[n + "_scale"]["shape"] == conv[n]["shape"][:1]
+    inp = write_lines(tmp_path / "in.txt", m["inputs"])
+    common = ["--pretokenized", "-t", 1, "-q", "--max-decoding-length", MAX_LEN, inp]
+    for beam in (1, 4):
+        a = ok(TERN, "translate", "-m", m["dir"], "-b", beam, "--compute-type", "int8", *common).stdout
+        b = ok(TERN, "translate", "-m", q, "-b", beam, *common).stdout
+        assert a == b and len(a.split("\n")) == N_INPUTS + 1
+    assert "compute: int8" in ok(TERN, "info", "-m", q).stdout
 
 
 def test_beam4_matches_torch(model, tmp_path):

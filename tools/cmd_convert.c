@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "model/model_dir.h"
-#include "model/transformer_desc.h"
+#include "model/family.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -77,14 +77,12 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* Stored as int8 + per-row scale by --quantize int8: what the model's description says (the
- * Transformer: linear weights and embeddings, transformer_desc.h); a tensor the description does
- * not name, as CTranslate2 does, when it is a matrix called ".../weight". */
-static int quantizable(const char *name) {
-    tmodule_t mod;
-    int layer;
-    tpart_t part;
-    if (transformer_desc_parse(name, &mod, &layer, &part)) return transformer_desc_quantizable(name);
+/* Stored as int8 + per-row scale by --quantize int8: what the family's description says of a
+ * tensor it names (desc.h: DESC_Q8); a tensor it does not name, as CTranslate2 does, when it is a
+ * matrix called ".../weight". */
+static int quantizable(const model_desc_t *md, const char *name) {
+    int spec, layer;
+    if (desc_parse(md, name, &spec, &layer)) return md->specs[spec].dtype == DESC_Q8;
     return ends_with(name, "/weight");
 }
 
@@ -93,7 +91,7 @@ static int is_float(dtype_t dt) { return dt == DT_F32 || dt == DT_F16 || dt == D
 typedef enum { Q_NONE, Q_INT8, Q_F16 } quant_t;
 
 /* Builds the output tensor list; buffers it allocates are appended to owned. */
-static tern_status_t convert_tensors(const weights_t *w, quant_t q, tensor_t **out, int *n_out,
+static tern_status_t convert_tensors(const weights_t *w, const model_desc_t *md, quant_t q, tensor_t **out, int *n_out,
                                      void ***owned, int *n_owned) {
     int n = weights_count(w);
     tensor_t *t = calloc((size_t)n * 2 + 1, sizeof *t);
@@ -111,7 +109,7 @@ static tern_status_t convert_tensors(const weights_t *w, quant_t q, tensor_t **o
         const tensor_t *s = weights_at(w, i);
         tensor_t *d = &t[k++];
         *d = *s;
-        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && quantizable(s->name)) {
+        if (q == Q_INT8 && is_float(s->dtype) && s->rank == 2 && quantizable(md, s->name)) {
             snprintf(name, sizeof name, "%s_scale", s->name);
             if (weights_get(w, name)) continue; /* already has a scale */
             int64_t N = s->shape[0], K = s->shape[1];
@@ -214,8 +212,15 @@ int cmd_convert(int argc, char **argv) {
         path_join(p, sizeof p, from, "model.bin");
         if (weights_load_ct2(&w, p)) goto fail;
     }
+    /* The family (config.json's "architecture"; none: a CTranslate2 Transformer) and its description. */
+    model_config_t cfg;
+    model_config_defaults(&cfg);
+    const model_family_t *fam;
+    path_join(p, sizeof p, from, "config.json");
+    if (file_exists(p) && model_config_load(&cfg, p)) goto fail;
+    if (model_family_find(&fam, &cfg, p)) goto fail;
     if (model_dir_mkdir(out)) goto fail;
-    if (convert_tensors(w, q, &t, &n, &own, &no)) goto fail;
+    if (convert_tensors(w, fam->desc, q, &t, &n, &own, &no)) goto fail;
     int na = weights_alias_count(w), nm = 0;
     an = calloc((size_t)na + 1, sizeof *an);
     at = calloc((size_t)na + 1, sizeof *at);

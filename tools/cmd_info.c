@@ -1,8 +1,12 @@
 /* cmd_info.c — `tern info`: a model's family, format, shape, vocabulary sizes and weight size
- * (an ensemble's: its own facts, then each member's). */
+ * (an ensemble's: its own facts, then each member's); with --tensors, each stored tensor as its
+ * family's description (model/desc.h) reads it. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "model/family.h"
+#include "model/weights.h"
 
 static void print_info(const tern_model_info_t *in, const char *indent) {
     printf("%sfamily: %s\n", indent, in->family);
@@ -21,17 +25,68 @@ static void print_info(const tern_model_info_t *in, const char *indent) {
     printf("%sweight_bytes: %zu\n", indent, in->weight_bytes);
 }
 
+/* What the family's description says of a stored tensor. */
+static const char *tensor_role(const model_desc_t *md, const tensor_t *t) {
+    int spec, layer;
+    for (int k = 0; k < md->n_keys; k++)
+        if (!strcmp(md->keys[k].name, t->name)) return "config key";
+    if (desc_parse(md, t->name, &spec, &layer)) return md->specs[spec].dtype == DESC_Q8 ? "matrix (int8-able)" : "float32 only";
+    size_t n = strlen(t->name);
+    if (n > 6 && !strcmp(t->name + n - 6, "_scale")) {
+        char base[512];
+        snprintf(base, sizeof base, "%.*s", (int)(n - 6), t->name);
+        if (desc_parse(md, base, &spec, &layer)) return "int8 scales";
+    }
+    return "not in the description";
+}
+
+/* `tern info --tensors`: dir's stored tensors (name, dtype, shape, role) and tied names. */
+static int print_tensors(const char *dir) {
+    char p[4096];
+    weights_t *w = NULL;
+    model_config_t cfg;
+    model_config_defaults(&cfg);
+    const model_family_t *fam;
+    path_join(p, sizeof p, dir, "config.json");
+    if ((file_exists(p) && model_config_load(&cfg, p)) || model_family_find(&fam, &cfg, p)) goto fail;
+    path_join(p, sizeof p, dir, "model.safetensors");
+    if (!file_exists(p)) path_join(p, sizeof p, dir, "model.bin");
+    if (!strcmp(p + strlen(p) - 4, ".bin") ? weights_load_ct2(&w, p) : weights_load_safetensors(&w, p)) goto fail;
+    printf("%s: %s, %d tensors\n", p, fam->name, weights_count(w));
+    for (int i = 0; i < weights_count(w); i++) {
+        const tensor_t *t = weights_at(w, i);
+        char shape[64] = "";
+        for (int r = 0, o = 0; r < t->rank && o < (int)sizeof shape; r++)
+            o += snprintf(shape + o, sizeof shape - (size_t)o, "%s%lld", r ? ", " : "", (long long)t->shape[r]);
+        printf("  %-48s %-8s [%s]  %s\n", t->name, dtype_name(t->dtype), shape, tensor_role(fam->desc, t));
+    }
+    for (int i = 0; i < weights_alias_count(w); i++) {
+        const char *target;
+        const char *name = weights_alias_at(w, i, &target);
+        if (!weights_alias_is_derived(w, i)) printf("  %-48s = %s\n", name, target);
+    }
+    weights_free(w);
+    return 0;
+fail:
+    fprintf(stderr, "tern info: %s\n", tern_last_error());
+    weights_free(w);
+    return 1;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *C = "info";
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
+    int tensors = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tern info -m MODEL [-m MODEL ...] [--compute-type auto|float32|int8]\n\n"
+            printf("usage: tern info -m MODEL [-m MODEL ...] [--compute-type auto|float32|int8] [--tensors]\n\n"
                    "Prints the model's family, format, layers, dimensions, vocabulary sizes and the bytes\n"
                    "of its weights as run with the given compute type; with several -m (or\n"
                    "--ensemble-weights/--ensemble-mode), the ensemble's, then each member's.\n\n" CLI_MODELS_HELP
                    "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
+                   "  --tensors                   each model's stored tensors: name, dtype, shape and what\n"
+                   "                              its family's description makes of it; tied names last\n"
                    "  -h, --help                  this help\n");
             return 0;
         } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
@@ -40,6 +95,8 @@ int cmd_info(int argc, char **argv) {
             if (!cli_models_weights(C, &models, argv[++i])) return 2;
         } else if (!strcmp(argv[i], "--ensemble-mode") && i + 1 < argc) {
             if (!cli_models_mode(C, &models, argv[++i])) return 2;
+        } else if (!strcmp(argv[i], "--tensors")) {
+            tensors = 1;
         } else if (!strcmp(argv[i], "--compute-type") && i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) mo.compute_type = TERN_COMPUTE_AUTO;
@@ -69,5 +126,7 @@ int cmd_info(int argc, char **argv) {
         }
     }
     tern_model_free(m);
+    for (int k = 0; tensors && k < models.n; k++)
+        if ((rc = print_tensors(models.dirs[k]))) return rc;
     return 0;
 }

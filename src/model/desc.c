@@ -112,6 +112,11 @@ int desc_aliases(const model_desc_t *md, const int *dims, const char **names, co
 
 int desc_parse(const model_desc_t *md, const char *name, int *spec, int *layer) {
     char buf[160];
+    for (int i = 0; md->alt_names && md->alt_names[i][0]; i++)
+        if (!strcmp(name, md->alt_names[i][0])) {
+            name = md->alt_names[i][1];
+            break;
+        }
     for (int s = 0; s < md->n_specs; s++) {
         const desc_spec_t *p = &md->specs[s];
         if (p->count == DESC_ONCE) {
@@ -145,6 +150,31 @@ const char *desc_global_name(const model_desc_t *md, int module, int part) {
 int desc_quantizable(const model_desc_t *md, const char *name) {
     int s, l;
     return desc_parse(md, name, &s, &l) && md->specs[s].dtype == DESC_Q8;
+}
+
+int desc_stored_int8(const model_desc_t *md, const weights_t *w) {
+    for (int i = 0; i < weights_count(w); i++) {
+        const tensor_t *t = weights_at(w, i);
+        if (t->dtype == DT_I8 && t->rank == 2 && desc_quantizable(md, t->name)) return 1;
+    }
+    return 0;
+}
+
+tern_status_t desc_check_supported(const model_desc_t *md, const weights_t *w) {
+    for (int i = 0; md->unsupported_keys && md->unsupported_keys[i]; i++) {
+        int64_t v;
+        if (weights_get_int(w, md->unsupported_keys[i], &v) && v)
+            return tern_error(TERN_ERR_UNSUPPORTED, "%s: '%s' is set: not supported by Tern's %s yet", weights_path(w),
+                              md->unsupported_keys[i], md->family);
+    }
+    for (int i = 0; md->unsupported_parts && i < weights_count(w); i++) {
+        const char *n = weights_at(w, i)->name;
+        for (int j = 0; md->unsupported_parts[j]; j++)
+            if (strstr(n, md->unsupported_parts[j]))
+                return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s': this %s variant is not supported by Tern yet",
+                                  weights_path(w), n, md->family);
+    }
+    return TERN_OK;
 }
 
 int desc_scalars(const model_desc_t *md, const int *dims, desc_scalars_t *s) {

@@ -75,6 +75,14 @@ typedef struct {
     int n_dims;
     /* Fills the derived dimensions of dims from the configured ones (NULL: none). */
     void (*derive)(int *dims);
+    /* Other names a converter may give a tensor: pairs {other, canonical}, ended by {NULL, NULL}
+     * (NULL: none). desc_parse reads the other name as the canonical one. */
+    const char *const (*alt_names)[2];
+    /* What a file of another variant of the family holds and this one cannot run (NULL-ended
+     * lists, NULL: none): config keys that must be absent or 0, and name parts no tensor may
+     * contain (desc_check_supported). */
+    const char *const *unsupported_keys;
+    const char *const *unsupported_parts;
 } model_desc_t;
 
 /* One tensor of a configuration. */
@@ -105,6 +113,12 @@ int desc_parse(const model_desc_t *md, const char *name, int *spec, int *layer);
 const char *desc_global_name(const model_desc_t *md, int module, int part);
 /* Whether the named tensor may be stored int8 with a per-row scale. */
 int desc_quantizable(const model_desc_t *md, const char *name);
+/* Whether w stores a tensor the family may quantize (desc_quantizable) as int8: the model was
+ * written quantized (`tern convert --quantize int8`), so "auto" computes in int8. */
+int desc_stored_int8(const model_desc_t *md, const weights_t *w);
+/* TERN_ERR_UNSUPPORTED naming the file and the key or tensor when w holds what the family's
+ * unsupported lists name. */
+tern_status_t desc_check_supported(const model_desc_t *md, const weights_t *w);
 
 /* Storage for the written keys as rank-0 tensors. */
 typedef struct {

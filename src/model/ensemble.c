@@ -271,6 +271,7 @@ static tern_status_t ens_step(void *p, const int *tokens, int t, float *out, flo
 
 const model_family_t model_family_ensemble = {
     .name = "ensemble",
+    .desc = NULL /* its members' */,
     .step_logprobs = 1,
     .build = NULL, /* built by ensemble_new */
     .free = ens_free,

@@ -17,9 +17,13 @@
 #include "base/base.h"
 #include "text/vocab.h"
 #include "model/weights.h"
+#include "model/desc.h"
 
 typedef struct model_family {
     const char *name;  /* the config.json "architecture" value that selects it, e.g. "transformer" */
+    /* Its stored tensors and config keys (desc.h): what `tern convert` quantizes and `tern info
+     * --tensors` lists. */
+    const model_desc_t *desc;
     /* What step() writes: 0: logits (the caller normalizes them with a log-softmax); 1: token
      * scores already in log space, used as they are (an ensemble's combination). */
     int step_logprobs;

@@ -110,9 +110,11 @@ static tern_status_t get_f32(float **out, const weights_t *w, const char *name, 
     if (!t->data) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' has no data", weights_path(w), name);
     float *p = aligned_alloc64(n * sizeof(float) + 64);
     if (!p) return tern_error(TERN_ERR_NOMEM, "out of memory for tensor '%s'", name);
-    if (t->dtype == DT_F32) memcpy(p, t->data, n * sizeof(float));
-    else
-        for (size_t i = 0; i < n; i++) p[i] = tensor_get_f32(t, (int64_t)i);
+    tern_status_t st = weights_read_f32(w, t, p); /* int8: divided by its per-row scales */
+    if (st) {
+        aligned_free(p);
+        return st;
+    }
     *out = p;
     return TERN_OK;
 }
@@ -174,7 +176,7 @@ static tern_status_t gn_build(void **net, weights_t *w, const model_config_t *cf
     const gnmt_dims_t *d = &m->d;
     int H = d->hidden, A = d->att, Le = d->enc_layers, Ld = d->dec_layers;
     m->Dv = gnmt_enc_width(d);
-    m->int8 = compute == TERN_COMPUTE_INT8;
+    m->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && desc_stored_int8(&GNMT_DESC, w));
     m->enc_ih = calloc((size_t)Le + 1, sizeof *m->enc_ih);
     m->enc_hh = calloc((size_t)Le + 1, sizeof *m->enc_hh);
     m->dec_ih = calloc((size_t)Ld, sizeof *m->dec_ih);
@@ -571,6 +573,7 @@ static tern_status_t gn_set_vocab(void *state, const int *ids, int n) {
 
 const model_family_t model_family_gnmt = {
     .name = GNMT_ARCHITECTURE,
+    .desc = &GNMT_DESC,
     .step_logprobs = 0,
     .build = gn_build,
     .free = gn_free,

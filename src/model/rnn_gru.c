@@ -182,17 +182,10 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
         if (!rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) continue;
         const tensor_t *t = weights_get(w, rnn_gru_tensor_name((rg_tensor_t)i));
         float *dst = n->buf + off[i];
-        if (t->dtype == DT_F32) {
-            memcpy(dst, t->data, (size_t)t->numel * sizeof(float));
-        } else if (t->dtype == DT_I8) { /* per-row int8 (checked by rnn_gru_desc_read): dequantize */
-            char sc[128];
-            snprintf(sc, sizeof sc, "%s_scale", t->name);
-            const tensor_t *s = weights_get(w, sc);
-            int64_t cols = t->rank == 2 ? t->shape[1] : 1;
-            for (int64_t k = 0; k < t->numel; k++)
-                dst[k] = tensor_get_f32(t, k) / tensor_get_f32(s, s->numel == 1 ? 0 : k / cols);
-        } else {
-            for (int64_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(t, k);
+        if ((st = weights_read_f32(w, t, dst))) { /* int8: divided by its per-row scales */
+            free(n->buf);
+            free(n);
+            return st;
         }
         n->t[i] = dst;
     }
@@ -203,12 +196,7 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
     rnn_gru_views(&n->d, F, &n->enc_f, &n->enc_b, &n->dec);
     n->cd = (cgru_dims_t){.H = n->d.dec_hidden, .E = n->d.emb, .Dv = 2 * n->d.enc_hidden, .A = n->d.att,
                           .O = n->d.out, .V = n->d.tgt_vocab, .ln = n->d.layer_norm};
-    int stored_int8 = 0;
-    for (int i = 0; i < RG_COUNT; i++) {
-        if (!rnn_gru_tensor_used(&n->d, (rg_tensor_t)i)) continue;
-        const tensor_t *t = weights_get(w, rnn_gru_tensor_name((rg_tensor_t)i));
-        if (rnn_gru_tensor_is_matrix((rg_tensor_t)i) && t->dtype == DT_I8) stored_int8 = 1;
-    }
+    int stored_int8 = desc_stored_int8(&RNN_GRU_DESC, w);
     n->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && stored_int8);
     if (n->int8 && (st = quantize_net(n))) {
         net_free(n);
@@ -568,6 +556,7 @@ static tern_status_t gru_set_vocab(void *p, const int *ids, int vn) {
 
 const model_family_t model_family_rnn_gru = {
     .name = RNN_GRU_ARCHITECTURE,
+    .desc = &RNN_GRU_DESC,
     .step_logprobs = 0,
     .build = gru_build,
     .free = gru_free,

@@ -112,8 +112,19 @@ static const char *const DIM_NAMES[TD_COUNT] = {"Vs", "Vt", "C", "F", "Le", "Ld"
                                                 "share_emb", "tie_proj", "proj_bias", "heads", "activation",
                                                 "scale_embeddings"};
 
+/* CTranslate2's other name of the encoder's embeddings (a single-embedding spec). */
+static const char *const ALT_NAMES[][2] = {{TRANSFORMER_ENC_EMB_ALT, "encoder/embeddings_0/weight"}, {NULL, NULL}};
+/* CTranslate2 Transformer variants Tern does not run: their flags and their tensors' name parts. */
+static const char *const UNSUPPORTED_KEYS[] = {"decoder/alibi", "encoder/multi_query_attention",
+                                               "decoder/multi_query_attention", NULL};
+static const char *const UNSUPPORTED_PARTS[] = {"rotary", "relative_position", "input_layer_norm", "/rms",
+                                                "layer_scalar", "embeddings_1/", NULL};
+
 const model_desc_t TRANSFORMER_DESC = {
     .family = "transformer",
+    .alt_names = ALT_NAMES,
+    .unsupported_keys = UNSUPPORTED_KEYS,
+    .unsupported_parts = UNSUPPORTED_PARTS,
     .specs = SPECS,
     .n_specs = N_SPECS,
     .keys = KEYS,
@@ -214,23 +225,12 @@ int transformer_desc_aliases(const transformer_dims_t *dims, const char *names[2
 
 int transformer_desc_parse(const char *name, tmodule_t *mod, int *layer, tpart_t *part) {
     int s, l;
-    if (!strcmp(name, TRANSFORMER_ENC_EMB_ALT)) {
-        *mod = TM_ENC_EMB, *layer = -1, *part = TP_WEIGHT;
-        return 1;
-    }
     if (!desc_parse(&TRANSFORMER_DESC, name, &s, &l)) return 0;
     *mod = (tmodule_t)SPECS[s].module, *layer = l, *part = (tpart_t)SPECS[s].part;
     return 1;
 }
 
-int transformer_desc_quantizable(const char *name) {
-    tmodule_t mod;
-    int layer;
-    tpart_t part;
-    if (!transformer_desc_parse(name, &mod, &layer, &part)) return 0;
-    int s = spec_of(mod, part);
-    return s >= 0 && SPECS[s].dtype == DESC_Q8;
-}
+int transformer_desc_quantizable(const char *name) { return desc_quantizable(&TRANSFORMER_DESC, name); }
 
 int transformer_desc_scalars(transformer_scalars_t *s, const transformer_spec_t *spec) {
     int d[TD_COUNT];

@@ -87,6 +87,7 @@ static tern_status_t tf_set_argmax_only(void *st, int on) {
 
 const model_family_t model_family_transformer = {
     .name = "transformer",
+    .desc = &TRANSFORMER_DESC,
     .step_logprobs = 0,
     .build = tf_build,
     .deferred_weights = 1,

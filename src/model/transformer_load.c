@@ -324,26 +324,6 @@ static tern_status_t load_positions(transformer_t *m, weights_t *w, tmodule_t mo
     return *table ? TERN_OK : tern_error(TERN_ERR_NOMEM, "position table: out of memory");
 }
 
-static tern_status_t check_unsupported(const weights_t *w) {
-    static const char *flags[] = {"decoder/alibi", "encoder/multi_query_attention",
-                                  "decoder/multi_query_attention"};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (scalar_or(w, flags[i], 0))
-            return tern_error(TERN_ERR_UNSUPPORTED, "%s: '%s' is set: not supported by Tern yet",
-                              weights_path(w), flags[i]);
-    static const char *parts[] = {"rotary", "relative_position", "input_layer_norm", "/rms",
-                                  "layer_scalar", "embeddings_1/"};
-    for (int i = 0; i < weights_count(w); i++) {
-        const char *n = weights_at(w, i)->name;
-        for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)
-            if (strstr(n, parts[j]))
-                return tern_error(TERN_ERR_UNSUPPORTED,
-                                  "%s: tensor '%s': this Transformer variant is not supported by Tern yet",
-                                  weights_path(w), n);
-    }
-    return TERN_OK;
-}
-
 /* The layer fields the description's per-layer modules load into. */
 typedef struct {
     tmodule_t mod;
@@ -497,7 +477,7 @@ tern_status_t transformer_build(transformer_t *m, weights_t *w, tern_compute_typ
                                 float eps) {
     memset(m, 0, sizeof *m);
     tern_status_t st;
-    if ((st = check_unsupported(w))) return st;
+    if ((st = desc_check_supported(&TRANSFORMER_DESC, w))) return st;
 
     /* Shape from the variables. */
     char enc_emb_name[96], ffn1_name[96], dec_emb_name[96];

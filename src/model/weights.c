@@ -430,6 +430,29 @@ float tensor_get_f32(const tensor_t *t, int64_t i) {
     return 0.0f;
 }
 
+tern_status_t weights_read_f32(const weights_t *w, const tensor_t *t, float *dst) {
+    if (!t->data && t->numel)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' has no data", weights_path(w), t->name);
+    if (t->dtype == DT_F32) {
+        memcpy(dst, t->data, (size_t)t->numel * sizeof(float));
+        return TERN_OK;
+    }
+    if (t->dtype != DT_I8) {
+        for (int64_t k = 0; k < t->numel; k++) dst[k] = tensor_get_f32(t, k);
+        return TERN_OK;
+    }
+    char sc[512];
+    snprintf(sc, sizeof sc, "%s_scale", t->name);
+    const tensor_t *s = weights_get(w, sc);
+    int64_t rows = t->rank >= 1 ? t->shape[0] : 1, cols = rows ? t->numel / rows : 0;
+    if (!s || !s->data || (s->numel != 1 && s->numel != rows))
+        return tern_error(TERN_ERR_FORMAT, "%s: int8 tensor '%s' needs '%s' with 1 or %lld values%s", weights_path(w),
+                          t->name, sc, (long long)rows, s ? "" : ": it is missing");
+    for (int64_t k = 0; k < t->numel; k++)
+        dst[k] = tensor_get_f32(t, k) / tensor_get_f32(s, s->numel == 1 ? 0 : k / cols);
+    return TERN_OK;
+}
+
 int weights_get_int(const weights_t *w, const char *name, int64_t *v) {
     const tensor_t *t = weights_get(w, name);
     if (!t || t->numel != 1) return 0;

@@ -102,4 +102,10 @@ void weights_drop_pages(const weights_t *w, const void *p, size_t n);
 /* Element i of a tensor of any dtype, as float. */
 float tensor_get_f32(const tensor_t *t, int64_t i);
 
+/* The values of t (a tensor of w) as float32 into dst (t->numel floats): floating-point dtypes
+ * converted, an int8 tensor divided by its per-row (or single) scale "<name>_scale" as
+ * `tern convert --quantize int8` and CTranslate2 store it. An int8 tensor without a scale of 1
+ * or rows elements is an error naming the file and the tensor. */
+tern_status_t weights_read_f32(const weights_t *w, const tensor_t *t, float *dst);
+
 #endif

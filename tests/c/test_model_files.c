@@ -810,6 +810,7 @@ MUTATION(mut_dec_heads, mm_scalar(m, "decoder/num_heads", DT_I16, 4))
 MUTATION(mut_activation, mm_scalar(m, "encoder/activation", DT_I8, 9))
 MUTATION(mut_final_ln, mm_remove(m, "encoder/layer_norm/gamma"); mm_remove(m, "encoder/layer_norm/beta"))
 MUTATION(mut_beta_missing, mm_remove(m, "decoder/layer_0/ffn/layer_norm/beta"))
+MUTATION(mut_multi_query, mm_scalar(m, "decoder/multi_query_attention", DT_I8, 1))
 MUTATION(mut_variant, mm_weight(m, s, &s->seed, "encoder/layer_0/self_attention/relative_position_keys", 3, 2, 1, 0, 0))
 MUTATION(mut_weight_i32, { mm_var_t *v = mm_find(m, "decoder/layer_0/self_attention/linear_1/weight"); v->dt = DT_I32; })
 MUTATION(mut_gamma_i16, { int64_t sh[1] = {4}; mm_add(m, "encoder/layer_norm/gamma", DT_I16, 1, sh, NULL); })
@@ -870,6 +871,8 @@ static void test_mismatch(void) {
     expect_model("pre-norm without final norm", mut_final_ln, TERN_ERR_FORMAT, "'encoder/layer_norm'", NULL);
     expect_model("layer norm beta missing", mut_beta_missing, TERN_ERR_FORMAT,
                  "missing tensor 'decoder/layer_0/ffn/layer_norm/beta'", NULL);
+    expect_model("multi-query attention set", mut_multi_query, TERN_ERR_UNSUPPORTED,
+                 "'decoder/multi_query_attention' is set", "not supported by Tern's transformer yet");
     expect_model("unsupported variant", mut_variant, TERN_ERR_UNSUPPORTED,
                  "tensor 'encoder/layer_0/self_attention/relative_position_keys'", "not supported");
     expect_model("int32 weight", mut_weight_i32, TERN_ERR_FORMAT,

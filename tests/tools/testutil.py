@@ -29,3 +29,12 @@ def stderr_on_pty(args, env=None, timeout=300):
         chunks.append(data)
     os.close(master)
     return p.wait(timeout=timeout), b"".join(chunks).decode(errors="replace")
+
+
+def safetensors_header(path):
+    """A safetensors file's header: {name: {"dtype", "shape", "data_offsets"}} and "__metadata__"."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
