@@ -33,8 +33,9 @@ int main(int argc, char **argv) {
     }
 
     /* 2. A translator: per-thread state. Options start from the defaults; the search parameters
+     *    start from the model's own (its generation_config.json over Tern's defaults), and those
      *    given here are the translator's defaults (a request may bring its own). */
-    tern_search_params_t sp = tern_search_default_params();
+    tern_search_params_t sp = tern_model_search_params(model, NULL);
     sp.beam_size = beam > 0 ? beam : 1;
     sp.num_hypotheses = sp.beam_size < 2 ? sp.beam_size : 2;
     tern_translator_options_t to = tern_translator_default_options();

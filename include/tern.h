@@ -247,6 +247,12 @@ typedef struct {
 } tern_search_params_t;
 
 tern_search_params_t tern_search_default_params(void); /* thread-safe */
+/* A model's decoding defaults: tern_search_default_params() with the keys of the model directory's
+ * generation_config.json over them (transformers' file: num_beams, length_penalty, max_length, ...;
+ * docs/translate.md); an ensemble's are its first member's. *source (when source is not NULL)
+ * receives that file's path, or NULL when the model carries none. A translator created without
+ * search parameters uses them. Thread-safe. */
+tern_search_params_t tern_model_search_params(const tern_model_t *model, const char **source);
 /* Checks search parameters (ranges, num_hypotheses <= beam_size); TERN_ERR_INVALID_ARG with a
  * message naming the field otherwise. Thread-safe. */
 tern_status_t tern_search_params_check(const tern_search_params_t *params);
@@ -256,7 +262,7 @@ typedef struct {
     size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
     const tern_search_params_t *search; /* the translator's default search parameters, copied at
                                    creation; requests without their own use them (NULL: the
-                                   defaults of tern_search_default_params()) */
+                                   model's, tern_model_search_params()) */
     int max_input_length;       /* longer inputs are truncated with a warning (1024) */
     int max_batch_tokens;       /* token budget of one batch: sentences x longest source (4096) */
     int max_batch_size;         /* cap on sentences in a batch (0: no cap) */

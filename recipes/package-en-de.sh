@@ -2,7 +2,8 @@
 # recipes/package-en-de.sh — turns the checkpoints of recipes/multi30k-en-de.sh into the shipped
 # model models/en-de: the average of the last K checkpoints (K=10, as the training recipe averages),
 # quantized to int8 (per-row scales), with the length penalty (0, 0.6 or 1.0) that is best on val
-# with the float32 average (as the training recipe chooses it), then scored on test_2016_flickr
+# with the float32 average (as the training recipe chooses it) written into OUT's
+# generation_config.json beside beam 5 (the model's decoding defaults), then scored on test_2016_flickr
 # with beam 5 and one thread (sacreBLEU defaults, through `tern score`), float32 and int8.
 #
 #   WORK=/work/runs/seed2 bash recipes/package-en-de.sh
@@ -39,6 +40,8 @@ if [ -z "$LP" ]; then
   done
 fi
 echo "length penalty $LP"
+# The model's decoding defaults (what `tern translate -m models/en-de` uses without flags)
+printf '{\n  "num_beams": 5,\n  "length_penalty": %s\n}\n' "$LP" > "$OUT/generation_config.json"
 for m in "$AVG" "$OUT"; do
   name=$([ "$m" = "$OUT" ] && echo "int8 ($OUT)" || echo "float32 average")
   "$TERN" translate -m "$m" -b 5 --length-penalty "$LP" -t 1 -q "$DATA/test_2016_flickr.en" "$tmp/hyp.de"

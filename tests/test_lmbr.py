@@ -380,7 +380,7 @@ def test_lmbr_tune_reports_reproducible_best(tmp_path):
     r = subprocess.run([tern_bin, "lmbr-tune", "-m", mdir, "-s", str(tmp_path / "in.txt"), "-r",
                         str(tmp_path / "ref.txt"), "--lmbr-evidence", str(tmp_path / "ev.nbest"), "--lmbr-evidence",
                         str(tmp_path / "ev3.nbest"), "--grid-alpha", "0.5,2", "--grid-p", "0.7,0.9", "--grid-r",
-                        "0.6,0.8", "--grid-lambda", "0.3,1,3", "--grid-weights", "0.3,3", "-t", "1"],
+                        "0.6,0.8", "--grid-lambda", "0.3,1,3", "--grid-weights", "0.3,3", "-b", "4", "-t", "1"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

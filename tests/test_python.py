@@ -56,7 +56,8 @@ def en_de(tern):
 
 
 def cli(beam, text):
-    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", str(beam), "-q", "-t", "1"], input=text,
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", str(beam), "--length-penalty", "0", "-q", "-t", "1"],
+                       input=text,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return r.stdout.split("\n")[:-1]

@@ -197,8 +197,10 @@ def test_get_endpoints(server):
     st, j, _ = server.json("GET", "/health")
     assert st == 200 and j["status"] == "ok" and j["models"] == ["en-de"]
     st, j, _ = server.json("GET", "/v1/models")
-    assert st == 200 and j["models"] == [{"name": "en-de", "source": "en", "target": "de"}]
-    assert j["defaults"]["beam_size"] == 4
+    # the model's own decoding defaults (models/en-de/generation_config.json: beam 5, length penalty 1)
+    want = {"beam_size": 5, "num_hypotheses": 1, "length_penalty": 1, "max_decoding_length": 256}
+    assert st == 200 and j["models"] == [{"name": "en-de", "source": "en", "target": "de", "defaults": want}]
+    assert j["defaults"] == want
     st, h, page = server.request("GET", "/")
     assert st == 200 and h["Content-Type"].startswith("text/html")
     html = page.decode()

@@ -1,8 +1,9 @@
 """The model that ships in models/en-de (trained by recipes/multi30k-en-de.sh, packaged by
-recipes/package-en-de.sh): it loads, translates the README's quick-start sentence, and scores on
-Multi30k test_2016_flickr what its model card says (beam 5 with the card's length penalty, one
-thread: deterministic), which is at least issue 9's bar of 40.0 BLEU. The score is checked against
-sacreBLEU itself."""
+recipes/package-en-de.sh): it loads, translates the README's quick-start sentence, carries its
+decoding defaults (generation_config.json: beam 5 and the card's length penalty, which `tern info`
+shows), and with them -- `tern translate -m models/en-de` and no search flag, one thread:
+deterministic -- scores on Multi30k test_2016_flickr what its model card says, which is at least
+issue 9's bar of 40.0 BLEU. The score is checked against sacreBLEU itself."""
 import os
 import re
 import subprocess
@@ -36,13 +37,21 @@ def test_quick_start_sentence():
     assert out.count("\n") == 1 and "Mann" in out and "Fahrrad" in out, out
 
 
+def test_decoding_defaults_are_the_cards():
+    r = subprocess.run([TERN, "info", "-m", MODEL], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    facts = dict(line.split(": ", 1) for line in r.stdout.strip().split("\n"))
+    assert facts["decoding_defaults"] == os.path.join(MODEL, "generation_config.json")
+    assert facts["beam_size"] == "5"
+    assert float(facts["length_penalty"]) == float(card_length_penalty())
+
+
 def test_test2016_bleu_as_the_card_says(data_dir, tmp_path):
     sacrebleu = pytest.importorskip("sacrebleu")
     src = os.path.join(data_dir, "multi30k", "test_2016_flickr.en")
     ref = os.path.join(data_dir, "multi30k", "test_2016_flickr.de")
     hyp = tmp_path / "hyp.de"
-    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", "5", "--length-penalty", card_length_penalty(),
-                        "-t", "1", "-q", src, str(hyp)],
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-t", "1", "-q", src, str(hyp)],
                        capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr.decode()
     hyps = hyp.read_text(encoding="utf-8").split("\n")[:-1]

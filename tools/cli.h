@@ -28,6 +28,7 @@ int cmd_serve(int argc, char **argv);
  * returns 0 on a bad value. */
 int cli_int(const char *cmd, const char *opt, const char *s, int lo, int hi, int *out);
 int cli_float(const char *cmd, const char *opt, const char *s, float lo, float hi, float *out);
+
 /* Opens path ("-" or NULL: stdin/stdout by mode); prints the error naming the file on failure. */
 FILE *cli_open(const char *cmd, const char *path, const char *mode);
 void cli_close(FILE *f);

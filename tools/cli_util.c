@@ -113,3 +113,4 @@ int cli_models_load(const char *cmd, const cli_models_t *m, const tern_model_opt
     free(bufs);
     return st ? cli_fail(cmd, st) : 0;
 }
+

@@ -81,8 +81,10 @@ int cmd_info(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: tern info -m MODEL [-m MODEL ...] [--compute-type auto|float32|int8] [--tensors]\n\n"
-                   "Prints the model's family, format, layers, dimensions, vocabulary sizes and the bytes\n"
-                   "of its weights as run with the given compute type; with several -m (or\n"
+                   "Prints the model's family, format, layers, dimensions, vocabulary sizes, the bytes\n"
+                   "of its weights as run with the given compute type and its decoding defaults (its\n"
+                   "generation_config.json over Tern's: what tern translate uses without flags); with\n"
+                   "several -m (or\n"
                    "--ensemble-weights/--ensemble-mode), the ensemble's, then each member's.\n\n" CLI_MODELS_HELP
                    "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
                    "  --tensors                   each model's stored tensors: name, dtype, shape and what\n"
@@ -116,6 +118,13 @@ int cmd_info(int argc, char **argv) {
     if (rc) return rc;
     tern_model_info_t in = tern_model_info(m);
     print_info(&in, "");
+    const char *src;
+    tern_search_params_t sp = tern_model_search_params(m, &src);
+    printf("decoding_defaults: %s\n", src ? src : "Tern's (no generation_config.json)");
+    printf("beam_size: %d\nnum_hypotheses: %d\nlength_penalty: %g\nlength_norm: %s\ncoverage_penalty: %g\n"
+           "max_decoding_length: %d\nmin_length: %d\n", sp.beam_size, sp.num_hypotheses, (double)sp.length_penalty,
+           sp.length_norm == TERN_LENPEN_GNMT ? "gnmt" : "plain", (double)sp.coverage_penalty, sp.max_decoding_length,
+           sp.min_length);
     if (!strcmp(in.family, "ensemble")) {
         printf("ensemble_mode: %s\nmembers: %d\n", in.ensemble.mode == TERN_ENSEMBLE_PROB_MEAN ? "prob-mean" : "logprob-mean",
                in.num_members);

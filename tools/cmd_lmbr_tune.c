@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch/translator.h"
 #include "cli.h"
 #include "text/score.h"
 
@@ -32,8 +33,9 @@ CLI_MODELS_HELP
 "  --grid-weights LIST         values of the weight of each system after the first (the first's\n"
 "                              stays 1): one more coordinate per system (default: not tuned)\n"
 "  --rounds N                  at most N rounds (default 3)\n"
-"  -b, --beam-size N           beam size (default 4)\n"
-"  --length-penalty A          length normalization exponent (as tern translate; default 0)\n"
+"  -b, --beam-size N           beam size (default: the model's, as tern translate; else 4)\n"
+"  --length-penalty A          length normalization exponent (default: the model's, as\n"
+"                              tern translate; else 0)\n"
 "  --lmbr-clip                 each evidence n-gram earns its posterior once per hypothesis (as\n"
 "                              tern translate's --lmbr-clip)\n"
 "  --lmbr-sum-gain             the length penalty divides only the NMT log-probability (as tern\n"
@@ -193,6 +195,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
     int ng[4] = {4, 4, 4, 5}, ngw = 0, nev = 0, nw = 0, rounds = 3, ok = 1, c;
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
+    unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     tune_t o = {tern_translator_default_options(), tern_search_default_params(), tern_lmbr_default_params(), {0}};
     o.to.workers = 1;
     optind = 1;
@@ -216,9 +219,9 @@ int cmd_lmbr_tune(int argc, char **argv) {
         case O_CLIP: o.lm.clip = 1; break;
         case O_SUM: o.lm.sum_gain = 1; break;
         case O_ROUNDS: ok = cli_int(C, "--rounds", optarg, 1, 100, &rounds); break;
-        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.sp.beam_size); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.sp.beam_size), set |= SP_BEAM; break;
         case O_PRETOK: mo.use_spm = 0; break;
-        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.sp.length_penalty); break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.sp.length_penalty), set |= SP_LP; break;
         case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &o.to.threads_per_worker); break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
@@ -256,6 +259,7 @@ int cmd_lmbr_tune(int argc, char **argv) {
         free(refs), free(src), free(ref);
         return lrc;
     }
+    o.sp = search_params_over(&o.sp, set, tern_model_search_params(m, NULL)); /* as tern translate */
     o.lm.lambda = tern_lmbr_lambda(m, &o.lm);
     tern_status_t st = TERN_OK;
     eval_t *done = NULL;

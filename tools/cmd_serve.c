@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch/translator.h"
 #include "cli.h"
 #include "serve/engine.h"
 #include "serve/server.h"
@@ -36,7 +37,8 @@ static void usage(FILE *f) {
 "                              models), at least 1; with neither -w nor -t: one thread per\n"
 "                              translator and one translator per core, up to 8 per model)\n"
 "\n"
-"default search (a /v1/translate request may change them per call):\n"
+"default search, for every model (a /v1/translate request may change them per call; a setting\n"
+"not given is each model's own, from its generation_config.json, else the default below):\n"
 "  -b, --beam-size N           default 4\n"
 "  --length-penalty A          default 0\n"
 "  --max-decoding-length N     default 256\n"
@@ -160,10 +162,11 @@ int cmd_serve(int argc, char **argv) {
             workers_given = 1;
             break;
         case 't': ok = cli_int(C, "--threads", optarg, 1, 256, &eo.translator_options.threads_per_worker); break;
-        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.search.beam_size); break;
-        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.search.length_penalty); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &eo.search.beam_size), eo.search_set |= SP_BEAM; break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &eo.search.length_penalty), eo.search_set |= SP_LP; break;
         case O_MAXDEC:
             ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &eo.search.max_decoding_length);
+            eo.search_set |= SP_MAXDEC;
             break;
         case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &eo.translator_options.max_batch_tokens); break;
         case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &eo.translator_options.max_batch_size); break;

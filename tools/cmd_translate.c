@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch/translator.h"
 #include "cli.h"
 
 static void usage(FILE *f) {
@@ -35,15 +36,16 @@ static void usage(FILE *f) {
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
 "                              (no SentencePiece even when the model ships one)\n"
 "\n"
-"search:\n"
-"  -b, --beam-size N           1: greedy search (argmax, no softmax); >1: beam search (default 4)\n"
-"  -n, --num-hypotheses N      n-best list of N hypotheses per input (<= beam size; default 1).\n"
+"search (a default marked * is the model's own when its directory has a generation_config.json:\n"
+"`tern info -m MODEL` shows it; a flag given here wins):\n"
+"  -b, --beam-size N           1: greedy search (argmax, no softmax); >1: beam search (default* 4)\n"
+"  -n, --num-hypotheses N      n-best list of N hypotheses per input (<= beam size; default* 1).\n"
 "                              With N > 1 each input line i (counted from 0) gives N lines\n"
 "                              \"i ||| HYPOTHESIS ||| SCORE\", best first\n"
-"  --length-penalty A          length normalization exponent alpha (default 0: none)\n"
+"  --length-penalty A          length normalization exponent alpha (default* 0: none)\n"
 "  --length-norm NAME          plain: score / |Y|^A (CTranslate2, default);\n"
 "                              gnmt: score / ((5 + |Y|) / 6)^A (Wu et al.)\n"
-"  --coverage-penalty B        GNMT coverage penalty beta (default 0)\n"
+"  --coverage-penalty B        GNMT coverage penalty beta (default* 0)\n"
 "  --eos-policy NAME           common: finished hypotheses leave the beam and B live ones go on\n"
 "                              (CTranslate2, fairseq; default); paper: an EOS candidate takes one\n"
 "                              of the B slots (Iglesias et al., Algorithm 1)\n"
@@ -52,8 +54,8 @@ static void usage(FILE *f) {
 "  --max-length-a A, --max-length-b B\n"
 "                              maximum output length A * source length + B (default: only\n"
 "                              --max-decoding-length)\n"
-"  --max-decoding-length N     hard cap on output tokens (default 256)\n"
-"  --min-length N              no end of sentence before N output tokens (default 1, as\n"
+"  --max-decoding-length N     hard cap on output tokens (default* 256)\n"
+"  --min-length N              no end of sentence before N output tokens (default* 1, as\n"
 "                              CTranslate2: a non-empty input never gets an empty translation)\n"
 "  --max-input-length N        longer inputs are truncated with a warning (default 1024)\n"
 "  --scores                    print \"i ||| HYPOTHESIS ||| SCORE\" lines even for one hypothesis\n"
@@ -176,7 +178,8 @@ int cmd_translate(int argc, char **argv) {
     tern_lmbr_params_t lm = tern_lmbr_default_params();
     cli_extras_files_t files = {0};
     to.workers = 1;
-    int quiet = 0, verbose = 0, progress = 0, ok = 1, c, min_length_set = 0, print_scores = 0;
+    int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
+    unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     const char *evidence[64];
     float ev_weights[64];
     int n_ev = 0, n_w = 0;
@@ -200,10 +203,11 @@ int cmd_translate(int argc, char **argv) {
         case O_USE_VMAP: mo.use_vmap = 1; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_PRETOK: mo.use_spm = 0; break;
-        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size); break;
-        case 'n': ok = cli_int(C, "--num-hypotheses", optarg, 1, 1024, &o.num_hypotheses); break;
-        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty); break;
+        case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size), set |= SP_BEAM; break;
+        case 'n': ok = cli_int(C, "--num-hypotheses", optarg, 1, 1024, &o.num_hypotheses), set |= SP_NHYP; break;
+        case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty), set |= SP_LP; break;
         case O_LNORM:
+            set |= SP_LNORM;
             if (!strcmp(optarg, "plain")) o.length_norm = TERN_LENPEN_PLAIN;
             else if (!strcmp(optarg, "gnmt")) o.length_norm = TERN_LENPEN_GNMT;
             else {
@@ -211,8 +215,9 @@ int cmd_translate(int argc, char **argv) {
                 ok = 0;
             }
             break;
-        case O_CP: ok = cli_float(C, "--coverage-penalty", optarg, 0, 100, &o.coverage_penalty); break;
+        case O_CP: ok = cli_float(C, "--coverage-penalty", optarg, 0, 100, &o.coverage_penalty), set |= SP_CP; break;
         case O_EOS:
+            set |= SP_EOS;
             if (!strcmp(optarg, "common")) o.eos_policy = TERN_EOS_COMMON;
             else if (!strcmp(optarg, "paper")) o.eos_policy = TERN_EOS_PAPER;
             else {
@@ -220,11 +225,11 @@ int cmd_translate(int argc, char **argv) {
                 ok = 0;
             }
             break;
-        case O_NO_EARLY: o.early_stop = 0; break;
-        case O_MAXA: ok = cli_float(C, "--max-length-a", optarg, 0, 1000, &o.max_length_a); break;
-        case O_MAXB: ok = cli_int(C, "--max-length-b", optarg, 0, 1 << 20, &o.max_length_b); break;
-        case O_MAXDEC: ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &o.max_decoding_length); break;
-        case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length), min_length_set = 1; break;
+        case O_NO_EARLY: o.early_stop = 0, set |= SP_EARLY; break;
+        case O_MAXA: ok = cli_float(C, "--max-length-a", optarg, 0, 1000, &o.max_length_a), set |= SP_MAXA; break;
+        case O_MAXB: ok = cli_int(C, "--max-length-b", optarg, 0, 1 << 20, &o.max_length_b), set |= SP_MAXB; break;
+        case O_MAXDEC: ok = cli_int(C, "--max-decoding-length", optarg, 1, 1 << 20, &o.max_decoding_length), set |= SP_MAXDEC; break;
+        case O_MINLEN: ok = cli_int(C, "--min-length", optarg, 0, 1 << 20, &o.min_length), set |= SP_MINLEN; break;
         case O_SUPPRESS: files.suppress = optarg; break;
         case O_PREFIX: files.target_prefix = optarg; break;
         case O_RESTRICT: files.restrict_to = optarg; break;
@@ -250,8 +255,8 @@ int cmd_translate(int argc, char **argv) {
         case O_LMBR_L: ok = cli_float(C, "--lmbr-lambda", optarg, 1e-9f, 1e9f, &lm.lambda); break;
         case O_LMBR_CLIP: lm.clip = 1; break;
         case O_LMBR_SUM: lm.sum_gain = 1; break;
-        case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width); break;
-        case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold); break;
+        case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width), set |= SP_PRUNE_W; break;
+        case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold), set |= SP_PRUNE_T; break;
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &to.max_input_length); break;
         case O_SCORES: print_scores = 1; break;
         case O_DROP_UNK: to.keep_unk = 0; break;
@@ -279,11 +284,6 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "tern translate: at most two file arguments: INPUT [OUTPUT]\n");
         return 2;
     }
-    if (o.num_hypotheses > o.beam_size) {
-        fprintf(stderr, "tern translate: --num-hypotheses (%d) cannot exceed --beam-size (%d)\n",
-                o.num_hypotheses, o.beam_size);
-        return 2;
-    }
     if (n_w && n_w != n_ev) {
         fprintf(stderr, "tern translate: --lmbr-weights has %d values for %d --lmbr-evidence files\n", n_w, n_ev);
         return 2;
@@ -292,7 +292,6 @@ int cmd_translate(int argc, char **argv) {
     files.n_evidence = n_ev;
     lm.num_systems = n_ev;
     lm.weights = n_w ? ev_weights : NULL;
-    if (files.restrict_to && !min_length_set) o.min_length = 0;
     tern_set_log_level(quiet ? TERN_LOG_ERROR : verbose ? TERN_LOG_INFO : TERN_LOG_WARN);
     const char *in_path = optind < argc ? argv[optind] : NULL;
     const char *out_path = optind + 1 < argc ? argv[optind + 1] : NULL;
@@ -300,6 +299,14 @@ int cmd_translate(int argc, char **argv) {
     tern_model_t *model = NULL;
     int lrc = cli_models_load(C, &models, &mo, &model);
     if (lrc) return lrc;
+    o = search_params_over(&o, set, tern_model_search_params(model, NULL));
+    if (files.restrict_to && !(set & SP_MINLEN)) o.min_length = 0;
+    if (o.num_hypotheses > o.beam_size) {
+        fprintf(stderr, "tern translate: --num-hypotheses (%d) cannot exceed the beam size (%d%s)\n", o.num_hypotheses,
+                o.beam_size, set & SP_BEAM ? "" : ", the model's default: see tern info");
+        tern_model_free(model);
+        return 2;
+    }
     tern_status_t st;
     FILE *in = cli_open(C, in_path, "r");
     FILE *out = in ? cli_open(C, out_path, "w") : NULL;

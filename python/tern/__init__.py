@@ -124,7 +124,10 @@ class Translator:
 
     @property
     def info(self) -> dict:
-        """Facts about the model (family, format, vocabulary sizes, int8, has_spm, ...)."""
+        """Facts about the model (family, format, vocabulary sizes, int8, has_spm, ...) and its
+        ``decoding_defaults`` (its generation_config.json over Tern's: what ``tern translate`` and
+        ``python -m tern translate`` use without flags; translate_batch keeps CTranslate2's
+        argument defaults)."""
         return self._t._info()
 
     def translate_batch(self, source: Sequence[Union[str, Sequence[str]]],

@@ -38,14 +38,18 @@ def _parser():
     t.add_argument("--pretokenized", action="store_true",
                    help="input and output are space-separated vocabulary pieces (implied for a model without "
                         "a SentencePiece model)")
-    t.add_argument("-b", "--beam-size", type=int, default=4, metavar="N", help="1: greedy search (default 4)")
-    t.add_argument("--length-penalty", type=float, default=0.0, metavar="A",
-                   help="length normalization exponent (default 0: none)")
-    t.add_argument("--coverage-penalty", type=float, default=0.0, metavar="B", help="GNMT coverage penalty (default 0)")
-    t.add_argument("--max-decoding-length", type=int, default=256, metavar="N",
-                   help="maximum output tokens (default 256)")
-    t.add_argument("--min-length", type=int, default=1, metavar="N",
-                   help="no end of sentence before N output tokens (default 1)")
+    # the search defaults (None here) are the model's own, as tern translate's: its generation_config.json
+    # over Tern's (beam 4, length penalty 0, coverage penalty 0, 256 tokens, min length 1)
+    t.add_argument("-b", "--beam-size", type=int, default=None, metavar="N",
+                   help="1: greedy search (default: the model's, else 4)")
+    t.add_argument("--length-penalty", type=float, default=None, metavar="A",
+                   help="length normalization exponent (default: the model's, else 0: none)")
+    t.add_argument("--coverage-penalty", type=float, default=None, metavar="B",
+                   help="GNMT coverage penalty (default: the model's, else 0)")
+    t.add_argument("--max-decoding-length", type=int, default=None, metavar="N",
+                   help="maximum output tokens (default: the model's, else 256)")
+    t.add_argument("--min-length", type=int, default=None, metavar="N",
+                   help="no end of sentence before N output tokens (default: the model's, else 1)")
     t.add_argument("--max-input-length", type=int, default=1024, metavar="N",
                    help="longer inputs are truncated (default 1024)")
     t.add_argument("-t", "--threads", type=int, default=0, metavar="N",
@@ -85,11 +89,11 @@ def _chunks(lines, n):
 def translate(args):
     for name, v in (("--beam-size", args.beam_size), ("--max-decoding-length", args.max_decoding_length),
                     ("--max-input-length", args.max_input_length), ("--max-batch-tokens", args.max_batch_tokens)):
-        if v < 1:
+        if v is not None and v < 1:
             raise _Fail(f"{name} must be at least 1, got {v}", 2)
     for name, v in (("--threads", args.threads), ("--max-batch-size", args.max_batch_size),
                     ("--min-length", args.min_length), ("--read-ahead", args.read_ahead)):
-        if v < 0:
+        if v is not None and v < 0:
             raise _Fail(f"{name} must not be negative, got {v}", 2)
     if not os.path.isdir(args.model):
         what = "is not a directory" if os.path.exists(args.model) else "does not exist"
@@ -119,10 +123,17 @@ def translate(args):
         except OSError as e:
             raise _Fail(f"cannot write {args.output!r}: {e.strerror}", 2) from None
     n = args.read_ahead or (1 if fin.isatty() else 256)
-    opts = dict(beam_size=args.beam_size, length_penalty=args.length_penalty,
-                coverage_penalty=args.coverage_penalty, max_decoding_length=args.max_decoding_length,
-                min_decoding_length=args.min_length, max_input_length=args.max_input_length,
-                max_batch_size=args.max_batch_size)
+    d = tr.info["decoding_defaults"]
+
+    def given(v, key):
+        return d[key] if v is None else v
+
+    opts = dict(beam_size=given(args.beam_size, "beam_size"),
+                length_penalty=given(args.length_penalty, "length_penalty"),
+                coverage_penalty=given(args.coverage_penalty, "coverage_penalty"),
+                max_decoding_length=given(args.max_decoding_length, "max_decoding_length"),
+                min_decoding_length=given(args.min_length, "min_decoding_length"),
+                max_input_length=args.max_input_length, max_batch_size=args.max_batch_size)
     name = "<stdin>" if args.input == "-" else args.input
     try:
         for chunk in _chunks(_lines(fin, name), n):

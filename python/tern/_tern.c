@@ -501,10 +501,18 @@ static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *arg
 static PyObject *Translator_info(TranslatorObject *self, PyObject *unused) {
     if (check_ready(self)) return NULL;
     tern_model_info_t mi = tern_model_info(self->model);
-    return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:n,s:i}", "family", mi.family, "format", mi.format,
+    const char *src;
+    tern_search_params_t sp = tern_model_search_params(self->model, &src);
+    PyObject *dd = Py_BuildValue("{s:i,s:i,s:d,s:d,s:i,s:i,s:z}", "beam_size", sp.beam_size, "num_hypotheses",
+                                 sp.num_hypotheses, "length_penalty", (double)sp.length_penalty, "coverage_penalty",
+                                 (double)sp.coverage_penalty, "max_decoding_length", sp.max_decoding_length,
+                                 "min_decoding_length", sp.min_length, "source", src);
+    if (!dd) return NULL;
+    return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:n,s:i,s:N}", "family", mi.family, "format", mi.format,
                          "source_vocab_size", mi.source_vocab_size, "target_vocab_size", mi.target_vocab_size,
                          "int8", mi.int8, "has_spm", mi.has_spm, "max_target_length", mi.max_target_length,
-                         "weight_bytes", (Py_ssize_t)mi.weight_bytes, "inter_threads", self->ntr);
+                         "weight_bytes", (Py_ssize_t)mi.weight_bytes, "inter_threads", self->ntr,
+                         "decoding_defaults", dd);
 }
 
 static PyMethodDef Translator_methods[] = {

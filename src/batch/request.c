@@ -61,6 +61,26 @@ tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_para
     return st ? st : check_params(dst);
 }
 
+tern_search_params_t search_params_over(const tern_search_params_t *f, unsigned set, tern_search_params_t b) {
+#define OVER(bit, field)                                                                                             \
+    if (set & (bit)) b.field = f->field
+    OVER(SP_BEAM, beam_size);
+    OVER(SP_NHYP, num_hypotheses);
+    OVER(SP_LP, length_penalty);
+    OVER(SP_LNORM, length_norm);
+    OVER(SP_CP, coverage_penalty);
+    OVER(SP_EOS, eos_policy);
+    OVER(SP_EARLY, early_stop);
+    OVER(SP_MAXA, max_length_a);
+    OVER(SP_MAXB, max_length_b);
+    OVER(SP_MAXDEC, max_decoding_length);
+    OVER(SP_MINLEN, min_length);
+    OVER(SP_PRUNE_W, prune_width);
+    OVER(SP_PRUNE_T, prune_threshold);
+#undef OVER
+    return b;
+}
+
 tern_status_t tern_search_params_check(const tern_search_params_t *params) {
     if (!params) return tern_error(TERN_ERR_INVALID_ARG, "search parameters: NULL");
     tern_search_params_t copy;

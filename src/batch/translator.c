@@ -76,8 +76,8 @@ tern_status_t tern_translator_create(tern_translator_t **out, const tern_model_t
     tern_status_t st = API_STRUCT_IN(&o, options, &defaults, tern_translator_options_t);
     if (st) return st;
     if ((st = check_options(&o))) return st;
-    tern_search_params_t sp;
-    if ((st = search_params_in(&sp, o.search))) return st;
+    tern_search_params_t sp, msp = tern_model_search_params(model, NULL);
+    if ((st = search_params_in(&sp, o.search ? o.search : &msp))) return st;
     o.search = NULL; /* copied: the caller's struct need not outlive the call */
     tern_translator_t *tr = calloc(1, sizeof *tr);
     if (!tr) return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -299,7 +299,8 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.eos_policy = o->eos_policy;
     so.early_stop = o->early_stop;
     so.min_length = o->min_length;
-    so.need_scores = o->return_scores || o->length_penalty != 0 || o->coverage_penalty != 0;
+    /* greedy: the penalties change only the score, so without scores the argmax is all it needs */
+    so.need_scores = o->return_scores || (o->beam_size > 1 && (o->length_penalty != 0 || o->coverage_penalty != 0));
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
@@ -424,7 +425,7 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     so.eos_policy = o->eos_policy;
     so.early_stop = o->early_stop;
     so.min_length = o->min_length;
-    so.need_scores = o->return_scores || o->length_penalty != 0;
+    so.need_scores = o->return_scores || (o->beam_size > 1 && o->length_penalty != 0);
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;

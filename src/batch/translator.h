@@ -29,6 +29,16 @@ struct tern_translator {
     uint8_t *vm_mark;
 };
 
+/* Search parameters given by an operator or a user field by field (a command line, a server's
+ * flags): given's fields whose SP_* bit is in set, over base (a model's own defaults,
+ * tern_model_search_params), so that what was given wins and the rest is the model's. */
+enum {
+    SP_BEAM = 1 << 0, SP_NHYP = 1 << 1, SP_LP = 1 << 2, SP_LNORM = 1 << 3, SP_CP = 1 << 4, SP_EOS = 1 << 5,
+    SP_EARLY = 1 << 6, SP_MAXA = 1 << 7, SP_MAXB = 1 << 8, SP_MAXDEC = 1 << 9, SP_MINLEN = 1 << 10,
+    SP_PRUNE_W = 1 << 11, SP_PRUNE_T = 1 << 12
+};
+tern_search_params_t search_params_over(const tern_search_params_t *given, unsigned set, tern_search_params_t base);
+
 /* The caller's search parameters in this library's layout (NULL: the defaults), checked. */
 tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src);
 /* The caller's request in this library's layout (NULL: TERN_ERR_INVALID_ARG naming fn), with

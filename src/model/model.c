@@ -8,6 +8,7 @@
 #include "model/model.h"
 
 #include "model/ensemble.h"
+#include "model/generation.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,10 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     path_join(p, sizeof p, dir, "config.json");
     if (file_exists(p) && (st = model_config_load(&m->cfg, p))) goto fail;
     if ((st = model_family_find(&m->fam, &m->cfg, p))) goto fail;
+    m->search = tern_search_default_params();
+    int has_generation;
+    if ((st = model_generation_load(&m->search, &has_generation, dir))) goto fail;
+    if (has_generation) path_join(m->search_source, sizeof m->search_source, dir, MODEL_GENERATION_FILE);
     path_join(p, sizeof p, dir, "model.safetensors");
     if (file_exists(p)) {
         strcpy(m->format, "tern");
@@ -178,6 +183,11 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
 fail:
     tern_model_free(m);
     return st;
+}
+
+tern_search_params_t tern_model_search_params(const tern_model_t *m, const char **source) {
+    if (source) *source = m->search_source[0] ? m->search_source : NULL;
+    return m->search;
 }
 
 tern_model_info_t tern_model_info(const tern_model_t *m) {
@@ -251,6 +261,8 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_eos = m0->tgt_eos;
     m->tgt_unk = m0->tgt_unk;
     m->vmap = m0->vmap;
+    m->search = m0->search;
+    memcpy(m->search_source, m0->search_source, sizeof m->search_source);
     free(fams), free(nets);
     *out = m;
     return TERN_OK;

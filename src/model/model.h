@@ -26,6 +26,10 @@ struct tern_model {
     tern_model_t **members;
     int n_members;
     vmap_t *vmap;                /* the vocabulary map, or NULL (an ensemble: member 0's, not owned) */
+    /* its decoding defaults: the library's, with generation_config.json's over them (generation.h);
+     * an ensemble: member 0's */
+    tern_search_params_t search;
+    char search_source[1040];    /* the file they came from; "" when the model has none */
 };
 
 /* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,

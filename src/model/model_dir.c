@@ -4,6 +4,7 @@
  * `tern convert` so that checkpoints and `tern average` write the same directories.
  */
 #include "model/model_dir.h"
+#include "model/generation.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -205,7 +206,7 @@ tern_status_t model_dir_copy_side_files(const char *from_dir, const char *out_di
         }
     }
     static const char *spms[] = {"source.spm", "target.spm", "sentencepiece.model", "spm.model",
-                                 "source.model", "target.model"};
+                                 "source.model", "target.model", MODEL_GENERATION_FILE};
     for (size_t i = 0; i < sizeof spms / sizeof spms[0]; i++) {
         path_join(a, sizeof a, from_dir, spms[i]);
         if (!file_exists(a)) continue;

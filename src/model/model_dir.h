@@ -38,7 +38,8 @@ tern_status_t model_dir_write_weights(const char *out_dir, const tensor_t *tenso
 
 /* Copies the vocabularies (shared_vocabulary, else source_ and target_vocabulary; .json or .txt,
  * written as .json) and the SentencePiece models (source.spm, target.spm, sentencepiece.model,
- * spm.model, source.model, target.model) found in from_dir into out_dir. */
+ * spm.model, source.model, target.model) and the decoding defaults (generation_config.json) found
+ * in from_dir into out_dir. */
 tern_status_t model_dir_copy_side_files(const char *from_dir, const char *out_dir);
 
 /* Creates a directory (0755); an existing one is fine. */

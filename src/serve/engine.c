@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "batch/translator.h"
 
 typedef struct segment {
     serve_request_t *req;
@@ -48,6 +49,7 @@ struct serve_request {
 
 typedef struct {
     tern_model_t *model;
+    tern_search_params_t search; /* the operator's flags over the model's own defaults */
     tern_translator_t **tr; /* [workers] */
     int refs;               /* model lock */
 } generation_t;
@@ -104,7 +106,8 @@ static tern_status_t gen_load(const engine_options_t *o, const char *dir, genera
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
     tern_translator_options_t to = o->translator_options;
-    to.search = &o->search;
+    g->search = search_params_over(&o->search, o->search_set, tern_model_search_params(g->model, NULL));
+    to.search = &g->search;
     to.workers = o->workers;
     for (int i = 0; i < o->workers; i++)
         if ((st = tern_translator_create(&g->tr[i], g->model, &to))) {
@@ -586,6 +589,13 @@ void engine_model_stats(engine_model_t *m, engine_stats_t *out) {
     out->queued = m->queued;
     out->running = m->running;
     pthread_mutex_unlock(&m->mu);
+}
+
+tern_search_params_t engine_model_params(engine_model_t *m) {
+    pthread_mutex_lock(&m->mu);
+    tern_search_params_t p = m->gen->search;
+    pthread_mutex_unlock(&m->mu);
+    return p;
 }
 
 tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *count) {

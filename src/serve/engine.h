@@ -31,7 +31,9 @@ typedef struct {
 typedef struct {
     tern_model_options_t model_options;
     tern_translator_options_t translator_options; /* threads, batch budget (its search unused) */
-    tern_search_params_t search;  /* the default search parameters of a request */
+    tern_search_params_t search;  /* the default search parameters of a request: the fields in */
+    unsigned search_set;          /* search_set (SP_*, batch/translator.h) over each model's own
+                                     defaults (its generation_config.json, tern_model_search_params) */
     int workers;          /* translators per model, each on its own thread */
     int max_queue;        /* segments waiting per model before new requests are refused */
     int cross_batching;   /* 1: a batch takes segments of every waiting request; 0: one request's */
@@ -58,6 +60,9 @@ engine_model_t *engine_find(engine_t *engine, const char *name);
 const char *engine_model_name(const engine_model_t *m);
 const char *engine_model_dir(const engine_model_t *m);
 tern_search_params_t engine_default_params(const engine_t *engine);
+/* A model's default search parameters (the operator's over the model's own; as of its current
+ * generation, which a reload may change). Thread-safe. */
+tern_search_params_t engine_model_params(engine_model_t *m);
 void engine_model_stats(engine_model_t *m, engine_stats_t *out);
 
 /* Loads every model again from its directory and swaps it in: batches under way finish on the

@@ -724,7 +724,7 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     if ((cx->is_form ? lt_parse_form(&rp, &q) : lt_parse_json(&rp, &q)) == 0 &&
         !key_refused(s, c, cx, q.api_key, &rp.result) && lt_validate(&rp, &q) == 0 && (m = lt_model(&rp, &q)) &&
         lt_segments(&rp, &q, &g) == 0) {
-        tern_search_params_t params = engine_default_params(s->engine);
+        tern_search_params_t params = engine_model_params(m);
         if (q.alternatives > 0) {
             params.num_hypotheses = q.alternatives + 1;
             if (params.beam_size < params.num_hypotheses) params.beam_size = params.num_hypotheses;
@@ -818,6 +818,7 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
     if (bad) return fail(rp, 400, "Invalid request: api_key must be a string");
     if (key_refused(rp->s, rp->c, rp->cx, api_key, &rp->result)) return -1;
     if (!(q->m = v1_model(rp->s, q->root, err, sizeof err))) return fail(rp, 400, "Invalid request: %s", err);
+    q->params = engine_model_params(q->m); /* the request's fields go over the model's defaults */
     cJSON *v = cJSON_GetObjectItemCaseSensitive(q->root, "q");
     if (!v) return fail(rp, 400, "Invalid request: missing q parameter");
     if (!(q->items = json_strings(v, "q", !q->score, &q->n_items, err, sizeof err)))
@@ -974,6 +975,14 @@ static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn
         cJSON_AddStringToObject(o, "name", engine_model_name(m));
         cJSON_AddStringToObject(o, "source", a);
         cJSON_AddStringToObject(o, "target", b);
+        tern_search_params_t md = engine_model_params(m);
+        cJSON *mdef = cJSON_CreateObject();
+        cJSON_AddNumberToObject(mdef, "beam_size", md.beam_size);
+        cJSON_AddNumberToObject(mdef, "num_hypotheses", md.num_hypotheses);
+        cJSON_AddNumberToObject(mdef, "length_penalty", md.length_penalty);
+        cJSON_AddNumberToObject(mdef, "max_decoding_length", md.max_decoding_length);
+        cJSON_AddItemToObject(o, "defaults", mdef);
+        if (i == 0) d = md;
         cJSON_AddItemToArray(arr, o);
     }
     cJSON *resp = cJSON_CreateObject();

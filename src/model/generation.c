@@ -1,0 +1,84 @@
+/* generation.c — a model directory's decoding defaults (generation.h). */
+#include "model/generation.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* key as an integer in [lo, hi] into *v; 0 when absent, 1 when read, -1 (error set) when wrong. */
+static int get_int(const cJSON *root, const char *path, const char *key, int lo, int hi, int *v) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) return 0;
+    double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!(d >= lo && d <= hi) || d != floor(d)) {
+        tern_error(TERN_ERR_FORMAT, "%s: \"%s\" must be an integer in [%d, %d]", path, key, lo, hi);
+        return -1;
+    }
+    *v = (int)d;
+    return 1;
+}
+
+static int get_float(const cJSON *root, const char *path, const char *key, double lo, double hi, float *v) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) return 0;
+    double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!(d >= lo && d <= hi)) {
+        tern_error(TERN_ERR_FORMAT, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
+        return -1;
+    }
+    *v = (float)d;
+    return 1;
+}
+
+static tern_status_t read_keys(tern_search_params_t *p, const cJSON *root, const char *path) {
+    int v, r;
+    if ((r = get_int(root, path, "num_beams", 1, 1024, &p->beam_size)) < 0) return TERN_ERR_FORMAT;
+    if ((r = get_int(root, path, "num_return_sequences", 1, 1024, &p->num_hypotheses)) < 0) return TERN_ERR_FORMAT;
+    if ((r = get_float(root, path, "length_penalty", 0, 100, &p->length_penalty)) < 0) return TERN_ERR_FORMAT;
+    if (r == 0) p->length_penalty = 1.0f; /* transformers' default */
+    if ((r = get_int(root, path, "max_length", 2, 1 << 20, &v)) < 0) return TERN_ERR_FORMAT;
+    if (r) p->max_decoding_length = v - 1;
+    if ((r = get_int(root, path, "max_new_tokens", 1, 1 << 20, &p->max_decoding_length)) < 0) return TERN_ERR_FORMAT;
+    if ((r = get_int(root, path, "min_length", 0, 1 << 20, &v)) < 0) return TERN_ERR_FORMAT;
+    if (r) p->min_length = v > 0 ? v - 1 : 0;
+    if ((r = get_float(root, path, "coverage_penalty", 0, 100, &p->coverage_penalty)) < 0) return TERN_ERR_FORMAT;
+    const cJSON *ln = cJSON_GetObjectItemCaseSensitive(root, "length_norm");
+    if (ln && !cJSON_IsNull(ln)) {
+        const char *s = cJSON_IsString(ln) ? ln->valuestring : "";
+        if (!strcmp(s, "plain")) p->length_norm = TERN_LENPEN_PLAIN;
+        else if (!strcmp(s, "gnmt")) p->length_norm = TERN_LENPEN_GNMT;
+        else return tern_error(TERN_ERR_FORMAT, "%s: \"length_norm\" must be \"plain\" or \"gnmt\"", path);
+    }
+    if (p->num_hypotheses > p->beam_size)
+        return tern_error(TERN_ERR_FORMAT, "%s: \"num_return_sequences\" (%d) exceeds \"num_beams\" (%d)", path,
+                          p->num_hypotheses, p->beam_size);
+    if (p->min_length > p->max_decoding_length)
+        return tern_error(TERN_ERR_FORMAT, "%s: \"min_length\" exceeds the maximum length", path);
+    return TERN_OK;
+}
+
+tern_status_t model_generation_load(tern_search_params_t *p, int *found, const char *dir) {
+    char path[2048];
+    *found = 0;
+    path_join(path, sizeof path, dir, MODEL_GENERATION_FILE);
+    if (!file_exists(path)) return TERN_OK;
+    char *text = NULL;
+    size_t n = 0;
+    tern_status_t st = file_read_all(path, &text, &n);
+    if (st) return st;
+    cJSON *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    tern_search_params_t q = *p;
+    st = read_keys(&q, root, path);
+    cJSON_Delete(root);
+    if (st) return st;
+    *p = q;
+    *found = 1;
+    return TERN_OK;
+}
