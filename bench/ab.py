@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--train-work", default="/tmp/tern-bench-train", help="bench_train.py's --work")
     ap.add_argument("--updates", type=int, default=10)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--only", default="", help="run only the translation configurations whose name contains this "
+                    "(e.g. int8, 'beam4 float32'); implies --skip-train")
     a = ap.parse_args()
     A, B = os.path.abspath(a.a), os.path.abspath(a.b)
     bench = os.path.join(a.workdir, "tern-bench")
@@ -75,6 +77,8 @@ def main():
     print(f"A = {A}\nB = {B}\n{a.lines} lines, {a.rounds} rounds, best of each; ratio = A seconds / B seconds")
     worst = None
     for beam, ct, t in CONFIGS:
+        if a.only and a.only not in f"{'greedy' if beam == 1 else 'beam4'} {ct} {t}t":
+            continue
         best = {"A": 1e9, "B": 1e9}
         for _ in range(a.rounds):
             for side, build in (("A", A), ("B", B)):
@@ -87,7 +91,7 @@ def main():
               f"outputs {'identical' if same else 'DIFFER'}", flush=True)
         if not same:
             sys.exit("ab: the two builds' outputs differ")
-    if not a.skip_train:
+    if not a.skip_train and not a.only:
         path = os.path.join(a.train_work, "recipe.safetensors")
         if not os.path.exists(path):
             os.makedirs(a.train_work, exist_ok=True)

@@ -21,14 +21,18 @@
 #include "text/vocab.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--quantize int8|float16|none]\n"
+    fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--to tern|ct2] [--quantize int8|float16|none]\n"
                "\n"
                "Writes a model directory in Tern's format (model.safetensors, config.json,\n"
                "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
-               "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it.\n"
+               "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it;\n"
+               "with --to ct2, a CTranslate2 directory (model.bin) that ctranslate2 loads.\n"
                "\n"
                "  --from DIR, --from-ct2 DIR  the model directory to read (the two are the same)\n"
-               "  -o, --output OUTDIR         the Tern model directory to write\n"
+               "  -o, --output OUTDIR         the model directory to write\n"
+               "  --to tern                   Tern's format (default)\n"
+               "  --to ct2                    CTranslate2's (model.bin, binary version 6; a Transformer\n"
+               "                              only): what Tern trained, for ctranslate2 to run\n"
                "  --quantize int8             weight matrices to int8 with per-row scales (as\n"
                "                              CTranslate2's quantization=\"int8\"); other tensors unchanged\n"
                "  --quantize float16          every floating-point tensor to float16\n"
@@ -163,13 +167,34 @@ static tern_status_t convert_tensors(const weights_t *w, const model_desc_t *md,
     return TERN_OK;
 }
 
+/* Tern's config.json writer with the CTranslate2 one's signature. */
+static tern_status_t model_dir_write_config2(const char *out_dir, const char *from_config, const model_config_t *cfg) {
+    return model_dir_write_config(out_dir, from_config, cfg, NULL);
+}
+
+/* OUT/model.bin: the spec of the model read (a CTranslate2 directory's, or what Tern's convert
+ * kept in the safetensors metadata; else TransformerSpec, revision 7). */
+static tern_status_t write_ct2(const weights_t *w, const char *out, const tensor_t *t, int n, const char **an,
+                               const char **at, int na) {
+    const char *spec = weights_spec_name(w), *rev = weights_metadata(w, "ct2_spec_revision");
+    int revision = weights_spec_revision(w);
+    if (!spec[0] && weights_metadata(w, "ct2_spec") && weights_metadata(w, "ct2_spec")[0]) {
+        spec = weights_metadata(w, "ct2_spec");
+        revision = rev ? atoi(rev) : 0;
+    }
+    if (!spec[0] || revision <= 0) spec = "TransformerSpec", revision = 7;
+    char p[4096];
+    path_join(p, sizeof p, out, "model.bin");
+    return ct2_write(p, t, n, an, at, na, spec, revision);
+}
+
 static void free_owned(void **own, int n) {
     for (int i = 0; i < n; i++) free(own[i]); /* aligned_alloc64 memory is free()-able */
     free(own);
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *from = NULL, *out = NULL, *quant = "none";
+    const char *from = NULL, *out = NULL, *quant = "none", *to = "tern";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -181,6 +206,12 @@ int cmd_convert(int argc, char **argv) {
             out = argv[++i];
         } else if (!strcmp(a, "--quantize") && i + 1 < argc) {
             quant = argv[++i];
+        } else if (!strcmp(a, "--to") && i + 1 < argc) {
+            to = argv[++i];
+            if (strcmp(to, "tern") && strcmp(to, "ct2")) {
+                fprintf(stderr, "tern convert: --to must be tern or ct2 (got '%s')\n", to);
+                return 2;
+            }
         } else {
             fprintf(stderr, "tern convert: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -219,6 +250,12 @@ int cmd_convert(int argc, char **argv) {
     path_join(p, sizeof p, from, "config.json");
     if (file_exists(p) && model_config_load(&cfg, p)) goto fail;
     if (model_family_find(&fam, &cfg, p)) goto fail;
+    int ct2 = !strcmp(to, "ct2");
+    if (ct2 && strcmp(fam->name, "transformer")) {
+        tern_error(TERN_ERR_UNSUPPORTED, "%s: a %s model has no CTranslate2 form (--to ct2 writes Transformers)", from,
+                   fam->name);
+        goto fail;
+    }
     if (model_dir_mkdir(out)) goto fail;
     if (convert_tensors(w, fam->desc, q, &t, &n, &own, &no)) goto fail;
     int na = weights_alias_count(w), nm = 0;
@@ -234,17 +271,21 @@ int cmd_convert(int argc, char **argv) {
         an[nm] = weights_alias_at(w, i, &at[nm]);
         nm++;
     }
-    char rev[32], ver[32];
-    snprintf(rev, sizeof rev, "%d", weights_spec_revision(w));
-    snprintf(ver, sizeof ver, "%d", weights_binary_version(w));
-    const char *mk[] = {"ct2_spec", "ct2_spec_revision", "ct2_binary_version"};
-    const char *mv[] = {weights_spec_name(w), rev, ver};
-    if (model_dir_write_weights(out, t, n, an, at, nm, mk, mv, 3)) goto fail;
+    if (ct2) {
+        if (write_ct2(w, out, t, n, an, at, nm)) goto fail;
+    } else {
+        char rev[32], ver[32];
+        snprintf(rev, sizeof rev, "%d", weights_spec_revision(w));
+        snprintf(ver, sizeof ver, "%d", weights_binary_version(w));
+        const char *mk[] = {"ct2_spec", "ct2_spec_revision", "ct2_binary_version"};
+        const char *mv[] = {weights_spec_name(w), rev, ver};
+        if (model_dir_write_weights(out, t, n, an, at, nm, mk, mv, 3)) goto fail;
+    }
     path_join(p, sizeof p, from, "config.json");
-    if (model_dir_write_config(out, file_exists(p) ? p : NULL, NULL, NULL)) goto fail;
+    if ((ct2 ? model_dir_write_ct2_config : model_dir_write_config2)(out, file_exists(p) ? p : NULL, NULL)) goto fail;
     if (model_dir_copy_side_files(from, out)) goto fail;
-    fprintf(stderr, "tern convert: %s -> %s (%d tensors, %d aliases, quantize %s)\n", from, out, n,
-            nm, quant);
+    fprintf(stderr, "tern convert: %s -> %s (%s, %d tensors, %d aliases, quantize %s)\n", from, out,
+            ct2 ? "CTranslate2 model.bin" : "Tern", n, nm, quant);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "tern convert: %s\n", tern_last_error());

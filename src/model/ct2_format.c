@@ -6,9 +6,11 @@
  *   [v>=3: u32 n_aliases; n x { string alias, string target }]
  * A string is a u16 length counting a terminating NUL, then the bytes and the NUL.
  * Every length, count, rank and size is checked against the bytes left in the file.
+ * ct2_write writes the same layout (version 6), for `tern convert --to ct2`.
  */
 #include "model/weights_internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,5 +211,77 @@ tern_status_t weights_load_ct2_flags(weights_t **out, const char *path, unsigned
     return TERN_OK;
 fail:
     weights_free(w);
+    return st;
+}
+
+/* ---------------------------------------------------------------- writing (version 6) */
+
+static int wr_u8(FILE *f, uint32_t v) { return fputc((int)(v & 0xff), f) == EOF ? -1 : 0; }
+
+static int wr_u16(FILE *f, uint32_t v) {
+    uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+    return fwrite(b, 1, 2, f) == 2 ? 0 : -1;
+}
+
+static int wr_u32(FILE *f, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    return fwrite(b, 1, 4, f) == 4 ? 0 : -1;
+}
+
+static int wr_string(FILE *f, const char *s) {
+    size_t n = strlen(s) + 1;
+    if (n > 0xffff) return -1;
+    return wr_u16(f, (uint32_t)n) || fwrite(s, 1, n, f) != n ? -1 : 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const tensor_t *const *)a)->name, (*(const tensor_t *const *)b)->name);
+}
+
+static tern_status_t ct2_write_body(FILE *f, const char *path, const tensor_t **t, int n,
+                                    const char *const *an, const char *const *at, int na, const char *spec,
+                                    int revision) {
+    if (wr_u32(f, 6) || wr_string(f, spec) || wr_u32(f, (uint32_t)revision) || wr_u32(f, (uint32_t)n))
+        return tern_error(TERN_ERR_IO, "%s: write failed", path);
+    for (int i = 0; i < n; i++) {
+        const tensor_t *x = t[i];
+        if (x->rank > 255 || x->nbytes > UINT32_MAX || strlen(x->name) + 1 > 0xffff)
+            return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s' does not fit model.bin (rank, name or %zu bytes)",
+                              path, x->name, x->nbytes);
+        int bad = wr_string(f, x->name) || wr_u8(f, (uint32_t)x->rank);
+        for (int d = 0; d < x->rank && !bad; d++) {
+            if (x->shape[d] < 0 || x->shape[d] > UINT32_MAX)
+                return tern_error(TERN_ERR_UNSUPPORTED, "%s: tensor '%s': dimension %lld does not fit model.bin",
+                                  path, x->name, (long long)x->shape[d]);
+            bad = wr_u32(f, (uint32_t)x->shape[d]);
+        }
+        bad = bad || wr_u8(f, (uint32_t)x->dtype) || wr_u32(f, (uint32_t)x->nbytes) ||
+              (x->nbytes && fwrite(x->data, 1, x->nbytes, f) != x->nbytes);
+        if (bad) return tern_error(TERN_ERR_IO, "%s: write failed at tensor '%s'", path, x->name);
+    }
+    if (wr_u32(f, (uint32_t)na)) return tern_error(TERN_ERR_IO, "%s: write failed", path);
+    for (int i = 0; i < na; i++)
+        if (wr_string(f, an[i]) || wr_string(f, at[i])) return tern_error(TERN_ERR_IO, "%s: write failed", path);
+    return TERN_OK;
+}
+
+tern_status_t ct2_write(const char *path, const tensor_t *tensors, int n, const char *const *alias_names,
+                        const char *const *alias_targets, int n_aliases, const char *spec, int revision) {
+    const tensor_t **t = malloc(sizeof *t * (size_t)(n > 0 ? n : 1));
+    char tmp[4200];
+    if (!t) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) t[i] = &tensors[i];
+    qsort(t, (size_t)n, sizeof *t, by_name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(t);
+        return tern_error(TERN_ERR_IO, "%s: cannot write", tmp);
+    }
+    tern_status_t st = ct2_write_body(f, path, t, n, alias_names, alias_targets, n_aliases, spec, revision);
+    free(t);
+    if (fclose(f) && !st) st = tern_error(TERN_ERR_IO, "%s: write failed", tmp);
+    if (!st && rename(tmp, path)) st = tern_error(TERN_ERR_IO, "%s: cannot rename to %s", tmp, path);
+    if (st) remove(tmp);
     return st;
 }

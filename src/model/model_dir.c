@@ -85,8 +85,8 @@ tern_status_t model_dir_convert_vocab(const char *from, const char *to) {
     return st;
 }
 
-tern_status_t model_dir_write_config(const char *out_dir, const char *from_config, const model_config_t *cfg,
-                                     const char *pad_token) {
+static tern_status_t write_config(const char *out_dir, const char *from_config, const model_config_t *cfg,
+                                  const char *pad_token, int tern_format) {
     char p[4096];
     cJSON *root = NULL;
     tern_status_t st;
@@ -132,8 +132,12 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
     }
     cJSON_DeleteItemFromObjectCaseSensitive(root, "format");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "format_version");
-    cJSON_AddStringToObject(root, "format", "tern");
-    cJSON_AddNumberToObject(root, "format_version", 1);
+    if (tern_format) {
+        cJSON_AddStringToObject(root, "format", "tern");
+        cJSON_AddNumberToObject(root, "format_version", 1);
+    } else {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "architecture"); /* CTranslate2's: a Transformer */
+    }
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     path_join(p, sizeof p, out_dir, "config.json");
@@ -141,6 +145,15 @@ tern_status_t model_dir_write_config(const char *out_dir, const char *from_confi
     st = model_dir_write_text(p, s);
     free(s);
     return st;
+}
+
+tern_status_t model_dir_write_config(const char *out_dir, const char *from_config, const model_config_t *cfg,
+                                     const char *pad_token) {
+    return write_config(out_dir, from_config, cfg, pad_token, 1);
+}
+
+tern_status_t model_dir_write_ct2_config(const char *out_dir, const char *from_config, const model_config_t *cfg) {
+    return write_config(out_dir, from_config, cfg, NULL, 0);
 }
 
 static int name_cmp(const void *a, const void *b) {

@@ -27,6 +27,8 @@ tern_status_t model_dir_convert_vocab(const char *from, const char *to);
  * "format": "tern", "format_version": 1. */
 tern_status_t model_dir_write_config(const char *out_dir, const char *from_config, const model_config_t *cfg,
                                      const char *pad_token);
+/* The same for a CTranslate2 directory: without "format", "format_version" and "architecture". */
+tern_status_t model_dir_write_ct2_config(const char *out_dir, const char *from_config, const model_config_t *cfg);
 
 /* out_dir/model.safetensors: the tensors (written sorted by name; data as given), metadata
  * "format": "tern", then the n_meta given pairs, then one "alias:<alias_names[i]>":

@@ -81,6 +81,12 @@ int weights_get_int(const weights_t *w, const char *name, int64_t *v);
  * metadata (n_meta key/value pairs). Used by `tern convert` and training checkpoints. */
 tern_status_t safetensors_write(const char *path, const tensor_t *tensors, int n,
                                 const char *const *meta_keys, const char *const *meta_values, int n_meta);
+/* Writes CTranslate2's model.bin (binary version 6, ct2_format.c's layout): spec name and
+ * revision, the tensors sorted by name, then the aliases (alias_names[i] -> alias_targets[i]).
+ * A tensor's size must fit CTranslate2's u32 byte count, its rank its u8. Written to a temporary
+ * file first and renamed, so a failed write leaves no partial model.bin. */
+tern_status_t ct2_write(const char *path, const tensor_t *tensors, int n, const char *const *alias_names,
+                        const char *const *alias_targets, int n_aliases, const char *spec, int revision);
 
 /* Aliases (i < weights_alias_count): returns the alias name and sets *target to the name of the
  * tensor it resolves to. */
