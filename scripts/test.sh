@@ -54,7 +54,7 @@ fi
 san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_generation_config.py)
 for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
-TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider "${san_tests[@]}"
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${san_tests[@]}"
 # Continuous beam search under ASan/UBSan: three of test_continuous's cases (all of them, the Python
 # API's included, run in the full suite on the plain build; the sanitizer build is ~6x slower)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_continuous.py \
@@ -63,5 +63,5 @@ TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/
 TERN_BIN=build-san/tern SEARCH_DRIVER=build-san/tests/tools/search_driver \
   PREFIX_API_DRIVER=build-san/tests/tools/prefix_api_driver .venv/bin/python -m pytest -q \
   -p no:cacheprovider tests/test_search_constraints.py tests/test_lmbr.py tests/test_mbr.py -k "not speed"
-echo "== full test suite"
-.venv/bin/python -m pytest -q tests
+echo "== full test suite (one test file per worker, a worker per core: pytest-xdist)"
+.venv/bin/python -m pytest -q -n "$(nproc)" --dist loadfile tests

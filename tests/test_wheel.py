@@ -102,14 +102,20 @@ def wheel_env(tmp_path_factory, data_dir):
     with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
         lines = [next(f).rstrip("\n") for _ in range(N_LINES)]
     (work / "in.txt").write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-    r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "-t", "1"], input=(work / "in.txt").read_text(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    want = r.stdout.split("\n")[:-1]
-    assert len(want) == N_LINES
+    def cli(*flags):
+        r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "-t", "1", *flags],
+                           input=(work / "in.txt").read_text(), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout.split("\n")[:-1]
+        assert len(out) == N_LINES
+        return out
+
+    # the API's beam 4 without length penalty; the CLIs' default: the model's generation_config.json
+    want, want_default = cli("-b", "4", "--length-penalty", "0"), cli()
     clean = {"PATH": f"{venv}/bin:/usr/bin:/bin", "HOME": str(work), "LANG": "C.UTF-8"}
     site = run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"], clean, str(work)).stdout.strip()
-    return {"venv": venv, "py": vpy, "work": work, "want": want, "env": clean, "pkg": os.path.join(site, "tern"),
+    return {"venv": venv, "py": vpy, "work": work, "want": want, "want_default": want_default, "env": clean,
+            "pkg": os.path.join(site, "tern"),
             "base_prefix": run([vpy, "-c", "import sys; print(sys.base_prefix)"], clean, str(work)).stdout.strip()}
 
 
@@ -155,10 +161,10 @@ def test_cli_and_entry_point(wheel_env):
     with open(w["work"] / "in.txt", "rb") as f:
         r = run([w["py"], "-m", "tern", "translate", "-m", "en-de", "-t", "1"], w["env"], str(w["work"]), stdin=f)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:-1] == w["want"]
+    assert r.stdout.split("\n")[:-1] == w["want_default"]  # the model's decoding defaults, as tern translate
     out = w["work"] / "out.txt"
     r = run([str(w["venv"] / "bin" / "tern-nmt"), "translate", "-m", "en-de", "-t", "1", "--max-batch-size", "3",
-             "in.txt", str(out)], w["env"], str(w["work"]))
+             "-b", "4", "--length-penalty", "0", "in.txt", str(out)], w["env"], str(w["work"]))
     assert r.returncode == 0, r.stderr
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == w["want"]
     # a missing model directory: one line naming it, exit 2

@@ -78,6 +78,13 @@ static void usage(FILE *f) {
 "  --resume                    continue from the newest checkpoint of the save directory (a fresh\n"
 "                              start when there is none); exact: same losses as without a stop\n"
 "  --resume-from DIR           continue from this checkpoint\n"
+"Fine-tuning:\n"
+"  --init-from DIR             start from a model Tern loads (Tern or CTranslate2 directory, a\n"
+"                              checkpoint, an int8 model): its family, shape and parameters; its\n"
+"                              vocabulary and SentencePiece model unless --vocab is given; the\n"
+"                              optimizer and the update count fresh\n"
+"  --freeze embeddings|encoder keep these parameters as they start: the token embeddings and\n"
+"                              position tables (a tied projection with them), or the whole encoder\n"
 "Validation:\n"
 "  --valid-interval-updates N  validation loss every N updates too (default: epoch ends only)\n"
 "  --no-bleu                   no BLEU at epoch ends\n"
@@ -109,7 +116,7 @@ enum {
     O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
     O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP,
     O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
-    O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
+    O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_INIT_FROM, O_FREEZE, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_ARCH,
     O_FAMILY /* the chosen family's options: O_FAMILY + their index in its table */
@@ -158,6 +165,8 @@ static const struct option long_opts[] = {
     {"keep-last", required_argument, 0, O_KEEP_LAST},
     {"resume", no_argument, 0, O_RESUME},
     {"resume-from", required_argument, 0, O_RESUME_FROM},
+    {"init-from", required_argument, 0, O_INIT_FROM},
+    {"freeze", required_argument, 0, O_FREEZE},
     {"valid-interval-updates", required_argument, 0, O_VALID_INTERVAL},
     {"no-bleu", no_argument, 0, O_NO_BLEU},
     {"bleu-beam", required_argument, 0, O_BLEU_BEAM},
@@ -184,10 +193,19 @@ static volatile sig_atomic_t g_stop = 0;
 /* --architecture: the family whose options the command line takes, scanned before the others
  * (they depend on it). The name as given goes to *arch. */
 static const train_family_t *find_family(int argc, char **argv, const char **arch) {
-    *arch = TRAIN_DEFAULT_ARCHITECTURE;
+    static model_config_t mc; /* --init-from's config.json: the family when --architecture is not given */
+    const char *given = NULL, *init = NULL;
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
-        if (!strcmp(argv[i], "--architecture") && i + 1 < argc) *arch = argv[++i];
-        else if (!strncmp(argv[i], "--architecture=", 15)) *arch = argv[i] + 15;
+        if (!strcmp(argv[i], "--architecture") && i + 1 < argc) given = argv[++i];
+        else if (!strncmp(argv[i], "--architecture=", 15)) given = argv[i] + 15;
+        else if (!strcmp(argv[i], "--init-from") && i + 1 < argc) init = argv[++i];
+    }
+    *arch = given ? given : TRAIN_DEFAULT_ARCHITECTURE;
+    if (!given && init) {
+        char p[4096];
+        model_config_defaults(&mc);
+        path_join(p, sizeof p, init, "config.json");
+        if (file_exists(p) && !model_config_load(&mc, p) && mc.architecture[0]) *arch = mc.architecture;
     }
     return train_family_find(*arch);
 }
@@ -422,6 +440,14 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         case O_KEEP_LAST: ok = cli_int(C, "--keep-last", optarg, 0, 1 << 20, &o->keep_last); break;
         case O_RESUME: o->resume = 1; break;
         case O_RESUME_FROM: o->resume_from = optarg; o->resume = 1; break;
+        case O_INIT_FROM: o->init_from = optarg; break;
+        case O_FREEZE:
+            if (strcmp(optarg, "embeddings") && strcmp(optarg, "encoder")) {
+                fprintf(stderr, "tern train: --freeze must be embeddings or encoder, got '%s'\n", optarg);
+                ok = 0;
+            }
+            o->freeze = optarg;
+            break;
         case O_VALID_INTERVAL:
             ok = cli_int(C, "--valid-interval-updates", optarg, 0, 1 << 30, &o->valid_interval_updates);
             break;
@@ -461,7 +487,8 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
 }
 
 /* The combination errors of parsed options, or NULL. */
-static const char *options_error(const trainer_options_t *o, int argc) {
+static const char *options_error(trainer_options_t *o, int argc) {
+    if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
     if (optind < argc) return "unexpected argument (every input is given by an option)";
     if (!o->save_dir) return "--save-dir is required";
     if (!o->train_src || !o->train_tgt) return "--train-src and --train-tgt are required";

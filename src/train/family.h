@@ -118,8 +118,13 @@ struct train_family {
     void (*destroy)(train_model_t *m);
     /* Deterministic initialization from seed. */
     void (*init_params)(train_model_t *m, uint64_t seed);
-    /* Parameters from named tensors (a checkpoint's model). */
+    /* Parameters from named tensors (a checkpoint's model, or any model of the family Tern loads:
+     * int8 and float16 tensors are read as float32). */
     tern_status_t (*load)(train_model_t *m, const weights_t *w);
+    /* Optional (NULL: the family cannot start from a model): the shape part of the configuration
+     * (layers, widths, heads, norms, tying; not dropout or smoothing) read from a model's tensors
+     * and config.json (mc), over config, for `tern train --init-from`. */
+    tern_status_t (*config_from_model)(void *config, const weights_t *w, const model_config_t *mc);
     /* Tells the model that m->params changed (after an optimizer step). */
     void (*params_changed)(train_model_t *m);
     /* The configuration as named integers ("model:<key>"), stored in a checkpoint and checked

@@ -274,13 +274,10 @@ tern_status_t train_tensor_load(float *dst, const weights_t *w, const char *name
         return tern_error(TERN_ERR_MISMATCH, "%s: tensor '%s': expected shape [%d, %d] (rank %d), got rank %d "
                           "[%lld, %lld]", weights_path(w), name, s0, s1, rank, src->rank,
                           (long long)(src->rank > 0 ? src->shape[0] : 0), (long long)(src->rank > 1 ? src->shape[1] : 0));
-    if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16)
+    if (src->dtype != DT_F32 && src->dtype != DT_F16 && src->dtype != DT_BF16 && !(src->dtype == DT_I8 && rank == 2))
         return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': expected a floating-point dtype, got %s", weights_path(w),
                           name, dtype_name(src->dtype));
-    if (src->dtype == DT_F32) memcpy(dst, src->data, numel * sizeof(float));
-    else
-        for (size_t k = 0; k < numel; k++) dst[k] = tensor_get_f32(src, (int64_t)k);
-    return TERN_OK;
+    return weights_read_f32(w, src, dst); /* an int8 matrix (a quantized model): divided by its scales */
 }
 
 void tmodel_tensor_views(const tmodel_t *m, const float *buf, tensor_t *out) {

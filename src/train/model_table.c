@@ -33,7 +33,10 @@ static tern_status_t tf_create(train_model_t *m, const void *config, const train
     c.src_vocab = data->src_vocab;
     c.tgt_vocab = data->tgt_vocab;
     c.pad_id = data->pad_id;
-    c.max_pos = data->max_len;
+    if (c.max_pos < 0 && -c.max_pos < data->max_len) /* a model's learned table (--init-from) */
+        return tern_error(TERN_ERR_INVALID_ARG, "the model's position tables have %d rows, but sentences of up to %d "
+                          "tokens are accepted: lower --max-len to %d", -c.max_pos, data->max_len, -c.max_pos);
+    c.max_pos = c.max_pos < 0 ? -c.max_pos : data->max_len;
     if (c.share_emb && !data->joint_vocab)
         return tern_error(TERN_ERR_INVALID_ARG, "shared embeddings need one joint vocabulary (the vocabulary has a "
                           "source and a target side)");
@@ -59,6 +62,51 @@ static tern_status_t tf_create(train_model_t *m, const void *config, const train
     m->alias_names = t->alias_name;
     m->alias_targets = t->alias_target;
     m->layer_norm_epsilon = c.eps;
+    return TERN_OK;
+}
+
+/* A tensor of w by its description name, or NULL. */
+static const tensor_t *tf_get(const weights_t *w, tmodule_t mod, int layer, tpart_t part) {
+    char n[160];
+    const tensor_t *t = weights_get(w, transformer_tensor_name(n, sizeof n, mod, layer, part));
+    if (!t && mod == TM_ENC_EMB && part == TP_WEIGHT) t = weights_get(w, TRANSFORMER_ENC_EMB_ALT);
+    return t;
+}
+
+static int64_t tf_key(const weights_t *w, tkey_t k, int64_t dflt) {
+    int64_t v = dflt;
+    weights_get_int(w, transformer_key_name(k), &v);
+    return v;
+}
+
+/* --init-from: the shape of the model in w (and config.json's epsilon) over c. */
+static tern_status_t tf_config_from_model(void *config, const weights_t *w, const model_config_t *mc) {
+    tmodel_config_t *c = config;
+    const char *file = weights_path(w);
+    const tensor_t *ee = tf_get(w, TM_ENC_EMB, -1, TP_WEIGHT), *de = tf_get(w, TM_DEC_EMB, -1, TP_WEIGHT),
+                   *pw = tf_get(w, TM_PROJ, -1, TP_WEIGHT), *f1 = tf_get(w, TM_ENC_FFN1, 0, TP_WEIGHT),
+                   *pos = tf_get(w, TM_ENC_POS, -1, TP_ENCODINGS);
+    if (!ee || !de || !pw || !f1 || ee->rank != 2 || f1->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: not a Transformer of Tern's or CTranslate2's layout (no encoder "
+                          "embedding, decoder embedding, projection or first feed-forward layer)", file);
+    c->d = (int)ee->shape[1];
+    c->ff = (int)f1->shape[0];
+    c->enc_layers = c->dec_layers = 0;
+    while (tf_get(w, TM_ENC_FFN1, c->enc_layers, TP_WEIGHT)) c->enc_layers++;
+    while (tf_get(w, TM_DEC_FFN1, c->dec_layers, TP_WEIGHT)) c->dec_layers++;
+    if (!c->dec_layers) return tern_error(TERN_ERR_FORMAT, "%s: no decoder layers", file);
+    c->heads = (int)tf_key(w, TKEY_ENC_HEADS, 8);
+    c->pre_norm = (int)tf_key(w, TKEY_ENC_PRE_NORM, 1);
+    c->act = (activation_t)tf_key(w, TKEY_ENC_ACT, ACT_RELU);
+    c->scale_emb = (int)tf_key(w, TKEY_ENC_SCALE_EMB, 1);
+    if (c->heads < 1 || c->d % c->heads)
+        return tern_error(TERN_ERR_MISMATCH, "%s: %d heads do not divide the width %d", file, c->heads, c->d);
+    c->learned_pos = pos != NULL;
+    c->max_pos = pos ? -(int)pos->shape[0] : 0; /* < 0: the model's table, kept (tf_create) */
+    c->share_emb = de->data == ee->data;
+    c->tie_proj = pw->data == de->data;
+    c->proj_bias = tf_get(w, TM_PROJ, -1, TP_BIAS) != NULL;
+    c->eps = mc->layer_norm_epsilon > 0 ? mc->layer_norm_epsilon : 1e-6f;
     return TERN_OK;
 }
 
@@ -200,6 +248,7 @@ const train_family_t train_family_transformer = {
     .destroy = tf_destroy,
     .init_params = tf_init_params,
     .load = tf_load,
+    .config_from_model = tf_config_from_model,
     .params_changed = tf_params_changed,
     .config_values = tf_config_values,
     .scalars = tf_scalars,

@@ -85,6 +85,8 @@ typedef struct {
     int adam_ok;
     slot_t *slots;
     tensor_t *pv, *mv, *vv; /* (n_tensors) views of params, Adam m, Adam v */
+    int *frozen;             /* (n_tensors) 1: kept as it starts (--freeze); NULL: none */
+    float *frozen_copy;      /* the frozen tensors' starting values, one after another */
     int rank, world;         /* data-parallel (dist.h): rank 0 writes every file; world 1 without mpirun */
     dist_grads_t *dg;        /* gradient buckets (world > 1) */
 
@@ -579,6 +581,52 @@ static void copy_batch(slot_t *s, const data_batch_t *b) {
     memcpy(s->tout, b->tgt_out, sizeof *s->tout * (size_t)b->B * (size_t)b->T);
 }
 
+/* --freeze: marks the frozen tensors (their starting values are copied at the first update). */
+static tern_status_t setup_freeze(trainer_t *t) {
+    const char *f = t->o->freeze;
+    if (!f) return TERN_OK;
+    if (strcmp(f, "embeddings") && strcmp(f, "encoder"))
+        return tern_error(TERN_ERR_INVALID_ARG, "--freeze must be embeddings or encoder, got '%s'", f);
+    if (!(t->frozen = calloc((size_t)t->m.n_tensors, sizeof *t->frozen))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    int n = 0;
+    for (int i = 0; i < t->m.n_tensors; i++) {
+        const char *name = t->m.tensors[i].name;
+        t->frozen[i] = !strcmp(f, "encoder") ? !strncmp(name, "encoder/", 8)
+                                             : strstr(name, "embeddings") != NULL || strstr(name, "position_enc") != NULL;
+        n += t->frozen[i];
+    }
+    if (!n) return tern_error(TERN_ERR_INVALID_ARG, "--freeze %s: the model has no such tensors", f);
+    return TERN_OK;
+}
+
+/* Copies the frozen tensors' values to (to_copy = 1) or from their copy. */
+static void freeze_copy(trainer_t *t, int to_copy) {
+    float *c = t->frozen_copy;
+    for (int i = 0; i < t->m.n_tensors; i++) {
+        if (!t->frozen[i]) continue;
+        float *p = t->m.params + t->m.tensors[i].offset;
+        size_t n = t->m.tensors[i].numel;
+        if (to_copy) memcpy(c, p, n * sizeof(float));
+        else memcpy(p, c, n * sizeof(float));
+        c += n;
+    }
+}
+
+/* Before a step: the frozen tensors' gradients to zero (so that the norm leaves them out); at the
+ * first update, their starting values are kept. */
+static tern_status_t freeze_grads(trainer_t *t) {
+    if (!t->frozen) return TERN_OK;
+    if (!t->frozen_copy) {
+        size_t n = 0;
+        for (int i = 0; i < t->m.n_tensors; i++) n += t->frozen[i] ? t->m.tensors[i].numel : 0;
+        if (!(t->frozen_copy = malloc(n * sizeof(float)))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        freeze_copy(t, 1);
+    }
+    for (int i = 0; i < t->m.n_tensors; i++)
+        if (t->frozen[i]) memset(t->m.grads + t->m.tensors[i].offset, 0, t->m.tensors[i].numel * sizeof(float));
+    return TERN_OK;
+}
+
 /* One update of n batches in all (over the ranks), ntok target tokens in all; this rank holds
  * nslots of them, the batches [first, first + nslots) of the update. Data-parallel: the gradients
  * are summed over the ranks in buckets (dist.h), during the backward pass of the rank's last
@@ -609,6 +657,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
         dist_sum_doubles(sums, 2);
         loss = sums[0], nll = sums[1];
     }
+    if ((st = freeze_grads(t))) return st;
     double gnorm = grad_global_norm(t->m.grads, t->m.n_params);
     if (!isfinite(gnorm))
         return tern_error(TERN_ERR_INPUT, "update %ld: the gradient norm is %g: training diverged (lower --lr, "
@@ -622,6 +671,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     } else {
         adam_step_scaled(&t->adam, t->m.params, t->m.grads, coef, (float)lr);
     }
+    if (t->frozen) freeze_copy(t, 0); /* after the step: back to where they started (weight decay too) */
     t->fam->params_changed(&t->m);
     t->updates++;
     t->dirty = 1;
@@ -704,6 +754,37 @@ static tern_status_t open_data(trainer_t *t) {
     return TERN_OK;
 }
 
+/* --init-from: the model's weights (*w, loaded) and its family's configuration read from them over
+ * config (into *out, malloc'd). The model must be of the run's family. */
+static tern_status_t init_config(trainer_t *t, weights_t **w, const void *config, void **out) {
+    const char *dir = t->o->init_from;
+    char p[4096];
+    model_config_t mc;
+    model_config_defaults(&mc);
+    tern_status_t st;
+    path_join(p, sizeof p, dir, "config.json");
+    if (file_exists(p) && (st = model_config_load(&mc, p))) return st;
+    const char *arch = mc.architecture[0] ? mc.architecture : TRAIN_DEFAULT_ARCHITECTURE;
+    if (strcmp(arch, t->fam->architecture))
+        return tern_error(TERN_ERR_MISMATCH, "--init-from %s: a %s model, but this run trains a %s", dir, arch,
+                          t->fam->architecture);
+    if (!t->fam->config_from_model)
+        return tern_error(TERN_ERR_UNSUPPORTED, "--init-from %s: the %s family cannot start from a model yet", dir,
+                          arch);
+    path_join(p, sizeof p, dir, "model.safetensors");
+    if (file_exists(p)) st = weights_load_safetensors(w, p);
+    else {
+        path_join(p, sizeof p, dir, "model.bin");
+        if (!file_exists(p))
+            return tern_error(TERN_ERR_IO, "--init-from %s: no model.safetensors or model.bin in this directory", dir);
+        st = weights_load_ct2(w, p);
+    }
+    if (st) return st;
+    if (!(*out = malloc(t->fam->config_size))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    memcpy(*out, config, t->fam->config_size);
+    return t->fam->config_from_model(*out, *w, &mc);
+}
+
 static tern_status_t setup_model(trainer_t *t) {
     const trainer_options_t *o = t->o;
     const char *arch = o->architecture ? o->architecture : TRAIN_DEFAULT_ARCHITECTURE;
@@ -719,11 +800,21 @@ static tern_status_t setup_model(trainer_t *t) {
         t->fam->default_config(defaults);
         config = defaults;
     }
-    tern_status_t st = t->fam->create(&t->m, config, &dd);
+    weights_t *init = NULL;
+    void *from_model = NULL;
+    tern_status_t st = TERN_OK;
+    if (o->init_from && (st = init_config(t, &init, config, &from_model))) {
+        free(defaults);
+        return st;
+    }
+    st = t->fam->create(&t->m, from_model ? from_model : config, &dd);
     free(defaults);
-    if (st) return st;
-    t->m_ok = 1;
-    t->fam->init_params(&t->m, o->seed);
+    free(from_model);
+    if (!st) t->m_ok = 1;
+    if (!st && init) st = t->fam->load(&t->m, init); /* --init-from: its parameters, the optimizer fresh */
+    else if (!st) t->fam->init_params(&t->m, o->seed);
+    weights_free(init);
+    if (st) return o->init_from ? tern_error_prefix(st, "--init-from %s: ", o->init_from) : st;
     int mB, mS, mT, ms, mt;
     data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
     if (t->valid_it) {
@@ -788,6 +879,8 @@ static void trainer_free(trainer_t *t) {
     if (t->slots)
         for (int j = 0; j < t->o->update_freq; j++) free(t->slots[j].src), free(t->slots[j].tin), free(t->slots[j].tout);
     free(t->slots);
+    free(t->frozen);
+    free(t->frozen_copy);
     free(t->pv), free(t->mv), free(t->vv);
     dist_grads_free(t->dg);
     if (t->ws) t->fam->ws_free(t->ws);
@@ -1021,7 +1114,7 @@ tern_status_t trainer_run(const trainer_options_t *o, trainer_result_t *result) 
     if ((st = find_resume_dir(o, resume_dir, sizeof resume_dir))) return st;
     if ((st = open_train_log(&t, resume_dir[0] != 0))) return st;
 
-    if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = load_bleu_lines(&t)))
+    if ((st = load_vocab(&t)) || (st = open_data(&t)) || (st = setup_model(&t)) || (st = setup_freeze(&t)) || (st = load_bleu_lines(&t)))
         goto done;
     if ((st = resume_and_open_curves(&t, resume_dir))) goto done;
     t.dirty = !resume_dir[0];

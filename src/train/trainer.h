@@ -55,6 +55,13 @@ typedef struct {
     const void *model_config;   /* that family's configuration (train_family_t.config_size bytes);
                                    NULL: the family's defaults (its default_config()) */
     uint64_t seed;              /* parameter initialization, batch order, dropout masks (1) */
+    const char *init_from;      /* a model directory (Tern or CTranslate2) whose parameters start a
+                                   fresh run (fine-tuning): its family's shape is read from it
+                                   (config_from_model), its tensors loaded, the optimizer fresh;
+                                   NULL: initialization from seed */
+    const char *freeze;         /* parameters kept as they start: "embeddings" (token embeddings,
+                                   position tables and a tied projection), "encoder" (every encoder
+                                   tensor, its embeddings included); NULL: none */
 
     /* ---- data */
     const char *vocab_dir;      /* model directory from `tern vocab --model-dir` (config.json,
