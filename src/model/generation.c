@@ -59,26 +59,56 @@ static tern_status_t read_keys(tern_search_params_t *p, const cJSON *root, const
     return TERN_OK;
 }
 
-tern_status_t model_generation_load(tern_search_params_t *p, int *found, const char *dir) {
-    char path[2048];
-    *found = 0;
-    path_join(path, sizeof path, dir, MODEL_GENERATION_FILE);
+/* path as a JSON object into *root (NULL when the file does not exist). */
+static tern_status_t read_object(const char *path, cJSON **root) {
+    *root = NULL;
     if (!file_exists(path)) return TERN_OK;
     char *text = NULL;
     size_t n = 0;
     tern_status_t st = file_read_all(path, &text, &n);
     if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, n);
+    *root = cJSON_ParseWithLength(text, n);
     free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
+    if (!cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
         return tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    return TERN_OK;
+}
+
+/* The keys a transformers checkpoint of before GenerationConfig keeps in config.json (OPUS-MT's:
+ * num_beams, max_length, bad_words_ids): read when config.json has a "model_type" and at least
+ * one of them, as transformers reads them when there is no generation_config.json. */
+static int legacy_hf_config(const cJSON *root) {
+    static const char *const keys[] = {"num_beams", "max_length", "length_penalty", "min_length", NULL};
+    if (!cJSON_GetObjectItemCaseSensitive(root, "model_type")) return 0;
+    for (int i = 0; keys[i]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(root, keys[i])) return 1;
+    return 0;
+}
+
+tern_status_t model_generation_load(tern_search_params_t *p, char *source, size_t n, const char *dir) {
+    char path[2048];
+    cJSON *root;
+    source[0] = 0;
+    path_join(path, sizeof path, dir, MODEL_GENERATION_FILE);
+    tern_status_t st = read_object(path, &root);
+    if (st) return st;
+    if (!root) {
+        path_join(path, sizeof path, dir, "config.json");
+        if ((st = read_object(path, &root))) return st;
+        if (root && !legacy_hf_config(root)) {
+            cJSON_Delete(root);
+            return TERN_OK;
+        }
+        if (!root) return TERN_OK;
     }
     tern_search_params_t q = *p;
     st = read_keys(&q, root, path);
     cJSON_Delete(root);
     if (st) return st;
     *p = q;
-    *found = 1;
+    snprintf(source, n, "%s", path);
     return TERN_OK;
 }

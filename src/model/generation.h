@@ -20,12 +20,16 @@
 #ifndef TERN_MODEL_GENERATION_H
 #define TERN_MODEL_GENERATION_H
 
+#include <stddef.h>
+
 #include "base/base.h"
 
 #define MODEL_GENERATION_FILE "generation_config.json"
 
-/* Reads dir/generation_config.json over *p (keys absent stay as they are). *found = 1 when the
- * file exists (0: *p untouched, TERN_OK). */
-tern_status_t model_generation_load(tern_search_params_t *p, int *found, const char *dir);
+/* Reads dir/generation_config.json over *p (keys absent stay as they are); without it, the same
+ * keys from a transformers config.json that has them (older checkpoints, e.g. OPUS-MT's: a
+ * "model_type" and num_beams or max_length). source (n bytes) receives the file read, "" when
+ * none (*p untouched). */
+tern_status_t model_generation_load(tern_search_params_t *p, char *source, size_t n, const char *dir);
 
 #endif

@@ -110,9 +110,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     if (file_exists(p) && (st = model_config_load(&m->cfg, p))) goto fail;
     if ((st = model_family_find(&m->fam, &m->cfg, p))) goto fail;
     m->search = tern_search_default_params();
-    int has_generation;
-    if ((st = model_generation_load(&m->search, &has_generation, dir))) goto fail;
-    if (has_generation) path_join(m->search_source, sizeof m->search_source, dir, MODEL_GENERATION_FILE);
+    if ((st = model_generation_load(&m->search, m->search_source, sizeof m->search_source, dir))) goto fail;
     path_join(p, sizeof p, dir, "model.safetensors");
     if (file_exists(p)) {
         strcpy(m->format, "tern");
