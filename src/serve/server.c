@@ -964,6 +964,16 @@ static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, c
     return send_json(s, c, cx, 200, arr, 0);
 }
 
+/* The default search parameters /v1/models shows. */
+static cJSON *params_json(const tern_search_params_t *p) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "beam_size", p->beam_size);
+    cJSON_AddNumberToObject(o, "num_hypotheses", p->num_hypotheses);
+    cJSON_AddNumberToObject(o, "length_penalty", p->length_penalty);
+    cJSON_AddNumberToObject(o, "max_decoding_length", p->max_decoding_length);
+    return o;
+}
+
 static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     cJSON *arr = cJSON_CreateArray();
     tern_search_params_t d = engine_default_params(s->engine);
@@ -976,23 +986,13 @@ static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn
         cJSON_AddStringToObject(o, "source", a);
         cJSON_AddStringToObject(o, "target", b);
         tern_search_params_t md = engine_model_params(m);
-        cJSON *mdef = cJSON_CreateObject();
-        cJSON_AddNumberToObject(mdef, "beam_size", md.beam_size);
-        cJSON_AddNumberToObject(mdef, "num_hypotheses", md.num_hypotheses);
-        cJSON_AddNumberToObject(mdef, "length_penalty", md.length_penalty);
-        cJSON_AddNumberToObject(mdef, "max_decoding_length", md.max_decoding_length);
-        cJSON_AddItemToObject(o, "defaults", mdef);
+        cJSON_AddItemToObject(o, "defaults", params_json(&md));
         if (i == 0) d = md;
         cJSON_AddItemToArray(arr, o);
     }
     cJSON *resp = cJSON_CreateObject();
     cJSON_AddItemToObject(resp, "models", arr);
-    cJSON *def = cJSON_CreateObject();
-    cJSON_AddNumberToObject(def, "beam_size", d.beam_size);
-    cJSON_AddNumberToObject(def, "num_hypotheses", d.num_hypotheses);
-    cJSON_AddNumberToObject(def, "length_penalty", d.length_penalty);
-    cJSON_AddNumberToObject(def, "max_decoding_length", d.max_decoding_length);
-    cJSON_AddItemToObject(resp, "defaults", def);
+    cJSON_AddItemToObject(resp, "defaults", params_json(&d));
     cJSON *lim = cJSON_CreateObject();
     cJSON_AddNumberToObject(lim, "max_beam", s->opt.max_beam);
     cJSON_AddNumberToObject(lim, "max_decoding_length", s->opt.max_decoding_length);
