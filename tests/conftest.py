@@ -6,6 +6,12 @@ import sys
 
 import pytest
 
+# CTranslate2 picks its int8 GEMM when it is first imported: with CT2_USE_MKL=1, Intel MKL's on any
+# CPU, exact like Tern's (oneDNN's u8*s8 GEMM saturates on AVX2-only CPUs; tests/test_translate_peer.py
+# says more). Set here, before any test module imports ctranslate2, so that the order in which a
+# pytest process (or an xdist worker) imports the test files does not change the reference.
+os.environ.setdefault("CT2_USE_MKL", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERN = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
