@@ -16,7 +16,9 @@ inputs of each with generate(); Tern reads the directory as transformers wrote i
 * bad checkpoints: an unknown model_type, a missing tokenizer file, a vocab.json that does not match
   the embedding rows, a truncated or incomplete model.safetensors: errors naming the file and the
   key or tensor.
-The pad token's final_logits_bias is raised (+1.5): it would often be the argmax, and both sides
+The second shape's file holds the whole state dict, the position tables included (as older
+checkpoints do; the others, as save_pretrained writes them, leave them to be computed). The pad
+token's final_logits_bias is raised (+1.5): it would often be the argmax, and both sides
 must never output it (transformers: bad_words_ids; Tern: the pad token suppressed, renormalized,
 which generate's renormalize_logits=True matches). Binary: $TERN_BIN (default build/tern).
 """
@@ -117,7 +119,8 @@ def checkpoints(spm, tmp_path_factory):
         cases.append({"dir": str(model), "seed": sum(map(ord, label)), "config": config, "vocab": vocab,
                       "init_std": 0.15, "qk_std": 0.5, "cross_std": 0.5, "emb_std": emb_std, "pad_bias": 1.5, "max_len": MAX_LEN, "inputs": srcs, "beam": 4,
                       "calibrate": {"lo": -3.0, "hi": 6.0, "iters": 6, "target": 10, "n": 20},
-                      "texts": spm["texts"] if label == SHAPES[0][0] else []})
+                      "texts": spm["texts"] if label == SHAPES[0][0] else [],
+                      "store_positions": not kw["share_encoder_decoder_embeddings"]})
     (top / "req.json").write_text(json.dumps({"cases": cases}))
     r = subprocess.run([TORCH_PY, REF, str(top / "req.json"), str(top / "ref.json")], capture_output=True, text=True,
                        timeout=900)

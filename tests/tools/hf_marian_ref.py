@@ -6,7 +6,8 @@
 REQUEST.json: {"cases": [case, ...]}, each case {"dir": model directory to write, "seed": s, "config": MarianConfig keyword
 arguments, "vocab": [pieces, id order], "init_std", "qk_std", "cross_std", "emb_std": stds of the random weights, "pad_bias": added to
 the pad token's final_logits_bias, "max_len": N, "inputs": [[source ids], ...] (without the end
-token), "calibrate": {"lo", "hi", "iters", "target", "n"}, "beam": 4, "texts": [raw sentences]}.
+token), "calibrate": {"lo", "hi", "iters", "target", "n"}, "beam": 4, "texts": [raw sentences],
+"store_positions": true to write the whole state dict (the position tables included) instead}.
 
 It builds MarianMTModel(MarianConfig(**config)) with torch.manual_seed(seed), gives every
 parameter random values (normal(0, init_std); attention q and k weights normal(0, qk_std), the
@@ -134,6 +135,10 @@ def one(req):
         out = {"eos_bias": calibrate(model, cfg, req) if "calibrate" in req else 0.0}
         d = req["dir"]
         model.save_pretrained(d, safe_serialization=True)
+        if req.get("store_positions"):  # as older checkpoints: the whole state dict, position tables included
+            from safetensors.torch import save_file
+            save_file({k: v.contiguous() for k, v in model.state_dict().items()}, f"{d}/model.safetensors",
+                      metadata={"format": "pt"})
         with open(f"{d}/vocab.json", "w") as f:
             json.dump({p: i for i, p in enumerate(req["vocab"])}, f, ensure_ascii=False)
         out["greedy"] = generate(model, cfg, req["inputs"], req["max_len"], 1)
