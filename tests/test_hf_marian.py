@@ -249,6 +249,9 @@ def test_bad_checkpoints(case, tmp_path):
     assert "model.safetensors" in err and "encoder.layers.2." in err, err
     err = broken(case, tmp_path / "e", lambda m: config(m, d_model=48))
     assert "shared.weight" in err and "expected shape" in err, err
+    # tern convert does not write a broken Tern directory from it
+    r = run(TERN, "convert", "--from", d / "model", "-o", tmp_path / "conv", check=False)
+    assert r.returncode != 0 and "Hugging Face" in r.stderr and not (tmp_path / "conv").exists(), r.stderr
     # a missing tokenizer file: an error naming it when raw text is to be read
     m = tmp_path / "f"
     shutil.copytree(d / "model", m)
