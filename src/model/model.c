@@ -88,6 +88,7 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     tern_status_t st = hf_checkpoint_load(&c, dir, o->use_spm != 0 && !o->source_spm && !o->target_spm);
     if (st) return st;
     strcpy(m->format, "huggingface");
+    m->marian_codes = !strcmp(c.model_type, "marian");
     m->weights = c.weights, m->src_vocab = c.src_vocab, m->tgt_vocab = c.tgt_vocab, m->cfg = c.cfg;
     memcpy(m->src_vocab_path, c.src_vocab_path, sizeof m->src_vocab_path);
     memcpy(m->tgt_vocab_path, c.tgt_vocab_path, sizeof m->tgt_vocab_path);
@@ -350,11 +351,39 @@ static tern_status_t text_to_ids(const vocab_t *v, const spm_t *sp, int unk, con
     return TERN_OK;
 }
 
+/* MarianTokenizer's language code (">>fra<<", its regular expression ">>.+<<"): the span from the
+ * first ">>" to the last "<<" after it is cut out of the text before SentencePiece, and when the
+ * text starts with it, it is the first token, looked up whole. */
+static tern_status_t marian_text_to_ids(const tern_model_t *m, const char *text, size_t len, int **ids, int *n) {
+    const char *a = NULL, *b = NULL;
+    for (size_t i = 0; i + 1 < len && !a; i++)
+        if (text[i] == '>' && text[i + 1] == '>') a = text + i;
+    for (size_t i = len; a && i >= 2 && !b; i--)
+        if (text[i - 2] == '<' && text[i - 1] == '<' && text + i - 2 > a + 2) b = text + i;
+    if (!b) return text_to_ids(m->src_vocab, m->src_spm, m->src_unk, text, len, 2, ids, n);
+    char *rest = malloc(len + 1);
+    if (!rest) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    size_t k = (size_t)(a - text);
+    memcpy(rest, text, k);
+    memcpy(rest + k, b, len - (size_t)(b - text));
+    k += len - (size_t)(b - text);
+    tern_status_t st = text_to_ids(m->src_vocab, m->src_spm, m->src_unk, rest, k, 3, ids, n);
+    free(rest);
+    if (st || a != text) return st;
+    int code = vocab_lookup_n(m->src_vocab, a, (size_t)(b - a));
+    memmove(*ids + 1, *ids, (size_t)*n * sizeof(int));
+    (*ids)[0] = code >= 0 ? code : (m->src_unk >= 0 ? m->src_unk : 0);
+    (*n)++;
+    return TERN_OK;
+}
+
 static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
                                        int pretok, int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
-    tern_status_t st = text_to_ids(m->src_vocab, pretok ? NULL : m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
+    tern_status_t st = m->marian_codes && !pretok && m->src_spm
+                           ? marian_text_to_ids(m, text, len, &tok, &nt)
+                           : text_to_ids(m->src_vocab, pretok ? NULL : m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
     if (st) return st;
     if (nt == 0) { /* empty input: no tokens at all, even with bos/eos configured */
         *ids = tok;

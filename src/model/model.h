@@ -34,6 +34,7 @@ struct tern_model {
      * never_tok[never_off[i] .. never_off[i + 1]); an ensemble: member 0's (not owned) */
     int *never_tok, *never_off;
     int n_never;
+    int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
 };
 
