@@ -255,6 +255,15 @@ def test_bad_checkpoints(case, tmp_path):
     assert "model.safetensors" in err and "encoder.layers.2." in err, err
     err = broken(case, tmp_path / "e", lambda m: config(m, d_model=48))
     assert "shared.weight" in err and "expected shape" in err, err
+    err = broken(case, tmp_path / "g", lambda m: config(m, activation_function="mish"))
+    assert "config.json" in err and "activation_function" in err and "'mish'" in err, err
+    err = broken(case, tmp_path / "h", lambda m: config(m, tie_word_embeddings=False))
+    assert "lm_head.weight" in err and "tie_word_embeddings" in err, err
+    err = broken(case, tmp_path / "i", lambda m: config(m, bad_words_ids=[[]]))
+    assert "config.json" in err and "bad_words_ids" in err, err
+    err = broken(case, tmp_path / "j", lambda m: (m / "vocab.json").write_text(json.dumps(
+        {p: (1 if p == "</s>" else i) for i, p in enumerate(vocab)})))
+    assert "vocab.json" in err and "'</s>'" in err and "same id 1" in err, err
     # tern convert does not write a broken Tern directory from it
     r = run(TERN, "convert", "--from", d / "model", "-o", tmp_path / "conv", check=False)
     assert r.returncode != 0 and "Hugging Face" in r.stderr and not (tmp_path / "conv").exists(), r.stderr

@@ -477,7 +477,7 @@ static void add_never(hf_checkpoint_t *out, const int *seq, int n, const char *p
         if (len == n && !memcmp(out->never + a, seq, (size_t)n * sizeof *seq)) return;
     }
     int at = out->never_off[out->n_never];
-    if (at + n > HF_MAX_NEVER || n < 1) {
+    if (at + n > HF_MAX_NEVER) {
         TERN_WARN("%s: bad_words_ids: more than %d tokens in all: the rest is ignored", path, HF_MAX_NEVER);
         return;
     }
@@ -500,6 +500,7 @@ static tern_status_t read_bad_words(hf_checkpoint_t *out, const cJSON *root, con
                 return tern_error(TERN_ERR_FORMAT, "%s: \"bad_words_ids\": %s in [0, %d)", path, bad, V);
             if (n < HF_MAX_NEVER) seq[n++] = (int)d;
         }
+        if (n == 0) return tern_error(TERN_ERR_FORMAT, "%s: \"bad_words_ids\": an empty sequence", path);
         add_never(out, seq, n, path);
     }
     return TERN_OK;
