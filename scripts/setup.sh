@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Tern needs to build and test, on a fresh Debian 12 machine.
 # Debian packages for the build; a Python virtual environment (.venv) for the test-time peers
-# (ctranslate2, sacrebleu, numpy, pytest, sentencepiece). Idempotent: safe to run again.
+# (ctranslate2, sacrebleu, numpy, pytest, sentencepiece); transformers beside Debian's torch.
+# Idempotent: safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,4 +51,19 @@ if [ "${TERN_NO_PYTHON:-0}" != 1 ]; then
     "$PY" -m venv .venv
   fi
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tests/requirements.txt
+fi
+
+# --- Hugging Face checkpoints (issue 26) ---------------------------------------------------------
+# tests/test_hf_marian.py checks Tern's reading of Hugging Face MarianMT checkpoints against
+# transformers itself: transformers (and sentencepiece, for MarianTokenizer) from PyPI into
+# Debian's /usr/bin/python3, beside its python3-torch (the test virtual environment has no torch).
+# Where that Python has no torch (TERN_NO_TORCH=1), nothing is installed and the test skips.
+HF_PKGS=("transformers==4.40.2" "sentencepiece==0.2.0")
+if [ "${TERN_NO_PYTHON:-0}" != 1 ]; then
+  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    /usr/bin/python3 -c "import sentencepiece, transformers as t; assert t.__version__ == '4.40.2'" 2>/dev/null ||
+      /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages "${HF_PKGS[@]}"
+  else
+    echo "setup.sh: /usr/bin/python3 has no torch: transformers not installed (tests/test_hf_marian.py skips)"
+  fi
 fi

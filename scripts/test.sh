@@ -55,6 +55,10 @@ san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_genera
 for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${san_tests[@]}"
+# Hugging Face checkpoints under ASan/UBSan: bad checkpoints, greedy, force decoding and raw text on
+# the first shape (the whole file runs in the full suite)
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_marian.py \
+  -k "d32 and (bad_checkpoints or greedy or raw_text)"
 # Continuous beam search under ASan/UBSan: three of test_continuous's cases (all of them, the Python
 # API's included, run in the full suite on the plain build; the sanitizer build is ~6x slower)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_continuous.py \

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "model/model_dir.h"
 #include "model/family.h"
+#include "model/hf_format.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -236,6 +237,11 @@ int cmd_convert(int argc, char **argv) {
     void **own = NULL;
     const char **an = NULL, **at = NULL;
     int n = 0, no = 0, rc = 1;
+    if (hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"))) {
+        tern_error(TERN_ERR_UNSUPPORTED, "%s: a Hugging Face checkpoint (\"model_type\"): tern translate -m reads it as "
+                   "it is (--compute-type int8 quantizes it at load); converting it is not supported yet", p);
+        goto fail;
+    }
     path_join(p, sizeof p, from, "model.safetensors");
     if (file_exists(p)) {
         if (weights_load_safetensors(&w, p)) goto fail;

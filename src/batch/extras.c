@@ -39,19 +39,8 @@ static tern_status_t encode(const request_extras_t *x, const char *text, const c
     return TERN_OK;
 }
 
-static tern_status_t add_suppress(request_extras_t *x, const tern_text_t *t, int *cap) {
-    int *ids = NULL, n = 0;
-    tern_status_t st = encode(x, t->text ? t->text : "", t->origin, &ids, &n);
-    if (st || n == 0) {
-        free(ids);
-        return st;
-    }
-    if (n - 1 > SEARCH_MAX_HISTORY) {
-        TERN_WARN("%s: a suppressed sequence has at most %d pieces (got %d): ignored", t->origin ? t->origin : "suppress",
-                  SEARCH_MAX_HISTORY + 1, n);
-        free(ids);
-        return TERN_OK;
-    }
+/* Appends the suppressed sequence ids (n tokens, malloc'd: x takes it). */
+static tern_status_t push_suppress(request_extras_t *x, int *ids, int n, int *cap) {
     if (x->suppress.n == *cap) {
         *cap = *cap ? *cap * 2 : 16;
         int **s = realloc(x->suppress.seq, (size_t)*cap * sizeof *s);
@@ -66,6 +55,37 @@ static tern_status_t add_suppress(request_extras_t *x, const tern_text_t *t, int
     x->suppress.seq[x->suppress.n] = ids;
     x->suppress.len[x->suppress.n++] = n;
     return TERN_OK;
+}
+
+/* The sequences the model never outputs (model.h: never_tok; a Hugging Face checkpoint's pad token). */
+static tern_status_t add_model_suppress(request_extras_t *x, const tern_model_t *m, int *cap) {
+    if (m->n_members) m = m->members[0];
+    for (int i = 0; i < m->n_never; i++) {
+        int a = m->never_off[i], n = m->never_off[i + 1] - a;
+        if (n < 1 || n - 1 > SEARCH_MAX_HISTORY) continue;
+        int *ids = malloc((size_t)n * sizeof *ids);
+        if (!ids) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        memcpy(ids, m->never_tok + a, (size_t)n * sizeof *ids);
+        tern_status_t st = push_suppress(x, ids, n, cap);
+        if (st) return st;
+    }
+    return TERN_OK;
+}
+
+static tern_status_t add_suppress(request_extras_t *x, const tern_text_t *t, int *cap) {
+    int *ids = NULL, n = 0;
+    tern_status_t st = encode(x, t->text ? t->text : "", t->origin, &ids, &n);
+    if (st || n == 0) {
+        free(ids);
+        return st;
+    }
+    if (n - 1 > SEARCH_MAX_HISTORY) {
+        TERN_WARN("%s: a suppressed sequence has at most %d pieces (got %d): ignored", t->origin ? t->origin : "suppress",
+                  SEARCH_MAX_HISTORY + 1, n);
+        free(ids);
+        return TERN_OK;
+    }
+    return push_suppress(x, ids, n, cap);
 }
 
 tern_lmbr_params_t tern_lmbr_default_params(void) {
@@ -94,9 +114,11 @@ tern_status_t extras_new(request_extras_t **out, const tern_model_t *m, const te
     x->pretok = call->pretok;
     x->max_len = call->p.max_decoding_length;
     tern_status_t st = TERN_OK;
-    if (req->suppress) {
-        int cap = 0;
+    int cap = 0;
+    if (req->suppress)
         for (int k = 0; k < req->num_suppress && !st; k++) st = add_suppress(x, &req->suppress[k], &cap);
+    if (!st) st = add_model_suppress(x, m, &cap);
+    if (req->suppress || x->suppress.n) {
         x->global.suppress = &x->suppress;
         x->has_global = 1;
     }

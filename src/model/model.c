@@ -9,6 +9,7 @@
 
 #include "model/ensemble.h"
 #include "model/generation.h"
+#include "model/hf_format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,51 @@ static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
     return spm_load(&m->tgt_spm, tp);
 }
 
+/* A Hugging Face checkpoint (hf_format.h): its weights, config, vocabularies and the tokens it
+ * never outputs, taken over by m. */
+static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_options_t *o) {
+    hf_checkpoint_t c;
+    tern_status_t st = hf_checkpoint_load(&c, dir, o->use_spm != 0 && !o->source_spm && !o->target_spm);
+    if (st) return st;
+    strcpy(m->format, "huggingface");
+    m->marian_codes = !strcmp(c.model_type, "marian");
+    m->weights = c.weights, m->src_vocab = c.src_vocab, m->tgt_vocab = c.tgt_vocab, m->cfg = c.cfg;
+    memcpy(m->src_vocab_path, c.src_vocab_path, sizeof m->src_vocab_path);
+    memcpy(m->tgt_vocab_path, c.tgt_vocab_path, sizeof m->tgt_vocab_path);
+    m->never_tok = malloc(sizeof(int) * (size_t)(c.never_off[c.n_never] + 1));
+    m->never_off = malloc(sizeof(int) * (size_t)(c.n_never + 1));
+    if (!m->never_tok || !m->never_off) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    memcpy(m->never_tok, c.never, sizeof(int) * (size_t)c.never_off[c.n_never]);
+    memcpy(m->never_off, c.never_off, sizeof(int) * (size_t)(c.n_never + 1));
+    m->n_never = c.n_never;
+    return TERN_OK;
+}
+
+/* config.json, the family and the weights: a Hugging Face checkpoint (*hf set: its vocabularies
+ * are loaded too), Tern's model.safetensors or CTranslate2's model.bin. */
+static tern_status_t load_weights(tern_model_t *m, const char *dir, const tern_model_options_t *o, int *hf) {
+    char p[2048];
+    tern_status_t st;
+    model_config_defaults(&m->cfg);
+    path_join(p, sizeof p, dir, "config.json");
+    if ((*hf = hf_is_checkpoint(p))) {
+        if ((st = load_hf(m, dir, o))) return st;
+    } else if (file_exists(p) && (st = model_config_load(&m->cfg, p))) {
+        return st;
+    }
+    if ((st = model_family_find(&m->fam, &m->cfg, p))) return st;
+    if (*hf) return TERN_OK;
+    path_join(p, sizeof p, dir, "model.safetensors");
+    if (file_exists(p)) {
+        strcpy(m->format, "tern");
+        return weights_load_safetensors_flags(&m->weights, p, WEIGHTS_DEFER_COPIES);
+    }
+    path_join(p, sizeof p, dir, "model.bin");
+    if (!file_exists(p)) return tern_error(TERN_ERR_IO, "%s: no model.safetensors or model.bin in this directory", dir);
+    strcpy(m->format, "ctranslate2");
+    return weights_load_ct2_flags(&m->weights, p, WEIGHTS_DEFER_COPIES);
+}
+
 void tern_model_free(tern_model_t *m) {
     if (!m) return;
     if (m->fam && m->net) m->fam->free(m->net);
@@ -87,6 +133,7 @@ void tern_model_free(tern_model_t *m) {
     for (int k = 0; k < m->n_members; k++) tern_model_free(m->members[k]);
     free(m->members);
     weights_free(m->weights);
+    if (!m->n_members) free(m->never_tok), free(m->never_off);
     if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
     vocab_free(m->src_vocab);
     if (m->tgt_spm != m->src_spm) spm_free(m->tgt_spm);
@@ -103,27 +150,11 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     tern_model_t *m = calloc(1, sizeof *m);
     if (!m) return tern_error(TERN_ERR_NOMEM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
-    char p[2048];
     tern_status_t st;
-    model_config_defaults(&m->cfg);
-    path_join(p, sizeof p, dir, "config.json");
-    if (file_exists(p) && (st = model_config_load(&m->cfg, p))) goto fail;
-    if ((st = model_family_find(&m->fam, &m->cfg, p))) goto fail;
+    int hf = 0;
+    if ((st = load_weights(m, dir, &o, &hf))) goto fail;
     m->search = tern_search_default_params();
     if ((st = model_generation_load(&m->search, m->search_source, sizeof m->search_source, dir))) goto fail;
-    path_join(p, sizeof p, dir, "model.safetensors");
-    if (file_exists(p)) {
-        strcpy(m->format, "tern");
-        if ((st = weights_load_safetensors_flags(&m->weights, p, WEIGHTS_DEFER_COPIES))) goto fail;
-    } else {
-        path_join(p, sizeof p, dir, "model.bin");
-        if (!file_exists(p)) {
-            st = tern_error(TERN_ERR_IO, "%s: no model.safetensors or model.bin in this directory", dir);
-            goto fail;
-        }
-        strcpy(m->format, "ctranslate2");
-        if ((st = weights_load_ct2_flags(&m->weights, p, WEIGHTS_DEFER_COPIES))) goto fail;
-    }
     char vmap_path[2048] = "";
     if (o.vmap) snprintf(vmap_path, sizeof vmap_path, "%s", o.vmap);
     else if (o.use_vmap) path_join(vmap_path, sizeof vmap_path, dir, "vmap.txt");
@@ -143,7 +174,7 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         goto fail;
     if ((st = weights_settle(m->weights))) goto fail;
     m->fam->describe(m->net, &m->info);
-    if ((st = load_vocab_pair(m))) goto fail;
+    if (!hf && (st = load_vocab_pair(m))) goto fail;
     int nsrc = m->info.source_vocab_size, ntgt = m->info.target_vocab_size;
     if (vocab_size(m->src_vocab) != nsrc || vocab_size(m->tgt_vocab) != ntgt) {
         /* Name the vocabulary file and the embedding tensor (in its weights file) that disagree. */
@@ -259,6 +290,7 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_eos = m0->tgt_eos;
     m->tgt_unk = m0->tgt_unk;
     m->vmap = m0->vmap;
+    m->never_tok = m0->never_tok, m->never_off = m0->never_off, m->n_never = m0->n_never;
     m->search = m0->search;
     memcpy(m->search_source, m0->search_source, sizeof m->search_source);
     free(fams), free(nets);
@@ -317,11 +349,39 @@ static tern_status_t text_to_ids(const vocab_t *v, const spm_t *sp, int unk, con
     return TERN_OK;
 }
 
+/* MarianTokenizer's language code (">>fra<<", its regular expression ">>.+<<"): the span from the
+ * first ">>" to the last "<<" after it is cut out of the text before SentencePiece, and when the
+ * text starts with it, it is the first token, looked up whole. */
+static tern_status_t marian_text_to_ids(const tern_model_t *m, const char *text, size_t len, int **ids, int *n) {
+    const char *a = NULL, *b = NULL;
+    for (size_t i = 0; i + 1 < len && !a; i++)
+        if (text[i] == '>' && text[i + 1] == '>') a = text + i;
+    for (size_t i = len; a && i >= 2 && !b; i--)
+        if (text[i - 2] == '<' && text[i - 1] == '<' && text + i - 2 > a + 2) b = text + i;
+    if (!b) return text_to_ids(m->src_vocab, m->src_spm, m->src_unk, text, len, 2, ids, n);
+    char *rest = malloc(len + 1);
+    if (!rest) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    size_t k = (size_t)(a - text);
+    memcpy(rest, text, k);
+    memcpy(rest + k, b, len - (size_t)(b - text));
+    k += len - (size_t)(b - text);
+    tern_status_t st = text_to_ids(m->src_vocab, m->src_spm, m->src_unk, rest, k, 3, ids, n);
+    free(rest);
+    if (st || a != text) return st;
+    int code = vocab_lookup_n(m->src_vocab, a, (size_t)(b - a));
+    memmove(*ids + 1, *ids, (size_t)*n * sizeof(int));
+    (*ids)[0] = code >= 0 ? code : (m->src_unk >= 0 ? m->src_unk : 0);
+    (*n)++;
+    return TERN_OK;
+}
+
 static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
                                        int pretok, int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
-    tern_status_t st = text_to_ids(m->src_vocab, pretok ? NULL : m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
+    tern_status_t st = m->marian_codes && !pretok && m->src_spm
+                           ? marian_text_to_ids(m, text, len, &tok, &nt)
+                           : text_to_ids(m->src_vocab, pretok ? NULL : m->src_spm, m->src_unk, text, len, 2, &tok, &nt);
     if (st) return st;
     if (nt == 0) { /* empty input: no tokens at all, even with bos/eos configured */
         *ids = tok;

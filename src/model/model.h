@@ -11,7 +11,7 @@
 
 struct tern_model {
     char dir[1024];
-    char format[16];             /* "ctranslate2", "tern" or "ensemble" */
+    char format[16];             /* "ctranslate2", "tern", "huggingface" or "ensemble" */
     const model_family_t *fam;   /* the family table the translator and the search use */
     void *net;                   /* the family's network (read-only, shared by translators) */
     tern_model_info_t info;      /* described once at load */
@@ -29,6 +29,12 @@ struct tern_model {
     /* its decoding defaults: the library's, with generation_config.json's over them (generation.h);
      * an ensemble: member 0's */
     tern_search_params_t search;
+    /* target token sequences it never outputs (a Hugging Face checkpoint's pad token and
+     * bad_words_ids; the search suppresses them in every request): sequence i is
+     * never_tok[never_off[i] .. never_off[i + 1]); an ensemble: member 0's (not owned) */
+    int *never_tok, *never_off;
+    int n_never;
+    int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
 };
 
