@@ -184,6 +184,27 @@ static const struct option long_opts[] = {
     {0, 0, 0, 0},
 };
 
+/* A search-parameter message with the fields named as this command's flags (in place). */
+static const char *as_flags(char *msg) {
+    static const char *const names[][2] = {{"sampling_topk", "--sampling-topk"}, {"sampling_topp", "--sampling-topp"},
+        {"sampling_temperature", "--sampling-temperature"}, {"num_samples", "--num-samples"},
+        {"repetition_penalty", "--repetition-penalty"}, {"no_repeat_ngram_size", "--no-repeat-ngram-size"},
+        {"beam_size", "-b/--beam-size"}};
+    char out[512];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 32 < sizeof out;) {
+        size_t k = 0;
+        while (k < sizeof names / sizeof names[0] && strncmp(p, names[k][0], strlen(names[k][0])) != 0) k++;
+        if (k < sizeof names / sizeof names[0]) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", names[k][1]);
+            p += strlen(names[k][0]);
+        } else out[o++] = *p++;
+    }
+    out[o] = 0;
+    snprintf(msg, 512, "%s", out);
+    return msg;
+}
+
 /* --seed: a decimal uint64. */
 static int cli_seed(const char *cmd, const char *s, uint64_t *out) {
     char *end = NULL;
@@ -348,9 +369,13 @@ int cmd_translate(int argc, char **argv) {
     o = search_params_over(&o, set, tern_model_search_params(model, NULL));
     if (files.restrict_to && !(set & SP_MINLEN)) o.min_length = 0;
     if (o.sampling_topk != 1 && !(set & SP_BEAM)) o.beam_size = 1, o.num_hypotheses = 1; /* sampling: greedy */
-    if (tern_search_params_check(&o)) {
-        fprintf(stderr, "tern translate: %s (--sampling-topk, --sampling-topp, --sampling-temperature, "
-                        "--num-samples, --repetition-penalty, --no-repeat-ngram-size, -b)\n", tern_last_error());
+    if (tern_search_params_check(&o) || o.sampling_topk > tern_model_info(model).target_vocab_size) {
+        char msg[512];
+        if (o.sampling_topk > tern_model_info(model).target_vocab_size)
+            snprintf(msg, sizeof msg, "sampling_topk %d is larger than the target vocabulary (%d)", o.sampling_topk,
+                     tern_model_info(model).target_vocab_size);
+        else snprintf(msg, sizeof msg, "%s", tern_last_error());
+        fprintf(stderr, "tern translate: %s\n", as_flags(msg));
         tern_model_free(model);
         return 2;
     }
