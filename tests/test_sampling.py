@@ -139,3 +139,28 @@ def test_bad_options(flags, names):
     r = tern("translate", "-m", MODEL, "-q", *flags, stdin="A man.\n", check=False)
     assert r.returncode == 2, r.stderr
     assert all(n in r.stderr for n in names), r.stderr
+
+
+def test_python_binding(tern_python, lines):
+    """translate_batch's CTranslate2 keywords: the CLI's samples for the same seed (the input index
+    is the key in both), num_hypotheses = samples, sorted; sampling_topk=1 = greedy; errors."""
+    tr = tern_python.Translator(MODEL, inter_threads=1, intra_threads=1)
+    src = lines[:12]
+    kw = dict(beam_size=1, sampling_topk=20, sampling_topp=0.9, sampling_temperature=0.8, seed=7,
+              length_penalty=0, max_batch_size=5)
+    got = [r.hypotheses[0] for r in tr.translate_batch(src, **kw)]
+    cli = translate("".join(l + "\n" for l in src), "-b", "1", "--sampling-topk", "20", "--sampling-topp", "0.9",
+                    "--sampling-temperature", "0.8", "--seed", "7", "--length-penalty", "0", "-t", "1")
+    assert got == cli.split("\n")[:-1]
+    res = tr.translate_batch(src, beam_size=1, sampling_topk=0, num_hypotheses=3, return_scores=True,
+                             length_penalty=0)
+    assert all(len(r.hypotheses) == 3 and r.scores == sorted(r.scores, reverse=True) for r in res)
+    greedy = tr.translate_batch(src, beam_size=1)
+    assert [r.hypotheses for r in tr.translate_batch(src, beam_size=1, sampling_topk=1)] == \
+        [r.hypotheses for r in greedy]
+    nr = tr.translate_batch(src, beam_size=1, no_repeat_ngram_size=1, repetition_penalty=1.2)
+    assert len(nr) == len(src)
+    for bad in (dict(sampling_topp=0.0, sampling_topk=5), dict(sampling_temperature=0, sampling_topk=5),
+                dict(sampling_topk=5, beam_size=4), dict(repetition_penalty=-1)):
+        with pytest.raises(Exception, match="sampling_topp|sampling_temperature|beam_size|repetition_penalty"):
+            tr.translate_batch(src, **{"beam_size": 1, **bad})
