@@ -454,6 +454,10 @@ typedef struct {
     tern_line_fn on_line;          /* the results, line by line in the input's order */
     tern_progress_fn progress;     /* after each chunk (NULL: none) */
     void *stream_data;             /* user_data of the three */
+    /* tern_translate(): each source's index for the sampling generator (tern_search_params_t's
+     * sampling: a draw depends on (seed, this index, the sample, the step)), e.g. its position in
+     * a larger input the caller cuts into requests; NULL: its position in sources */
+    const long *source_index;
 } tern_request_t;
 
 tern_request_t tern_request_default(void); /* thread-safe */

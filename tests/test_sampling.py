@@ -164,3 +164,33 @@ def test_python_binding(tern_python, lines):
                 dict(sampling_topk=5, beam_size=4), dict(repetition_penalty=-1)):
         with pytest.raises(Exception, match="sampling_topp|sampling_temperature|beam_size|repetition_penalty"):
             tr.translate_batch(src, **{"beam_size": 1, **bad})
+
+
+def test_server_v1(tmp_path, lines):
+    """/v1/translate's sampling fields: the CLI's samples for the same seed (a text's index in q is its
+    key, so two requests batched together in the server change nothing), n-best samples, 400s."""
+    import sys
+    sys.path.insert(0, os.path.join(HERE, "tools"))
+    from serve_util import Server
+    src = lines[:10]
+    s = Server(tmp_path)
+    try:
+        body = {"q": src, "sampling_topk": 20, "sampling_topp": 0.9, "sampling_temperature": 0.8, "seed": 7,
+                "length_penalty": 0}
+        st, j, _ = s.json("POST", "/v1/translate", body)
+        assert st == 200, j
+        got = [t["hypotheses"][0] for t in j["translations"]]
+        cli = translate("".join(l + "\n" for l in src), "-b", "1", "--sampling-topk", "20", "--sampling-topp", "0.9",
+                        "--sampling-temperature", "0.8", "--seed", "7", "--length-penalty", "0", "-t", "1")
+        assert got == cli.split("\n")[:-1]
+        st, j, _ = s.json("POST", "/v1/translate", {"q": src[:3], "sampling_topk": 0, "num_samples": 4,
+                                                    "return_scores": True})
+        assert st == 200 and all(len(t["hypotheses"]) == 4 and t["scores"] == sorted(t["scores"], reverse=True)
+                                 for t in j["translations"])
+        for bad, name in (({"sampling_topp": 0}, "sampling_topp"), ({"sampling_temperature": -1}, "sampling_temperature"),
+                          ({"sampling_topk": 5, "beam_size": 4}, "beam_size"), ({"num_samples": 2}, "num_samples"),
+                          ({"seed": -3}, "seed"), ({"repetition_penalty": 0}, "repetition_penalty")):
+            st, j, _ = s.json("POST", "/v1/translate", {"q": src[:1], **bad})
+            assert st == 400 and name in j["error"], j
+    finally:
+        assert s.stop() == 0, s.stderr()

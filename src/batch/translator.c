@@ -691,6 +691,7 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
     int *len = calloc(nn, sizeof(int));
     search_result_t *res = calloc(nn, sizeof *res);
     search_sentence_t **sd = req->extras ? calloc(nn, sizeof *sd) : NULL;
+    uint64_t *keys = NULL; /* sampling keys from req->source_index */
     struct call_hooks hooks = {0};
     if (req->on_result || req->on_token || req->cancel) {
         hooks.tr = tr;
@@ -711,7 +712,14 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
     if (results) memset(results, 0, (size_t)n * sizeof *results);
     translator_set_threads(&tr->opt);
     if ((st = encode_sources(tr, req, ids, len)) || (st = build_sentences(x, req, sd))) goto done;
-    if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, NULL, n, res))) goto done;
+    if (req->source_index) {
+        if (!(keys = malloc(nn * sizeof *keys))) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) keys[i] = sample_key((uint64_t)req->source_index[i], 0);
+    }
+    if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, keys, n, res))) goto done;
     for (int i = 0; results && i < n; i++)
         if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], call->pretok, &results[i], NULL))) goto done;
 done:
@@ -721,7 +729,7 @@ done:
     for (int i = 0; i < n && sd; i++) extras_sentence_free(sd[i]);
     for (int i = 0; i < n && hooks.emitted; i++) free(hooks.emitted[i]);
     free(hooks.given), free(hooks.emitted), free(hooks.map);
-    free(ids), free(len), free(res), free(sd);
+    free(ids), free(len), free(res), free(sd), free(keys);
     if (st && results)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
     return st;
