@@ -354,6 +354,11 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         constrained |= sd[i] && sd[i]->constraints;
         any_sd |= sd[i] != NULL;
     }
+    if (constrained && so.sampling.on) {
+        free(max_len);
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling (sampling_topk %d) cannot be combined with constraints",
+                          o->sampling_topk);
+    }
     vmap_decoder_t vd;
     search_remap_t *rm = NULL; /* under a vocabulary map: the processors' data in positions */
     const search_global_t *gl = call->global;
