@@ -8,8 +8,9 @@ models/en-de and Multi30k's test_2016_flickr.en.
   top-k 1        --sampling-topk 1 is -b 1 greedy, byte for byte; CTranslate2's sampling_topk=1 on the
                  model exported with `tern convert --to ct2` equals Tern's greedy (the bar of
                  tests/test_export_ct2.py: >= 99.5% of lines) and CTranslate2's own greedy exactly;
-  repetition     --no-repeat-ngram-size 2 and 3 (greedy and beam 4): no output repeats a token n-gram
-                 of that size (200 lines); --repetition-penalty 1 is byte-identical to no penalty, and
+  repetition     --no-repeat-ngram-size 2 and 3 (greedy and beam 4): no output repeats an n-gram of
+                 SentencePiece pieces of that size (200 lines, pieces in and out), where plain decoding
+                 does on some; --repetition-penalty 1 is byte-identical to no penalty, and
                  a penalty of 1.5 changes some outputs;
   bad input      contradictions exit 2 with a message naming the flags.
 """
@@ -97,20 +98,21 @@ def ngrams(pieces, n):
 
 @pytest.mark.parametrize("n,beam", [(2, 1), (3, 4)])
 def test_no_repeat_ngram(lines, n, beam):
-    text = "".join(l + "\n" for l in lines)
-    out = translate(text, "-b", beam, "--no-repeat-ngram-size", n, "-t", "2")
-    plain = translate(text, "-b", beam, "-t", "2")
-    assert len(out.split("\n")) == len(lines) + 1
-    # the check on SentencePiece pieces (the search's tokens)
+    """Checked on the search's own tokens: SentencePiece pieces in and out (--pretokenized)."""
     spm = pytest.importorskip("sentencepiece")
     sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
-    bad = [l for l in out.split("\n") if len(set(ngrams(sp.encode(l, out_type=str), n))) !=
-           len(ngrams(sp.encode(l, out_type=str), n))]
-    had = [l for l in plain.split("\n") if len(set(ngrams(sp.encode(l, out_type=str), n))) !=
-           len(ngrams(sp.encode(l, out_type=str), n))]
-    print(f"\nno-repeat-ngram {n}, beam {beam}: {len(had)} of 200 plain outputs repeat a {n}-gram, "
-          f"{len(bad)} with the control")
-    assert not bad
+    text = "".join(" ".join(sp.encode(l, out_type=str)) + "\n" for l in lines)
+    out = translate(text, "--pretokenized", "-b", beam, "--no-repeat-ngram-size", n, "-t", "2").split("\n")[:-1]
+    plain = translate(text, "--pretokenized", "-b", beam, "-t", "2").split("\n")[:-1]
+    assert len(out) == len(lines)
+
+    def repeats(line):
+        g = ngrams(line.split(), n)
+        return len(set(g)) != len(g)
+    had, bad = sum(map(repeats, plain)), sum(map(repeats, out))
+    print(f"\nno-repeat-ngram {n}, beam {beam}: {had} of 200 plain outputs repeat a {n}-gram of pieces, "
+          f"{bad} with the control")
+    assert had > 0 and bad == 0
 
 
 def test_repetition_penalty(lines):
