@@ -1,8 +1,9 @@
 """Random sampling and the repetition controls of `tern translate` (issue 28 point 1) on the shipped
 models/en-de and Multi30k's test_2016_flickr.en.
 
-  reproducible   the same --seed gives byte-identical output at -t 1 and -t 2 and with another
-                 --max-batch-size (other batches, other positions in them); another seed differs;
+  reproducible   the same --seed gives byte-identical output at -t 1 and -t 2, with 2 workers, and
+                 with another --max-batch-size, --max-batch-tokens or --read-ahead (other batches,
+                 other positions in them, other chunks); another seed differs;
                  sample 0 of --num-samples 3 is the single sample of the same seed; the n-best list
                  of samples is sorted by score;
   top-k 1        --sampling-topk 1 is -b 1 greedy, byte for byte; CTranslate2's sampling_topk=1 on the
@@ -49,6 +50,8 @@ def test_same_seed_same_output(lines):
     assert translate(text, *flags, "--seed", "7", "-t", "2") == a
     assert translate(text, *flags, "--seed", "7", "-t", "1", "--max-batch-size", "7") == a
     assert translate(text, *flags, "--seed", "7", "-t", "2", "--max-batch-tokens", "64") == a
+    assert translate(text, *flags, "--seed", "7", "-w", "2", "-t", "1", "--read-ahead", "1",
+                     "--max-batch-size", "3") == a
     b = translate(text, *flags, "--seed", "8", "-t", "1")
     differ = sum(x != y for x, y in zip(a.split("\n"), b.split("\n")))
     print(f"\nseeds 7 and 8: {differ}/60 lines differ")
