@@ -217,8 +217,7 @@ typedef enum {
     TERN_LENPEN_GNMT = 1   /* score / ((5 + |Y|) / 6)^alpha (Wu et al.) */
 } tern_length_norm_t;
 
-/* Search parameters (defaults from tern_search_default_params() in parentheses). Sampling, when it
- * comes, is appended here. */
+/* Search parameters (defaults from tern_search_default_params() in parentheses). */
 typedef struct {
     size_t struct_size;         /* sizeof this struct (set by the defaults; see "Version and ABI") */
     int beam_size;              /* 1: greedy search (argmax of the logits, no softmax; of the
@@ -244,6 +243,21 @@ typedef struct {
                                    this below the best finished one's, are dropped (0: off) */
     float prune_threshold;      /* candidates whose token probability is below this are dropped,
                                    except the best of the step (0: off) */
+    /* random sampling (greedy search only, beam_size 1; CTranslate2's names and semantics): the
+     * token of each step is drawn from the model's distribution, divided by the temperature,
+     * restricted to the top-k tokens and then to the top-p nucleus. Reproducible: the draw of a
+     * step depends only on (seed, the sentence's index in the input, the sample index, the step). */
+    int sampling_topk;          /* 1: off, argmax (1); 0: the whole vocabulary; K: the K best tokens */
+    float sampling_topp;        /* nucleus: the fewest best tokens whose probability sums to >= P,
+                                   in (0, 1]; 1: off (1) */
+    float sampling_temperature; /* > 0 (1) */
+    int num_samples;            /* hypotheses sampled per input, returned best score first, 1..1024;
+                                   > 1 needs sampling (1) */
+    uint64_t seed;              /* of the sampling (12345) */
+    /* repetition controls (any search): */
+    float repetition_penalty;   /* logits of tokens the hypothesis already has are divided by it
+                                   when positive, multiplied when negative (CTranslate2); > 0, 1: off (1) */
+    int no_repeat_ngram_size;   /* no n-gram of this size twice in a hypothesis (0: off) */
 } tern_search_params_t;
 
 tern_search_params_t tern_search_default_params(void); /* thread-safe */
@@ -440,6 +454,10 @@ typedef struct {
     tern_line_fn on_line;          /* the results, line by line in the input's order */
     tern_progress_fn progress;     /* after each chunk (NULL: none) */
     void *stream_data;             /* user_data of the three */
+    /* tern_translate(): each source's index for the sampling generator (tern_search_params_t's
+     * sampling: a draw depends on (seed, this index, the sample, the step)), e.g. its position in
+     * a larger input the caller cuts into requests; NULL: its position in sources */
+    const long *source_index;
 } tern_request_t;
 
 tern_request_t tern_request_default(void); /* thread-safe */

@@ -349,8 +349,9 @@ tern_status_t cli_translate_file(const tern_model_t *model, const tern_translato
     tern_search_params_t p = base->params ? *base->params : tern_search_default_params();
     /* scores reach the output only in n-best lists or with --scores: otherwise greedy search needs
      * no log-softmax (the argmax of the logits is the token) */
-    if (p.num_hypotheses <= 1 && !print_scores) p.return_scores = 0;
-    stream_io_t io = {in, out, x, NULL, 0, 0, p.num_hypotheses, print_scores, 0};
+    int nbest = p.num_samples > 1 ? p.num_samples : p.num_hypotheses; /* samples: an n-best list too */
+    if (nbest <= 1 && !print_scores) p.return_scores = 0;
+    stream_io_t io = {in, out, x, NULL, 0, 0, nbest, print_scores, 0};
     req.params = &p;
     req.read_source = read_source;
     req.on_line = write_line;

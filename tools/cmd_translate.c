@@ -1,3 +1,4 @@
+#include <errno.h>
 /* cmd_translate.c — `tern translate`: translate a text file or stdin with a model. A thin user of
  * tern_translate_stream() (through cli_translate_file(), which also reads the steering files). */
 #include <getopt.h>
@@ -93,6 +94,19 @@ static void usage(FILE *f) {
 "                              (normalized); default off\n"
 "  --prune-threshold P         drop candidates whose token probability is below P (default off)\n"
 "\n"
+"sampling (greedy search; docs/decoding.md):\n"
+"  --sampling-topk K           draw each token from the K most probable (0: all; 1: argmax, the\n"
+"                              default, no sampling); sampling implies -b 1 unless -b is given\n"
+"  --sampling-topp P           and from the fewest best ones whose probability sums to >= P,\n"
+"                              in (0, 1] (default 1: off)\n"
+"  --sampling-temperature T    divide the log-probabilities by T > 0 before drawing (default 1)\n"
+"  --num-samples M             M samples per input, written as an n-best list, best first (1)\n"
+"  --seed N                    the draws depend only on N, the input line, the sample and the\n"
+"                              step: the same N, the same output at any -t, -w or batch size (12345)\n"
+"  --repetition-penalty R      logits of tokens already output divided by R (multiplied when\n"
+"                              negative), CTranslate2's penalty; R > 0 (default 1: off)\n"
+"  --no-repeat-ngram-size N    no n-gram of N tokens twice in an output (default 0: off)\n"
+"\n"
 "throughput:\n"
 "  --max-batch-tokens N        token budget of a batch: sentences x longest source (default 4096)\n"
 "  --max-batch-size N          cap on sentences per batch (default 0: none)\n"
@@ -112,7 +126,8 @@ enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
-    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS
+    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS,
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP
 };
 
 static const struct option long_opts[] = {
@@ -160,9 +175,50 @@ static const struct option long_opts[] = {
     {"lmbr-clip", no_argument, 0, O_LMBR_CLIP}, {"lmbr-sum-gain", no_argument, 0, O_LMBR_SUM},
     {"prune-width", required_argument, 0, O_PRUNE_W},
     {"prune-threshold", required_argument, 0, O_PRUNE_T},
+    {"sampling-topk", required_argument, 0, O_TOPK},
+    {"sampling-topp", required_argument, 0, O_TOPP},
+    {"sampling-temperature", required_argument, 0, O_TEMP},
+    {"num-samples", required_argument, 0, O_NSAMP},
+    {"seed", required_argument, 0, O_SEED},
+    {"repetition-penalty", required_argument, 0, O_REPPEN},
+    {"no-repeat-ngram-size", required_argument, 0, O_NOREP},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
+
+/* A search-parameter message with the fields named as this command's flags (in place). */
+static const char *as_flags(char *msg) {
+    static const char *const names[][2] = {{"sampling_topk", "--sampling-topk"}, {"sampling_topp", "--sampling-topp"},
+        {"sampling_temperature", "--sampling-temperature"}, {"num_samples", "--num-samples"},
+        {"repetition_penalty", "--repetition-penalty"}, {"no_repeat_ngram_size", "--no-repeat-ngram-size"},
+        {"beam_size", "-b/--beam-size"}};
+    char out[512];
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 32 < sizeof out;) {
+        size_t k = 0;
+        while (k < sizeof names / sizeof names[0] && strncmp(p, names[k][0], strlen(names[k][0])) != 0) k++;
+        if (k < sizeof names / sizeof names[0]) {
+            o += (size_t)snprintf(out + o, sizeof out - o, "%s", names[k][1]);
+            p += strlen(names[k][0]);
+        } else out[o++] = *p++;
+    }
+    out[o] = 0;
+    snprintf(msg, 512, "%s", out);
+    return msg;
+}
+
+/* --seed: a decimal uint64. */
+static int cli_seed(const char *cmd, const char *s, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || *s == '-') {
+        fprintf(stderr, "tern %s: --seed must be an unsigned 64-bit integer (got '%s')\n", cmd, s);
+        return 0;
+    }
+    *out = (uint64_t)v;
+    return 1;
+}
 
 static void show_progress(long sentences, long tokens, double seconds, void *user_data) {
     (void)user_data;
@@ -259,6 +315,17 @@ int cmd_translate(int argc, char **argv) {
         case O_LMBR_SUM: lm.sum_gain = 1; break;
         case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width), set |= SP_PRUNE_W; break;
         case O_PRUNE_T: ok = cli_float(C, "--prune-threshold", optarg, 0, 1, &o.prune_threshold), set |= SP_PRUNE_T; break;
+        case O_TOPK: ok = cli_int(C, "--sampling-topk", optarg, 0, 1 << 30, &o.sampling_topk), set |= SP_TOPK; break;
+        case O_TOPP: ok = cli_float(C, "--sampling-topp", optarg, -1e30f, 1e30f, &o.sampling_topp), set |= SP_TOPP; break;
+        case O_TEMP:
+            ok = cli_float(C, "--sampling-temperature", optarg, -1e30f, 1e30f, &o.sampling_temperature), set |= SP_TEMP;
+            break;
+        case O_NSAMP: ok = cli_int(C, "--num-samples", optarg, 1, 1024, &o.num_samples), set |= SP_NSAMP; break;
+        case O_SEED: ok = cli_seed(C, optarg, &o.seed), set |= SP_SEED; break;
+        case O_REPPEN:
+            ok = cli_float(C, "--repetition-penalty", optarg, -1e30f, 1e30f, &o.repetition_penalty), set |= SP_REPPEN;
+            break;
+        case O_NOREP: ok = cli_int(C, "--no-repeat-ngram-size", optarg, 0, 1 << 20, &o.no_repeat_ngram_size), set |= SP_NOREP; break;
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &to.max_input_length); break;
         case O_SCORES: print_scores = 1; break;
         case O_DROP_UNK: to.keep_unk = 0; break;
@@ -303,6 +370,17 @@ int cmd_translate(int argc, char **argv) {
     if (lrc) return lrc;
     o = search_params_over(&o, set, tern_model_search_params(model, NULL));
     if (files.restrict_to && !(set & SP_MINLEN)) o.min_length = 0;
+    if (o.sampling_topk != 1 && !(set & SP_BEAM)) o.beam_size = 1, o.num_hypotheses = 1; /* sampling: greedy */
+    if (tern_search_params_check(&o) || o.sampling_topk > tern_model_info(model).target_vocab_size) {
+        char msg[512];
+        if (o.sampling_topk > tern_model_info(model).target_vocab_size)
+            snprintf(msg, sizeof msg, "sampling_topk %d is larger than the target vocabulary (%d)", o.sampling_topk,
+                     tern_model_info(model).target_vocab_size);
+        else snprintf(msg, sizeof msg, "%s", tern_last_error());
+        fprintf(stderr, "tern translate: %s\n", as_flags(msg));
+        tern_model_free(model);
+        return 2;
+    }
     if (o.num_hypotheses > o.beam_size) {
         fprintf(stderr, "tern translate: --num-hypotheses (%d) cannot exceed the beam size (%d%s)\n", o.num_hypotheses,
                 o.beam_size, set & SP_BEAM ? "" : ", the model's default: see tern info");

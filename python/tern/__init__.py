@@ -136,7 +136,10 @@ class Translator:
                         num_hypotheses: int = 1, length_penalty: float = 1.0, coverage_penalty: float = 0.0,
                         max_input_length: int = 1024, max_decoding_length: int = 256,
                         min_decoding_length: int = 1, return_scores: bool = False,
-                        callback: Optional[Callable[[StepResult], Optional[bool]]] = None) -> List[TranslationResult]:
+                        callback: Optional[Callable[[StepResult], Optional[bool]]] = None,
+                        sampling_topk: int = 1, sampling_topp: float = 1.0, sampling_temperature: float = 1.0,
+                        repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0,
+                        seed: int = 12345) -> List[TranslationResult]:
         """Translates a batch; the GIL is released while Tern works.
 
         ``source`` is a list of token lists (CTranslate2's form: the model's vocabulary pieces; the
@@ -153,6 +156,12 @@ class Translator:
         deltas of an input concatenate to its final hypothesis); beam search gives the best live
         hypothesis of each step, then the final one (``is_last``). Returning True stops the whole
         call with ``tern.CancelledError``; an exception in the callback stops it and is re-raised.
+
+        Sampling (``beam_size=1``; docs/decoding.md): ``sampling_topk`` (1: argmax, 0: all tokens),
+        ``sampling_topp``, ``sampling_temperature`` as CTranslate2's; with sampling,
+        ``num_hypotheses`` is the number of samples per input (best score first). The draws depend
+        only on ``seed``, the input's index, the sample and the step (not on batches or threads).
+        ``repetition_penalty`` and ``no_repeat_ngram_size`` as CTranslate2's.
         """
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
@@ -184,10 +193,12 @@ class Translator:
             def cb(index, step, ids, text, delta, is_last):
                 return callback(StepResult(index, step, ids, text, delta, bool(is_last)))
         out = self._t._translate(
-            src, pre, tokens, beam_size, num_hypotheses, float(length_penalty), float(coverage_penalty),
+            src, pre, tokens, beam_size, num_hypotheses if sampling_topk == 1 else 1, float(length_penalty), float(coverage_penalty),
             max_decoding_length, min_decoding_length, bool(return_scores),
             max_batch_size if batch_type == "examples" else 0, max_batch_size if batch_type == "tokens" else 0,
-            max_input_length, cb)
+            max_input_length, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
+            int(num_hypotheses) if sampling_topk != 1 else 1, int(seed), float(repetition_penalty),
+            int(no_repeat_ngram_size))
         results = []
         for hyps, scores in out:
             if tokens:

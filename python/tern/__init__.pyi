@@ -56,7 +56,10 @@ class Translator:
                         num_hypotheses: int = 1, length_penalty: float = 1.0, coverage_penalty: float = 0.0,
                         max_input_length: int = 1024, max_decoding_length: int = 256,
                         min_decoding_length: int = 1, return_scores: bool = False,
-                        callback: Optional[Callable[[StepResult], Optional[bool]]] = None) -> List[TranslationResult]: ...
+                        callback: Optional[Callable[[StepResult], Optional[bool]]] = None,
+                        sampling_topk: int = 1, sampling_topp: float = 1.0, sampling_temperature: float = 1.0,
+                        repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0,
+                        seed: int = 12345) -> List[TranslationResult]: ...
     def translate_iterable(self, source: Iterable[Source], target_prefix: Optional[Iterable[Optional[Source]]] = None,
                            max_batch_size: int = 32, batch_type: str = "examples",
                            **kwargs) -> Iterator[TranslationResult]: ...

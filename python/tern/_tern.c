@@ -235,12 +235,17 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     static char *kwlist[] = {"sources", "target_prefix", "pretokenized", "beam_size", "num_hypotheses",
                              "length_penalty", "coverage_penalty", "max_decoding_length", "min_decoding_length",
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
-                             "callback", NULL};
+                             "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
+                             "seed", "repetition_penalty", "no_repeat_ngram_size", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
     float lp = 1.0f, cp = 0.0f;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiO", kwlist, &sources, &prefixes, &pretok, &beam,
-                                     &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback))
+    tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
+    unsigned long long seed = d.seed;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfi", kwlist, &sources, &prefixes, &pretok, &beam,
+                                     &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
+                                     &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
+                                     &seed, &d.repetition_penalty, &d.no_repeat_ngram_size))
         return NULL;
     if (check_ready(self)) return NULL;
     if (callback != Py_None && !PyCallable_Check(callback)) {
@@ -272,6 +277,9 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     int n = (int)src.n;
     tern_search_params_t sp = search_params(beam, nhyp, lp, cp, maxlen, minlen);
     sp.return_scores = rs;
+    sp.sampling_topk = d.sampling_topk, sp.sampling_topp = d.sampling_topp;
+    sp.sampling_temperature = d.sampling_temperature, sp.num_samples = d.num_samples, sp.seed = (uint64_t)seed;
+    sp.repetition_penalty = d.repetition_penalty, sp.no_repeat_ngram_size = d.no_repeat_ngram_size;
     tern_request_t call = tern_request_default();
     call.sources = src.s;
     call.num_sources = n;

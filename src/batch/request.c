@@ -7,6 +7,7 @@
  * request's own parameters and batch overrides live in the call's translator_call_t, never in
  * the translator, so nothing is saved or restored around a call.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,30 @@ tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const c
     return TERN_OK;
 }
 
+/* The sampling and repetition fields (tern.h): ranges and contradictions. */
+static tern_status_t check_sampling(const tern_search_params_t *c) {
+    if (c->sampling_topk < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling_topk must be >= 0 (got %d)", c->sampling_topk);
+    if (!(c->sampling_topp > 0 && c->sampling_topp <= 1))
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling_topp must be in (0, 1] (got %g)", (double)c->sampling_topp);
+    if (!(c->sampling_temperature > 0) || isinf(c->sampling_temperature))
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling_temperature must be > 0 (got %g)",
+                          (double)c->sampling_temperature);
+    if (c->num_samples < 1 || c->num_samples > 1024)
+        return tern_error(TERN_ERR_INVALID_ARG, "num_samples must be in 1..1024 (got %d)", c->num_samples);
+    if (c->sampling_topk != 1 && c->beam_size > 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling (sampling_topk %d) needs beam_size 1 (got %d)",
+                          c->sampling_topk, c->beam_size);
+    if (c->num_samples > 1 && c->sampling_topk == 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "num_samples %d needs sampling (sampling_topk 0 or > 1, got 1)",
+                          c->num_samples);
+    if (!(c->repetition_penalty > 0) || isinf(c->repetition_penalty))
+        return tern_error(TERN_ERR_INVALID_ARG, "repetition_penalty must be > 0 (got %g)", (double)c->repetition_penalty);
+    if (c->no_repeat_ngram_size < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "no_repeat_ngram_size must be >= 0 (got %d)", c->no_repeat_ngram_size);
+    return TERN_OK;
+}
+
 static tern_status_t check_params(const tern_search_params_t *c) {
     if (c->beam_size < 1) return tern_error(TERN_ERR_INVALID_ARG, "beam_size must be >= 1 (got %d)", c->beam_size);
     if (c->num_hypotheses < 1 || c->num_hypotheses > c->beam_size)
@@ -52,7 +77,7 @@ static tern_status_t check_params(const tern_search_params_t *c) {
         return tern_error(TERN_ERR_INVALID_ARG, "eos_policy must be common or paper");
     if (!(c->prune_width >= 0) || !(c->prune_threshold >= 0) || c->prune_threshold > 1)
         return tern_error(TERN_ERR_INVALID_ARG, "prune_width must be >= 0 and prune_threshold in 0..1");
-    return TERN_OK;
+    return check_sampling(c);
 }
 
 tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src) {
@@ -77,6 +102,13 @@ tern_search_params_t search_params_over(const tern_search_params_t *f, unsigned 
     OVER(SP_MINLEN, min_length);
     OVER(SP_PRUNE_W, prune_width);
     OVER(SP_PRUNE_T, prune_threshold);
+    OVER(SP_TOPK, sampling_topk);
+    OVER(SP_TOPP, sampling_topp);
+    OVER(SP_TEMP, sampling_temperature);
+    OVER(SP_NSAMP, num_samples);
+    OVER(SP_SEED, seed);
+    OVER(SP_REPPEN, repetition_penalty);
+    OVER(SP_NOREP, no_repeat_ngram_size);
 #undef OVER
     return b;
 }
@@ -99,6 +131,9 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_batch_size = req && req->max_batch_size > 0 ? req->max_batch_size : tr->opt.max_batch_size;
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
+    if (c->p.sampling_topk > tr->model->info.target_vocab_size)
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling_topk %d is larger than the target vocabulary (%d)",
+                          c->p.sampling_topk, tr->model->info.target_vocab_size);
     return TERN_OK;
 }
 

@@ -25,6 +25,7 @@ typedef struct {
     int *order;         /* sentence indices sorted by length, longest first */
     batch_t *batches;
     int n_batches, next;
+    long line0;         /* the input line of sentence 0 (the sampling keys) */
     search_result_t *res;
     pthread_mutex_t mu;
     tern_status_t status;
@@ -44,6 +45,7 @@ static void *worker_main(void *p) {
     int *blen = NULL;
     search_result_t *bres = NULL;
     const search_sentence_t **bsd = NULL;
+    uint64_t *bkey = NULL;
     int cap = 0;
     for (;;) {
         pthread_mutex_lock(&w->mu);
@@ -53,22 +55,24 @@ static void *worker_main(void *p) {
         batch_t *bt = &w->batches[b];
         if (bt->count > cap) {
             cap = bt->count;
-            free(bsrc), free(blen), free(bres), free(bsd);
+            free(bsrc), free(blen), free(bres), free(bsd), free(bkey);
+            bkey = malloc((size_t)cap * sizeof *bkey);
             bsrc = malloc((size_t)cap * sizeof(int *));
             blen = malloc((size_t)cap * sizeof(int));
             bres = calloc((size_t)cap, sizeof *bres);
             bsd = calloc((size_t)cap, sizeof *bsd);
         }
         tern_status_t st;
-        if (!bsrc || !blen || !bres || !bsd) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        if (!bsrc || !blen || !bres || !bsd || !bkey) st = tern_error(TERN_ERR_NOMEM, "out of memory");
         else {
             for (int k = 0; k < bt->count; k++) {
                 int i = w->order[bt->start + k];
                 bsrc[k] = w->ids[i];
                 blen[k] = w->len[i];
                 bsd[k] = w->sd ? w->sd[i] : NULL;
+                bkey[k] = sample_key((uint64_t)(w->line0 + i), 0);
             }
-            st = translator_translate_ids_sd(a->tr, bsrc, blen, w->sd ? bsd : NULL, bt->count, bres);
+            st = translator_translate_ids_sd(a->tr, bsrc, blen, w->sd ? bsd : NULL, bkey, bt->count, bres);
             if (!st)
                 for (int k = 0; k < bt->count; k++) w->res[w->order[bt->start + k]] = bres[k];
         }
@@ -82,7 +86,7 @@ static void *worker_main(void *p) {
             break;
         }
     }
-    free(bsrc), free(blen), free(bres), free(bsd);
+    free(bsrc), free(blen), free(bres), free(bsd), free(bkey);
     return NULL;
 }
 
@@ -222,6 +226,7 @@ static tern_status_t translate_chunk(const tern_translator_options_t *o, const t
         work_t w;
         memset(&w, 0, sizeof w);
         w.opt = o;
+        w.line0 = line0;
         w.ids = c->ids;
         w.len = c->len;
         w.sd = c->has_sd ? c->sd : NULL;

@@ -31,6 +31,13 @@ tern_search_params_t tern_search_default_params(void) {
     p.max_decoding_length = 256;
     p.min_length = 1;
     p.return_scores = 1;
+    p.sampling_topk = 1;
+    p.sampling_topp = 1.0f;
+    p.sampling_temperature = 1.0f;
+    p.num_samples = 1;
+    p.seed = 12345;
+    p.repetition_penalty = 1.0f;
+    p.no_repeat_ngram_size = 0;
     return p;
 }
 
@@ -273,9 +280,34 @@ static int hooks_cancelled(const struct call_hooks *h) {
     return h && h->req->cancel && __atomic_load_n(h->req->cancel, __ATOMIC_RELAXED);
 }
 
-/* Decodes one batch of non-empty sources (idx: their input indices, for the hooks). */
+/* The search's sampling set-up from the call's parameters. */
+static search_sampling_t sampling_of(const tern_search_params_t *o) {
+    return (search_sampling_t){o->sampling_topk != 1, o->sampling_topk, o->sampling_topp, o->sampling_temperature,
+                               o->seed};
+}
+
+/* The repetition controls (sample.h) after the batch's processors: all (SEARCH_MAX_PROCS) gets
+ * both lists; *rep their state. */
+static tern_status_t repeat_procs(const tern_search_params_t *o, int V, const search_procs_t *procs,
+                                  sample_repeat_t **rep, search_proc_t *all, int *np) {
+    int n0 = 0;
+    const search_proc_t *p0 = search_procs_list(procs, &n0);
+    search_proc_t extra[2];
+    int hist = o->max_decoding_length;
+    int ne = sample_repeat_procs(rep, o->repetition_penalty, o->no_repeat_ngram_size, hist, V, extra);
+    if (ne < 0) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    if (n0 + ne > SEARCH_MAX_PROCS) return tern_error(TERN_ERR_INVALID_ARG, "too many score processors");
+    if (n0) memcpy(all, p0, (size_t)n0 * sizeof *all);
+    if (ne) memcpy(all + n0, extra, (size_t)ne * sizeof *all);
+    *np = n0 + ne;
+    return TERN_OK;
+}
+
+/* Decodes one batch of non-empty sources (idx: their input indices, for the hooks; keys: their
+ * sampling keys, sample.h). */
 static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len,
-                                  const search_sentence_t *const *sd, const int *idx, int n, search_result_t *res) {
+                                  const search_sentence_t *const *sd, const int *idx, const uint64_t *keys, int n,
+                                  search_result_t *res) {
     const tern_model_t *m = tr->model;
     const translator_call_t *call = tr->call;
     const tern_search_params_t *o = &call->p;
@@ -305,6 +337,8 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
     so.prune_threshold = o->prune_threshold;
+    so.sampling = sampling_of(o);
+    so.sample_key = keys;
     struct call_hooks *h = call->hooks;
     if (h) {
         so.cancel = h->req->cancel;
@@ -319,6 +353,11 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     for (int i = 0; sd && i < n; i++) {
         constrained |= sd[i] && sd[i]->constraints;
         any_sd |= sd[i] != NULL;
+    }
+    if (constrained && so.sampling.on) {
+        free(max_len);
+        return tern_error(TERN_ERR_INVALID_ARG, "sampling (sampling_topk %d) cannot be combined with constraints",
+                          o->sampling_topk);
     }
     vmap_decoder_t vd;
     search_remap_t *rm = NULL; /* under a vocabulary map: the processors' data in positions */
@@ -338,17 +377,23 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         V = nc, eos = so.eos;
     }
     search_procs_t *procs = NULL; /* processors of this batch: prefixes, restrictions, LMBR, ... */
-    if ((st = search_procs_bind(&procs, gl, sd, n, V, eos, o->beam_size))) {
+    sample_repeat_t *rep = NULL;  /* and the repetition controls */
+    search_proc_t all[SEARCH_MAX_PROCS];
+    if ((st = search_procs_bind(&procs, gl, sd, n, V, eos, o->beam_size)) ||
+        (st = repeat_procs(o, V, procs, &rep, all, &so.num_procs))) {
         if (m->vmap) fam->set_vocab(tr->state, NULL, 0);
+        search_procs_free(procs);
+        sample_repeat_free(rep);
         search_remap_free(rm);
         free(max_len);
         return st;
     }
-    so.procs = search_procs_list(procs, &so.num_procs);
+    so.procs = all;
     if (h) h->beam = !(o->beam_size == 1 && !constrained);
     st = o->beam_size == 1 && !constrained ? greedy_search(&dec, n, max_len, &so, res)
                                            : beam_search(&dec, n, max_len, &so, res);
     search_procs_free(procs);
+    sample_repeat_free(rep);
     search_remap_free(rm);
     if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
         if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
@@ -385,6 +430,7 @@ static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const
     if (env && strcmp(env, "0") == 0) return 0;
     if (o->coverage_penalty != 0.0f || m->vmap || (tr->call && tr->call->global) || !m->fam->admit || m->fam->step_logprobs)
         return 0;
+    if (o->sampling_topk != 1 || o->repetition_penalty != 1.0f || o->no_repeat_ngram_size > 0) return 0;
     for (int i = 0; sd && i < n; i++)
         if (sd[i]) return 0;
     return 1;
@@ -458,6 +504,67 @@ typedef struct {
     int len, idx;
 } len_idx_t;
 
+static int cmp_hyp_score(const void *a, const void *b) {
+    const hypothesis_t *x = a, *y = b;
+    return x->score > y->score ? -1 : x->score < y->score ? 1 : 0;
+}
+
+/* Input i's M samples (results sres[i * M .. i * M + M - 1], one hypothesis each) as its n-best
+ * list, best score first (qsort's order between equal scores is fixed by the input order). */
+static tern_status_t merge_samples(search_result_t *sres, int n, int M, search_result_t *res) {
+    for (int i = 0; i < n; i++) {
+        hypothesis_t *h = calloc((size_t)M, sizeof *h);
+        if (!h) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        int k = 0;
+        for (int j = 0; j < M; j++) {
+            search_result_t *r = &sres[(size_t)i * M + j];
+            for (int q = 0; q < r->n && k < M; q++) h[k++] = r->hyps[q];
+            free(r->hyps);
+            r->hyps = NULL, r->n = 0;
+        }
+        qsort(h, (size_t)k, sizeof *h, cmp_hyp_score);
+        res[i].hyps = h, res[i].n = k;
+    }
+    return TERN_OK;
+}
+
+/* num_samples M > 1: each input decoded M times, row (i, j) with key sample_key(i, j) (keys[i] | j
+ * when keys are given), by a call with one sample and no callbacks; the callbacks then get each
+ * input's merged n-best list (no token events). */
+static tern_status_t translate_samples(tern_translator_t *tr, int *const *src, const int *len,
+                                       const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                       search_result_t *res) {
+    translator_call_t *saved = tr->call, one = *saved;
+    const int M = saved->p.num_samples;
+    size_t nm = (size_t)n * M;
+    int **s2 = malloc((nm ? nm : 1) * sizeof *s2), *l2 = malloc((nm ? nm : 1) * sizeof *l2);
+    const search_sentence_t **sd2 = sd ? malloc((nm ? nm : 1) * sizeof *sd2) : NULL;
+    uint64_t *k2 = malloc((nm ? nm : 1) * sizeof *k2);
+    search_result_t *r2 = calloc(nm ? nm : 1, sizeof *r2);
+    tern_status_t st = TERN_OK;
+    for (int i = 0; i < n; i++) res[i].n = 0, res[i].hyps = NULL;
+    if (!s2 || !l2 || (sd && !sd2) || !k2 || !r2) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (size_t q = 0; !st && q < nm; q++) {
+        size_t i = q / M;
+        s2[q] = src[i], l2[q] = len[i];
+        if (sd2) sd2[q] = sd[i];
+        k2[q] = (keys ? keys[i] : sample_key(i, 0)) | (uint64_t)(q % M);
+    }
+    one.p.num_samples = 1, one.hooks = NULL;
+    tr->call = &one;
+    if (!st) st = translator_translate_ids_sd(tr, s2, l2, sd2, k2, (int)nm, r2);
+    tr->call = saved;
+    if (!st) st = merge_samples(r2, n, M, res);
+    struct call_hooks *h = saved->hooks;
+    for (int i = 0; !st && h && h->given && i < n; i++)
+        if (hook_finish_input(h, i, &res[i])) st = tern_error(TERN_ERR_CANCELLED, "stopped by the result callback");
+    for (size_t q = 0; r2 && q < nm; q++) search_result_free(&r2[q]);
+    if (st)
+        for (int i = 0; i < n; i++) search_result_free(&res[i]);
+    free(s2), free(l2), free(sd2), free(k2), free(r2);
+    return st;
+}
+
 static int cmp_len_desc(const void *a, const void *b) {
     const len_idx_t *x = a, *y = b;
     if (x->len != y->len) return y->len - x->len;
@@ -465,16 +572,19 @@ static int cmp_len_desc(const void *a, const void *b) {
 }
 
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
-                                          const search_sentence_t *const *sd, int n, search_result_t *res) {
+                                          const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                          search_result_t *res) {
     const translator_call_t *o = tr->call;
+    if (o->p.num_samples > 1) return translate_samples(tr, src, len, sd, keys, n, res);
     tern_status_t st = TERN_OK;
+    uint64_t *bkey = malloc((size_t)(n ? n : 1) * sizeof *bkey);
     len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int **bsrc = malloc((size_t)(n ? n : 1) * sizeof(int *));
     int *blen = malloc((size_t)(n ? n : 1) * sizeof(int));
     int *bidx = malloc((size_t)(n ? n : 1) * sizeof(int));
     search_result_t *bres = calloc((size_t)(n ? n : 1), sizeof *bres);
     const search_sentence_t **bsd = calloc((size_t)(n ? n : 1), sizeof *bsd);
-    if (!order || !bsrc || !blen || !bidx || !bres || !bsd) {
+    if (!order || !bsrc || !blen || !bidx || !bres || !bsd || !bkey) {
         st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -524,12 +634,13 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
             bsd[k] = sd ? sd[order[a + k].idx] : NULL;
             bidx[k] = order[a + k].idx;
         }
-        if ((st = decode_batch(tr, bsrc, blen, bsd, bidx, b, bres))) goto done;
+        for (int k = 0; k < b; k++) bkey[k] = keys ? keys[order[a + k].idx] : sample_key((uint64_t)order[a + k].idx, 0);
+        if ((st = decode_batch(tr, bsrc, blen, bsd, bidx, bkey, b, bres))) goto done;
         for (int k = 0; k < b; k++) res[order[a + k].idx] = bres[k];
         a += b;
     }
 done:
-    free(order), free(bsrc), free(blen), free(bidx), free(bres), free(bsd);
+    free(order), free(bsrc), free(blen), free(bidx), free(bres), free(bsd), free(bkey);
     return st;
 }
 
@@ -585,6 +696,7 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
     int *len = calloc(nn, sizeof(int));
     search_result_t *res = calloc(nn, sizeof *res);
     search_sentence_t **sd = req->extras ? calloc(nn, sizeof *sd) : NULL;
+    uint64_t *keys = NULL; /* sampling keys from req->source_index */
     struct call_hooks hooks = {0};
     if (req->on_result || req->on_token || req->cancel) {
         hooks.tr = tr;
@@ -605,7 +717,14 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
     if (results) memset(results, 0, (size_t)n * sizeof *results);
     translator_set_threads(&tr->opt);
     if ((st = encode_sources(tr, req, ids, len)) || (st = build_sentences(x, req, sd))) goto done;
-    if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, n, res))) goto done;
+    if (req->source_index) {
+        if (!(keys = malloc(nn * sizeof *keys))) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n; i++) keys[i] = sample_key((uint64_t)req->source_index[i], 0);
+    }
+    if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, keys, n, res))) goto done;
     for (int i = 0; results && i < n; i++)
         if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], call->pretok, &results[i], NULL))) goto done;
 done:
@@ -615,7 +734,7 @@ done:
     for (int i = 0; i < n && sd; i++) extras_sentence_free(sd[i]);
     for (int i = 0; i < n && hooks.emitted; i++) free(hooks.emitted[i]);
     free(hooks.given), free(hooks.emitted), free(hooks.map);
-    free(ids), free(len), free(res), free(sd);
+    free(ids), free(len), free(res), free(sd), free(keys);
     if (st && results)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
     return st;

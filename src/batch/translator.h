@@ -35,7 +35,9 @@ struct tern_translator {
 enum {
     SP_BEAM = 1 << 0, SP_NHYP = 1 << 1, SP_LP = 1 << 2, SP_LNORM = 1 << 3, SP_CP = 1 << 4, SP_EOS = 1 << 5,
     SP_EARLY = 1 << 6, SP_MAXA = 1 << 7, SP_MAXB = 1 << 8, SP_MAXDEC = 1 << 9, SP_MINLEN = 1 << 10,
-    SP_PRUNE_W = 1 << 11, SP_PRUNE_T = 1 << 12
+    SP_PRUNE_W = 1 << 11, SP_PRUNE_T = 1 << 12,
+    SP_TOPK = 1 << 13, SP_TOPP = 1 << 14, SP_TEMP = 1 << 15, SP_NSAMP = 1 << 16, SP_SEED = 1 << 17, SP_REPPEN = 1 << 18,
+    SP_NOREP = 1 << 19
 };
 tern_search_params_t search_params_over(const tern_search_params_t *given, unsigned set, tern_search_params_t base);
 
@@ -59,8 +61,11 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
  * sorted sentences keeps its batches full, where one call per batch lets each batch shrink. */
 int translator_continuous(const tern_translator_t *tr);
 
+/* keys (n): each sentence's sampling key (sample.h's sample_key of its index in the caller's whole
+ * input, so that a draw never depends on the batch); NULL: sample_key(i, 0) for sentence i. */
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
-                                          const search_sentence_t *const *sd, int n, search_result_t *res);
+                                          const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                          search_result_t *res);
 
 /* A search result (vocabulary ids) as the API's result, under tr->call (pretokenized, return_scores). */
 tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, tern_result_t *r);

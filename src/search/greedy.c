@@ -117,6 +117,7 @@ typedef struct {
     proc_chain_t chain;
     int *tokens, *sent, *parent, *best, *hyp, *hlen;
     float *bestv, *score, *logits, *attn, *cov;
+    sample_pair_t *work; /* (V) sampling's scratch */
 } greedy_t;
 
 /* Only the argmax of each row is read: the model may skip the rest (an int8 pre-screen); not with
@@ -141,8 +142,9 @@ static tern_status_t greedy_alloc(greedy_t *g) {
     g->logits = aligned_alloc64(N * g->V * sizeof(float));
     g->attn = g->need_attn ? aligned_alloc64(N * S * sizeof(float)) : NULL;
     g->cov = g->need_attn ? calloc(N * S, sizeof(float)) : NULL;
+    g->work = g->opt->sampling.on ? malloc((size_t)g->V * sizeof *g->work) : NULL;
     if (!g->tokens || !g->sent || !g->parent || !g->best || !g->bestv || !g->score || !g->hyp || !g->hlen || !g->logits ||
-        (g->need_attn && (!g->attn || !g->cov)))
+        (g->need_attn && (!g->attn || !g->cov)) || (g->opt->sampling.on && !g->work))
         return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
     return TERN_OK;
 }
@@ -153,7 +155,10 @@ static void greedy_free(greedy_t *g) {
     aligned_free(g->logits);
     aligned_free(g->attn);
     free(g->cov);
+    free(g->work);
 }
+
+static void sample_rows(greedy_t *g, int R, int t);
 
 /* Step t of the R rows: the model's logits (argmax-only from the first step the minimum length no
  * longer masks EOS on: that mask needs the runner-up), the processors (on log-probabilities, the
@@ -172,8 +177,21 @@ static tern_status_t greedy_step(greedy_t *g, int R, int t) {
         if (!(dec->logprobs && t >= opt->min_length)) log_softmax_forward(g->logits, g->logits, R, g->V);
         proc_chain_apply(&g->chain, SEARCH_STAGE_LOGPROBS, g->logits, R, g->V, t, g->sent);
     }
-    argmax_rows(g->best, g->bestv, g->logits, R, g->V);
+    if (opt->sampling.on) sample_rows(g, R, t);
+    else argmax_rows(g->best, g->bestv, g->logits, R, g->V);
     return TERN_OK;
+}
+
+/* Random sampling instead of the argmax (sample.h): each row's token drawn from its log-probs
+ * with the uniform number of (seed, its sentence's key, step t); bestv its log-prob. */
+static void sample_rows(greedy_t *g, int R, int t) {
+    const search_options_t *opt = g->opt;
+    for (int r = 0; r < R; r++) {
+        const float *x = g->logits + (size_t)r * g->V;
+        double u = sample_uniform(opt->sampling.seed, opt->sample_key[g->sent[r]], t);
+        g->best[r] = sample_row(&opt->sampling, x, g->V, u, g->work);
+        g->bestv[r] = x[g->best[r]];
+    }
 }
 
 /* Row r takes its best token at step t: the sentence's score, coverage and hypothesis grow; a
@@ -240,7 +258,8 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     results_clear(results, N);
     tern_status_t st = proc_chain_init(&g.chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N);
     if (st) return st;
-    g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    /* sampling draws from the log-probs, and a sampled hypothesis' score adds its tokens' */
+    g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS] || opt->sampling.on;
     g.argmax_ok = greedy_argmax_ok(&g);
     if (!(st = greedy_alloc(&g))) st = greedy_decode(&g, results);
     st = greedy_end(dec, g.argmax_only, st, results, N);
@@ -404,7 +423,7 @@ static tern_status_t stream_decode(greedy_stream_t *g, search_result_t *results)
 /* Greedy search with continuous batching (search.h): greedy_stream_t's rows. */
 tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
                                    const search_options_t *opt, search_result_t *results) {
-    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs)
+    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs || opt->sampling.on)
         return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
     greedy_stream_t g = {.dec = dec, .feed = feed, .opt = opt, .max_len = max_len, .N = feed->N, .V = dec->vocab_size,
                          .M = feed->max_rows > 0 ? feed->max_rows : 1, .max_T = longest_max_len(max_len, feed->N, 1),

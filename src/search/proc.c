@@ -33,7 +33,7 @@ tern_status_t proc_chain_init(proc_chain_t *c, const search_proc_t *procs, int n
     }
     for (int i = 0; i < np; i++) {
         const search_proc_t *p = &procs[i];
-        if (p->history < 0 || p->history > SEARCH_MAX_HISTORY || p->state_ints < 0 || p->state_ints > SEARCH_MAX_STATE ||
+        if (p->history < 0 || p->history > SEARCH_MAX_HISTORY_LONG || p->state_ints < 0 || p->state_ints > SEARCH_MAX_STATE ||
             (p->stage != SEARCH_STAGE_LOGITS && p->stage != SEARCH_STAGE_LOGPROBS) || !p->apply ||
             (p->state_ints > 0 && (!p->init_state || !p->advance)))
             return tern_error(TERN_ERR_INVALID_ARG, "search: score processor %d is malformed", i);

@@ -36,7 +36,7 @@ typedef struct {
 typedef struct {
     void *self;
     int stage;       /* SEARCH_STAGE_LOGITS or SEARCH_STAGE_LOGPROBS */
-    int history;     /* recent tokens per row it reads (<= SEARCH_MAX_HISTORY) */
+    int history;     /* recent tokens per row it reads (<= SEARCH_MAX_HISTORY_LONG) */
     int state_ints;  /* per-row state ints the search keeps for it (<= SEARCH_MAX_STATE) */
     int may_raise;   /* 1: it can add positive amounts, so a hypothesis score may grow with its length
                         (the search then drops its exact "cannot beat the finished" stopping bound) */
@@ -63,7 +63,8 @@ typedef struct {
 } search_proc_t;
 
 #define SEARCH_MAX_PROCS 16
-#define SEARCH_MAX_HISTORY 8
+#define SEARCH_MAX_HISTORY 8 /* of suppressed sequences (their length - 1) */
+#define SEARCH_MAX_HISTORY_LONG 1024 /* of any processor (the repetition controls read whole hypotheses) */
 #define SEARCH_MAX_STATE 1024 /* LMBR clipping keeps a bit per evidence n-gram */
 
 /* The chain as the search runs it: the minimum length first, then the caller's processors; the

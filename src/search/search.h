@@ -12,6 +12,7 @@
 
 #include "tern.h"
 #include "search/proc.h"
+#include "search/sample.h"
 
 struct search_result;
 
@@ -56,6 +57,10 @@ typedef struct {
      * log(prune_threshold) is dropped (the SDL paper's threshold; 0: off) */
     float prune_width;
     float prune_threshold;
+    /* random sampling (greedy search; sample.h): on when sampling.on; sample_key (N) each
+     * sentence's key of the generator (its index in the caller's input and its sample index) */
+    search_sampling_t sampling;
+    const uint64_t *sample_key;
     /* hooks of one call (NULL: none; nothing is computed for them when absent) */
     const volatile int *cancel; /* read before each step: nonzero stops with TERN_ERR_CANCELLED */
     /* sentence n's search is finished; r is its final result (still the search's); nonzero: stop

@@ -233,7 +233,11 @@ static int same_key(const segment_t *a, const segment_t *b, int cross) {
            x->early_stop == y->early_stop && x->max_length_a == y->max_length_a &&
            x->max_length_b == y->max_length_b && x->max_decoding_length == y->max_decoding_length &&
            x->min_length == y->min_length && x->return_scores == y->return_scores &&
-           x->prune_width == y->prune_width && x->prune_threshold == y->prune_threshold;
+           x->prune_width == y->prune_width && x->prune_threshold == y->prune_threshold &&
+           x->sampling_topk == y->sampling_topk && x->sampling_topp == y->sampling_topp &&
+           x->sampling_temperature == y->sampling_temperature && x->num_samples == y->num_samples &&
+           x->seed == y->seed && x->repetition_penalty == y->repetition_penalty &&
+           x->no_repeat_ngram_size == y->no_repeat_ngram_size;
 }
 
 static int cmp_seg_len(const void *a, const void *b) {
@@ -334,6 +338,7 @@ typedef struct {
     segment_t **cand, **batch;
     serve_request_t **finished; /* (2 cap) */
     const char **src, **tgt;
+    long *sidx; /* each segment's index in its request (the sampling keys) */
     tern_result_t *res;
     float **lp;
     int *cnt;
@@ -349,12 +354,13 @@ static int worker_bufs_alloc(worker_bufs_t *w, int cap) {
     w->res = calloc((size_t)cap, sizeof *w->res);
     w->lp = calloc((size_t)cap, sizeof *w->lp);
     w->cnt = calloc((size_t)cap, sizeof *w->cnt);
-    return w->cand && w->batch && w->finished && w->src && w->tgt && w->res && w->lp && w->cnt;
+    w->sidx = calloc((size_t)cap, sizeof *w->sidx);
+    return w->cand && w->batch && w->finished && w->src && w->tgt && w->res && w->lp && w->cnt && w->sidx;
 }
 
 static void worker_bufs_free(worker_bufs_t *w) {
     free(w->cand), free(w->batch), free(w->finished), free(w->src), free(w->tgt), free(w->res), free(w->lp),
-        free(w->cnt);
+        free(w->cnt), free(w->sidx);
 }
 
 /* The nf finished requests released outside the lock (held before and after). */
@@ -384,6 +390,7 @@ static tern_status_t run_batch(tern_translator_t *tr, worker_bufs_t *w, int b, r
                                char *err, long *tokens, int *width) {
     for (int k = 0; k < b; k++) {
         w->src[k] = w->batch[k]->req->src[w->batch[k]->idx];
+        w->sidx[k] = w->batch[k]->idx; /* sampling: the segment's index in its own request */
         if (kind == REQ_SCORE) w->tgt[k] = w->batch[k]->req->tgt[w->batch[k]->idx];
         *tokens += w->batch[k]->ntok;
         if (w->batch[k]->ntok > *width) *width = w->batch[k]->ntok;
@@ -391,6 +398,7 @@ static tern_status_t run_batch(tern_translator_t *tr, worker_bufs_t *w, int b, r
     tern_status_t st;
     req->sources = w->src;
     req->num_sources = b;
+    req->source_index = w->sidx;
     req->targets = kind == REQ_SCORE ? w->tgt : NULL;
     if (kind == REQ_TRANSLATE) st = tern_translate(tr, req, w->res);
     else st = tern_score(tr, req, w->lp, w->cnt);

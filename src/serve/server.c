@@ -801,7 +801,9 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
     static const char *const known_translate[] = {"model", "source", "target", "q", "api_key", "beam_size",
                                                   "num_hypotheses", "length_penalty", "length_norm",
                                                   "coverage_penalty", "max_decoding_length", "max_length_a",
-                                                  "max_length_b", "min_length", "return_scores", NULL};
+                                                  "max_length_b", "min_length", "return_scores", "sampling_topk",
+                                                  "sampling_topp", "sampling_temperature", "num_samples", "seed",
+                                                  "repetition_penalty", "no_repeat_ngram_size", NULL};
     static const char *const known_score[] = {"model", "source", "target", "q", "targets", "api_key", NULL};
     long at = 0;
     char err[512] = "";
@@ -836,6 +838,32 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
 }
 
 /* The search parameters a /v1 translate request gives, within the server's bounds. */
+/* The sampling and repetition fields (docs/decoding.md): ranges, then the contradictions
+ * tern_search_params_check names. */
+static int v1_sampling(reply_t *rp, v1_req_t *q) {
+    const server_options_t *o = &rp->s->opt;
+    tern_search_params_t *p = &q->params;
+    cJSON *root = q->root, *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    char err[512];
+    if (json_int_field(root, "sampling_topk", 0, 1 << 30, &p->sampling_topk, err, sizeof err) ||
+        json_float_field(root, "sampling_topp", -1e30f, 1e30f, &p->sampling_topp, err, sizeof err) ||
+        json_float_field(root, "sampling_temperature", -1e30f, 1e30f, &p->sampling_temperature, err, sizeof err) ||
+        json_int_field(root, "num_samples", 1, o->max_beam, &p->num_samples, err, sizeof err) ||
+        json_float_field(root, "repetition_penalty", -1e30f, 1e30f, &p->repetition_penalty, err, sizeof err) ||
+        json_int_field(root, "no_repeat_ngram_size", 0, o->max_decoding_length, &p->no_repeat_ngram_size, err,
+                       sizeof err))
+        return fail(rp, 400, "Invalid request: %s", err);
+    if (seed) {
+        double v = cJSON_IsNumber(seed) ? seed->valuedouble : -1;
+        if (!(v >= 0 && v <= 9007199254740992.0 && v == (double)(uint64_t)v))
+            return fail(rp, 400, "Invalid request: seed must be an integer in 0..2^53");
+        p->seed = (uint64_t)v;
+    }
+    if (p->sampling_topk != 1 && !cJSON_GetObjectItemCaseSensitive(root, "beam_size")) p->beam_size = 1, p->num_hypotheses = 1;
+    if (tern_search_params_check(p)) return fail(rp, 400, "Invalid request: %s", tern_last_error());
+    return 0;
+}
+
 static int v1_params(reply_t *rp, v1_req_t *q) {
     const server_options_t *o = &rp->s->opt;
     tern_search_params_t *p = &q->params;
@@ -865,7 +893,7 @@ static int v1_params(reply_t *rp, v1_req_t *q) {
                     p->beam_size);
     if (p->min_length > p->max_decoding_length)
         return fail(rp, 400, "Invalid request: min_length exceeds max_decoding_length");
-    return 0;
+    return v1_sampling(rp, q);
 }
 
 /* Limits on the number of items, then the texts. */
