@@ -1,5 +1,6 @@
 /* generation.c — a model directory's decoding defaults (generation.h). */
 #include "model/generation.h"
+#include "text/vocab.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -62,19 +63,7 @@ static tern_status_t read_keys(tern_search_params_t *p, const cJSON *root, const
 /* path as a JSON object into *root (NULL when the file does not exist). */
 static tern_status_t read_object(const char *path, cJSON **root) {
     *root = NULL;
-    if (!file_exists(path)) return TERN_OK;
-    char *text = NULL;
-    size_t n = 0;
-    tern_status_t st = file_read_all(path, &text, &n);
-    if (st) return st;
-    *root = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(*root)) {
-        cJSON_Delete(*root);
-        *root = NULL;
-        return tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", path);
-    }
-    return TERN_OK;
+    return file_exists(path) ? json_read_object(path, root) : TERN_OK;
 }
 
 /* The keys a transformers checkpoint of before GenerationConfig keeps in config.json (OPUS-MT's:

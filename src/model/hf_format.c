@@ -114,25 +114,9 @@ static tern_status_t read_sizes(hf_config_t *c, const cJSON *r) {
     return TERN_OK;
 }
 
-static tern_status_t read_json_file(const char *path, cJSON **root) {
-    char *text = NULL;
-    size_t n = 0;
-    *root = NULL;
-    tern_status_t st = file_read_all(path, &text, &n);
-    if (st) return st;
-    *root = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(*root)) {
-        cJSON_Delete(*root);
-        *root = NULL;
-        return tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", path);
-    }
-    return TERN_OK;
-}
-
 int hf_is_checkpoint(const char *config_path) {
     cJSON *root = NULL;
-    if (!file_exists(config_path) || read_json_file(config_path, &root)) return 0;
+    if (!file_exists(config_path) || json_read_object(config_path, &root)) return 0;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     int hf = mt && !(cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "tern"));
@@ -143,7 +127,7 @@ int hf_is_checkpoint(const char *config_path) {
 static tern_status_t read_config(hf_config_t *c, const char *dir, cJSON **root) {
     memset(c, 0, sizeof *c);
     path_join(c->path, sizeof c->path, dir, "config.json");
-    tern_status_t st = read_json_file(c->path, root);
+    tern_status_t st = json_read_object(c->path, root);
     if (st) return st;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*root, "model_type");
     if (!cJSON_IsString(mt)) return tern_error(TERN_ERR_FORMAT, "%s: \"model_type\" must be a string", c->path);
@@ -398,7 +382,7 @@ static tern_status_t load_weights(hf_checkpoint_t *out, const hf_config_t *c, co
 /* vocab.json (a dict piece -> id, ids 0..n-1 each once) as a vocabulary; rows: the embedding's. */
 static tern_status_t load_vocab_json(vocab_t **out, const char *path, const tensor_t *emb, const char *wpath) {
     cJSON *root = NULL;
-    tern_status_t st = read_json_file(path, &root);
+    tern_status_t st = json_read_object(path, &root);
     if (st) return st;
     int n = cJSON_GetArraySize(root);
     const char **tok = calloc((size_t)(n ? n : 1), sizeof *tok);
@@ -513,7 +497,7 @@ static tern_status_t read_never(hf_checkpoint_t *out, const hf_config_t *c, cons
     path_join(p, sizeof p, dir, "generation_config.json");
     if (st || !file_exists(p)) return st;
     cJSON *gen = NULL;
-    if ((st = read_json_file(p, &gen))) return st;
+    if ((st = json_read_object(p, &gen))) return st;
     st = read_bad_words(out, gen, p, c->dec_vocab);
     cJSON_Delete(gen);
     return st;

@@ -225,6 +225,22 @@ static tern_status_t get_bool(int *dst, const cJSON *root, const char *key, cons
     return TERN_OK;
 }
 
+tern_status_t json_read_object(const char *path, cJSON **root) {
+    char *text = NULL;
+    size_t n = 0;
+    *root = NULL;
+    tern_status_t st = file_read_all(path, &text, &n);
+    if (st) return st;
+    *root = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        return tern_error(TERN_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    return TERN_OK;
+}
+
 tern_status_t model_config_load(model_config_t *c, const char *path) {
     char *text;
     size_t size;

@@ -28,5 +28,9 @@ typedef struct {
 } model_config_t;
 void model_config_defaults(model_config_t *c);   /* <unk>, <s>, </s>, <s>, 0, 0, -1, "" */
 tern_status_t model_config_load(model_config_t *c, const char *path);
+/* path's contents as a JSON object (cJSON, freed with cJSON_Delete) into *root; an error naming
+ * path when it cannot be read or is not a JSON object (*root NULL then). */
+struct cJSON;
+tern_status_t json_read_object(const char *path, struct cJSON **root);
 
 #endif
