@@ -10,6 +10,8 @@ make -j"$(nproc)"
 make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/libtern.so build-san/tern build-san/examples/translate_api \
   build-san/examples/translate_api_shared \
   build-san/tests/tools/search_driver build-san/tests/tools/prefix_api_driver
+# LeakSanitizer's suppressions: memory that is not Tern's (tests/lsan.supp says which and why)
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 make SAN=1 test-c
 # Every instruction set this CPU allows below its own (the uncapped runs below cover the top one),
 # with every library capped alike: Tern's dispatch (TERN_MAX_CPU_ISA), oneDNN's
