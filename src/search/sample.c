@@ -2,19 +2,17 @@
  * sample.c — the sampling step of greedy search and the repetition processors (sample.h).
  */
 #include "search/sample.h"
+#include "nn/layers.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+/* splitmix64's finalizer: the project's rng_mix64 (nn/layers.h) less its increment */
+static uint64_t mix64(uint64_t z) { return rng_mix64(z - 0x9e3779b97f4a7c15ULL); }
 
 double sample_uniform(uint64_t seed, uint64_t key, int step) {
-    uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ULL);
+    uint64_t h = rng_mix64(seed);
     h = mix64(h ^ key);
     h = mix64(h ^ ((uint64_t)(uint32_t)step + 0x632be59bd9b4e019ULL));
     return (double)(h >> 11) * (1.0 / 9007199254740992.0); /* 53 bits */
