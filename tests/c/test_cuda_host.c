@@ -12,6 +12,8 @@
  *     top-k (log-probs)       the same indices; values as log-softmax's (1e-5 (1 + |ref|))
  *     embedding + positions,  exact against the scalar formula (one rounding per operation, no
  *     gather, int8 epilogue   contraction: this file and emulate.c are built -ffp-contract=off)
+ *     attention (decoder     outputs |o - ref| <= 1e-5 (1 + |ref|), probabilities 1e-6 + 1e-5 p
+ *     step, KV cache)        (fmaf chains over the head's 64 features and over up to 1000 keys)
  *   A row of -inf: softmax 0, log-softmax -inf, as the references.
  *
  *   dalloc.c: size classes, reuse of a freed block of the same class, statistics, trimming, the
@@ -153,6 +155,51 @@ static void test_exact_elementwise(void) {
     CHECK_MSG(bad == 0, "int8 epilogue: %d values differ", bad);
 }
 
+/* A decoder step's attention against a double-precision reference: rows with 0, 1 and up to
+ * 1000 keys, several query rows reading one cache row (cross-attention's beams), 4 heads of 64. */
+static void test_attention(void) {
+    enum { R = 6, H = 4, DH = 64, SMAX = 1000, C = H * DH };
+    const int len[R] = {0, 1, 7, 300, 1000, 300};
+    const int kv[R] = {0, 1, 2, 3, 4, 3};
+    float *q = malloc(sizeof(float) * R * C), *K = malloc(sizeof(float) * 5L * SMAX * C);
+    float *V = malloc(sizeof(float) * 5L * SMAX * C), *out = malloc(sizeof(float) * R * C);
+    float *probs = malloc(sizeof(float) * R * H * SMAX);
+    double *sc = malloc(sizeof(double) * SMAX);
+    for (int i = 0; i < R * C; i++) q[i] = urand();
+    for (long i = 0; i < 5L * SMAX * C; i++) K[i] = urand(), V[i] = urand();
+    float scale = 1.0f / 8.0f;
+    emu_attention(out, probs, q, K, V, kv, len, (long)SMAX * C, C, R, H, DH, SMAX, scale);
+    int bad = 0, badp = 0;
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++) {
+            const float *qr = q + (long)r * C + h * DH;
+            const float *Kr = K + (long)kv[r] * SMAX * C + h * DH, *Vr = V + (long)kv[r] * SMAX * C + h * DH;
+            int n = len[r];
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int d = 0; d < DH; d++) s += (double)qr[d] * Kr[(long)j * C + d];
+                sc[j] = s * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < n; j++) sum += exp(sc[j] - mx);
+            for (int j = 0; j < n; j++) {
+                sc[j] = exp(sc[j] - mx) / sum;
+                float got = probs[((long)r * H + h) * SMAX + j];
+                if (!(fabs(got - sc[j]) <= 1e-6 + 1e-5 * sc[j])) badp++;
+            }
+            for (int d = 0; d < DH; d++) {
+                double o = 0;
+                for (int j = 0; j < n; j++) o += sc[j] * Vr[(long)j * C + d];
+                if (!(fabs(out[(long)r * C + h * DH + d] - o) <= 1e-5 * (1 + fabs(o)))) bad++;
+            }
+        }
+    CHECK_MSG(bad == 0, "attention: %d outputs off", bad);
+    CHECK_MSG(badp == 0, "attention: %d probabilities off", badp);
+    for (int d = 0; d < C; d++) CHECK(out[d] == 0.0f); /* row 0 has no keys */
+    free(q), free(K), free(V), free(out), free(probs), free(sc);
+}
+
 /* A counting backend over malloc that can be told to fail. */
 typedef struct {
     long live, fail_next;
@@ -217,6 +264,7 @@ int main(void) {
     test_softmax();
     test_topk();
     test_exact_elementwise();
+    test_attention();
     test_dalloc();
     return check_report("test_cuda_host");
 }

@@ -4,7 +4,8 @@
  * random inputs:
  *   layer norm, top-k (logit values and indices), embedding + positions, gathers, int8 epilogue:
  *     bit-identical (the same float operations in the same order, no contraction on either side);
- *   softmax, log-softmax, top-k's log-probability values: within the device's expf/logf error,
+ *   softmax, log-softmax, top-k's log-probability values, attention (the same fmaf chains, the
+ *     softmax's expf): within the device's expf/logf error,
  *     |d - h| <= 1e-6 (1 + |h|) (4 ulp-ish of CUDA's documented 2-ulp expf, 1-ulp logf).
  * Without a GPU it prints "no CUDA device" and exits 77 (scripts/gpu_check.sh runs it only where
  * one is; the CPU test suite only compiles it).
@@ -170,6 +171,32 @@ int main(void) {
         cudaFree(drows), cudaFree(dpids), cudaFree(dz), free(hz), free(gz);
         cudaFree(dx), cudaFree(dg), cudaFree(db), cudaFree(dy);
         free(x), free(g), free(b), free(h), free(d);
+    }
+    /* a decoder step's attention: 0..1000 keys, rows sharing a cache row, probabilities too */
+    {
+        enum { R = 6, H = 4, DH = 64, SMAX = 1000, C = H * DH };
+        int len[R] = {0, 1, 7, 300, 1000, 300}, kv[R] = {0, 1, 2, 3, 4, 3};
+        long nkv = 5L * SMAX * C;
+        float *q = (float *)malloc(R * C * sizeof(float)), *K = (float *)malloc(nkv * sizeof(float));
+        float *V = (float *)malloc(nkv * sizeof(float));
+        float *ho = (float *)malloc(R * C * sizeof(float)), *go = (float *)malloc(R * C * sizeof(float));
+        float *hp = (float *)calloc((size_t)R * H * SMAX, sizeof(float)), *gp = (float *)malloc((size_t)R * H * SMAX * sizeof(float));
+        for (int i = 0; i < R * C; i++) q[i] = urand();
+        for (long i = 0; i < nkv; i++) K[i] = urand(), V[i] = urand();
+        float *dq = up(q, R * C), *dK = up(K, nkv), *dV = up(V, nkv), *dout, *dprobs;
+        int *dkv = up(kv, R), *dlen = up(len, R);
+        CUDA_OK(cudaMalloc(&dout, R * C * sizeof(float)));
+        CUDA_OK(cudaMalloc(&dprobs, (size_t)R * H * SMAX * sizeof(float)));
+        CUDA_OK(cudaMemset(dprobs, 0, (size_t)R * H * SMAX * sizeof(float)));
+        emu_attention(ho, hp, q, K, V, kv, len, (long)SMAX * C, C, R, H, DH, SMAX, 0.125f);
+        CHECK_MSG(tern_cuda_attention(dout, dprobs, dq, dK, dV, dkv, dlen, (long)SMAX * C, C, R, H, DH, SMAX, 0.125f,
+                                      NULL) == 0, "%s", tern_cuda_last_error());
+        down(go, dout, R * C);
+        down(gp, dprobs, (size_t)R * H * SMAX);
+        long bad = count_diff(go, ho, R * C, 1e-6f), badp = count_diff(gp, hp, (long)R * H * SMAX, 1e-6f);
+        CHECK_MSG(bad == 0 && badp == 0, "attention: %ld outputs, %ld probabilities off", bad, badp);
+        cudaFree(dq), cudaFree(dK), cudaFree(dV), cudaFree(dout), cudaFree(dprobs), cudaFree(dkv), cudaFree(dlen);
+        free(q), free(K), free(V), free(ho), free(go), free(hp), free(gp);
     }
     /* bad arguments: an error naming the function, nothing launched */
     CHECK_MSG(tern_cuda_topk(NULL, NULL, NULL, 1, 10, 33, 0, NULL) == -1 &&

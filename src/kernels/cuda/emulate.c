@@ -71,6 +71,32 @@ void emu_topk(float *vals, int *idx, const float *x, int M, int C, int k, int lo
     }
 }
 
+void emu_attention(float *out, float *probs, const float *q, const float *K, const float *V, const int *kv,
+                   const int *len, long row_ld, long ld, int R, int H, int dh, int max_len, float scale) {
+    static float sc[ROW_ATT_MAX];
+    float p[T];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++) {
+            int n = len[r] < max_len ? len[r] : max_len;
+            long base = (long)(kv ? kv[r] : r) * row_ld + (long)h * dh;
+            const float *qr = q + ((long)r * H + h) * dh;
+            float *o = out + ((long)r * H + h) * dh;
+            if (n <= 0) {
+                for (int d = 0; d < dh; d++) o[d] = 0.0f;
+                continue;
+            }
+            for (int j = 0; j < n; j++) sc[j] = att_score(qr, K + base + (long)j * ld, dh, scale);
+            for (int t = 0; t < T; t++) p[t] = sm_partial_max(sc, n, t, T);
+            float mx = tree(p, rowop_max);
+            for (int t = 0; t < T; t++) p[t] = sm_partial_expsum(sc, mx, n, t, T);
+            float sum = tree(p, rowop_add);
+            for (int j = 0; j < n; j++) sc[j] = sm_prob(sc[j], mx, sum);
+            for (int d = 0; d < dh; d++) o[d] = att_out(sc, V + base, ld, n, d);
+            if (probs)
+                for (int j = 0; j < n; j++) probs[((long)r * H + h) * max_len + j] = sc[j];
+        }
+}
+
 void emu_embed(float *out, const float *emb, const int *ids, float scale, const float *pos, const int *pos_ids,
                int M, int C) {
     for (int m = 0; m < M; m++) {

@@ -21,6 +21,12 @@ void emu_topk(float *vals, int *idx, const float *x, int M, int C, int k, int lo
 /* out[M, C]: row m = emb[ids[m]] * scale + pos[pos_ids[m]] (pos NULL: no positions). */
 void emu_embed(float *out, const float *emb, const int *ids, float scale, const float *pos, const int *pos_ids,
                int M, int C);
+/* A decoder step's attention, H heads of dh: query row r (q + r * H * dh) attends to the len[r]
+ * keys/values of cache row kv[r] (kv NULL: r), key j of head h at K + kv[r] * row_ld + j * ld +
+ * h * dh (likewise V); out [R, H * dh]; probs [R, H, max_len] when not NULL (the first len[r] of
+ * each). len[r] 0 gives zeros; one above max_len counts as max_len. max_len <= ROW_ATT_MAX. */
+void emu_attention(float *out, float *probs, const float *q, const float *K, const float *V, const int *kv,
+                   const int *len, long row_ld, long ld, int R, int H, int dh, int max_len, float scale);
 /* dst[i] = src[rows[i]] for n rows of C floats (the beam's set_rows). */
 void emu_gather_rows(float *dst, const float *src, const int *rows, int n, int C);
 /* out[M, N] = acc / (sa[m] * sw[n]) + bias[n] (bias NULL: 0). */

@@ -115,6 +115,34 @@ __global__ static void k_topk(float *vals, int *idx, const float *x, int C, int 
     }
 }
 
+/* One block per (query row, head): the scores in shared memory, each thread whole scores
+ * (j = t, t + T, ...), the softmax by the tree, then each thread whole output elements (d = t,
+ * t + T, ...: a head of 64 uses 64 threads here; splitting the keys is for later). */
+__global__ static void k_attention(float *out, float *probs, const float *q, const float *K, const float *V,
+                                   const int *kv, const int *len, long row_ld, long ld, int H, int dh, int max_len,
+                                   float scale) {
+    extern __shared__ float sc[];
+    __shared__ float p[T];
+    int r = blockIdx.x / H, h = blockIdx.x % H, t = threadIdx.x;
+    int n = len[r] < max_len ? len[r] : max_len; /* never past the shared scores */
+    long base = (long)(kv ? kv[r] : r) * row_ld + (long)h * dh;
+    const float *qr = q + ((long)r * H + h) * dh;
+    float *o = out + ((long)r * H + h) * dh;
+    if (n <= 0) {
+        for (int d = t; d < dh; d += T) o[d] = 0.0f;
+        return;
+    }
+    for (int j = t; j < n; j += T) sc[j] = att_score(qr, K + base + (long)j * ld, dh, scale);
+    __syncthreads();
+    float mx = block_tree(p, sm_partial_max(sc, n, t, T), tree_max());
+    float sum = block_tree(p, sm_partial_expsum(sc, mx, n, t, T), tree_add());
+    for (int j = t; j < n; j += T) sc[j] = sm_prob(sc[j], mx, sum);
+    __syncthreads();
+    for (int d = t; d < dh; d += T) o[d] = att_out(sc, V + base, ld, n, d);
+    if (probs)
+        for (int j = t; j < n; j += T) probs[((long)r * H + h) * max_len + j] = sc[j];
+}
+
 __global__ static void k_embed(float *out, const float *emb, const int *ids, float scale, const float *pos,
                                const int *pos_ids, int C) {
     const float *e = emb + (long)ids[blockIdx.x] * C;
@@ -169,6 +197,18 @@ extern "C" int tern_cuda_topk(float *vals, int *idx, const float *x, int M, int 
     }
     k_topk<<<M, T, shm, (cudaStream_t)stream>>>(vals, idx, x, C, k, log_probs);
     return launched("tern_cuda_topk");
+}
+
+extern "C" int tern_cuda_attention(float *out, float *probs, const float *q, const float *K, const float *V,
+                                   const int *kv, const int *len, long row_ld, long ld, int R, int H, int dh,
+                                   int max_len, float scale, void *stream) {
+    if (R < 0 || H < 1 || dh < 1) return fail("%s: R must be >= 0, H and dh >= 1", "tern_cuda_attention");
+    if (max_len < 1 || max_len > ROW_ATT_MAX) return fail("%s: max_len must be in 1..4096", "tern_cuda_attention");
+    if (R == 0) return 0;
+    k_attention<<<R * H, T, (size_t)max_len * sizeof(float), (cudaStream_t)stream>>>(out, probs, q, K, V, kv, len,
+                                                                                      row_ld, ld, H, dh, max_len,
+                                                                                      scale);
+    return launched("tern_cuda_attention");
 }
 
 extern "C" int tern_cuda_embed(float *out, const float *emb, const int *ids, float scale, const float *pos,

@@ -28,6 +28,10 @@ int tern_cuda_layernorm(float *out, const float *x, const float *gamma, const fl
 int tern_cuda_softmax(float *out, const float *x, int M, int C, int log_out, void *stream);
 /* vals/idx [M, k] as emu_topk; k in 1..ROW_TOPK_MAX (32). */
 int tern_cuda_topk(float *vals, int *idx, const float *x, int M, int C, int k, int log_probs, void *stream);
+/* A decoder step's attention as emu_attention (len[r] <= max_len <= 4096, a device array). */
+int tern_cuda_attention(float *out, float *probs, const float *q, const float *K, const float *V, const int *kv,
+                        const int *len, long row_ld, long ld, int R, int H, int dh, int max_len, float scale,
+                        void *stream);
 int tern_cuda_embed(float *out, const float *emb, const int *ids, float scale, const float *pos, const int *pos_ids,
                     int M, int C, void *stream);
 int tern_cuda_gather_rows(float *dst, const float *src, const int *rows, int n, int C, void *stream);

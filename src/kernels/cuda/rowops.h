@@ -35,6 +35,8 @@
 #define ROW_THREADS 256
 /* Largest k of the row top-k (a beam of 16 takes 2 x 16 candidates per row). */
 #define ROW_TOPK_MAX 32
+/* Most keys of one attention row (the scores of a row live in shared memory: 16 KiB). */
+#define ROW_ATT_MAX 4096
 
 /* ------------------------------------------------------------ the tree */
 
@@ -138,6 +140,24 @@ ROWOP void topk_merge(float *va, int *ia, int *na, const float *vb, const int *i
         ia[j] = ix[j];
     }
     *na = n;
+}
+
+/* ------------------------------------------------------------ attention of a decoder step */
+
+/* One query row and one head over n cached keys/values (dh floats each, key j at k + j * ld):
+ * score j = (q · k_j) * scale, the dot product a chain of fmaf over d = 0..dh-1 from zero (a thread
+ * computes whole scores: j = t, t + T, ...); then the row's softmax (max and sum of exp by the
+ * tree); output element d = the chain of fmaf over j = 0..n-1 of p_j * v_j[d] from zero. */
+ROWOP float att_score(const float *q, const float *k, int dh, float scale) {
+    float s = 0.0f;
+    for (int d = 0; d < dh; d++) s = fmaf(q[d], k[d], s);
+    return s * scale;
+}
+
+ROWOP float att_out(const float *p, const float *v, long ld, int n, int d) {
+    float o = 0.0f;
+    for (int j = 0; j < n; j++) o = fmaf(p[j], v[(long)j * ld + d], o);
+    return o;
 }
 
 /* ------------------------------------------------------------ embeddings and gathers */
