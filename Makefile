@@ -159,13 +159,14 @@ $(BUILD)/tests/test_cuda_host: tests/c/test_cuda_host.c $(CUDA_HOST_OBJ) $(LIBS_
 
 # CUDA=1: the device kernels (src/kernels/cuda/*.cu) into $(BUILD)/libtern-cuda.a and their GPU test
 # (tests/cuda/), for the H100/H200 (sm_90, with PTX for later GPUs); `make CUDA=1 cuda` builds only
-# those. cudart is linked statically into the test, so a machine with a driver and no toolkit runs
-# it (scripts/gpu_check.sh). --fmad=false: no contraction beyond rowops.h's explicit fmaf, as the
+# those. cudart is linked statically into the test, cuBLASLt dynamically (from the toolkit's
+# lib64, found through the rpath; the lent GPU's image has the toolkit: scripts/gpu_check.sh). --fmad=false: no contraction beyond rowops.h's explicit fmaf, as the
 # host emulation is compiled (-ffp-contract=off). The CPU build never depends on any of it.
 ifeq ($(CUDA),1)
 NVCC      ?= nvcc
 CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?= -std=c++17 -O3 --fmad=false $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Werror
+CUDA_LIBDIR ?= $(dir $(shell command -v $(NVCC)))../lib64
 CUDA_CU   := $(sort $(wildcard src/kernels/cuda/*.cu))
 CUDA_OBJ  := $(CUDA_CU:%.cu=$(BUILD)/%.o)
 $(BUILD)/%.o: %.cu $(wildcard src/kernels/cuda/*.h)
@@ -176,7 +177,8 @@ $(BUILD)/libtern-cuda.a: $(CUDA_OBJ)
 	ar rcs $@ $^
 $(BUILD)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.cu $(BUILD)/libtern-cuda.a $(CUDA_HOST_OBJ)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -cudart static -o $@ $< $(BUILD)/libtern-cuda.a $(CUDA_HOST_OBJ)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -cudart static -o $@ $< $(BUILD)/libtern-cuda.a $(CUDA_HOST_OBJ) \
+	  -lcublasLt -Xlinker -rpath,$(CUDA_LIBDIR)
 cuda: $(BUILD)/libtern-cuda.a $(BUILD)/tests/cuda/test_cuda_kernels
 all: cuda
 .PHONY: cuda

@@ -7,6 +7,9 @@
  *   softmax, log-softmax, top-k's log-probability values, attention (the same fmaf chains, the
  *     softmax's expf): within the device's expf/logf error,
  *     |d - h| <= 1e-6 (1 + |h|) (4 ulp-ish of CUDA's documented 2-ulp expf, 1-ulp logf).
+ *   cuBLASLt products (tern_cuda_gemm, row-major, all transposes; float32 without TF32, float16
+ *     and bfloat16 inputs with float32 sums): within 1e-5 sum_k |a b| of a double product of the
+ *     same inputs; int8 (tern_cuda_gemm_s8): exact against an int64 product.
  * Without a GPU it prints "no CUDA device" and exits 77 (scripts/gpu_check.sh runs it only where
  * one is; the CPU test suite only compiles it).
  */
@@ -21,7 +24,10 @@
 extern "C" {
 #include "kernels/cuda/emulate.h"
 }
+#include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "kernels/cuda/rowops.h"
 
 static int checks = 0, failures = 0;
@@ -197,6 +203,83 @@ int main(void) {
         CHECK_MSG(bad == 0 && badp == 0, "attention: %ld outputs, %ld probabilities off", bad, badp);
         cudaFree(dq), cudaFree(dK), cudaFree(dV), cudaFree(dout), cudaFree(dprobs), cudaFree(dkv), cudaFree(dlen);
         free(q), free(K), free(V), free(ho), free(go), free(hp), free(gp);
+    }
+    /* cuBLASLt products, row-major, every transpose: float32 (no TF32), float16 and bfloat16 inputs
+     * (float32 sums) within 1e-5 of sum_k |a b| of a double product of the same (rounded) inputs;
+     * int8 exact against an int64 product */
+    {
+        tern_cuda_gemm_t *g = NULL;
+        CHECK_MSG(tern_cuda_gemm_create(&g, 32u << 20) == 0, "%s", tern_cuda_gemm_last_error());
+        const int shapes[][3] = {{1, 1, 1}, {7, 33, 65}, {64, 512, 256}, {130, 1000, 512}};
+        for (int si = 0; g && si < 4; si++)
+            for (int dt = 0; dt < 3; dt++)
+                for (int tr = 0; tr < 4; tr++) {
+                    int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = tr & 1, tb = tr >> 1;
+                    int lda = ta ? M : K, ldb = tb ? K : N;
+                    float *a = (float *)malloc((size_t)M * K * 4), *b = (float *)malloc((size_t)K * N * 4);
+                    float *c = (float *)malloc((size_t)M * N * 4);
+                    size_t es = dt == 0 ? 4 : 2;
+                    unsigned char *ha = (unsigned char *)malloc((size_t)M * K * es), *hb = (unsigned char *)malloc((size_t)K * N * es);
+                    for (long i = 0; i < (long)M * K; i++) {
+                        float v = urand();
+                        if (dt == 1) { __half h = __float2half(v); memcpy(ha + i * 2, &h, 2); v = __half2float(h); }
+                        else if (dt == 2) { __nv_bfloat16 h = __float2bfloat16(v); memcpy(ha + i * 2, &h, 2); v = __bfloat162float(h); }
+                        else memcpy(ha + i * 4, &v, 4);
+                        a[i] = v;
+                    }
+                    for (long i = 0; i < (long)K * N; i++) {
+                        float v = urand();
+                        if (dt == 1) { __half h = __float2half(v); memcpy(hb + i * 2, &h, 2); v = __half2float(h); }
+                        else if (dt == 2) { __nv_bfloat16 h = __float2bfloat16(v); memcpy(hb + i * 2, &h, 2); v = __bfloat162float(h); }
+                        else memcpy(hb + i * 4, &v, 4);
+                        b[i] = v;
+                    }
+                    unsigned char *da = up(ha, (size_t)M * K * es), *db2 = up(hb, (size_t)K * N * es);
+                    float *dc;
+                    CUDA_OK(cudaMalloc(&dc, (size_t)M * N * 4));
+                    CHECK_MSG(tern_cuda_gemm(g, (tern_cuda_dtype_t)dt, ta, tb, M, N, K, 1.0f, da, lda, db2, ldb, 0.0f, dc, N,
+                                             NULL) == 0, "%s", tern_cuda_gemm_last_error());
+                    down(c, dc, (size_t)M * N);
+                    long bad = 0;
+                    for (int m = 0; m < M; m++)
+                        for (int n = 0; n < N; n++) {
+                            double s = 0, mag = 0;
+                            for (int k = 0; k < K; k++) {
+                                double x = ta ? a[(long)k * M + m] : a[(long)m * K + k];
+                                double y = tb ? b[(long)n * K + k] : b[(long)k * N + n];
+                                s += x * y, mag += fabs(x * y);
+                            }
+                            if (!(fabs(c[(long)m * N + n] - s) <= 1e-5 * mag + 1e-30)) bad++;
+                        }
+                    CHECK_MSG(bad == 0, "gemm dtype %d M %d N %d K %d transA %d transB %d: %ld values off", dt, M, N, K, ta,
+                              tb, bad);
+                    cudaFree(da), cudaFree(db2), cudaFree(dc), free(a), free(b), free(c), free(ha), free(hb);
+                }
+        const int s8[][3] = {{1, 4, 4}, {5, 33, 64}, {64, 512, 512}};
+        for (int si = 0; g && si < 3; si++) {
+            int M = s8[si][0], N = s8[si][1], K = s8[si][2];
+            int8_t *a = (int8_t *)malloc((size_t)M * K), *w = (int8_t *)malloc((size_t)N * K);
+            int32_t *c = (int32_t *)malloc((size_t)M * N * 4);
+            for (long i = 0; i < (long)M * K; i++) a[i] = (int8_t)(urand() * 127.9f);
+            for (long i = 0; i < (long)N * K; i++) w[i] = (int8_t)(urand() * 127.9f);
+            a[0] = -127, w[0] = -127;
+            int8_t *da = up(a, (size_t)M * K), *dw = up(w, (size_t)N * K);
+            int32_t *dc;
+            CUDA_OK(cudaMalloc(&dc, (size_t)M * N * 4));
+            CHECK_MSG(tern_cuda_gemm_s8(g, M, N, K, da, dw, dc, NULL) == 0, "%s", tern_cuda_gemm_last_error());
+            down(c, dc, (size_t)M * N);
+            long bad = 0;
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    long long s = 0;
+                    for (int k = 0; k < K; k++) s += (long long)a[(long)m * K + k] * w[(long)n * K + k];
+                    bad += s != c[(long)m * N + n];
+                }
+            CHECK_MSG(bad == 0, "int8 gemm M %d N %d K %d: %ld values differ", M, N, K, bad);
+            cudaFree(da), cudaFree(dw), cudaFree(dc), free(a), free(w), free(c);
+        }
+        CHECK_MSG(g && tern_cuda_gemm_s8(g, 1, 1, 3, NULL, NULL, NULL, NULL) == -1, "K = 3 accepted");
+        tern_cuda_gemm_free(g);
     }
     /* bad arguments: an error naming the function, nothing launched */
     CHECK_MSG(tern_cuda_topk(NULL, NULL, NULL, 1, 10, 33, 0, NULL) == -1 &&
