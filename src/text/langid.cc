@@ -1,0 +1,58 @@
+// langid.cc — the C interface to CLD2's detector (langid.h). CLD2's call never throws by design,
+// but a std::vector grows inside it: bad_alloc is caught here, nothing crosses the C boundary.
+#include <climits>
+#include <cstdio> // before CLD2's header, which uses FILE without including it
+
+#include <cld2/public/compact_lang_det.h>
+#include <cld2/public/encodings.h>
+
+#include <cstring>
+#include <new>
+
+extern "C" {
+#include "text/langid.h"
+}
+
+// CLD2's codes that LibreTranslate (argos-translate) writes differently.
+static const char *lt_code(const char *cld) {
+    static const char *const map[][2] = {{"iw", "he"}, {"jw", "jv"}, {"in", "id"},
+                                         {"no", "nb"}, {"zh-Hant", "zt"}};
+    for (const auto &m : map)
+        if (!strcmp(cld, m[0])) return m[1];
+    return cld;
+}
+
+extern "C" tern_status_t langid_detect(langid_result_t *out, const char *text, size_t len, int best_effort,
+                                       int plain_text) {
+    memset(out, 0, sizeof *out);
+    if (len > (size_t)INT_MAX) return tern_error(TERN_ERR_INVALID_ARG, "langid: text of %zu bytes is too long", len);
+    CLD2::Language lang3[3];
+    int percent3[3];
+    double score3[3];
+    int text_bytes = 0, valid = 0;
+    bool reliable = false;
+    CLD2::CLDHints hints = {nullptr, nullptr, CLD2::UNKNOWN_ENCODING, CLD2::UNKNOWN_LANGUAGE};
+    try {
+        CLD2::ExtDetectLanguageSummaryCheckUTF8(text ? text : "", (int)len, plain_text != 0, &hints,
+                                                best_effort ? CLD2::kCLDFlagBestEffort : 0, lang3, percent3,
+                                                score3, nullptr, &text_bytes, &reliable, &valid);
+    } catch (const std::bad_alloc &) {
+        return tern_error(TERN_ERR_NOMEM, "langid: out of memory");
+    } catch (...) {
+        return tern_error(TERN_ERR_INTERNAL, "langid: CLD2 failed");
+    }
+    if ((size_t)valid < len)
+        return tern_error(TERN_ERR_INPUT, "langid: text is not valid UTF-8 (at byte %d)", valid);
+    out->reliable = reliable;
+    out->text_bytes = text_bytes;
+    for (int i = 0; i < 3; i++) {
+        if (lang3[i] == CLD2::UNKNOWN_LANGUAGE || lang3[i] == CLD2::TG_UNKNOWN_LANGUAGE) continue;
+        langid_guess_t *g = &out->guess[out->n++];
+        snprintf(g->code, sizeof g->code, "%s", lt_code(CLD2::LanguageCode(lang3[i])));
+        g->percent = percent3[i];
+        g->score = score3[i];
+    }
+    return TERN_OK;
+}
+
+extern "C" const char *langid_version(void) { return CLD2::DetectLanguageVersion(); }
