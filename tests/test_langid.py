@@ -190,6 +190,11 @@ def test_bad_input(server):
     assert st == 400 and json.loads(data) == {"error": "Invalid request: q is not valid UTF-8"}
     st, _, data = server.request("GET", "/detect")
     assert st == 405
+    # control characters and noncharacters (valid UTF-8 that CLD2, and so pycld2, refuses): read
+    # as spaces, never a 500
+    assert server.json("POST", "/detect", {"q": "\x0b\u008a"})[:2] == (200, [{"confidence": 0, "language": "en"}])
+    text = "The man is walking his dog in the park."
+    assert server.json("POST", "/detect", {"q": "\x0b\u008a\ufdd0" + text})[1] == lt_detect([text], ["en"], False)
     # text CLD2 cannot place: LibreTranslate's answer, English with confidence 0
     assert server.json("POST", "/detect", {"q": "12345 !!"})[1] == [{"confidence": 0, "language": "en"}]
     q = {"q": "A dog.", "target": "de"}

@@ -685,7 +685,7 @@ static const char **json_strings(cJSON *v, const char *key, int allow_single, in
 static int lt_alternatives(reply_t *rp, cJSON *alt, const char *form, lt_req_t *q) {
     int hi = rp->s->opt.max_beam - 1;
     if (alt && cJSON_IsString(alt)) {
-        form = alt->valuestring;
+        form = alt->valuestring; /* then as a form's value */
         alt = NULL;
     }
     char trimmed[32];
@@ -697,6 +697,9 @@ static int lt_alternatives(reply_t *rp, cJSON *alt, const char *form, lt_req_t *
             return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
         memcpy(trimmed, form, k);
         trimmed[k] = 0;
+        for (size_t i = 0; i < k; i++) /* digits only: no sign (a count is never negative) */
+            if (trimmed[i] < '0' || trimmed[i] > '9')
+                return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
         form = trimmed;
     }
     char *e = NULL;
@@ -873,7 +876,7 @@ static int lt_plan(reply_t *rp, lt_req_t *q, lt_plan_t *pl) {
         if (k == pl->n_groups) {
             lt_group_t *gr = &pl->groups[pl->n_groups++];
             gr->src = src;
-            char err[512];
+            char err[1024]; /* fail()'s length */
             if (route_pair(rp->s, src, q->target, &gr->route, err, sizeof err)) return fail(rp, 400, "%s", err);
             if (!(gr->items = calloc((size_t)q->n_items, sizeof *gr->items)))
                 return fail(rp, 500, "Cannot translate text: out of memory");

@@ -35,7 +35,8 @@ typedef struct {
 /* Detects the language of text (len bytes, need not be NUL-terminated). best_effort: when CLD2
  * finds no reliable answer, its best guess anyway (kCLDFlagBestEffort), as LibreTranslate's second
  * try does. plain_text 0: text may hold HTML (tags skipped, entities expanded), as pycld2's
- * default and so LibreTranslate. Errors: text not valid UTF-8 (TERN_ERR_INVALID_ARG, naming the
+ * default and so LibreTranslate. Control characters and noncharacters (which CLD2 refuses, and
+ * pycld2 with it) are read as spaces. Errors: text not valid UTF-8 (TERN_ERR_INPUT, naming the
  * byte offset), longer than INT_MAX bytes. Thread-safe (CLD2 keeps no state). */
 tern_status_t langid_detect(langid_result_t *out, const char *text, size_t len, int best_effort, int plain_text);
 
