@@ -163,6 +163,15 @@ def test_libretranslate_request_forms(server):
     for bad in ("two", "2.5", "-1", ""):
         st, j, _ = server.json("POST", "/translate", {**base, "alternatives": bad})
         assert st == 400 and j["error"].startswith("Invalid request: alternatives must be an integer"), bad
+    # multipart/form-data as LibreTranslate's web page (app.js) sends it: FormData with q, source
+    # "auto", target, format, alternatives as a string, api_key and its frontend secret
+    b = "----ternwebui"
+    fields = {"q": base["q"], "source": "auto", "target": "de", "format": "text", "alternatives": "2",
+              "api_key": "", "secret": "UI-SECRET"}
+    mp = "".join(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n" for k, v in fields.items())
+    st, _, data = server.request("POST", "/translate", (mp + f"--{b}--\r\n").encode(),
+                                 {"Content-Type": f"multipart/form-data; boundary={b}"})
+    assert st == 200 and json.loads(data) == {**j_int, "detectedLanguage": lt_detect([base["q"]], ["en", "de", "fr", "cs"], False)[0]}
     st, fs, _ = server.json("GET", "/frontend/settings")
     assert st == 200 and set(fs) == {"charLimit", "frontendTimeout", "apiKeys", "keyRequired", "suggestions",
                                      "filesTranslation", "supportedFilesFormat", "language"}
@@ -173,6 +182,27 @@ def test_libretranslate_request_forms(server):
     assert st == 200 and json.loads(data) == lt_detect([base["q"]], ["en", "de", "fr", "cs"], False)
     st, _, data2 = server.request("POST", "/detect?" + urllib.parse.urlencode({"q": base["q"]}))
     assert st == 200 and data2 == data
+
+
+def test_detect_api_keys(tmp_path):
+    """/detect is refused without a key when keys are required (as LibreTranslate's access check),
+    with the key in a JSON body or a form."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text("good-key\n")
+    s = Server(tmp_path, "--api-keys", str(keys), "--require-api-key")
+    try:
+        q = "Ein Mann mit einem orangefarbenen Hut starrt etwas an."
+        assert s.json("POST", "/detect", {"q": q}) [:2] == (400, {"error": "Please contact the server operator to get an API key"})
+        assert s.json("POST", "/detect", {"q": q, "api_key": "bad"})[:2] == (403, {"error": "Invalid API key"})
+        ok = s.json("POST", "/detect", {"q": q, "api_key": "good-key"})
+        assert ok[:2] == (200, lt_detect([q], ["en", "de"], False))
+        lt = LibreTranslateAPI(f"http://127.0.0.1:{s.port}/", api_key="good-key")
+        assert lt.detect(q) == ok[1]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            LibreTranslateAPI(f"http://127.0.0.1:{s.port}/", api_key="bad").detect(q)
+        assert e.value.code == 403
+    finally:
+        assert s.stop() == 0, s.stderr()
 
 
 def test_bad_input(server):
