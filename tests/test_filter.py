@@ -63,6 +63,12 @@ def cld2_other_language(text, lang):
     """The language rule on one side, with pycld2 (CLD2's own Python binding, its full table):
     CLD2's plain-text verdict is reliable and is not lang (codes as LibreTranslate's)."""
     import pycld2
+
+    def refused(c):  # code points CLD2 refuses: read as spaces of their UTF-8 length (langid.h)
+        o = ord(c)
+        return ((o < 0x20 and c not in "\t\n\r") or 0x7f <= o < 0xa0 or 0xfdd0 <= o <= 0xfdef
+                or (o & 0xfffe) == 0xfffe)
+    text = "".join(" " * len(c.encode()) if refused(c) else c for c in text)
     reliable, _, top = pycld2.detect(text, isPlainText=True)
     code = {"iw": "he", "jw": "jv", "in": "id", "no": "nb", "zh-Hant": "zt"}.get(top[0][1], top[0][1])
     return reliable and top[0][0] != "Unknown" and code != lang
@@ -311,6 +317,25 @@ def test_random_bytes_never_crash(tern, tmp_path):
             continue  # a last empty line without '\n' is no line: counts could differ
         check_against_python(tern, tmp_path, src + b"\n" if n else src, tgt + b"\n" if n else tgt,
                              ("--min-letters", "0.3"), min_letters=0.3)
+
+
+def test_random_text_langid(tern, tmp_path):
+    """--langid on random valid UTF-8: words of three languages mixed with control characters,
+    C1 controls, noncharacters and other scripts; the same verdicts as pycld2, never a crash."""
+    rng = random.Random(5)
+    words = ("the man is riding a bicycle down street with his dog ein mann fährt mit einem fahrrad "
+             "die straße hinunter hund un homme fait du vélo dans la rue avec son chien").split()
+    odd = ["\x01", "\x0b", "\x7f", "\u0085", "\u009f", "\ufdd0", "\uffff", "\U0001fffe", "\u00e9", "\u4e2d",
+           "\u0416", "\U0001f600", "<b>", "&amp;"]
+    src, tgt = [], []
+    for _ in range(200):
+        for side in (src, tgt):
+            toks = [rng.choice(words) if rng.random() < 0.8 else rng.choice(odd) for _ in range(rng.randint(1, 25))]
+            side.append(" ".join(toks).encode())
+    report = check_against_python(tern, tmp_path, b"\n".join(src) + b"\n", b"\n".join(tgt) + b"\n",
+                                  ("--langid", "en,de", "--keep-duplicates"), duplicates=False, langs=("en", "de"))
+    print(f"random text --langid en,de: {report}")
+    assert report["language"] >= 20 and report["kept"] >= 20  # both outcomes exercised
 
 
 def test_streams_in_constant_memory(tern, tmp_path):
