@@ -689,7 +689,7 @@ static int lt_alternatives(reply_t *rp, cJSON *alt, const char *form, lt_req_t *
         alt = NULL;
     }
     char trimmed[32];
-    if (form) { /* Python's int(): surrounding white space allowed, one sign, digits */
+    if (form) { /* as Python's int(): surrounding white space allowed, then digits (no sign: never negative) */
         while (*form == ' ' || *form == '\t' || *form == '\n' || *form == '\r') form++;
         size_t k = strlen(form);
         while (k && (form[k - 1] == ' ' || form[k - 1] == '\t' || form[k - 1] == '\n' || form[k - 1] == '\r')) k--;
