@@ -28,8 +28,13 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # The libraries each part links (docs/library.md): the runtime (libtern: translation, scoring, the
 # C API) needs the first line only (its GEMMs are oneDNN's and Tern's own: no object calls
 # OpenBLAS); training adds SentencePiece's trainer (and MPI, below), the server libmicrohttpd.
+# Language identification (src/text/langid.cc: `tern filter --langid`, the server's /detect) is
+# CLD2 (Debian libcld2-dev) with its full table, as pycld2 and so LibreTranslate use it: libcld2
+# holds the code and a smaller table, libcld2_full only the full table, whose symbols take the
+# small one's place because it comes first in the load order; nothing references it directly, so
+# it is linked whatever --as-needed says (push-state/pop-state leaves that flag as it was).
 # Programs built here (tern, tests, benches) link all three parts, and OpenBLAS and zlib as before.
-RT_LIBS    = -ldnnl -lsentencepiece -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
+RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
 SERVE_LIBS = -lmicrohttpd
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
