@@ -1,0 +1,137 @@
+"""tern.Translator as a drop-in for ctranslate2.Translator (issue 31 point 6).
+
+- Conformance: one script of ctranslate2 calls (tests/tools/ct2_calls.py: the constructor's
+  arguments and compute-type resolution, translate_batch with every deterministic option,
+  asynchronous results, the callback, generate_tokens, translate_iterable, score_batch/_iterable,
+  translate_file/score_file with their file formats, inter_threads=2) runs twice, with
+  `ct = ctranslate2` and with `ct = tern`, on the same CTranslate2 model (a float32 spec-API model,
+  tests/peer/make_models.py; CT2_USE_MKL=1 as in the other peer tests). The two runs give the same
+  result types with the same fields and the same values: tokens, strings, ints and booleans
+  exactly; floats (scores, log-probs, the numbers in the output files) within 1e-4 absolute.
+- Sampling: draws are not CTranslate2's, so sampling_topk=1 is in the conformance script and here
+  a seed reproduces its samples exactly, also when the call is split across 2 replicas, and
+  another seed gives other samples.
+- Options Tern cannot honour raise tern.NotAvailableError naming the option (never ignored).
+"""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peer"))
+sys.path.insert(0, os.path.join(HERE, "tools"))
+os.environ.setdefault("CT2_USE_MKL", "1")
+ctranslate2 = pytest.importorskip("ctranslate2")
+import ct2_calls  # noqa: E402
+import make_models  # noqa: E402
+from test_translate_peer import make_inputs  # noqa: E402
+
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("ct2-conformance"))
+    make_models.make_model(make_models.SHAPES[0], d)
+    return d
+
+
+def _num(s):
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def compare(x, y, path):
+    """None when y (tern's) equals x (ctranslate2's), else where and how they differ."""
+    if isinstance(x, float) or isinstance(y, float):
+        ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and abs(x - y) <= TOL
+        return None if ok else f"{path}: {x!r} vs {y!r}"
+    if type(x) is not type(y):
+        return f"{path}: type {type(x).__name__} vs {type(y).__name__}: {x!r:.200} vs {y!r:.200}"
+    if isinstance(x, (list, tuple)):
+        if len(x) != len(y):
+            return f"{path}: {len(x)} vs {len(y)} items: {x!r:.300} vs {y!r:.300}"
+        for i, (u, v) in enumerate(zip(x, y)):
+            if (r := compare(u, v, f"{path}[{i}]")):
+                return r
+        return None
+    if isinstance(x, dict):
+        if x.keys() != y.keys():
+            return f"{path}: fields {sorted(x)} vs {sorted(y)}"
+        for k in x:
+            if (r := compare(x[k], y[k], f"{path}.{k}")):
+                return r
+        return None
+    if isinstance(x, str) and x != y and " ||| " in x:  # a line of an output file: numbers within TOL
+        a, b = x.split(" ||| "), y.split(" ||| ")
+        if len(a) == len(b) and all(u == v or (_num(u) is not None and _num(v) is not None and abs(_num(u) - _num(v)) <= TOL)
+                                    or (len(u.split()) == len(v.split()) and all(
+                                        p == q or (_num(p) is not None and _num(q) is not None and abs(_num(p) - _num(q)) <= TOL)
+                                        for p, q in zip(u.split(), v.split())))
+                                    for u, v in zip(a, b)):
+            return None
+    return None if x == y else f"{path}: {x!r:.300} vs {y!r:.300}"
+
+
+def test_same_script_same_results(tern_python, model, tmp_path):
+    inputs = make_inputs(model, seed=7, n=60)
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "tern").mkdir()
+    want = ct2_calls.run(ctranslate2, model, inputs, str(tmp_path / "ct2"))
+    got = ct2_calls.run(tern_python, model, inputs, str(tmp_path / "tern"))
+    assert list(got) == list(want)
+    diffs = [r for k in want if (r := compare(want[k], got[k], k))]
+    print(f"{len(want)} calls compared, {len(diffs)} differ")
+    assert not diffs, "\n".join(diffs)
+    # the script really covered the options (not empty results compared with empty results)
+    assert want["attributes"] == ("cpu", [0], "float32", 1)
+    assert want["compute_type auto"] == "int8_float32" and want["compute_type float32"] == "float32"
+    assert want["compute_type int8_float16"][0] == "ValueError"
+    assert len(want["callback"]) > 8 and len(want["generate_tokens"]) >= 2
+    assert want["default"] != want["max/min length"]
+    assert want["inter_threads 2"][0] == 2
+
+
+def test_sampling_seeds_reproduce(tern_python, model):
+    inputs = make_inputs(model, seed=11, n=40)
+    one = tern_python.Translator(model, intra_threads=1)
+    two = tern_python.Translator(model, inter_threads=2, intra_threads=1)
+    kw = dict(beam_size=1, sampling_topk=0, sampling_temperature=1.5, num_hypotheses=2, max_decoding_length=20)
+    a = [r.hypotheses for r in one.translate_batch(inputs, seed=3, **kw)]
+    assert a == [r.hypotheses for r in one.translate_batch(inputs, seed=3, **kw)]
+    assert a == [r.hypotheses for r in two.translate_batch(inputs, seed=3, **kw)]  # split across 2 replicas
+    b = [r.hypotheses for r in one.translate_batch(inputs, seed=4, **kw)]
+    assert sum(x != y for x, y in zip(a, b)) >= 10
+
+
+def test_options_tern_cannot_honour_are_refused(tern_python, model):
+    tr = tern_python.Translator(model, intra_threads=1)
+    src = make_inputs(model, seed=5, n=2)
+    for opt, value in [("return_attention", True), ("replace_unknowns", True), ("return_alternatives", True),
+                       ("return_logits_vocab", True), ("patience", 2.0), ("prefix_bias_beta", 0.5),
+                       ("end_token", "<s>")]:
+        with pytest.raises(tern_python.NotAvailableError, match=opt):
+            tr.translate_batch(src, **{opt: value})
+    with pytest.raises(NotImplementedError, match="return_log_prob"):
+        list(tr.generate_tokens(src[0], return_log_prob=True))
+    with pytest.raises(tern_python.NotAvailableError, match="int16"):
+        tern_python.Translator(model, compute_type="int16")
+    with pytest.raises(ValueError, match="device"):
+        tern_python.Translator(model, device="cuda")
+    with pytest.raises(ValueError, match="flash_attention"):
+        tern_python.Translator(model, flash_attention=True)
+
+
+def test_bad_tokenizer_output_names_the_line(tern_python, model, tmp_path):
+    tr = tern_python.Translator(model, intra_threads=1)
+    src = tmp_path / "in.txt"
+    src.write_text("a b\nc d\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"in.txt:2: the tokenizer"):
+        tr.translate_file(str(src), str(tmp_path / "out.txt"), source_tokenize_fn=lambda s: ["x y"] if s == "c d" else ["x"])
+    tgt = tmp_path / "tgt.txt"
+    tgt.write_text("a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="tgt.txt: has 1 lines, fewer than"):
+        tr.score_file(str(src), str(tgt), str(tmp_path / "out.txt"))
