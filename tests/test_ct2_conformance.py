@@ -135,3 +135,25 @@ def test_bad_tokenizer_output_names_the_line(tern_python, model, tmp_path):
     tgt.write_text("a\n", encoding="utf-8")
     with pytest.raises(ValueError, match="tgt.txt: has 1 lines, fewer than"):
         tr.score_file(str(src), str(tgt), str(tmp_path / "out.txt"))
+
+
+def test_python_m_tern_translate_samples_as_the_cli(tern_python, data_dir, tmp_path):
+    """`python -m tern translate` with the sampling flags writes what `tern translate` writes with
+    them (byte for byte: the draws depend on the seed and the input line, empty lines included)."""
+    import subprocess
+    root = os.path.dirname(HERE)
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
+        lines = [next(f) for _ in range(20)]
+    lines[5] = "\n"
+    src = tmp_path / "in.txt"
+    src.write_text("".join(lines), encoding="utf-8")
+    flags = ["-m", os.path.join(root, "models", "en-de"), "--sampling-topk", "0", "--sampling-temperature", "0.8",
+             "--seed", "9", "--no-repeat-ngram-size", "3", "-q", "-t", "1"]
+    cli = subprocess.run([os.environ.get("TERN_BIN", os.path.join(root, "build", "tern")), "translate", *flags],
+                         stdin=open(src, "rb"), capture_output=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(tern_python.__file__)))
+    py = subprocess.run([sys.executable, "-m", "tern", "translate", *flags, "--read-ahead", "7", str(src)],
+                        capture_output=True, env=env, timeout=300)
+    assert py.returncode == 0, py.stderr
+    assert py.stdout == cli.stdout and len(cli.stdout.split(b"\n")) == 21
