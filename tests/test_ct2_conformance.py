@@ -115,8 +115,8 @@ def test_options_tern_cannot_honour_are_refused(tern_python, model):
                        ("end_token", "<s>")]:
         with pytest.raises(tern_python.NotAvailableError, match=opt):
             tr.translate_batch(src, **{opt: value})
-    with pytest.raises(NotImplementedError, match="return_log_prob"):
-        list(tr.generate_tokens(src[0], return_log_prob=True))
+    with pytest.raises(NotImplementedError, match="return_log_prob with sampling"):
+        list(tr.generate_tokens(src[0], return_log_prob=True, sampling_topk=5))
     with pytest.raises(tern_python.NotAvailableError, match="int16"):
         tern_python.Translator(model, compute_type="int16")
     with pytest.raises(ValueError, match="device"):

@@ -634,11 +634,21 @@ class Translator:
         """Yields the tokens of one input as greedy search (or sampling) chooses them
         (CTranslate2's generate_tokens): one GenerationStepResult per token, the end token last
         (``is_last``), each as soon as the search chose it (the search runs on a thread; closing
-        the generator stops it). ``return_log_prob`` raises tern.NotAvailableError (not yet)."""
-        if return_log_prob:  # the search's per-token log-probabilities do not reach the step events yet
-            raise _not_available("return_log_prob")
-        if not isinstance(source, str):
+        the generator stops it). With ``return_log_prob`` (greedy search, token input) each step's
+        ``log_prob`` is its token's log-probability as CTranslate2 gives it (0 for prefix tokens),
+        from re-running the search after each prefix of the result: the steps then come when the
+        search is done."""
+        if return_log_prob and sampling_topk != 1:
+            raise _not_available("return_log_prob with sampling")
+        if isinstance(source, str):
+            if return_log_prob:
+                raise _not_available("return_log_prob with string input (give token lists)")
+        else:
             source = list(source)
+        opts = dict(beam_size=1, max_decoding_length=max_decoding_length, min_decoding_length=min_decoding_length,
+                    repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                    disable_unk=disable_unk, suppress_sequences=suppress_sequences, end_token=end_token,
+                    max_input_length=max_input_length, use_vmap=use_vmap)
         events: "queue.Queue" = queue.Queue()
         stop = threading.Event()
         done = object()
@@ -650,13 +660,8 @@ class Translator:
         def run():
             try:
                 self.translate_batch([source], target_prefix=[target_prefix] if target_prefix is not None else None,
-                                     beam_size=1, max_decoding_length=max_decoding_length,
-                                     min_decoding_length=min_decoding_length, sampling_topk=sampling_topk,
-                                     sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
-                                     repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
-                                     disable_unk=disable_unk, suppress_sequences=suppress_sequences,
-                                     end_token=end_token, max_input_length=max_input_length, use_vmap=use_vmap,
-                                     seed=seed, callback=on_step)
+                                     sampling_topk=sampling_topk, sampling_topp=sampling_topp,
+                                     sampling_temperature=sampling_temperature, seed=seed, callback=on_step, **opts)
             except CancelledError:
                 pass
             except BaseException as e:  # noqa: BLE001  (re-raised in the consumer)
@@ -666,13 +671,56 @@ class Translator:
         worker = threading.Thread(target=run, name="tern-generate", daemon=True)
         worker.start()
         try:
+            if not return_log_prob:
+                while (ev := events.get()) is not done:
+                    if isinstance(ev, BaseException):
+                        raise ev
+                    yield ev
+                return
+            steps = []
             while (ev := events.get()) is not done:
                 if isinstance(ev, BaseException):
                     raise ev
+                steps.append(ev)
+            lps = self._step_log_probs(source, steps, len(target_prefix or []), opts)
+            for ev, lp in zip(steps, lps):
+                ev.log_prob = lp
                 yield ev
         finally:
             stop.set()
             worker.join()
+
+    def _step_log_probs(self, source, steps, n_prefix: int, opts) -> List[float]:
+        """The log-probability of each step's token in a finished greedy search (the end token's
+        too): forced target tokens 0 (as CTranslate2), then for each k the search re-run with the
+        first k tokens as target prefix, whose score (length penalty 0: the sum of the generated
+        tokens' log-probabilities, the prefix not counted) is the log-probability of the rest; so
+        token k's is the difference of rows k and k+1. Greedy search is deterministic, so each row
+        continues to the same hypothesis (checked; otherwise each token is taken alone: a search
+        of one token after its prefix)."""
+        if not steps:
+            return []
+        eos = self._target_vocab()[1]
+        ended = steps[-1].is_last and steps[-1].token == eos and len(steps[-1].token_ids) == len(steps) - 1
+        hyp = [ev.token for ev in (steps[:-1] if ended else steps)]
+        L = len(hyp)
+        ks = list(range(n_prefix, L + 1 if ended else L))
+        rows = self.translate_batch([source] * len(ks), target_prefix=[hyp[:k] or None for k in ks],
+                                    return_scores=True, length_penalty=0, **opts)
+        tail = {}
+        if all(r.hypotheses[0] == hyp for r in rows):
+            tail = {k: r.scores[0] for k, r in zip(ks, rows)}
+        else:  # one search of one token per position
+            for k in ks:
+                o = dict(opts, max_decoding_length=k + 1)
+                r = self.translate_batch([source], target_prefix=[hyp[:k] or None], return_scores=True,
+                                         length_penalty=0, **o)[0]
+                tail[k] = r.scores[0]  # token k alone: the rest starts at k + 1
+            lps = [0.0] * n_prefix + [tail[k] for k in ks]
+            return lps
+        end = (L + 1) if ended else L
+        tail[end] = 0.0
+        return [0.0] * n_prefix + [tail[k] - tail[k + 1] for k in ks]
 
     def translate_file(self, source_path: Union[str, os.PathLike], output_path: Union[str, os.PathLike],
                        target_path: Optional[Union[str, os.PathLike]] = None, max_batch_size: int = 32,

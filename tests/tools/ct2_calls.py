@@ -78,6 +78,12 @@ def run(ct, model_dir, inputs, tmp):
     out["generate_tokens"] = plain(list(t.generate_tokens(src[0])))
     out["generate_tokens prefix"] = plain(list(t.generate_tokens(src[1], greedy[1][:2])))
     out["generate_tokens max 3"] = plain(list(t.generate_tokens(src[2], max_decoding_length=3)))
+    for i in range(4):
+        out[f"generate_tokens log_prob {i}"] = plain(list(t.generate_tokens(src[i], return_log_prob=True)))
+    out["generate_tokens log_prob prefix, max 5"] = plain(list(t.generate_tokens(
+        src[2], greedy[2][:2], return_log_prob=True, max_decoding_length=5)))
+    out["generate_tokens log_prob repetition_penalty"] = plain(list(t.generate_tokens(
+        src[3], return_log_prob=True, repetition_penalty=1.3, max_decoding_length=12)))
     out["translate_iterable"] = plain(list(t.translate_iterable(iter(src), max_batch_size=5, beam_size=1)))
     out["translate_iterable prefix"] = plain(list(t.translate_iterable(src, iter([p or [] for p in prefixes]), max_batch_size=7)))
 
