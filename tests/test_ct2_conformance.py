@@ -3,7 +3,7 @@
 - Conformance: one script of ctranslate2 calls (tests/tools/ct2_calls.py: the constructor's
   arguments and compute-type resolution, translate_batch with every deterministic option,
   asynchronous results, the callback, generate_tokens, translate_iterable, score_batch/_iterable,
-  translate_file/score_file with their file formats, inter_threads=2) runs twice, with
+  translate_file/score_file with their file formats, use_vmap, inter_threads=2) runs twice, with
   `ct = ctranslate2` and with `ct = tern`, on the same CTranslate2 model (a float32 spec-API model,
   tests/peer/make_models.py; CT2_USE_MKL=1 as in the other peer tests). The two runs give the same
   result types with the same fields and the same values: tokens, strings, ints and booleans
@@ -11,7 +11,12 @@
 - Sampling: draws are not CTranslate2's, so sampling_topk=1 is in the conformance script and here
   a seed reproduces its samples exactly, also when the call is split across 2 replicas, and
   another seed gives other samples.
-- Options Tern cannot honour raise tern.NotAvailableError naming the option (never ignored).
+- generate_tokens(use_vmap=True) steps through ctranslate2's translate_batch(use_vmap=True)
+  tokens (ctranslate2 4.8's own generate_tokens gives reduced-vocabulary positions there).
+- Asynchronous calls with max_queued_batches=1 on 2 replicas give the synchronous results.
+- Options Tern cannot honour raise tern.NotAvailableError naming the option (never ignored); a
+  tokenizer's bad output and files of different lengths are errors naming the file and line.
+- `python -m tern translate` with sampling flags writes `tern translate`'s bytes.
 """
 import os
 import sys
@@ -34,6 +39,16 @@ TOL = 1e-4
 def model(tmp_path_factory):
     d = str(tmp_path_factory.mktemp("ct2-conformance"))
     make_models.make_model(make_models.SHAPES[0], d)
+    # a vocabulary map for use_vmap (CTranslate2's vmap.txt: n-gram<TAB>pieces; the empty n-gram's
+    # pieces are candidates of every batch): a third of the vocabulary always, some more per token
+    import json
+    with open(os.path.join(d, "shared_vocabulary.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    words = vocab[3:]
+    with open(os.path.join(d, "vmap.txt"), "w", encoding="utf-8") as f:
+        f.write("\t" + " ".join(words[::3]) + "\n")
+        for i, w in enumerate(words[:40]):
+            f.write(f"{w}\t{words[(7 * i + 1) % len(words)]} {words[(5 * i + 2) % len(words)]}\n")
     return d
 
 
@@ -93,6 +108,23 @@ def test_same_script_same_results(tern_python, model, tmp_path):
     assert len(want["callback"]) > 8 and len(want["generate_tokens"]) >= 2
     assert want["default"] != want["max/min length"]
     assert want["inter_threads 2"][0] == 2
+    assert want["use_vmap greedy"] != want["greedy scores"]  # the map changed outputs
+
+
+def test_generate_tokens_with_vmap_gives_translate_batchs_tokens(tern_python, model):
+    """generate_tokens(use_vmap=True) steps through the tokens that ctranslate2's translate_batch
+    (use_vmap=True, greedy) outputs, with their vocabulary ids (ctranslate2 4.8's own
+    generate_tokens gives positions in the reduced vocabulary there, so it is not the reference)."""
+    inputs = make_inputs(model, seed=13, n=12)
+    ct2 = ctranslate2.Translator(model, intra_threads=1)
+    tr = tern_python.Translator(model, intra_threads=1)
+    import json
+    with open(os.path.join(model, "shared_vocabulary.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    for s, r in zip(inputs, ct2.translate_batch(inputs, beam_size=1, use_vmap=True, return_end_token=True)):
+        steps = list(tr.generate_tokens(s, use_vmap=True))
+        assert [e.token for e in steps] == r.hypotheses[0]
+        assert [vocab[e.token_id] for e in steps] == r.hypotheses[0]
 
 
 def test_sampling_seeds_reproduce(tern_python, model):
@@ -157,3 +189,24 @@ def test_python_m_tern_translate_samples_as_the_cli(tern_python, data_dir, tmp_p
                         capture_output=True, env=env, timeout=300)
     assert py.returncode == 0, py.stderr
     assert py.stdout == cli.stdout and len(cli.stdout.split(b"\n")) == 21
+
+
+def test_asynchronous_calls_with_a_bounded_queue(tern_python, model):
+    """Many asynchronous calls on 2 replicas with max_queued_batches=1 (the caller blocks while a
+    call waits): every handle gives the synchronous result, and the counters come back to 0."""
+    inputs = make_inputs(model, seed=17, n=48)
+    tr = tern_python.Translator(model, inter_threads=2, intra_threads=1, max_queued_batches=1)
+    want = tr.translate_batch(inputs, beam_size=2)
+    handles = [tr.translate_batch(inputs[i:i + 8], beam_size=2, asynchronous=True) for i in range(0, 48, 8)]
+    scores = tr.score_batch(inputs[:4], [w.hypotheses[0] or ["</s>"] for w in want[:4]], asynchronous=True)
+    got = [h.result() for hs in handles for h in hs]
+    assert got == want
+    assert all(isinstance(h, tern_python.AsyncTranslationResult) and h.done() for hs in handles for h in hs)
+    assert [s.result().log_probs for s in scores] == \
+        [s.log_probs for s in tr.score_batch(inputs[:4], [w.hypotheses[0] or ["</s>"] for w in want[:4]])]
+    import time
+    for _ in range(100):
+        if tr.num_active_batches == 0:
+            break
+        time.sleep(0.01)
+    assert tr.num_active_batches == 0 and tr.num_queued_batches == 0

@@ -69,6 +69,12 @@ def run(ct, model_dir, inputs, tmp):
     out["suppress_sequences"] = plain(tb(src, beam_size=1, suppress_sequences=[[common[0]], common[1:3]]))
     out["end_token"] = plain(tb(src, beam_size=1, end_token="</s>"))
     out["return_end_token"] = plain(tb(src, beam_size=1, return_end_token=True, max_decoding_length=6))
+    if os.path.exists(os.path.join(model_dir, "vmap.txt")):
+        out["use_vmap greedy"] = plain(tb(src, beam_size=1, use_vmap=True))
+        out["use_vmap beam"] = plain(tb(src, beam_size=3, use_vmap=True, return_scores=True))
+        # not generate_tokens(use_vmap=True): ctranslate2 4.8's step results then give the token's
+        # position in the reduced vocabulary as its id (and the piece of that id), not the token
+        # its translate_batch outputs; tests/test_ct2_conformance.py checks Tern's against the latter
     out["sampling topk 1"] = plain(tb(src, beam_size=1, sampling_topk=1, sampling_temperature=0.5))
     out["patience 1, prefix_bias_beta 0"] = plain(tb(src[:4], patience=1, prefix_bias_beta=0))
     out["asynchronous"] = plain(tb(src[:6], beam_size=1, asynchronous=True))
