@@ -7,7 +7,8 @@
   `ct = ctranslate2` and with `ct = tern`, on the same CTranslate2 model (a float32 spec-API model,
   tests/peer/make_models.py; CT2_USE_MKL=1 as in the other peer tests). The two runs give the same
   result types with the same fields and the same values: tokens, strings, ints and booleans
-  exactly; floats (scores, log-probs, the numbers in the output files) within 1e-4 absolute.
+  exactly; floats (scores, log-probs, the numbers in the output files) within 1e-4 absolute
+  (1e-2 for the int8 calls, where the engines' run-time activation quantization rounds apart).
 - Sampling: draws are not CTranslate2's, so sampling_topk=1 is in the conformance script and here
   a seed reproduces its samples exactly, also when the call is split across 2 replicas, and
   another seed gives other samples.
@@ -32,7 +33,9 @@ import ct2_calls  # noqa: E402
 import make_models  # noqa: E402
 from test_translate_peer import make_inputs  # noqa: E402
 
-TOL = 1e-4
+TOL = 1e-4       # float32: scores and log-probs
+TOL_INT8 = 1e-2  # int8 (calls named "int8 ..."): activations quantized per row at run time round
+                 # differently in the two engines (measured: at most 0.0041 on a score); tokens exact
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +62,10 @@ def _num(s):
         return None
 
 
-def compare(x, y, path):
+def compare(x, y, path, tol=TOL):
     """None when y (tern's) equals x (ctranslate2's), else where and how they differ."""
     if isinstance(x, float) or isinstance(y, float):
-        ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and abs(x - y) <= TOL
+        ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) and abs(x - y) <= tol
         return None if ok else f"{path}: {x!r} vs {y!r}"
     if type(x) is not type(y):
         return f"{path}: type {type(x).__name__} vs {type(y).__name__}: {x!r:.200} vs {y!r:.200}"
@@ -70,14 +73,14 @@ def compare(x, y, path):
         if len(x) != len(y):
             return f"{path}: {len(x)} vs {len(y)} items: {x!r:.300} vs {y!r:.300}"
         for i, (u, v) in enumerate(zip(x, y)):
-            if (r := compare(u, v, f"{path}[{i}]")):
+            if (r := compare(u, v, f"{path}[{i}]", tol)):
                 return r
         return None
     if isinstance(x, dict):
         if x.keys() != y.keys():
             return f"{path}: fields {sorted(x)} vs {sorted(y)}"
         for k in x:
-            if (r := compare(x[k], y[k], f"{path}.{k}")):
+            if (r := compare(x[k], y[k], f"{path}.{k}", tol)):
                 return r
         return None
     if isinstance(x, str) and x != y and " ||| " in x:  # a line of an output file: numbers within TOL
@@ -98,7 +101,7 @@ def test_same_script_same_results(tern_python, model, tmp_path):
     want = ct2_calls.run(ctranslate2, model, inputs, str(tmp_path / "ct2"))
     got = ct2_calls.run(tern_python, model, inputs, str(tmp_path / "tern"))
     assert list(got) == list(want)
-    diffs = [r for k in want if (r := compare(want[k], got[k], k))]
+    diffs = [r for k in want if (r := compare(want[k], got[k], k, TOL_INT8 if k.startswith("int8") else TOL))]
     print(f"{len(want)} calls compared, {len(diffs)} differ")
     assert not diffs, "\n".join(diffs)
     # the script really covered the options (not empty results compared with empty results)

@@ -129,6 +129,11 @@ def run(ct, model_dir, inputs, tmp):
     file_call("score_file", t.score_file, sp, tp)
     file_call("score_file tokens", t.score_file, sp, tp, with_tokens_score=True, offset=1)
 
+    # int8 weights quantized at load time (CTranslate2's int8_float32; CT2_USE_MKL=1 makes its int8 exact)
+    t8 = ct.Translator(model_dir, compute_type="int8", intra_threads=1)
+    out["int8 greedy"] = plain(t8.translate_batch(src, beam_size=1, return_scores=True))
+    out["int8 beam"] = plain(t8.translate_batch(src, beam_size=4, num_hypotheses=2))
+
     # inter_threads: one call split across the replicas gives what one replica gives
     t2 = ct.Translator(model_dir, inter_threads=2, intra_threads=1)
     out["inter_threads 2"] = (t2.num_translators, plain(t2.translate_batch(inputs, beam_size=1)))
