@@ -2,7 +2,8 @@
 
 - Conformance: one script of ctranslate2 calls (tests/tools/ct2_calls.py: the constructor's
   arguments and compute-type resolution, translate_batch with every deterministic option,
-  asynchronous results, the callback, generate_tokens, translate_iterable, score_batch/_iterable,
+  asynchronous results, the callback, return_alternatives (greedy, beam with length penalty 0,
+  prefixes, min_alternative_expansion_prob), generate_tokens, translate_iterable, score_batch/_iterable,
   translate_file/score_file with their file formats, use_vmap, inter_threads=2) runs twice, with
   `ct = ctranslate2` and with `ct = tern`, on the same CTranslate2 model (a float32 spec-API model,
   tests/peer/make_models.py; CT2_USE_MKL=1 as in the other peer tests). The two runs give the same
@@ -145,7 +146,9 @@ def test_sampling_seeds_reproduce(tern_python, model):
 def test_options_tern_cannot_honour_are_refused(tern_python, model):
     tr = tern_python.Translator(model, intra_threads=1)
     src = make_inputs(model, seed=5, n=2)
-    for opt, value in [("return_attention", True), ("replace_unknowns", True), ("return_alternatives", True),
+    with pytest.raises(tern_python.NotAvailableError, match="return_alternatives with beam search and a length"):
+        tr.translate_batch(src, return_alternatives=True)  # beam 2, length penalty 1
+    for opt, value in [("return_attention", True), ("replace_unknowns", True),
                        ("return_logits_vocab", True), ("patience", 2.0), ("prefix_bias_beta", 0.5),
                        ("end_token", "<s>")]:
         with pytest.raises(tern_python.NotAvailableError, match=opt):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import json
+import math
 import os
 import queue
 import threading
@@ -494,15 +495,35 @@ class Translator:
         and ``suppress_sequences`` (token lists; strings for string input) as CTranslate2's;
         ``use_vmap`` restricts the output to the model directory's vmap.txt (as CTranslate2's);
         ``end_token`` may only name the model's end token; ``return_end_token`` appends it to the
-        token hypotheses that ended with it. ``patience`` != 1, ``prefix_bias_beta`` != 0,
-        ``return_logits_vocab``, ``return_attention``, ``return_alternatives`` and
+        token hypotheses that ended with it. ``return_alternatives`` (token input; greedy search,
+        or beam search with ``length_penalty=0``) gives ``num_hypotheses`` alternatives at the
+        first position after the prefix, each continued by the search, as CTranslate2's
+        (``min_alternative_expansion_prob`` drops the unlikely ones). ``patience`` != 1,
+        ``prefix_bias_beta`` != 0, ``return_logits_vocab``, ``return_attention`` and
         ``replace_unknowns`` raise tern.NotAvailableError.
         """
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
-        _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, return_alternatives,
-                       replace_unknowns)
+        _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, False, replace_unknowns)
         self._end_token_ok(end_token)
+        if return_alternatives:
+            if callback is not None:
+                raise ValueError("return_alternatives does not take a callback")
+            if sampling_topk != 1:
+                raise _not_available("return_alternatives with sampling")
+            if beam_size > 1 and length_penalty != 0:
+                raise _not_available("return_alternatives with beam search and a length penalty (use beam_size=1 "
+                                     "or length_penalty=0)")
+            kw = dict(max_batch_size=max_batch_size, batch_type=batch_type, beam_size=beam_size,
+                      coverage_penalty=coverage_penalty, max_input_length=max_input_length,
+                      max_decoding_length=max_decoding_length, min_decoding_length=min_decoding_length,
+                      repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
+                      disable_unk=disable_unk, suppress_sequences=suppress_sequences, use_vmap=use_vmap)
+            run = lambda: self._alternatives(source, target_prefix, num_hypotheses, length_penalty,  # noqa: E731
+                                             min_alternative_expansion_prob, return_scores, return_end_token, kw)
+            if asynchronous:
+                return self._submit_async(run, len(source), AsyncTranslationResult)
+            return run()
         source = list(source)
         tokens = _is_tokens(source)
         src = [_join(s, "source") for s in source] if tokens else source
@@ -570,6 +591,62 @@ class Translator:
         if asynchronous:
             return self._submit_async(run, len(src), AsyncTranslationResult)
         return run()
+
+    def _alternatives(self, source, target_prefix, n: int, lp: float, min_prob: float, return_scores: bool,
+                      return_end_token: bool, kw) -> List[TranslationResult]:
+        """return_alternatives, as CTranslate2 does it: at the first position after the prefix, the
+        n most probable tokens (a beam search of n over one step, the end token not allowed
+        there), those of probability >= min_prob kept; then each continued by the search (one
+        hypothesis) from the prefix and that token. Score: the token's log-probability plus the
+        continuation's, the latter normalized by its length (end token included) ** lp. The
+        continuation runs with length penalty 0 (greedy search does not depend on it, and beam
+        search here only has it 0), so its score is the raw sum of its tokens (a target prefix
+        is not scored)."""
+        source = list(source)
+        if not _is_tokens(source):
+            raise _not_available("return_alternatives with string input (give token lists)")
+        prefixes = list(target_prefix) if target_prefix is not None else [None] * len(source)
+        if len(prefixes) != len(source):
+            raise ValueError(f"target_prefix has {len(prefixes)} entries for {len(source)} inputs")
+        eos = self._target_vocab()[1]
+        M = kw["max_decoding_length"]
+        out = []
+        for src, pre in zip(source, prefixes):
+            pre = list(pre or [])
+            P = len(pre)
+            if P >= M:  # no position left to expand: n copies of the prefix cut to the maximum, as CTranslate2
+                out.append(TranslationResult([pre[:M] for _ in range(n)], [0.0] * n if return_scores else []))
+                continue
+            first = dict(kw, beam_size=n, max_decoding_length=P + 1, min_decoding_length=P + 1)
+            e = self.translate_batch([src], [pre or None], num_hypotheses=n, length_penalty=0, return_scores=True,
+                                     **first)[0]
+            keep = [(h, sc) for h, sc in zip(e.hypotheses, e.scores) if math.exp(sc) >= min_prob]
+            if not keep:
+                out.append(TranslationResult([], []))
+                continue
+            # the continuation's minimum length counts from after the expanded token, as CTranslate2's
+            rest = dict(kw, min_decoding_length=max(kw["min_decoding_length"] - P - 1, 0))
+            cont = self.translate_batch([src] * len(keep), [h for h, _ in keep], num_hypotheses=1,
+                                        length_penalty=0, return_scores=True, **rest)
+            # CTranslate2's continuation may end at once (its end token right after the expanded
+            # token), which a search after a target prefix never does (in either engine): with
+            # beam search that ending competes with the search's best by score
+            ends = None
+            if kw["beam_size"] > 1 and rest["min_decoding_length"] == 0:
+                ends = [x.log_probs[-1] for x in self.score_batch([src] * len(keep), [h for h, _ in keep],
+                                                                  max_input_length=kw["max_input_length"])]
+            hyps, scores = [], []
+            for j, ((h0, sc), r) in enumerate(zip(keep, cont)):
+                h = r.hypotheses[0]
+                suffix = r.scores[0]
+                if ends is not None and len(h0) < M and ends[j] >= suffix:
+                    h, suffix = list(h0), ends[j]
+                ended = len(h) < M
+                n_suffix = len(h) - len(h0) + (1 if ended else 0)
+                scores.append(sc + (suffix / (n_suffix ** lp) if n_suffix else 0.0))
+                hyps.append(h + [eos] if return_end_token and ended else h)
+            out.append(TranslationResult(hyps, scores if return_scores else []))
+        return out
 
     def _event_converter(self, callback, tokens: bool):
         """The C event (index, step, ids, text, delta, is_last) -> CTranslate2's GenerationStepResult."""

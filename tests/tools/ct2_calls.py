@@ -75,6 +75,19 @@ def run(ct, model_dir, inputs, tmp):
         # not generate_tokens(use_vmap=True): ctranslate2 4.8's step results then give the token's
         # position in the reduced vocabulary as its id (and the piece of that id), not the token
         # its translate_batch outputs; tests/test_ct2_conformance.py checks Tern's against the latter
+    # return_alternatives: one input at a time (CTranslate2 refuses a batch of prefixes with it)
+    for name, kw in [("greedy", dict(beam_size=1, num_hypotheses=3)),
+                     ("beam lp0", dict(beam_size=4, num_hypotheses=3, length_penalty=0)),
+                     ("prefix", dict(beam_size=1, num_hypotheses=4, length_penalty=0.5, max_decoding_length=12)),
+                     ("prefix beam lp0", dict(beam_size=2, num_hypotheses=2, length_penalty=0, max_decoding_length=30)),
+                     ("min prob", dict(beam_size=1, num_hypotheses=5, min_alternative_expansion_prob=0.05))]:
+        res = []
+        for i, s in enumerate(src[:8]):
+            pre = [greedy[i][:2] or ["</s>"]] if name.startswith("prefix") else None
+            if name == "prefix beam lp0" and i % 2:
+                pre = [greedy[i] or ["</s>"]]  # the whole greedy output: the end token is likely next
+            res.append(plain(tb([s], pre, return_alternatives=True, return_scores=True, **kw)))
+        out[f"return_alternatives {name}"] = res
     out["sampling topk 1"] = plain(tb(src, beam_size=1, sampling_topk=1, sampling_temperature=0.5))
     out["patience 1, prefix_bias_beta 0"] = plain(tb(src[:4], patience=1, prefix_bias_beta=0))
     out["asynchronous"] = plain(tb(src[:6], beam_size=1, asynchronous=True))
