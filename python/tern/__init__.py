@@ -13,6 +13,7 @@ callback's events carry the hypothesis text so far. Every call into the C librar
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import math
@@ -847,7 +848,7 @@ class Translator:
         n_ex = n_tok = 0
         offset = 0  # the index of the chunk's first line: the sampling draws of one call
         with open(src_path, encoding="utf-8") as fs, open(out_path, "w", encoding="utf-8") as fo, \
-                (open(tgt_path, encoding="utf-8") if tgt_path else _nullctx()) as ft:
+                (open(tgt_path, encoding="utf-8") if tgt_path else contextlib.nullcontext()) as ft:
             for chunk in _read_chunks(fs, ft, src_path, tgt_path, read, batch_type, source_tokenize_fn,
                                       target_tokenize_fn):
                 srcs = [s for s, _ in chunk]
@@ -983,14 +984,6 @@ class Translator:
         for p in (getattr(self, "_split_pool", None), getattr(self, "_async_pool", None)):
             if p is not None:
                 p.shutdown(wait=False)
-
-
-class _nullctx:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _g(x: float) -> str:
