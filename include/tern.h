@@ -593,6 +593,19 @@ tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const cha
                                int num_refs, const tern_chrf_options_t *options);
 
 /* The library's version string, e.g. "0.1.0" (TERN_VERSION of the build). Thread-safe. */
+/* ---------------------------------------------------------------- sentences */
+
+/* Splits text (len bytes of UTF-8; invalid bytes never crash) into sentences with ICU's sentence
+ * break iterator for language lang (an ICU locale or BCP 47 tag: "en", "de", "zh"; NULL or "":
+ * ICU's root rules), with ICU's standard abbreviation suppressions ("Dr. Smith" stays one
+ * sentence). *spans (2 * *count entries; free with tern_sentences_free()) gets each sentence's
+ * [begin, end) byte offsets in text, in order, without the white space around it: what lies
+ * between two sentences (spaces, line breaks) is left to the caller to keep. A line break ends a
+ * sentence. White space alone makes no sentence (*count 0, *spans NULL). A lang that is not a
+ * language tag is TERN_ERR_INVALID_ARG. Thread-safe. */
+tern_status_t tern_split_sentences(const char *text, size_t len, const char *lang, size_t **spans, int *count);
+void tern_sentences_free(size_t *spans);
+
 const char *tern_version(void);
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   gnuplot-nox
   time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libicu-dev  # ICU's sentence break iterator (src/text/sentences.c: sentence splitting)
   libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
   patchelf  # python/setup.py: the wheel's vendored libraries find each other ($ORIGIN RUNPATHs)
   man-db  # `man -l`: tests/test_install.py renders the man pages `make install` writes
