@@ -6,7 +6,11 @@
  * HTML (LibreTranslate's format "html"): the text between tags is translated, the tags (and
  * comments, and the content of <script> and <style>) are kept as they are. A text run's
  * character references are decoded and its white space collapsed before translation, its
- * leading and trailing white space kept, and its translation escaped (&, <, >) in place. */
+ * leading and trailing white space kept, and its translation escaped (&, <, >) in place.
+ * Sentence splitting (split_lang given, LibreTranslate's behaviour): a line of text, or a text run
+ * of HTML, is cut further into its sentences (ICU's sentence break iterator for the source
+ * language, tern_split_sentences()), each one segment; the white space between them (a collapsed
+ * single space in HTML) is kept as it was. */
 #ifndef TERN_SERVE_SEGMENTS_H
 #define TERN_SERVE_SEGMENTS_H
 
@@ -28,8 +32,10 @@ typedef struct {
     int *item_first, *item_count; /* per item: its parts */
 } segments_t;
 
-/* Cuts items (kept alive by the caller while g is used) into segments. 0, or -1: out of memory. */
-int segments_build(segments_t *g, const char *const *items, int n_items, int html);
+/* Cuts items (kept alive by the caller while g is used) into segments; split_lang: the source
+ * language whose sentences become segments (NULL: no sentence splitting). 0, or -1: out of
+ * memory. */
+int segments_build(segments_t *g, const char *const *items, int n_items, int html, const char *split_lang);
 void segments_free(segments_t *g);
 
 /* The hypothesis h of segment seg (NULL: none, taken as empty). */

@@ -670,7 +670,8 @@ static int lt_segments(reply_t *rp, lt_req_t *q, segments_t *g) {
     if (!q->format || !*q->format) q->format = "text";
     if (strcmp(q->format, "text") && strcmp(q->format, "html"))
         return fail(rp, 400, "%s format is not supported", q->format);
-    if (segments_build(g, q->items, q->n_items, !strcmp(q->format, "html")))
+    /* sentences of the source language (LibreTranslate splits them too): q->source is resolved */
+    if (segments_build(g, q->items, q->n_items, !strcmp(q->format, "html"), rp->s->opt.split_sentences ? q->source : NULL))
         return fail(rp, 500, "Cannot translate text: out of memory");
     if (g->n > rp->s->opt.max_segments)
         return fail(rp, 400, "Invalid request: request (%d segments) exceeds segment limit (%d)", g->n,
@@ -1252,6 +1253,7 @@ server_options_t server_default_options(void) {
     o.char_limit = 20000;
     o.batch_limit = 256;
     o.max_segments = 512;
+    o.split_sentences = 1;
     o.max_beam = 16;
     o.max_decoding_length = 512;
     o.max_connections = 256;
