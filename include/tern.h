@@ -406,6 +406,24 @@ tern_lmbr_params_t tern_lmbr_default_params(void); /* thread-safe */
  * number of members. Thread-safe. */
 float tern_lmbr_lambda(const tern_model_t *model, const tern_lmbr_params_t *params);
 
+/* One source's attention (tern_request_t.attention): for each hypothesis of its result, the
+ * decoder's attention over the source tokens at each output token. Transformer: the cross-attention
+ * of the model's alignment layer (decoder/alignment_layer, default the last) averaged over its
+ * first decoder/alignment_heads heads (default 1: head 0), as CTranslate2 returns it; GRU and GNMT:
+ * their attention; an ensemble: the members' weighted mean. Kept in this layout for the whole MAJOR
+ * version (allocated in arrays); zeroed on failure. */
+typedef struct {
+    int num_hypotheses;    /* as the source's result */
+    int source_length;     /* S: the source tokens attended to (its pieces, then the end token where
+                              the model's sources end with one), after truncation */
+    int *target_lengths;   /* [num_hypotheses] T_h: the output tokens of hypothesis h (no end token) */
+    float **weights;       /* [num_hypotheses] T_h x S, row-major: row t is the attention of the step
+                              that output token t (NULL when T_h is 0) */
+} tern_attention_t;
+
+/* Frees one attention's arrays (and zeroes it). Thread-safe (touches only its argument). */
+void tern_attention_free(tern_attention_t *attention);
+
 /* tern_translate_stream()'s input: sets *text (valid until the next call; *len bytes, no newline
  * needed) and *extras (NULL: none; valid during the call only) for input line `line` (from 0);
  * returns 1 for a line, 0 at the end of the input, negative on an error (the stream stops with
@@ -458,6 +476,10 @@ typedef struct {
      * sampling: a draw depends on (seed, this index, the sample, the step)), e.g. its position in
      * a larger input the caller cuts into requests; NULL: its position in sources */
     const long *source_index;
+    /* tern_translate(): NULL, or num_sources entries that get each source's attention (CTranslate2's
+     * return_attention; free each with tern_attention_free()). Decoding then runs in batches
+     * without continuous batching (the same results). */
+    tern_attention_t *attention;
 } tern_request_t;
 
 tern_request_t tern_request_default(void); /* thread-safe */
