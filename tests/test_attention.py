@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "peer"))
 ctranslate2 = pytest.importorskip("ctranslate2")
 import make_models  # noqa: E402
 
-DRIVER = os.path.join(os.path.dirname(HERE), "build", "tests", "tools", "attention_driver")
+DRIVER = os.environ.get("TERN_ATTENTION_DRIVER", os.path.join(os.path.dirname(HERE), "build", "tests", "tools", "attention_driver"))
 N = 40
 MAX_LEN = 40  # the driver's max_decoding_length
 
