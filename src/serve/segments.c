@@ -238,3 +238,22 @@ char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, 
     *d = 0;
     return out;
 }
+
+static const char *nth_out(void *ctx, int seg, int h) {
+    (void)h;
+    return ((char **)ctx)[seg];
+}
+
+char *segments_translate_html(const char *doc, const char *split_lang, segments_translate_fn fn, void *ctx) {
+    segments_t g = {0};
+    const char *items[1] = {doc ? doc : ""};
+    char *out = NULL, **outs = NULL;
+    if (segments_build(&g, items, 1, 1, split_lang) == 0 &&
+        (outs = calloc((size_t)(g.n ? g.n : 1), sizeof *outs)) &&
+        (g.n == 0 || fn(ctx, (const char *const *)g.seg, g.n, outs) == 0))
+        out = segments_join(&g, 0, 0, nth_out, outs);
+    for (int i = 0; outs && i < g.n; i++) free(outs[i]);
+    free(outs);
+    segments_free(&g);
+    return out;
+}

@@ -43,4 +43,13 @@ typedef const char *(*segment_text_fn)(void *ctx, int seg, int h);
 /* Item i with every segment replaced by its hypothesis h; malloc'd (NULL: out of memory). */
 char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx);
 
+/* Translates n texts: outs[i] (malloc'd, then the caller's) for texts[i]; 0, or -1 on failure
+ * (outs already set are freed by the caller). */
+typedef int (*segments_translate_fn)(void *ctx, const char *const *texts, int n, char **outs);
+/* A whole HTML document translated (for /translate_file): its text runs (their sentences with
+ * split_lang, NULL: whole runs) given to fn in one call, and the document rebuilt around their
+ * translations, escaped, with tags, comments, <script> and <style> as they were. malloc'd; NULL
+ * on failure (out of memory, or fn's -1). */
+char *segments_translate_html(const char *doc, const char *split_lang, segments_translate_fn fn, void *ctx);
+
 #endif
