@@ -34,7 +34,9 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # small one's place because it comes first in the load order; nothing references it directly, so
 # it is linked whatever --as-needed says (push-state/pop-state leaves that flag as it was).
 # Programs built here (tern, tests, benches) link all three parts, and OpenBLAS and zlib as before.
-RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
+# ICU (Debian: libicu-dev): the sentence break iterator of src/text/sentences.c.
+ICU_LIBS  := $(shell pkg-config --libs icu-uc 2>/dev/null || echo -licuuc -licudata)
+RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash $(ICU_LIBS) -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
 SERVE_LIBS = -lmicrohttpd
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
@@ -227,7 +229,7 @@ FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct
               src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/model/desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
-              src/serve/segments.c
+              src/serve/segments.c src/text/sentences.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -238,7 +240,7 @@ build-fuzz-lib/%.o: %.c
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lutf8proc -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

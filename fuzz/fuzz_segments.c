@@ -1,6 +1,7 @@
 /*
  * fuzz_segments.c — the cutting of /translate texts into segments and back (src/serve/segments.c),
- * on arbitrary bytes: the first byte picks plain text or HTML, the rest is the text (made
+ * on arbitrary bytes: the first byte picks plain text or HTML ('t', 'h'; 's' and 'H' the same with
+ * sentence splitting for English, ICU's break iterator), the rest is the text (made
  * NUL-terminated, as cJSON hands it over). Checks: no crash, overflow, undefined behaviour or leak
  * (ASan/UBSan/LSan); every segment non-empty; in plain text, putting every segment back as it is
  * gives the text again with the "\r" before each line end dropped; in HTML, the same with
@@ -25,6 +26,8 @@ static const char *const seeds[] = {
      "<script>if (a < b) x();</script><style>p{}</style>Tom &amp; Jerry &lt; 3 &#x263A; &#169;&nbsp;<br/>"),
     "h a < b && c > d &unknown; &#;&#x; &#99999999999; <!-- unterminated",
     "h<SCRIPT>never closed",
+    "sMr. Smith rides a bicycle.  A dog runs?!\r\n  \"Go.\" 3.5 p.m. \xe4\xbb\x8a\xe3\x80\x82\xff end",
+    "H<p>One sentence. Another <b>one</b>!  Third.</p><li>Dr. X &amp; Y. Z.",
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -58,11 +61,13 @@ static const char *twice(void *ctx, int seg, int h) {
     return doubled_buf;
 }
 
+static const char *split_lang;
+
 static char *round_trip(const char *text, int html, segment_text_fn fn, segments_t *keep) {
     segments_t g = {0};
     const char *items[1] = {text};
     char *out = NULL;
-    if (segments_build(&g, items, 1, html) == 0) {
+    if (segments_build(&g, items, 1, html, split_lang) == 0) {
         for (int i = 0; i < g.n; i++)
             if (!g.seg[i][0]) abort(); /* an empty segment */
         out = segments_join(&g, 0, 0, fn, &g);
@@ -74,7 +79,8 @@ static char *round_trip(const char *text, int html, segment_text_fn fn, segments
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 16384) return 0;
-    int html = data[0] == 'h';
+    int html = data[0] == 'h' || data[0] == 'H';
+    split_lang = data[0] == 's' || data[0] == 'H' ? "en" : NULL;
     char *text = malloc(size);
     if (!text) return 0;
     memcpy(text, data + 1, size - 1);

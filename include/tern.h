@@ -419,6 +419,24 @@ tern_lmbr_params_t tern_lmbr_default_params(void); /* thread-safe */
  * number of members. Thread-safe. */
 float tern_lmbr_lambda(const tern_model_t *model, const tern_lmbr_params_t *params);
 
+/* One source's attention (tern_request_t.attention): for each hypothesis of its result, the
+ * decoder's attention over the source tokens at each output token. Transformer: the cross-attention
+ * of the model's alignment layer (decoder/alignment_layer, default the last) averaged over its
+ * first decoder/alignment_heads heads (default 1: head 0), as CTranslate2 returns it; GRU and GNMT:
+ * their attention; an ensemble: the members' weighted mean. Kept in this layout for the whole MAJOR
+ * version (allocated in arrays); zeroed on failure. */
+typedef struct {
+    int num_hypotheses;    /* as the source's result */
+    int source_length;     /* S: the source tokens attended to (its pieces, then the end token where
+                              the model's sources end with one), after truncation */
+    int *target_lengths;   /* [num_hypotheses] T_h: the output tokens of hypothesis h (no end token) */
+    float **weights;       /* [num_hypotheses] T_h x S, row-major: row t is the attention of the step
+                              that output token t (NULL when T_h is 0) */
+} tern_attention_t;
+
+/* Frees one attention's arrays (and zeroes it). Thread-safe (touches only its argument). */
+TERN_SINCE_1_1 void tern_attention_free(tern_attention_t *attention);
+
 /* tern_translate_stream()'s input: sets *text (valid until the next call; *len bytes, no newline
  * needed) and *extras (NULL: none; valid during the call only) for input line `line` (from 0);
  * returns 1 for a line, 0 at the end of the input, negative on an error (the stream stops with
@@ -471,6 +489,10 @@ typedef struct {
      * sampling: a draw depends on (seed, this index, the sample, the step)), e.g. its position in
      * a larger input the caller cuts into requests; NULL: its position in sources */
     const long *source_index;
+    /* tern_translate(): NULL, or num_sources entries that get each source's attention (CTranslate2's
+     * return_attention; free each with tern_attention_free()). Decoding then runs in batches
+     * without continuous batching (the same results). */
+    tern_attention_t *attention;
 } tern_request_t;
 
 TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */
@@ -604,6 +626,20 @@ tern_chrf_options_t tern_chrf_default_options(void); /* thread-safe */
 /* Corpus chrF (0..100), equal to sacrebleu.corpus_chrf's. Thread-safe. */
 tern_status_t tern_corpus_chrf(double *score, const char *const *hyps, const char *const *const *refs, size_t n,
                                int num_refs, const tern_chrf_options_t *options);
+
+/* ---------------------------------------------------------------- sentences */
+
+/* Splits text (len bytes of UTF-8; invalid bytes never crash) into sentences with ICU's sentence
+ * break iterator for language lang (an ICU locale or BCP 47 tag: "en", "de", "zh"; NULL or "":
+ * ICU's root rules), with ICU's standard abbreviation suppressions of that language ("Mr. Smith"
+ * stays one sentence in English). *spans (2 * *count entries; free with tern_sentences_free()) gets each sentence's
+ * [begin, end) byte offsets in text, in order, without the white space around it: what lies
+ * between two sentences (spaces, line breaks) is left to the caller to keep. A line break ends a
+ * sentence. White space alone makes no sentence (*count 0, *spans NULL). A lang that is not a
+ * language tag is TERN_ERR_INVALID_ARG. Thread-safe. */
+TERN_SINCE_1_1 tern_status_t tern_split_sentences(const char *text, size_t len, const char *lang, size_t **spans,
+                                                  int *count);
+TERN_SINCE_1_1 void tern_sentences_free(size_t *spans);
 
 /* The library's version string, e.g. "0.1.0" (TERN_VERSION of the build). Thread-safe. */
 const char *tern_version(void);

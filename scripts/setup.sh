@@ -13,6 +13,7 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   gnuplot-nox
   time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
+  libicu-dev  # ICU's sentence break iterator (src/text/sentences.c: sentence splitting)
   libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
   libcld2-dev  # language identification (CLD2): `tern filter --langid`, the server's /detect and source auto
   patchelf  # python/setup.py: the wheel's vendored libraries find each other ($ORIGIN RUNPATHs)

@@ -56,9 +56,13 @@ tern_status_t cli_extras_line(cli_extras_t *x, long i, const tern_source_extras_
 void cli_extras_close(cli_extras_t *x, long lines);
 /* Translates in into out with tern_translate_stream(): one line per input line, or num_hypotheses
  * lines "i ||| hypothesis ||| score" (also for one with print_scores); base gives the parameters,
- * the LMBR parameters, pretokenized and progress; x (may be NULL; closed here) the files' data. */
+ * the LMBR parameters, pretokenized and progress; x (may be NULL; closed here) the files' data.
+ * split_lang (NULL: off): each line's sentences in that language (tern_split_sentences()) are
+ * translated apart and joined again with the line's own white space between them, one output
+ * line per input line still (one hypothesis, no scores, no per-line files). */
 tern_status_t cli_translate_file(const tern_model_t *model, const tern_translator_options_t *options,
-                                 const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores);
+                                 const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores,
+                                 const char *split_lang);
 
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);

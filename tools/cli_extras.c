@@ -308,6 +308,14 @@ void cli_extras_close(cli_extras_t *x, long lines) {
 
 /* ------------------------------------------------------------------ file translation */
 
+/* --split-sentences: the sentences read but not yet written, in order, each with the text to
+ * print before its translation (the white space before it on its line) and, for the last of its
+ * line, after it (the white space ending the line). */
+typedef struct pending {
+    struct pending *next;
+    char *before, *after; /* after: NULL unless the sentence is the last of its line */
+} pending_t;
+
 typedef struct {
     FILE *in, *out;
     cli_extras_t *x;
@@ -315,10 +323,64 @@ typedef struct {
     size_t cap;
     long lines;
     int nh, print_scores, write_failed;
+    /* sentence splitting (split_lang NULL: off): the current line's sentences spans (n_sent), the
+     * next one to hand out; the queue of those handed out and not written */
+    const char *split_lang;
+    size_t *spans, line_len;
+    int n_sent, next_sent;
+    pending_t *head, *tail;
 } stream_io_t;
+
+static int push_pending(stream_io_t *io, const char *before, size_t nb, const char *after, size_t na, int last) {
+    pending_t *p = calloc(1, sizeof *p);
+    if (!p || !(p->before = strndup(before, nb)) || (last && !(p->after = strndup(after, na)))) {
+        if (p) free(p->before);
+        free(p);
+        return -1;
+    }
+    if (io->tail) io->tail->next = p;
+    else io->head = p;
+    io->tail = p;
+    return 0;
+}
+
+/* The next sentence of the input (a whole line when it has fewer than two): reads a line when the
+ * current one is used up; the spans are the line's without its line end. */
+static int read_sentence(long line, const char **text, size_t *len, const tern_source_extras_t **ex, void *ud) {
+    stream_io_t *io = ud;
+    (void)line;
+    *ex = NULL;
+    if (io->next_sent >= io->n_sent) {
+        ssize_t r = getline(&io->line, &io->cap, io->in);
+        if (r < 0) return ferror(io->in) ? -1 : 0;
+        io->lines++;
+        size_t n = (size_t)r;
+        if (n && io->line[n - 1] == '\n') n--;
+        if (n && io->line[n - 1] == '\r') n--;
+        io->line_len = n;
+        tern_sentences_free(io->spans);
+        io->spans = NULL;
+        if (tern_split_sentences(io->line, n, io->split_lang, &io->spans, &io->n_sent)) return -1;
+        if (io->n_sent < 2) { /* the line whole, as without splitting */
+            io->n_sent = io->next_sent = 0;
+            if (push_pending(io, "", 0, "", 0, 1)) return -1;
+            *text = io->line;
+            *len = n;
+            return 1;
+        }
+        io->next_sent = 0;
+    }
+    int i = io->next_sent++, last = io->next_sent == io->n_sent;
+    size_t prev = i ? io->spans[2 * i - 1] : 0, b = io->spans[2 * i], e = io->spans[2 * i + 1];
+    if (push_pending(io, io->line + prev, b - prev, io->line + e, io->line_len - e, last)) return -1;
+    *text = io->line + b;
+    *len = e - b;
+    return 1;
+}
 
 static int read_source(long line, const char **text, size_t *len, const tern_source_extras_t **ex, void *ud) {
     stream_io_t *io = ud;
+    if (io->split_lang) return read_sentence(line, text, len, ex, ud);
     ssize_t r = getline(&io->line, &io->cap, io->in);
     if (r < 0) return ferror(io->in) ? -1 : 0;
     io->lines = line + 1;
@@ -327,8 +389,23 @@ static int read_source(long line, const char **text, size_t *len, const tern_sou
     return cli_extras_line(io->x, line, ex) ? -1 : 1;
 }
 
+/* --split-sentences: a sentence's translation between its line's white space; the line ends with
+ * its last sentence. */
+static int write_sentence(const tern_result_t *r, stream_io_t *io) {
+    pending_t *p = io->head;
+    if (!p) return 1; /* cannot happen: every result was read first */
+    io->head = p->next;
+    if (!io->head) io->tail = NULL;
+    const char *text = r->num_hypotheses ? r->hypotheses[0] : "";
+    int ok = fprintf(io->out, "%s%s", p->before, text) >= 0 && (!p->after || fprintf(io->out, "%s\n", p->after) >= 0);
+    free(p->before), free(p->after), free(p);
+    if (!ok) io->write_failed = 1;
+    return !ok;
+}
+
 static int write_line(long line, const tern_result_t *r, void *ud) {
     stream_io_t *io = ud;
+    if (io->split_lang) return write_sentence(r, io);
     for (int k = 0; k < io->nh; k++) {
         const char *text = k < r->num_hypotheses ? r->hypotheses[k] : "";
         float score = k < r->num_hypotheses && r->scores ? r->scores[k] : 0.0f;
@@ -344,14 +421,20 @@ static int write_line(long line, const tern_result_t *r, void *ud) {
 }
 
 tern_status_t cli_translate_file(const tern_model_t *model, const tern_translator_options_t *options,
-                                 const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores) {
+                                 const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores,
+                                 const char *split_lang) {
     tern_request_t req = *base;
     tern_search_params_t p = base->params ? *base->params : tern_search_default_params();
     /* scores reach the output only in n-best lists or with --scores: otherwise greedy search needs
      * no log-softmax (the argmax of the logits is the token) */
     int nbest = p.num_samples > 1 ? p.num_samples : p.num_hypotheses; /* samples: an n-best list too */
     if (nbest <= 1 && !print_scores) p.return_scores = 0;
-    stream_io_t io = {in, out, x, NULL, 0, 0, nbest, print_scores, 0};
+    stream_io_t io = {in, out, x, NULL, 0, 0, nbest, print_scores, 0, split_lang, NULL, 0, 0, 0, NULL, NULL};
+    if (split_lang && (nbest > 1 || print_scores || cli_extras_per_line(x))) {
+        cli_extras_close(x, -1);
+        return tern_error(TERN_ERR_INVALID_ARG, "--split-sentences gives one translation per line: it cannot go "
+                                                "with n-best lists, --scores or per-line files");
+    }
     req.params = &p;
     req.read_source = read_source;
     req.on_line = write_line;
@@ -361,5 +444,11 @@ tern_status_t cli_translate_file(const tern_model_t *model, const tern_translato
     if (io.write_failed || (!st && fflush(out) != 0)) st = tern_error(TERN_ERR_IO, "cannot write the output");
     cli_extras_close(x, st ? -1 : io.lines);
     free(io.line);
+    tern_sentences_free(io.spans);
+    while (io.head) {
+        pending_t *p = io.head;
+        io.head = p->next;
+        free(p->before), free(p->after), free(p);
+    }
     return st;
 }

@@ -164,7 +164,7 @@ static tern_status_t evaluate(const tern_model_t *m, const tune_t *base, const f
         cli_extras_close(x, -1);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
-    st = src_len ? cli_translate_file(m, &base->to, &req, x, in, out, 0) : TERN_OK;
+    st = src_len ? cli_translate_file(m, &base->to, &req, x, in, out, 0, NULL) : TERN_OK;
     if (!src_len) cli_extras_close(x, -1);
     fclose(in);
     fclose(out);

@@ -53,7 +53,9 @@ static void usage(FILE *f) {
 "  --max-body BYTES            request body limit, else 413 (default 1048576)\n"
 "  --char-limit N              characters per request, else 400 (default 20000; -1: none)\n"
 "  --batch-limit N             items of a q list, else 400 (default 256; -1: none)\n"
-"  --max-segments N            segments (lines) per request, else 400 (default 512)\n"
+"  --max-segments N            segments (sentences, lines) per request, else 400 (default 512)\n"
+"  --no-split-sentences        translate each line whole (default: each sentence apart, cut by ICU's\n"
+"                              sentence break iterator for the source language, as LibreTranslate)\n"
 "  --max-beam N                largest beam a call may ask for (default 16)\n"
 "\n"
 "network:\n"
@@ -73,7 +75,7 @@ static void usage(FILE *f) {
 
 enum {
     O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_BATCHLIM, O_MAXSEG,
-    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT
+    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT, O_NOSPLIT
 };
 
 static const struct option long_opts[] = {
@@ -92,6 +94,7 @@ static const struct option long_opts[] = {
     {"char-limit", required_argument, 0, O_CHARS},
     {"batch-limit", required_argument, 0, O_BATCHLIM},
     {"max-segments", required_argument, 0, O_MAXSEG},
+    {"no-split-sentences", no_argument, 0, O_NOSPLIT},
     {"max-beam", required_argument, 0, O_MAXBEAM},
     {"host", required_argument, 0, O_HOST},
     {"port", required_argument, 0, 'p'},
@@ -178,6 +181,7 @@ int cmd_serve(int argc, char **argv) {
         case O_CHARS: ok = cli_int(C, "--char-limit", optarg, -1, 1 << 30, &so.char_limit); break;
         case O_BATCHLIM: ok = cli_int(C, "--batch-limit", optarg, -1, 1 << 24, &so.batch_limit); break;
         case O_MAXSEG: ok = cli_int(C, "--max-segments", optarg, 1, 1 << 24, &so.max_segments); break;
+        case O_NOSPLIT: so.split_sentences = 0; break;
         case O_MAXBEAM: ok = cli_int(C, "--max-beam", optarg, 1, 1024, &so.max_beam); break;
         case O_HOST: so.host = optarg; break;
         case 'p': ok = cli_int(C, "--port", optarg, 0, 65535, &so.port); break;

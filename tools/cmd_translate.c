@@ -107,6 +107,12 @@ static void usage(FILE *f) {
 "                              negative), CTranslate2's penalty; R > 0 (default 1: off)\n"
 "  --no-repeat-ngram-size N    no n-gram of N tokens twice in an output (default 0: off)\n"
 "\n"
+"input:\n"
+"  --split-sentences[=LANG]    translate each sentence of a line apart (ICU's sentence break\n"
+"                              iterator, with LANG's abbreviations, e.g. =en; default ICU's root\n"
+"                              rules) and join the translations with the line's own spaces: one\n"
+"                              output line per input line still (one hypothesis, no --scores)\n"
+"\n"
 "throughput:\n"
 "  --max-batch-tokens N        token budget of a batch: sentences x longest source (default 4096)\n"
 "  --max-batch-size N          cap on sentences per batch (default 0: none)\n"
@@ -125,7 +131,7 @@ static void usage(FILE *f) {
 enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
-    O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
+    O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS,
     O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP
 };
@@ -162,6 +168,7 @@ static const struct option long_opts[] = {
     {"quiet", no_argument, 0, 'q'},
     {"verbose", no_argument, 0, 'v'},
     {"progress", no_argument, 0, O_PROGRESS},
+    {"split-sentences", optional_argument, 0, O_SPLIT},
     {"suppress", required_argument, 0, O_SUPPRESS},
     {"target-prefix", required_argument, 0, O_PREFIX},
     {"restrict-to", required_argument, 0, O_RESTRICT},
@@ -237,6 +244,7 @@ int cmd_translate(int argc, char **argv) {
     cli_extras_files_t files = {0};
     to.workers = 1;
     int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
+    const char *split_lang = NULL; /* --split-sentences: the source language ("": ICU's root rules) */
     unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     const char *evidence[64];
     float ev_weights[64];
@@ -337,6 +345,7 @@ int cmd_translate(int argc, char **argv) {
         case 'q': quiet = 1; break;
         case 'v': verbose = 1; break;
         case O_PROGRESS: progress = 1; break;
+        case O_SPLIT: split_lang = optarg ? optarg : ""; break;
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
         }
@@ -400,7 +409,7 @@ int cmd_translate(int argc, char **argv) {
         req.params = &o;
         req.lmbr = n_ev ? &lm : NULL;
         req.progress = show ? show_progress : NULL;
-        st = cli_translate_file(model, &to, &req, x, in, out, print_scores);
+        st = cli_translate_file(model, &to, &req, x, in, out, print_scores, split_lang);
         if (show) fputc('\n', stderr);
         if (st) {
             const char *where = in_path && strcmp(in_path, "-") ? in_path : "stdin";

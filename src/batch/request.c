@@ -167,6 +167,7 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_batch_size = req && req->max_batch_size > 0 ? req->max_batch_size : tr->opt.max_batch_size;
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
+    c->return_attention = req && req->attention;
     if (c->p.sampling_topk > tr->model->info.target_vocab_size)
         return tern_error(TERN_ERR_INVALID_ARG, "sampling_topk %d is larger than the target vocabulary (%d)",
                           c->p.sampling_topk, tr->model->info.target_vocab_size);

@@ -279,6 +279,17 @@ static tern_status_t repeat_procs(const tern_search_params_t *o, int V, const se
 
 /* Decodes one batch of non-empty sources (idx: their input indices, for the hooks; keys: their
  * sampling keys, sample.h). */
+/* The attention rows of each sentence's hypotheses from the batch's padded width S down to the
+ * sentence's own source length len[i] (in place: rows move forward only). */
+static void trim_attention(search_result_t *res, int n, const int *len, int S) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < res[i].n; k++) {
+            hypothesis_t *h = &res[i].hyps[k];
+            for (int t = 0; h->attn && len[i] < S && t < h->length; t++)
+                memmove(h->attn + (size_t)t * len[i], h->attn + (size_t)t * S, (size_t)len[i] * sizeof(float));
+        }
+}
+
 static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const int *len,
                                   const search_sentence_t *const *sd, const int *idx, const uint64_t *keys, int n,
                                   search_result_t *res) {
@@ -313,6 +324,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.prune_threshold = o->prune_threshold;
     so.sampling = sampling_of(o);
     so.sample_key = keys;
+    so.return_attention = call->return_attention;
     struct call_hooks *h = call->hooks;
     if (h) {
         so.cancel = h->req->cancel;
@@ -369,6 +381,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     search_procs_free(procs);
     sample_repeat_free(rep);
     search_remap_free(rm);
+    if (!st && so.return_attention) trim_attention(res, n, len, dec.source_len);
     if (m->vmap) { /* the state goes back to the whole vocabulary (force decoding uses it) */
         if (!st) vmap_results_to_ids(res, n, tr->vm_cand);
         tern_status_t s2 = fam->set_vocab(tr->state, NULL, 0);
@@ -405,6 +418,7 @@ static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const
     if (o->coverage_penalty != 0.0f || m->vmap || (tr->call && tr->call->global) || !m->fam->admit || m->fam->step_logprobs)
         return 0;
     if (o->sampling_topk != 1 || o->repetition_penalty != 1.0f || o->no_repeat_ngram_size > 0) return 0;
+    if (tr->call && tr->call->return_attention) return 0; /* the streaming searches keep no attention */
     for (int i = 0; sd && i < n; i++)
         if (sd[i]) return 0;
     return 1;
@@ -618,6 +632,33 @@ done:
     return st;
 }
 
+void tern_attention_free(tern_attention_t *a) {
+    if (!a) return;
+    for (int k = 0; a->weights && k < a->num_hypotheses; k++) free(a->weights[k]);
+    free(a->weights), free(a->target_lengths);
+    memset(a, 0, sizeof *a);
+}
+
+/* A search result's attention rows (sentence of S source tokens) as the API's: moved out of res. */
+static tern_status_t to_attention(search_result_t *res, int S, tern_attention_t *a) {
+    memset(a, 0, sizeof *a);
+    a->target_lengths = calloc((size_t)(res->n ? res->n : 1), sizeof(int));
+    a->weights = calloc((size_t)(res->n ? res->n : 1), sizeof(float *));
+    if (!a->target_lengths || !a->weights) {
+        free(a->target_lengths), free(a->weights);
+        memset(a, 0, sizeof *a);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    a->num_hypotheses = res->n;
+    a->source_length = S;
+    for (int k = 0; k < res->n; k++) {
+        a->target_lengths[k] = res->hyps[k].length;
+        a->weights[k] = res->hyps[k].attn; /* NULL for an empty input's empty hypotheses */
+        res->hyps[k].attn = NULL;
+    }
+    return TERN_OK;
+}
+
 void tern_result_free(tern_result_t *r) {
     if (!r) return;
     for (int i = 0; i < r->num_hypotheses; i++) free(r->hypotheses[i]);
@@ -701,6 +742,8 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
     if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, keys, n, res))) goto done;
     for (int i = 0; results && i < n; i++)
         if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], call->pretok, &results[i], NULL))) goto done;
+    for (int i = 0; req->attention && i < n; i++)
+        if ((st = to_attention(&res[i], len[i], &req->attention[i]))) goto done;
 done:
     call->hooks = NULL;
     for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
@@ -711,6 +754,8 @@ done:
     free(ids), free(len), free(res), free(sd), free(keys);
     if (st && results)
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
+    if (st && req->attention)
+        for (int i = 0; i < n; i++) tern_attention_free(&req->attention[i]);
     return st;
 }
 

@@ -14,6 +14,7 @@ typedef struct translator_call {
     tern_search_params_t p;        /* the search parameters of the call */
     int max_batch_tokens, max_batch_size, max_input_length;
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
+    int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention) */
     const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
     struct call_hooks *hooks;      /* callbacks and cancellation flag (NULL: none) */
 } translator_call_t;

@@ -75,6 +75,20 @@ static void backtrack_into(const steplog_t *L, int e, int len, int *buf) {
     }
 }
 
+/* return_attention: the attention rows of the path ending at entry e (length len), plus the row
+ * extra (S floats, when not NULL) for a last token that is not in the log, into a new array. */
+static float *backtrack_attn(const float *alog, int S, const steplog_t *L, int e, int len, const float *extra) {
+    int n = len + (extra != NULL);
+    float *a = malloc((size_t)(n ? n : 1) * (size_t)(S ? S : 1) * sizeof(float));
+    if (!a) return NULL;
+    if (extra) memcpy(a + (size_t)len * S, extra, (size_t)S * sizeof(float));
+    for (int i = len - 1; i >= 0; i--) {
+        memcpy(a + (size_t)i * S, alog + (size_t)e * S, (size_t)S * sizeof(float));
+        e = L->par[e];
+    }
+    return a;
+}
+
 static int add_finished(finished_t *f, hypothesis_t h, int keep) {
     if (f->n == f->cap) {
         int cap = f->cap ? f->cap * 2 : 8;
@@ -92,7 +106,7 @@ static int add_finished(finished_t *f, hypothesis_t h, int keep) {
             if (f->h[i].unmet > f->h[worst].unmet ||
                 (f->h[i].unmet == f->h[worst].unmet && f->h[i].score < f->h[worst].score))
                 worst = i;
-        free(f->h[worst].tokens);
+        free(f->h[worst].tokens), free(f->h[worst].attn);
         f->h[worst] = f->h[--f->n];
     }
     return 0;
@@ -186,6 +200,11 @@ typedef struct {
     float log_thr;
     float *logits, *attn, *cov, *cov2, *cov_tmp;
     size_t logits_bytes;    /* big_alloc'd */
+    /* return_attention: the attention row (S) of each step log entry's step (alog, alog_cap
+     * entries), beside L */
+    int ret_att;
+    float *alog;
+    size_t alog_cap;
     float *cands_v;     /* (N, K) top candidates per sentence */
     int *cands_i;
     int *grp;           /* first row of each sentence's group; grp[G] = R */
@@ -208,9 +227,9 @@ static inline int own_step(const beam_t *b, int n, int t) { return b->t0 ? t - b
 
 static void beam_free(beam_t *b) {
     for (int n = 0; b->fin && n < b->N; n++) {
-        for (int i = 0; i < b->fin[n].n; i++) free(b->fin[n].h[i].tokens);
+        for (int i = 0; i < b->fin[n].n; i++) free(b->fin[n].h[i].tokens), free(b->fin[n].h[i].attn);
         free(b->fin[n].h);
-        free(b->fin[n].fallen.tokens);
+        free(b->fin[n].fallen.tokens), free(b->fin[n].fallen.attn);
     }
     free(b->fin);
     proc_chain_free(&b->chain);
@@ -223,6 +242,7 @@ static void beam_free(beam_t *b) {
     free(b->parent), free(b->score), free(b->score2), free(b->entry), free(b->entry2), free(b->eos_taken);
     free(b->hook_buf);
     free(b->t0), free(b->msent), free(b->msent2);
+    free(b->alog);
 }
 
 /* Options and buffers for N sentences, at most G_max of them in flight with up to B rows each;
@@ -237,12 +257,13 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, int
     b->nhyp = opt->num_hypotheses < 1 ? 1 : opt->num_hypotheses;
     b->keep = b->nhyp > b->B ? b->nhyp : b->B;
     b->use_cov = opt->coverage_penalty != 0.0f;
+    b->ret_att = opt->return_attention != 0;
     b->ct2_exit = opt->length_penalty == 0.0f && !b->use_cov;
     const size_t maxR = (size_t)G_max * b->B, S1 = (size_t)(b->S ? b->S : 1);
     b->logits_bytes = maxR * b->V * sizeof(float);
     b->logits = big_alloc(b->logits_bytes);
+    if (b->use_cov || b->ret_att) b->attn = aligned_alloc64(maxR * S1 * sizeof(float));
     if (b->use_cov) {
-        b->attn = aligned_alloc64(maxR * S1 * sizeof(float));
         b->cov = calloc(maxR * S1, sizeof(float));
         b->cov2 = calloc(maxR * S1, sizeof(float));
         b->cov_tmp = calloc(S1, sizeof(float));
@@ -275,7 +296,8 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, int
     b->sel = b->chain.sel >= 0 && b->chain.p[b->chain.sel].select && b->on_logprobs;
     b->pruning = opt->prune_width > 0.0f && opt->prune_width < INFINITY;
     b->log_thr = opt->prune_threshold > 0.0f ? logf(opt->prune_threshold) : -INFINITY;
-    if (!b->logits || (b->use_cov && (!b->attn || !b->cov || !b->cov2 || !b->cov_tmp)) || !b->cands_v ||
+    if (!b->logits || (b->use_cov && (!b->attn || !b->cov || !b->cov2 || !b->cov_tmp)) || (b->ret_att && !b->attn) ||
+        !b->cands_v ||
         !b->cands_i || !b->grp || !b->row_mx || !b->row_lse || !b->tokens || !b->tokens2 || !b->sent ||
         !b->sent2 || !b->parent || !b->score || !b->score2 || !b->entry || !b->entry2 || !b->eos_taken)
         return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
@@ -385,6 +407,11 @@ static tern_status_t beam_finish(beam_t *b, finished_t *f, int r, int n, int t, 
     hypothesis_t h = {0};
     h.tokens = backtrack(&b->L, b->entry[r], t, is_eos ? -1 : tok, &h.length);
     if (!h.tokens) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    if (b->ret_att && !(h.attn = backtrack_attn(b->alog, b->S, &b->L, b->entry[r], t,
+                                                is_eos ? NULL : b->attn + (size_t)r * b->S))) {
+        free(h.tokens);
+        return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+    }
     h.raw = cv;
     h.unmet = proc_chain_unmet(&b->chain, r, n, is_eos ? -1 : tok);
     /* the normalized length counts the end token, as CTranslate2 and fairseq do: t + 1 */
@@ -410,10 +437,14 @@ static tern_status_t beam_backoff(beam_t *b, finished_t *f, int a, int nr, int n
         hypothesis_t h = {0};
         h.tokens = backtrack(&b->L, b->entry[r], t, -1, &h.length);
         if (!h.tokens) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+        if (b->ret_att && !(h.attn = backtrack_attn(b->alog, b->S, &b->L, b->entry[r], t, NULL))) {
+            free(h.tokens);
+            return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+        }
         h.raw = e;
         h.score = sc;
         h.unmet = proc_chain_unmet(&b->chain, r, n, -1);
-        free(f->fallen.tokens);
+        free(f->fallen.tokens), free(f->fallen.attn);
         f->fallen = h;
     }
     return TERN_OK;
@@ -518,6 +549,14 @@ static tern_status_t beam_advance(beam_t *b, int R2) {
         int e = log_push(&b->L, b->tokens2[i], b->entry[b->parent[i]]);
         if (e < 0) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
         b->entry2[i] = e;
+        if (!b->ret_att) continue;
+        /* the entry's token was chosen at this step on its parent row: that row's attention */
+        if ((size_t)b->L.cap > b->alog_cap) {
+            float *a2 = realloc(b->alog, (size_t)b->L.cap * (size_t)(S ? S : 1) * sizeof(float));
+            if (!a2) return tern_error(TERN_ERR_NOMEM, "beam search: out of memory");
+            b->alog = a2, b->alog_cap = (size_t)b->L.cap;
+        }
+        memcpy(b->alog + (size_t)e * S, b->attn + (size_t)b->parent[i] * S, (size_t)S * sizeof(float));
     }
     if (b->use_cov)
         for (int i = 0; i < R2; i++)
@@ -552,11 +591,11 @@ static tern_status_t beam_finalize(beam_t *b, int n) {
     int k = 0;
     if (use_fallen && k < cnt) {
         res->hyps[k++] = f->fallen;
-        f->fallen.tokens = NULL;
+        f->fallen.tokens = NULL, f->fallen.attn = NULL;
     }
     for (int i = 0; k < cnt; i++) {
         res->hyps[k++] = f->h[i];
-        f->h[i].tokens = NULL;
+        f->h[i].tokens = NULL, f->h[i].attn = NULL;
     }
     res->n = cnt;
     f->done = 2;

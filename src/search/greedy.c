@@ -27,7 +27,7 @@ float search_coverage_penalty(const float *coverage, int S, float beta) {
 
 void search_result_free(search_result_t *r) {
     if (!r) return;
-    for (int i = 0; i < r->n; i++) free(r->hyps[i].tokens);
+    for (int i = 0; i < r->n; i++) free(r->hyps[i].tokens), free(r->hyps[i].attn);
     free(r->hyps);
     r->hyps = NULL;
     r->n = 0;
@@ -43,13 +43,16 @@ static float row_logsumexp(const float *x, int V, float mx) {
 /* A sentence's one result: its tokens, raw score, and the score normalized over `steps` (the
  * processors' unnormalized part u kept out of the length penalty) plus the coverage penalty cp. */
 static tern_status_t greedy_result(search_result_t *res, const int *toks, int len, float raw, float u, int steps,
-                                   float cp, const search_options_t *opt) {
+                                   float cp, const float *att, int S, const search_options_t *opt) {
     hypothesis_t *h = calloc(1, sizeof *h);
     int *tk = malloc((size_t)(len ? len : 1) * sizeof(int));
-    if (!h || !tk) {
-        free(h), free(tk);
+    float *at = att ? malloc((size_t)(len ? len : 1) * (size_t)(S ? S : 1) * sizeof(float)) : NULL;
+    if (!h || !tk || (att && !at)) {
+        free(h), free(tk), free(at);
         return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
     }
+    if (at) memcpy(at, att, (size_t)len * S * sizeof(float));
+    h->attn = at;
     memcpy(tk, toks, (size_t)len * sizeof(int));
     h->tokens = tk;
     h->length = len;
@@ -97,8 +100,8 @@ static tern_status_t greedy_token_hook(const search_options_t *opt, int n, int t
 
 /* Sentence n ends at its step t: its result (greedy_result's arguments) and the result callback. */
 static tern_status_t greedy_finish(search_result_t *results, int n, int t, const int *hy, int len, float raw, float u,
-                                   float cp, const search_options_t *opt) {
-    tern_status_t st = greedy_result(&results[n], hy, len, raw, u, t + 1, cp, opt);
+                                   float cp, const float *att, int S, const search_options_t *opt) {
+    tern_status_t st = greedy_result(&results[n], hy, len, raw, u, t + 1, cp, att, S, opt);
     if (st) return st;
     if (opt->on_finish && opt->on_finish(opt->hook_ctx, n, &results[n]))
         return tern_error(TERN_ERR_CANCELLED, "stopped by the result callback at step %d", t);
@@ -117,6 +120,7 @@ typedef struct {
     proc_chain_t chain;
     int *tokens, *sent, *parent, *best, *hyp, *hlen;
     float *bestv, *score, *logits, *attn, *cov;
+    float *hatt;         /* return_attention: (N, max_T, S) each sentence's rows so far, else NULL */
     sample_pair_t *work; /* (V) sampling's scratch */
 } greedy_t;
 
@@ -143,8 +147,10 @@ static tern_status_t greedy_alloc(greedy_t *g) {
     g->attn = g->need_attn ? aligned_alloc64(N * S * sizeof(float)) : NULL;
     g->cov = g->need_attn ? calloc(N * S, sizeof(float)) : NULL;
     g->work = g->opt->sampling.on ? malloc((size_t)g->V * sizeof *g->work) : NULL;
+    g->hatt = g->opt->return_attention ? malloc(N * (size_t)(g->max_T > 0 ? g->max_T : 1) * S * sizeof(float)) : NULL;
     if (!g->tokens || !g->sent || !g->parent || !g->best || !g->bestv || !g->score || !g->hyp || !g->hlen || !g->logits ||
-        (g->need_attn && (!g->attn || !g->cov)) || (g->opt->sampling.on && !g->work))
+        (g->need_attn && (!g->attn || !g->cov)) || (g->opt->sampling.on && !g->work) ||
+        (g->opt->return_attention && !g->hatt))
         return tern_error(TERN_ERR_NOMEM, "greedy search: out of memory");
     return TERN_OK;
 }
@@ -156,6 +162,7 @@ static void greedy_free(greedy_t *g) {
     aligned_free(g->attn);
     free(g->cov);
     free(g->work);
+    free(g->hatt);
 }
 
 static void sample_rows(greedy_t *g, int R, int t);
@@ -210,14 +217,20 @@ static tern_status_t greedy_take(greedy_t *g, search_result_t *results, int r, i
         for (int j = 0; j < S; j++) g->cov[(size_t)n * S + j] += g->attn[(size_t)r * S + j];
     int is_eos = tok == opt->eos;
     int *hy = g->hyp + (size_t)n * max_T;
-    if (!is_eos) hy[g->hlen[n]++] = tok;
+    float *ha = g->hatt ? g->hatt + (size_t)n * max_T * S : NULL;
+    if (!is_eos) {
+        /* the attention of the step that chose the token (the end token's is not kept: it has no
+         * token of the hypothesis, as CTranslate2's return_attention) */
+        if (ha) memcpy(ha + (size_t)g->hlen[n] * S, g->attn + (size_t)r * S, (size_t)S * sizeof(float));
+        hy[g->hlen[n]++] = tok;
+    }
     int ends = is_eos || t + 1 >= g->max_len[n];
     tern_status_t st = greedy_token_hook(opt, n, t, hy, g->hlen[n], ends);
     if (st) return st;
     if (ends) {
         float u = proc_chain_unnormalized(&g->chain, r, n, is_eos ? -1 : tok);
-        float cp = g->need_attn ? search_coverage_penalty(g->cov + (size_t)n * S, S, opt->coverage_penalty) : 0.0f;
-        return greedy_finish(results, n, t, hy, g->hlen[n], g->score[n], u, cp, opt);
+        float cp = opt->coverage_penalty != 0.0f ? search_coverage_penalty(g->cov + (size_t)n * S, S, opt->coverage_penalty) : 0.0f;
+        return greedy_finish(results, n, t, hy, g->hlen[n], g->score[n], u, cp, ha, S, opt);
     }
     g->parent[*R2] = r;
     g->sent[*R2] = n;
@@ -254,7 +267,8 @@ static tern_status_t greedy_decode(greedy_t *g, search_result_t *results) {
 tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_len,
                             const search_options_t *opt, search_result_t *results) {
     greedy_t g = {.dec = dec, .opt = opt, .max_len = max_len, .N = N, .V = dec->vocab_size, .S = dec->source_len,
-                  .max_T = longest_max_len(max_len, N, 0), .need_attn = opt->coverage_penalty != 0.0f};
+                  .max_T = longest_max_len(max_len, N, 0),
+                  .need_attn = opt->coverage_penalty != 0.0f || opt->return_attention};
     results_clear(results, N);
     tern_status_t st = proc_chain_init(&g.chain, opt->procs, opt->num_procs, opt->min_length, opt->eos, N);
     if (st) return st;
@@ -390,7 +404,7 @@ static tern_status_t stream_take(greedy_stream_t *g, search_result_t *results, i
     tern_status_t st = greedy_token_hook(opt, n, tr, hy, g->hlen[n], ends);
     if (st) return st;
     /* greedy_search's arithmetic, without processors (u = 0) or coverage */
-    if (ends) return greedy_finish(results, n, tr, hy, g->hlen[n], g->score[n], 0.0f, 0.0f, opt);
+    if (ends) return greedy_finish(results, n, tr, hy, g->hlen[n], g->score[n], 0.0f, 0.0f, NULL, 0, opt);
     int k = *R2;
     if (k != r) memmove(g->hyp + (size_t)k * max_T, hy, (size_t)g->hlen[n] * sizeof(int));
     g->parent[k] = r;

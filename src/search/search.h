@@ -63,6 +63,9 @@ typedef struct {
     const uint64_t *sample_key;
     /* hooks of one call (NULL: none; nothing is computed for them when absent) */
     const volatile int *cancel; /* read before each step: nonzero stops with TERN_ERR_CANCELLED */
+    /* 1: each hypothesis keeps the model's attention row (step()'s attn, S wide) of each of its
+     * tokens (hypothesis_t.attn); greedy_search and beam_search only */
+    int return_attention;
     /* sentence n's search is finished; r is its final result (still the search's); nonzero: stop
      * with TERN_ERR_CANCELLED */
     int (*on_finish)(void *ctx, int n, const struct search_result *r);
@@ -85,6 +88,8 @@ typedef struct {
     float score;   /* normalized (length/coverage penalties applied) */
     float raw;     /* sum of token log-probs (EOS included when it ended with EOS) */
     int unmet;     /* constraints it leaves unmet (0 without constraints); fewer come first */
+    float *attn;   /* with search_options_t.return_attention: (length, S) the attention row of the
+                      step that chose each token (S: the decoder's source_len), else NULL */
 } hypothesis_t;
 
 typedef struct search_result {

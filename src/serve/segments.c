@@ -7,6 +7,8 @@
 #include <strings.h>
 #include <utf8proc.h>
 
+#include "tern.h"
+
 void segments_free(segments_t *g) {
     for (int i = 0; i < g->n; i++) free(g->seg[i]);
     free(g->seg), free(g->ntok), free(g->parts), free(g->item_first), free(g->item_count);
@@ -53,12 +55,40 @@ static int add_segment(segments_t *g, char *text, int escape) {
     return add_part(g, g->n++, escape, NULL, 0);
 }
 
-static void build_text(segments_t *g, const char *p, int *err) {
+/* text[0..len) as segments: one, or with lang (sentence splitting on) one per sentence with the
+ * white space between them kept as literals (pointing into text when it is the item's own, else
+ * sep, a single space: an HTML run's white space is collapsed before). Takes owned (NULL: text is
+ * the item's, copied) and frees it. */
+static void add_sentences(segments_t *g, const char *text, size_t len, char *owned, int escape, const char *lang,
+                          int *err) {
+    size_t *sp = NULL;
+    int n = 0;
+    if (!lang || tern_split_sentences(text, len, lang, &sp, &n) != TERN_OK || n <= 1) {
+        /* one sentence (or splitting off, or refused: the language was checked by the caller, so
+         * only an allocation can fail here, and the text is then translated whole) */
+        tern_sentences_free(sp);
+        if (len && add_segment(g, owned ? owned : strndup(text, len), escape)) *err = 1;
+        else if (!len) free(owned);
+        return;
+    }
+    size_t prev = 0;
+    for (int i = 0; i < n && !*err; i++) {
+        size_t b = sp[2 * i], e = sp[2 * i + 1];
+        if (b > prev && (owned ? add_literal(g, " ", 1) : add_literal(g, text + prev, b - prev))) *err = 1;
+        if (add_segment(g, strndup(text + b, e - b), escape)) *err = 1;
+        prev = e;
+    }
+    if (!*err && len > prev && !owned && add_literal(g, text + prev, len - prev)) *err = 1;
+    tern_sentences_free(sp);
+    free(owned);
+}
+
+static void build_text(segments_t *g, const char *p, const char *lang, int *err) {
     for (;;) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
         size_t seg_len = len > 0 && p[len - 1] == '\r' ? len - 1 : len;
-        if (seg_len && add_segment(g, strndup(p, seg_len), 0)) *err = 1;
+        add_sentences(g, p, seg_len, NULL, 0, lang, err);
         if (!nl) break;
         if (add_literal(g, "\n", 1)) *err = 1;
         p = nl + 1;
@@ -119,7 +149,7 @@ static char *html_text(const char *t, size_t len) {
     return out;
 }
 
-static void build_html(segments_t *g, const char *p, int *err) {
+static void build_html(segments_t *g, const char *p, const char *lang, int *err) {
     while (*p) {
         if (*p == '<' && (isalpha((unsigned char)p[1]) || p[1] == '/' || p[1] == '!' || p[1] == '?')) {
             const char *end;
@@ -152,8 +182,9 @@ static void build_html(segments_t *g, const char *p, int *err) {
         char *text = a < b ? html_text(a, (size_t)(b - a)) : NULL;
         if (a < b && !text) *err = 1;
         if (text && *text) {
-            if (add_literal(g, p, (size_t)(a - p)) || add_segment(g, text, 1) || add_literal(g, b, (size_t)(q - b)))
-                *err = 1;
+            if (add_literal(g, p, (size_t)(a - p))) *err = 1;
+            add_sentences(g, text, strlen(text), text, 1, lang, err);
+            if (add_literal(g, b, (size_t)(q - b))) *err = 1;
         } else {
             free(text);
             if (add_literal(g, p, (size_t)(q - p))) *err = 1;
@@ -162,15 +193,15 @@ static void build_html(segments_t *g, const char *p, int *err) {
     }
 }
 
-int segments_build(segments_t *g, const char *const *items, int n_items, int html) {
+int segments_build(segments_t *g, const char *const *items, int n_items, int html, const char *split_lang) {
     g->item_first = malloc((size_t)(n_items ? n_items : 1) * sizeof(int));
     g->item_count = malloc((size_t)(n_items ? n_items : 1) * sizeof(int));
     if (!g->item_first || !g->item_count) return -1;
     int err = 0;
     for (int i = 0; i < n_items && !err; i++) {
         g->item_first[i] = g->n_parts;
-        if (html) build_html(g, items[i], &err);
-        else build_text(g, items[i], &err);
+        if (html) build_html(g, items[i], split_lang, &err);
+        else build_text(g, items[i], split_lang, &err);
         g->item_count[i] = g->n_parts - g->item_first[i];
     }
     return err ? -1 : 0;
@@ -205,5 +236,24 @@ char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, 
         }
     }
     *d = 0;
+    return out;
+}
+
+static const char *nth_out(void *ctx, int seg, int h) {
+    (void)h;
+    return ((char **)ctx)[seg];
+}
+
+char *segments_translate_html(const char *doc, const char *split_lang, segments_translate_fn fn, void *ctx) {
+    segments_t g = {0};
+    const char *items[1] = {doc ? doc : ""};
+    char *out = NULL, **outs = NULL;
+    if (segments_build(&g, items, 1, 1, split_lang) == 0 &&
+        (outs = calloc((size_t)(g.n ? g.n : 1), sizeof *outs)) &&
+        (g.n == 0 || fn(ctx, (const char *const *)g.seg, g.n, outs) == 0))
+        out = segments_join(&g, 0, 0, nth_out, outs);
+    for (int i = 0; outs && i < g.n; i++) free(outs[i]);
+    free(outs);
+    segments_free(&g);
     return out;
 }

@@ -6,7 +6,11 @@
  * HTML (LibreTranslate's format "html"): the text between tags is translated, the tags (and
  * comments, and the content of <script> and <style>) are kept as they are. A text run's
  * character references are decoded and its white space collapsed before translation, its
- * leading and trailing white space kept, and its translation escaped (&, <, >) in place. */
+ * leading and trailing white space kept, and its translation escaped (&, <, >) in place.
+ * Sentence splitting (split_lang given, LibreTranslate's behaviour): a line of text, or a text run
+ * of HTML, is cut further into its sentences (ICU's sentence break iterator for the source
+ * language, tern_split_sentences()), each one segment; the white space between them (a collapsed
+ * single space in HTML) is kept as it was. */
 #ifndef TERN_SERVE_SEGMENTS_H
 #define TERN_SERVE_SEGMENTS_H
 
@@ -28,13 +32,24 @@ typedef struct {
     int *item_first, *item_count; /* per item: its parts */
 } segments_t;
 
-/* Cuts items (kept alive by the caller while g is used) into segments. 0, or -1: out of memory. */
-int segments_build(segments_t *g, const char *const *items, int n_items, int html);
+/* Cuts items (kept alive by the caller while g is used) into segments; split_lang: the source
+ * language whose sentences become segments (NULL: no sentence splitting). 0, or -1: out of
+ * memory. */
+int segments_build(segments_t *g, const char *const *items, int n_items, int html, const char *split_lang);
 void segments_free(segments_t *g);
 
 /* The hypothesis h of segment seg (NULL: none, taken as empty). */
 typedef const char *(*segment_text_fn)(void *ctx, int seg, int h);
 /* Item i with every segment replaced by its hypothesis h; malloc'd (NULL: out of memory). */
 char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx);
+
+/* Translates n texts: outs[i] (malloc'd, then the caller's) for texts[i]; 0, or -1 on failure
+ * (outs already set are freed by the caller). */
+typedef int (*segments_translate_fn)(void *ctx, const char *const *texts, int n, char **outs);
+/* A whole HTML document translated (for /translate_file): its text runs (their sentences with
+ * split_lang, NULL: whole runs) given to fn in one call, and the document rebuilt around their
+ * translations, escaped, with tags, comments, <script> and <style> as they were. malloc'd; NULL
+ * on failure (out of memory, or fn's -1). */
+char *segments_translate_html(const char *doc, const char *split_lang, segments_translate_fn fn, void *ctx);
 
 #endif

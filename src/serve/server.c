@@ -798,10 +798,12 @@ static int lt_format(reply_t *rp, lt_req_t *q) {
     return 0;
 }
 
-/* The items cut into segments (sentences; the text of HTML) within the segment limit, counting
- * the *used segments of the request's other groups. */
-static int lt_segments(reply_t *rp, lt_req_t *q, const char *const *items, int n, segments_t *g, int *used) {
-    if (segments_build(g, items, n, !strcmp(q->format, "html")))
+/* The items of source language src cut into segments (the text of HTML; its sentences, as
+ * LibreTranslate splits them, unless --no-split-sentences) within the segment limit, counting the
+ * *used segments of the request's other groups. */
+static int lt_segments(reply_t *rp, lt_req_t *q, const char *src, const char *const *items, int n, segments_t *g,
+                       int *used) {
+    if (segments_build(g, items, n, !strcmp(q->format, "html"), rp->s->opt.split_sentences ? src : NULL))
         return fail(rp, 500, "Cannot translate text: out of memory");
     *used += g->n;
     if (*used > rp->s->opt.max_segments)
@@ -972,7 +974,8 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
         lt_detect_sources(&rp, &q) == 0 && lt_plan(&rp, &q, &pl) == 0) {
         int used = 0, ok = 1;
         for (int k = 0; ok && k < pl.n_groups; k++)
-            ok = lt_segments(&rp, &q, pl.groups[k].items, pl.groups[k].n, &pl.groups[k].g, &used) == 0;
+            ok = lt_segments(&rp, &q, pl.groups[k].src, pl.groups[k].items, pl.groups[k].n, &pl.groups[k].g,
+                             &used) == 0;
         for (int k = 0; ok && k < pl.n_groups; k++) ok = lt_run_group(&rp, &q, &pl.groups[k]) == 0;
         if (ok) rp.result = send_json(s, c, cx, 200, lt_render(&q, &pl), 0);
     }
@@ -1528,6 +1531,7 @@ server_options_t server_default_options(void) {
     o.char_limit = 20000;
     o.batch_limit = 256;
     o.max_segments = 512;
+    o.split_sentences = 1;
     o.max_beam = 16;
     o.max_decoding_length = 512;
     o.max_connections = 256;

@@ -28,6 +28,7 @@ typedef struct {
     int require_api_key;     /* 1: requests without a key are refused (400, as LibreTranslate) */
     int req_limit;           /* requests per minute per client address without a valid key; 0: none */
     int quiet;               /* no access log */
+    int split_sentences;     /* 1 (default): each line's sentences are translated apart (segments.h) */
 } server_options_t;
 
 server_options_t server_default_options(void);
