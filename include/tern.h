@@ -165,6 +165,10 @@ typedef struct {
                                            layer_norm; GNMT: encoder_layers, decoder_layers,
                                            hidden_size, attention_size) */
     tern_ensemble_info_t ensemble;      /* family "ensemble": how it combines its members */
+    int num_languages;                  /* a multilingual model (M2M-100, NLLB): its language codes, */
+    const char *const *languages;       /* [num_languages] tokens such as "deu_Latn" or "__de__" that
+                                           tern_request_t's source_lang/target_lang take (0, NULL:
+                                           one language pair); valid while the model lives */
 } tern_model_info_t;
 tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */
 /* The value of the fact called name in info->hparams, or missing when the family has none. */
@@ -458,6 +462,15 @@ typedef struct {
      * sampling: a draw depends on (seed, this index, the sample, the step)), e.g. its position in
      * a larger input the caller cuts into requests; NULL: its position in sources */
     const long *source_index;
+    /* a multilingual model (tern_model_info_t.languages: M2M-100, NLLB), as its tokenizer does:
+     * source_lang's code is the first source token, target_lang's is forced as the first output
+     * token (transformers' forced_bos_token_id) and left out of the results; tern_score() puts it
+     * before each target (its log-probability is not returned). Raw text (pretokenized 0) needs
+     * both; pretokenized pieces may carry the codes themselves, as CTranslate2 takes them (the
+     * source's code first, the target's as target_prefix, kept in the output). An unknown code is
+     * TERN_ERR_INVALID_ARG naming it; a model without languages refuses both. */
+    const char *source_lang;
+    const char *target_lang;
 } tern_request_t;
 
 tern_request_t tern_request_default(void); /* thread-safe */

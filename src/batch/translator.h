@@ -14,6 +14,11 @@ typedef struct translator_call {
     tern_search_params_t p;        /* the search parameters of the call */
     int max_batch_tokens, max_batch_size, max_input_length;
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
+    int src_lang, tgt_lang;        /* tern_request_t's source_lang / target_lang as token ids (-1:
+                                      none): the first source token; the forced first output token,
+                                      left out of the results */
+    const char *src_lang_code;     /* the source language's code (NULL: none), looked up in each
+                                      ensemble member's vocabulary */
     const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
     struct call_hooks *hooks;      /* callbacks and cancellation flag (NULL: none) */
 } translator_call_t;

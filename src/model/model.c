@@ -60,7 +60,8 @@ static tern_status_t load_vocab_pair(tern_model_t *m) {
 static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
     char p[2048], q[2048];
     tern_status_t st;
-    static const char *src[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model", NULL};
+    static const char *src[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model",
+                                "sentencepiece.bpe.model", NULL};
     static const char *tgt[] = {"target.spm", "target.model", NULL};
     if (o->use_spm == 0) return TERN_OK;
     const char *sp = o->source_spm ? o->source_spm : find_file(p, sizeof p, m->dir, src);
@@ -98,6 +99,8 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     memcpy(m->never_tok, c.never, sizeof(int) * (size_t)c.never_off[c.n_never]);
     memcpy(m->never_off, c.never_off, sizeof(int) * (size_t)(c.n_never + 1));
     m->n_never = c.n_never;
+    m->langs = c.langs, m->n_langs = c.n_langs; /* taken over */
+    c.langs = NULL, c.n_langs = 0;
     return TERN_OK;
 }
 
@@ -134,6 +137,8 @@ void tern_model_free(tern_model_t *m) {
     free(m->members);
     weights_free(m->weights);
     if (!m->n_members) free(m->never_tok), free(m->never_off);
+    for (int i = 0; i < m->n_langs && !m->n_members; i++) free(m->langs[i]);
+    if (!m->n_members) free(m->langs);
     if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
     vocab_free(m->src_vocab);
     if (m->tgt_spm != m->src_spm) spm_free(m->tgt_spm);
@@ -225,6 +230,9 @@ tern_model_info_t tern_model_info(const tern_model_t *m) {
     i.format = m->format;
     i.has_spm = m->n_members ? m->members[0]->src_spm != NULL : m->src_spm != NULL;
     if (!m->n_members) i.num_members = 1;
+    const tern_model_t *m0 = m->n_members ? m->members[0] : m;
+    i.num_languages = m0->n_langs;
+    i.languages = (const char *const *)m0->langs;
     return i;
 }
 
@@ -291,6 +299,7 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_unk = m0->tgt_unk;
     m->vmap = m0->vmap;
     m->never_tok = m0->never_tok, m->never_off = m0->never_off, m->n_never = m0->n_never;
+    m->langs = m0->langs, m->n_langs = m0->n_langs; /* not owned */
     m->search = m0->search;
     memcpy(m->search_source, m0->search_source, sizeof m->search_source);
     free(fams), free(nets);
@@ -376,7 +385,7 @@ static tern_status_t marian_text_to_ids(const tern_model_t *m, const char *text,
 }
 
 static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                       int pretok, int **ids, int *n, int *truncated) {
+                                       int pretok, const char *lang, int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
     tern_status_t st = m->marian_codes && !pretok && m->src_spm
@@ -388,7 +397,20 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
         *n = 0;
         return TERN_OK;
     }
-    int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0);
+    int code = lang ? vocab_lookup(m->src_vocab, lang) : -1;
+    if (lang && code < 0) {
+        free(tok);
+        return tern_error(TERN_ERR_INVALID_ARG, "source language '%s': not a token of %s", lang, m->src_vocab_path);
+    }
+    int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0) + (code >= 0);
+    if (code >= 0) { /* text_to_ids left room for 2 more tokens */
+        int *t2 = realloc(tok, (size_t)(nt + 3) * sizeof(int));
+        if (!t2) {
+            free(tok);
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        }
+        tok = t2;
+    }
     if (max_len > m->info.max_source_length) max_len = m->info.max_source_length;
     if (max_len > 0 && nt + extra > max_len) {
         nt = max_len - extra > 1 ? max_len - extra : 1;
@@ -397,6 +419,11 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
     if (m->cfg.add_source_bos) {
         memmove(tok + 1, tok, (size_t)nt * sizeof(int));
         tok[0] = m->src_bos;
+        nt++;
+    }
+    if (code >= 0) { /* NllbTokenizer (legacy_behaviour false) and M2M100Tokenizer: [code] tokens </s> */
+        memmove(tok + 1, tok, (size_t)nt * sizeof(int));
+        tok[0] = code;
         nt++;
     }
     if (m->cfg.add_source_eos) tok[nt++] = m->src_eos;
@@ -408,7 +435,7 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
 /* An ensemble's source: each member's ids prefixed by their count (ensemble.h); a member that
  * finds no token in a line others do gets its end token (else unknown token, else id 0). */
 static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                            int pretok, int **ids, int *n, int *truncated) {
+                                            int pretok, const char *lang, int **ids, int *n, int *truncated) {
     int K = m->n_members;
     int **part = calloc((size_t)K, sizeof *part), *plen = calloc((size_t)K, sizeof *plen);
     tern_status_t st = TERN_OK;
@@ -422,7 +449,8 @@ static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *t
     int longest = 0, total = 0;
     for (int k = 0; k < K; k++) {
         int tr = 0;
-        if ((st = encode_source_one(m->members[k], text, len, max_len, pretok, &part[k], &plen[k], &tr))) goto done;
+        if ((st = encode_source_one(m->members[k], text, len, max_len, pretok, lang, &part[k], &plen[k], &tr)))
+            goto done;
         *truncated |= tr;
         if (plen[k] > longest) longest = plen[k];
     }
@@ -453,10 +481,15 @@ done:
     return st;
 }
 
+tern_status_t model_encode_source_lang(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
+                                       const char *lang, int **ids, int *n, int *truncated) {
+    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, pretok, lang, ids, n, truncated);
+    return encode_source_one(m, text, len, max_len, pretok, lang, ids, n, truncated);
+}
+
 tern_status_t model_encode_source_ex(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
                                      int **ids, int *n, int *truncated) {
-    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, pretok, ids, n, truncated);
-    return encode_source_one(m, text, len, max_len, pretok, ids, n, truncated);
+    return model_encode_source_lang(m, text, len, max_len, pretok, NULL, ids, n, truncated);
 }
 
 tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
