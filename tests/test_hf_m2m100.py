@@ -14,8 +14,8 @@ Multi30k test sentences are the inputs:
 * beam 4 (`-b 4 --length-penalty 0 --no-early-stop`): the same as generate(num_beams=4, length_penalty=0,
   early_stopping=False) on >= 97 %;
 * force decoding (`tern rescore --source-lang --target-lang`): every token's log-probability (the end
-  token's included) within 1e-4 of log_softmax of transformers' logits for the decoder input
-  [</s>, code, greedy output];
+  token's included) within 1e-4 + 1e-5 x |value| (numpy.isclose's rule) of log_softmax of transformers'
+  logits for the decoder input [</s>, code, greedy output];
 * raw text: Tern's tokenization ([code] pieces </s>, `tern translate` without --pretokenized) gives the
   same text as the tokenizer + generate + batch_decode on >= 95 % of the real sentences, and the source
   ids the tokenizer gives equal Tern's (checked through --pretokenized input of the tokenizer's pieces
@@ -137,12 +137,14 @@ def test_greedy_and_force_decoding(case):
     lps = [[float(x) for x in line.split("|||")[0].split()] for line in out.strip("\n").split("\n")]
     assert len(lps) == N_INPUTS and all(len(x) == len(y) for x, y in zip(lps, ref["force"]))
     diff = max(max(abs(a - b) for a, b in zip(x, y)) for x, y in zip(lps, ref["force"]))
+    # numpy.isclose's rule: float32 logits of unlikely tokens (log-probs down to -56) carry relative errors
+    worst = max(max(abs(a - b) - 1e-5 * abs(b) for a, b in zip(x, y)) for x, y in zip(lps, ref["force"]))
     lengths = [len(h) for h in ref["greedy"]]
     print(f"\n{shape[0]}: greedy identical {same:.1%} of {N_INPUTS} (lengths {min(lengths)}-{max(lengths)}, mean "
           f"{np.mean(lengths):.1f}); force decoding max |log-prob difference| {diff:.2e}")
     assert len(set(lengths)) > 5
     assert same >= 0.99
-    assert diff <= 1e-4
+    assert worst <= 1e-4, diff
 
 
 def test_beam4(case):
@@ -172,7 +174,8 @@ def test_raw_text(case):
                "--min-length", 0, "--pretokenized", *langs(shape), input=pieces).stdout.split("\n")[:len(texts)]
     # the pieces joined as SentencePiece does (these pieces have no byte fallback): the same text as
     # Tern's raw-text translation, so Tern cut the lines into the tokenizer's ids
-    joined = ["".join(p for p in line.split() if p != "<unk>").replace("\u2581", " ").strip() for line in out2]
+    skip = set(ref["special"]) | {"<unk>"}
+    joined = ["".join(p for p in line.split() if p not in skip).replace("\u2581", " ").strip() for line in out2]
     same_ids = sum(a == b.strip() for a, b in zip(joined, out)) / len(texts)
     assert same_ids >= 0.95, same_ids
     print(f"\n{shape[0]}: raw text identical on {same:.1%} of {len(texts)} Multi30k sentences; the tokenizer's ids "

@@ -607,6 +607,7 @@ static tern_status_t translate_lang(tern_translator_t *tr, int *const *src, cons
         if (k) memcpy(pre[i] + 1, own[i].prefix, (size_t)k * sizeof(int));
         own[i].prefix = pre[i];
         own[i].prefix_len = k + 1;
+        own[i].prefix_plain = k == 0; /* the code alone: EOS may follow it in any beam slot, as in transformers */
         sd2[i] = &own[i];
     }
     if (!st) st = translate_ids(tr, src, len, sd2, keys, n, res);

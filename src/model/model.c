@@ -101,6 +101,19 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     m->n_never = c.n_never;
     m->langs = c.langs, m->n_langs = c.n_langs; /* taken over */
     c.langs = NULL, c.n_langs = 0;
+    if (m->n_langs > 0) {
+        int V = vocab_size(m->tgt_vocab);
+        if (!(m->tgt_skip = calloc((size_t)V, 1))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        static const char *const special[] = {"<s>", "<pad>", "<mask>"};
+        for (int i = 0; i < 3; i++) {
+            int id = vocab_lookup(m->tgt_vocab, special[i]);
+            if (id >= 0) m->tgt_skip[id] = 1;
+        }
+        for (int i = 0; i < m->n_langs; i++) {
+            int id = vocab_lookup(m->tgt_vocab, m->langs[i]);
+            if (id >= 0) m->tgt_skip[id] = 1;
+        }
+    }
     return TERN_OK;
 }
 
@@ -138,7 +151,7 @@ void tern_model_free(tern_model_t *m) {
     weights_free(m->weights);
     if (!m->n_members) free(m->never_tok), free(m->never_off);
     for (int i = 0; i < m->n_langs && !m->n_members; i++) free(m->langs[i]);
-    if (!m->n_members) free(m->langs);
+    if (!m->n_members) free(m->langs), free(m->tgt_skip);
     if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
     vocab_free(m->src_vocab);
     if (m->tgt_spm != m->src_spm) spm_free(m->tgt_spm);
@@ -299,7 +312,7 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_unk = m0->tgt_unk;
     m->vmap = m0->vmap;
     m->never_tok = m0->never_tok, m->never_off = m0->never_off, m->n_never = m0->n_never;
-    m->langs = m0->langs, m->n_langs = m0->n_langs; /* not owned */
+    m->langs = m0->langs, m->n_langs = m0->n_langs, m->tgt_skip = m0->tgt_skip; /* not owned */
     m->search = m0->search;
     memcpy(m->search_source, m0->search_source, sizeof m->search_source);
     free(fams), free(nets);
@@ -520,6 +533,8 @@ tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int 
     size_t total = 1;
     for (int i = 0; i < n; i++) {
         if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm && !pretok) continue;
+        if (m->tgt_skip && m->tgt_spm && !pretok && ids[i] >= 0 && ids[i] < vocab_size(m->tgt_vocab) && m->tgt_skip[ids[i]])
+            continue;
         const char *p = vocab_token(m->tgt_vocab, ids[i]);
         if (!p) p = "";
         pieces[k++] = p;

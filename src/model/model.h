@@ -38,6 +38,10 @@ struct tern_model {
      * an ensemble: member 0's (not owned) */
     char **langs;
     int n_langs;
+    /* NULL, or (target vocabulary) 1 for the special tokens text output leaves out (a multilingual
+     * model's language codes, <s>, <pad>, <mask>: what transformers' skip_special_tokens drops; <unk>
+     * as keep_unk says); an ensemble: member 0's (not owned) */
+    uint8_t *tgt_skip;
     int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
 };

@@ -27,6 +27,7 @@ decoder input [</s>, code, greedy output]: the log-prob of each greedy token and
 skip_special_tokens).
 """
 import json
+import re
 import sys
 
 import torch
@@ -151,7 +152,15 @@ def one(req):
             gen = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=req["max_len"],
                                  forced_bos_token_id=tgt, bad_words_ids=[[cfg.pad_token_id]], renormalize_logits=True)
             out["text"] = tok.batch_decode(gen, skip_special_tokens=True)
+            if req["tokenizer"] == "m2m100":
+                # M2M100Tokenizer built from scratch (4.40.2) does not list its codes as special tokens, so
+                # batch_decode keeps "__fr__" in the text; the Hub's files list them
+                # (additional_special_tokens) and it drops them, as NllbTokenizer does: so does Tern
+                codes = re.compile("|".join(re.escape(t) for t in tok.lang_token_to_id))
+                out["text"] = [codes.sub("", t) for t in out["text"]]
+                out["special"] = tok.all_special_tokens + list(tok.lang_token_to_id)
     # rows no tokenizer names (NLLB's spare ones, M2M-100's <madeupwordN>) as Tern names them
+    out.setdefault("special", tok.all_special_tokens)  # what batch_decode(skip_special_tokens=True) leaves out
     out["vocab"] = [tok.convert_ids_to_tokens(i) if i < n - (0 if req["tokenizer"] == "nllb" else tok.num_madeup_words)
                     else f"<unused_{i}>" for i in range(cfg.vocab_size)]
     return out
