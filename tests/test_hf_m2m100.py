@@ -200,3 +200,28 @@ def test_languages(case, tmp_path):
         b = run(TERN, "translate", "-m", d / "model", "-b", 1, "--source-lang", "en", "--target-lang", "fr",
                 input="A dog runs.\n").stdout
         assert a == b and a.strip(), (a, b)
+
+
+def test_python(case, tern_python):
+    """tern.Translator: source_lang/target_lang on raw text as the CLI; CTranslate2's NLLB form (the
+    source's code and </s> among the tokens, the target's code as target_prefix, kept in the output)
+    as transformers' greedy outputs; info()["languages"]."""
+    d, shape, ref, texts = case
+    t = tern_python.Translator(str(d / "model"), intra_threads=1)
+    assert shape[5] in t.info["languages"]
+    res = t.translate_batch(texts[:10], beam_size=1, max_decoding_length=MAX_LEN, min_decoding_length=0,
+                            source_lang=shape[4], target_lang=shape[5])
+    cli = run(TERN, "translate", "-m", d / "model", "-t", 1, "-b", 1, "--max-decoding-length", MAX_LEN,
+              "--min-length", 0, *langs(shape), input="".join(x + "\n" for x in texts[:10])).stdout.split("\n")[:10]
+    assert [r.hypotheses[0] for r in res] == cli
+    vocab = ref["vocab"]
+    toks = [[vocab[i] for i in ids] for ids in ref["ids"][:50]]  # [code] pieces </s>
+    assert all(s[0] == shape[4] and s[-1] == "</s>" for s in toks)
+    res = t.translate_batch(toks, target_prefix=[[shape[5]]] * len(toks), beam_size=1,
+                            max_decoding_length=MAX_LEN, min_decoding_length=0)
+    want = [[shape[5]] + [vocab[i] for i in h] for h in ref["greedy"][:50]]
+    same = sum(r.hypotheses[0] == w for r, w in zip(res, want)) / len(want)
+    print(f"\n{shape[0]}: Python, CTranslate2's token form: {same:.0%} identical to transformers")
+    assert same >= 0.98
+    with pytest.raises(Exception, match="xx_Nope"):
+        t.translate_batch(["a"], source_lang=shape[4], target_lang="xx_Nope")

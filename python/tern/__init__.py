@@ -139,7 +139,8 @@ class Translator:
                         callback: Optional[Callable[[StepResult], Optional[bool]]] = None,
                         sampling_topk: int = 1, sampling_topp: float = 1.0, sampling_temperature: float = 1.0,
                         repetition_penalty: float = 1.0, no_repeat_ngram_size: int = 0,
-                        seed: int = 12345) -> List[TranslationResult]:
+                        seed: int = 12345, source_lang: Optional[str] = None,
+                        target_lang: Optional[str] = None) -> List[TranslationResult]:
         """Translates a batch; the GIL is released while Tern works.
 
         ``source`` is a list of token lists (CTranslate2's form: the model's vocabulary pieces; the
@@ -162,6 +163,12 @@ class Translator:
         ``num_hypotheses`` is the number of samples per input (best score first). The draws depend
         only on ``seed``, the input's index, the sample and the step (not on batches or threads).
         ``repetition_penalty`` and ``no_repeat_ngram_size`` as CTranslate2's.
+
+        A multilingual model (M2M-100, NLLB; ``languages`` lists its codes): ``source_lang`` and
+        ``target_lang`` (e.g. "eng_Latn", "deu_Latn") put the source's code first and force the
+        target's as the first output token, left out of the hypotheses (needed for raw strings). Token
+        lists may carry the codes themselves as CTranslate2 takes them: ``["eng_Latn", "▁Hello",
+        "</s>"]`` with ``target_prefix=[["deu_Latn"]]`` (the code then stays in the hypothesis).
         """
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
@@ -198,7 +205,7 @@ class Translator:
             max_batch_size if batch_type == "examples" else 0, max_batch_size if batch_type == "tokens" else 0,
             max_input_length, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
             int(num_hypotheses) if sampling_topk != 1 else 1, int(seed), float(repetition_penalty),
-            int(no_repeat_ngram_size))
+            int(no_repeat_ngram_size), source_lang, target_lang)
         results = []
         for hyps, scores in out:
             if tokens:

@@ -439,7 +439,9 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
         tok[0] = code;
         nt++;
     }
-    if (m->cfg.add_source_eos) tok[nt++] = m->src_eos;
+    /* a multilingual model's pieces may end with </s> already, as CTranslate2 takes NLLB's tokens */
+    int has_eos = m->n_langs > 0 && pretok && nt > 0 && tok[nt - 1] == m->src_eos;
+    if (m->cfg.add_source_eos && !has_eos) tok[nt++] = m->src_eos;
     *ids = tok;
     *n = nt;
     return TERN_OK;
