@@ -252,3 +252,46 @@ def test_convert_ct2(case, tmp_path):
     print(f"\n{shape[0]}: ctranslate2 {ct2.__version__} on the converted directory: greedy identical to "
           f"transformers on {same:.1%}; Tern on it: {same_back:.1%}")
     assert same >= 0.99 and same_back >= 0.99
+
+
+def test_bad_checkpoints(case, tmp_path):
+    """Broken tokenizer files and tensors: errors naming the file and the key, token or tensor."""
+    import shutil
+    d, shape, ref, _ = case
+    if shape[1] != "nllb":
+        pytest.skip("checked on the NLLB shape")
+
+    def broken(name, edit, *extra):
+        m = tmp_path / name
+        shutil.copytree(d / "model", m)
+        edit(m)
+        r = run(TERN, "translate", "-m", m, "--pretokenized", *extra, input="a\n", check=False)
+        assert r.returncode != 0
+        return r.stderr
+
+    def tok_config(m, f):
+        c = json.loads((m / "tokenizer_config.json").read_text())
+        f(c)
+        (m / "tokenizer_config.json").write_text(json.dumps(c))
+
+    err = broken("a", lambda m: os.remove(m / "sentencepiece.bpe.model"))
+    assert "sentencepiece.bpe.model" in err and "missing" in err, err
+    err = broken("b", lambda m: tok_config(m, lambda c: c["added_tokens_decoder"].update(
+        {"99999": {"content": "zzz_Zzzz"}})))
+    assert "tokenizer_config.json" in err and "zzz_Zzzz" in err and "99999" in err, err
+    err = broken("c", lambda m: tok_config(m, lambda c: c["additional_special_tokens"].append("qqq_Qqqq")))
+    assert "tokenizer_config.json" in err and "qqq_Qqqq" in err, err
+    err = broken("d", lambda m: tok_config(m, lambda c: c.update(added_tokens_decoder={"x": {"content": "a"}})))
+    assert "added_tokens_decoder" in err and "'x'" in err, err
+
+    def drop_tensor(m):  # with the reference's Python, which has safetensors
+        f = str(m / "model.safetensors")
+        subprocess.run([TORCH_PY, "-c", "import sys; from safetensors.torch import load_file, save_file; "
+                        "t = load_file(sys.argv[1]); del t['model.encoder.layer_norm.weight']; "
+                        "save_file(t, sys.argv[1], metadata={'format': 'pt'})", f], check=True)
+    err = broken("e", drop_tensor)
+    assert "model.safetensors" in err and "encoder.layer_norm.weight" in err, err
+    # the language of a bilingual model
+    r = run(TERN, "translate", "-m", os.path.join(ROOT, "models", "en-de"), "--source-lang", "eng_Latn",
+            "--target-lang", "deu_Latn", input="a\n", check=False)
+    assert r.returncode != 0 and "not a multilingual model" in r.stderr, r.stderr
