@@ -28,8 +28,13 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # The libraries each part links (docs/library.md): the runtime (libtern: translation, scoring, the
 # C API) needs the first line only (its GEMMs are oneDNN's and Tern's own: no object calls
 # OpenBLAS); training adds SentencePiece's trainer (and MPI, below), the server libmicrohttpd.
+# Language identification (src/text/langid.cc: `tern filter --langid`, the server's /detect) is
+# CLD2 (Debian libcld2-dev) with its full table, as pycld2 and so LibreTranslate use it: libcld2
+# holds the code and a smaller table, libcld2_full only the full table, whose symbols take the
+# small one's place because it comes first in the load order; nothing references it directly, so
+# it is linked whatever --as-needed says (push-state/pop-state leaves that flag as it was).
 # Programs built here (tern, tests, benches) link all three parts, and OpenBLAS and zlib as before.
-RT_LIBS    = -ldnnl -lsentencepiece -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
+RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
 SERVE_LIBS = -lmicrohttpd
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
@@ -147,6 +152,45 @@ $(BUILD)/tools/cli_models.o: CPPFLAGS += -DTERN_DATADIR='"$(DATADIR)/tern"'
 $(BUILD)/tools/cpu_guard.o: override ARCH = -march=x86-64 -mtune=generic
 $(BUILD)/tern: $(CLI_OBJ) $(LIBS_A)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIBS_A) $(LDLIBS)
+
+# The CUDA backend's host side (src/kernels/cuda/: the device row kernels' arithmetic run on the
+# CPU, and the caching allocator) is built and tested in every build, the device code only with
+# CUDA=1 (below). No floating-point contraction where it is compared with the device bit for bit.
+CUDA_HOST_OBJ := $(BUILD)/src/kernels/cuda/emulate.o $(BUILD)/src/kernels/cuda/dalloc.o
+$(BUILD)/src/kernels/cuda/emulate.o: CFLAGS += -ffp-contract=off
+$(BUILD)/tests/test_cuda_host: tests/c/test_cuda_host.c $(CUDA_HOST_OBJ) $(LIBS_A) $(wildcard tests/c/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -ffp-contract=off $(LDFLAGS) -o $@ $< $(CUDA_HOST_OBJ) $(LIBS_A) $(LDLIBS)
+
+# CUDA=1: the device kernels (src/kernels/cuda/*.cu) into $(BUILD)/libtern-cuda.a and their GPU test
+# (tests/cuda/), for the H100/H200 (sm_90, with PTX for later GPUs); `make CUDA=1 cuda` builds only
+# those. cudart is linked statically into the test, cuBLASLt dynamically (from the toolkit's
+# lib64, found through the rpath; the lent GPU's image has the toolkit: scripts/gpu_check.sh). --fmad=false: no contraction beyond rowops.h's explicit fmaf, as the
+# host emulation is compiled (-ffp-contract=off). The CPU build never depends on any of it.
+ifeq ($(CUDA),1)
+NVCC      ?= nvcc
+CUDA_ARCH ?= -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -std=c++17 -O3 --fmad=false $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Werror
+CUDA_LIBDIR ?= $(dir $(shell command -v $(NVCC)))../lib64
+CUDA_CU   := $(sort $(wildcard src/kernels/cuda/*.cu))
+CUDA_OBJ  := $(CUDA_CU:%.cu=$(BUILD)/%.o)
+$(BUILD)/%.o: %.cu $(wildcard src/kernels/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -c $< -o $@
+$(BUILD)/libtern-cuda.a: $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/tests/cuda/test_cuda_kernels: tests/cuda/test_cuda_kernels.cu $(BUILD)/libtern-cuda.a $(CUDA_HOST_OBJ)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -cudart static -o $@ $< $(BUILD)/libtern-cuda.a $(CUDA_HOST_OBJ) \
+	  -lcublasLt -Xlinker -rpath,$(CUDA_LIBDIR)
+cuda: $(BUILD)/libtern-cuda.a $(BUILD)/tests/cuda/test_cuda_kernels
+all: cuda
+.PHONY: cuda
+else
+cuda:
+	@echo "make cuda: build with CUDA=1 (make CUDA=1 cuda)" >&2; exit 2
+endif
 
 $(BUILD)/tests/%: tests/c/%.c $(LIBS_A) $(wildcard tests/c/*.h)
 	@mkdir -p $(dir $@)

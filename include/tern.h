@@ -30,6 +30,14 @@
  *     grows, the functions that return it by value (its defaults, tern_model_info(),
  *     tern_cpu_info()) get a new symbol version, and their old version keeps filling the old
  *     layout for programs linked before (a by-value return writes into the caller's storage).
+ *   - Symbol versions: every function of 1.0.0 carries TERN_1. A declaration marked
+ *     TERN_SINCE_1_1 was added in 1.1 and carries TERN_1.1; one marked TERN_CHANGED_1_1 changed
+ *     its ABI in 1.1: TERN_1.1 is its default version (what programs linked from 1.1 on use)
+ *     and its TERN_1 version stays, with the 1.0.0 behaviour, for programs linked before (the
+ *     marks are empty macros that scripts/export_map.sh reads). In 1.1 tern_search_params_t
+ *     (sampling, repetition) and tern_request_t (source_index) grew: the TERN_1 versions of
+ *     tern_search_default_params() and tern_request_default() return their 1.0.0 layouts
+ *     (struct_size 64 and 160 bytes on x86-64). A later minor version adds TERN_SINCE_1_<MINOR>.
  *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_text_t,
  *     tern_bleu_score_t) and
  *     the callback event tern_token_event_t keep their layout for the whole MAJOR version.
@@ -45,8 +53,13 @@
 extern "C" {
 #endif
 
+/* Marks what 1.1 added (TERN_SINCE_1_1) or changed (TERN_CHANGED_1_1): their symbol versions
+ * (see "Version and ABI" above). */
+#define TERN_SINCE_1_1
+#define TERN_CHANGED_1_1
+
 /* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
-#define TERN_VERSION "1.0.0"
+#define TERN_VERSION "1.1.0"
 
 /* ---------------------------------------------------------------- status */
 
@@ -264,13 +277,13 @@ typedef struct {
     int no_repeat_ngram_size;   /* no n-gram of this size twice in a hypothesis (0: off) */
 } tern_search_params_t;
 
-tern_search_params_t tern_search_default_params(void); /* thread-safe */
+TERN_CHANGED_1_1 tern_search_params_t tern_search_default_params(void); /* thread-safe */
 /* A model's decoding defaults: tern_search_default_params() with the keys of the model directory's
  * generation_config.json over them (transformers' file: num_beams, length_penalty, max_length, ...;
  * docs/translate.md); an ensemble's are its first member's. *source (when source is not NULL)
  * receives that file's path, or NULL when the model carries none. A translator created without
  * search parameters uses them. Thread-safe. */
-tern_search_params_t tern_model_search_params(const tern_model_t *model, const char **source);
+TERN_SINCE_1_1 tern_search_params_t tern_model_search_params(const tern_model_t *model, const char **source);
 /* Checks search parameters (ranges, num_hypotheses <= beam_size); TERN_ERR_INVALID_ARG with a
  * message naming the field otherwise. Thread-safe. */
 tern_status_t tern_search_params_check(const tern_search_params_t *params);
@@ -473,7 +486,7 @@ typedef struct {
     const char *target_lang;
 } tern_request_t;
 
-tern_request_t tern_request_default(void); /* thread-safe */
+TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */
 
 /* Translates request->sources (num_sources of them) with request->params (NULL: the
  * translator's), target prefixes, constraints, restrictions and LMBR evidence from

@@ -57,6 +57,10 @@ san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_genera
 for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${san_tests[@]}"
+# LibreTranslate's request forms, /detect and its bad input under ASan/UBSan (the parsers; the
+# accuracy and pivot cases run in the full suite)
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_langid.py \
+  -k "bad_input or request_forms or detect_api_keys"
 # Hugging Face checkpoints under ASan/UBSan: bad checkpoints, greedy, force decoding and raw text on
 # the first shape (the whole file runs in the full suite)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_marian.py \

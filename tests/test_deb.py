@@ -120,16 +120,22 @@ def test_package_contents(debs):
     assert len(all_files) == len(set(all_files))
     assert not [f for f in deb_files(debs["tern"]) if "libtern" in f]
     assert run(["dpkg-deb", "-f", debs["tern-model-en-de"], "Architecture"]).stdout.strip() == "all"
-    # libternMAJOR ships a symbols file (symbol version TERN_<major>) that lists exactly the
-    # functions the library exports, which are those tern.h declares (scripts/export_map.sh);
-    # libtern-dev needs this very libternMAJOR
+    # libternMAJOR ships a symbols file that lists exactly the functions the library exports at
+    # each symbol version, which are those the version script gives them (scripts/export_map.sh:
+    # TERN_<major> for 1.0.0's functions, TERN_<major>.<minor> for those tern.h marks as added or
+    # changed in that release), each with the first version that has it; libtern-dev needs this
+    # very libternMAJOR
     ctl = run(["dpkg-deb", "--ctrl-tarfile", debs[LIBPKG]], text=False).stdout
     symbols = subprocess.run(["tar", "-xOf", "-", "./symbols"], input=ctl, capture_output=True).stdout.decode()
-    assert f"libtern.so.{major} {LIBPKG}" in symbols and f" tern_model_load@TERN_{major} " in symbols, symbols
-    listed = set(re.findall(rf"^ (tern_\w+)@TERN_{major} ", symbols, re.M))
-    exported = set(re.findall(r"^\s+(tern_\w+);$", run(["sh", os.path.join(ROOT, "scripts", "export_map.sh"),
-                                                          "cc", os.path.join(ROOT, "include", "tern.h")]).stdout, re.M))
-    assert exported and listed == exported, (sorted(listed - exported), sorted(exported - listed))
+    assert f"libtern.so.{major} {LIBPKG}" in symbols and f" tern_model_load@TERN_{major} 1.0.0" in symbols, symbols
+    listed = set(re.findall(r"^ (tern_\w+)@(TERN_[0-9.]+) ([0-9.]+)$", symbols, re.M))
+    script = run(["sh", os.path.join(ROOT, "scripts", "export_map.sh"), "cc", os.path.join(ROOT, "include", "tern.h"),
+                  f"TERN_{major}"]).stdout
+    exported = set()
+    for node, body in re.findall(r"^(TERN_[0-9.]+) \{\n  global:\n(.*?)^(?:  local: \*;\n)?\}", script, re.M | re.S):
+        since = "1.0.0" if node == f"TERN_{major}" else node.removeprefix("TERN_") + ".0"
+        exported |= {(n, node, since) for n in re.findall(r"^\s+(tern_\w+);$", body, re.M)}
+    assert len(exported) > 30 and listed == exported, (sorted(listed - exported), sorted(exported - listed))
     dev = run(["dpkg-deb", "-f", debs["libtern-dev"], "Depends"]).stdout
     assert f"{LIBPKG} (= {v})" in dev, dev
     # the changelog says the version of include/tern.h

@@ -12,7 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 RULES = ["invalid_utf8", "empty", "too_many_words", "too_many_tokens", "ratio", "few_letters",
-         "copy", "duplicate"]
+         "copy", "language", "duplicate"]
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +59,26 @@ def split_lines(data):
 # ---------------------------------------------------------------------------------------------
 # The independent re-implementation of the documented rules.
 
+def cld2_other_language(text, lang):
+    """The language rule on one side, with pycld2 (CLD2's own Python binding, its full table):
+    CLD2's plain-text verdict is reliable and is not lang (codes as LibreTranslate's)."""
+    import pycld2
+
+    def refused(c):  # code points CLD2 refuses: read as spaces of their UTF-8 length (langid.h)
+        o = ord(c)
+        return ((o < 0x20 and c not in "\t\n\r") or 0x7f <= o < 0xa0 or 0xfdd0 <= o <= 0xfdef
+                or (o & 0xfffe) == 0xfffe)
+    text = "".join(" " * len(c.encode()) if refused(c) else c for c in text)
+    reliable, _, top = pycld2.detect(text, isPlainText=True)
+    code = {"iw": "he", "jw": "jv", "in": "id", "no": "nb", "zh-Hant": "zt"}.get(top[0][1], top[0][1])
+    return reliable and top[0][0] != "Unknown" and code != lang
+
+
 def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=0.0, copies=True,
-              duplicates=True, pieces=None):
+              duplicates=True, pieces=None, langs=None):
     """src, tgt: lists of byte lines. pieces: None or a function str -> number of SentencePiece
-    pieces (one model for both sides). Returns (kept indices, [(line, rule)], counts)."""
+    pieces (one model for both sides). langs: None or (source, target) language codes (--langid).
+    Returns (kept indices, [(line, rule)], counts)."""
     seen = set()
     kept, removed = [], []
     counts = {r: 0 for r in RULES}
@@ -94,6 +110,8 @@ def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=
                 rule = "few_letters"
             elif copies and ws == wt:
                 rule = "copy"
+            elif langs and (cld2_other_language(s, langs[0]) or cld2_other_language(t, langs[1])):
+                rule = "language"
             elif duplicates and (sb, tb) in seen:
                 rule = "duplicate"
             elif duplicates:
@@ -175,7 +193,7 @@ def test_hand_made_exact(tern, tmp_path):
     assert ks == [HAND_SRC[i - 1] for i in (1, 12, 13, 14, 15, 18)]
     assert kt == [HAND_TGT[i - 1] for i in (1, 12, 13, 14, 15, 18)]
     assert report == {"read": 18, "invalid_utf8": 2, "empty": 4, "too_many_words": 1,
-                      "too_many_tokens": 0, "ratio": 1, "few_letters": 1, "copy": 1, "duplicate": 2,
+                      "too_many_tokens": 0, "ratio": 1, "few_letters": 1, "copy": 1, "language": 0, "duplicate": 2,
                       "kept": 6}
     assert stderr == ""
 
@@ -209,6 +227,40 @@ def test_hand_made_matches_python(tern, tmp_path):
                       dict(max_words=4, max_ratio=1.5, min_letters=0.9)),
                      (("--max-tokens", "2", "--keep-copies"), dict(max_tokens=2, copies=False))]:
         check_against_python(tern, tmp_path, src, tgt, opts, **kw)
+
+
+def test_langid_on_labelled_multi30k(tern, tmp_path, data_dir):
+    """--langid en,de on 1,000 Multi30k test pairs of which 600 have a side in another language
+    (fr, cs, or the two sides swapped): the kept and removed pairs are exactly what pycld2 says
+    (the language rule re-implemented above), and against the labels the filter removes >= 97 % of
+    the wrong pairs and <= 1 % of the right ones (lines of >= 5 words; figures printed)."""
+    def read(lang):
+        with open(os.path.join(data_dir, "multi30k", f"test_2016_flickr.{lang}"), "rb") as f:
+            return split_lines(f.read())
+    en, de, fr, cs = read("en"), read("de"), read("fr"), read("cs")
+    src, tgt, wrong = [], [], []
+    for i in range(1000):
+        kind = i % 5  # 0, 1: right; 2: French source; 3: Czech target; 4: swapped
+        s_, t_ = {0: (en, de), 1: (en, de), 2: (fr, de), 3: (en, cs), 4: (de, en)}[kind]
+        src.append(s_[i])
+        tgt.append(t_[i])
+        wrong.append(kind >= 2)
+    src_b, tgt_b = b"\n".join(src) + b"\n", b"\n".join(tgt) + b"\n"
+    report = check_against_python(tern, tmp_path, src_b, tgt_b, ("--langid", "en,de"), langs=("en", "de"))
+    _, _, _, _, removed, _ = run_filter(tern, tmp_path, src_b, tgt_b, "--langid", "en,de")
+    gone = {line - 1 for line, rule in removed if rule == "language"}
+    long_ = [i for i in range(1000) if min(len(src[i].split()), len(tgt[i].split())) >= 5]
+    n_wrong = sum(wrong[i] for i in long_)
+    caught = sum(wrong[i] and i in gone for i in long_) / n_wrong
+    false = sum(not wrong[i] and i in gone for i in long_) / (len(long_) - n_wrong)
+    print(f"--langid en,de: {report['language']} removed; of {len(long_)} pairs of >= 5 words, "
+          f"{caught:.1%} of {n_wrong} wrong pairs removed, {false:.1%} of right pairs removed")
+    assert caught >= 0.97 and false <= 0.01
+    # the languages given wrongly: refused with a clear message
+    for bad in ("en", "en,", ",de", "en,de,fr"):
+        r = subprocess.run([tern, "filter", "--langid", bad, "a", "b", "c", "d"], capture_output=True)
+        assert (r.returncode, r.stderr.decode()) == (
+            2, f"tern filter: --langid needs SRC,TGT language codes, e.g. en,de (got '{bad}')\n")
 
 
 def test_line_count_mismatch(tern, tmp_path):
@@ -265,6 +317,25 @@ def test_random_bytes_never_crash(tern, tmp_path):
             continue  # a last empty line without '\n' is no line: counts could differ
         check_against_python(tern, tmp_path, src + b"\n" if n else src, tgt + b"\n" if n else tgt,
                              ("--min-letters", "0.3"), min_letters=0.3)
+
+
+def test_random_text_langid(tern, tmp_path):
+    """--langid on random valid UTF-8: words of three languages mixed with control characters,
+    C1 controls, noncharacters and other scripts; the same verdicts as pycld2, never a crash."""
+    rng = random.Random(5)
+    words = ("the man is riding a bicycle down street with his dog ein mann fährt mit einem fahrrad "
+             "die straße hinunter hund un homme fait du vélo dans la rue avec son chien").split()
+    odd = ["\x01", "\x0b", "\x7f", "\u0085", "\u009f", "\ufdd0", "\uffff", "\U0001fffe", "\u00e9", "\u4e2d",
+           "\u0416", "\U0001f600", "<b>", "&amp;"]
+    src, tgt = [], []
+    for _ in range(200):
+        for side in (src, tgt):
+            toks = [rng.choice(words) if rng.random() < 0.8 else rng.choice(odd) for _ in range(rng.randint(1, 25))]
+            side.append(" ".join(toks).encode())
+    report = check_against_python(tern, tmp_path, b"\n".join(src) + b"\n", b"\n".join(tgt) + b"\n",
+                                  ("--langid", "en,de", "--keep-duplicates"), duplicates=False, langs=("en", "de"))
+    print(f"random text --langid en,de: {report}")
+    assert report["language"] >= 20 and report["kept"] >= 20  # both outcomes exercised
 
 
 def test_streams_in_constant_memory(tern, tmp_path):

@@ -169,7 +169,7 @@ def test_runtime_library_is_lean(prefix):
         assert not [n for n in needed if n.startswith(bad)], (bad, needed)
     assert "not found" not in ldd.stdout, ldd.stdout
     # what it does link: the inference libraries
-    for good in ("libdnnl", "libsentencepiece.so", "libcjson", "libutf8proc", "libxxhash"):
+    for good in ("libdnnl", "libsentencepiece.so", "libcld2.so", "libcld2_full.so", "libcjson", "libutf8proc", "libxxhash"):
         assert [n for n in needed if n.startswith(good)], (good, needed)
     # the static runtime holds neither training nor the server
     members = subprocess.run(["ar", "t", os.path.join(prefix, "lib", "libtern.a")], capture_output=True, text=True,

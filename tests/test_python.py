@@ -74,7 +74,7 @@ def test_outputs_identical_to_cli(tern, en_de, flickr, tmp_path, beam):
     if beam == 1:
         inp, out = tmp_path / "in.txt", tmp_path / "out.txt"
         inp.write_text("".join(s + "\n" for s in src), encoding="utf-8")
-        stats = en_de.translate_file(inp, out, beam_size=beam, length_penalty=0)
+        stats = en_de.translate_file(inp, out, beam_size=beam, length_penalty=0, raw_text=True)
         assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
         assert stats.num_examples == N_LINES and stats.num_tokens > N_LINES
         it = [r.hypotheses[0] for r in en_de.translate_iterable(iter(src[:64]), max_batch_size=10, beam_size=1)]

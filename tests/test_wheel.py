@@ -212,7 +212,7 @@ def test_dependencies_vendored_no_mpi(wheel_env):
 # run in a private mount namespace: OpenMPI, libmicrohttpd, gnutls, the libraries the wheel vendors
 # and the repository hidden; first checks the hiding took
 HIDDEN_LIBS = ("libmpi", "libopen-pal", "libopen-rte", "libmicrohttpd", "libgnutls", "libdnnl", "libsentencepiece",
-               "libcjson", "libutf8proc", "libxxhash", "libgomp", "libOpenCL")
+               "libcld2", "libcjson", "libutf8proc", "libxxhash", "libgomp", "libOpenCL")
 HIDE = r"""
 set -eu
 LIB=/usr/lib/x86_64-linux-gnu

@@ -30,7 +30,9 @@ static void usage(FILE *f) {
 "                     (len(src)/len(tgt) > R or len(tgt)/len(src) > R, as clean-corpus-n.perl)\n"
 "  6 few_letters      on either side, letters / non-whitespace characters < --min-letters\n"
 "  7 copy             the source equals the target (same words: whitespace normalized)\n"
-"  8 duplicate        the same (source, target) pair, byte for byte, was kept before\n"
+"  8 language         (--langid SRC,TGT only) a side is reliably in another language: CLD2's\n"
+"                     best guess for it is reliable and is not the side's language\n"
+"  9 duplicate        the same (source, target) pair, byte for byte, was kept before\n"
 "Words are runs of non-whitespace characters (Unicode whitespace, as Python's str.split()).\n"
 "Tokens are SentencePiece pieces when a model is given (--spm, --src-spm, --tgt-spm), else words;\n"
 "the ratio counts tokens when both sides have a model, else words (a side with no piece at all is\n"
@@ -47,7 +49,10 @@ static void usage(FILE *f) {
 "                      tokens; 0: off)\n"
 "  --min-letters F     rule 6, a fraction in 0..1 (default 0: off; e.g. 0.5)\n"
 "  --keep-copies       turn rule 7 off\n"
-"  --keep-duplicates   turn rule 8 off\n"
+"  --langid SRC,TGT    turn rule 8 on: the languages of SRC and TGT as ISO 639-1 codes (en,de);\n"
+"                      CLD2 (Debian's libcld2) detects each line as plain text, and a line it is\n"
+"                      unsure of (too short, mixed) is kept\n"
+"  --keep-duplicates   turn rule 9 off\n"
 "  --spm MODEL         SentencePiece model for both sides' tokens\n"
 "  --src-spm MODEL     SentencePiece model for the source (overrides --spm)\n"
 "  --tgt-spm MODEL     SentencePiece model for the target (overrides --spm)\n"
@@ -106,6 +111,7 @@ int cmd_filter(int argc, char **argv) {
     int npaths = 0;
     const char *spm_both = NULL, *spm_path[2] = {NULL, NULL}, *report_path = NULL, *removed_path = NULL;
     filter_options_t o = filter_default_options();
+    char langs[2][16];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -117,6 +123,19 @@ int cmd_filter(int argc, char **argv) {
         else if (!strcmp(a, "--min-letters")) { NEED_VALUE(); if (!parse_f64(a, v, 0, 1, &o.min_letters)) return 2; }
         else if (!strcmp(a, "--keep-copies")) o.copies = 0;
         else if (!strcmp(a, "--keep-duplicates")) o.duplicates = 0;
+        else if (!strcmp(a, "--langid")) {
+            NEED_VALUE();
+            const char *comma = strchr(v, ',');
+            if (!comma || comma == v || !comma[1] || strchr(comma + 1, ',') || comma - v >= (long)sizeof langs[0] ||
+                strlen(comma + 1) >= sizeof langs[1]) {
+                fprintf(stderr, "tern filter: --langid needs SRC,TGT language codes, e.g. en,de (got '%s')\n", v);
+                return 2;
+            }
+            snprintf(langs[0], sizeof langs[0], "%.*s", (int)(comma - v), v);
+            snprintf(langs[1], sizeof langs[1], "%s", comma + 1);
+            o.src_lang = langs[0];
+            o.tgt_lang = langs[1];
+        }
         else if (!strcmp(a, "--spm")) { NEED_VALUE(); spm_both = v; }
         else if (!strcmp(a, "--src-spm")) { NEED_VALUE(); spm_path[0] = v; }
         else if (!strcmp(a, "--tgt-spm")) { NEED_VALUE(); spm_path[1] = v; }
@@ -270,6 +289,10 @@ int cmd_filter(int argc, char **argv) {
             break;
         case FILTER_COPY:
             if (!o.copies) snprintf(note, sizeof note, "off");
+            break;
+        case FILTER_LANGUAGE:
+            if (o.src_lang) snprintf(note, sizeof note, "not %s / not %s (CLD2, reliable)", o.src_lang, o.tgt_lang);
+            else snprintf(note, sizeof note, "off");
             break;
         case FILTER_DUPLICATE:
             if (o.duplicates) snprintf(note, sizeof note, "%zu hashes, %zu bytes", set_n, set_bytes);

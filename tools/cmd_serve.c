@@ -18,7 +18,9 @@ static void usage(FILE *f) {
     fprintf(f,
 "usage: tern serve --model SRC-TGT=DIR [--model SRC-TGT=DIR ...] [options]\n"
 "\n"
-"Serves translation over HTTP/1.1: LibreTranslate's API (POST /translate, GET /languages), Tern's\n"
+"Serves translation over HTTP/1.1: LibreTranslate's API (POST /translate, POST /detect, GET\n"
+"/languages, GET /frontend/settings; source \"auto\" detected by CLD2; a pair without a model\n"
+"goes through English when SRC-en and en-TGT are loaded), Tern's\n"
 "own (POST /v1/translate with per-call search options and n-best scores, POST /v1/score,\n"
 "GET /v1/models), GET /health, GET /metrics (Prometheus), a web page at /, GET /openapi.json.\n"
 "Segments of all waiting requests are batched together per model (length-sorted, under the\n"

@@ -61,6 +61,21 @@ def _parser():
     t.add_argument("--read-ahead", type=int, default=0, metavar="LINES",
                    help="lines read and translated together (default 256; 1 when the input is a terminal, "
                         "so that each line is answered at once)")
+    # sampling and repetition controls: tern translate's flags (docs/decoding.md)
+    t.add_argument("--sampling-topk", type=int, default=1, metavar="K",
+                   help="draw each token from the K most probable (0: all; default 1: argmax, no sampling); "
+                        "sampling implies -b 1 unless -b is given")
+    t.add_argument("--sampling-topp", type=float, default=1.0, metavar="P",
+                   help="and from the fewest best ones whose probability sums to >= P, in (0, 1] (default 1: off)")
+    t.add_argument("--sampling-temperature", type=float, default=1.0, metavar="T",
+                   help="divide the log-probabilities by T > 0 before drawing (default 1)")
+    t.add_argument("--seed", type=int, default=12345, metavar="N",
+                   help="the draws depend only on N, the input line and the step (default 12345)")
+    t.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="logits of tokens already output divided by R (multiplied when negative), R > 0 "
+                        "(default 1: off)")
+    t.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
+                   help="no n-gram of N tokens twice in an output (default 0: off)")
     t.add_argument("-q", "--quiet", action="store_true", help="no warnings on stderr")
     return p
 
@@ -86,13 +101,30 @@ def _chunks(lines, n):
         yield chunk
 
 
+def _translate_lines(tr, src, lines, opts):
+    """translate_batch of the non-empty lines of a chunk; with sampling, each line by its line
+    number (the draws of `tern translate`), in runs of consecutive lines."""
+    if opts["sampling_topk"] == 1:
+        return tr.translate_batch(src, **opts)
+    res, a = [], 0
+    while a < len(src):
+        b = a + 1
+        while b < len(src) and lines[b] == lines[b - 1] + 1:
+            b += 1
+        res.extend(tr.translate_batch(src[a:b], _index_offset=lines[a], **opts))
+        a = b
+    return res
+
+
 def translate(args):
     for name, v in (("--beam-size", args.beam_size), ("--max-decoding-length", args.max_decoding_length),
                     ("--max-input-length", args.max_input_length), ("--max-batch-tokens", args.max_batch_tokens)):
         if v is not None and v < 1:
             raise _Fail(f"{name} must be at least 1, got {v}", 2)
     for name, v in (("--threads", args.threads), ("--max-batch-size", args.max_batch_size),
-                    ("--min-length", args.min_length), ("--read-ahead", args.read_ahead)):
+                    ("--min-length", args.min_length), ("--read-ahead", args.read_ahead),
+                    ("--sampling-topk", args.sampling_topk), ("--no-repeat-ngram-size", args.no_repeat_ngram_size),
+                    ("--seed", args.seed)):
         if v is not None and v < 0:
             raise _Fail(f"{name} must not be negative, got {v}", 2)
     if not os.path.isdir(args.model):
@@ -128,13 +160,18 @@ def translate(args):
     def given(v, key):
         return d[key] if v is None else v
 
-    opts = dict(beam_size=given(args.beam_size, "beam_size"),
+    sampling = args.sampling_topk != 1
+    opts = dict(beam_size=given(args.beam_size, "beam_size") if not sampling or args.beam_size else 1,
                 length_penalty=given(args.length_penalty, "length_penalty"),
                 coverage_penalty=given(args.coverage_penalty, "coverage_penalty"),
                 max_decoding_length=given(args.max_decoding_length, "max_decoding_length"),
                 min_decoding_length=given(args.min_length, "min_decoding_length"),
-                max_input_length=args.max_input_length, max_batch_size=args.max_batch_size)
+                max_input_length=args.max_input_length, max_batch_size=args.max_batch_size,
+                sampling_topk=args.sampling_topk, sampling_topp=args.sampling_topp,
+                sampling_temperature=args.sampling_temperature, seed=args.seed,
+                repetition_penalty=args.repetition_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size)
     name = "<stdin>" if args.input == "-" else args.input
+    line0 = 0  # the input line of the chunk's first line: a sampling draw depends on it, as tern translate's
     try:
         for chunk in _chunks(_lines(fin, name), n):
             todo = [i for i, s in enumerate(chunk) if s.strip()]
@@ -142,12 +179,13 @@ def translate(args):
             out = [""] * len(chunk)
             if src:
                 try:
-                    res = tr.translate_batch(src, **opts)
+                    res = _translate_lines(tr, src, [line0 + i for i in todo], opts)
                 except (tern.TernError, ValueError, TypeError) as e:
                     raise _Fail(f"{name}: {e}", 1) from None
                 for i, r in zip(todo, res):
                     h = r.hypotheses[0] if r.hypotheses else ""
                     out[i] = " ".join(h) if pieces else h
+            line0 += len(chunk)
             fout.write("".join(s + "\n" for s in out).encode("utf-8"))
             fout.flush()
     finally:

@@ -127,10 +127,11 @@ static void Translator_dealloc(TranslatorObject *self) {
 
 static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"model_dir", "compute_type", "inter_threads", "intra_threads", "max_batch_tokens",
-                             "use_spm", NULL};
+                             "use_spm", "use_vmap", NULL};
     const char *dir, *ct = "default";
-    int inter = 1, intra = 0, max_tokens = 4096, use_spm = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|siiii", kwlist, &dir, &ct, &inter, &intra, &max_tokens, &use_spm))
+    int inter = 1, intra = 0, max_tokens = 4096, use_spm = -1, use_vmap = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|siiiip", kwlist, &dir, &ct, &inter, &intra, &max_tokens, &use_spm,
+                                     &use_vmap))
         return -1;
     if (self->model) {
         PyErr_SetString(PyExc_RuntimeError, "Translator already initialized");
@@ -145,6 +146,7 @@ static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     mo.use_spm = use_spm;
+    mo.use_vmap = use_vmap; /* CTranslate2's use_vmap: the model directory's vmap.txt */
     if (inter < 1 || intra < 0 || max_tokens < 1) {
         PyErr_SetString(PyExc_ValueError, "inter_threads must be >= 1, intra_threads >= 0, max_batch_tokens >= 1");
         return -1;
@@ -236,19 +238,25 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                              "length_penalty", "coverage_penalty", "max_decoding_length", "min_decoding_length",
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
-                             "seed", "repetition_penalty", "no_repeat_ngram_size", "source_lang", "target_lang",
-                             NULL};
-    PyObject *sources, *prefixes = Py_None, *callback = Py_None;
+                             "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
+                             "source_lang", "target_lang", NULL};
+    PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
+    long long index_offset = 0;
     const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfizz", kwlist, &sources, &prefixes, &pretok,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzz", kwlist, &sources, &prefixes, &pretok,
                                      &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
-                                     &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &src_lang, &tgt_lang))
+                                     &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
+                                     &src_lang, &tgt_lang))
         return NULL;
+    if (index_offset < 0) {
+        PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
+        return NULL;
+    }
     if (check_ready(self)) return NULL;
     if (callback != Py_None && !PyCallable_Check(callback)) {
         PyErr_SetString(PyExc_TypeError, "callback must be callable");
@@ -258,25 +266,42 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
         PyErr_SetString(PyExc_ValueError, "max_input_length must be >= 1");
         return NULL;
     }
-    strlist_t src, pre = {0};
-    if (strlist_from(&src, sources, "sources must be a sequence")) return NULL;
+    strlist_t src, pre = {0}, sup = {0};
+    if (suppress != Py_None && strlist_from(&sup, suppress, "suppress must be a sequence of str")) return NULL;
+    if (strlist_from(&src, sources, "sources must be a sequence")) {
+        strlist_free(&sup);
+        return NULL;
+    }
     if (prefixes != Py_None) {
         if (strlist_from(&pre, prefixes, "target_prefix must be a sequence")) {
-            strlist_free(&src);
+            strlist_free(&src), strlist_free(&sup);
             return NULL;
         }
         if (pre.n != src.n) {
             PyErr_Format(PyExc_ValueError, "target_prefix has %zd entries for %zd sources", pre.n, src.n);
-            strlist_free(&src), strlist_free(&pre);
+            strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
             return NULL;
         }
     }
-    if (src.n > 0x7fffffff) {
-        PyErr_SetString(PyExc_ValueError, "too many sources");
-        strlist_free(&src), strlist_free(&pre);
+    if (src.n > 0x7fffffff || sup.n > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "too many sources or suppressed sequences");
+        strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
         return NULL;
     }
     int n = (int)src.n;
+    /* suppressed sequences (CTranslate2's suppress_sequences and disable_unk): pieces or piece
+     * sequences, read as the sources are (pretokenized or through SentencePiece) */
+    tern_text_t *supt = sup.n ? calloc((size_t)sup.n, sizeof *supt) : NULL;
+    /* the sampling index of each source: its place in the caller's whole input, so that a call
+     * cut into parts (inter_threads) draws what one call would */
+    long *sidx = index_offset ? calloc((size_t)(n ? n : 1), sizeof *sidx) : NULL;
+    if ((sup.n && !supt) || (index_offset && !sidx)) {
+        free(supt), free(sidx);
+        strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < sup.n; k++) supt[k].text = sup.s[k] ? sup.s[k] : "", supt[k].origin = "suppress_sequences";
+    for (int i = 0; sidx && i < n; i++) sidx[i] = (long)index_offset + i;
     tern_search_params_t sp = search_params(beam, nhyp, lp, cp, maxlen, minlen);
     sp.return_scores = rs;
     sp.sampling_topk = d.sampling_topk, sp.sampling_topp = d.sampling_topp;
@@ -290,6 +315,9 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.max_batch_size = mbs;
     call.max_batch_tokens = mbt;
     call.max_input_length = mil;
+    call.suppress = supt;
+    call.num_suppress = (int)sup.n;
+    call.source_index = sidx;
     call.source_lang = src_lang;
     call.target_lang = tgt_lang;
     pycb_t cb = {callback, NULL};
@@ -301,8 +329,8 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     tern_source_extras_t *ex = pre.s ? calloc((size_t)(n ? n : 1), sizeof *ex) : NULL;
     const tern_source_extras_t **exp = pre.s ? calloc((size_t)(n ? n : 1), sizeof *exp) : NULL;
     if (pre.s && (!ex || !exp)) {
-        free(ex), free(exp);
-        strlist_free(&src), strlist_free(&pre);
+        free(ex), free(exp), free(supt), free(sidx);
+        strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
         return PyErr_NoMemory();
     }
     for (int i = 0; pre.s && i < n; i++) {
@@ -313,8 +341,8 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.extras = exp;
     tern_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
     if (!res) {
-        free(ex), free(exp);
-        strlist_free(&src), strlist_free(&pre);
+        free(ex), free(exp), free(supt), free(sidx);
+        strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
         return PyErr_NoMemory();
     }
     tern_status_t st;
@@ -326,8 +354,8 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     if (st) snprintf(err, sizeof err, "%s", tern_last_error());
     pool_give(self, w);
     Py_END_ALLOW_THREADS
-    free(ex), free(exp);
-    strlist_free(&src), strlist_free(&pre);
+    free(ex), free(exp), free(supt), free(sidx);
+    strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
     if (cb.error) { /* the callback raised: that exception, not the cancellation it caused */
         for (int i = 0; i < n; i++) tern_result_free(&res[i]);
         free(res);
@@ -361,12 +389,15 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     return out;
 }
 
-/* _score(sources, targets, pretokenized) -> list[list[float]] (per target token, EOS last) */
+/* _score(sources, targets, pretokenized, max_batch_size, max_batch_tokens, max_input_length)
+ * -> list[list[float]] (per target token, EOS last; batch settings and input cap <= 0: the translator's) */
 static PyObject *Translator_score(TranslatorObject *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"sources", "targets", "pretokenized", NULL};
+    static char *kwlist[] = {"sources", "targets", "pretokenized", "max_batch_size", "max_batch_tokens",
+                             "max_input_length", NULL};
     PyObject *sources, *targets;
-    int pretok = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|p", kwlist, &sources, &targets, &pretok)) return NULL;
+    int pretok = 0, mbs = 0, mbt = 0, mil = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|piii", kwlist, &sources, &targets, &pretok, &mbs, &mbt, &mil))
+        return NULL;
     if (check_ready(self)) return NULL;
     strlist_t src, tgt;
     if (strlist_from(&src, sources, "sources must be a sequence")) return NULL;
@@ -392,6 +423,9 @@ static PyObject *Translator_score(TranslatorObject *self, PyObject *args, PyObje
     call.targets = tgt.s;
     call.num_sources = n;
     call.pretokenized = pretok;
+    call.max_batch_size = mbs;    /* <= 0: the translator's */
+    call.max_batch_tokens = mbt;
+    call.max_input_length = mil;
     tern_status_t st;
     char err[1024] = "";
     Py_BEGIN_ALLOW_THREADS

@@ -22,7 +22,7 @@ tern_status_t tern_error_prefix(tern_status_t status, const char *fmt, ...) TERN
  * `known` bytes, this library's) becomes *defaults overwritten by the first struct_size bytes of
  * the caller's *src (NULL: the defaults alone), with dst's struct_size set to known. struct_size 0
  * reads as base bytes (the struct's first layout in this MAJOR version: its size in 1.0.0, which
- * API_STRUCT_IN passes while no struct has grown); one below sizeof(size_t) or above known is
+ * API_STRUCT_IN passes for a struct that has not grown); one below sizeof(size_t) or above known is
  * TERN_ERR_INVALID_ARG naming type. */
 tern_status_t api_struct_in(void *dst, const void *src, const void *defaults, size_t known, size_t base,
                             const char *type);

@@ -8,12 +8,48 @@
  * the translator, so nothing is saved or restored around a call.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "batch/translator.h"
 
-tern_request_t tern_request_default(void) {
+/* The defaults of the two structs that grew in 1.1 are returned by value: these are their
+ * TERN_1.1 versions (the default ones, what every program linked from 1.1 on and the library
+ * itself call by the public names), abi_compat.c has the TERN_1 ones that fill the 1.0.0 layouts
+ * (include/tern.h, "Version and ABI"). */
+tern_search_params_t tern_search_default_params_1_1(void);
+tern_request_t tern_request_default_1_1(void);
+__asm__(".symver tern_search_default_params_1_1, tern_search_default_params@@TERN_1.1");
+__asm__(".symver tern_request_default_1_1, tern_request_default@@TERN_1.1");
+
+tern_search_params_t tern_search_default_params_1_1(void) {
+    tern_search_params_t p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.beam_size = 4;
+    p.num_hypotheses = 1;
+    p.length_penalty = 0.0f;
+    p.length_norm = TERN_LENPEN_PLAIN;
+    p.coverage_penalty = 0.0f;
+    p.eos_policy = TERN_EOS_COMMON;
+    p.early_stop = 1;
+    p.max_length_a = 0.0f;
+    p.max_length_b = 0;
+    p.max_decoding_length = 256;
+    p.min_length = 1;
+    p.return_scores = 1;
+    p.sampling_topk = 1;
+    p.sampling_topp = 1.0f;
+    p.sampling_temperature = 1.0f;
+    p.num_samples = 1;
+    p.seed = 12345;
+    p.repetition_penalty = 1.0f;
+    p.no_repeat_ngram_size = 0;
+    return p;
+}
+
+tern_request_t tern_request_default_1_1(void) {
     tern_request_t r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
@@ -23,7 +59,7 @@ tern_request_t tern_request_default(void) {
 tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const char *fn) {
     if (!src) return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL request", fn);
     tern_request_t d = tern_request_default();
-    tern_status_t st = API_STRUCT_IN(dst, src, &d, tern_request_t);
+    tern_status_t st = api_struct_in(dst, src, &d, sizeof *dst, REQUEST_SIZE_1_0, "tern_request_t");
     if (st) return st;
     if (dst->num_sources < 0 || (dst->num_sources > 0 && !dst->sources))
         return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL sources or num_sources < 0", fn);
@@ -82,7 +118,7 @@ static tern_status_t check_params(const tern_search_params_t *c) {
 
 tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src) {
     tern_search_params_t d = tern_search_default_params();
-    tern_status_t st = API_STRUCT_IN(dst, src, &d, tern_search_params_t);
+    tern_status_t st = api_struct_in(dst, src, &d, sizeof *dst, SEARCH_PARAMS_SIZE_1_0, "tern_search_params_t");
     return st ? st : check_params(dst);
 }
 

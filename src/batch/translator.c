@@ -15,32 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-tern_search_params_t tern_search_default_params(void) {
-    tern_search_params_t p;
-    memset(&p, 0, sizeof p);
-    p.struct_size = sizeof p;
-    p.beam_size = 4;
-    p.num_hypotheses = 1;
-    p.length_penalty = 0.0f;
-    p.length_norm = TERN_LENPEN_PLAIN;
-    p.coverage_penalty = 0.0f;
-    p.eos_policy = TERN_EOS_COMMON;
-    p.early_stop = 1;
-    p.max_length_a = 0.0f;
-    p.max_length_b = 0;
-    p.max_decoding_length = 256;
-    p.min_length = 1;
-    p.return_scores = 1;
-    p.sampling_topk = 1;
-    p.sampling_topp = 1.0f;
-    p.sampling_temperature = 1.0f;
-    p.num_samples = 1;
-    p.seed = 12345;
-    p.repetition_penalty = 1.0f;
-    p.no_repeat_ngram_size = 0;
-    return p;
-}
-
 tern_translator_options_t tern_translator_default_options(void) {
     tern_translator_options_t o;
     memset(&o, 0, sizeof o);

@@ -31,6 +31,7 @@
 #include "cjson/cJSON.h"
 #include "serve/metrics.h"
 #include "serve/segments.h"
+#include "text/langid.h"
 #include "serve_assets.h" /* generated: page_html[], openapi_json[] */
 
 /* ------------------------------------------------------------------ keys and rate limits */
@@ -212,7 +213,7 @@ static route_t route_of(const char *url) {
     } table[] = {{"/", R_PAGE},          {"/translate", R_TRANSLATE}, {"/languages", R_LANGUAGES},
                  {"/v1/translate", R_V1_TRANSLATE}, {"/v1/score", R_V1_SCORE},   {"/v1/models", R_V1_MODELS},
                  {"/health", R_HEALTH},   {"/metrics", R_METRICS},     {"/openapi.json", R_OPENAPI},
-                 {"/frontend/settings", R_SETTINGS}};
+                 {"/frontend/settings", R_SETTINGS}, {"/detect", R_DETECT}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].url)) return table[i].r;
     return R_OTHER;
@@ -374,6 +375,138 @@ static int lang_known(server_t *s, const char *code, int as_source) {
     return 0;
 }
 
+/* The languages of the loaded models (either side), in the order of the models: /languages lists
+ * them so, and LibreTranslate's batch detection walks its languages in that order. */
+static int server_languages(server_t *s, char codes[][16], int max) {
+    int n = 0;
+    char a[64], b[64];
+    for (int i = 0; i < engine_num_models(s->engine); i++) {
+        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
+        const char *both[2] = {a, b};
+        for (int k = 0; k < 2; k++) {
+            int seen = 0;
+            for (int j = 0; j < n; j++) seen |= !strcmp(codes[j], both[k]);
+            if (!seen && n < max) snprintf(codes[n++], sizeof codes[0], "%s", both[k]);
+        }
+    }
+    return n;
+}
+
+/* How a request goes from one language to another: leg[0] alone (a model of the pair), or leg[0]
+ * into English then leg[1] out of it. */
+typedef struct {
+    engine_model_t *leg[2];
+} pair_route_t;
+
+/* The one place that decides a route (the server's LibreTranslate side uses nothing else): the
+ * model of the pair when one is loaded, else through English when src-en and en-tgt both are.
+ * 0, or -1 with err worded as LibreTranslate words it. */
+static int route_pair(server_t *s, const char *src, const char *tgt, pair_route_t *rt, char *err, size_t n) {
+    rt->leg[0] = rt->leg[1] = NULL;
+    if (!lang_known(s, src, 1)) return snprintf(err, n, "%s is not supported", src), -1;
+    if (!lang_known(s, tgt, 0)) return snprintf(err, n, "%s is not supported", tgt), -1;
+    if ((rt->leg[0] = find_pair(s, src, tgt))) return 0;
+    if (strcmp(src, "en") && strcmp(tgt, "en") && (rt->leg[0] = find_pair(s, src, "en")) &&
+        (rt->leg[1] = find_pair(s, "en", tgt)))
+        return 0;
+    rt->leg[0] = rt->leg[1] = NULL;
+    snprintf(err, n, "%s (%s) is not available as a target language from %s (%s)", language_name(tgt), tgt,
+             language_name(src), src);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ language identification */
+
+#define LT_MAX_CANDS 64
+
+/* A language a text may be in: LibreTranslate's confidence (CLD2's percentage of the text in it)
+ * and the characters of the text it came from (which weigh a batch's ranking). */
+typedef struct {
+    char code[16];
+    double confidence;
+    long chars;
+} lt_cand_t;
+
+/* The candidates of one text, as LibreTranslate's CLD2 detector finds them: CLD2's guesses when
+ * it calls them reliable, else its best-effort guesses when those are reliable, else none; the
+ * text read as HTML (pycld2's default). Returns the count, or -1 (err: CLD2's error). */
+static int detect_one(const char *text, lt_cand_t *out, char *err, size_t en) {
+    langid_result_t r;
+    size_t len = strlen(text);
+    if (langid_detect(&r, text, len, 0, 0) || (!r.reliable && langid_detect(&r, text, len, 1, 0))) {
+        snprintf(err, en, "%s", tern_last_error());
+        return -1;
+    }
+    if (!r.reliable) return 0;
+    long chars = utf8_length(text);
+    for (int i = 0; i < r.n; i++) {
+        snprintf(out[i].code, sizeof out[i].code, "%s", r.guess[i].code);
+        out[i].confidence = r.guess[i].percent;
+        out[i].chars = chars;
+    }
+    return r.n;
+}
+
+/* LibreTranslate's detect_languages(): the candidates of every text that this server has a model
+ * for; with a batch (a list), each language once with its mean confidence and summed characters;
+ * ranked by confidence x characters (stable); none at all: English with confidence 0. Returns the
+ * count (>= 1), or -1 with err. */
+static int detect_languages(server_t *s, const char *const *texts, int n, int batch, lt_cand_t *out, char *err,
+                            size_t en) {
+    lt_cand_t *all = calloc((size_t)n * LANGID_MAX + 1, sizeof *all);
+    if (!all) return snprintf(err, en, "out of memory"), -1;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        lt_cand_t c[LANGID_MAX];
+        int m = detect_one(texts[i], c, err, en);
+        if (m < 0) {
+            free(all);
+            return -1;
+        }
+        for (int j = 0; j < m; j++)
+            if (c[j].chars > 0 && lang_known(s, c[j].code, 1)) all[k++] = c[j];
+    }
+    if (batch) { /* one per language, in the order of the server's languages */
+        char codes[LT_MAX_CANDS][16];
+        int nc = server_languages(s, codes, LT_MAX_CANDS), w = 0;
+        lt_cand_t *merged = calloc((size_t)nc + 1, sizeof *merged);
+        if (!merged) {
+            free(all);
+            return snprintf(err, en, "out of memory"), -1;
+        }
+        for (int l = 0; l < nc; l++) {
+            int cnt = 0;
+            double sum = 0;
+            long chars = 0;
+            for (int j = 0; j < k; j++)
+                if (!strcmp(all[j].code, codes[l])) cnt++, sum += all[j].confidence, chars += all[j].chars;
+            if (!cnt) continue;
+            merged[w] = (lt_cand_t){.confidence = sum / cnt, .chars = chars};
+            snprintf(merged[w].code, sizeof merged[w].code, "%s", codes[l]);
+            w++;
+        }
+        free(all);
+        all = merged;
+        k = w;
+    }
+    if (k > LT_MAX_CANDS) k = LT_MAX_CANDS;
+    for (int i = 1; i < k; i++) { /* insertion sort: stable, as Python's */
+        lt_cand_t x = all[i];
+        int j = i;
+        while (j > 0 && all[j - 1].confidence * (double)all[j - 1].chars < x.confidence * (double)x.chars) {
+            all[j] = all[j - 1];
+            j--;
+        }
+        all[j] = x;
+    }
+    if (k == 0) {
+        out[0] = (lt_cand_t){.code = "en", .confidence = 0.0, .chars = 0};
+        k = 1;
+    } else memcpy(out, all, (size_t)k * sizeof *out);
+    free(all);
+    return k;
+}
+
 /* ------------------------------------------------------------------ waiting for the engine */
 
 typedef enum { WAIT_DONE = 0, WAIT_GONE } wait_t;
@@ -488,7 +621,7 @@ typedef struct {
     int n_items, is_list, alternatives;
     const char *source, *target, *format, *api_key, *single;
     char *norm_q;
-    char auto_src[64]; /* the source "auto" stood for */
+    lt_cand_t *detected; /* [n_items] for source "auto": each item's language as detected */
 } lt_req_t;
 
 /* The body as one JSON value followed by nothing but whitespace; NULL otherwise (*at: the offset
@@ -547,9 +680,28 @@ static const char **json_strings(cJSON *v, const char *key, int allow_single, in
     return out;
 }
 
-/* alternatives, from JSON (a number) or a form (a string) */
+/* alternatives, from JSON (a number, or a string as LibreTranslate's int() takes it: its web page
+ * sends "2") or a form (a string) */
 static int lt_alternatives(reply_t *rp, cJSON *alt, const char *form, lt_req_t *q) {
     int hi = rp->s->opt.max_beam - 1;
+    if (alt && cJSON_IsString(alt)) {
+        form = alt->valuestring; /* then as a form's value */
+        alt = NULL;
+    }
+    char trimmed[32];
+    if (form) { /* as Python's int(): surrounding white space allowed, then digits (no sign: never negative) */
+        while (*form == ' ' || *form == '\t' || *form == '\n' || *form == '\r') form++;
+        size_t k = strlen(form);
+        while (k && (form[k - 1] == ' ' || form[k - 1] == '\t' || form[k - 1] == '\n' || form[k - 1] == '\r')) k--;
+        if (k == 0 || k >= sizeof trimmed)
+            return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
+        memcpy(trimmed, form, k);
+        trimmed[k] = 0;
+        for (size_t i = 0; i < k; i++) /* digits only: no sign (a count is never negative) */
+            if (trimmed[i] < '0' || trimmed[i] > '9')
+                return fail(rp, 400, "Invalid request: alternatives must be an integer in 0..%d", hi);
+        form = trimmed;
+    }
     char *e = NULL;
     long a = form ? strtol(form, &e, 10) : 0;
     if (alt && (!cJSON_IsNumber(alt) || alt->valuedouble != floor(alt->valuedouble) || alt->valuedouble < 0 ||
@@ -638,56 +790,155 @@ static int lt_validate(reply_t *rp, lt_req_t *q) {
     return check_texts(rp, texts, q->n_items, names, 0);
 }
 
-/* The model of the pair ("auto": the one language the loaded models translate into target from). */
-static engine_model_t *lt_model(reply_t *rp, lt_req_t *q) {
-    server_t *s = rp->s;
-    if (!strcmp(q->source, "auto")) {
-        char a[64], b[64];
-        int found = 0;
-        for (int i = 0; i < engine_num_models(s->engine); i++) {
-            model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-            if (!strcmp(b, q->target)) {
-                found++;
-                snprintf(q->auto_src, sizeof q->auto_src, "%s", a);
-            }
-        }
-        if (found != 1)
-            return fail(rp, 400, "auto is not supported: this server has %s model into %s; give the source language",
-                        found ? "more than one" : "no", q->target), NULL;
-        q->source = q->auto_src;
-    }
-    if (!lang_known(s, q->source, 1)) return fail(rp, 400, "%s is not supported", q->source), NULL;
-    if (!lang_known(s, q->target, 0)) return fail(rp, 400, "%s is not supported", q->target), NULL;
-    engine_model_t *m = find_pair(s, q->source, q->target);
-    if (!m)
-        fail(rp, 400, "%s (%s) is not available as a target language from %s (%s)", language_name(q->target),
-             q->target, language_name(q->source), q->source);
-    return m;
-}
-
-/* The items cut into segments (sentences; the text of HTML) within the segment limit. */
-static int lt_segments(reply_t *rp, lt_req_t *q, segments_t *g) {
+/* The format ("text" when absent). */
+static int lt_format(reply_t *rp, lt_req_t *q) {
     if (!q->format || !*q->format) q->format = "text";
     if (strcmp(q->format, "text") && strcmp(q->format, "html"))
         return fail(rp, 400, "%s format is not supported", q->format);
-    if (segments_build(g, q->items, q->n_items, !strcmp(q->format, "html")))
+    return 0;
+}
+
+/* The items cut into segments (sentences; the text of HTML) within the segment limit, counting
+ * the *used segments of the request's other groups. */
+static int lt_segments(reply_t *rp, lt_req_t *q, const char *const *items, int n, segments_t *g, int *used) {
+    if (segments_build(g, items, n, !strcmp(q->format, "html")))
         return fail(rp, 500, "Cannot translate text: out of memory");
-    if (g->n > rp->s->opt.max_segments)
-        return fail(rp, 400, "Invalid request: request (%d segments) exceeds segment limit (%d)", g->n,
+    *used += g->n;
+    if (*used > rp->s->opt.max_segments)
+        return fail(rp, 400, "Invalid request: request (%d segments) exceeds segment limit (%d)", *used,
                     rp->s->opt.max_segments);
     return 0;
 }
 
+/* Items of one source language, and the route that takes them to the target. */
+typedef struct {
+    const char *src;        /* borrowed from the request */
+    pair_route_t route;
+    const char **items;     /* [n] texts (borrowed) */
+    int n;
+    segments_t g;
+    serve_request_t *r[2];  /* one request per leg: all of the group's segments, batched */
+} lt_group_t;
+
+/* The request's items grouped by source language (one group unless "auto" found several), each
+ * group routed; groups[i] in order of first appearance, item_group/item_pos: where item i went. */
+typedef struct {
+    lt_group_t *groups;
+    int n_groups;
+    int *item_group, *item_pos;
+} lt_plan_t;
+
+static void lt_plan_free(lt_plan_t *pl) {
+    for (int k = 0; k < pl->n_groups; k++) {
+        request_release(pl->groups[k].r[0]);
+        request_release(pl->groups[k].r[1]);
+        segments_free(&pl->groups[k].g);
+        free(pl->groups[k].items);
+    }
+    free(pl->groups);
+    free(pl->item_group);
+    free(pl->item_pos);
+}
+
+/* Each item's source: the given one, or for "auto" as LibreTranslate does: an item of more than
+ * 40 characters by its own detection, a shorter one by the detection of the whole request. */
+static int lt_detect_sources(reply_t *rp, lt_req_t *q) {
+    if (strcmp(q->source, "auto")) return 0;
+    if (!(q->detected = calloc((size_t)q->n_items, sizeof *q->detected)))
+        return fail(rp, 500, "Cannot translate text: out of memory");
+    lt_cand_t overall[LT_MAX_CANDS], own[LT_MAX_CANDS];
+    char err[256];
+    if (detect_languages(rp->s, q->items, q->n_items, q->is_list, overall, err, sizeof err) < 0)
+        return fail(rp, 500, "Cannot detect language: %s", err);
+    for (int i = 0; i < q->n_items; i++) {
+        const lt_cand_t *c = overall;
+        if (utf8_length(q->items[i]) > 40) {
+            if (detect_languages(rp->s, &q->items[i], 1, 0, own, err, sizeof err) < 0)
+                return fail(rp, 500, "Cannot detect language: %s", err);
+            c = own;
+        }
+        q->detected[i] = c[0];
+    }
+    return 0;
+}
+
+/* Groups the items by source and routes each group (an unknown language or an unreachable pair:
+ * 400 naming it). */
+static int lt_plan(reply_t *rp, lt_req_t *q, lt_plan_t *pl) {
+    pl->groups = calloc((size_t)q->n_items, sizeof *pl->groups);
+    pl->item_group = calloc((size_t)q->n_items, sizeof *pl->item_group);
+    pl->item_pos = calloc((size_t)q->n_items, sizeof *pl->item_pos);
+    if (!pl->groups || !pl->item_group || !pl->item_pos) return fail(rp, 500, "Cannot translate text: out of memory");
+    for (int i = 0; i < q->n_items; i++) {
+        const char *src = q->detected ? q->detected[i].code : q->source;
+        int k = 0;
+        while (k < pl->n_groups && strcmp(pl->groups[k].src, src)) k++;
+        if (k == pl->n_groups) {
+            lt_group_t *gr = &pl->groups[pl->n_groups++];
+            gr->src = src;
+            char err[1024]; /* fail()'s length */
+            if (route_pair(rp->s, src, q->target, &gr->route, err, sizeof err)) return fail(rp, 400, "%s", err);
+            if (!(gr->items = calloc((size_t)q->n_items, sizeof *gr->items)))
+                return fail(rp, 500, "Cannot translate text: out of memory");
+        }
+        pl->item_group[i] = k;
+        pl->item_pos[i] = pl->groups[k].n;
+        pl->groups[k].items[pl->groups[k].n++] = q->items[i];
+    }
+    return 0;
+}
+
+/* A model's parameters with the n-best LibreTranslate's alternatives ask for. */
+static tern_search_params_t lt_params(engine_model_t *m, int alternatives) {
+    tern_search_params_t p = engine_model_params(m);
+    if (alternatives > 0) {
+        p.num_hypotheses = alternatives + 1;
+        if (p.beam_size < p.num_hypotheses) p.beam_size = p.num_hypotheses;
+    }
+    return p;
+}
+
+/* Translates a group along its route: every segment in one request to the first model; through
+ * English, the best translation of each into one request to the second (the alternatives are the
+ * second leg's n-best of the first leg's best). */
+static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
+    engine_model_t *m0 = gr->route.leg[0], *m1 = gr->route.leg[1];
+    tern_search_params_t p0 = lt_params(m0, m1 ? 0 : q->alternatives);
+    if (submit(rp, m0, REQ_TRANSLATE, &p0, gr->g.n, (const char *const *)gr->g.seg, NULL, &gr->r[0])) return -1;
+    metrics_translated(&rp->s->metrics, gr->g.n, 0);
+    if (!m1) return 0;
+    const char **mid = calloc((size_t)(gr->g.n ? gr->g.n : 1), sizeof *mid);
+    if (!mid) return fail(rp, 500, "Cannot translate text: out of memory");
+    for (int i = 0; i < gr->g.n; i++) {
+        const char *t = result_text(gr->r[0], i, 0);
+        mid[i] = t ? t : "";
+    }
+    tern_search_params_t p1 = lt_params(m1, q->alternatives);
+    int rc = submit(rp, m1, REQ_TRANSLATE, &p1, gr->g.n, mid, NULL, &gr->r[1]);
+    free(mid);
+    if (!rc) metrics_translated(&rp->s->metrics, gr->g.n, 0);
+    return rc;
+}
+
+static cJSON *cand_json(const lt_cand_t *c) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "confidence", c->confidence);
+    cJSON_AddStringToObject(d, "language", c->code);
+    return d;
+}
+
 /* Each item with its segments' translations in place; hypothesis h of a segment (its best when it
  * has fewer); detectedLanguage for "auto". */
-static cJSON *lt_render(const lt_req_t *q, const segments_t *g, serve_request_t *r) {
+static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
     int n_out = 1 + q->alternatives;
     cJSON *resp = cJSON_CreateObject(), *texts = q->is_list ? cJSON_CreateArray() : NULL,
           *alts = q->alternatives ? cJSON_CreateArray() : NULL;
     for (int i = 0; i < q->n_items; i++) {
+        const lt_group_t *gr = &pl->groups[pl->item_group[i]];
+        serve_request_t *last = gr->r[1] ? gr->r[1] : gr->r[0];
         cJSON *item_alts = q->alternatives && q->is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            char *txt = segments_join(g, i, h, result_text, r);
+            char *txt = segments_join(&gr->g, pl->item_pos[i], h, result_text, last);
             if (!txt) continue;
             if (h == 0) {
                 if (q->is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
@@ -699,43 +950,69 @@ static cJSON *lt_render(const lt_req_t *q, const segments_t *g, serve_request_t 
     }
     if (q->is_list) cJSON_AddItemToObject(resp, "translatedText", texts);
     if (alts) cJSON_AddItemToObject(resp, "alternatives", alts);
-    if (q->auto_src[0]) {
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddNumberToObject(d, "confidence", 100.0);
-        cJSON_AddStringToObject(d, "language", q->auto_src);
+    if (q->detected) {
         if (q->is_list) {
             cJSON *arr = cJSON_CreateArray();
-            for (int i = 0; i < q->n_items; i++) cJSON_AddItemToArray(arr, cJSON_Duplicate(d, 1));
-            cJSON_Delete(d);
+            for (int i = 0; i < q->n_items; i++) cJSON_AddItemToArray(arr, cand_json(&q->detected[i]));
             cJSON_AddItemToObject(resp, "detectedLanguage", arr);
-        } else cJSON_AddItemToObject(resp, "detectedLanguage", d);
+        } else cJSON_AddItemToObject(resp, "detectedLanguage", cand_json(&q->detected[0]));
     }
     return resp;
 }
 
-/* parse -> validate -> submit -> render */
+/* parse -> validate -> detect -> route -> submit (per group, per leg) -> render */
 static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     reply_t rp = {s, c, cx, MHD_NO};
     lt_req_t q;
     memset(&q, 0, sizeof q);
-    segments_t g = {0};
-    serve_request_t *r = NULL;
-    engine_model_t *m = NULL;
+    lt_plan_t pl;
+    memset(&pl, 0, sizeof pl);
     if ((cx->is_form ? lt_parse_form(&rp, &q) : lt_parse_json(&rp, &q)) == 0 &&
-        !key_refused(s, c, cx, q.api_key, &rp.result) && lt_validate(&rp, &q) == 0 && (m = lt_model(&rp, &q)) &&
-        lt_segments(&rp, &q, &g) == 0) {
-        tern_search_params_t params = engine_model_params(m);
-        if (q.alternatives > 0) {
-            params.num_hypotheses = q.alternatives + 1;
-            if (params.beam_size < params.num_hypotheses) params.beam_size = params.num_hypotheses;
-        }
-        if (submit(&rp, m, REQ_TRANSLATE, &params, g.n, (const char *const *)g.seg, NULL, &r) == 0) {
-            metrics_translated(&s->metrics, g.n, 0);
-            rp.result = send_json(s, c, cx, 200, lt_render(&q, &g, r), 0);
+        !key_refused(s, c, cx, q.api_key, &rp.result) && lt_validate(&rp, &q) == 0 && lt_format(&rp, &q) == 0 &&
+        lt_detect_sources(&rp, &q) == 0 && lt_plan(&rp, &q, &pl) == 0) {
+        int used = 0, ok = 1;
+        for (int k = 0; ok && k < pl.n_groups; k++)
+            ok = lt_segments(&rp, &q, pl.groups[k].items, pl.groups[k].n, &pl.groups[k].g, &used) == 0;
+        for (int k = 0; ok && k < pl.n_groups; k++) ok = lt_run_group(&rp, &q, &pl.groups[k]) == 0;
+        if (ok) rp.result = send_json(s, c, cx, 200, lt_render(&q, &pl), 0);
+    }
+    lt_plan_free(&pl);
+    free(q.detected);
+    free(q.items);
+    free(q.norm_q);
+    cJSON_Delete(q.root);
+    return rp.result;
+}
+
+/* LibreTranslate's POST /detect: q (a string; a list is detected as one batch) from a JSON body,
+ * a form or the query string, and api_key; the ranked candidates. */
+static enum MHD_Result handle_detect(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    reply_t rp = {s, c, cx, MHD_NO};
+    lt_req_t q;
+    memset(&q, 0, sizeof q);
+    if ((cx->is_form ? lt_parse_form(&rp, &q) : lt_parse_json(&rp, &q)) == 0 &&
+        !key_refused(s, c, cx, q.api_key, &rp.result)) {
+        if ((!q.is_list && (!q.single || !*q.single)) || (q.is_list && q.n_items == 0)) {
+            fail(&rp, 400, "Invalid request: missing q parameter");
+        } else {
+            const char *one[1] = {q.single};
+            const char *const *texts[2] = {q.is_list ? q.items : one, NULL},
+                              *names[2] = {q.is_list ? "q[%d]" : "q", NULL};
+            int n = q.is_list ? q.n_items : 1;
+            lt_cand_t cand[LT_MAX_CANDS];
+            char err[256];
+            int k;
+            if (check_texts(&rp, texts, n, names, 0) == 0) {
+                if ((k = detect_languages(s, texts[0], n, q.is_list, cand, err, sizeof err)) < 0) {
+                    fail(&rp, 500, "Cannot detect language: %s", err);
+                } else {
+                    cJSON *arr = cJSON_CreateArray();
+                    for (int i = 0; i < k; i++) cJSON_AddItemToArray(arr, cand_json(&cand[i]));
+                    rp.result = send_json(s, c, cx, 200, arr, 0);
+                }
+            }
         }
     }
-    request_release(r);
-    segments_free(&g);
     free(q.items);
     free(q.norm_q);
     cJSON_Delete(q.root);
@@ -964,28 +1241,21 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
 
 /* ------------------------------------------------------------------ GET endpoints */
 
+/* Every language with the targets it reaches (route_pair: directly, then through English), each
+ * in the order of the models. */
 static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     cJSON *arr = cJSON_CreateArray();
-    char codes[64][64];
-    int n = 0;
-    char a[64], b[64];
-    for (int i = 0; i < engine_num_models(s->engine); i++) {
-        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-        const char *both[2] = {a, b};
-        for (int k = 0; k < 2; k++) {
-            int seen = 0;
-            for (int j = 0; j < n; j++) seen |= !strcmp(codes[j], both[k]);
-            if (!seen && n < 64) snprintf(codes[n++], sizeof codes[0], "%s", both[k]);
-        }
-    }
+    char codes[LT_MAX_CANDS][16], err[256];
+    int n = server_languages(s, codes, LT_MAX_CANDS);
+    pair_route_t rt;
     for (int j = 0; j < n; j++) {
         cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateArray();
         cJSON_AddStringToObject(o, "code", codes[j]);
         cJSON_AddStringToObject(o, "name", language_name(codes[j]));
-        for (int i = 0; i < engine_num_models(s->engine); i++) {
-            model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-            if (!strcmp(a, codes[j])) cJSON_AddItemToArray(t, cJSON_CreateString(b));
-        }
+        for (int pass = 0; pass < 2; pass++) /* the direct targets first, then those through English */
+            for (int i = 0; i < n; i++)
+                if (i != j && !route_pair(s, codes[j], codes[i], &rt, err, sizeof err) && !!rt.leg[1] == pass)
+                    cJSON_AddItemToArray(t, cJSON_CreateString(codes[i]));
         cJSON_AddItemToObject(o, "targets", t);
         cJSON_AddItemToArray(arr, o);
     }
@@ -1043,6 +1313,7 @@ static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, co
     cJSON_AddBoolToObject(o, "apiKeys", s->opt.api_keys_file != NULL);
     cJSON_AddBoolToObject(o, "keyRequired", s->opt.require_api_key);
     cJSON_AddBoolToObject(o, "suggestions", 0);
+    cJSON_AddBoolToObject(o, "filesTranslation", 0); /* no /translate_file: LibreTranslate's answer when disabled */
     cJSON_AddItemToObject(o, "supportedFilesFormat", cJSON_CreateArray());
     cJSON_AddStringToObject(src, "code", a);
     cJSON_AddStringToObject(src, "name", language_name(a));
@@ -1091,7 +1362,8 @@ static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *c
         free(txt);
         return MHD_NO;
     }
-    int post = cx->route == R_TRANSLATE || cx->route == R_V1_TRANSLATE || cx->route == R_V1_SCORE;
+    int post = cx->route == R_TRANSLATE || cx->route == R_DETECT || cx->route == R_V1_TRANSLATE ||
+               cx->route == R_V1_SCORE;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "Allow", post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     add_common_headers(resp);
@@ -1112,7 +1384,8 @@ static enum MHD_Result conn_post_headers(server_t *s, struct MHD_Connection *c, 
     }
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     int json = ct && (strstr(ct, "application/json") || strstr(ct, "+json"));
-    if (cx->route == R_TRANSLATE && !json && ct &&
+    int lt_form = cx->route == R_TRANSLATE || cx->route == R_DETECT;
+    if (lt_form && !json && ct &&
         (!strncasecmp(ct, "application/x-www-form-urlencoded", 33) || !strncasecmp(ct, "multipart/form-data", 19))) {
         cx->is_form = 1;
         cx->pp = MHD_create_post_processor(c, 16384, on_form_field, cx);
@@ -1120,7 +1393,7 @@ static enum MHD_Result conn_post_headers(server_t *s, struct MHD_Connection *c, 
             cx->early_done = 1;
             return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
         }
-    } else if (cx->route == R_TRANSLATE && !json) {
+    } else if (lt_form && !json) {
         cx->is_form = 1; /* another type or none: values from the query string, as Flask's request.values */
     }
     return MHD_YES;
@@ -1201,6 +1474,9 @@ static enum MHD_Result route_request(server_t *s, struct MHD_Connection *c, conn
     case R_TRANSLATE:
         if (!cx->is_post) break;
         return handle_translate(s, c, cx);
+    case R_DETECT:
+        if (!cx->is_post) break;
+        return handle_detect(s, c, cx);
     case R_V1_TRANSLATE:
     case R_V1_SCORE:
         if (!cx->is_post) break;

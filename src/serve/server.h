@@ -1,7 +1,9 @@
 /* server.h — the HTTP side of `tern serve` (libmicrohttpd, one thread per connection): routes,
  * request parsing and limits, API keys and rate limits, metrics, the web page, draining.
  *
- * Endpoints: POST /translate and GET /languages (LibreTranslate's API), POST /v1/translate and
+ * Endpoints: POST /translate, POST /detect, GET /languages and GET /frontend/settings
+ * (LibreTranslate's API; a pair without a model goes through English when src-en and en-tgt are
+ * loaded), POST /v1/translate and
  * POST /v1/score (Tern's own, with per-call search options), GET /v1/models, GET /health,
  * GET /metrics (Prometheus text), GET / (the web page), GET /openapi.json. */
 #ifndef TERN_SERVE_SERVER_H

@@ -10,6 +10,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "text/langid.h"
 #include "text/score.h" /* text_utf8_valid, text_decode, text_is_py_space */
 
 typedef struct {
@@ -44,12 +45,15 @@ filter_options_t filter_default_options(void) {
 const char *filter_rule_name(filter_rule_t r) {
     static const char *const names[FILTER_NRULES] = {
         "keep", "invalid_utf8", "empty", "too_many_words", "too_many_tokens", "ratio",
-        "few_letters", "copy", "duplicate"};
+        "few_letters", "copy", "language", "duplicate"};
     return (unsigned)r < FILTER_NRULES ? names[r] : "?";
 }
 
 tern_status_t filter_create(filter_t **out, const filter_options_t *o) {
     *out = NULL;
+    if (!o->src_lang != !o->tgt_lang || (o->src_lang && (!*o->src_lang || !*o->tgt_lang)))
+        return tern_error(TERN_ERR_INVALID_ARG, "filter: give both languages for the language rule (source '%s', "
+                          "target '%s')", o->src_lang ? o->src_lang : "", o->tgt_lang ? o->tgt_lang : "");
     if (o->max_words < 0 || o->max_tokens < 0 || !(o->max_ratio >= 0) || !(o->min_letters >= 0) ||
         o->min_letters > 1)
         return tern_error(TERN_ERR_INVALID_ARG,
@@ -234,6 +238,16 @@ tern_status_t filter_pair(filter_rule_t *rule, filter_t *f, const char *src, siz
     if (o->copies && same_words(a, b)) {
         r = FILTER_COPY;
         goto done;
+    }
+    if (o->src_lang) {
+        const char *want[2] = {o->src_lang, o->tgt_lang};
+        for (int s = 0; s < 2 && r == FILTER_KEEP; s++) {
+            langid_result_t li;
+            if ((st = langid_detect(&li, txt[s], len[s], 0, 1))) return st;
+            /* Only a reliable verdict removes: short or mixed lines CLD2 is unsure of stay. */
+            if (li.reliable && li.n > 0 && strcmp(li.guess[0].code, want[s])) r = FILTER_LANGUAGE;
+        }
+        if (r != FILTER_KEEP) goto done;
     }
     if (o->duplicates) {
         XXH3_64bits_reset(f->xxh);

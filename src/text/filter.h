@@ -10,7 +10,10 @@
  *   5 ratio            len(src) / len(tgt) > max_ratio or len(tgt) / len(src) > max_ratio
  *   6 few_letters      on either side, letters / non-whitespace characters < min_letters
  *   7 copy             the source equals the target, whitespace normalized
- *   8 duplicate        the very same (source, target) byte strings were kept before
+ *   8 language         (only with src_lang/tgt_lang) a side is reliably in another language:
+ *                      CLD2 (text/langid.h, plain text, no best effort) calls its best guess
+ *                      reliable and that guess is not the side's expected language
+ *   9 duplicate        the very same (source, target) byte strings were kept before
  * Words are Python's str.split() words: maximal runs of characters that are not Unicode whitespace
  * (str.isspace()). Tokens are SentencePiece pieces of the side's model when one is given, else
  * words; the ratio counts tokens when both sides have a model, else words (a side that
@@ -38,6 +41,7 @@ typedef enum {
     FILTER_RATIO,
     FILTER_FEW_LETTERS,
     FILTER_COPY,
+    FILTER_LANGUAGE,
     FILTER_DUPLICATE,
     FILTER_NRULES
 } filter_rule_t;
@@ -53,11 +57,14 @@ typedef struct {
     int duplicates;         /* 1: remove exact duplicate pairs (default 1) */
     const spm_t *src_spm;   /* tokens of the source: SentencePiece pieces (borrowed; NULL: words) */
     const spm_t *tgt_spm;   /* tokens of the target (borrowed; NULL: words) */
+    const char *src_lang;   /* the source's language as text/langid.h writes it ("en"); with
+                               tgt_lang, turns rule 8 on (default NULL: off) */
+    const char *tgt_lang;   /* the target's language ("de") */
 } filter_options_t;
 
 filter_options_t filter_default_options(void);
 
-/* "invalid_utf8", "empty", ..., "duplicate"; "keep" for FILTER_KEEP. */
+/* "invalid_utf8", "empty", ..., "language", "duplicate"; "keep" for FILTER_KEEP. */
 const char *filter_rule_name(filter_rule_t r);
 
 typedef struct filter filter_t;

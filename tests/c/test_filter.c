@@ -38,13 +38,40 @@ static void test_rules_and_order(void) {
     const int64_t *c = filter_counts(f);
     CHECK_EQ_INT(c[FILTER_KEEP], 4);
     for (int r = 1; r < FILTER_NRULES; r++)
-        CHECK_MSG(c[r] == (r == FILTER_DUPLICATE ? 2 : 1), "%s: %lld", filter_rule_name((filter_rule_t)r),
+        CHECK_MSG(c[r] == (r == FILTER_DUPLICATE ? 2 : r == FILTER_LANGUAGE ? 0 : 1), "%s: %lld", filter_rule_name((filter_rule_t)r),
                   (long long)c[r]);
     /* a NUL inside a line is a character like any other */
     filter_rule_t r;
     CHECK(filter_pair(&r, f, "a\0b", 3, "a\0c", 3) == TERN_OK && r == FILTER_KEEP);
     filter_free(f);
     CHECK(strcmp(filter_rule_name(FILTER_FEW_LETTERS), "few_letters") == 0);
+}
+
+/* Rule 8 (--langid): what CLD2 reliably calls another language goes, what it is unsure of stays;
+ * after copy, before duplicate (a removed pair never enters the duplicate set). Which lines CLD2
+ * calls reliable is checked against pycld2 in tests/test_filter.py. */
+static void test_language_rule(void) {
+    const char *en = "A man in an orange hat is staring at something in the street.",
+               *de = "Ein Mann mit einem orangefarbenen Hut starrt etwas auf der Strasse an.",
+               *fr = "Un homme avec un chapeau orange regarde quelque chose dans la rue.";
+    filter_options_t o = filter_default_options();
+    o.src_lang = "en";
+    o.tgt_lang = "de";
+    filter_t *f;
+    CHECK(filter_create(&f, &o) == TERN_OK);
+    CHECK_EQ_INT(judge(f, en, de), FILTER_KEEP);
+    CHECK_EQ_INT(judge(f, fr, de), FILTER_LANGUAGE);    /* source in French */
+    CHECK_EQ_INT(judge(f, en, en), FILTER_COPY);        /* copy first */
+    CHECK_EQ_INT(judge(f, de, en), FILTER_LANGUAGE);    /* the sides swapped */
+    CHECK_EQ_INT(judge(f, fr, de), FILTER_LANGUAGE);    /* again: not a duplicate, never kept */
+    CHECK_EQ_INT(judge(f, "Ok.", "Ja."), FILTER_KEEP);  /* too short for a reliable verdict */
+    CHECK_EQ_INT(judge(f, en, de), FILTER_DUPLICATE);
+    CHECK_EQ_INT(filter_counts(f)[FILTER_LANGUAGE], 3);
+    filter_free(f);
+    o.tgt_lang = NULL; /* one language alone is a mistake */
+    CHECK(filter_create(&f, &o) == TERN_ERR_INVALID_ARG && f == NULL);
+    o.tgt_lang = "";
+    CHECK(filter_create(&f, &o) == TERN_ERR_INVALID_ARG && f == NULL);
 }
 
 static void test_hash_set_growth(void) {
@@ -95,6 +122,7 @@ static void test_options(void) {
 
 int main(void) {
     test_rules_and_order();
+    test_language_rule();
     test_hash_set_growth();
     test_options();
     return check_report("test_filter");
