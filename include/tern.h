@@ -35,9 +35,10 @@
  *     its ABI in 1.1: TERN_1.1 is its default version (what programs linked from 1.1 on use)
  *     and its TERN_1 version stays, with the 1.0.0 behaviour, for programs linked before (the
  *     marks are empty macros that scripts/export_map.sh reads). In 1.1 tern_search_params_t
- *     (sampling, repetition) and tern_request_t (source_index) grew: the TERN_1 versions of
- *     tern_search_default_params() and tern_request_default() return their 1.0.0 layouts
- *     (struct_size 64 and 160 bytes on x86-64). A later minor version adds TERN_SINCE_1_<MINOR>.
+ *     (sampling, repetition), tern_request_t (source_index, attention, languages) and
+ *     tern_model_info_t (languages) grew: the TERN_1 versions of tern_search_default_params(),
+ *     tern_request_default() and tern_model_info() return their 1.0.0 layouts (struct_size 64,
+ *     160 and 88 bytes on x86-64). A later minor version adds TERN_SINCE_1_<MINOR>.
  *   - Structs the caller allocates in arrays or as outputs (tern_result_t, tern_text_t,
  *     tern_bleu_score_t) and
  *     the callback event tern_token_event_t keep their layout for the whole MAJOR version.
@@ -178,8 +179,13 @@ typedef struct {
                                            layer_norm; GNMT: encoder_layers, decoder_layers,
                                            hidden_size, attention_size) */
     tern_ensemble_info_t ensemble;      /* family "ensemble": how it combines its members */
+    int num_languages;                  /* a multilingual model (M2M-100, NLLB): its language codes, */
+    const char *const *languages;       /* [num_languages] tokens such as "deu_Latn" or "__de__" that
+                                           tern_request_t's source_lang/target_lang take (0, NULL:
+                                           one language pair); valid while the model lives */
 } tern_model_info_t;
-tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is read-only) */
+TERN_CHANGED_1_1 tern_model_info_t tern_model_info(const tern_model_t *model); /* thread-safe (the model is
+                                                                                 read-only) */
 /* The value of the fact called name in info->hparams, or missing when the family has none. */
 long tern_model_hparam(const tern_model_info_t *info, const char *name, long missing);
 
@@ -493,6 +499,15 @@ typedef struct {
      * return_attention; free each with tern_attention_free()). Decoding then runs in batches
      * without continuous batching (the same results). */
     tern_attention_t *attention;
+    /* a multilingual model (tern_model_info_t.languages: M2M-100, NLLB), as its tokenizer does:
+     * source_lang's code is the first source token, target_lang's is forced as the first output
+     * token (transformers' forced_bos_token_id) and left out of the results; tern_score() puts it
+     * before each target (its log-probability is not returned). Raw text (pretokenized 0) needs
+     * both; pretokenized pieces may carry the codes themselves, as CTranslate2 takes them (the
+     * source's code first, the target's as target_prefix, kept in the output). An unknown code is
+     * TERN_ERR_INVALID_ARG naming it; a model without languages refuses both. */
+    const char *source_lang;
+    const char *target_lang;
 } tern_request_t;
 
 TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */

@@ -56,9 +56,9 @@ if [ "${TERN_NO_PYTHON:-0}" != 1 ]; then
 fi
 
 # --- Hugging Face checkpoints (issue 26) ---------------------------------------------------------
-# tests/test_hf_marian.py checks Tern's reading of Hugging Face MarianMT checkpoints against
-# transformers itself: transformers (and sentencepiece, for MarianTokenizer) from PyPI into
-# Debian's /usr/bin/python3, beside its python3-torch (the test virtual environment has no torch).
+# tests/test_hf_marian.py and tests/test_hf_m2m100.py check Tern's reading of Hugging Face MarianMT
+# and M2M-100/NLLB checkpoints against transformers itself: transformers (and sentencepiece, for
+# MarianTokenizer, NllbTokenizer and M2M100Tokenizer) from PyPI into Debian's /usr/bin/python3, beside its python3-torch (the test virtual environment has no torch).
 # Where that Python has no torch (TERN_NO_TORCH=1), nothing is installed and the test skips.
 HF_PKGS=("transformers==4.40.2" "sentencepiece==0.2.0")
 if [ "${TERN_NO_PYTHON:-0}" != 1 ]; then

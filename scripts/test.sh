@@ -65,6 +65,8 @@ TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/
 # the first shape (the whole file runs in the full suite)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_marian.py \
   -k "d32 and (bad_checkpoints or greedy or raw_text)"
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_m2m100.py \
+  -k "nllb and (bad_checkpoints or greedy or raw_text or languages)"
 # Continuous beam search under ASan/UBSan: three of test_continuous's cases (all of them, the Python
 # API's included, run in the full suite on the plain build; the sanitizer build is ~6x slower)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_continuous.py \

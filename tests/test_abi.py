@@ -5,8 +5,8 @@ tests/abi/tern-1.0.0.h is the header Tern 1.0.0 shipped (v1.0.0's include/tern.h
 tests/abi/client_1_0.c a program written for it. The program is linked against a stand-in
 libtern.so.1 that has exactly 1.0.0's functions at symbol version TERN_1 (what linking against the
 real 1.0.0 library records), then run on build/libtern.so: it must get the 1.0.0 layouts from the
-defaults that grew in 1.1 (tern_search_default_params, tern_request_default), with nothing written
-past them, and translate exactly as the same program built against the current header.
+structs returned by value that grew in 1.1 (tern_search_default_params, tern_request_default,
+tern_model_info), with nothing written past them, and translate exactly as the same program built against the current header.
 """
 import os
 import re
@@ -102,20 +102,23 @@ def test_program_linked_against_1_0_runs_on_this_library(clients, data_dir):
     # what the link recorded: the defaults at TERN_1 for the 1.0.0 program, TERN_1.1 for the new one
     for prog, want in ((old, "TERN_1"), (new, "TERN_1.1")):
         und = run(["objdump", "-T", str(prog)]).stdout
-        for fn in ("tern_search_default_params", "tern_request_default"):
+        for fn in ("tern_search_default_params", "tern_request_default", "tern_model_info"):
             assert re.search(rf"\*UND\*\s+[0-9a-f]+\s+\(?{re.escape(want)}\)?\s+{fn}$", und, re.M), (prog, fn, und)
     with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
         text = "".join(next(f) for _ in range(16))
     env = dict(os.environ, LD_LIBRARY_PATH=BUILD)
     r_old = run([str(old), MODEL], input=text, env=env)
     r_new = run([str(new), MODEL], input=text)
-    head_old, body_old = r_old.stdout.split("\n", 1)
-    head_new, body_new = r_new.stdout.split("\n", 1)
-    # 1.0.0's layouts (x86-64: 64 and 160 bytes), filled exactly, nothing written past them
+    head_old, info_old, body_old = r_old.stdout.split("\n", 2)
+    head_new, info_new, body_new = r_new.stdout.split("\n", 2)
+    # 1.0.0's layouts (x86-64: 64, 160 and 88 bytes), filled exactly, nothing written past them
     assert head_old == ("search params: struct_size 64, sizeof 64; request: struct_size 160, sizeof 160; "
                         "canaries intact"), head_old
     sizes = [int(x) for x in re.findall(r"struct_size (\d+), sizeof \1", head_new)]
     assert len(sizes) == 2 and sizes[0] > 64 and sizes[1] > 160 and head_new.endswith("canaries intact"), head_new
+    assert info_old == "model info: struct_size 88, sizeof 88; family transformer; canary intact", info_old
+    m = re.fullmatch(r"model info: struct_size (\d+), sizeof \1; family transformer; canary intact", info_new)
+    assert m and int(m.group(1)) > 88, info_new
     # the same translations, from the defaults' structs and from zeroed ones (struct_size 0)
     assert body_old == body_new
     passes = body_old.split("pass 1\n")

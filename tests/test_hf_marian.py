@@ -273,3 +273,19 @@ def test_bad_checkpoints(case, tmp_path):
     os.remove(m / "target.spm")
     r = run(TERN, "translate", "-m", m, input="w\n", check=False)
     assert r.returncode != 0 and "target.spm" in r.stderr, r.stderr
+
+
+def test_convert_ct2(case, tmp_path):
+    """`tern convert --from HF_DIR --to ct2`: ctranslate2 (the peer) runs the written directory to
+    transformers' greedy outputs (the pad token suppressed, as generate's bad_words_ids)."""
+    ct2 = pytest.importorskip("ctranslate2")
+    label, d, vocab, ref = case
+    out = tmp_path / "ct2"
+    run(TERN, "convert", "--from", d / "model", "-o", out, "--to", "ct2")
+    src = [line.split() for line in (d / "src.txt").read_text().split("\n")[:N_INPUTS]]
+    t = ct2.Translator(str(out), intra_threads=1)
+    res = t.translate_batch(src, beam_size=1, max_decoding_length=MAX_LEN, min_decoding_length=1,
+                            suppress_sequences=[["<pad>"]])
+    same = agreement([r.hypotheses[0] for r in res], ref["greedy"], vocab)
+    print(f"\n{label}: ctranslate2 {ct2.__version__} on the converted directory: greedy identical on {same:.1%}")
+    assert same >= 0.99

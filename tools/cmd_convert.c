@@ -27,7 +27,8 @@ static void usage(FILE *f) {
                "Writes a model directory in Tern's format (model.safetensors, config.json,\n"
                "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
                "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it;\n"
-               "with --to ct2, a CTranslate2 directory (model.bin) that ctranslate2 loads.\n"
+               "with --to ct2, a CTranslate2 directory (model.bin) that ctranslate2 loads, also from a\n"
+               "Hugging Face MarianMT, M2M-100 or NLLB checkpoint (config.json with \"model_type\").\n"
                "\n"
                "  --from DIR, --from-ct2 DIR  the model directory to read (the two are the same)\n"
                "  -o, --output OUTDIR         the model directory to write\n"
@@ -189,6 +190,24 @@ static tern_status_t write_ct2(const weights_t *w, const char *out, const tensor
     return ct2_write(p, t, n, an, at, na, spec, revision);
 }
 
+/* A Hugging Face checkpoint's vocabularies (shared_vocabulary.json, or source_ and
+ * target_vocabulary.json) and tokenizer files (source.spm, target.spm, sentencepiece.bpe.model,
+ * generation_config.json) in out. */
+static tern_status_t write_hf_side_files(const hf_checkpoint_t *hf, const char *from, const char *out) {
+    char p[4096], q[4096];
+    tern_status_t st;
+    if (hf->src_vocab == hf->tgt_vocab) {
+        st = model_dir_write_vocab(hf->src_vocab, path_join(p, sizeof p, out, "shared_vocabulary.json"));
+    } else if (!(st = model_dir_write_vocab(hf->src_vocab, path_join(p, sizeof p, out, "source_vocabulary.json")))) {
+        st = model_dir_write_vocab(hf->tgt_vocab, path_join(p, sizeof p, out, "target_vocabulary.json"));
+    }
+    static const char *const files[] = {"source.spm", "target.spm", "sentencepiece.bpe.model", "generation_config.json"};
+    for (size_t i = 0; !st && i < sizeof files / sizeof files[0]; i++)
+        if (file_exists(path_join(p, sizeof p, from, files[i])))
+            st = model_dir_copy_file(p, path_join(q, sizeof q, out, files[i]));
+    return st;
+}
+
 static void free_owned(void **own, int n) {
     for (int i = 0; i < n; i++) free(own[i]); /* aligned_alloc64 memory is free()-able */
     free(own);
@@ -237,13 +256,20 @@ int cmd_convert(int argc, char **argv) {
     void **own = NULL;
     const char **an = NULL, **at = NULL;
     int n = 0, no = 0, rc = 1;
-    if (hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"))) {
+    hf_checkpoint_t hf;
+    memset(&hf, 0, sizeof hf);
+    int is_hf = hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"));
+    if (is_hf && strcmp(to, "ct2")) {
         tern_error(TERN_ERR_UNSUPPORTED, "%s: a Hugging Face checkpoint (\"model_type\"): tern translate -m reads it as "
-                   "it is (--compute-type int8 quantizes it at load); converting it is not supported yet", p);
+                   "it is (--compute-type int8 quantizes it at load); convert writes its CTranslate2 form with --to ct2",
+                   p);
         goto fail;
     }
-    path_join(p, sizeof p, from, "model.safetensors");
-    if (file_exists(p)) {
+    if (is_hf) {
+        /* the checkpoint as the loader presents it: the Transformer description's names */
+        if (hf_checkpoint_load(&hf, from, 0)) goto fail;
+        w = hf.weights;
+    } else if (file_exists(path_join(p, sizeof p, from, "model.safetensors"))) {
         if (weights_load_safetensors(&w, p)) goto fail;
     } else {
         path_join(p, sizeof p, from, "model.bin");
@@ -254,7 +280,8 @@ int cmd_convert(int argc, char **argv) {
     model_config_defaults(&cfg);
     const model_family_t *fam;
     path_join(p, sizeof p, from, "config.json");
-    if (file_exists(p) && model_config_load(&cfg, p)) goto fail;
+    if (is_hf) cfg = hf.cfg;
+    else if (file_exists(p) && model_config_load(&cfg, p)) goto fail;
     if (model_family_find(&fam, &cfg, p)) goto fail;
     int ct2 = !strcmp(to, "ct2");
     if (ct2 && strcmp(fam->name, "transformer")) {
@@ -288,8 +315,13 @@ int cmd_convert(int argc, char **argv) {
         if (model_dir_write_weights(out, t, n, an, at, nm, mk, mv, 3)) goto fail;
     }
     path_join(p, sizeof p, from, "config.json");
-    if ((ct2 ? model_dir_write_ct2_config : model_dir_write_config2)(out, file_exists(p) ? p : NULL, NULL)) goto fail;
-    if (model_dir_copy_side_files(from, out)) goto fail;
+    if (is_hf) { /* config.json from the loader's tokens; the vocabularies as lists; the tokenizer models */
+        if (model_dir_write_ct2_config(out, NULL, &hf.cfg) || write_hf_side_files(&hf, from, out)) goto fail;
+    } else {
+        if ((ct2 ? model_dir_write_ct2_config : model_dir_write_config2)(out, file_exists(p) ? p : NULL, NULL))
+            goto fail;
+        if (model_dir_copy_side_files(from, out)) goto fail;
+    }
     fprintf(stderr, "tern convert: %s -> %s (%s, %d tensors, %d aliases, quantize %s)\n", from, out,
             ct2 ? "CTranslate2 model.bin" : "Tern", n, nm, quant);
     rc = 0;
@@ -299,6 +331,7 @@ fail:
     free(at);
     free(t);
     free_owned(own, no);
-    weights_free(w);
+    if (is_hf) hf_checkpoint_free(&hf);
+    else weights_free(w);
     return rc;
 }

@@ -23,6 +23,11 @@ static void print_info(const tern_model_info_t *in, const char *indent) {
     printf("%scompute: %s\n", indent, in->int8 ? "int8" : "float32");
     printf("%ssentencepiece: %s\n", indent, in->has_spm ? "yes" : "no");
     printf("%sweight_bytes: %zu\n", indent, in->weight_bytes);
+    if (in->num_languages > 0) { /* a multilingual model: the codes --source-lang/--target-lang take */
+        printf("%slanguages (%d):", indent, in->num_languages);
+        for (int k = 0; k < in->num_languages; k++) printf(" %s", in->languages[k]);
+        printf("\n");
+    }
 }
 
 /* What the family's description says of a stored tensor. */

@@ -23,13 +23,16 @@ CLI_MODELS_HELP
 "  --target FILE               target sentences to score\n"
 "  --compute-type TYPE         auto (default), float32, int8\n"
 "  --pretokenized              both files hold space-separated vocabulary pieces\n"
+"  --source-lang CODE, --target-lang CODE   a multilingual model's (M2M-100, NLLB) languages: the\n"
+"                              source's code first in the source, the target's before the\n"
+"                              target (its log-probability is not printed)\n"
 "  --source-spm FILE, --target-spm FILE   SentencePiece models (default: found in DIR)\n"
 "  --batch-size N              sentence pairs scored together (default 32)\n"
 "  -t, --threads N             intra-op threads (default: all cores)\n"
 "  -h, --help                  this help\n");
 }
 
-enum { O_TARGET = 1000, O_COMPUTE, O_PRETOK, O_SRC_SPM, O_TGT_SPM, O_BS, O_ENS_W, O_ENS_MODE };
+enum { O_TARGET = 1000, O_COMPUTE, O_PRETOK, O_SRC_SPM, O_TGT_SPM, O_BS, O_ENS_W, O_ENS_MODE, O_SRC_LANG, O_TGT_LANG };
 static const struct option long_opts[] = {
     {"model", required_argument, 0, 'm'},       {"source", required_argument, 0, 's'},
     {"target", required_argument, 0, O_TARGET}, {"compute-type", required_argument, 0, O_COMPUTE},
@@ -37,6 +40,7 @@ static const struct option long_opts[] = {
     {"target-spm", required_argument, 0, O_TGT_SPM}, {"batch-size", required_argument, 0, O_BS},
     {"threads", required_argument, 0, 't'},     {"help", no_argument, 0, 'h'},
     {"ensemble-weights", required_argument, 0, O_ENS_W}, {"ensemble-mode", required_argument, 0, O_ENS_MODE},
+    {"source-lang", required_argument, 0, O_SRC_LANG}, {"target-lang", required_argument, 0, O_TGT_LANG},
     {0, 0, 0, 0},
 };
 
@@ -50,7 +54,7 @@ static ssize_t read_line(char **buf, size_t *cap, FILE *f) {
 
 int cmd_rescore(int argc, char **argv) {
     const char *C = "rescore";
-    const char *src_path = NULL, *tgt_path = NULL;
+    const char *src_path = NULL, *tgt_path = NULL, *src_lang = NULL, *tgt_lang = NULL;
     cli_models_t models = {0};
     tern_model_options_t mo = tern_model_default_options();
     tern_translator_options_t o = tern_translator_default_options();
@@ -74,6 +78,8 @@ int cmd_rescore(int argc, char **argv) {
             }
             break;
         case O_PRETOK: mo.use_spm = 0; break;
+        case O_SRC_LANG: src_lang = optarg; break;
+        case O_TGT_LANG: tgt_lang = optarg; break;
         case O_SRC_SPM: mo.source_spm = optarg; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_BS: ok = cli_int(C, "--batch-size", optarg, 1, 1 << 16, &batch); break;
@@ -133,6 +139,8 @@ int cmd_rescore(int argc, char **argv) {
             req.sources = (const char *const *)srcs;
             req.targets = (const char *const *)tgts;
             req.num_sources = n;
+            req.source_lang = src_lang;
+            req.target_lang = tgt_lang;
             if ((st = tern_score(tr, &req, lp, cnt))) {
                 fprintf(stderr, "tern rescore: lines %ld-%ld: %s: %s\n", line + 1, line + n, tern_status_string(st),
                         tern_last_error());

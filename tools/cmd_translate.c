@@ -20,8 +20,8 @@ static void usage(FILE *f) {
 "model:\n"
 "  -m, --model DIR             model directory: Tern (config.json + model.safetensors) or\n"
 "                              CTranslate2 (model.bin + config.json + vocabularies) or a\n"
-"                              Hugging Face MarianMT checkpoint (config.json with \"model_type\",\n"
-"                              model.safetensors, vocab.json, source.spm, target.spm: docs/models.md);\n"
+"                              Hugging Face MarianMT, M2M-100 or NLLB checkpoint (config.json with\n"
+"                              \"model_type\", model.safetensors, the tokenizer files: docs/models.md);\n"
 "                              several -m: an ensemble of them. A name that is not a path\n"
 "                              (e.g. en-de) is an installed model: looked up in TERN_MODELS_DIR,\n"
 "                              then PREFIX/share/tern/models\n"
@@ -38,6 +38,12 @@ static void usage(FILE *f) {
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
 "                              (no SentencePiece even when the model ships one)\n"
+"  --source-lang CODE          a multilingual model's (M2M-100, NLLB) source language, e.g.\n"
+"                              eng_Latn (NLLB) or __en__ (M2M-100): its code is the first source\n"
+"                              token; `tern info -m MODEL` lists the codes\n"
+"  --target-lang CODE          its target language, e.g. deu_Latn: the code is forced as the first\n"
+"                              output token and left out of the output (both are needed for raw\n"
+"                              text; with --pretokenized the pieces may carry the codes instead)\n"
 "\n"
 "search (a default marked * is the model's own when its directory has a generation_config.json:\n"
 "`tern info -m MODEL` shows it; a flag given here wins):\n"
@@ -133,7 +139,7 @@ enum {
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS,
-    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG
 };
 
 static const struct option long_opts[] = {
@@ -146,6 +152,8 @@ static const struct option long_opts[] = {
     {"use-vmap", no_argument, 0, O_USE_VMAP},
     {"target-spm", required_argument, 0, O_TGT_SPM},
     {"pretokenized", no_argument, 0, O_PRETOK},
+    {"source-lang", required_argument, 0, O_SRC_LANG},
+    {"target-lang", required_argument, 0, O_TGT_LANG},
     {"beam-size", required_argument, 0, 'b'},
     {"num-hypotheses", required_argument, 0, 'n'},
     {"length-penalty", required_argument, 0, O_LP},
@@ -249,6 +257,7 @@ int cmd_translate(int argc, char **argv) {
     const char *evidence[64];
     float ev_weights[64];
     int n_ev = 0, n_w = 0;
+    const char *src_lang = NULL, *tgt_lang = NULL;
     optind = 1;
     while (ok && (c = getopt_long(argc, argv, "m:b:n:w:t:qvh", long_opts, NULL)) != -1) {
         switch (c) {
@@ -269,6 +278,8 @@ int cmd_translate(int argc, char **argv) {
         case O_USE_VMAP: mo.use_vmap = 1; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_PRETOK: mo.use_spm = 0; break;
+        case O_SRC_LANG: src_lang = optarg; break;
+        case O_TGT_LANG: tgt_lang = optarg; break;
         case 'b': ok = cli_int(C, "--beam-size", optarg, 1, 1024, &o.beam_size), set |= SP_BEAM; break;
         case 'n': ok = cli_int(C, "--num-hypotheses", optarg, 1, 1024, &o.num_hypotheses), set |= SP_NHYP; break;
         case O_LP: ok = cli_float(C, "--length-penalty", optarg, 0, 100, &o.length_penalty), set |= SP_LP; break;
@@ -409,6 +420,8 @@ int cmd_translate(int argc, char **argv) {
         req.params = &o;
         req.lmbr = n_ev ? &lm : NULL;
         req.progress = show ? show_progress : NULL;
+        req.source_lang = src_lang;
+        req.target_lang = tgt_lang;
         st = cli_translate_file(model, &to, &req, x, in, out, print_scores, split_lang);
         if (show) fputc('\n', stderr);
         if (st) {

@@ -465,7 +465,8 @@ class Translator:
                         end_token=None, return_end_token: bool = False, prefix_bias_beta: float = 0,
                         use_vmap: bool = False, return_logits_vocab: bool = False, return_attention: bool = False,
                         return_alternatives: bool = False, min_alternative_expansion_prob: float = 0,
-                        replace_unknowns: bool = False, _index_offset: int = 0):
+                        replace_unknowns: bool = False, source_lang: Optional[str] = None,
+                        target_lang: Optional[str] = None, _index_offset: int = 0):
         """Translates a batch (CTranslate2's translate_batch); the GIL is released while Tern works.
 
         ``source`` is a list of token lists (CTranslate2's form: the model's vocabulary pieces; the
@@ -502,6 +503,12 @@ class Translator:
         (``min_alternative_expansion_prob`` drops the unlikely ones). ``patience`` != 1,
         ``prefix_bias_beta`` != 0, ``return_logits_vocab``, ``return_attention`` and
         ``replace_unknowns`` raise tern.NotAvailableError.
+
+        A multilingual model (M2M-100, NLLB; ``info["languages"]`` lists its codes): ``source_lang``
+        and ``target_lang`` (e.g. "eng_Latn", "deu_Latn") put the source's code first and force the
+        target's as the first output token, left out of the hypotheses (needed for raw strings). Token
+        lists may carry the codes themselves as CTranslate2 takes them: ``["eng_Latn", "▁Hello",
+        "</s>"]`` with ``target_prefix=[["deu_Latn"]]`` (the code then stays in the hypothesis).
         """
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
@@ -577,7 +584,7 @@ class Translator:
                 max_batch_size if batch_type == "examples" else 0, max_batch_size if batch_type == "tokens" else 0,
                 mil, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
-                int(no_repeat_ngram_size), suppress or None, _index_offset + a)
+                int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang)
             results = []
             for hyps, scores in out:
                 if tokens:

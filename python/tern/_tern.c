@@ -238,17 +238,20 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                              "length_penalty", "coverage_penalty", "max_decoding_length", "min_decoding_length",
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
-                             "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset", NULL};
+                             "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
+                             "source_lang", "target_lang", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
     long long index_offset = 0;
+    const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOL", kwlist, &sources, &prefixes, &pretok, &beam,
-                                     &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzz", kwlist, &sources, &prefixes, &pretok,
+                                     &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
-                                     &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset))
+                                     &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
+                                     &src_lang, &tgt_lang))
         return NULL;
     if (index_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
@@ -315,6 +318,8 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.suppress = supt;
     call.num_suppress = (int)sup.n;
     call.source_index = sidx;
+    call.source_lang = src_lang;
+    call.target_lang = tgt_lang;
     pycb_t cb = {callback, NULL};
     if (callback != Py_None) {
         call.on_token = token_trampoline;
@@ -549,11 +554,24 @@ static PyObject *Translator_info(TranslatorObject *self, PyObject *unused) {
                                  (double)sp.coverage_penalty, "max_decoding_length", sp.max_decoding_length,
                                  "min_decoding_length", sp.min_length, "source", src);
     if (!dd) return NULL;
-    return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:n,s:i,s:N}", "family", mi.family, "format", mi.format,
+    PyObject *langs = PyList_New(mi.num_languages); /* a multilingual model's codes (empty: none) */
+    for (int i = 0; langs && i < mi.num_languages; i++) {
+        PyObject *s = PyUnicode_FromString(mi.languages[i]);
+        if (!s) {
+            Py_CLEAR(langs);
+            break;
+        }
+        PyList_SET_ITEM(langs, i, s);
+    }
+    if (!langs) {
+        Py_DECREF(dd);
+        return NULL;
+    }
+    return Py_BuildValue("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:n,s:i,s:N,s:N}", "family", mi.family, "format", mi.format,
                          "source_vocab_size", mi.source_vocab_size, "target_vocab_size", mi.target_vocab_size,
                          "int8", mi.int8, "has_spm", mi.has_spm, "max_target_length", mi.max_target_length,
                          "weight_bytes", (Py_ssize_t)mi.weight_bytes, "inter_threads", self->ntr,
-                         "decoding_defaults", dd);
+                         "decoding_defaults", dd, "languages", langs);
 }
 
 static PyMethodDef Translator_methods[] = {

@@ -155,6 +155,26 @@ tern_status_t tern_search_params_check(const tern_search_params_t *params) {
     return search_params_in(&copy, params);
 }
 
+/* A language code of the request as a token id of the model's source (side 0) or target vocabulary:
+ * an error naming field when the model has no languages or not this one. */
+static tern_status_t call_language(const tern_model_t *m, const char *code, const char *field, int side, int *id,
+                                   const char **name) {
+    const tern_model_t *m0 = m->n_members ? m->members[0] : m;
+    if (m0->n_langs == 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s '%s': %s is not a multilingual model (it has no language codes)",
+                          field, code, m->dir);
+    size_t n = strlen(code);
+    for (int i = 0; i < m0->n_langs; i++) /* M2M-100's "__de__" is also "de", as M2M100Tokenizer takes it */
+        if (!strcmp(m0->langs[i], code) || (!strncmp(m0->langs[i], "__", 2) && !strncmp(m0->langs[i] + 2, code, n) &&
+                                             !strcmp(m0->langs[i] + 2 + n, "__"))) {
+            *name = m0->langs[i];
+            *id = vocab_lookup(side ? m0->tgt_vocab : m0->src_vocab, *name);
+            if (*id >= 0) return TERN_OK;
+        }
+    return tern_error(TERN_ERR_INVALID_ARG, "%s '%s': not a language of %s (%d codes, e.g. '%s'; tern info -m lists "
+                      "them)", field, code, m->dir, m0->n_langs, m0->langs[0]);
+}
+
 tern_status_t translator_call_init(const tern_translator_t *tr, const tern_request_t *req, translator_call_t *c) {
     memset(c, 0, sizeof *c);
     if (req && req->params) {
@@ -168,6 +188,21 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
     c->return_attention = req && req->attention;
+    c->src_lang = c->tgt_lang = -1;
+    c->src_lang_code = NULL;
+    const char *tgt_name = NULL;
+    tern_status_t st = TERN_OK;
+    if (req && req->source_lang && (st = call_language(tr->model, req->source_lang, "source_lang", 0, &c->src_lang,
+                                                          &c->src_lang_code)))
+        return st;
+    if (req && req->target_lang && (st = call_language(tr->model, req->target_lang, "target_lang", 1, &c->tgt_lang,
+                                                          &tgt_name)))
+        return st;
+    const tern_model_t *m0 = tr->model->n_members ? tr->model->members[0] : tr->model;
+    if (m0->n_langs > 0 && !c->pretok && (c->src_lang < 0 || c->tgt_lang < 0))
+        return tern_error(TERN_ERR_INVALID_ARG, "%s is multilingual: raw text needs a source and a target language "
+                          "(source_lang, target_lang; tern translate --source-lang, --target-lang), e.g. '%s'",
+                          tr->model->dir, m0->langs[0]);
     if (c->p.sampling_topk > tr->model->info.target_vocab_size)
         return tern_error(TERN_ERR_INVALID_ARG, "sampling_topk %d is larger than the target vocabulary (%d)",
                           c->p.sampling_topk, tr->model->info.target_vocab_size);

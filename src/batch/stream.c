@@ -157,8 +157,8 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_request_t 
         if (st) return st;
         int trunc = 0;
         c->sd[c->n] = NULL;
-        st = model_encode_source_ex(model, line ? line : "", r, call->max_input_length, call->pretok, &c->ids[c->n],
-                                    &c->len[c->n], &trunc);
+        st = model_encode_source_lang(model, line ? line : "", r, call->max_input_length, call->pretok, call->src_lang_code,
+                                      &c->ids[c->n], &c->len[c->n], &trunc);
         if (st) return tern_error_prefix(st, "input line %ld", *line_no);
         if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, call->max_input_length);
         if (ex && (st = extras_sentence(x, *line_no - 1, ex, &c->sd[c->n]))) {

@@ -167,6 +167,15 @@ static const int *hook_ids(struct call_hooks *h, const int *tokens, int len) {
     return h->map;
 }
 
+/* The target language's code, forced as the first output token, is left out of what a caller sees. */
+static const int *skip_lang(const tern_translator_t *tr, const int *ids, int *len) {
+    if (ids && *len > 0 && tr->call && tr->call->tgt_lang >= 0 && ids[0] == tr->call->tgt_lang) {
+        (*len)--;
+        return ids + 1;
+    }
+    return ids;
+}
+
 /* A search result (vocabulary ids) as the API's result. */
 static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res, int pretok, tern_result_t *r,
                                struct call_hooks *h) {
@@ -183,8 +192,9 @@ static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res
     r->num_hypotheses = res->n;
     for (int k = 0; k < res->n; k++) {
         const hypothesis_t *hy = &res->hyps[k];
-        const int *ids = h ? hook_ids(h, hy->tokens, hy->length) : hy->tokens;
-        tern_status_t st = ids || hy->length == 0 ? model_decode_target_ex(m, ids, hy->length, tr->opt.keep_unk, pretok, &r->hypotheses[k])
+        int len = hy->length;
+        const int *ids = skip_lang(tr, h ? hook_ids(h, hy->tokens, hy->length) : hy->tokens, &len);
+        tern_status_t st = ids || len == 0 ? model_decode_target_ex(m, ids, len, tr->opt.keep_unk, pretok, &r->hypotheses[k])
                                : tern_error(TERN_ERR_NOMEM, "out of memory");
         if (st) {
             tern_result_free(r);
@@ -209,7 +219,9 @@ static int hook_finish_input(struct call_hooks *h, int i, const search_result_t 
     int stop = 0;
     if (c->on_token && h->beam && res->n > 0) { /* beam search: the final best hypothesis */
         const hypothesis_t *hy = &res->hyps[0];
-        tern_token_event_t ev = {i, -1, hook_ids(h, hy->tokens, hy->length), hy->length, r->hypotheses[0], NULL, 1};
+        int len = hy->length;
+        const int *ids = skip_lang(h->tr, hook_ids(h, hy->tokens, hy->length), &len);
+        tern_token_event_t ev = {i, -1, ids, len, r->hypotheses[0], NULL, 1};
         stop = c->on_token(&ev, c->on_token_data);
     }
     if (!stop && c->on_result) stop = c->on_result(i, r, c->on_result_data);
@@ -226,7 +238,7 @@ static int hook_step(void *ctx, int n, int t, const int *tokens, int len, int la
     struct call_hooks *h = ctx;
     const tern_request_t *c = h->req;
     int i = h->batch_idx[n];
-    const int *ids = hook_ids(h, tokens, len);
+    const int *ids = skip_lang(h->tr, hook_ids(h, tokens, len), &len);
     char *text = NULL;
     if ((!ids && len > 0) || model_decode_target_ex(h->tr->model, ids, len, h->tr->opt.keep_unk, h->tr->call->pretok, &text)) return 1;
     tern_token_event_t ev = {i, t, ids, len, text, NULL, last};
@@ -559,11 +571,52 @@ static int cmp_len_desc(const void *a, const void *b) {
     return x->idx - y->idx;
 }
 
+static tern_status_t translate_ids(tern_translator_t *tr, int *const *src, const int *len,
+                                   const search_sentence_t *const *sd, const uint64_t *keys, int n, search_result_t *res);
+
+/* The target language's code forced as the first output token (transformers' forced_bos_token_id):
+ * each sentence's data with the code before its own prefix. */
+static tern_status_t translate_lang(tern_translator_t *tr, int *const *src, const int *len,
+                                    const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                    search_result_t *res) {
+    const size_t nn = (size_t)(n > 0 ? n : 1);
+    search_sentence_t *own = calloc(nn, sizeof *own);
+    const search_sentence_t **sd2 = calloc(nn, sizeof *sd2);
+    int **pre = calloc(nn, sizeof *pre);
+    tern_status_t st = own && sd2 && pre ? TERN_OK : tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !st; i++) {
+        if (sd && sd[i]) own[i] = *sd[i];
+        int k = own[i].prefix ? own[i].prefix_len : 0;
+        if (!(pre[i] = malloc((size_t)(k + 1) * sizeof(int)))) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            break;
+        }
+        pre[i][0] = tr->call->tgt_lang;
+        if (k) memcpy(pre[i] + 1, own[i].prefix, (size_t)k * sizeof(int));
+        own[i].prefix = pre[i];
+        own[i].prefix_len = k + 1;
+        own[i].prefix_plain = k == 0; /* the code alone: EOS may follow it in any beam slot, as in transformers */
+        sd2[i] = &own[i];
+    }
+    if (!st) st = translate_ids(tr, src, len, sd2, keys, n, res);
+    for (int i = 0; pre && i < n; i++) free(pre[i]);
+    free(pre), free(sd2), free(own);
+    return st;
+}
+
 tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
                                           const search_sentence_t *const *sd, const uint64_t *keys, int n,
                                           search_result_t *res) {
     const translator_call_t *o = tr->call;
     if (o->p.num_samples > 1) return translate_samples(tr, src, len, sd, keys, n, res);
+    if (o->tgt_lang >= 0) return translate_lang(tr, src, len, sd, keys, n, res);
+    return translate_ids(tr, src, len, sd, keys, n, res);
+}
+
+static tern_status_t translate_ids(tern_translator_t *tr, int *const *src, const int *len,
+                                   const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                   search_result_t *res) {
+    const translator_call_t *o = tr->call;
     tern_status_t st = TERN_OK;
     uint64_t *bkey = malloc((size_t)(n ? n : 1) * sizeof *bkey);
     len_idx_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
@@ -682,7 +735,7 @@ static tern_status_t encode_sources(tern_translator_t *tr, const tern_request_t 
     for (int i = 0; i < req->num_sources; i++) {
         int trunc = 0;
         const char *s = req->sources[i] ? req->sources[i] : "";
-        tern_status_t st = model_encode_source_ex(tr->model, s, strlen(s), c->max_input_length, c->pretok, &ids[i],
+        tern_status_t st = model_encode_source_lang(tr->model, s, strlen(s), c->max_input_length, c->pretok, c->src_lang_code, &ids[i],
                                                   &len[i], &trunc);
         if (st) return st;
         if (trunc) TERN_WARN("input %d: longer than %d tokens, truncated", i, c->max_input_length);
@@ -863,9 +916,15 @@ tern_status_t tern_score(tern_translator_t *tr, const tern_request_t *request, f
     for (int i = 0; i < n; i++) {
         int trunc;
         const char *s = sources[i] ? sources[i] : "", *t = targets[i] ? targets[i] : "";
-        if ((st = model_encode_source_ex(m, s, strlen(s), call.max_input_length, pretok, &sids[i], &slen[i], &trunc)))
+        if ((st = model_encode_source_lang(m, s, strlen(s), call.max_input_length, pretok, call.src_lang_code, &sids[i],
+                                            &slen[i], &trunc)))
             goto done;
         if ((st = model_encode_target_ex(m, t, strlen(t), pretok, &tids[i], &tlen[i]))) goto done;
+        if (call.tgt_lang >= 0) { /* the target language's code first (text_to_ids left room for it) */
+            memmove(tids[i] + 1, tids[i], (size_t)tlen[i] * sizeof(int));
+            tids[i][0] = call.tgt_lang;
+            tlen[i]++;
+        }
         if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;
         token_counts[i] = slen[i] > 0 ? tlen[i] + 1 : 0;
         if (!(token_logprobs[i] = calloc((size_t)tlen[i] + 1, sizeof(float)))) {
@@ -879,6 +938,11 @@ tern_status_t tern_score(tern_translator_t *tr, const tern_request_t *request, f
         }
     }
     if (ns > 0) st = force_decode(tr, bsrc, blen, ns, rows, tids, tlen, token_logprobs, cancel);
+    for (int i = 0; !st && call.tgt_lang >= 0 && i < n; i++) /* the forced code's log-probability is not returned */
+        if (token_counts[i] > 0 && tlen[i] > 0) {
+            memmove(token_logprobs[i], token_logprobs[i] + 1, (size_t)tlen[i] * sizeof(float));
+            token_counts[i]--;
+        }
 done:
     for (int i = 0; i < n; i++) {
         if (sids) free(sids[i]);

@@ -15,6 +15,11 @@ typedef struct translator_call {
     int max_batch_tokens, max_batch_size, max_input_length;
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
     int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention) */
+    int src_lang, tgt_lang;        /* tern_request_t's source_lang / target_lang as token ids (-1:
+                                      none): the first source token; the forced first output token,
+                                      left out of the results */
+    const char *src_lang_code;     /* the source language's code (NULL: none), looked up in each
+                                      ensemble member's vocabulary */
     const search_global_t *global; /* suppressed sequences, LMBR weights (NULL: none) */
     struct call_hooks *hooks;      /* callbacks and cancellation flag (NULL: none) */
 } translator_call_t;
@@ -50,6 +55,7 @@ tern_search_params_t search_params_over(const tern_search_params_t *given, unsig
      _Alignof(type))
 #define SEARCH_PARAMS_SIZE_1_0 ABI_SIZE_UPTO(tern_search_params_t, prune_threshold)
 #define REQUEST_SIZE_1_0 ABI_SIZE_UPTO(tern_request_t, stream_data)
+#define MODEL_INFO_SIZE_1_0 ABI_SIZE_UPTO(tern_model_info_t, ensemble)
 
 /* The caller's search parameters in this library's layout (NULL: the defaults), checked. */
 tern_status_t search_params_in(tern_search_params_t *dst, const tern_search_params_t *src);

@@ -1,5 +1,6 @@
 /*
- * hf_format.c — a Hugging Face MarianMT checkpoint as a Tern Transformer (hf_format.h).
+ * hf_format.c — a Hugging Face MarianMT or M2M-100/NLLB checkpoint as a Tern Transformer
+ * (hf_format.h).
  *
  * transformers' MarianMTModel (modeling_marian.py): post-norm layers (residual, then
  * self_attn_layer_norm / encoder_attn_layer_norm / final_layer_norm), embeddings times
@@ -7,6 +8,17 @@
  * width, cos in the second, frequency 1/10000^(2 (j div 2) / d)), no final layer norms, logits =
  * lm_head(x) + final_logits_bias, the decoder started from decoder_start_token_id (the pad token),
  * which generation never outputs (config.json's bad_words_ids).
+ *
+ * transformers' M2M100ForConditionalGeneration (modeling_m2m_100.py, NLLB's class too): pre-norm
+ * layers with a final layer_norm on each side, embeddings times sqrt(d_model) when
+ * scale_embedding, fairseq's sinusoids (frequency exp(-j ln(10000) / (C/2 - 1)), sines then
+ * cosines, in float32) looked up at position + pad_token_id + 1 (position ids start after the
+ * padding index), the lm_head tied to the shared embedding, no logits bias, the decoder started
+ * from </s> (decoder_start_token_id) and then the target language's code (forced_bos_token_id:
+ * the caller's target language, a forced first token). Vocabulary: NllbTokenizer's (no
+ * vocab.json: <s> <pad> </s> <unk>, then sentencepiece.bpe.model's pieces from its id 3 on at
+ * id + 1) or M2M100Tokenizer's (vocab.json), with the added tokens (language codes, <mask>) at
+ * the ids tokenizer_config.json's added_tokens_decoder gives.
  *
  * Legend: C width (d_model), F feed-forward width, V vocabulary, P position rows.
  */
@@ -21,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "model/transformer_desc.h"
 #include "model/weights_internal.h"
+#include "text/spm.h"
 
 enum { REQUIRED = -0x7fffffff };
 
@@ -28,6 +41,7 @@ enum { REQUIRED = -0x7fffffff };
 typedef struct {
     char path[1100];
     char model_type[32];
+    int m2m;                 /* model_type m2m_100 (else marian) */
     int d, enc_layers, dec_layers, enc_heads, dec_heads, enc_ffn, dec_ffn;
     int act;                 /* activation_t */
     int scale_emb, max_pos, vocab, dec_vocab;
@@ -61,7 +75,7 @@ static tern_status_t json_bool(const cJSON *root, const char *path, const char *
 }
 
 /* transformers' ACT2FN names. */
-static tern_status_t read_activation(const cJSON *root, const char *path, int *act) {
+static tern_status_t read_activation(const cJSON *root, const char *path, const char *def, int *act) {
     static const struct {
         const char *name;
         activation_t act;
@@ -69,7 +83,7 @@ static tern_status_t read_activation(const cJSON *root, const char *path, int *a
                  {"gelu", ACT_GELU},           {"gelu_new", ACT_GELU_TANH}, {"gelu_pytorch_tanh", ACT_GELU_TANH},
                  {"gelu_fast", ACT_GELU_TANH}, {"quick_gelu", ACT_GELU_SIGMOID}, {"tanh", ACT_TANH}};
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "activation_function");
-    const char *s = it && cJSON_IsString(it) ? it->valuestring : "gelu"; /* MarianConfig's default */
+    const char *s = it && cJSON_IsString(it) ? it->valuestring : def;
     if (it && !cJSON_IsNull(it) && !cJSON_IsString(it))
         return tern_error(TERN_ERR_FORMAT, "%s: \"activation_function\" must be a string", path);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -81,10 +95,12 @@ static tern_status_t read_activation(const cJSON *root, const char *path, int *a
                       "gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, tanh)", path, s);
 }
 
-/* The sizes (MarianConfig's defaults where a key is absent) and the special token ids. */
+/* The sizes (MarianConfig's or M2M100Config's defaults where a key is absent) and the special
+ * token ids. */
 static tern_status_t read_sizes(hf_config_t *c, const cJSON *r) {
     const char *p = c->path;
     tern_status_t st;
+    int m2m = c->m2m;
     if ((st = json_int(r, p, "d_model", 1, 1 << 16, 1024, &c->d)) ||
         (st = json_int(r, p, "encoder_layers", 1, 1024, 12, &c->enc_layers)) ||
         (st = json_int(r, p, "decoder_layers", 1, 1024, 12, &c->dec_layers)) ||
@@ -95,12 +111,12 @@ static tern_status_t read_sizes(hf_config_t *c, const cJSON *r) {
         (st = json_int(r, p, "max_position_embeddings", 1, 1 << 20, 1024, &c->max_pos)) ||
         (st = json_int(r, p, "vocab_size", 1, 1 << 24, REQUIRED, &c->vocab)) ||
         (st = json_int(r, p, "decoder_vocab_size", 1, 1 << 24, c->vocab, &c->dec_vocab)) ||
-        (st = json_int(r, p, "pad_token_id", 0, c->dec_vocab - 1, REQUIRED, &c->pad)) ||
-        (st = json_int(r, p, "eos_token_id", 0, c->dec_vocab - 1, REQUIRED, &c->eos)) ||
-        (st = json_int(r, p, "decoder_start_token_id", 0, c->dec_vocab - 1, c->pad, &c->start)) ||
-        (st = json_bool(r, p, "scale_embedding", 0, &c->scale_emb)) ||
+        (st = json_int(r, p, "pad_token_id", 0, c->dec_vocab - 1, m2m ? 1 : REQUIRED, &c->pad)) ||
+        (st = json_int(r, p, "eos_token_id", 0, c->dec_vocab - 1, m2m ? 2 : REQUIRED, &c->eos)) ||
+        (st = json_int(r, p, "decoder_start_token_id", 0, c->dec_vocab - 1, m2m ? c->eos : c->pad, &c->start)) ||
+        (st = json_bool(r, p, "scale_embedding", m2m, &c->scale_emb)) ||
         (st = json_bool(r, p, "share_encoder_decoder_embeddings", 1, &c->share_emb)) ||
-        (st = json_bool(r, p, "tie_word_embeddings", 1, &c->tie)) || (st = read_activation(r, p, &c->act)))
+        (st = json_bool(r, p, "tie_word_embeddings", 1, &c->tie)) || (st = read_activation(r, p, m2m ? "relu" : "gelu", &c->act)))
         return st;
     if (c->enc_heads != c->dec_heads || c->d % c->enc_heads)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: \"encoder_attention_heads\" (%d) and \"decoder_attention_heads\" "
@@ -132,9 +148,10 @@ static tern_status_t read_config(hf_config_t *c, const char *dir, cJSON **root) 
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*root, "model_type");
     if (!cJSON_IsString(mt)) return tern_error(TERN_ERR_FORMAT, "%s: \"model_type\" must be a string", c->path);
     snprintf(c->model_type, sizeof c->model_type, "%s", mt->valuestring);
-    if (strcmp(mt->valuestring, "marian"))
+    c->m2m = !strcmp(mt->valuestring, "m2m_100");
+    if (strcmp(mt->valuestring, "marian") && !c->m2m)
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: \"model_type\" '%s' is not supported (Tern reads Hugging Face "
-                          "checkpoints of model_type 'marian')", c->path, mt->valuestring);
+                          "checkpoints of model_type 'marian' and 'm2m_100')", c->path, mt->valuestring);
     return read_sizes(c, *root);
 }
 
@@ -273,20 +290,37 @@ static void marian_positions(float *out, int P, int C) {
         }
 }
 
+/* transformers' M2M100SinusoidalPositionalEmbedding.get_embedding (fairseq's), in float32 as torch
+ * computes it, rows from + offset on (position p is row p + pad_token_id + 1): out (P, C). */
+static void m2m_positions(float *out, int P, int C, int offset) {
+    int half = C / 2;
+    float step = (float)(log(10000.0) / (double)(half - 1 > 0 ? half - 1 : 1));
+    for (int pos = 0; pos < P; pos++) {
+        float *row = out + (size_t)pos * C;
+        for (int j = 0; j < half; j++) {
+            float a = (float)(pos + offset) * expf((float)j * -step);
+            row[j] = sinf(a);
+            row[half + j] = cosf(a);
+        }
+        if (C % 2) row[C - 1] = 0.0f;
+    }
+}
+
 /* The encoder's or decoder's position table: stored (embed_positions.weight) or computed. */
 static tern_status_t add_positions(builder_t *b, const char *side, tmodule_t mod) {
     char hn[128], tn[128];
     int64_t shape[2] = {b->c->max_pos, b->c->d};
     snprintf(hn, sizeof hn, "%s.embed_positions.weight", side);
     transformer_tensor_name(tn, sizeof tn, mod, -1, TP_ENCODINGS);
-    const tensor_t *t = hf_get(b->hf, hn);
+    const tensor_t *t = b->c->m2m ? NULL : hf_get(b->hf, hn); /* M2M-100's is never stored */
     if (t) {
         tern_status_t st = check_shape(b, t, shape[0], shape[1]);
         return st ? st : add_as(b, tn, t, 2, shape);
     }
     float *p = malloc((size_t)shape[0] * (size_t)shape[1] * sizeof(float));
     if (!p) return tern_error(TERN_ERR_NOMEM, "position table: out of memory");
-    marian_positions(p, (int)shape[0], (int)shape[1]);
+    if (b->c->m2m) m2m_positions(p, (int)shape[0], (int)shape[1], b->c->pad + 1);
+    else marian_positions(p, (int)shape[0], (int)shape[1]);
     tern_status_t st = weights_add(b->nw, tn, strlen(tn), DT_F32, 2, shape, p, (size_t)(shape[0] * shape[1]) * 4, 0);
     free(p);
     return st;
@@ -329,9 +363,10 @@ static tern_status_t add_embeddings(builder_t *b, const tensor_t **emb) {
     return add_as(b, pb, bias, 1, &V);
 }
 
-/* The description's config keys: heads, post-norm, activation, embedding scale. */
+/* The description's config keys: heads, post-norm (Marian) or pre-norm (M2M-100), activation,
+ * embedding scale. */
 static tern_status_t add_keys(builder_t *b) {
-    transformer_spec_t spec = {b->c->enc_heads, 0, b->c->act, b->c->scale_emb};
+    transformer_spec_t spec = {b->c->enc_heads, b->c->m2m, b->c->act, b->c->scale_emb};
     transformer_scalars_t s;
     int n = transformer_desc_scalars(&s, &spec);
     for (int i = 0; i < n; i++) {
@@ -353,6 +388,22 @@ static tern_status_t build_weights(builder_t *b, const tensor_t **emb) {
     for (int l = 0; l < b->c->dec_layers; l++)
         for (size_t k = 0; k < sizeof DEC_MODULES / sizeof DEC_MODULES[0]; k++)
             if ((st = add_module(b, "decoder", l, &DEC_MODULES[k]))) return st;
+    if (!b->c->m2m) return TERN_OK;
+    /* pre-norm: the final layer norms (encoder.layer_norm, decoder.layer_norm) */
+    static const hf_module_t FINAL[2] = {{TM_ENC_FINAL_LN, {"layer_norm"}, 1, 0, 0},
+                                         {TM_DEC_FINAL_LN, {"layer_norm"}, 1, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        const char *side = k ? "decoder" : "encoder";
+        for (int p = 0; p < 2; p++) {
+            char hn[128], tn[128];
+            snprintf(hn, sizeof hn, "%s.layer_norm.%s", side, p ? "bias" : "weight");
+            const tensor_t *t = hf_get(b->hf, hn);
+            if (!t) return missing(b, hn);
+            if ((st = check_shape(b, t, b->c->d, 0))) return st;
+            transformer_tensor_name(tn, sizeof tn, FINAL[k].mod, -1, p ? TP_BETA : TP_GAMMA);
+            if ((st = add_as(b, tn, t, 1, t->shape))) return st;
+        }
+    }
     return TERN_OK;
 }
 
@@ -406,8 +457,178 @@ static tern_status_t load_vocab_json(vocab_t **out, const char *path, const tens
     return st;
 }
 
-static tern_status_t load_vocabs(hf_checkpoint_t *out, const char *dir, const tensor_t *const *emb) {
+/* ------------------------------------------------------------------ M2M-100 / NLLB vocabulary */
+
+/* tok[id] = a copy of s (an id outside [0, V) is an error naming path). */
+static tern_status_t put_token(char **tok, int V, double id, const char *s, const char *path) {
+    if (!(id >= 0 && id < V) || id != floor(id))
+        return tern_error(TERN_ERR_MISMATCH, "%s: token '%s': id %g is not in [0, %d) (the embedding's rows)", path, s,
+                          id, V);
+    free(tok[(int)id]);
+    if (!(tok[(int)id] = strdup(s))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    return TERN_OK;
+}
+
+/* The base vocabulary: M2M100Tokenizer's vocab.json, else NllbTokenizer's ids over
+ * sentencepiece.bpe.model (fairseq's: <s> <pad> </s> <unk> at 0-3, SentencePiece id i >= 3 at i + 1). */
+static tern_status_t m2m_base_vocab(hf_checkpoint_t *out, const char *dir, char **tok, int V, int *has_json,
+                                    int *base_n) {
+    path_join(out->src_vocab_path, sizeof out->src_vocab_path, dir, "vocab.json");
+    tern_status_t st = TERN_OK;
+    if ((*has_json = file_exists(out->src_vocab_path))) {
+        cJSON *root = NULL;
+        if ((st = json_read_object(out->src_vocab_path, &root))) return st;
+        *base_n = cJSON_GetArraySize(root);
+        for (const cJSON *it = root->child; it && !st; it = it->next)
+            st = put_token(tok, V, cJSON_IsNumber(it) ? it->valuedouble : -1, it->string, out->src_vocab_path);
+        cJSON_Delete(root);
+        return st;
+    }
+    path_join(out->src_vocab_path, sizeof out->src_vocab_path, dir, "sentencepiece.bpe.model");
+    if (!file_exists(out->src_vocab_path))
+        return tern_error(TERN_ERR_IO, "%s: missing (NllbTokenizer's SentencePiece model; M2M100Tokenizer's has a "
+                          "vocab.json beside it)", out->src_vocab_path);
+    spm_t *sp = NULL;
+    if ((st = spm_load(&sp, out->src_vocab_path))) return st;
+    static const char *const special[4] = {"<s>", "<pad>", "</s>", "<unk>"};
+    int n = spm_piece_count(sp);
+    *base_n = n;
+    for (int i = 0; i < 4 && !st; i++) st = put_token(tok, V, i, special[i], out->src_vocab_path);
+    for (int i = 3; i < n && !st; i++) st = put_token(tok, V, i + 1, spm_id_to_piece(sp, i), out->src_vocab_path);
+    spm_free(sp);
+    return st;
+}
+
+/* A token of a tokenizer file: a string or {"content": string}. */
+static const char *token_content(const cJSON *it) {
+    if (cJSON_IsString(it)) return it->valuestring;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
+    return cJSON_IsString(c) ? c->valuestring : NULL;
+}
+
+/* M2M100Tokenizer's language lists (its "language_codes" key), whose codes "__xx__" follow
+ * vocab.json's ids in this order. */
+static const char *const M2M100_CODES[] = {
+    "af", "am", "ar", "ast", "az", "ba", "be", "bg", "bn", "br", "bs", "ca", "ceb", "cs", "cy", "da", "de", "el", "en",
+    "es", "et", "fa", "ff", "fi", "fr", "fy", "ga", "gd", "gl", "gu", "ha", "he", "hi", "hr", "ht", "hu", "hy", "id",
+    "ig", "ilo", "is", "it", "ja", "jv", "ka", "kk", "km", "kn", "ko", "lb", "lg", "ln", "lo", "lt", "lv", "mg", "mk",
+    "ml", "mn", "mr", "ms", "my", "ne", "nl", "no", "ns", "oc", "or", "pa", "pl", "ps", "pt", "ro", "ru", "sd", "si",
+    "sk", "sl", "so", "sq", "sr", "ss", "su", "sv", "sw", "ta", "th", "tl", "tn", "tr", "uk", "ur", "uz", "vi", "wo",
+    "xh", "yi", "yo", "zh", "zu", NULL};
+static const char *const WMT21_CODES[] = {"en", "ha", "is", "ja", "cs", "ru", "zh", "de", NULL};
+
+/* M2M100Tokenizer without additional_special_tokens: its "language_codes" list (m2m100 by default)
+ * as the codes "__xx__". */
+static tern_status_t m2m100_codes(hf_checkpoint_t *out, const cJSON *tc, const char *path) {
+    const cJSON *lc = tc ? cJSON_GetObjectItemCaseSensitive(tc, "language_codes") : NULL;
+    const char *name = cJSON_IsString(lc) ? lc->valuestring : "m2m100";
+    const char *const *codes = !strcmp(name, "m2m100") ? M2M100_CODES : !strcmp(name, "wmt21") ? WMT21_CODES : NULL;
+    if (!codes)
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: \"language_codes\" '%s' is not M2M100Tokenizer's (m2m100, "
+                          "wmt21)", path, name);
+    int n = 0;
+    while (codes[n]) n++;
+    if (!(out->langs = calloc((size_t)n, sizeof *out->langs))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "__%s__", codes[i]);
+        if (!(out->langs[out->n_langs++] = strdup(b))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    return TERN_OK;
+}
+
+/* The added tokens (language codes, <mask>) at their ids and the language codes.
+ * NllbTokenizer: the ids of tokenizer_config.json's added_tokens_decoder ({"id": {"content": ...}}),
+ * else of added_tokens.json ({token: id}), else fairseq's order (the codes after the SentencePiece
+ * pieces, then <mask>); the codes are additional_special_tokens (tokenizer_config.json, else
+ * special_tokens_map.json). M2M100Tokenizer (vocab.json): the codes follow vocab.json's ids, from
+ * additional_special_tokens or its "language_codes" list. */
+static tern_status_t m2m_added_tokens(hf_checkpoint_t *out, const char *dir, char **tok, int V, int has_json,
+                                      int base_n) {
+    char p[1100], q[1100];
+    cJSON *tc = NULL, *root = NULL;
+    tern_status_t st = TERN_OK;
+    path_join(p, sizeof p, dir, "tokenizer_config.json");
+    if (file_exists(p) && (st = json_read_object(p, &tc))) return st;
+    const cJSON *atd = tc ? cJSON_GetObjectItemCaseSensitive(tc, "added_tokens_decoder") : NULL;
+    int explicit_ids = 1;
+    if (cJSON_IsObject(atd)) {
+        for (const cJSON *it = atd->child; it && !st; it = it->next) {
+            const char *s = token_content(it);
+            char *end = NULL;
+            double id = strtod(it->string, &end);
+            st = s && end && !*end ? put_token(tok, V, id, s, p)
+                                   : tern_error(TERN_ERR_FORMAT, "%s: \"added_tokens_decoder\": entry '%s' must map an "
+                                                "id to {\"content\": token}", p, it->string);
+        }
+    } else if (file_exists(path_join(q, sizeof q, dir, "added_tokens.json"))) {
+        if (!(st = json_read_object(q, &root)))
+            for (const cJSON *it = root->child; it && !st; it = it->next)
+                st = put_token(tok, V, cJSON_IsNumber(it) ? it->valuedouble : -1, it->string, q);
+        cJSON_Delete(root);
+        root = NULL;
+    } else {
+        explicit_ids = 0;
+    }
+    const cJSON *langs = tc ? cJSON_GetObjectItemCaseSensitive(tc, "additional_special_tokens") : NULL;
+    const char *lpath = p;
+    if (!st && !cJSON_IsArray(langs) && file_exists(path_join(q, sizeof q, dir, "special_tokens_map.json")) &&
+        !(st = json_read_object(q, &root))) {
+        langs = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens");
+        lpath = q;
+    }
+    int n = cJSON_IsArray(langs) ? cJSON_GetArraySize(langs) : 0;
+    if (!st && n > 0 && !(out->langs = calloc((size_t)n, sizeof *out->langs)))
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+    for (const cJSON *it = n > 0 ? langs->child : NULL; it && !st; it = it->next) {
+        const char *s = token_content(it);
+        if (!s) st = tern_error(TERN_ERR_FORMAT, "%s: \"additional_special_tokens\" must list tokens", lpath);
+        else if (!(out->langs[out->n_langs++] = strdup(s))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    snprintf(out->langs_path, sizeof out->langs_path, "%s", lpath);
+    if (!st && has_json && out->n_langs == 0) {
+        snprintf(out->langs_path, sizeof out->langs_path, "%s", p);
+        st = m2m100_codes(out, tc, p);
+    }
+    if (has_json || !explicit_ids) /* the codes at their tokenizer's ids: after vocab.json, or fairseq's */
+        for (int i = 0; i < out->n_langs && !st; i++)
+            st = put_token(tok, V, base_n + (has_json ? 0 : 1) + i, out->langs[i], out->langs_path);
+    if (!st && !has_json && !explicit_ids) st = put_token(tok, V, base_n + 1 + out->n_langs, "<mask>", out->langs_path);
+    cJSON_Delete(root);
+    cJSON_Delete(tc);
+    return st;
+}
+
+/* The joint vocabulary of an M2M-100/NLLB checkpoint: as many tokens as the embedding has rows
+ * (rows no tokenizer file names, as NLLB's spare ones, are "<unused_ID>"). */
+static tern_status_t load_m2m_vocab(hf_checkpoint_t *out, const char *dir, const tensor_t *emb) {
+    int V = (int)emb->shape[0];
+    char **tok = calloc((size_t)V, sizeof *tok);
+    if (!tok) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    int has_json = 0, base_n = 0;
+    tern_status_t st = m2m_base_vocab(out, dir, tok, V, &has_json, &base_n);
+    if (!st) st = m2m_added_tokens(out, dir, tok, V, has_json, base_n);
+    for (int i = 0; i < V && !st; i++) {
+        char b[32];
+        snprintf(b, sizeof b, "<unused_%d>", i);
+        if (!tok[i] && !(tok[i] = strdup(b))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    if (!st) st = vocab_from_tokens(&out->src_vocab, (const char *const *)tok, V);
+    for (int i = 0; i < V; i++) free(tok[i]);
+    free(tok);
+    if (st) return st;
+    out->tgt_vocab = out->src_vocab;
+    memcpy(out->tgt_vocab_path, out->src_vocab_path, sizeof out->tgt_vocab_path);
+    for (int i = 0; i < out->n_langs; i++)
+        if (vocab_lookup(out->src_vocab, out->langs[i]) < 0)
+            return tern_error(TERN_ERR_MISMATCH, "%s: language code '%s' is not a token of the vocabulary (%s and "
+                              "the added tokens)", out->langs_path, out->langs[i], out->src_vocab_path);
+    return TERN_OK;
+}
+
+static tern_status_t load_vocabs(hf_checkpoint_t *out, const char *dir, const tensor_t *const *emb, int m2m) {
     char p[1100];
+    if (m2m) return load_m2m_vocab(out, dir, emb[0]);
     path_join(out->src_vocab_path, sizeof out->src_vocab_path, dir, "vocab.json");
     if (!file_exists(out->src_vocab_path))
         return tern_error(TERN_ERR_IO, "%s: missing (MarianTokenizer's vocabulary: a dict piece -> id)",
@@ -448,7 +669,7 @@ static tern_status_t set_tokens(hf_checkpoint_t *out, const hf_config_t *c) {
         return tern_error(TERN_ERR_FORMAT, "%s: the source vocabulary lacks the end token '%s'", out->src_vocab_path,
                           m->eos_token);
     m->add_source_bos = 0;
-    m->add_source_eos = 1; /* MarianTokenizer appends </s> */
+    m->add_source_eos = 1; /* MarianTokenizer, M2M100Tokenizer and NllbTokenizer append </s> */
     m->layer_norm_epsilon = 1e-5f;
     snprintf(m->architecture, sizeof m->architecture, "transformer");
     return TERN_OK;
@@ -503,9 +724,13 @@ static tern_status_t read_never(hf_checkpoint_t *out, const hf_config_t *c, cons
     return st;
 }
 
-static tern_status_t check_spm(const char *dir) {
+static tern_status_t check_spm(const char *dir, int m2m) {
     static const char *const files[] = {"source.spm", "target.spm"};
     char p[1100];
+    if (m2m && !file_exists(path_join(p, sizeof p, dir, "sentencepiece.bpe.model")))
+        return tern_error(TERN_ERR_IO, "%s: missing (the tokenizer's SentencePiece model; --pretokenized reads and "
+                          "writes vocabulary pieces without it)", p);
+    if (m2m) return TERN_OK;
     for (int i = 0; i < 2; i++)
         if (!file_exists(path_join(p, sizeof p, dir, files[i])))
             return tern_error(TERN_ERR_IO, "%s: missing (MarianTokenizer's SentencePiece model of the %s side; "
@@ -517,6 +742,8 @@ void hf_checkpoint_free(hf_checkpoint_t *c) {
     if (!c) return;
     weights_free(c->weights);
     if (c->tgt_vocab != c->src_vocab) vocab_free(c->tgt_vocab);
+    for (int i = 0; i < c->n_langs; i++) free(c->langs[i]);
+    free(c->langs);
     vocab_free(c->src_vocab);
     memset(c, 0, sizeof *c);
 }
@@ -529,10 +756,10 @@ tern_status_t hf_checkpoint_load(hf_checkpoint_t *out, const char *dir, int need
     const tensor_t *emb[2] = {NULL, NULL};
     tern_status_t st = read_config(&c, dir, &config);
     if (!st) st = load_weights(out, &c, dir, emb, &hf);
-    if (!st) st = load_vocabs(out, dir, emb);
+    if (!st) st = load_vocabs(out, dir, emb, c.m2m);
     if (!st) st = set_tokens(out, &c);
     if (!st) st = read_never(out, &c, config, dir);
-    if (!st && need_spm) st = check_spm(dir);
+    if (!st && need_spm) st = check_spm(dir, c.m2m);
     snprintf(out->model_type, sizeof out->model_type, "%s", c.model_type);
     /* the stored table's tensors that were copied at load (unaligned) were copied again above */
     weights_free(hf);

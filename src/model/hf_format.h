@@ -35,6 +35,11 @@ typedef struct {
     /* token sequences never generated (transformers' bad_words_ids; the pad token first): the
      * tokens of sequence i are never[never_off[i] .. never_off[i + 1]) */
     int never[HF_MAX_NEVER], never_off[HF_MAX_NEVER + 1], n_never;
+    /* M2M-100/NLLB: the language codes (tokens of the vocabulary: "deu_Latn", "__de__"), as the
+     * tokenizer files list them (additional_special_tokens), from langs_path */
+    char **langs;
+    int n_langs;
+    char langs_path[1100];
 } hf_checkpoint_t;
 
 /* Reads the checkpoint in dir. need_spm: source.spm and target.spm must be there (an error

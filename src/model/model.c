@@ -60,7 +60,8 @@ static tern_status_t load_vocab_pair(tern_model_t *m) {
 static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
     char p[2048], q[2048];
     tern_status_t st;
-    static const char *src[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model", NULL};
+    static const char *src[] = {"source.spm", "sentencepiece.model", "spm.model", "source.model",
+                                "sentencepiece.bpe.model", NULL};
     static const char *tgt[] = {"target.spm", "target.model", NULL};
     if (o->use_spm == 0) return TERN_OK;
     const char *sp = o->source_spm ? o->source_spm : find_file(p, sizeof p, m->dir, src);
@@ -98,6 +99,21 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     memcpy(m->never_tok, c.never, sizeof(int) * (size_t)c.never_off[c.n_never]);
     memcpy(m->never_off, c.never_off, sizeof(int) * (size_t)(c.n_never + 1));
     m->n_never = c.n_never;
+    m->langs = c.langs, m->n_langs = c.n_langs; /* taken over */
+    c.langs = NULL, c.n_langs = 0;
+    if (m->n_langs > 0) {
+        int V = vocab_size(m->tgt_vocab);
+        if (!(m->tgt_skip = calloc((size_t)V, 1))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+        static const char *const special[] = {"<s>", "<pad>", "<mask>"};
+        for (int i = 0; i < 3; i++) {
+            int id = vocab_lookup(m->tgt_vocab, special[i]);
+            if (id >= 0) m->tgt_skip[id] = 1;
+        }
+        for (int i = 0; i < m->n_langs; i++) {
+            int id = vocab_lookup(m->tgt_vocab, m->langs[i]);
+            if (id >= 0) m->tgt_skip[id] = 1;
+        }
+    }
     return TERN_OK;
 }
 
@@ -134,6 +150,8 @@ void tern_model_free(tern_model_t *m) {
     free(m->members);
     weights_free(m->weights);
     if (!m->n_members) free(m->never_tok), free(m->never_off);
+    for (int i = 0; i < m->n_langs && !m->n_members; i++) free(m->langs[i]);
+    if (!m->n_members) free(m->langs), free(m->tgt_skip);
     if (m->tgt_vocab != m->src_vocab) vocab_free(m->tgt_vocab);
     vocab_free(m->src_vocab);
     if (m->tgt_spm != m->src_spm) spm_free(m->tgt_spm);
@@ -219,12 +237,20 @@ tern_search_params_t tern_model_search_params(const tern_model_t *m, const char 
     return m->search;
 }
 
-tern_model_info_t tern_model_info(const tern_model_t *m) {
+/* tern_model_info_t grew in 1.1 (languages): this is the TERN_1.1 version, the default one;
+ * src/batch/abi_compat.c has the TERN_1 one, which returns the 1.0.0 layout. */
+tern_model_info_t tern_model_info_1_1(const tern_model_t *m);
+__asm__(".symver tern_model_info_1_1, tern_model_info@@TERN_1.1");
+
+tern_model_info_t tern_model_info_1_1(const tern_model_t *m) {
     tern_model_info_t i = m->info;
     i.struct_size = sizeof i;
     i.format = m->format;
     i.has_spm = m->n_members ? m->members[0]->src_spm != NULL : m->src_spm != NULL;
     if (!m->n_members) i.num_members = 1;
+    const tern_model_t *m0 = m->n_members ? m->members[0] : m;
+    i.num_languages = m0->n_langs;
+    i.languages = (const char *const *)m0->langs;
     return i;
 }
 
@@ -291,6 +317,7 @@ tern_status_t tern_model_load_ensemble(tern_model_t **out, const char *const *di
     m->tgt_unk = m0->tgt_unk;
     m->vmap = m0->vmap;
     m->never_tok = m0->never_tok, m->never_off = m0->never_off, m->n_never = m0->n_never;
+    m->langs = m0->langs, m->n_langs = m0->n_langs, m->tgt_skip = m0->tgt_skip; /* not owned */
     m->search = m0->search;
     memcpy(m->search_source, m0->search_source, sizeof m->search_source);
     free(fams), free(nets);
@@ -376,7 +403,7 @@ static tern_status_t marian_text_to_ids(const tern_model_t *m, const char *text,
 }
 
 static tern_status_t encode_source_one(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                       int pretok, int **ids, int *n, int *truncated) {
+                                       int pretok, const char *lang, int **ids, int *n, int *truncated) {
     int *tok, nt;
     *truncated = 0;
     tern_status_t st = m->marian_codes && !pretok && m->src_spm
@@ -388,7 +415,20 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
         *n = 0;
         return TERN_OK;
     }
-    int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0);
+    int code = lang ? vocab_lookup(m->src_vocab, lang) : -1;
+    if (lang && code < 0) {
+        free(tok);
+        return tern_error(TERN_ERR_INVALID_ARG, "source language '%s': not a token of %s", lang, m->src_vocab_path);
+    }
+    int extra = (m->cfg.add_source_bos ? 1 : 0) + (m->cfg.add_source_eos ? 1 : 0) + (code >= 0);
+    if (code >= 0) { /* text_to_ids left room for 2 more tokens */
+        int *t2 = realloc(tok, (size_t)(nt + 3) * sizeof(int));
+        if (!t2) {
+            free(tok);
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        }
+        tok = t2;
+    }
     if (max_len > m->info.max_source_length) max_len = m->info.max_source_length;
     if (max_len > 0 && nt + extra > max_len) {
         nt = max_len - extra > 1 ? max_len - extra : 1;
@@ -399,7 +439,14 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
         tok[0] = m->src_bos;
         nt++;
     }
-    if (m->cfg.add_source_eos) tok[nt++] = m->src_eos;
+    if (code >= 0) { /* NllbTokenizer (legacy_behaviour false) and M2M100Tokenizer: [code] tokens </s> */
+        memmove(tok + 1, tok, (size_t)nt * sizeof(int));
+        tok[0] = code;
+        nt++;
+    }
+    /* a multilingual model's pieces may end with </s> already, as CTranslate2 takes NLLB's tokens */
+    int has_eos = m->n_langs > 0 && pretok && nt > 0 && tok[nt - 1] == m->src_eos;
+    if (m->cfg.add_source_eos && !has_eos) tok[nt++] = m->src_eos;
     *ids = tok;
     *n = nt;
     return TERN_OK;
@@ -408,7 +455,7 @@ static tern_status_t encode_source_one(const tern_model_t *m, const char *text, 
 /* An ensemble's source: each member's ids prefixed by their count (ensemble.h); a member that
  * finds no token in a line others do gets its end token (else unknown token, else id 0). */
 static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *text, size_t len, int max_len,
-                                            int pretok, int **ids, int *n, int *truncated) {
+                                            int pretok, const char *lang, int **ids, int *n, int *truncated) {
     int K = m->n_members;
     int **part = calloc((size_t)K, sizeof *part), *plen = calloc((size_t)K, sizeof *plen);
     tern_status_t st = TERN_OK;
@@ -422,7 +469,8 @@ static tern_status_t encode_source_ensemble(const tern_model_t *m, const char *t
     int longest = 0, total = 0;
     for (int k = 0; k < K; k++) {
         int tr = 0;
-        if ((st = encode_source_one(m->members[k], text, len, max_len, pretok, &part[k], &plen[k], &tr))) goto done;
+        if ((st = encode_source_one(m->members[k], text, len, max_len, pretok, lang, &part[k], &plen[k], &tr)))
+            goto done;
         *truncated |= tr;
         if (plen[k] > longest) longest = plen[k];
     }
@@ -453,10 +501,15 @@ done:
     return st;
 }
 
+tern_status_t model_encode_source_lang(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
+                                       const char *lang, int **ids, int *n, int *truncated) {
+    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, pretok, lang, ids, n, truncated);
+    return encode_source_one(m, text, len, max_len, pretok, lang, ids, n, truncated);
+}
+
 tern_status_t model_encode_source_ex(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
                                      int **ids, int *n, int *truncated) {
-    if (m->n_members) return encode_source_ensemble(m, text, len, max_len, pretok, ids, n, truncated);
-    return encode_source_one(m, text, len, max_len, pretok, ids, n, truncated);
+    return model_encode_source_lang(m, text, len, max_len, pretok, NULL, ids, n, truncated);
 }
 
 tern_status_t model_encode_source(const tern_model_t *m, const char *text, size_t len, int max_len,
@@ -487,6 +540,8 @@ tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int 
     size_t total = 1;
     for (int i = 0; i < n; i++) {
         if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm && !pretok) continue;
+        if (m->tgt_skip && m->tgt_spm && !pretok && ids[i] >= 0 && ids[i] < vocab_size(m->tgt_vocab) && m->tgt_skip[ids[i]])
+            continue;
         const char *p = vocab_token(m->tgt_vocab, ids[i]);
         if (!p) p = "";
         pieces[k++] = p;

@@ -34,6 +34,14 @@ struct tern_model {
      * never_tok[never_off[i] .. never_off[i + 1]); an ensemble: member 0's (not owned) */
     int *never_tok, *never_off;
     int n_never;
+    /* a multilingual model's language codes (M2M-100/NLLB: tokens of both vocabularies, "deu_Latn");
+     * an ensemble: member 0's (not owned) */
+    char **langs;
+    int n_langs;
+    /* NULL, or (target vocabulary) 1 for the special tokens text output leaves out (a multilingual
+     * model's language codes, <s>, <pad>, <mask>: what transformers' skip_special_tokens drops; <unk>
+     * as keep_unk says); an ensemble: member 0's (not owned) */
+    uint8_t *tgt_skip;
     int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
 };
@@ -52,6 +60,9 @@ tern_status_t model_encode_target(const tern_model_t *m, const char *text, size_
  * (and the output is pieces joined by spaces), as CTranslate2 takes and gives tokens. */
 tern_status_t model_encode_source_ex(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
                                      int **ids, int *n, int *truncated);
+/* The same with a language code (NULL: none) as the first token (M2M-100/NLLB's tokenizers). */
+tern_status_t model_encode_source_lang(const tern_model_t *m, const char *text, size_t len, int max_len, int pretok,
+                                       const char *lang, int **ids, int *n, int *truncated);
 tern_status_t model_encode_target_ex(const tern_model_t *m, const char *text, size_t len, int pretok, int **ids,
                                      int *n);
 tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,

@@ -6,7 +6,8 @@
  *   prefix     log-prob stage: while t < the prefix length, the prefix token is the only candidate,
  *              and adds 0 to the score: a hypothesis' score is the log-probability of the free
  *              part given the prefix; at the first free step beam search ends only when EOS is
- *              the best candidate (both as CTranslate2's target_prefix);
+ *              the best candidate (both as CTranslate2's target_prefix), unless the sentence's
+ *              prefix is plain (a forced language code: as transformers' forced_bos_token_id);
  *   restrict   log-prob stage: each row follows a node of the sentence's prefix tree (state: the
  *              node); only its children (and EOS where a sequence ends) keep their log-probs, so a
  *              hypothesis' score is its force-decoded log-probability;
@@ -116,7 +117,7 @@ static void prefix_apply(void *self, float *x, const search_rows_t *rows) {
             /* the first free step: beam search ends here only when EOS is the best candidate (as
              * CTranslate2, whose beam search keeps EOS only in the first slot at this step) */
             float *row = x + (size_t)r * rows->V, mx = -INFINITY;
-            if (!P->beam) continue;
+            if (!P->beam || s->prefix_plain) continue;
             for (int v = 0; v < rows->V; v++) mx = row[v] > mx ? row[v] : mx;
             if (row[P->eos] < mx) row[P->eos] = -INFINITY;
             continue;

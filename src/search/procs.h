@@ -45,6 +45,8 @@ typedef struct {
     const search_trie_t *restrict_to; /* only these sequences (each followed by EOS); NULL: free */
     const lmbr_sentence_t *lmbr;      /* n-gram posteriors; NULL: no LMBR for this sentence */
     const cons_sentence_t *constraints; /* target phrases that must appear (constraints.h); NULL: none */
+    int prefix_plain;    /* 1: the step after the prefix is like any other (a forced language code,
+                            transformers' forced_bos_token_id); 0: CTranslate2's target_prefix rule */
 } search_sentence_t;
 
 typedef struct {

@@ -3,8 +3,9 @@
  * (tests/abi/tern-1.0.0.h, the released include/tern.h of v1.0.0) and linked against a library
  * that has only 1.0.0's symbols (TERN_1), then run on the current libtern (tests/test_abi.py).
  * It checks what a 1.0.0 program relies on, and prints each check and then the translations:
- *   - the defaults it gets by value are 1.0.0's layout, filled to exactly its size (a canary
- *     after the struct in the same object stays untouched) with struct_size = its sizeof;
+ *   - the structs it gets by value (the defaults, tern_model_info()) are 1.0.0's layout, filled
+ *     to exactly its size (a canary after the struct in the same object stays untouched) with
+ *     struct_size = its sizeof;
  *   - a request and search parameters in that layout, and ones zeroed and filled by hand
  *     (struct_size 0: "the 1.0.0 layout"), translate: "i ||| hypothesis ||| score" per
  *     hypothesis, beam 4 with 2 hypotheses, for up to 64 lines of stdin.
@@ -59,6 +60,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cannot load %s: %s\n", argv[1], tern_last_error());
         return 1;
     }
+    static struct {
+        tern_model_info_t i;
+        unsigned char canary[256];
+    } mi;
+    memset(&mi, CANARY, sizeof mi);
+    mi.i = tern_model_info(model);
+    printf("model info: struct_size %zu, sizeof %zu; family %s; canary %s\n", mi.i.struct_size, sizeof mi.i,
+           mi.i.family, untouched(mi.canary, sizeof mi.canary) ? "intact" : "OVERWRITTEN");
+    if (mi.i.struct_size != sizeof mi.i || !untouched(mi.canary, sizeof mi.canary)) return 3;
     tern_translator_options_t to = tern_translator_default_options();
     to.threads_per_worker = 1;
     tern_translator_t *tr = NULL;
