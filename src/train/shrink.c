@@ -88,9 +88,9 @@ static tern_status_t load_member(weights_t **w, rnn_gru_dims_t *d, const char *d
     if (d->att_heads > 1)
         return tern_error(TERN_ERR_UNSUPPORTED, "shrink: member %d (%s) already has %d attention heads (an unfolded "
                           "model): unfold the original members instead", k + 1, dir, d->att_heads);
-    for (int i = 0; i < weights_count(*w); i++) {
-        const tensor_t *t = weights_at(*w, i);
-        if (t->rank > 0 && t->dtype != DT_F32)
+    for (int i = 0; i < RG_COUNT; i++) {
+        const tensor_t *t = rnn_gru_tensor_used(d, (rg_tensor_t)i) ? weights_get(*w, rnn_gru_tensor_name(i)) : NULL;
+        if (t && t->dtype != DT_F32)
             return tern_error(TERN_ERR_UNSUPPORTED, "shrink: member %d (%s): tensor '%s' is not float32 (quantized "
                               "models cannot be unfolded: shrink the float32 models, then quantize)", k + 1, dir,
                               t->name);
