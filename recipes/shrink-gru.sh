@@ -8,8 +8,9 @@
 #   K=3 MINUTES=12 WORK=/some/dir bash recipes/shrink-gru.sh
 #
 # Members: embeddings 128, GRUs 128, attention 128, tied projection; Adam lr 2e-3 inverse_sqrt,
-# dropout 0.2, label smoothing 0.1, max-tokens 2048, MINUTES of wall time each (default 10), the K
-# trained side by side on one thread each. Results: $WORK/RESULTS.txt; logs in $WORK/m<k>/train.log.
+# dropout 0.2, label smoothing 0.1, max-tokens 2048, MINUTES of wall time each (default 20; a
+# rerun resumes them up to MINUTES), the K trained side by side on one thread each. Greedy decoding,
+# at most 80 tokens. Results: $WORK/RESULTS.txt; logs in $WORK/m<k>/train.log.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -17,7 +18,7 @@ TERN=${TERN_BIN:-$ROOT/build/tern}
 DATA=${TERN_DATA:-$ROOT/../shared/data}/multi30k
 WORK=${WORK:-/tmp/tern-recipes/shrink-gru}
 K=${K:-2}
-MINUTES=${MINUTES:-10}
+MINUTES=${MINUTES:-20}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMP_NUM_THREADS=1
 for f in train.en train.de val.en val.de test_2016_flickr.en test_2016_flickr.de; do
   [ -f "$DATA/$f" ] || { echo "shrink-gru: $DATA/$f not found (set TERN_DATA)" >&2; exit 1; }
@@ -50,10 +51,10 @@ row() { # name, then tern translate's -m arguments
   local name=$1; shift
   local t0 t1 bleu
   t0=$(date +%s.%N)
-  "$TERN" translate "$@" -t 1 -q "$src" "$WORK/$name.de"
+  "$TERN" translate "$@" -b 1 --max-decoding-length 80 -t 1 -q "$src" "$WORK/$name.de"
   t1=$(date +%s.%N)
   bleu=$("$TERN" score -r "$ref" "$WORK/$name.de" | sed -n 's/^.*BLEU[^=]*= \([0-9.]*\).*$/\1/p' | head -1)
-  printf '%-14s BLEU %6s  %7.0f words/s\n' "$name" "$bleu" "$(echo "$words / ($t1 - $t0)" | bc -l)"
+  printf '%-14s BLEU %6s  %7.0f words/s\n' "$name" "$bleu" "$(awk "BEGIN { print $words / ($t1 - $t0) }")"
 }
 {
   echo "shrink-gru: K=$K members of $MINUTES min, $(date -u +%FT%TZ), $("$TERN" --version)"
