@@ -139,7 +139,10 @@ void tern_model_free(tern_model_t *model);
 /* How an ensemble combines its members' next-token distributions (weights w_k, normalized to sum 1). */
 typedef enum {
     TERN_ENSEMBLE_LOGPROB_MEAN = 0, /* sum_k w_k log p_k (Marian): scores as they are, not renormalized */
-    TERN_ENSEMBLE_PROB_MEAN = 1     /* log sum_k w_k p_k (fairseq): a log-probability */
+    TERN_ENSEMBLE_PROB_MEAN = 1,    /* log sum_k w_k p_k (fairseq): a log-probability */
+    TERN_ENSEMBLE_LOGIT_MEAN = 2    /* log softmax(sum_k w_k log p_k): the renormalized weighted geometric mean,
+                                     * = softmax of the members' weighted mean logits, what an ensemble
+                                     * unfolded into one network (`tern shrink`) computes */
 } tern_ensemble_mode_t;
 
 /* One of a model's own facts, as its family names them (tern_model_info_t.hparams): a layer

@@ -17,6 +17,7 @@ int cmd_filter(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_vocab(int argc, char **argv);
 int cmd_average(int argc, char **argv);
+int cmd_shrink(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_cpu(int argc, char **argv);
 int cmd_vmap(int argc, char **argv);
@@ -85,7 +86,9 @@ typedef struct {
 "                              then PREFIX/share/tern/models)\n" \
 "  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n" \
 "  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n" \
-"                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
+"                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n" \
+"                              or logit-mean (log-softmax of the weighted mean of log-probabilities:\n" \
+"                              an ensemble unfolded by `tern shrink`)\n"
 /* Option handlers; print "tern CMD: ..." and return 0 on a bad value. */
 int cli_models_add(const char *cmd, cli_models_t *m, const char *dir);
 int cli_models_weights(const char *cmd, cli_models_t *m, const char *list);

@@ -77,8 +77,9 @@ int cli_models_mode(const char *cmd, cli_models_t *m, const char *s) {
     m->ensemble = 1;
     if (!strcmp(s, "logprob-mean")) m->mode = TERN_ENSEMBLE_LOGPROB_MEAN;
     else if (!strcmp(s, "prob-mean")) m->mode = TERN_ENSEMBLE_PROB_MEAN;
+    else if (!strcmp(s, "logit-mean")) m->mode = TERN_ENSEMBLE_LOGIT_MEAN;
     else {
-        fprintf(stderr, "tern %s: --ensemble-mode is logprob-mean or prob-mean, got '%s'\n", cmd, s);
+        fprintf(stderr, "tern %s: --ensemble-mode is logprob-mean, prob-mean or logit-mean, got '%s'\n", cmd, s);
         return 0;
     }
     return 1;

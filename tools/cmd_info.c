@@ -131,7 +131,9 @@ int cmd_info(int argc, char **argv) {
            sp.length_norm == TERN_LENPEN_GNMT ? "gnmt" : "plain", (double)sp.coverage_penalty, sp.max_decoding_length,
            sp.min_length);
     if (!strcmp(in.family, "ensemble")) {
-        printf("ensemble_mode: %s\nmembers: %d\n", in.ensemble.mode == TERN_ENSEMBLE_PROB_MEAN ? "prob-mean" : "logprob-mean",
+        printf("ensemble_mode: %s\nmembers: %d\n", in.ensemble.mode == TERN_ENSEMBLE_PROB_MEAN    ? "prob-mean"
+                                              : in.ensemble.mode == TERN_ENSEMBLE_LOGIT_MEAN ? "logit-mean"
+                                                                                            : "logprob-mean",
                in.num_members);
         for (int k = 0; k < in.num_members; k++) {
             tern_model_info_t mk = tern_model_info(tern_model_member(m, k));

@@ -28,6 +28,8 @@ static void usage(FILE *f) {
 "  --ensemble-weights W1,W2,.. one positive weight per -m (normalized to sum 1; default equal)\n"
 "  --ensemble-mode MODE        logprob-mean (default: weighted mean of log-probabilities, Marian)\n"
 "                              or prob-mean (log of the weighted mean of probabilities, fairseq)\n"
+"                              or logit-mean (log-softmax of the weighted mean of log-probabilities:\n"
+"                              an ensemble unfolded by `tern shrink`)\n"
 "  --compute-type TYPE         auto (as stored; default), float32, int8\n"
 "  --source-spm FILE           SentencePiece model of the source side (default: found in DIR)\n"
 "  --vmap FILE                 vocabulary map (`tern vmap`, CTranslate2's format): the output and the\n"

@@ -23,6 +23,7 @@ static const command_t commands[] = {
     {"convert", cmd_convert, "write a CTranslate2 or Tern model in Tern's format, optionally quantized"},
     {"vocab", cmd_vocab, "train a SentencePiece vocabulary (joint or per side)"},
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
+    {"shrink", cmd_shrink, "unfold a GRU ensemble into one model and shrink it data-free"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
     {"vmap", cmd_vmap, "build a vocabulary map (target vocabulary reduction) from a parallel corpus"},
     {"serve", cmd_serve, "HTTP translation server (LibreTranslate API, batching across requests)"},

@@ -41,7 +41,7 @@ tern_status_t ensemble_new(void **out, const model_family_t *const *fams, void *
                            int K, tern_ensemble_mode_t mode) {
     *out = NULL;
     if (K < 1) return tern_error(TERN_ERR_INVALID_ARG, "an ensemble needs at least one model");
-    if (mode != TERN_ENSEMBLE_LOGPROB_MEAN && mode != TERN_ENSEMBLE_PROB_MEAN)
+    if (mode != TERN_ENSEMBLE_LOGPROB_MEAN && mode != TERN_ENSEMBLE_PROB_MEAN && mode != TERN_ENSEMBLE_LOGIT_MEAN)
         return tern_error(TERN_ERR_INVALID_ARG, "unknown ensemble mode %d", (int)mode);
     double sum = 0;
     for (int k = 0; k < K; k++) {
@@ -223,7 +223,7 @@ static tern_status_t ens_set_rows(void *p, const int *parent, const int *sent, i
  * out = log(exp(out) + exp(log w_k + lp)), vectorized (logaddexp_inplace, AVX2 or AVX-512). */
 static void combine(const ensemble_t *e, int k, float *out, const float *lp, size_t n) {
     const float w = e->w[k], lw = e->logw[k];
-    if (e->mode == TERN_ENSEMBLE_LOGPROB_MEAN) {
+    if (e->mode != TERN_ENSEMBLE_PROB_MEAN) { /* logit-mean: the same sum, renormalized after the last member */
         if (k == 0) {
             if (w != 1.0f)
                 for (size_t i = 0; i < n; i++) out[i] *= w;
@@ -266,6 +266,9 @@ static tern_status_t ens_step(void *p, const int *tokens, int t, float *out, flo
                 for (int j = 0; j < Sk; j++) attn[(size_t)r * S + j] += w * s->abuf[(size_t)r * Sk + j];
         }
     }
+    /* logit-mean: sum_k w_k log p_k = sum_k w_k z_k - const per row, so its log-softmax is the softmax of
+     * the mean logits (over a restricted vocabulary, of the restricted ones, as a member's own) */
+    if (e->mode == TERN_ENSEMBLE_LOGIT_MEAN) log_softmax_forward(out, out, R, V);
     return TERN_OK;
 }
 

@@ -5,7 +5,8 @@
  * At each step every member computes its next-token log-probabilities (R, V) for the same rows
  * and tokens (the members' target vocabularies are identical), and the ensemble writes their
  * combination with weights w_k (sum 1): TERN_ENSEMBLE_LOGPROB_MEAN  sum_k w_k log p_k (Marian's;
- * not renormalized), TERN_ENSEMBLE_PROB_MEAN  log sum_k w_k p_k (fairseq's), as token scores
+ * not renormalized), TERN_ENSEMBLE_PROB_MEAN  log sum_k w_k p_k (fairseq's), TERN_ENSEMBLE_LOGIT_MEAN
+ * log softmax(sum_k w_k log p_k) (the renormalized geometric mean: an unfolded ensemble's), as token scores
  * (step_logprobs = 1). The attention row is the weighted mean of the members' rows (each zero
  * past its own source length). One member with weight 1 writes its log-probabilities unchanged.
  *

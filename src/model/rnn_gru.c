@@ -38,7 +38,7 @@ typedef struct {
     int8_t *qbuf;
     float *sbuf;
     int32_t *cbuf;
-    tern_hparam_t hparams[6]; /* what tern_model_info() tells of the shape */
+    tern_hparam_t hparams[7]; /* what tern_model_info() tells of the shape */
 } gru_net_t;
 
 typedef struct {
@@ -54,6 +54,7 @@ typedef struct {
     float *e;         /* (R, E) */
     float *ctx;       /* (R, Dv) */
     float *alpha;     /* (R, S) */
+    float *halpha;    /* (R, S) one head's weights (several attention heads) */
     int *src_of_row, *src_tmp; /* (R) */
     float *scratch;   /* nn_cgru_step_scratch(R) and the decoder's initial state's scratch */
     size_t scratch_n;
@@ -209,6 +210,7 @@ static tern_status_t gru_build(void **out, weights_t *w, const model_config_t *c
     h[3] = (tern_hparam_t){"attention_size", n->d.att, NULL};
     h[4] = (tern_hparam_t){"output_size", n->d.out, NULL};
     h[5] = (tern_hparam_t){"layer_norm", n->d.layer_norm, n->d.layer_norm ? "yes" : "no"};
+    h[6] = (tern_hparam_t){"attention_heads", n->d.att_heads > 1 ? n->d.att_heads : 1, NULL};
     *out = n;
     return TERN_OK;
 }
@@ -224,7 +226,7 @@ static void gru_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = 1024;
     in->int8 = n->int8;
     in->weight_bytes = n->weight_bytes;
-    in->num_hparams = 6;
+    in->num_hparams = n->d.att_heads > 1 ? 7 : 6; /* heads only where an unfolded ensemble has several */
     in->hparams = n->hparams;
 }
 
@@ -243,7 +245,7 @@ static void gru_state_free(void *p) {
     gru_state_t *s = p;
     if (!s) return;
     free(s->emb), free(s->gates), free(s->enc), free(s->kp), free(s->slen);
-    free(s->s), free(s->s_new), free(s->e), free(s->ctx), free(s->alpha), free(s->src_of_row), free(s->src_tmp);
+    free(s->s), free(s->s_new), free(s->e), free(s->ctx), free(s->alpha), free(s->halpha), free(s->src_of_row), free(s->src_tmp);
     free(s->scratch), free(s->vw), free(s->vb), free(s->u);
     free(s->vq), free(s->vs), free(s->i8), free(s->lws);
     free(s);
@@ -266,7 +268,7 @@ static tern_status_t ensure_rows(gru_state_t *s, int R, int S) {
     if (ns < (size_t)cR * (d.Dv + d.H)) ns = (size_t)cR * (d.Dv + d.H);
     if (!grow((void **)&s->s, sizeof(float) * cR * d.H) || !grow((void **)&s->s_new, sizeof(float) * cR * d.H) ||
         !grow((void **)&s->e, sizeof(float) * cR * d.E) || !grow((void **)&s->ctx, sizeof(float) * cR * d.Dv) ||
-        !grow((void **)&s->alpha, sizeof(float) * cR * cS) || !grow((void **)&s->src_of_row, sizeof(int) * cR) ||
+        !grow((void **)&s->alpha, sizeof(float) * cR * cS) || !grow((void **)&s->halpha, sizeof(float) * cR * cS) || !grow((void **)&s->src_of_row, sizeof(int) * cR) ||
         !grow((void **)&s->src_tmp, sizeof(int) * cR) || !grow((void **)&s->scratch, sizeof(float) * ns) ||
         !grow((void **)&s->u, sizeof(float) * cR * d.O))
         return tern_error(TERN_ERR_NOMEM, "rnn-gru: out of memory for %d decoder rows", R);
@@ -391,10 +393,40 @@ static void encode_i8(gru_state_t *s) {
     activation_forward(s->s, (size_t)N * d.H, ACT_TANH);
 }
 
+/* The context and weights of R rows from their query projection qp (R, A): one additive attention,
+ * or an unfolded ensemble's heads (nn_additive_attention_heads_apply). */
+static void attend(gru_state_t *s, const float *qp) {
+    const gru_net_t *n = s->net;
+    const cgru_dims_t d = n->cd;
+    if (n->d.att_heads > 1)
+        nn_additive_attention_heads_apply(s->ctx, d.Dv, s->alpha, s->halpha, qp, s->kp, s->enc, s->slen,
+                                          s->src_of_row, n->t[RG_ATT_V], s->R, s->S, d.A, d.Dv, n->d.att_heads);
+    else
+        nn_additive_attention_apply(s->ctx, d.Dv, s->alpha, qp, s->kp, s->enc, s->slen, s->src_of_row,
+                                    n->t[RG_ATT_V], s->R, 1, s->S, d.A, d.Dv);
+}
+
+/* One float32 step of a model with several attention heads: nn_cgru_step_forward's layers with the
+ * heads' attention between GRU1 and GRU2; the deep output and projection as with a vocabulary map. */
+static void step_heads(gru_state_t *s, float *out) {
+    const gru_net_t *n = s->net;
+    const cgru_dims_t d = n->cd;
+    const int R = s->R, H = d.H;
+    size_t GL = nn_gru_gates_size((size_t)R, H, d.ln);
+    float *g1 = s->scratch, *g2 = g1 + GL, *s1 = g2 + GL, *qp = s1 + (size_t)R * H;
+    nn_gru_cell_forward(s1, g1, s->e, s->s, &n->dec.gru1, R, d.E, H);
+    gemm_f32(0, 1, R, d.A, H, 1.0f, s1, H, n->dec.att_wq, H, 0.0f, qp, d.A);
+    attend(s, qp);
+    nn_gru_cell_forward(s->s_new, g2, s->ctx, s1, &n->dec.gru2, R, d.Dv, H);
+    deep_output(s->u, s->s_new, s->ctx, s->e, &n->dec, R, d);
+    if (s->vn) nn_linear_forward(out, s->u, s->vw, n->dec.out_bo ? s->vb : NULL, R, d.O, s->vn);
+    else nn_linear_forward(out, s->u, n->dec.out_wo, n->dec.out_bo, R, d.O, d.V);
+}
+
 static void step_i8(gru_state_t *s, float *out) {
     const gru_net_t *n = s->net;
     const cgru_dims_t d = n->cd;
-    int R = s->R, S = s->S, H = d.H;
+    int R = s->R, H = d.H;
     float *gi = s->i8, *gh = gi + (size_t)R * 3 * H, *s1 = gh + (size_t)R * 3 * H, *qp = s1 + (size_t)R * H;
     float *u2 = qp + (size_t)R * d.A, *u3 = u2 + (size_t)R * d.O;
     const rnn_cell_t *c1 = &n->dec.gru1, *c2 = &n->dec.gru2;
@@ -402,8 +434,7 @@ static void step_i8(gru_state_t *s, float *out) {
     gru_proj(gh, s->s, &n->lin[RG_GRU1_WHH], R, c1->ln_hh_g, c1->ln_hh_b, c1->b_hh, H, s->lws);
     gru_combine(s1, gi, gh, s->s, R, H);
     linear_forward(qp, s1, &n->lin[RG_ATT_WQ], R, s->lws);
-    nn_additive_attention_apply(s->ctx, d.Dv, s->alpha, qp, s->kp, s->enc, s->slen, s->src_of_row, n->t[RG_ATT_V], R,
-                                1, S, d.A, d.Dv);
+    attend(s, qp);
     gru_proj(gi, s->ctx, &n->lin[RG_GRU2_WIH], R, c2->ln_ih_g, c2->ln_ih_b, c2->b_ih, H, s->lws);
     gru_proj(gh, s1, &n->lin[RG_GRU2_WHH], R, c2->ln_hh_g, c2->ln_hh_b, c2->b_hh, H, s->lws);
     gru_combine(s->s_new, gi, gh, s1, R, H);
@@ -486,6 +517,8 @@ static tern_status_t gru_step(void *p, const int *tokens, int t, float *out, flo
     }
     if (n->int8) {
         step_i8(s, out);
+    } else if (n->d.att_heads > 1) {
+        step_heads(s, out);
     } else if (!s->vn) {
         nn_cgru_step_forward(s->s_new, s->ctx, s->alpha, out, s->scratch, s->e, s->s, s->kp, s->enc, s->slen,
                              s->src_of_row, &n->dec, R, S, d);

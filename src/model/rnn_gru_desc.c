@@ -77,6 +77,8 @@ static const desc_key_t KEYS[RGKEY_COUNT] = {
     [RGKEY_ATT] = {"rnn/attention_size", DT_I32, RGD_A, 0, 1, 1 << 20, 0},
     [RGKEY_OUT] = {"rnn/output_size", DT_I32, RGD_O, 0, 1, 1 << 20, 0},
     [RGKEY_LAYER_NORM] = {"rnn/layer_norm", DT_I32, RGD_LAYER_NORM, 0, 0, 1, DESC_KEY_OPTIONAL},
+    /* only `tern shrink` writes it (read-only for the checkpoint writer: training has one head) */
+    [RGKEY_HEADS] = {"rnn/attention_heads", DT_I32, RGD_HEADS, 1, 1, 1 << 10, DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
 };
 #undef D
 #undef V
@@ -87,7 +89,7 @@ static const desc_key_t KEYS[RGKEY_COUNT] = {
 #undef LN
 
 static const char *const DIM_NAMES[RGD_COUNT] = {"Vs", "Vt", "E", "He", "Hd", "A", "O", "layer_norm",
-                                                 "share_emb", "tie_proj", "Dv"};
+                                                 "share_emb", "tie_proj", "att_heads", "Dv"};
 
 static void derive(int *d) { d[RGD_DV] = 2 * d[RGD_HE]; }
 
@@ -106,6 +108,7 @@ void rnn_gru_dims_array(const rnn_gru_dims_t *d, int out[RGD_COUNT]) {
     out[RGD_VS] = d->src_vocab, out[RGD_VT] = d->tgt_vocab, out[RGD_E] = d->emb, out[RGD_HE] = d->enc_hidden;
     out[RGD_HD] = d->dec_hidden, out[RGD_A] = d->att, out[RGD_O] = d->out, out[RGD_LAYER_NORM] = d->layer_norm;
     out[RGD_SHARE_EMB] = d->share_emb, out[RGD_TIE_PROJ] = d->tie_proj;
+    out[RGD_HEADS] = d->att_heads > 1 ? d->att_heads : 1;
     derive(out);
 }
 
@@ -190,15 +193,18 @@ tern_status_t rnn_gru_desc_read(rnn_gru_dims_t *d, const weights_t *w) {
                               "sizes as rank-0 tensors)", path, KEYS[k].name);
         if (v < KEYS[k].lo || v > KEYS[k].hi) {
             if (KEYS[k].flags & DESC_KEY_OPTIONAL)
-                return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld must be 0 or 1", path, KEYS[k].name,
-                                  (long long)v);
+                return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld must be in [%d, %d]", path,
+                                  KEYS[k].name, (long long)v, KEYS[k].lo, KEYS[k].hi);
             return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %lld is out of range", path, KEYS[k].name,
                               (long long)v);
         }
         dims[KEYS[k].dim] = (int)v;
     }
     d->emb = dims[RGD_E], d->enc_hidden = dims[RGD_HE], d->dec_hidden = dims[RGD_HD], d->att = dims[RGD_A];
-    d->out = dims[RGD_O], d->layer_norm = dims[RGD_LAYER_NORM];
+    d->out = dims[RGD_O], d->layer_norm = dims[RGD_LAYER_NORM], d->att_heads = dims[RGD_HEADS];
+    if (d->att % d->att_heads || d->enc_hidden % d->att_heads)
+        return tern_error(TERN_ERR_FORMAT, "%s: config key '%s' = %d must divide the attention size %d and the "
+                          "encoder width %d", path, KEYS[RGKEY_HEADS].name, d->att_heads, d->att, d->enc_hidden);
     const tensor_t *es = weights_get(w, SPECS[RG_ENC_EMB].name), *et = weights_get(w, SPECS[RG_DEC_EMB].name);
     if (!es) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, SPECS[RG_ENC_EMB].name);
     if (!et) return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s' is missing", path, SPECS[RG_DEC_EMB].name);

@@ -69,6 +69,11 @@ typedef struct {
     int share_emb;            /* decoder/embeddings is encoder/embeddings (an alias; Vs == Vt) */
     int tie_proj;             /* decoder/projection/weight is decoder/embeddings (an alias; O == E) */
     int layer_norm;           /* layer-normalized GRU cells (rnn/layer_norm; absent: 0) */
+    int att_heads;            /* attention heads (rnn/attention_heads; absent or 0: 1): head i scores with
+                               * the attention units [i·A/h, (i+1)·A/h) and averages the encoder columns
+                               * [i·He/h, (i+1)·He/h) of each direction. Written only by `tern shrink`:
+                               * an unfolded ensemble keeps each member's own attention (src/train/shrink.c);
+                               * training supports one head. */
 } rnn_gru_dims_t;
 
 /* The stored name of tensor i. */
@@ -99,6 +104,7 @@ typedef enum {
     RGKEY_ATT,        /* rnn/attention_size */
     RGKEY_OUT,        /* rnn/output_size */
     RGKEY_LAYER_NORM, /* rnn/layer_norm (0 or 1; optional when reading: absent means 0) */
+    RGKEY_HEADS,      /* rnn/attention_heads (optional: absent means 1; never written by training) */
     RGKEY_COUNT
 } rg_key_t;
 
@@ -113,6 +119,7 @@ int rnn_gru_desc_scalars(rnn_gru_scalars_t *s, const rnn_gru_dims_t *d);
  * its dimensions by rg_dim_t. */
 typedef enum {
     RGD_VS = 0, RGD_VT, RGD_E, RGD_HE, RGD_HD, RGD_A, RGD_O, RGD_LAYER_NORM, RGD_SHARE_EMB, RGD_TIE_PROJ,
+    RGD_HEADS,
     RGD_DV, /* derived: 2·He */
     RGD_COUNT
 } rg_dim_t;

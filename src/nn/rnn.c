@@ -837,6 +837,41 @@ void nn_additive_attention_apply(float *ctx, int ldc, float *alpha, const float 
     }
 }
 
+void nn_additive_attention_heads_apply(float *ctx, int ldc, float *alpha, float *scratch, const float *qp,
+                                       const float *kp, const float *values, const int *klen, const int *src_of_row,
+                                       const float *v, int R, int S, int A, int Dv, int heads) {
+    const int Ah = A / heads, Hh = Dv / (2 * heads), half = Dv / 2;
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)R * S * A >= RNN_PAR_MIN)
+    for (int r = 0; r < R; r++) {
+        int b = src_row(src_of_row, r, 1), L = klen ? klen[b] : S;
+        if (L > S) L = S;
+        const float *kpb = kp + (size_t)b * S * A, *qr = qp + (size_t)r * A, *vb = values + (size_t)b * S * Dv;
+        float *al = alpha + (size_t)r * S, *w = scratch + (size_t)r * S, *cr = ctx + (size_t)r * ldc;
+        memset(al, 0, (size_t)S * sizeof(float));
+        memset(cr, 0, (size_t)Dv * sizeof(float));
+        for (int h = 0; h < heads; h++) {
+            const int a0 = h * Ah;
+            float mx = -INFINITY;
+            for (int j = 0; j < L; j++) {
+                w[j] = att_score(qr + a0, kpb + (size_t)j * A + a0, v + a0, Ah);
+                if (w[j] > mx) mx = w[j];
+            }
+            double sum = 0;
+            for (int j = 0; j < L; j++) {
+                w[j] = expf(w[j] - mx);
+                sum += w[j];
+            }
+            for (int j = 0; j < L; j++) {
+                w[j] = (float)(w[j] / sum);
+                al[j] += w[j] / (float)heads;
+                const float *vj = vb + (size_t)j * Dv;
+                axpy(cr + h * Hh, w[j], vj + h * Hh, (size_t)Hh);
+                axpy(cr + half + h * Hh, w[j], vj + half + h * Hh, (size_t)Hh);
+            }
+        }
+    }
+}
+
 /* The backward of one query row r (sentence b): dvalues, dkp rows of b and dqp, dvp rows of r. */
 static void att_row_back(float *dqp, float *dvp, float *dkp, float *dvalues, const float *dctx, int ldc,
                          const float *qp, const float *kp, const float *values, const float *alpha,

@@ -231,6 +231,15 @@ void nn_additive_attention_forward(float *ctx, int ldc, float *qp, float *alpha,
 void nn_additive_attention_apply(float *ctx, int ldc, float *alpha, const float *qp, const float *kp,
                                  const float *values, const int *klen, const int *src_of_row, const float *v,
                                  int R, int Tq, int S, int A, int Dv);
+/* The same with `heads` independent attentions (inference only; heads 1 computes the function
+ * above): head i scores with the units [i·A/h, (i+1)·A/h) of qp, kp and v, and its weights average
+ * the value columns [i·Dv/2h, (i+1)·Dv/2h) of each half of values (a bidirectional encoder's two
+ * directions). This is what an ensemble of attention models unfolded into one network computes:
+ * each member keeps its own distribution over the source (src/train/shrink.c). alpha (R, S) gets
+ * the heads' mean; scratch (R, S). */
+void nn_additive_attention_heads_apply(float *ctx, int ldc, float *alpha, float *scratch, const float *qp,
+                                       const float *kp, const float *values, const int *klen, const int *src_of_row,
+                                       const float *v, int R, int S, int A, int Dv, int heads);
 /* dq (stride lddq; may be NULL), dwq, dv, dkp (B, S, A), dvalues (B, S, Dv; may be NULL) += the
  * gradients given dctx (stride ldc). scratch (R, 2A). The tanh is recomputed (nothing of size
  * R·S·A is stored). */

@@ -107,7 +107,7 @@ static tern_status_t gru_create(train_model_t *m, const void *config, const trai
     g->c = c;
     g->joint = data->joint_vocab;
     g->d = (rnn_gru_dims_t){c.src_vocab, c.tgt_vocab, c.emb, c.enc_hidden, c.dec_hidden, c.att, c.out,
-                            c.share_emb, c.tie_proj, c.layer_norm};
+                            c.share_emb, c.tie_proj, c.layer_norm, 1};
     g->cd = (cgru_dims_t){.H = c.dec_hidden, .E = c.emb, .Dv = 2 * c.enc_hidden, .A = c.att, .O = c.out,
                           .V = c.tgt_vocab, .ln = c.layer_norm};
     size_t total = 0;
@@ -177,6 +177,11 @@ static tern_status_t gru_load(train_model_t *m, const weights_t *w) {
     if (weights_get_int(w, rnn_gru_key_name(RGKEY_LAYER_NORM), &ln) && ln != g->c.layer_norm)
         return tern_error(TERN_ERR_MISMATCH, "%s: the model has %s = %lld, this run %d (--layer-norm)",
                           weights_path(w), rnn_gru_key_name(RGKEY_LAYER_NORM), (long long)ln, g->c.layer_norm);
+    int64_t heads = 1;
+    if (weights_get_int(w, rnn_gru_key_name(RGKEY_HEADS), &heads) && heads != 1)
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: the model has %s = %lld (an unfolded ensemble from `tern shrink`); "
+                          "training supports one attention head", weights_path(w), rnn_gru_key_name(RGKEY_HEADS),
+                          (long long)heads);
     for (int i = 0; i < g->n_tensors; i++) {
         const train_tensor_t *t = &g->tensors[i];
         tern_status_t st = train_tensor_load(m->params + t->offset, w, t->name, t->rank, t->shape[0], t->shape[1],
@@ -204,7 +209,7 @@ static int gru_config_values(const train_model_t *m, ckpt_value_t *v) {
 
 static int gru_scalars(const train_model_t *m, const tensor_t **out) {
     *out = impl(m)->scalars.t;
-    return RGKEY_COUNT;
+    return RGKEY_COUNT - 1; /* all but rnn/attention_heads (read-only: training has one head) */
 }
 
 static int gru_describe(const train_model_t *m, int line, char *buf, size_t n) {

@@ -65,7 +65,7 @@ static void check_generic(const char *label, const model_desc_t *md, const int *
 }
 
 static void check_gru(int share, int tie, int ln) {
-    rnn_gru_dims_t d = {40, share ? 40 : 50, 8, 6, 7, 5, tie ? 8 : 9, share, tie, ln};
+    rnn_gru_dims_t d = {40, share ? 40 : 50, 8, 6, 7, 5, tie ? 8 : 9, share, tie, ln, 1};
     int dims[RGD_COUNT];
     rnn_gru_dims_array(&d, dims);
     char label[64];

@@ -76,6 +76,7 @@
 #include "model/family.h"
 #include "model/model_dir.h"
 #include "model/rnn_gru_desc.h"
+#include "nn/rnn.h"
 #include "train/family.h"
 #include "train/rnn_gru_train.h"
 
@@ -500,7 +501,55 @@ static void bf16_check(int ln) {
     }
 }
 
+/* nn_additive_attention_heads_apply: 1 head is nn_additive_attention_apply; h heads are h separate
+ * attentions, head i over its units and the encoder columns [i·Hh, (i+1)·Hh) of each direction
+ * (the specification: each head run alone through nn_additive_attention_apply on copied slices). */
+static void heads_check(void) {
+    enum { R = 5, S = 7, A = 12, Dv = 24, B = 2 };
+    float qp[R * A], kp[B * S * A], val[B * S * Dv], v[A];
+    int klen[B] = {7, 4}, src[R] = {0, 1, 1, 0, 1};
+    uint64_t key = 99;
+    for (int i = 0; i < R * A; i++) qp[i] = (float)sin(0.37 * i + key);
+    for (int i = 0; i < B * S * A; i++) kp[i] = (float)cos(0.23 * i);
+    for (int i = 0; i < B * S * Dv; i++) val[i] = (float)sin(0.11 * i + 1.0);
+    for (int i = 0; i < A; i++) v[i] = (float)cos(0.5 * i + 2.0);
+    float ctx[R * Dv], al[R * S], scr[R * S], ctx1[R * Dv], al1[R * S];
+    nn_additive_attention_heads_apply(ctx, Dv, al, scr, qp, kp, val, klen, src, v, R, S, A, Dv, 1);
+    nn_additive_attention_apply(ctx1, Dv, al1, qp, kp, val, klen, src, v, R, 1, S, A, Dv);
+    double e = 0;
+    for (int i = 0; i < R * Dv; i++) e = fmax(e, fabs(ctx[i] - ctx1[i]));
+    for (int i = 0; i < R * S; i++) e = fmax(e, fabs(al[i] - al1[i]));
+    CHECK_MSG(e < 1e-6, "1 head: max |diff| %g", e);
+    for (int h = 2; h <= 3; h++) {
+        const int Ah = A / h, Hh = Dv / (2 * h);
+        nn_additive_attention_heads_apply(ctx, Dv, al, scr, qp, kp, val, klen, src, v, R, S, A, Dv, h);
+        float mean[R * S];
+        memset(mean, 0, sizeof mean);
+        e = 0;
+        for (int i = 0; i < h; i++) {
+            float q[R * A], k[B * S * A], x[B * S * Dv], c[R * Dv], a[R * S];
+            for (int r = 0; r < R; r++) memcpy(q + r * Ah, qp + r * A + i * Ah, sizeof(float) * Ah);
+            for (int j = 0; j < B * S; j++) {
+                memcpy(k + j * Ah, kp + j * A + i * Ah, sizeof(float) * Ah);
+                memcpy(x + j * 2 * Hh, val + j * Dv + i * Hh, sizeof(float) * Hh);
+                memcpy(x + j * 2 * Hh + Hh, val + j * Dv + Dv / 2 + i * Hh, sizeof(float) * Hh);
+            }
+            nn_additive_attention_apply(c, 2 * Hh, a, q, k, x, klen, src, v + i * Ah, R, 1, S, Ah, 2 * Hh);
+            for (int r = 0; r < R; r++) {
+                for (int j = 0; j < Hh; j++) {
+                    e = fmax(e, fabs(ctx[r * Dv + i * Hh + j] - c[r * 2 * Hh + j]));
+                    e = fmax(e, fabs(ctx[r * Dv + Dv / 2 + i * Hh + j] - c[r * 2 * Hh + Hh + j]));
+                }
+                for (int j = 0; j < S; j++) mean[r * S + j] += a[r * S + j] / h;
+            }
+        }
+        for (int i = 0; i < R * S; i++) e = fmax(e, fabs(al[i] - mean[i]));
+        CHECK_MSG(e < 1e-6, "%d heads: max |diff| %g", h, e);
+    }
+}
+
 int main(void) {
+    heads_check();
     grad_check(0, 0.0f, 0);
     grad_check(1, 0.0f, 0);
     grad_check(0, 0.3f, 0);
