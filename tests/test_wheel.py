@@ -23,7 +23,8 @@ LD_LIBRARY_PATH). Checks:
     is the repository (a tmpfs over it) -- the script first checks that loading them by name now
     fails -- and gives the same lines;
   - the symbol versions the package's libraries need stay within what python/README.md states
-    (GLIBC_2.34, GLIBCXX_3.4.29, CXXABI_1.3.13: glibc >= 2.34, libstdc++ of GCC >= 11);
+    (GLIBC_2.34, GLIBCXX_3.4.30, CXXABI_1.3.13: glibc >= 2.34, libstdc++ of GCC >= 12: the
+    vendored ICU 72 calls GCC 12's std::condition_variable::wait);
   - a CPU without AVX2 and FMA (TERN_CPUINFO: a cpuinfo of an Ivy Bridge, which has AVX but no
     AVX2): `import tern`, `python -m tern` and `tern-nmt` exit 1 with the message naming avx2 and fma
     on stderr, and no signal;
@@ -52,7 +53,7 @@ SYSTEM = re.compile(r"^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|libdl\.so
                     r"libgcc_s\.so\.1|libstdc\+\+\.so\.6)$")
 FORBIDDEN = re.compile(r"libmpi|libopen-(pal|rte)|libmicrohttpd|libgnutls|libsentencepiece_train")
 # the symbol versions python/README.md states (update it together with these)
-MAX_VERSIONS = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 29), "CXXABI": (1, 3, 13)}
+MAX_VERSIONS = {"GLIBC": (2, 34), "GLIBCXX": (3, 4, 30), "CXXABI": (1, 3, 13)}
 # an Ivy Bridge's flags: AVX and F16C, but no AVX2, FMA, BMI1/2, MOVBE or LZCNT
 IVY_BRIDGE = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 "
               "ht syscall nx rdtscp lm constant_tsc pni pclmulqdq ssse3 cx16 sse4_1 sse4_2 x2apic popcnt aes "
