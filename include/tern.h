@@ -511,6 +511,14 @@ typedef struct {
      * TERN_ERR_INVALID_ARG naming it; a model without languages refuses both. */
     const char *source_lang;
     const char *target_lang;
+    /* tern_translate(): 1 replaces each unknown target token of the hypotheses (the target
+     * vocabulary's <unk>) by the source token that the decoder attended to most at that step
+     * (CTranslate2's replace_unknowns; the attention of tern_attention_t): with pretokenized
+     * input, the source's space-separated token itself (an unknown source word is copied); with
+     * raw text, the source piece of that position (left unknown when the source piece is unknown
+     * too, or the position is the end token or a language code). Decoding then runs as with
+     * attention (batches without continuous batching). */
+    int replace_unknowns;
 } tern_request_t;
 
 TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */

@@ -71,6 +71,9 @@ static void usage(FILE *f) {
 "  --max-input-length N        longer inputs are truncated with a warning (default 1024)\n"
 "  --scores                    print \"i ||| HYPOTHESIS ||| SCORE\" lines even for one hypothesis\n"
 "  --drop-unk                  remove unknown tokens from the output\n"
+"  --replace-unknowns          write in place of each unknown output token the source token the\n"
+"                              decoder attended to most at that step (CTranslate2's\n"
+"                              replace_unknowns; raw text: the source piece, as text)\n"
 "\n"
 "constraints and posteriors:\n"
 "  --suppress FILE             pieces or piece sequences (one per line, text or pieces) never\n"
@@ -138,7 +141,7 @@ static void usage(FILE *f) {
 
 enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
-    O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_MBT, O_MBS, O_READ_AHEAD,
+    O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_CONSTRAINTS,
     O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG
@@ -170,6 +173,7 @@ static const struct option long_opts[] = {
     {"max-input-length", required_argument, 0, O_MAXIN},
     {"scores", no_argument, 0, O_SCORES},
     {"drop-unk", no_argument, 0, O_DROP_UNK},
+    {"replace-unknowns", no_argument, 0, O_REPL_UNK},
     {"max-batch-tokens", required_argument, 0, O_MBT},
     {"max-batch-size", required_argument, 0, O_MBS},
     {"read-ahead", required_argument, 0, O_READ_AHEAD},
@@ -254,6 +258,7 @@ int cmd_translate(int argc, char **argv) {
     cli_extras_files_t files = {0};
     to.workers = 1;
     int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
+    int repl_unk = 0;                /* --replace-unknowns */
     const char *split_lang = NULL; /* --split-sentences: the source language ("": ICU's root rules) */
     unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     const char *evidence[64];
@@ -350,6 +355,7 @@ int cmd_translate(int argc, char **argv) {
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &to.max_input_length); break;
         case O_SCORES: print_scores = 1; break;
         case O_DROP_UNK: to.keep_unk = 0; break;
+        case O_REPL_UNK: repl_unk = 1; break;
         case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &to.max_batch_tokens); break;
         case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &to.max_batch_size); break;
         case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &to.read_ahead); break;
@@ -424,6 +430,7 @@ int cmd_translate(int argc, char **argv) {
         req.progress = show ? show_progress : NULL;
         req.source_lang = src_lang;
         req.target_lang = tgt_lang;
+        req.replace_unknowns = repl_unk;
         st = cli_translate_file(model, &to, &req, x, in, out, print_scores, split_lang);
         if (show) fputc('\n', stderr);
         if (st) {

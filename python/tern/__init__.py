@@ -54,8 +54,9 @@ def _not_available(what: str) -> NotAvailableError:
 class TranslationResult:
     """One input's result, as CTranslate2's: ``hypotheses`` best first (token lists for token
     input, strings for string input), their ``scores`` (empty unless ``return_scores=True``;
-    normalized by the length penalty when one is set), ``attention`` (empty: return_attention is
-    not available yet) and ``logits`` (empty: return_logits_vocab is not available)."""
+    normalized by the length penalty when one is set), ``attention`` (with ``return_attention=True``:
+    per hypothesis, per output token, the weights over the source tokens, as CTranslate2's; else
+    empty) and ``logits`` (empty: return_logits_vocab is not available)."""
     hypotheses: list
     scores: List[float] = field(default_factory=list)
     attention: list = field(default_factory=list)
@@ -202,12 +203,8 @@ def _check_options(patience, prefix_bias_beta, return_logits_vocab, return_atten
         raise _not_available("prefix_bias_beta (other than 0)")
     if return_logits_vocab:
         raise _not_available("return_logits_vocab")
-    if return_attention:
-        raise _not_available("return_attention")
-    if return_alternatives:
-        raise _not_available("return_alternatives")
-    if replace_unknowns:
-        raise _not_available("replace_unknowns")
+    if return_alternatives and (return_attention or replace_unknowns):
+        raise _not_available("return_alternatives with return_attention or replace_unknowns")
 
 
 def _max_input_length(n: int) -> int:
@@ -501,8 +498,12 @@ class Translator:
         or beam search with ``length_penalty=0``) gives ``num_hypotheses`` alternatives at the
         first position after the prefix, each continued by the search, as CTranslate2's
         (``min_alternative_expansion_prob`` drops the unlikely ones). ``patience`` != 1,
-        ``prefix_bias_beta`` != 0, ``return_logits_vocab``, ``return_attention`` and
-        ``replace_unknowns`` raise tern.NotAvailableError.
+        ``prefix_bias_beta`` != 0 and ``return_logits_vocab`` raise tern.NotAvailableError.
+        ``return_attention`` fills each result's ``attention`` (per hypothesis, per output token,
+        the weights over the source tokens: the C core's tern_attention_t). ``replace_unknowns``
+        replaces each ``<unk>`` of the hypotheses by the source token attended to most at that
+        step (token input: the source token itself, as CTranslate2's; string input: its source
+        piece), in the C core (tern_request_t.replace_unknowns).
 
         A multilingual model (M2M-100, NLLB; ``info["languages"]`` lists its codes): ``source_lang``
         and ``target_lang`` (e.g. "eng_Latn", "deu_Latn") put the source's code first and force the
@@ -512,7 +513,8 @@ class Translator:
         """
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
-        _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, False, replace_unknowns)
+        _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, return_alternatives,
+                       replace_unknowns)
         self._end_token_ok(end_token)
         if return_alternatives:
             if callback is not None:
@@ -584,14 +586,16 @@ class Translator:
                 max_batch_size if batch_type == "examples" else 0, max_batch_size if batch_type == "tokens" else 0,
                 mil, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
-                int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang)
+                int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang,
+                bool(return_attention), bool(replace_unknowns))
             results = []
-            for hyps, scores in out:
+            for hyps, scores, attention in out:
                 if tokens:
                     hyps = [h.split(" ") if h else [] for h in hyps]
                     if eos is not None:  # ended with the end token unless the length cap stopped it
                         hyps = [h + [eos] if len(h) < max_decoding_length else h for h in hyps]
-                results.append(TranslationResult(hyps, list(scores) if scores is not None else []))
+                results.append(TranslationResult(hyps, list(scores) if scores is not None else [],
+                                                 attention if attention is not None else []))
             return results
 
         # a callback sees one call's events in order: no split

@@ -229,29 +229,62 @@ static tern_search_params_t search_params(int beam, int nhyp, float lp, float cp
     return sp;
 }
 
+/* One source's attention as CTranslate2 returns it: per hypothesis, per output token, the list of
+ * weights over the source tokens. NULL with an exception set. */
+static PyObject *attention_list(const tern_attention_t *a) {
+    PyObject *hyps = PyList_New(a->num_hypotheses);
+    for (int k = 0; hyps && k < a->num_hypotheses; k++) {
+        int T = a->target_lengths[k], S = a->source_length;
+        PyObject *rows = PyList_New(T);
+        for (int t = 0; rows && t < T; t++) {
+            PyObject *row = PyList_New(S);
+            for (int j = 0; row && j < S; j++) {
+                PyObject *f = PyFloat_FromDouble(a->weights[k][(size_t)t * S + j]);
+                if (!f) {
+                    Py_CLEAR(row);
+                    break;
+                }
+                PyList_SET_ITEM(row, j, f);
+            }
+            if (!row) {
+                Py_CLEAR(rows);
+                break;
+            }
+            PyList_SET_ITEM(rows, t, row);
+        }
+        if (!rows) {
+            Py_CLEAR(hyps);
+            break;
+        }
+        PyList_SET_ITEM(hyps, k, rows);
+    }
+    return hyps;
+}
+
 /* _translate(sources, target_prefix, pretokenized, beam_size, num_hypotheses, length_penalty,
  *            coverage_penalty, max_decoding_length, min_decoding_length, return_scores,
  *            max_batch_size, max_batch_tokens, max_input_length, callback)
- * -> list of (hypotheses: list[str], scores: list[float] | None) */
+ * -> list of (hypotheses: list[str], scores: list[float] | None, attention: list | None) */
 static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"sources", "target_prefix", "pretokenized", "beam_size", "num_hypotheses",
                              "length_penalty", "coverage_penalty", "max_decoding_length", "min_decoding_length",
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
                              "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
-                             "source_lang", "target_lang", NULL};
+                             "source_lang", "target_lang", "return_attention", "replace_unknowns", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
     long long index_offset = 0;
     const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
+    int ra = 0, ru = 0;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzz", kwlist, &sources, &prefixes, &pretok,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzpp", kwlist, &sources, &prefixes, &pretok,
                                      &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
                                      &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
-                                     &src_lang, &tgt_lang))
+                                     &src_lang, &tgt_lang, &ra, &ru))
         return NULL;
     if (index_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
@@ -320,6 +353,7 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.source_index = sidx;
     call.source_lang = src_lang;
     call.target_lang = tgt_lang;
+    call.replace_unknowns = ru;
     pycb_t cb = {callback, NULL};
     if (callback != Py_None) {
         call.on_token = token_trampoline;
@@ -340,7 +374,10 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     }
     call.extras = exp;
     tern_result_t *res = calloc((size_t)(n ? n : 1), sizeof *res);
-    if (!res) {
+    tern_attention_t *att = ra ? calloc((size_t)(n ? n : 1), sizeof *att) : NULL;
+    call.attention = att;
+    if (!res || (ra && !att)) {
+        free(res), free(att);
         free(ex), free(exp), free(supt), free(sidx);
         strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
         return PyErr_NoMemory();
@@ -358,13 +395,14 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     strlist_free(&src), strlist_free(&pre), strlist_free(&sup);
     if (cb.error) { /* the callback raised: that exception, not the cancellation it caused */
         for (int i = 0; i < n; i++) tern_result_free(&res[i]);
-        free(res);
+        for (int i = 0; att && i < n; i++) tern_attention_free(&att[i]);
+        free(res), free(att);
         PyErr_SetObject((PyObject *)Py_TYPE(cb.error), cb.error);
         Py_DECREF(cb.error);
         return NULL;
     }
     if (st) {
-        free(res);
+        free(res), free(att);
         return raise_status(st, err);
     }
     PyObject *out = PyList_New(n);
@@ -381,11 +419,18 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                                                           "replace"));
             if (res[i].scores) PyList_SET_ITEM(scores, k, PyFloat_FromDouble(res[i].scores[k]));
         }
-        PyList_SET_ITEM(out, i, PyTuple_Pack(2, hyps, scores));
-        Py_DECREF(hyps), Py_DECREF(scores);
+        PyObject *attn = att ? attention_list(&att[i]) : Py_NewRef(Py_None);
+        if (!attn) {
+            Py_DECREF(hyps), Py_DECREF(scores);
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, PyTuple_Pack(3, hyps, scores, attn));
+        Py_DECREF(hyps), Py_DECREF(scores), Py_DECREF(attn);
     }
     for (int i = 0; i < n; i++) tern_result_free(&res[i]);
-    free(res);
+    for (int i = 0; att && i < n; i++) tern_attention_free(&att[i]);
+    free(res), free(att);
     return out;
 }
 

@@ -187,7 +187,9 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_batch_size = req && req->max_batch_size > 0 ? req->max_batch_size : tr->opt.max_batch_size;
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
-    c->return_attention = req && req->attention;
+    c->replace_unknowns = req && req->replace_unknowns;
+    c->return_attention = req && (req->attention || req->replace_unknowns);
+    c->sources = NULL, c->src_ids = NULL, c->src_len = NULL;
     c->src_lang = c->tgt_lang = -1;
     c->src_lang_code = NULL;
     const char *tgt_name = NULL;

@@ -97,12 +97,22 @@ static int cmp_order(const void *a, const void *b) {
     return x - y;
 }
 
+/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n; each line's search data
+ * sd[i] from its extras (extras.h; NULL: none); has_sd: some line had extras. */
+typedef struct {
+    int **ids;
+    int *len;
+    search_sentence_t **sd;
+    char **text; /* with replace_unknowns and pretokenized input: each line (its tokens to copy) */
+    int n, cap, has_sd;
+} chunk_t;
+
 /* Gives the chunk's results to on_line in order (line0: the number of its first line). */
-static tern_status_t write_results(tern_translator_t *tr, const tern_request_t *req, search_result_t *res, int n,
-                                   long line0, long *tokens_out) {
+static tern_status_t write_results(tern_translator_t *tr, const tern_request_t *req, search_result_t *res,
+                                   const chunk_t *c, int n, long line0, long *tokens_out) {
     for (int i = 0; i < n; i++) {
         tern_result_t r;
-        tern_status_t st = translator_result(tr, &res[i], &r);
+        tern_status_t st = translator_result(tr, &res[i], c->ids[i], c->len[i], c->text[i], &r);
         if (st) return st;
         for (int k = 0; k < res[i].n; k++) *tokens_out += res[i].hyps[k].length;
         int stop = req->on_line(line0 + i, &r, req->stream_data);
@@ -112,15 +122,6 @@ static tern_status_t write_results(tern_translator_t *tr, const tern_request_t *
     return TERN_OK;
 }
 
-/* The lines of one chunk, tokenized: ids[i] (malloc'd), len[i] for i < n; each line's search data
- * sd[i] from its extras (extras.h; NULL: none); has_sd: some line had extras. */
-typedef struct {
-    int **ids;
-    int *len;
-    search_sentence_t **sd;
-    int n, cap, has_sd;
-} chunk_t;
-
 static tern_status_t chunk_grow(chunk_t *c) {
     int cap = c->cap ? 2 * c->cap : 1024;
     int **ni = realloc(c->ids, (size_t)cap * sizeof(int *));
@@ -129,7 +130,9 @@ static tern_status_t chunk_grow(chunk_t *c) {
     if (nl) c->len = nl;
     search_sentence_t **ns = realloc(c->sd, (size_t)cap * sizeof *ns);
     if (ns) c->sd = ns;
-    if (!ni || !nl || !ns) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    char **nt = realloc(c->text, (size_t)cap * sizeof *nt);
+    if (nt) c->text = nt;
+    if (!ni || !nl || !ns || !nt) return tern_error(TERN_ERR_NOMEM, "out of memory");
     c->cap = cap;
     return TERN_OK;
 }
@@ -157,12 +160,20 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_request_t 
         if (st) return st;
         int trunc = 0;
         c->sd[c->n] = NULL;
+        c->text[c->n] = NULL;
+        const tern_model_t *m0 = model->n_members ? model->members[0] : model;
+        if (call->replace_unknowns && (call->pretok || !m0->src_spm) && !(c->text[c->n] = strndup(line ? line : "", r)))
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
         st = model_encode_source_lang(model, line ? line : "", r, call->max_input_length, call->pretok, call->src_lang_code,
                                       &c->ids[c->n], &c->len[c->n], &trunc);
-        if (st) return tern_error_prefix(st, "input line %ld", *line_no);
+        if (st) {
+            free(c->text[c->n]), c->text[c->n] = NULL;
+            return tern_error_prefix(st, "input line %ld", *line_no);
+        }
         if (trunc) TERN_WARN("input line %ld: longer than %d tokens, truncated", *line_no, call->max_input_length);
         if (ex && (st = extras_sentence(x, *line_no - 1, ex, &c->sd[c->n]))) {
             free(c->ids[c->n]);
+            free(c->text[c->n]), c->text[c->n] = NULL;
             return st;
         }
         c->has_sd |= ex != NULL;
@@ -249,12 +260,13 @@ static tern_status_t translate_chunk(const tern_translator_options_t *o, const t
         pthread_mutex_destroy(&w.mu);
         st = w.status;
         if (st) tern_error(st, "%s", w.error);
-        else st = write_results(trs[0], req, res, n, line0, tokens_out);
+        else st = write_results(trs[0], req, res, c, n, line0, tokens_out);
     }
     for (int i = 0; i < n; i++) {
         if (res) search_result_free(&res[i]);
         free(c->ids[i]);
         c->ids[i] = NULL;
+        free(c->text[i]), c->text[i] = NULL;
         extras_sentence_free(c->sd[i]), c->sd[i] = NULL;
     }
     c->n = 0;
@@ -296,9 +308,10 @@ static tern_status_t stream_run(const tern_model_t *model, const tern_translator
     }
     for (int i = 0; i < c.n; i++) {
         free(c.ids[i]);
+        free(c.text[i]);
         extras_sentence_free(c.sd[i]);
     }
-    free(c.ids), free(c.len), free(c.sd);
+    free(c.ids), free(c.len), free(c.sd), free(c.text);
     return st;
 }
 

@@ -176,9 +176,54 @@ static const int *skip_lang(const tern_translator_t *tr, const int *ids, int *le
     return ids;
 }
 
-/* A search result (vocabulary ids) as the API's result. */
-static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res, int pretok, tern_result_t *r,
-                               struct call_hooks *h) {
+/* The p-th space-separated token of text (malloc'd; NULL when it has fewer or on no memory). */
+static char *nth_token(const char *text, int p) {
+    for (const char *s = text ? text : "";;) {
+        while (*s == ' ') s++;
+        if (!*s) return NULL;
+        const char *e = strchr(s, ' ');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        if (p-- == 0) return strndup(s, l);
+        s += l;
+    }
+}
+
+/* replace_unknowns (tern_request_t): for each unknown token of hypothesis hy (ids: its tokens from
+ * `skip` on, as output), the source token it attended to most (repl[t], malloc'd; NULL: none):
+ * the source piece of that position, or when that is unknown too and the source text is at hand
+ * (text: pretokenized input) the text's token there. The end token and language codes are never
+ * copied. */
+static void unknown_replacements(const tern_translator_t *tr, const hypothesis_t *hy, const int *ids, int len,
+                                 int skip, const int *src, int S, const char *text, char **repl) {
+    const tern_model_t *m = tr->model->n_members ? tr->model->members[0] : tr->model;
+    for (int t = 0; t < len; t++) {
+        repl[t] = NULL;
+        if (ids[t] != m->tgt_unk || !hy->attn || !src || S <= 0) continue;
+        const float *row = hy->attn + (size_t)(t + skip) * S;
+        int best = 0;
+        for (int p = 1; p < S; p++)
+            if (row[p] > row[best]) best = p;
+        int id = src[best];
+        if (id == m->src_eos || id == m->src_bos || id == tr->call->src_lang) continue;
+        if (id != m->src_unk) {
+            const char *piece = vocab_token(m->src_vocab, id);
+            repl[t] = piece ? strdup(piece) : NULL;
+        } else if (text) {
+            repl[t] = nth_token(text, best);
+        }
+    }
+}
+
+/* The sources are space-separated pieces: pretokenized, or a model without a source SentencePiece. */
+static int pieces_in(const tern_translator_t *tr, int pretok) {
+    const tern_model_t *m = tr->model->n_members ? tr->model->members[0] : tr->model;
+    return pretok || !m->src_spm;
+}
+
+/* A search result (vocabulary ids) as the API's result; src/S/text: input i's source ids and
+ * (pretokenized) text for replace_unknowns (src NULL: none). */
+static tern_status_t to_result_src(tern_translator_t *tr, const search_result_t *res, int pretok, tern_result_t *r,
+                                   struct call_hooks *h, const int *src, int S, const char *text) {
     const tern_model_t *m = tr->model;
     memset(r, 0, sizeof *r);
     r->hypotheses = calloc((size_t)(res->n ? res->n : 1), sizeof(char *));
@@ -193,9 +238,17 @@ static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res
     for (int k = 0; k < res->n; k++) {
         const hypothesis_t *hy = &res->hyps[k];
         int len = hy->length;
-        const int *ids = skip_lang(tr, h ? hook_ids(h, hy->tokens, hy->length) : hy->tokens, &len);
-        tern_status_t st = ids || len == 0 ? model_decode_target_ex(m, ids, len, tr->opt.keep_unk, pretok, &r->hypotheses[k])
+        const int *all = h ? hook_ids(h, hy->tokens, hy->length) : hy->tokens;
+        const int *ids = skip_lang(tr, all, &len);
+        char **repl = NULL;
+        if (tr->call->replace_unknowns && src && len > 0 && ids && (repl = calloc((size_t)len, sizeof *repl)))
+            unknown_replacements(tr, hy, ids, len, (int)(ids - all), src, S, pieces_in(tr, pretok) ? text : NULL, repl);
+        tern_status_t st = ids || len == 0
+                               ? model_decode_target_repl(m, ids, len, tr->opt.keep_unk, pretok,
+                                                          (const char *const *)repl, &r->hypotheses[k])
                                : tern_error(TERN_ERR_NOMEM, "out of memory");
+        for (int t = 0; repl && t < len; t++) free(repl[t]);
+        free(repl);
         if (st) {
             tern_result_free(r);
             return st;
@@ -205,8 +258,9 @@ static tern_status_t to_result(tern_translator_t *tr, const search_result_t *res
     return TERN_OK;
 }
 
-tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, tern_result_t *r) {
-    return to_result(tr, res, tr->call->pretok, r, NULL);
+tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, const int *src, int src_len,
+                                const char *text, tern_result_t *r) {
+    return to_result_src(tr, res, tr->call->pretok, r, NULL, src, src_len, text);
 }
 
 /* Input i's search is finished (res: vocabulary ids when ids, else the search's tokens): convert
@@ -214,7 +268,10 @@ tern_status_t translator_result(tern_translator_t *tr, const search_result_t *re
 static int hook_finish_input(struct call_hooks *h, int i, const search_result_t *res) {
     const tern_request_t *c = h->req;
     tern_result_t tmp, *r = h->results ? &h->results[i] : &tmp;
-    if (to_result(h->tr, res, h->tr->call->pretok, r, h)) return 1;
+    const translator_call_t *call = h->tr->call;
+    if (to_result_src(h->tr, res, call->pretok, r, h, call->src_ids ? call->src_ids[i] : NULL,
+                      call->src_len ? call->src_len[i] : 0, call->sources ? call->sources[i] : NULL))
+        return 1;
     h->given[i] = 1;
     int stop = 0;
     if (c->on_token && h->beam && res->n > 0) { /* beam search: the final best hypothesis */
@@ -792,13 +849,17 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
         }
         for (int i = 0; i < n; i++) keys[i] = sample_key((uint64_t)req->source_index[i], 0);
     }
+    call->sources = req->sources, call->src_ids = ids, call->src_len = len; /* replace_unknowns */
     if ((st = translator_translate_ids_sd(tr, ids, len, (const search_sentence_t *const *)sd, keys, n, res))) goto done;
     for (int i = 0; results && i < n; i++)
-        if (!(hooks.given && hooks.given[i]) && (st = to_result(tr, &res[i], call->pretok, &results[i], NULL))) goto done;
+        if (!(hooks.given && hooks.given[i]) &&
+            (st = to_result_src(tr, &res[i], call->pretok, &results[i], NULL, ids[i], len[i], req->sources[i])))
+            goto done;
     for (int i = 0; req->attention && i < n; i++)
         if ((st = to_attention(&res[i], len[i], &req->attention[i]))) goto done;
 done:
     call->hooks = NULL;
+    call->sources = NULL, call->src_ids = NULL, call->src_len = NULL;
     for (int i = 0; i < n && res; i++) search_result_free(&res[i]);
     for (int i = 0; i < n && ids; i++) free(ids[i]);
     for (int i = 0; i < n && sd; i++) extras_sentence_free(sd[i]);

@@ -14,7 +14,12 @@ typedef struct translator_call {
     tern_search_params_t p;        /* the search parameters of the call */
     int max_batch_tokens, max_batch_size, max_input_length;
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
-    int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention) */
+    int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention,
+                                      or replace_unknowns) */
+    int replace_unknowns;          /* tern_request_t.replace_unknowns */
+    const char *const *sources;    /* with replace_unknowns: the request's sources, and their ids */
+    int *const *src_ids;
+    const int *src_len;
     int src_lang, tgt_lang;        /* tern_request_t's source_lang / target_lang as token ids (-1:
                                       none): the first source token; the forced first output token,
                                       left out of the results */
@@ -84,7 +89,10 @@ tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src
                                           search_result_t *res);
 
 /* A search result (vocabulary ids) as the API's result, under tr->call (pretokenized, return_scores). */
-tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, tern_result_t *r);
+/* A search result as the API's result; src/src_len/text: its source's ids and (pretokenized input,
+ * NULL otherwise) text, for replace_unknowns (src NULL: no replacement). */
+tern_status_t translator_result(tern_translator_t *tr, const search_result_t *res, const int *src, int src_len,
+                                const char *text, tern_result_t *r);
 
 /* Sets the calling thread's intra-op threads from the options (0: all cores / workers). */
 void translator_set_threads(const tern_translator_options_t *opt);

@@ -533,17 +533,59 @@ tern_status_t model_decode_target(const tern_model_t *m, const int *ids, int n, 
 
 tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
                                      char **text) {
+    return model_decode_target_repl(m, ids, n, keep_unk, pretok, NULL, text);
+}
+
+/* A replacement token (a source piece or word) as a SentencePiece piece to decode: SentencePiece
+ * writes a piece it does not know as it is, so its word-boundary marks become spaces here (and
+ * at the start of the output, after nothing but word marks, its leading one is dropped, as
+ * SentencePiece drops the output's first space). malloc'd. */
+static char *repl_surface(const char *r, int first) {
+    static const char mark[] = "\xe2\x96\x81"; /* U+2581 */
+    size_t l = strlen(r);
+    char *o = malloc(l + 1), *w = o;
+    if (!o) return NULL;
+    for (const char *s = r; *s;) {
+        if (strncmp(s, mark, 3) == 0) {
+            if (!(first && w == o)) *w++ = ' ';
+            s += 3;
+        } else {
+            *w++ = *s++;
+        }
+    }
+    *w = 0;
+    return o;
+}
+
+tern_status_t model_decode_target_repl(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
+                                       const char *const *repl, char **text) {
     if (m->n_members) m = m->members[0];
+    char **own = NULL; /* replacements rewritten for SentencePiece */
+    if (repl && m->tgt_spm && !pretok && !(own = calloc((size_t)(n ? n : 1), sizeof *own)))
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
     const char **pieces = malloc((size_t)(n + 1) * sizeof(char *));
-    if (!pieces) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    int k = 0;
+    if (!pieces) {
+        free(own);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    int k = 0, only_marks = 1; /* only_marks: the pieces so far decode to nothing (word marks alone) */
     size_t total = 1;
     for (int i = 0; i < n; i++) {
+        if (repl && repl[i]) {
+            const char *p = repl[i];
+            if (own && !(p = own[i] = repl_surface(repl[i], only_marks))) p = "";
+            only_marks = only_marks && !*p;
+            pieces[k++] = p;
+            total += strlen(p) + 1;
+            continue;
+        }
         if (!keep_unk && ids[i] == m->tgt_unk && m->tgt_spm && !pretok) continue;
         if (m->tgt_skip && m->tgt_spm && !pretok && ids[i] >= 0 && ids[i] < vocab_size(m->tgt_vocab) && m->tgt_skip[ids[i]])
             continue;
         const char *p = vocab_token(m->tgt_vocab, ids[i]);
         if (!p) p = "";
+        for (const char *q = p; only_marks && *q; q += 3)
+            if (strncmp(q, "\xe2\x96\x81", 3) != 0) only_marks = 0;
         pieces[k++] = p;
         total += strlen(p) + 1;
     }
@@ -566,5 +608,7 @@ tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int 
         }
     }
     free(pieces);
+    for (int i = 0; own && i < n; i++) free(own[i]);
+    free(own);
     return st;
 }

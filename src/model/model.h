@@ -67,5 +67,9 @@ tern_status_t model_encode_target_ex(const tern_model_t *m, const char *text, si
                                      int *n);
 tern_status_t model_decode_target_ex(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
                                      char **text);
+/* model_decode_target_ex with replacements: repl NULL, or n entries (NULL: the token's own piece)
+ * written in place of the tokens' pieces (replace_unknowns). */
+tern_status_t model_decode_target_repl(const tern_model_t *m, const int *ids, int n, int keep_unk, int pretok,
+                                       const char *const *repl, char **text);
 
 #endif
