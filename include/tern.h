@@ -280,6 +280,11 @@ typedef struct {
     float repetition_penalty;   /* logits of tokens the hypothesis already has are divided by it
                                    when positive, multiplied when negative (CTranslate2); > 0, 1: off (1) */
     int no_repeat_ngram_size;   /* no n-gram of this size twice in a hypothesis (0: off) */
+    /* beam search with a length or coverage penalty and early_stop: a sentence stops once
+     * round(beam_size * patience) hypotheses finished (CTranslate2's patience, Kasai et al. 2022,
+     * "The Beam Search Patience Factor"); > 0 (1). Without penalties the best finished
+     * hypothesis is exact when the step's best candidate ends, and patience changes nothing. */
+    float patience;
 } tern_search_params_t;
 
 TERN_CHANGED_1_1 tern_search_params_t tern_search_default_params(void); /* thread-safe */

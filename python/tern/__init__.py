@@ -197,8 +197,8 @@ def _resolve_compute_type(ct: str) -> str:
 
 def _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, return_alternatives,
                    replace_unknowns) -> None:
-    if patience != 1:
-        raise _not_available("patience (other than 1)")
+    if not patience > 0:
+        raise ValueError(f"patience must be > 0 (got {patience})")
     if prefix_bias_beta != 0:
         raise _not_available("prefix_bias_beta (other than 0)")
     if return_logits_vocab:
@@ -497,8 +497,10 @@ class Translator:
         token hypotheses that ended with it. ``return_alternatives`` (token input; greedy search,
         or beam search with ``length_penalty=0``) gives ``num_hypotheses`` alternatives at the
         first position after the prefix, each continued by the search, as CTranslate2's
-        (``min_alternative_expansion_prob`` drops the unlikely ones). ``patience`` != 1,
+        (``min_alternative_expansion_prob`` drops the unlikely ones).
         ``prefix_bias_beta`` != 0 and ``return_logits_vocab`` raise tern.NotAvailableError.
+        ``patience`` as CTranslate2's: with a length or coverage penalty, beam search stops a
+        sentence once round(beam_size * patience) hypotheses finished.
         ``return_attention`` fills each result's ``attention`` (per hypothesis, per output token,
         the weights over the source tokens: the C core's tern_attention_t). ``replace_unknowns``
         replaces each ``<unk>`` of the hypotheses by the source token attended to most at that
@@ -587,7 +589,7 @@ class Translator:
                 mil, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
                 int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang,
-                bool(return_attention), bool(replace_unknowns))
+                bool(return_attention), bool(replace_unknowns), float(patience))
             results = []
             for hyps, scores, attention in out:
                 if tokens:

@@ -45,6 +45,7 @@ tern_search_params_t tern_search_default_params_1_1(void) {
     p.num_samples = 1;
     p.seed = 12345;
     p.repetition_penalty = 1.0f;
+    p.patience = 1.0f;
     p.no_repeat_ngram_size = 0;
     return p;
 }
@@ -111,6 +112,8 @@ static tern_status_t check_params(const tern_search_params_t *c) {
         return tern_error(TERN_ERR_INVALID_ARG, "length_norm must be plain or gnmt");
     if (c->eos_policy != TERN_EOS_COMMON && c->eos_policy != TERN_EOS_PAPER)
         return tern_error(TERN_ERR_INVALID_ARG, "eos_policy must be common or paper");
+    if (!(c->patience > 0) || !isfinite(c->patience))
+        return tern_error(TERN_ERR_INVALID_ARG, "patience must be > 0 (got %g)", (double)c->patience);
     if (!(c->prune_width >= 0) || !(c->prune_threshold >= 0) || c->prune_threshold > 1)
         return tern_error(TERN_ERR_INVALID_ARG, "prune_width must be >= 0 and prune_threshold in 0..1");
     return check_sampling(c);
@@ -145,6 +148,7 @@ tern_search_params_t search_params_over(const tern_search_params_t *f, unsigned 
     OVER(SP_SEED, seed);
     OVER(SP_REPPEN, repetition_penalty);
     OVER(SP_NOREP, no_repeat_ngram_size);
+    OVER(SP_PATIENCE, patience);
 #undef OVER
     return b;
 }

@@ -390,6 +390,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
+    so.patience = o->patience;
     so.prune_threshold = o->prune_threshold;
     so.sampling = sampling_of(o);
     so.sample_key = keys;
@@ -532,6 +533,7 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
     so.bos = m->tgt_start;
     so.eos = m->tgt_eos;
     so.prune_width = o->prune_width;
+    so.patience = o->patience;
     so.prune_threshold = o->prune_threshold;
     struct call_hooks *h = call->hooks;
     if (h) {

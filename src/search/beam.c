@@ -197,6 +197,7 @@ typedef struct {
     const int *max_len;
     int N, V, S, B, K, nhyp, keep;
     int common, use_cov, ct2_exit, on_logprobs, sel, pruning;
+    int max_cand;       /* finished hypotheses that stop a sentence with penalties: round(B * patience) */
     float log_thr;
     float *logits, *attn, *cov, *cov2, *cov_tmp;
     size_t logits_bytes;    /* big_alloc'd */
@@ -259,6 +260,9 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, int
     b->use_cov = opt->coverage_penalty != 0.0f;
     b->ret_att = opt->return_attention != 0;
     b->ct2_exit = opt->length_penalty == 0.0f && !b->use_cov;
+    /* CTranslate2's max_candidates: round(B * patience), at least 1 */
+    b->max_cand = opt->patience > 0 ? (int)lroundf((float)b->B * opt->patience) : b->B;
+    if (b->max_cand < 1) b->max_cand = 1;
     const size_t maxR = (size_t)G_max * b->B, S1 = (size_t)(b->S ? b->S : 1);
     b->logits_bytes = maxR * b->V * sizeof(float);
     b->logits = big_alloc(b->logits_bytes);
@@ -472,7 +476,7 @@ static int beam_sentence_done(const beam_t *b, const finished_t *f, int n, int l
     const search_options_t *opt = b->opt;
     if (last || R2 == first) return 1;
     if (b->ct2_exit && opt->early_stop && f->top_finished && f->registered >= b->nhyp) return 1;
-    if (!b->ct2_exit && opt->early_stop && f->registered >= b->B && f->registered >= b->nhyp) return 1;
+    if (!b->ct2_exit && opt->early_stop && f->registered >= b->max_cand && f->registered >= b->nhyp) return 1;
     if (!b->use_cov && !b->chain.may_raise && f->eos_finished && f->n >= b->nhyp) {
         /* exact bound: no live hypothesis can reach the n-th best finished score */
         float best_live = -INFINITY;

@@ -56,6 +56,7 @@ typedef struct {
      * than prune_width below the best finished one's; a candidate whose token log-prob is below
      * log(prune_threshold) is dropped (the SDL paper's threshold; 0: off) */
     float prune_width;
+    float patience;     /* with penalties: a sentence stops after round(B * patience) finished (0: 1) */
     float prune_threshold;
     /* random sampling (greedy search; sample.h): on when sampling.on; sample_key (N) each
      * sentence's key of the generator (its index in the caller's input and its sample index) */

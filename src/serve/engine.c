@@ -236,7 +236,7 @@ static int same_key(const segment_t *a, const segment_t *b, int cross) {
            x->prune_width == y->prune_width && x->prune_threshold == y->prune_threshold &&
            x->sampling_topk == y->sampling_topk && x->sampling_topp == y->sampling_topp &&
            x->sampling_temperature == y->sampling_temperature && x->num_samples == y->num_samples &&
-           x->seed == y->seed && x->repetition_penalty == y->repetition_penalty &&
+           x->seed == y->seed && x->repetition_penalty == y->repetition_penalty && x->patience == y->patience &&
            x->no_repeat_ngram_size == y->no_repeat_ngram_size;
 }
 
