@@ -285,6 +285,12 @@ typedef struct {
      * "The Beam Search Patience Factor"); > 0 (1). Without penalties the best finished
      * hypothesis is exact when the step's best candidate ends, and patience changes nothing. */
     float patience;
+    /* target prefixes (tern_source_extras_t.target_prefix) as a bias instead of forced tokens
+     * (CTranslate2's prefix_bias_beta, Arivazhagan et al. 2020): while a beam hypothesis still
+     * follows its prefix, its next-token distribution is (1 - beta) p + beta on the prefix's next
+     * token; a hypothesis that left the prefix decodes freely. In [0, 1); 0: forced prefixes (0).
+     * Beam search only (beam_size > 1); not with target_lang. */
+    float prefix_bias_beta;
 } tern_search_params_t;
 
 TERN_CHANGED_1_1 tern_search_params_t tern_search_default_params(void); /* thread-safe */

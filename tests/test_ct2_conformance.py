@@ -148,7 +148,7 @@ def test_options_tern_cannot_honour_are_refused(tern_python, model):
     src = make_inputs(model, seed=5, n=2)
     with pytest.raises(tern_python.NotAvailableError, match="return_alternatives with beam search and a length"):
         tr.translate_batch(src, return_alternatives=True)  # beam 2, length penalty 1
-    for opt, value in [("return_logits_vocab", True), ("prefix_bias_beta", 0.5),
+    for opt, value in [("return_logits_vocab", True),
                        ("end_token", "<s>")]:
         with pytest.raises(tern_python.NotAvailableError, match=opt):
             tr.translate_batch(src, **{opt: value})

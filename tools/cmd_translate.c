@@ -103,6 +103,9 @@ static void usage(FILE *f) {
 "  --patience P                beam search with a length or coverage penalty: a sentence stops\n"
 "                              once round(beam * P) hypotheses finished (CTranslate2's patience;\n"
 "                              default 1)\n"
+"  --prefix-bias-beta B        with --target-prefix and beam search: bias towards the prefix\n"
+"                              instead of forcing it, (1 - B) p + B on its next token while a\n"
+"                              hypothesis follows it (CTranslate2's prefix_bias_beta); 0 <= B < 1\n"
 "  --prune-width W             GNMT beam pruning: drop candidates more than W below the step's\n"
 "                              best and live hypotheses more than W below the best finished one\n"
 "                              (normalized); default off\n"
@@ -146,7 +149,7 @@ enum {
     O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
-    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_CONSTRAINTS,
+    O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
     O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG
 };
 
@@ -199,6 +202,7 @@ static const struct option long_opts[] = {
     {"lmbr-clip", no_argument, 0, O_LMBR_CLIP}, {"lmbr-sum-gain", no_argument, 0, O_LMBR_SUM},
     {"prune-width", required_argument, 0, O_PRUNE_W},
     {"patience", required_argument, 0, O_PATIENCE},
+    {"prefix-bias-beta", required_argument, 0, O_PREFIX_BIAS},
     {"prune-threshold", required_argument, 0, O_PRUNE_T},
     {"sampling-topk", required_argument, 0, O_TOPK},
     {"sampling-topp", required_argument, 0, O_TOPP},
@@ -344,6 +348,9 @@ int cmd_translate(int argc, char **argv) {
         case O_LMBR_CLIP: lm.clip = 1; break;
         case O_LMBR_SUM: lm.sum_gain = 1; break;
         case O_PRUNE_W: ok = cli_float(C, "--prune-width", optarg, 0, 1e30f, &o.prune_width), set |= SP_PRUNE_W; break;
+        case O_PREFIX_BIAS:
+            ok = cli_float(C, "--prefix-bias-beta", optarg, 0, 0.999999f, &o.prefix_bias_beta), set |= SP_PREFIX_BIAS;
+            break;
         case O_PATIENCE:
             ok = cli_float(C, "--patience", optarg, 1e-6f, 1e6f, &o.patience), set |= SP_PATIENCE;
             break;

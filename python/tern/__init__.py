@@ -199,8 +199,10 @@ def _check_options(patience, prefix_bias_beta, return_logits_vocab, return_atten
                    replace_unknowns) -> None:
     if not patience > 0:
         raise ValueError(f"patience must be > 0 (got {patience})")
-    if prefix_bias_beta != 0:
-        raise _not_available("prefix_bias_beta (other than 0)")
+    if not 0 <= prefix_bias_beta < 1:
+        raise ValueError(f"prefix_bias_beta must be in [0, 1) (got {prefix_bias_beta})")
+    if prefix_bias_beta > 0 and return_alternatives:
+        raise ValueError("prefix_bias_beta is not compatible with return_alternatives")
     if return_logits_vocab:
         raise _not_available("return_logits_vocab")
     if return_alternatives and (return_attention or replace_unknowns):
@@ -498,7 +500,8 @@ class Translator:
         or beam search with ``length_penalty=0``) gives ``num_hypotheses`` alternatives at the
         first position after the prefix, each continued by the search, as CTranslate2's
         (``min_alternative_expansion_prob`` drops the unlikely ones).
-        ``prefix_bias_beta`` != 0 and ``return_logits_vocab`` raise tern.NotAvailableError.
+        ``return_logits_vocab`` raises tern.NotAvailableError. ``prefix_bias_beta`` (beam search,
+        with ``target_prefix``) biases towards the prefix instead of forcing it, as CTranslate2's.
         ``patience`` as CTranslate2's: with a length or coverage penalty, beam search stops a
         sentence once round(beam_size * patience) hypotheses finished.
         ``return_attention`` fills each result's ``attention`` (per hypothesis, per output token,
@@ -589,7 +592,8 @@ class Translator:
                 mil, cb, int(sampling_topk), float(sampling_topp), float(sampling_temperature),
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
                 int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang,
-                bool(return_attention), bool(replace_unknowns), float(patience))
+                bool(return_attention), bool(replace_unknowns), float(patience),
+                float(prefix_bias_beta))
             results = []
             for hyps, scores, attention in out:
                 if tokens:

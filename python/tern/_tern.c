@@ -271,21 +271,21 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
                              "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
-                             "source_lang", "target_lang", "return_attention", "replace_unknowns", "patience", NULL};
+                             "source_lang", "target_lang", "return_attention", "replace_unknowns", "patience", "prefix_bias_beta", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
     long long index_offset = 0;
     const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
     int ra = 0, ru = 0;
-    float patience = 1.0f;
+    float patience = 1.0f, pbb = 0.0f;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppf", kwlist, &sources, &prefixes, &pretok,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppff", kwlist, &sources, &prefixes, &pretok,
                                      &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
                                      &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
-                                     &src_lang, &tgt_lang, &ra, &ru, &patience))
+                                     &src_lang, &tgt_lang, &ra, &ru, &patience, &pbb))
         return NULL;
     if (index_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
@@ -341,7 +341,7 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     sp.sampling_topk = d.sampling_topk, sp.sampling_topp = d.sampling_topp;
     sp.sampling_temperature = d.sampling_temperature, sp.num_samples = d.num_samples, sp.seed = (uint64_t)seed;
     sp.repetition_penalty = d.repetition_penalty, sp.no_repeat_ngram_size = d.no_repeat_ngram_size;
-    sp.patience = patience;
+    sp.patience = patience, sp.prefix_bias_beta = pbb;
     tern_request_t call = tern_request_default();
     call.sources = src.s;
     call.num_sources = n;

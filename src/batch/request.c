@@ -112,6 +112,10 @@ static tern_status_t check_params(const tern_search_params_t *c) {
         return tern_error(TERN_ERR_INVALID_ARG, "length_norm must be plain or gnmt");
     if (c->eos_policy != TERN_EOS_COMMON && c->eos_policy != TERN_EOS_PAPER)
         return tern_error(TERN_ERR_INVALID_ARG, "eos_policy must be common or paper");
+    if (!(c->prefix_bias_beta >= 0 && c->prefix_bias_beta < 1))
+        return tern_error(TERN_ERR_INVALID_ARG, "prefix_bias_beta must be in [0, 1) (got %g)", (double)c->prefix_bias_beta);
+    if (c->prefix_bias_beta > 0 && c->beam_size <= 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "prefix_bias_beta needs beam search (beam_size > 1), as CTranslate2's");
     if (!(c->patience > 0) || !isfinite(c->patience))
         return tern_error(TERN_ERR_INVALID_ARG, "patience must be > 0 (got %g)", (double)c->patience);
     if (!(c->prune_width >= 0) || !(c->prune_threshold >= 0) || c->prune_threshold > 1)
@@ -149,6 +153,7 @@ tern_search_params_t search_params_over(const tern_search_params_t *f, unsigned 
     OVER(SP_REPPEN, repetition_penalty);
     OVER(SP_NOREP, no_repeat_ngram_size);
     OVER(SP_PATIENCE, patience);
+    OVER(SP_PREFIX_BIAS, prefix_bias_beta);
 #undef OVER
     return b;
 }
@@ -204,6 +209,9 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     if (req && req->target_lang && (st = call_language(tr->model, req->target_lang, "target_lang", 1, &c->tgt_lang,
                                                           &tgt_name)))
         return st;
+    if (c->tgt_lang >= 0 && c->p.prefix_bias_beta > 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "prefix_bias_beta cannot be combined with target_lang (the language "
+                          "code is a forced first token)");
     const tern_model_t *m0 = tr->model->n_members ? tr->model->members[0] : tr->model;
     if (m0->n_langs > 0 && !c->pretok && (c->src_lang < 0 || c->tgt_lang < 0))
         return tern_error(TERN_ERR_INVALID_ARG, "%s is multilingual: raw text needs a source and a target language "

@@ -435,7 +435,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
     search_procs_t *procs = NULL; /* processors of this batch: prefixes, restrictions, LMBR, ... */
     sample_repeat_t *rep = NULL;  /* and the repetition controls */
     search_proc_t all[SEARCH_MAX_PROCS];
-    if ((st = search_procs_bind(&procs, gl, sd, n, V, eos, o->beam_size)) ||
+    if ((st = search_procs_bind(&procs, gl, sd, n, V, eos, o->beam_size, o->prefix_bias_beta)) ||
         (st = repeat_procs(o, V, procs, &rep, all, &so.num_procs))) {
         if (m->vmap) fam->set_vocab(tr->state, NULL, 0);
         search_procs_free(procs);

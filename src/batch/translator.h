@@ -48,7 +48,7 @@ enum {
     SP_EARLY = 1 << 6, SP_MAXA = 1 << 7, SP_MAXB = 1 << 8, SP_MAXDEC = 1 << 9, SP_MINLEN = 1 << 10,
     SP_PRUNE_W = 1 << 11, SP_PRUNE_T = 1 << 12,
     SP_TOPK = 1 << 13, SP_TOPP = 1 << 14, SP_TEMP = 1 << 15, SP_NSAMP = 1 << 16, SP_SEED = 1 << 17, SP_REPPEN = 1 << 18,
-    SP_NOREP = 1 << 19, SP_PATIENCE = 1 << 20
+    SP_NOREP = 1 << 19, SP_PATIENCE = 1 << 20, SP_PREFIX_BIAS = 1 << 21
 };
 tern_search_params_t search_params_over(const tern_search_params_t *given, unsigned set, tern_search_params_t base);
 

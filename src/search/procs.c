@@ -79,6 +79,7 @@ struct search_procs {
     const search_sentence_t *const *sd;
     int N, V, eos;
     int beam;    /* beam search (else greedy) */
+    float prefix_bias; /* > 0: prefixes bias the rows that follow them (prefix_bias_beta) */
     float *keep; /* (V) values kept by a mask */
     int *keep_tok;
     cons_workspace_t *cons;
@@ -127,6 +128,34 @@ static void prefix_apply(void *self, float *x, const search_rows_t *rows) {
         if (tok < 0 || tok >= rows->V) continue;
         for (int v = 0; v < rows->V; v++) row[v] = -INFINITY;
         row[tok] = 0.0f; /* forced: the score counts only the free part (as CTranslate2's) */
+    }
+}
+
+/* prefix_bias_beta (CTranslate2's biased decoding): state: the prefix tokens the row has followed
+ * so far, -1 once it left the prefix (or passed its end). While a row follows, its distribution
+ * becomes (1 - beta) p + beta on the prefix's next token: log((1 - beta) e^x), and for that
+ * token log((1 - beta) e^x + beta). */
+static void bias_init(void *self, int n, int *state) { state[0] = 0; }
+
+static void bias_advance(void *self, int n, int *state, int tok) {
+    const search_procs_t *P = self;
+    const search_sentence_t *s = P->sd[n];
+    if (state[0] < 0) return;
+    state[0] = s && state[0] < s->prefix_len && tok == s->prefix[state[0]] ? state[0] + 1 : -1;
+}
+
+static void bias_apply(void *self, float *x, const search_rows_t *rows) {
+    const search_procs_t *P = self;
+    const float beta = P->prefix_bias, keep = 1.0f - beta, lkeep = logf(keep);
+    for (int r = 0; r < rows->R; r++) {
+        const search_sentence_t *s = P->sd[rows->sent[r]];
+        const int k = rows->state[(size_t)r * rows->W + rows->off];
+        if (!s || k < 0 || k >= s->prefix_len) continue;
+        const int tok = s->prefix[k];
+        float *row = x + (size_t)r * rows->V;
+        const float p_tok = tok >= 0 && tok < rows->V ? expf(row[tok]) : 0.0f;
+        for (int v = 0; v < rows->V; v++) row[v] += lkeep;
+        if (tok >= 0 && tok < rows->V) row[tok] = logf(keep * p_tok + beta);
     }
 }
 
@@ -295,7 +324,12 @@ static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_g
         p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = q->suppress_h, p.apply = suppress_apply;
         P->list[P->n++] = p;
     }
-    if (q->any_prefix) {
+    if (q->any_prefix && P->prefix_bias > 0) {
+        search_proc_t p = {0};
+        p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.state_ints = 1;
+        p.init_state = bias_init, p.advance = bias_advance, p.apply = bias_apply;
+        P->list[P->n++] = p;
+    } else if (q->any_prefix) {
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.apply = prefix_apply;
         P->list[P->n++] = p;
@@ -317,7 +351,7 @@ static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_g
 }
 
 tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
-                                int N, int V, int eos, int beam) {
+                                int N, int V, int eos, int beam, float prefix_bias) {
     *out = NULL;
     procs_needs_t q = {0};
     tern_status_t st = procs_needs(&q, g, sd, N);
@@ -341,6 +375,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
     P->V = V;
     P->eos = eos;
     P->beam = beam > 1;
+    P->prefix_bias = prefix_bias;
     P->lmbr_count = q.lm_count;
     procs_list(P, &q, g);
     *out = P;

@@ -72,10 +72,11 @@ typedef struct {
 
 typedef struct search_procs search_procs_t;
 
-/* Builds the processors for a batch (beam: the beam size, 1 for greedy search): sd (N) per-sentence data (entries may be NULL), g global data
+/* Builds the processors for a batch (beam: the beam size, 1 for greedy search; prefix_bias > 0:
+ * prefixes bias instead of forcing, prefix_bias_beta): sd (N) per-sentence data (entries may be NULL), g global data
  * (may be NULL). *out is NULL when no processor applies; else free with search_procs_free(). */
 tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, const search_sentence_t *const *sd,
-                                int N, int V, int eos, int beam);
+                                int N, int V, int eos, int beam, float prefix_bias);
 void search_procs_free(search_procs_t *p);
 const search_proc_t *search_procs_list(const search_procs_t *p, int *count);
 

@@ -237,6 +237,7 @@ static int same_key(const segment_t *a, const segment_t *b, int cross) {
            x->sampling_topk == y->sampling_topk && x->sampling_topp == y->sampling_topp &&
            x->sampling_temperature == y->sampling_temperature && x->num_samples == y->num_samples &&
            x->seed == y->seed && x->repetition_penalty == y->repetition_penalty && x->patience == y->patience &&
+           x->prefix_bias_beta == y->prefix_bias_beta &&
            x->no_repeat_ngram_size == y->no_repeat_ngram_size;
 }
 

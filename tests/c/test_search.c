@@ -1276,7 +1276,7 @@ static void test_processors(int seeds) {
             }
         }
         search_procs_t *P = NULL;
-        CHECK(search_procs_bind(&P, NULL, sdp, N, V, w.eos, B) == TERN_OK);
+        CHECK(search_procs_bind(&P, NULL, sdp, N, V, w.eos, B, 0.0f) == TERN_OK);
         search_options_t o = make_opts(&w, B, nhyp, r, TERN_EOS_COMMON, 0, min_length);
         o.procs = search_procs_list(P, &o.num_procs);
         mock_t m;

@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
         sdp[n] = &sd[n];
     }
     search_procs_t *procs = NULL;
-    if (search_procs_bind(&procs, &g, use_lmbr ? sdp : NULL, N, m.V, eos, B)) return 1;
+    if (search_procs_bind(&procs, &g, use_lmbr ? sdp : NULL, N, m.V, eos, B, 0.0f)) return 1;
     search_options_t so = {0};
     so.beam_size = B;
     so.num_hypotheses = nhyp;
