@@ -490,3 +490,48 @@ def test_desktop_screenshot(server, browser):
     browser.find_element(By.ID, "output").click()
     if SHOTS:
         browser.save_screenshot(os.path.join(ROOT, "docs", "img", "page-desktop.png"))
+
+
+CONTRAST_JS = """
+function lum(c) {
+  const m = c.match(/[\\d.]+/g).map(Number);
+  const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+  return [0.2126 * f(m[0]) + 0.7152 * f(m[1]) + 0.0722 * f(m[2]), m.length > 3 ? m[3] : 1];
+}
+function bg(e) {
+  for (; e; e = e.parentElement) {
+    const c = getComputedStyle(e).backgroundColor;
+    if (lum(c)[1] > 0) return c;
+  }
+  return 'rgb(255, 255, 255)';
+}
+const out = [];
+for (const e of document.querySelectorAll('body *')) {
+  if (!e.offsetParent && e.tagName !== 'BODY') continue;
+  if (e.disabled || e.closest('.sr-only')) continue;
+  const own = Array.from(e.childNodes).some(n => n.nodeType === 3 && n.textContent.trim());
+  if (!own && !['INPUT', 'SELECT', 'TEXTAREA'].includes(e.tagName)) continue;
+  const s = getComputedStyle(e);
+  const a = lum(s.color)[0], b = lum(bg(e))[0];
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  const large = parseFloat(s.fontSize) >= 24 || (parseFloat(s.fontSize) >= 18.66 && parseInt(s.fontWeight) >= 700);
+  out.push([e.id || e.tagName + ':' + e.textContent.trim().slice(0, 30), ratio, large ? 3 : 4.5]);
+}
+return out;
+"""
+
+
+def test_contrast(server, browser):
+    """An axe-like check of WCAG AA text contrast: every visible element with text (enabled
+    controls, the translation, the alternatives, the options panel opened) against its background."""
+    wait = open_page(browser, server)
+    type_text(browser, "A man is riding a bicycle.")
+    wait.until(lambda d: output(d) != "" and not d.execute_script("return tern.ctrl"))
+    browser.find_element(By.ID, "alt").click()
+    browser.find_element(By.ID, "more-summary").click()
+    browser.find_element(By.ID, "keys-summary").click()
+    rows = browser.execute_script(CONTRAST_JS)
+    assert len(rows) > 30
+    print("contrast: %d elements, lowest %.2f (%s)" % (len(rows), *min((r, w) for w, r, _ in rows)))
+    low = [(what, round(r, 2), need) for what, r, need in rows if r < need]
+    assert not low, low
