@@ -279,6 +279,24 @@ def test_file_round_trip(server, browser, tmp_path):
     browser.find_element(By.ID, "file").send_keys(str(bad))
     wait.until(lambda d: d.find_element(By.ID, "error").text == "latin1.txt: not UTF-8 text")
     assert not link.is_displayed()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    browser.find_element(By.ID, "file").send_keys(str(empty))
+    wait.until(lambda d: d.find_element(By.ID, "error").text == "empty.txt: the file is empty")
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    browser.find_element(By.ID, "file").send_keys(str(pdf))
+    wait.until(lambda d: d.find_element(By.ID, "error").text ==
+               "report.pdf: only .txt and .html files can be translated here")
+    assert not link.is_displayed()
+    # the same file again, into English from German: a new download
+    Select(browser.find_element(By.ID, "source")).select_by_value("de")
+    Select(browser.find_element(By.ID, "target")).select_by_value("en")
+    browser.find_element(By.ID, "file").send_keys(str(src))
+    wait.until(lambda d: link.text == "Download notes.en.txt")
+    link.click()
+    got = wait_file(browser.download_dir / "notes.en.txt")
+    assert got.split("\n") == [lt(server, ln, "de", "en")["translatedText"] if ln else "" for ln in lines] + [""]
 
 
 def test_file_longer_than_limit(tmp_path):
