@@ -168,8 +168,11 @@ def test_no_stale_result(server, browser):
     ref = lt(server, final, alternatives=ALTS)["translatedText"]
     wait.until(lambda d: output(d) == ref)
     calls = browser.execute_script("return window.hook.calls")
-    assert [json.loads(c["body"])["q"] for c in calls] == ["A man is riding a bicycle.", final]
-    assert calls[0]["aborted"] and not calls[1]["aborted"]
+    qs = [json.loads(c["body"])["q"] for c in calls]
+    # two requests (more only if the machine stalls the typing for 400 ms): the first of the first
+    # text, the last of the final text; every one but the last aborted
+    assert qs[0] == "A man is riding a bicycle." and qs[-1] == final and len(qs) >= 2, qs
+    assert all(c["aborted"] for c in calls[:-1]) and not calls[-1]["aborted"]
     time.sleep(3)  # past the stale answer's release
     assert output(browser) == ref
     assert browser.find_element(By.ID, "error").text == ""
