@@ -30,8 +30,8 @@ if [ "${TERN_NO_TORCH:-0}" != 1 ]; then
   DEB_PKGS+=(python3-torch libopenblas0-pthread)
 fi
 
-# --- web page test of `tern serve` (issue 12) ----------------------------------------------------
-# tests/test_serve_web.py drives Debian's headless Chromium through chromedriver (Selenium from
+# --- web page test of `tern serve` (issues 12, 31) ------------------------------------------------
+# tests/test_page.py drives Debian's headless Chromium through chromedriver (Selenium from
 # tests/requirements.txt). TERN_NO_BROWSER=1 leaves them out (the test then skips, saying why).
 if [ "${TERN_NO_BROWSER:-0}" != 1 ]; then
   DEB_PKGS+=(chromium chromium-driver)

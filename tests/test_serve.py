@@ -207,7 +207,11 @@ def test_get_endpoints(server):
     html = page.decode()
     # the page is self-contained: no script, style or font from elsewhere (no CDN)
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
-    assert 'id="model"' in html and "/v1/translate" in html and "/v1/models" in html
+    # the page's parts and the endpoints it reads (tests/test_page.py drives it in a browser)
+    for part in ('id="source"', 'id="target"', 'id="swap"', 'id="input"', 'id="output"', 'id="file"',
+                 'id="model"', '"/languages"', '"/frontend/settings"', '"/translate"', '"/v1/translate"',
+                 '"/v1/models"', 'aria-live="polite"'):
+        assert part in html, part
     st, spec, _ = server.json("GET", "/openapi.json")
     assert st == 200 and spec["openapi"].startswith("3.")
     assert {"/translate", "/languages", "/v1/translate", "/v1/score", "/health", "/metrics"} <= set(spec["paths"])
