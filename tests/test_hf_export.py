@@ -16,6 +16,13 @@ tests/tools/hf_export_ref.py, run by /usr/bin/python3 with Debian's torch) on th
 * Tern reads the export back (`tern translate -m EXPORT`): byte-identical output, greedy and beam 4;
 * an int8 copy (`tern convert --quantize int8`) is exported dequantized: transformers on it equals
   `tern translate --compute-type float32` of the int8 copy (>= 99.5 %);
+* raw text: a model over the shipped en-de SentencePiece model's pieces (source.spm/target.spm copied into
+  the export): MarianTokenizer + generate + batch_decode on the export gives `tern translate`'s text on the
+  original for >= 95 % of 40 Multi30k sentences;
+* a model trained by `tern train --post-norm --layer-norm-eps 1e-5` (20 updates on 2,000 Multi30k pairs,
+  the shipped SentencePiece model; its vocabulary's own <pad> becomes the pad token): raw text through
+  MarianTokenizer + generate (greedy) + batch_decode on the export = `tern translate` on the checkpoint
+  (>= 95 % of 40 lines), and Tern on the export gives the checkpoint's output byte for byte;
 * refused, with the reason and no directory written: a pre-norm model, a model with layer-norm
   epsilon 1e-6 (CTranslate2's default), a model without add_source_eos, the shipped en-de (pre-norm),
   an existing non-empty output directory.
@@ -193,6 +200,59 @@ def test_int8_dequantized(cases, tmp_path):
     assert same >= 0.995
 
 
+def test_raw_text_through_spm(data_dir, cases, tmp_path):
+    import make_models
+    spm_path = os.path.join(ROOT, "models", "en-de", "sentencepiece.model")
+    pieces_ = json.load(open(os.path.join(ROOT, "models", "en-de", "shared_vocabulary.json")))
+    tokens = make_models.SPECIALS + [p for p in pieces_ if p not in make_models.SPECIALS and p != "<pad>"]
+    make("post-gelu-shared-all", tmp_path / "m", tokens=tokens, name="post-gelu-shared-spm")
+    shutil.copy(spm_path, tmp_path / "m" / "sentencepiece.model")
+    run(TERN, "convert", "-m", tmp_path / "m", "--to", "hf", "-o", tmp_path / "hf")
+    assert (tmp_path / "hf" / "source.spm").read_bytes() == open(spm_path, "rb").read()
+    lines = open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8").read().split("\n")[:40]
+    out = run(TERN, "translate", "-m", tmp_path / "m", "-t", 1, "-b", 1, "--max-decoding-length", MAX_LEN,
+              "--min-length", 1, input="".join(l + "\n" for l in lines)).stdout.split("\n")[:len(lines)]
+    req = {"cases": [{"dir": str(tmp_path / "hf"), "inputs": [[5]], "max_len": MAX_LEN, "beam": 1, "force": [[5]],
+                      "texts": lines}]}
+    (tmp_path / "req.json").write_text(json.dumps(req))
+    run(TORCH_PY, REF, tmp_path / "req.json", tmp_path / "ref.json")
+    ref = json.loads((tmp_path / "ref.json").read_text())["cases"][0]["text"]["text"]
+    same = sum(a.strip() == b.strip() for a, b in zip(out, ref)) / len(lines)
+    print(f"\nraw text: MarianTokenizer + generate + batch_decode on the export = tern translate on the original "
+          f"on {same:.1%} of {len(lines)} lines")
+    assert same >= 0.95 and sum(bool(x.strip()) for x in ref) > 30
+
+
+def test_tern_trained_model(data_dir, cases, tmp_path):
+    mk = os.path.join(data_dir, "multi30k")
+    for side in ("en", "de"):
+        lines = open(os.path.join(mk, f"train.{side}"), encoding="utf-8").read().split("\n")[:2000]
+        (tmp_path / f"t.{side}").write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    run(TERN, "train", "--spm", os.path.join(ROOT, "models", "en-de", "sentencepiece.model"), "--train-src",
+        tmp_path / "t.en", "--train-tgt", tmp_path / "t.de", "--save-dir", tmp_path / "run", "--post-norm",
+        "--layer-norm-eps", "1e-5", "--layers", 2, "--d-model", 32, "--ff", 64, "--heads", 4, "--max-updates", 20,
+        "--max-tokens", 2000, "--no-bleu", "--no-plot", "-q", "-t", 1, "--seed", 1, "--lr", "1e-3", "--warmup", 5)
+    ckpt = tmp_path / "run" / sorted(p for p in os.listdir(tmp_path / "run") if p.startswith("checkpoint-"))[-1]
+    run(TERN, "convert", "-m", ckpt, "--to", "hf", "-o", tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    vocab = json.loads((tmp_path / "hf" / "vocab.json").read_text())
+    assert cfg["pad_token_id"] == vocab["<pad>"] == 0 and cfg["vocab_size"] == len(vocab)
+    lines = open(os.path.join(mk, "test_2016_flickr.en"), encoding="utf-8").read().split("\n")[:40]
+    text = "".join(l + "\n" for l in lines)
+    args = ("-t", 1, "-b", 1, "--max-decoding-length", MAX_LEN, "--min-length", 1)
+    out = run(TERN, "translate", "-m", ckpt, *args, input=text).stdout
+    assert run(TERN, "translate", "-m", tmp_path / "hf", *args, input=text).stdout == out
+    req = {"cases": [{"dir": str(tmp_path / "hf"), "inputs": [[5]], "max_len": MAX_LEN, "beam": 1, "force": [[5]],
+                      "texts": lines}]}
+    (tmp_path / "req.json").write_text(json.dumps(req))
+    run(TORCH_PY, REF, tmp_path / "req.json", tmp_path / "ref.json")
+    ref = json.loads((tmp_path / "ref.json").read_text())["cases"][0]["text"]["text"]
+    same = sum(a.strip() == b.strip() for a, b in zip(out.split("\n"), ref)) / len(lines)
+    print(f"\ntern train post-norm checkpoint: transformers on the export = tern translate on {same:.1%} of "
+          f"{len(lines)} lines")
+    assert same >= 0.95
+
+
 def test_refusals(cases, tmp_path):
     def refused(model, out, *words):
         r = run(TERN, "convert", "-m", model, "--to", "hf", "-o", out, check=False)
@@ -202,10 +262,10 @@ def test_refusals(cases, tmp_path):
         return r.stderr
 
     make("pre-shared-tied", tmp_path / "pre")
-    refused(tmp_path / "pre", tmp_path / "o1", "pre-norm", "post-norm")
+    refused(tmp_path / "pre", tmp_path / "o1", "pre-norm", "--post-norm")
     assert not (tmp_path / "o1").exists()
     make("post-separate-untied", tmp_path / "eps", eps=None)
-    refused(tmp_path / "eps", tmp_path / "o2", "epsilon", "1e-06", "1e-5")
+    refused(tmp_path / "eps", tmp_path / "o2", "epsilon", "1e-06", "1e-5", "--layer-norm-eps 1e-5")
     assert not (tmp_path / "o2").exists()
     make("post-separate-untied", tmp_path / "noeos", add_source_eos=False)
     refused(tmp_path / "noeos", tmp_path / "o3", "add_source_eos", "MarianTokenizer")

@@ -313,13 +313,14 @@ tern_status_t convert_to_hf(const char *from, const char *out, int *dequantized)
     float eps = net->eps;
     if (pre) {
         st = tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Transformer (encoder/pre_norm = 1): MarianMT's layers "
-                        "are post-norm (layer norm after the residual), which cannot compute it; train with "
-                        "--post-norm to export", from);
+                        "are post-norm (layer norm after the residual), which cannot compute it (tern train "
+                        "--post-norm --layer-norm-eps 1e-5 makes exportable models)", from);
         goto done;
     }
     if (fabsf(eps - 1e-5f) > 1e-9f) {
         st = tern_error(TERN_ERR_UNSUPPORTED, "%s: layer-norm epsilon %g (config.json \"layer_norm_epsilon\"%s): "
-                        "MarianMT's layer norms use 1e-5 (torch's default), so its outputs would differ", from,
+                        "MarianMT's layer norms use 1e-5 (torch's default), so its outputs would differ (tern train "
+                        "--layer-norm-eps 1e-5 makes exportable models)", from,
                         (double)eps, m->cfg.layer_norm_epsilon > 0 ? "" : " absent: CTranslate2's default 1e-6");
         goto done;
     }

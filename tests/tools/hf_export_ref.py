@@ -9,7 +9,8 @@ OUT.json per case: "config" (the keys transformers took: pad, eos, decoder start
 share/tie), "greedy" and "beam" (generate() as hf_marian_ref.generate: num_beams 1 / 4, length_penalty 0,
 early_stopping False, min_new_tokens 1, bad_words_ids [[pad]], renormalize_logits True; ids without the start
 and end tokens), "force" (log_softmax of the logits at each token of the given targets, then at the end
-token), "missing"/"unexpected" (what from_pretrained reported: nothing may be left at its random init).
+token), with "texts": "text" (MarianTokenizer of the directory's source.spm/target.spm/vocab.json, greedy
+generate, batch_decode(skip_special_tokens=True)), "missing"/"unexpected" (what from_pretrained reported: nothing may be left at its random init).
 """
 import json
 import os
@@ -18,7 +19,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_marian_ref import force, generate  # noqa: E402
+from hf_marian_ref import force, generate, texts  # noqa: E402
 
 
 def one(req):
@@ -37,6 +38,8 @@ def one(req):
         out["greedy"] = generate(model, cfg, req["inputs"], req["max_len"], 1)
         out["beam"] = generate(model, cfg, req["inputs"], req["max_len"], req.get("beam", 4))
         out["force"] = force(model, cfg, req["inputs"], req["force"])
+        if req.get("texts"):  # raw text: MarianTokenizer over the exported tokenizer files, greedy, batch_decode
+            out["text"] = texts(model, req["dir"], req["texts"], req["max_len"])
     return out
 
 
