@@ -188,6 +188,33 @@ def test_unknown_languages(server):
     assert st == 400, body
 
 
+def test_settings_with_a_multilingual_first_model(m2m, tmp_path):
+    """/frontend/settings names the first model's pair; a multilingual first model: its first two languages."""
+    import re
+    import time
+    err = tmp_path / "err"
+    p = subprocess.Popen([TERN, "serve", "-m", f"m2m={m2m['dir']}", "-p", "0", "-t", "1", "-w", "1"],
+                         stdout=subprocess.DEVNULL, stderr=open(err, "wb"))
+    try:
+        port = None
+        for _ in range(600):
+            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", err.read_bytes())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.1)
+        assert port, err.read_text()
+        import http.client
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("GET", "/frontend/settings")
+        lang = json.loads(c.getresponse().read())["language"]
+        codes = model_codes(m2m)
+        assert lang["source"]["code"] == codes[0] and lang["target"]["code"] == codes[1], lang
+    finally:
+        p.terminate()
+        assert p.wait(60) == 0
+
+
 def test_pair_model_needs_pair_name(tmp_path):
     r = subprocess.run([TERN, "serve", "-m", f"ende={os.path.join(ROOT, 'models', 'en-de')}", "-p", "0"],
                        capture_output=True, text=True, timeout=120)

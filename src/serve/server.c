@@ -1396,6 +1396,9 @@ static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn
 static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     char a[64], b[64];
     model_langs(engine_model_at(s->engine, 0), a, b, sizeof a);
+    int nl = 0; /* a multilingual first model: its first two languages */
+    const char *const *langs = engine_model_languages(engine_model_at(s->engine, 0), &nl);
+    if (nl > 0) ml_code(langs[0], a, sizeof a), ml_code(langs[nl > 1], b, sizeof b);
     cJSON *o = cJSON_CreateObject(), *lang = cJSON_CreateObject(), *src = cJSON_CreateObject(),
           *tgt = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "charLimit", s->opt.char_limit);
