@@ -354,13 +354,13 @@ tern_status_t convert_to_hf(const char *from, const char *out, int *dequantized)
     }
     /* Positions: the tables Tern uses (learned, or CTranslate2's sinusoids, position p at row p),
      * stored, so that transformers looks them up as they are; one row count for both sides. */
-    int P = 2048;
+    int P = epos || dpos ? 1 << 30 : 2048; /* a sinusoidal table has any length: Tern's loader makes 2048 */
     if (epos && epos->shape[0] < P) P = (int)epos->shape[0];
     if (dpos && dpos->shape[0] < P) P = (int)dpos->shape[0];
     /* Vocabularies and special tokens. */
     const vocab_t *sv = m->src_vocab, *tv = m->tgt_vocab;
     int Vs = vocab_size(sv), Vt = vocab_size(tv);
-    int share = ee == de || (ee->data == de->data && same_vocab(sv, tv));
+    int share = (ee == de || ee->data == de->data) && same_vocab(sv, tv);
     int joint = share || same_vocab(sv, tv);
     int tie = pw == de || pw->data == de->data;
     int tpad = vocab_lookup(tv, HF_PAD), spad = vocab_lookup(sv, HF_PAD);
