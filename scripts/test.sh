@@ -67,6 +67,12 @@ TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/
   -k "d32 and (bad_checkpoints or greedy or raw_text)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_m2m100.py \
   -k "nllb and (bad_checkpoints or greedy or raw_text or languages)"
+# `tern convert --to hf` (refusals, Tern reading the export back) and multilingual serving (unknown
+# languages, concurrent requests of several languages) under ASan/UBSan; the whole files run in the full suite
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_hf_export.py \
+  -k "refusals or reads_export_back"
+TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_serve_multilingual.py \
+  -k "unknown or concurrent"
 # Continuous beam search under ASan/UBSan: three of test_continuous's cases (all of them, the Python
 # API's included, run in the full suite on the plain build; the sanitizer build is ~6x slower)
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_continuous.py \

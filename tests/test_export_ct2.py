@@ -148,4 +148,4 @@ def test_other_family_refused(tmp_path):
     assert not (tmp_path / "o" / "model.bin").exists()
     r = subprocess.run([TERN, "convert", "--from", str(d), "-o", str(tmp_path / "o"), "--to", "onnx"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--to must be tern or ct2" in r.stderr
+    assert r.returncode == 2 and "--to must be tern, ct2 or hf" in r.stderr

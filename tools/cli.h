@@ -15,6 +15,10 @@ int cmd_info(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_filter(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+/* `tern convert --to hf` (convert_hf.c): the Transformer in from as a Hugging Face MarianMT
+ * checkpoint in out (a new or empty directory); *dequantized set when int8 weights were
+ * dequantized. */
+tern_status_t convert_to_hf(const char *from, const char *out, int *dequantized);
 int cmd_vocab(int argc, char **argv);
 int cmd_average(int argc, char **argv);
 int cmd_shrink(int argc, char **argv);

@@ -22,7 +22,7 @@
 #include "text/vocab.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--to tern|ct2] [--quantize int8|float16|none]\n"
+    fprintf(f, "usage: tern convert --from DIR -o OUTDIR [--to tern|ct2|hf] [--quantize int8|float16|none]\n"
                "\n"
                "Writes a model directory in Tern's format (model.safetensors, config.json,\n"
                "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
@@ -30,11 +30,17 @@ static void usage(FILE *f) {
                "with --to ct2, a CTranslate2 directory (model.bin) that ctranslate2 loads, also from a\n"
                "Hugging Face MarianMT, M2M-100 or NLLB checkpoint (config.json with \"model_type\").\n"
                "\n"
-               "  --from DIR, --from-ct2 DIR  the model directory to read (the two are the same)\n"
+               "  --from DIR, --from-ct2 DIR, -m DIR  the model directory to read (all the same)\n"
                "  -o, --output OUTDIR         the model directory to write\n"
                "  --to tern                   Tern's format (default)\n"
                "  --to ct2                    CTranslate2's (model.bin, binary version 6; a Transformer\n"
                "                              only): what Tern trained, for ctranslate2 to run\n"
+               "  --to hf                     a Hugging Face MarianMT checkpoint (config.json,\n"
+               "                              model.safetensors, vocab.json, source.spm/target.spm,\n"
+               "                              tokenizer and generation configs) that transformers'\n"
+               "                              MarianMTModel loads: a post-norm Transformer with\n"
+               "                              layer-norm epsilon 1e-5 (others are refused, saying why);\n"
+               "                              int8 weights are dequantized; OUTDIR must be new or empty\n"
                "  --quantize int8             weight matrices to int8 with per-row scales (as\n"
                "                              CTranslate2's quantization=\"int8\"); other tensors unchanged\n"
                "  --quantize float16          every floating-point tensor to float16\n"
@@ -220,7 +226,7 @@ int cmd_convert(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "--from-ct2") || !strcmp(a, "--from")) && i + 1 < argc) {
+        } else if ((!strcmp(a, "--from-ct2") || !strcmp(a, "--from") || !strcmp(a, "-m")) && i + 1 < argc) {
             from = argv[++i];
         } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
             out = argv[++i];
@@ -228,8 +234,8 @@ int cmd_convert(int argc, char **argv) {
             quant = argv[++i];
         } else if (!strcmp(a, "--to") && i + 1 < argc) {
             to = argv[++i];
-            if (strcmp(to, "tern") && strcmp(to, "ct2")) {
-                fprintf(stderr, "tern convert: --to must be tern or ct2 (got '%s')\n", to);
+            if (strcmp(to, "tern") && strcmp(to, "ct2") && strcmp(to, "hf")) {
+                fprintf(stderr, "tern convert: --to must be tern, ct2 or hf (got '%s')\n", to);
                 return 2;
             }
         } else {
@@ -249,6 +255,20 @@ int cmd_convert(int argc, char **argv) {
     else {
         fprintf(stderr, "tern convert: --quantize must be int8, float16 or none (got '%s')\n", quant);
         return 2;
+    }
+    if (!strcmp(to, "hf")) {
+        if (q != Q_NONE) {
+            fprintf(stderr, "tern convert: --to hf writes float32 (MarianMT's); --quantize does not apply\n");
+            return 2;
+        }
+        int deq = 0;
+        if (convert_to_hf(from, out, &deq)) {
+            fprintf(stderr, "tern convert: %s\n", tern_last_error());
+            return 1;
+        }
+        fprintf(stderr, "tern convert: %s -> %s (Hugging Face MarianMT checkpoint, float32%s)\n", from, out,
+                deq ? "; int8 weights dequantized: weight = q / scale per row, as Tern runs them in float32" : "");
+        return 0;
     }
     char p[4096];
     weights_t *w = NULL;

@@ -30,7 +30,9 @@ static void usage(FILE *f) {
 "models:\n"
 "  -m, --model SRC-TGT=DIR     a model and its language pair, e.g. en-de=models/en-de (repeat\n"
 "                              for more models); DIR may name an installed model (en-de=en-de:\n"
-"                              TERN_MODELS_DIR, then PREFIX/share/tern/models)\n"
+"                              TERN_MODELS_DIR, then PREFIX/share/tern/models); a multilingual\n"
+"                              model (M2M-100, NLLB) as NAME=DIR serves every pair of its\n"
+"                              languages\n"
 "  --compute-type TYPE         auto (default), float32, int8\n"
 "  -w, --workers N             translators per model, each on its own thread, sharing one copy\n"
 "                              of the weights (default: cores / (threads x models), at most 8,\n"
@@ -139,8 +141,9 @@ int cmd_serve(int argc, char **argv) {
         switch (c) {
         case 'm': {
             const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1] || !memchr(optarg, '-', (size_t)(eq - optarg)) || eq - optarg > 60) {
-                fprintf(stderr, "tern serve: --model expects SRC-TGT=DIR (e.g. en-de=models/en-de), got '%s'\n", optarg);
+            if (!eq || eq == optarg || !eq[1] || eq - optarg > 60) {
+                fprintf(stderr, "tern serve: --model expects SRC-TGT=DIR (e.g. en-de=models/en-de; NAME=DIR for a "
+                        "multilingual model), got '%s'\n", optarg);
                 ok = 0;
             } else if (n_specs == MAX_MODELS) {
                 fprintf(stderr, "tern serve: at most %d models\n", MAX_MODELS);
@@ -273,6 +276,17 @@ int cmd_serve(int argc, char **argv) {
     if (st) {
         cli_fail(C, st);
         goto out;
+    }
+    for (int i = 0; i < n_specs; i++) { /* a model of one pair says which: SRC-TGT */
+        int nl = 0;
+        engine_model_languages(engine_model_at(engine, i), &nl);
+        if (!nl && !strchr(specs[i].name, '-')) {
+            fprintf(stderr, "tern serve: --model %s=%s: a model of one language pair is named SRC-TGT (e.g. "
+                    "en-de=models/en-de); only a multilingual model (M2M-100, NLLB) takes any NAME\n", specs[i].name,
+                    specs[i].dir);
+            engine_free(engine);
+            goto out;
+        }
     }
     if ((st = server_start(&server, engine, &so))) {
         cli_fail(C, st);

@@ -31,6 +31,7 @@ typedef struct segment {
 struct serve_request {
     request_kind_t kind;
     tern_search_params_t params;
+    char *src_lang, *tgt_lang; /* a multilingual model's languages (request_set_langs), or NULL */
     int n;
     char **src, **tgt;
     segment_t *segs;          /* [n] */
@@ -63,6 +64,8 @@ struct engine_model {
     segment_t *head, *tail;
     int queued, running, stop;
     generation_t *gen;
+    char **langs;             /* a multilingual model's language codes (engine_model_languages) */
+    int n_langs;
     pthread_t *threads;
     int n_threads;
     engine_stats_t stats;
@@ -138,6 +141,7 @@ static void request_free(serve_request_t *r) {
         if (r->results) tern_result_free(&r->results[i]);
         if (r->logprobs) free(r->logprobs[i]);
     }
+    free(r->src_lang), free(r->tgt_lang);
     free(r->src), free(r->tgt), free(r->segs), free(r->results), free(r->logprobs), free(r->counts);
     if (r->efd >= 0) close(r->efd);
     free(r);
@@ -179,6 +183,13 @@ serve_request_t *request_new(request_kind_t kind, const tern_search_params_t *pa
         return NULL;
     }
     return r;
+}
+
+int request_set_langs(serve_request_t *r, const char *source_lang, const char *target_lang) {
+    free(r->src_lang), free(r->tgt_lang);
+    r->src_lang = source_lang ? strdup(source_lang) : NULL;
+    r->tgt_lang = target_lang ? strdup(target_lang) : NULL;
+    return (source_lang && !r->src_lang) || (target_lang && !r->tgt_lang) ? -1 : 0;
 }
 
 void request_release(serve_request_t *r) {
@@ -223,11 +234,15 @@ static serve_request_t *segment_done_locked(serve_request_t *r) {
 
 /* ------------------------------------------------------------------ queue and batches */
 
+static int same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
 static int same_key(const segment_t *a, const segment_t *b, int cross) {
     if (!cross) return a->req == b->req;
     if (a->req == b->req) return 1;
     const tern_search_params_t *x = &a->req->params, *y = &b->req->params;
-    return a->req->kind == b->req->kind && x->beam_size == y->beam_size && x->num_hypotheses == y->num_hypotheses &&
+    /* one batch, one pair of languages (a multilingual model's request carries them) */
+    return same_str(a->req->src_lang, b->req->src_lang) && same_str(a->req->tgt_lang, b->req->tgt_lang) &&
+           a->req->kind == b->req->kind && x->beam_size == y->beam_size && x->num_hypotheses == y->num_hypotheses &&
            x->length_penalty == y->length_penalty && x->length_norm == y->length_norm &&
            x->coverage_penalty == y->coverage_penalty && x->eos_policy == y->eos_policy &&
            x->early_stop == y->early_stop && x->max_length_a == y->max_length_a &&
@@ -430,6 +445,8 @@ static void serve_batch_locked(engine_model_t *m, int worker, worker_bufs_t *w, 
     request_kind_t kind = w->batch[0]->req->kind;
     tern_request_t req = tern_request_default();
     req.params = &w->batch[0]->req->params;
+    req.source_lang = w->batch[0]->req->src_lang; /* the batch's requests share them (same_key) */
+    req.target_lang = w->batch[0]->req->tgt_lang;
     pthread_mutex_unlock(&m->mu);
 
     for (int k = 0; k < nf; k++) request_release(w->finished[k]);
@@ -537,6 +554,16 @@ tern_status_t engine_create(engine_t **out, const engine_model_spec_t *specs, in
             engine_free(e);
             return st;
         }
+        tern_model_info_t info = tern_model_info(m->gen->model);
+        if (info.num_languages > 0) {
+            if (!(m->langs = calloc((size_t)info.num_languages, sizeof *m->langs))) st = TERN_ERR_NOMEM;
+            for (int k = 0; !st && k < info.num_languages; k++)
+                if (!(m->langs[m->n_langs++] = strdup(info.languages[k]))) st = TERN_ERR_NOMEM;
+            if (st) {
+                engine_free(e);
+                return tern_error(TERN_ERR_NOMEM, "out of memory");
+            }
+        }
     }
     for (int i = 0; i < n; i++) {
         engine_model_t *m = &e->models[i];
@@ -574,6 +601,8 @@ void engine_free(engine_t *e) {
         for (int w = 0; w < m->n_threads; w++) pthread_join(m->threads[w], NULL);
         free(m->threads);
         gen_free(m->gen, e->opt.workers);
+        for (int k = 0; k < m->n_langs; k++) free(m->langs[k]);
+        free(m->langs);
         pthread_mutex_destroy(&m->mu);
         pthread_cond_destroy(&m->cv);
     }
@@ -590,6 +619,10 @@ engine_model_t *engine_find(engine_t *e, const char *name) {
 }
 const char *engine_model_name(const engine_model_t *m) { return m->name; }
 const char *engine_model_dir(const engine_model_t *m) { return m->dir; }
+const char *const *engine_model_languages(const engine_model_t *m, int *n) {
+    *n = m->n_langs;
+    return (const char *const *)m->langs;
+}
 tern_search_params_t engine_default_params(const engine_t *e) { return e->opt.search; }
 
 void engine_model_stats(engine_model_t *m, engine_stats_t *out) {

@@ -59,6 +59,9 @@ engine_model_t *engine_model_at(engine_t *engine, int i);
 engine_model_t *engine_find(engine_t *engine, const char *name);
 const char *engine_model_name(const engine_model_t *m);
 const char *engine_model_dir(const engine_model_t *m);
+/* A multilingual model's language codes as the model names them ("deu_Latn", "__de__"; *n 0 for a
+ * model of one pair), as loaded at engine_create. */
+const char *const *engine_model_languages(const engine_model_t *m, int *n);
 tern_search_params_t engine_default_params(const engine_t *engine);
 /* A model's default search parameters (the operator's over the model's own; as of its current
  * generation, which a reload may change). Thread-safe. */
@@ -77,6 +80,10 @@ tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *coun
  * targets: NULL for translation, the n targets for scoring. */
 serve_request_t *request_new(request_kind_t kind, const tern_search_params_t *params, int n,
                              const char *const *sources, const char *const *targets, const int *ntokens);
+/* A multilingual model's source and target languages for every segment of r (copied; NULL: none):
+ * tern_request_t's source_lang/target_lang. A batch takes only requests with the same ones.
+ * Before engine_submit; -1 when out of memory. */
+int request_set_langs(serve_request_t *r, const char *source_lang, const char *target_lang);
 /* Queues the request's segments (the engine takes a reference). Returns 0, or -1 when the queue
  * would pass max_queue (nothing queued: answer 503). */
 int engine_submit(engine_model_t *m, serve_request_t *r);

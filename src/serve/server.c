@@ -344,9 +344,44 @@ static const char *language_name(const char *code) {
     return code;
 }
 
-/* Source and target language of a model named "src-tgt". */
+/* ---------------- multilingual models (M2M-100/NLLB; docs/serving.md): the languages they list are
+ * served as every pair among them, each request carrying its source and target language. */
+
+/* The code the server shows for a model's language code: M2M-100's "__de__" as "de", else as it is. */
+static void ml_code(const char *model_code, char *out, size_t n) {
+    size_t l = strlen(model_code);
+    if (l > 4 && !strncmp(model_code, "__", 2) && !strcmp(model_code + l - 2, "__"))
+        snprintf(out, n, "%.*s", (int)(l - 4), model_code + 2);
+    else
+        snprintf(out, n, "%s", model_code);
+}
+
+static int ml_is(const engine_model_t *m) {
+    int n;
+    engine_model_languages(m, &n);
+    return n > 0;
+}
+
+/* 1 when multilingual model m has the language code (as the server shows it, or as the model names it). */
+static int ml_has(const engine_model_t *m, const char *code) {
+    int n;
+    const char *const *langs = engine_model_languages(m, &n);
+    char c[64];
+    for (int i = 0; i < n; i++) {
+        ml_code(langs[i], c, sizeof c);
+        if (!strcmp(c, code) || !strcmp(langs[i], code)) return 1;
+    }
+    return 0;
+}
+/* ---------------- end of multilingual models */
+
+/* Source and target language of a model named "src-tgt" (none for a multilingual model). */
 static void model_langs(const engine_model_t *m, char *src, char *tgt, size_t n) {
     const char *name = engine_model_name(m), *dash = strchr(name, '-');
+    if (ml_is(m)) {
+        src[0] = tgt[0] = 0;
+        return;
+    }
     if (!dash) {
         snprintf(src, n, "%s", name);
         tgt[0] = 0;
@@ -361,7 +396,11 @@ static engine_model_t *find_pair(server_t *s, const char *src, const char *tgt) 
     for (int i = 0; i < engine_num_models(s->engine); i++) {
         engine_model_t *m = engine_model_at(s->engine, i);
         model_langs(m, a, b, sizeof a);
-        if (!strcmp(a, src) && !strcmp(b, tgt)) return m;
+        if (a[0] && !strcmp(a, src) && !strcmp(b, tgt)) return m;
+    }
+    for (int i = 0; i < engine_num_models(s->engine); i++) { /* a multilingual model with both languages */
+        engine_model_t *m = engine_model_at(s->engine, i);
+        if (ml_is(m) && strcmp(src, tgt) && ml_has(m, src) && ml_has(m, tgt)) return m;
     }
     return NULL;
 }
@@ -369,8 +408,10 @@ static engine_model_t *find_pair(server_t *s, const char *src, const char *tgt) 
 static int lang_known(server_t *s, const char *code, int as_source) {
     char a[64], b[64];
     for (int i = 0; i < engine_num_models(s->engine); i++) {
-        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-        if (!strcmp(as_source ? a : b, code) || !strcmp(as_source ? b : a, code)) return 1;
+        engine_model_t *m = engine_model_at(s->engine, i);
+        model_langs(m, a, b, sizeof a);
+        if (a[0] && (!strcmp(as_source ? a : b, code) || !strcmp(as_source ? b : a, code))) return 1;
+        if (ml_is(m) && ml_has(m, code)) return 1;
     }
     return 0;
 }
@@ -381,12 +422,18 @@ static int server_languages(server_t *s, char codes[][16], int max) {
     int n = 0;
     char a[64], b[64];
     for (int i = 0; i < engine_num_models(s->engine); i++) {
-        model_langs(engine_model_at(s->engine, i), a, b, sizeof a);
-        const char *both[2] = {a, b};
-        for (int k = 0; k < 2; k++) {
+        engine_model_t *m = engine_model_at(s->engine, i);
+        model_langs(m, a, b, sizeof a);
+        int nl = 0;
+        const char *const *langs = engine_model_languages(m, &nl);
+        char ml[64];
+        for (int k = 0; k < (nl ? nl : 2); k++) {
+            if (nl) ml_code(langs[k], ml, sizeof ml);
+            const char *code = nl ? ml : k ? b : a;
             int seen = 0;
-            for (int j = 0; j < n; j++) seen |= !strcmp(codes[j], both[k]);
-            if (!seen && n < max) snprintf(codes[n++], sizeof codes[0], "%s", both[k]);
+            for (int j = 0; j < n; j++) seen |= !strcmp(codes[j], code);
+            if (!seen && n < max && code[0] && strlen(code) < sizeof codes[0])
+                snprintf(codes[n++], sizeof codes[0], "%s", code);
         }
     }
     return n;
@@ -598,7 +645,8 @@ static int check_texts(reply_t *rp, const char *const *const texts[2], int n, co
 /* Counts the segments' tokens, submits them to m's queue with params and waits; 0 with *out
  * complete, or -1 with the answer sent (or the connection to close). */
 static int submit(reply_t *rp, engine_model_t *m, request_kind_t kind, const tern_search_params_t *params, int n,
-                  const char *const *segs, const char *const *targets, serve_request_t **out) {
+                  const char *const *segs, const char *const *targets, const char *const langs[2],
+                  serve_request_t **out) {
     int *ntok = calloc((size_t)(n > 0 ? n : 1), sizeof *ntok);
     if (!ntok) return fail(rp, 500, "Cannot translate text: out of memory");
     for (int i = 0; i < n; i++)
@@ -608,7 +656,8 @@ static int submit(reply_t *rp, engine_model_t *m, request_kind_t kind, const ter
         }
     *out = request_new(kind, params, n, segs, targets, ntok);
     free(ntok);
-    if (!*out) return fail(rp, 500, "Cannot translate text: out of memory");
+    if (!*out || (langs && request_set_langs(*out, langs[0], langs[1])))
+        return fail(rp, 500, "Cannot translate text: out of memory");
     return run_request(rp->s, rp->c, rp->cx, m, *out, &rp->result) ? -1 : 0;
 }
 
@@ -906,7 +955,11 @@ static tern_search_params_t lt_params(engine_model_t *m, int alternatives) {
 static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
     engine_model_t *m0 = gr->route.leg[0], *m1 = gr->route.leg[1];
     tern_search_params_t p0 = lt_params(m0, m1 ? 0 : q->alternatives);
-    if (submit(rp, m0, REQ_TRANSLATE, &p0, gr->g.n, (const char *const *)gr->g.seg, NULL, &gr->r[0])) return -1;
+    /* a multilingual model's leg gets its languages: src -> target, or src -> en -> target */
+    const char *l0[2] = {gr->src, m1 ? "en" : q->target}, *l1[2] = {"en", q->target};
+    if (submit(rp, m0, REQ_TRANSLATE, &p0, gr->g.n, (const char *const *)gr->g.seg, NULL, ml_is(m0) ? l0 : NULL,
+               &gr->r[0]))
+        return -1;
     metrics_translated(&rp->s->metrics, gr->g.n, 0);
     if (!m1) return 0;
     const char **mid = calloc((size_t)(gr->g.n ? gr->g.n : 1), sizeof *mid);
@@ -916,7 +969,7 @@ static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
         mid[i] = t ? t : "";
     }
     tern_search_params_t p1 = lt_params(m1, q->alternatives);
-    int rc = submit(rp, m1, REQ_TRANSLATE, &p1, gr->g.n, mid, NULL, &gr->r[1]);
+    int rc = submit(rp, m1, REQ_TRANSLATE, &p1, gr->g.n, mid, NULL, ml_is(m1) ? l1 : NULL, &gr->r[1]);
     free(mid);
     if (!rc) metrics_translated(&rp->s->metrics, gr->g.n, 0);
     return rc;
@@ -1074,7 +1127,32 @@ typedef struct {
     const char **items, **targets;
     int n_items;
     tern_search_params_t params;
+    const char *langs[2]; /* a multilingual model's source_lang, target_lang (v1_langs) */
 } v1_req_t;
+
+/* ---------------- multilingual models: /v1/translate's source_lang and target_lang (else source and
+ * target), each a language of the model; a model of one pair takes neither. */
+static int v1_langs(reply_t *rp, v1_req_t *q) {
+    int bad = 0;
+    const char *sl = json_str(q->root, "source_lang", &bad), *tl = json_str(q->root, "target_lang", &bad);
+    if (bad) return fail(rp, 400, "Invalid request: source_lang and target_lang must be strings");
+    const char *name = engine_model_name(q->m);
+    if (!ml_is(q->m)) {
+        if (sl || tl)
+            return fail(rp, 400, "Invalid request: model %s is not multilingual: source_lang and target_lang apply "
+                        "to a multilingual model (M2M-100, NLLB)", name);
+        return 0;
+    }
+    if (!sl) sl = json_str(q->root, "source", &bad);
+    if (!tl) tl = json_str(q->root, "target", &bad);
+    if (!sl || !tl)
+        return fail(rp, 400, "Invalid request: model %s is multilingual: give source_lang and target_lang", name);
+    if (!ml_has(q->m, sl)) return fail(rp, 400, "Invalid request: source_lang %.64s is not a language of model %s", sl, name);
+    if (!ml_has(q->m, tl)) return fail(rp, 400, "Invalid request: target_lang %.64s is not a language of model %s", tl, name);
+    q->langs[0] = sl, q->langs[1] = tl;
+    return 0;
+}
+/* ---------------- end of multilingual models */
 
 /* The body: an object of known fields, an accepted key, a model, q (and targets to score). */
 static int v1_parse(reply_t *rp, v1_req_t *q) {
@@ -1083,7 +1161,8 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
                                                   "coverage_penalty", "max_decoding_length", "max_length_a",
                                                   "max_length_b", "min_length", "return_scores", "sampling_topk",
                                                   "sampling_topp", "sampling_temperature", "num_samples", "seed",
-                                                  "repetition_penalty", "no_repeat_ngram_size", NULL};
+                                                  "repetition_penalty", "no_repeat_ngram_size", "source_lang",
+                                                  "target_lang", NULL};
     static const char *const known_score[] = {"model", "source", "target", "q", "targets", "api_key", NULL};
     long at = 0;
     char err[512] = "";
@@ -1100,6 +1179,7 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
     if (bad) return fail(rp, 400, "Invalid request: api_key must be a string");
     if (key_refused(rp->s, rp->c, rp->cx, api_key, &rp->result)) return -1;
     if (!(q->m = v1_model(rp->s, q->root, err, sizeof err))) return fail(rp, 400, "Invalid request: %s", err);
+    if (!q->score && v1_langs(rp, q)) return -1;
     q->params = engine_model_params(q->m); /* the request's fields go over the model's defaults */
     cJSON *v = cJSON_GetObjectItemCaseSensitive(q->root, "q");
     if (!v) return fail(rp, 400, "Invalid request: missing q parameter");
@@ -1232,7 +1312,8 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
     q.params = engine_default_params(s->engine);
     serve_request_t *r = NULL;
     if (v1_parse(&rp, &q) == 0 && v1_validate(&rp, &q) == 0 &&
-        submit(&rp, q.m, score ? REQ_SCORE : REQ_TRANSLATE, &q.params, q.n_items, q.items, q.targets, &r) == 0) {
+        submit(&rp, q.m, score ? REQ_SCORE : REQ_TRANSLATE, &q.params, q.n_items, q.items, q.targets,
+               q.langs[0] ? q.langs : NULL, &r) == 0) {
         metrics_translated(&s->metrics, q.n_items, 0);
         rp.result = send_json(s, c, cx, 200, v1_render(&q, r), 0);
     }
@@ -1248,8 +1329,13 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
  * in the order of the models. */
 static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     cJSON *arr = cJSON_CreateArray();
-    char codes[LT_MAX_CANDS][16], err[256];
-    int n = server_languages(s, codes, LT_MAX_CANDS);
+    enum { MAX_LANGS = 1024 }; /* a multilingual model's languages (NLLB: 202) */
+    char (*codes)[16] = calloc(MAX_LANGS, sizeof *codes), err[256];
+    if (!codes) {
+        cJSON_Delete(arr);
+        return send_error(s, c, cx, 500, 0, "out of memory");
+    }
+    int n = server_languages(s, codes, MAX_LANGS);
     pair_route_t rt;
     for (int j = 0; j < n; j++) {
         cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateArray();
@@ -1262,6 +1348,7 @@ static enum MHD_Result handle_languages(server_t *s, struct MHD_Connection *c, c
         cJSON_AddItemToObject(o, "targets", t);
         cJSON_AddItemToArray(arr, o);
     }
+    free(codes);
     return send_json(s, c, cx, 200, arr, 0);
 }
 
@@ -1309,6 +1396,9 @@ static enum MHD_Result handle_models(server_t *s, struct MHD_Connection *c, conn
 static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     char a[64], b[64];
     model_langs(engine_model_at(s->engine, 0), a, b, sizeof a);
+    int nl = 0; /* a multilingual first model: its first two languages */
+    const char *const *langs = engine_model_languages(engine_model_at(s->engine, 0), &nl);
+    if (nl > 0) ml_code(langs[0], a, sizeof a), ml_code(langs[nl > 1], b, sizeof b);
     cJSON *o = cJSON_CreateObject(), *lang = cJSON_CreateObject(), *src = cJSON_CreateObject(),
           *tgt = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "charLimit", s->opt.char_limit);
