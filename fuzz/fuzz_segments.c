@@ -6,7 +6,9 @@
  * (ASan/UBSan/LSan); every segment non-empty; in plain text, putting every segment back as it is
  * gives the text again with the "\r" before each line end dropped; in HTML, the same with
  * doubled segments has each of them twice (the lengths add up) and parsing the output again is
- * stable (a second round gives the first round's output).
+ * stable (a second round gives the first round's output). Inline tags (<b>, <a href>, ...) stay
+ * in their sentence's segment and are put back by tags_project() (without an alignment): each
+ * once, so the doubled output is still longer by exactly the segments' text.
  *
  * TERN_FUZZ_SEEDS=DIR makes LLVMFuzzerInitialize write seed texts into DIR (scripts/fuzz_ci.sh).
  */
@@ -28,6 +30,10 @@ static const char *const seeds[] = {
     "h<SCRIPT>never closed",
     "sMr. Smith rides a bicycle.  A dog runs?!\r\n  \"Go.\" 3.5 p.m. \xe4\xbb\x8a\xe3\x80\x82\xff end",
     "H<p>One sentence. Another <b>one</b>!  Third.</p><li>Dr. X &amp; Y. Z.",
+    /* inline tags carried inside their sentence (src/serve/tags.c): nested, broken, crossing */
+    "H<p>A man rides a <b>red</b> bicycle. <a href=\"x?a=1&amp;b=2\">Two <i>dogs</i></a> play.</p>",
+    "h<b><i>crossing</b> tags</i> here. </b>stray <u>unclosed <span></span>empty <em>a. B</em>.",
+    "H  <b>Sentence one. Sentence two</b> ends.\n<i> </i><code>x &lt; y</code> ab<b></b>c <sup>2</sup>",
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -646,6 +646,36 @@ tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *coun
     return st;
 }
 
+tern_status_t engine_source_pieces(engine_model_t *m, const char *text, char ***pieces, int *n) {
+    *pieces = NULL, *n = 0;
+    pthread_mutex_lock(&m->mu);
+    generation_t *g = gen_acquire_locked(m);
+    pthread_mutex_unlock(&m->mu);
+    const tern_model_t *m0 = g->model->n_members ? g->model->members[0] : g->model;
+    int *ids = NULL, len = 0, trunc = 0, cap = m->engine->opt.translator_options.max_input_length;
+    tern_status_t st = model_encode_source(m0, text, strlen(text), cap > 0 ? cap : 1024, &ids, &len, &trunc);
+    if (!st && len > 0) {
+        if (!(*pieces = calloc((size_t)len, sizeof(char *)))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        for (int i = 0; !st && i < len; i++) {
+            const char *piece = vocab_token(m0->src_vocab, ids[i]);
+            if (!((*pieces)[i] = strdup(piece ? piece : ""))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            else *n = i + 1;
+        }
+    }
+    free(ids);
+    if (st) engine_pieces_free(*pieces, *n), *pieces = NULL, *n = 0;
+    pthread_mutex_lock(&m->mu);
+    generation_t *old = gen_release_locked(m, g);
+    pthread_mutex_unlock(&m->mu);
+    if (old) gen_free(old, m->engine->opt.workers);
+    return st;
+}
+
+void engine_pieces_free(char **pieces, int n) {
+    for (int i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
+}
+
 tern_status_t engine_reload(engine_t *e) {
     tern_status_t first = TERN_OK;
     for (int i = 0; i < e->n_models; i++) {

@@ -72,6 +72,10 @@ tern_status_t engine_reload(engine_t *engine);
 
 /* Token count of text for the model's budget (source tokens with EOS). */
 tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *count);
+/* The source pieces the model reads for text (its end token last; an ensemble: its first
+ * member's), for aligning through the attention; free with engine_pieces_free(). */
+tern_status_t engine_source_pieces(engine_model_t *m, const char *text, char ***pieces, int *n);
+void engine_pieces_free(char **pieces, int n);
 
 /* A request of n segments (copied), with its search parameters (copied; unused for scoring).
  * targets: NULL for translation, the n targets for scoring. */

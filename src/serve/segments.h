@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include "serve/tags.h"
+
 typedef struct {
     int seg;         /* segment index, or -1: literal text */
     int escape;      /* 1: escape the translation for HTML */
@@ -30,6 +32,8 @@ typedef struct {
     seg_part_t *parts;
     int n_parts, parts_cap;
     int *item_first, *item_count; /* per item: its parts */
+    seg_tag_t **tags; /* [n] HTML: the inline tags of each segment (owned; NULL: none), in order */
+    int *n_tags;      /* [n] */
 } segments_t;
 
 /* Cuts items (kept alive by the caller while g is used) into segments; split_lang: the source
@@ -40,8 +44,15 @@ void segments_free(segments_t *g);
 
 /* The hypothesis h of segment seg (NULL: none, taken as empty). */
 typedef const char *(*segment_text_fn)(void *ctx, int seg, int h);
-/* Item i with every segment replaced by its hypothesis h; malloc'd (NULL: out of memory). */
+/* Item i with every segment replaced by its hypothesis h; malloc'd (NULL: out of memory). A
+ * segment with inline tags gets them by tags_project() without alignment. */
 char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx);
+/* A segment's hypothesis h with its tags placed (tags_project(); malloc'd, escaped; NULL: out of
+ * memory). */
+typedef char *(*segment_render_fn)(void *ctx, int seg, int h, const seg_tag_t *tags, int n_tags);
+/* segments_join() with render (NULL: tags_project() without alignment) for the segments with tags. */
+char *segments_join_tags(const segments_t *g, int item, int h, segment_text_fn text, segment_render_fn render,
+                         void *ctx);
 
 /* Translates n texts: outs[i] (malloc'd, then the caller's) for texts[i]; 0, or -1 on failure
  * (outs already set are freed by the caller). */

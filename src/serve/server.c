@@ -913,6 +913,8 @@ static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
     engine_model_t *m0 = gr->route.leg[0], *m1 = gr->route.leg[1];
     tern_search_params_t p0 = lt_params(m0, m1 ? 0 : q->alternatives);
     unsigned want0 = q->quality && !m1 ? REQ_WANT_TOKEN_SCORES : 0; /* the final leg's */
+    for (int i = 0; !m1 && gr->g.n_tags && i < gr->g.n; i++) /* inline tags: placed by the attention */
+        if (gr->g.n_tags[i] > 0) want0 |= REQ_WANT_TOKEN_SCORES | REQ_WANT_ATTENTION;
     if (submit_want(rp, m0, REQ_TRANSLATE, &p0, gr->g.n, (const char *const *)gr->g.seg, NULL, want0, &gr->r[0]))
         return -1;
     metrics_translated(&rp->s->metrics, gr->g.n, 0);
@@ -954,6 +956,36 @@ static cJSON *lt_quality(const lt_group_t *gr, int item, serve_request_t *last) 
     return tokens ? cJSON_CreateNumber(sum / (double)tokens) : cJSON_CreateNull();
 }
 
+/* HTML inline tags (serve/tags.h): a segment's best translation gets its tags through the
+ * attention of its (direct) translation; other hypotheses, and translations through English, by
+ * the proportional rule. */
+typedef struct {
+    const lt_group_t *gr;
+    serve_request_t *last;
+} lt_render_t;
+
+static char *lt_render_tags(void *ctx, int seg, int h, const seg_tag_t *tags, int n_tags) {
+    const lt_render_t *c = ctx;
+    const char *hyp = result_text(c->last, seg, h);
+    const tern_attention_t *att = request_attention(c->last, seg);
+    const tern_token_scores_t *ts = request_token_scores(c->last, seg);
+    char **src = NULL;
+    int n_src = 0;
+    tag_alignment_t al;
+    int aligned = h == 0 && att && ts && att->num_hypotheses > 0 && att->weights && att->weights[0] &&
+                  engine_source_pieces(c->gr->route.leg[0], c->gr->g.seg[seg], &src, &n_src) == TERN_OK;
+    if (aligned) {
+        al = (tag_alignment_t){(const char *const *)src, n_src, (const char *const *)ts->tokens, ts->num_tokens,
+                               att->weights[0], att->target_lengths[0], att->source_length};
+        if (ts->num_tokens - 1 != att->target_lengths[0]) aligned = 0; /* not the same tokens: no alignment */
+    }
+    char *out = tags_project(c->gr->g.seg[seg], hyp, tags, n_tags, aligned ? &al : NULL);
+    engine_pieces_free(src, n_src);
+    return out;
+}
+
+static const char *lt_text(void *ctx, int seg, int h) { return result_text(((const lt_render_t *)ctx)->last, seg, h); }
+
 /* Each item with its segments' translations in place; hypothesis h of a segment (its best when it
  * has fewer); detectedLanguage for "auto". */
 static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
@@ -970,7 +1002,9 @@ static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
         }
         cJSON *item_alts = q->alternatives && q->is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            char *txt = segments_join(&gr->g, pl->item_pos[i], h, result_text, last);
+            lt_render_t rc = {gr, last};
+            char *txt = gr->r[1] ? segments_join(&gr->g, pl->item_pos[i], h, result_text, last)
+                                 : segments_join_tags(&gr->g, pl->item_pos[i], h, lt_text, lt_render_tags, &rc);
             if (!txt) continue;
             if (h == 0) {
                 if (q->is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
