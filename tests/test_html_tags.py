@@ -255,3 +255,24 @@ def test_text_format_unchanged(server):
     st, j, _ = server.json("POST", "/translate", {"q": "A man rides a <b>red</b> bicycle.", "source": "en",
                                                    "target": "de"})
     assert st == 200 and isinstance(j["translatedText"], str)
+
+
+def test_cli_format_html(server, flickr):
+    """`tern translate --format html`: the whole input is one document, translated as the server
+    translates format "html" (the same sentences, the same tags where they are)."""
+    import subprocess
+    sn = [q for q, _ in snippets(flickr)] + ["<p>A man rides a <b>red</b> bicycle down the street.</p>"]
+    doc = "\n".join(sn) + "\n"
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--compute-type", "float32", "-q", "--format", "html",
+                        "--split-sentences=en"], input=doc.encode(), capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == "\n".join(translate(server, q) for q in sn) + "\n"
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "--format", "html"], input=b"<b>a\0b</b>",
+                       capture_output=True, timeout=120)
+    assert r.returncode == 1 and b"NUL byte at offset 4" in r.stderr
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--format", "xml"], input=b"x", capture_output=True,
+                       timeout=120)
+    assert r.returncode == 2 and b"--format is text or html, got 'xml'" in r.stderr
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "--format", "html", "--quality"], input=b"x",
+                       capture_output=True, timeout=120)
+    assert r.returncode == 2 and b"cannot go with --quality" in r.stderr

@@ -71,6 +71,13 @@ tern_status_t cli_translate_file(const tern_model_t *model, const tern_translato
 tern_status_t cli_translate_quality(const tern_model_t *model, const tern_translator_options_t *options,
                                     const tern_request_t *base, FILE *in, FILE *out, int json);
 
+/* --format html: all of in as one HTML document (as `tern serve`'s format "html": the text between
+ * tags translated, inline tags carried into their sentence's translation by the attention, all
+ * else kept), written to out. split_lang (NULL: off; "": ICU's root rules): sentences translated
+ * apart. */
+tern_status_t cli_translate_html(const tern_model_t *model, const tern_translator_options_t *options,
+                                 const tern_request_t *base, FILE *in, FILE *out, const char *split_lang);
+
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
 
