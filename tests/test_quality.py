@@ -173,3 +173,25 @@ def test_libretranslate_quality(server):
     assert st == 200 and set(j) == {"translatedText"}
     st, j, _ = server.json("POST", "/translate", {"q": a, "source": "en", "target": "de", "quality": 1})
     assert st == 400 and "quality must be true or false" in j["error"]
+
+
+def test_python_estimate_quality(tern_python, flickr):
+    """Translator.estimate_quality: the same tokens and log-probs as `tern translate --quality`
+    (token input, pretokenized), words recomputed; string input refused."""
+    spm = pytest.importorskip("sentencepiece")
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(MODEL, "sentencepiece.model"))
+    src = [sp.encode(l, out_type=str) for l in flickr[:10]]
+    tr = tern_python.Translator(MODEL, compute_type="float32", intra_threads=1)
+    got = tr.estimate_quality(src, beam_size=4, length_penalty=0)
+    cli = [json.loads(l) for l in tern("translate", "-m", MODEL, "--compute-type", "float32", "--pretokenized",
+                                       "-b", 4, "--length-penalty", 0, "-t", 1, "-q", "--quality=json",
+                                       stdin="".join(" ".join(s) + "\n" for s in src)).stdout.splitlines()]
+    for q, c in zip(got, cli):
+        assert q.tokens == c["tokens"] and q.hypothesis == c["tokens"][:-1]
+        assert max(abs(a - b) for a, b in zip(q.log_probs, c["token_log_probs"])) <= 1e-5
+        assert abs(q.score - c["score"]) <= 1e-5
+        want = words_from_pieces(q.tokens, q.log_probs)
+        assert [(w, round(s, 6)) for w, _, _, s in q.words] == [(w, round(s, 6)) for w, s in want]
+        assert all(q.hypothesis[a].startswith(BOUNDARY) or a == 0 for _, a, _, _ in q.words)
+    with pytest.raises(TypeError, match="token lists"):
+        tr.estimate_quality(["A dog."])
