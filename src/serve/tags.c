@@ -246,6 +246,20 @@ static void emit(proj_t *P, int k, size_t *cur, size_t limit) {
     if (x->close >= 0) put(&P->out, P->tags[x->close].text, P->tags[x->close].len);
 }
 
+/* Where a tag of tags that do not nest goes: an opening tag before the target word of the first
+ * source word at or after it, a closing one after the target word of the last source word before
+ * it (the translation's start or end when there is none). */
+static size_t tag_position(const proj_t *P, const seg_tag_t *t, size_t L) {
+    if (!t->close) {
+        for (int i = 0; i < P->sw.n; i++)
+            if (P->sw.start[i] >= t->offset && P->best_tgt[i] >= 0) return P->tw.start[P->best_tgt[i]];
+        return L;
+    }
+    for (int i = P->sw.n - 1; i >= 0; i--)
+        if (P->sw.end[i] <= t->offset && P->best_tgt[i] >= 0) return P->tw.end[P->best_tgt[i]];
+    return 0;
+}
+
 /* best_src / best_tgt from the attention (or proportional). */
 static int align(proj_t *P, const tag_alignment_t *al) {
     int nsw = P->sw.n, ntw = P->tw.n;
@@ -296,10 +310,17 @@ char *tags_project(const char *src, const char *hyp, const seg_tag_t *tags, int 
     } else
         err = words_from_text(P.src, &P.sw) || words_from_text(P.hyp, &P.tw);
     int tree = err ? -2 : build_tree(&P, n, strlen(P.src));
-    if (tree == -2 || (!tree && align(&P, al))) err = 1;
-    if (!err && tree == -1) { /* they do not nest: every tag before the translation, in order */
-        for (int i = 0; i < n; i++) put(&P.out, tags[i].text, tags[i].len);
-        put_escaped(&P.out, P.hyp, strlen(P.hyp));
+    if (tree == -2 || (tree != -2 && align(&P, al))) err = 1;
+    if (!err && tree == -1) { /* they do not nest: each tag by its own position, in order */
+        size_t c = 0, L = strlen(P.hyp);
+        for (int i = 0; i < n; i++) {
+            size_t pos = tag_position(&P, &tags[i], L);
+            if (pos < c) pos = c;
+            put_escaped(&P.out, P.hyp + c, pos - c);
+            put(&P.out, tags[i].text, tags[i].len);
+            c = pos;
+        }
+        put_escaped(&P.out, P.hyp + c, L - c);
     } else if (!err) {
         int cur = 0;
         for (int k = P.root_first; k >= 0; k = P.nodes[k].next) {

@@ -19,7 +19,9 @@
  *     span may become empty).
  *   - a tag whose mate lies in another sentence (or is missing: broken HTML) acts as a pair with
  *     an invisible mate at the sentence's start (a closing tag) or end (an opening tag). Tags that
- *     do not nest even so (</i> closing across <b>) are all put before the translation, in order.
+ *     do not nest even so (</i> closing across <b>) are placed one by one: an opening tag before
+ *     the target word of the first source word after it, a closing one after the target word of
+ *     the last source word before it (never before the previous tag).
  * Every tag is written exactly once, in the source's order; the translation is escaped (&, <, >).
  * Without an alignment (a hypothesis other than the best, a route through English) target word j
  * goes with source word j x (source words) / (target words). */

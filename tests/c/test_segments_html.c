@@ -49,7 +49,7 @@ int main(void) {
     expect("en", "<p>A <b>red</b> bike.</p>", "<p>[A <b>red</b> bike.]</p>");
     expect("en", "<p>A <a href=\"x?a=1&amp;b=2\">red <i>big</i></a> bike. Two <em>dogs</em>.</p>",
            "<p>[A <a href=\"x?a=1&amp;b=2\">red <i>big</i></a> bike.] [Two <em>dogs.]</em></p>"); /* white-space words */
-    expect("en", "<b><i>crossing</b> tags</i> here.", "<b><i></b></i>[crossing tags here.]");
+    expect("en", "<b><i>crossing</b> tags</i> here.", "<b><i>[crossing</b> tags</i> here.]");
     expect("en", "stray </b>close.", "[stray</b> close.]");
     expect("en", "a < b. C > d.", "[a &lt; b.] [C &gt; d.]");
     expect("en", "a < b. c > d.", "[a &lt; b. c &gt; d.]"); /* lowercase after the stop: one sentence (UAX #29 SB8) */

@@ -72,8 +72,10 @@ int main(void) {
     /* mates in other sentences: from the start / to the end */
     expect("A red</b> big bike.", src, 5, hyp, tgt, 7, al, "Ein großes rotes</b> Rad.");
     expect("A red big <i>bike.", src, 5, hyp, tgt, 7, al, "Ein großes rotes <i>Rad.");
-    /* crossing: all before the translation, in order */
-    expect("<b>A <i>red</b> big</i> bike.", src, 5, hyp, tgt, 7, al, "<b><i></b></i>Ein großes rotes Rad.");
+    /* crossing: one by one, an opening tag before its next word's target word, a closing one after
+     * its previous word's, never before the tag before it (</i> after "big" -> after "großes",
+     * held after </b>) */
+    expect("<b>A <i>red</b> big</i> bike.", src, 5, hyp, tgt, 7, al, "<b>Ein großes <i>rotes</b></i> Rad.");
     /* escaping, attributes as written */
     const char *hyp2 = "Ein großes rotes Rad <&>.";
     const char *tgt2[] = {U "Ein", U "groß", "es", U "rote", "s", U "Rad", U "<&>", "."};
