@@ -4,7 +4,11 @@
  * Plain text: each line of an item is a segment (an empty line stays empty, "\r\n" ends a line
  * too); the translation joins the lines' translations with "\n".
  * HTML (LibreTranslate's format "html"): the text between tags is translated, the tags (and
- * comments, and the content of <script> and <style>) are kept as they are. A text run's
+ * comments, and the content of <script> and <style>) are kept as they are. Inline tags (b, i,
+ * em, a, span, ...: INLINE_TAGS in segments.c) do not end a text run: they are taken out of its
+ * text, each sentence keeps the tags that fall in it (segments_t.tags, offsets into its text) and
+ * gets them back around its translation's words by tags_project() (tags.h); a tag between two
+ * sentences goes with the next one (an opening tag) or the previous one (a closing tag). A text run's
  * character references are decoded and its white space collapsed before translation, its
  * leading and trailing white space kept, and its translation escaped (&, <, >) in place.
  * Sentence splitting (split_lang given, LibreTranslate's behaviour): a line of text, or a text run
@@ -59,8 +63,9 @@ char *segments_join_tags(const segments_t *g, int item, int h, segment_text_fn t
 typedef int (*segments_translate_fn)(void *ctx, const char *const *texts, int n, char **outs);
 /* A whole HTML document translated (for /translate_file): its text runs (their sentences with
  * split_lang, NULL: whole runs) given to fn in one call, and the document rebuilt around their
- * translations, escaped, with tags, comments, <script> and <style> as they were. malloc'd; NULL
- * on failure (out of memory, or fn's -1). */
+ * translations, escaped, with tags, comments, <script> and <style> as they were (inline tags
+ * placed without an alignment: fn gives none). malloc'd; NULL on failure (out of memory, or fn's
+ * -1). */
 char *segments_translate_html(const char *doc, const char *split_lang, segments_translate_fn fn, void *ctx);
 
 #endif
