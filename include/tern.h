@@ -457,6 +457,23 @@ typedef struct {
 /* Frees one attention's arrays (and zeroes it). Thread-safe (touches only its argument). */
 TERN_SINCE_1_1 void tern_attention_free(tern_attention_t *attention);
 
+/* One source's token log-probabilities (tern_request_t.token_scores), for quality estimation: its
+ * best hypothesis force-decoded by the model (what tern_score() gives for that hypothesis, as
+ * token ids, so no re-tokenization): log_probs[t] is log p(token t | source, tokens before t), the
+ * model's log-probability (an ensemble's combined score), never length-normalized or penalized
+ * and never restricted by a vocabulary map. The last entry is the end token's (the hypothesis is
+ * scored as ending there, whether or not the search stopped at max_decoding_length); the
+ * target language code of a multilingual model is left out. Kept in this layout for the whole
+ * MAJOR version (allocated in arrays); zeroed on failure and for an empty source. */
+typedef struct {
+    int num_tokens;        /* T + 1: the best hypothesis's T output tokens, then the end token */
+    char **tokens;         /* [num_tokens] the target vocabulary's pieces ("</s>"-like last) */
+    float *log_probs;      /* [num_tokens] */
+} tern_token_scores_t;
+
+/* Frees one token_scores entry's arrays (and zeroes it). Thread-safe (touches only its argument). */
+TERN_SINCE_1_1 void tern_token_scores_free(tern_token_scores_t *scores);
+
 /* tern_translate_stream()'s input: sets *text (valid until the next call; *len bytes, no newline
  * needed) and *extras (NULL: none; valid during the call only) for input line `line` (from 0);
  * returns 1 for a line, 0 at the end of the input, negative on an error (the stream stops with
@@ -530,6 +547,11 @@ typedef struct {
      * too, or the position is the end token or a language code). Decoding then runs as with
      * attention (batches without continuous batching). */
     int replace_unknowns;
+    /* tern_translate(): NULL, or num_sources entries that get the token log-probabilities of each
+     * source's best hypothesis (tern_token_scores_t; free each with tern_token_scores_free()):
+     * the mean of log_probs is the sentence's quality estimate (docs/decoding.md). Costs one
+     * force-decoding pass over the best hypotheses after the search. */
+    tern_token_scores_t *token_scores;
 } tern_request_t;
 
 TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */

@@ -69,6 +69,19 @@ tern_status_t cli_translate_file(const tern_model_t *model, const tern_translato
                                  const tern_request_t *base, cli_extras_t *x, FILE *in, FILE *out, int print_scores,
                                  const char *split_lang);
 
+/* --quality: in's lines translated (base's parameters, languages and pretokenized; one hypothesis)
+ * with their quality estimates (src/serve/quality.h), "TRANSLATION<TAB>SCORE" lines or (json) one
+ * JSON object a line with the word scores (docs/decoding.md). */
+tern_status_t cli_translate_quality(const tern_model_t *model, const tern_translator_options_t *options,
+                                    const tern_request_t *base, FILE *in, FILE *out, int json);
+
+/* --format html: all of in as one HTML document (as `tern serve`'s format "html": the text between
+ * tags translated, inline tags carried into their sentence's translation by the attention, all
+ * else kept), written to out. split_lang (NULL: off; "": ICU's root rules): sentences translated
+ * apart. */
+tern_status_t cli_translate_html(const tern_model_t *model, const tern_translator_options_t *options,
+                                 const tern_request_t *base, FILE *in, FILE *out, const char *split_lang);
+
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
 

@@ -70,6 +70,12 @@ static void usage(FILE *f) {
 "                              CTranslate2: a non-empty input never gets an empty translation)\n"
 "  --max-input-length N        longer inputs are truncated with a warning (default 1024)\n"
 "  --scores                    print \"i ||| HYPOTHESIS ||| SCORE\" lines even for one hypothesis\n"
+"  --format text|html          html: the whole input is one HTML document: the text between tags is\n"
+"                              translated, inline tags (b, i, a, span, ...) carried into the\n"
+"                              translation by the attention, everything else kept (default text)\n"
+"  --quality[=tsv|json]        quality estimates: \"TRANSLATION<TAB>SCORE\" lines (SCORE: the mean\n"
+"                              token log-probability, end token included), or =json: one object\n"
+"                              a line with \"words\" (each word's mean log-prob and byte span)\n"
 "  --drop-unk                  remove unknown tokens from the output\n"
 "  --replace-unknowns          write in place of each unknown output token the source token the\n"
 "                              decoder attended to most at that step (CTranslate2's\n"
@@ -150,7 +156,7 @@ enum {
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
-    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT
 };
 
 static const struct option long_opts[] = {
@@ -178,6 +184,8 @@ static const struct option long_opts[] = {
     {"min-length", required_argument, 0, O_MINLEN},
     {"max-input-length", required_argument, 0, O_MAXIN},
     {"scores", no_argument, 0, O_SCORES},
+    {"quality", optional_argument, 0, O_QUALITY},
+    {"format", required_argument, 0, O_FORMAT},
     {"drop-unk", no_argument, 0, O_DROP_UNK},
     {"replace-unknowns", no_argument, 0, O_REPL_UNK},
     {"max-batch-tokens", required_argument, 0, O_MBT},
@@ -267,6 +275,8 @@ int cmd_translate(int argc, char **argv) {
     to.workers = 1;
     int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
     int repl_unk = 0;                /* --replace-unknowns */
+    int quality = 0;                 /* --quality: 1 TSV, 2 JSON lines */
+    int html = 0;                    /* --format html */
     const char *split_lang = NULL; /* --split-sentences: the source language ("": ICU's root rules) */
     unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     const char *evidence[64];
@@ -368,6 +378,22 @@ int cmd_translate(int argc, char **argv) {
         case O_NOREP: ok = cli_int(C, "--no-repeat-ngram-size", optarg, 0, 1 << 20, &o.no_repeat_ngram_size), set |= SP_NOREP; break;
         case O_MAXIN: ok = cli_int(C, "--max-input-length", optarg, 1, 1 << 20, &to.max_input_length); break;
         case O_SCORES: print_scores = 1; break;
+        case O_FORMAT:
+            if (!strcmp(optarg, "text")) html = 0;
+            else if (!strcmp(optarg, "html")) html = 1;
+            else {
+                fprintf(stderr, "tern translate: --format is text or html, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_QUALITY:
+            if (!optarg || !strcmp(optarg, "tsv")) quality = 1;
+            else if (!strcmp(optarg, "json")) quality = 2;
+            else {
+                fprintf(stderr, "tern translate: --quality is tsv or json, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
         case O_DROP_UNK: to.keep_unk = 0; break;
         case O_REPL_UNK: repl_unk = 1; break;
         case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &to.max_batch_tokens); break;
@@ -397,6 +423,18 @@ int cmd_translate(int argc, char **argv) {
     }
     if (n_w && n_w != n_ev) {
         fprintf(stderr, "tern translate: --lmbr-weights has %d values for %d --lmbr-evidence files\n", n_w, n_ev);
+        return 2;
+    }
+    if (quality && (print_scores || split_lang || n_ev || files.suppress || files.target_prefix || files.restrict_to ||
+                    files.constraints)) {
+        fprintf(stderr, "tern translate: --quality cannot go with --scores, --split-sentences, --lmbr-evidence or "
+                        "per-line files (--suppress, --target-prefix, --restrict-to, --constraints)\n");
+        return 2;
+    }
+    if (html && (quality || print_scores || n_ev || files.suppress || files.target_prefix || files.restrict_to ||
+                 files.constraints || o.num_hypotheses > 1 || o.num_samples > 1)) {
+        fprintf(stderr, "tern translate: --format html gives one translated document: it cannot go with --quality, "
+                        "--scores, n-best lists, --lmbr-evidence or per-line files\n");
         return 2;
     }
     files.evidence = evidence;
@@ -445,7 +483,25 @@ int cmd_translate(int argc, char **argv) {
         req.source_lang = src_lang;
         req.target_lang = tgt_lang;
         req.replace_unknowns = repl_unk;
-        st = cli_translate_file(model, &to, &req, x, in, out, print_scores, split_lang);
+        if (html) {
+            cli_extras_close(x, 0);
+            x = NULL;
+            req.progress = NULL;
+            st = cli_translate_html(model, &to, &req, in, out, split_lang);
+        } else if (quality) {
+            if (o.num_hypotheses > 1 || o.num_samples > 1) {
+                cli_extras_close(x, -1);
+                x = NULL;
+                st = tern_error(TERN_ERR_INVALID_ARG, "--quality estimates the best translation: it cannot go with "
+                                "--num-hypotheses or --num-samples above 1");
+            } else {
+                cli_extras_close(x, 0);
+                x = NULL;
+                req.progress = NULL;
+                st = cli_translate_quality(model, &to, &req, in, out, quality == 2);
+            }
+        } else
+            st = cli_translate_file(model, &to, &req, x, in, out, print_scores, split_lang);
         if (show) fputc('\n', stderr);
         if (st) {
             const char *where = in_path && strcmp(in_path, "-") ? in_path : "stdin";

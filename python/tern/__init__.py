@@ -31,7 +31,7 @@ from . import score  # noqa: F401  (tern.score)
 from ._tern import CancelledError, TernError
 
 __all__ = ["Translator", "TranslationResult", "ScoringResult", "GenerationStepResult", "StepResult",
-           "AsyncTranslationResult", "AsyncScoringResult", "ExecutionStats", "TranslationStats",
+           "AsyncTranslationResult", "AsyncScoringResult", "ExecutionStats", "TranslationStats", "QualityEstimate",
            "TernError", "CancelledError", "NotAvailableError", "score", "__version__", "set_log_level",
            "get_supported_compute_types", "get_cuda_device_count"]
 
@@ -75,6 +75,21 @@ class ScoringResult:
     """Force-decoding result: ``log_probs`` of each target token and of the final end token;
     ``tokens`` the target tokens plus ``"</s>"`` (token input only; None for string input)."""
     tokens: Optional[Tokens]
+    log_probs: List[float]
+
+
+@dataclass
+class QualityEstimate:
+    """Tern's quality estimate of a best translation (Translator.estimate_quality): ``hypothesis``
+    its tokens, ``score`` the mean log-probability of its tokens and end token (the model's, by
+    force decoding: sum of ``log_probs`` over their number), ``words`` Bergamot's word scores: for
+    each word (the tokens from one starting with "\u2581" up to the next) ``(word, start, end,
+    score)`` with [start, end) its token positions and score the mean of their log-probs,
+    ``tokens``/``log_probs`` what they are made of (the hypothesis and "</s>")."""
+    hypothesis: Tokens
+    score: float
+    words: List[tuple]
+    tokens: Tokens
     log_probs: List[float]
 
 
@@ -935,6 +950,37 @@ class Translator:
         if asynchronous:
             return self._submit_async(run, len(src), AsyncScoringResult)
         return run()
+
+    def estimate_quality(self, source: Sequence[Sequence[str]], **kwargs) -> List["QualityEstimate"]:
+        """Tern's quality estimates (no CTranslate2 counterpart: its translate_batch returns no
+        token log-probabilities): each source's best translation by translate_batch (``kwargs``
+        are its arguments; one hypothesis), force-decoded by score_batch, as the C API's
+        tern_request_t.token_scores and `tern translate --quality` give them (docs/translate.md).
+        Token lists only (the hypothesis's own tokens are scored)."""
+        source = list(source)
+        if source and not _is_tokens(source):
+            raise TypeError("estimate_quality takes token lists (the hypotheses' own tokens are scored)")
+        if kwargs.get("num_hypotheses", 1) != 1 or kwargs.get("asynchronous") or kwargs.get("return_end_token"):
+            raise ValueError("estimate_quality estimates one best translation: no num_hypotheses, asynchronous or "
+                             "return_end_token")
+        mil = kwargs.get("max_input_length", 1024)
+        hyps = [r.hypotheses[0] if r.hypotheses else [] for r in self.translate_batch(source, **kwargs)]
+        out = []
+        for src, hyp, sc in zip(source, hyps, self.score_batch(source, hyps, max_input_length=mil)):
+            lps = list(sc.log_probs)
+            words, cur = [], None
+            for k, tok in enumerate(hyp[:max(len(lps) - 1, 0)]):
+                if cur is None or tok.startswith("\u2581"):
+                    cur = [tok.replace("\u2581", ""), k, k + 1, [lps[k]]]
+                    words.append(cur)
+                else:
+                    cur[0] += tok
+                    cur[2] = k + 1
+                    cur[3].append(lps[k])
+            out.append(QualityEstimate(list(hyp), sum(lps) / len(lps) if lps else 0.0,
+                                       [(w, a, b, sum(v) / len(v)) for w, a, b, v in words],
+                                       list(sc.tokens or []), lps))
+        return out
 
     def score_iterable(self, source: Iterable[Sequence[str]], target: Iterable[Sequence[str]],
                        max_batch_size: int = 64, batch_type: str = "examples", **kwargs) -> Iterator[ScoringResult]:

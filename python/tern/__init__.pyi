@@ -28,6 +28,14 @@ class ScoringResult:
     log_probs: List[float]
 
 @dataclass
+class QualityEstimate:
+    hypothesis: List[str]
+    score: float
+    words: List[tuple]
+    tokens: List[str]
+    log_probs: List[float]
+
+@dataclass
 class ExecutionStats:
     num_tokens: int
     num_examples: int
@@ -131,6 +139,7 @@ class Translator:
                        target_tokenize_fn: Optional[Callable[[str], List[str]]] = None,
                        target_detokenize_fn: Optional[Callable[[List[str]], str]] = None, *,
                        raw_text: bool = False, seed: int = 12345) -> ExecutionStats: ...
+    def estimate_quality(self, source: Sequence[Sequence[str]], **kwargs) -> List[QualityEstimate]: ...
     def score_batch(self, source: Sequence[Source], target: Sequence[Source], max_batch_size: int = 0,
                     batch_type: str = "examples", max_input_length: int = 1024, offset: int = 0, *,
                     asynchronous: bool = False) -> Union[List[ScoringResult], List[AsyncScoringResult]]: ...

@@ -812,6 +812,85 @@ static tern_status_t build_sentences(const request_extras_t *x, const tern_reque
     return TERN_OK;
 }
 
+void tern_token_scores_free(tern_token_scores_t *s) {
+    if (!s) return;
+    for (int t = 0; s->tokens && t < s->num_tokens; t++) free(s->tokens[t]);
+    free(s->tokens), free(s->log_probs);
+    memset(s, 0, sizeof *s);
+}
+
+static tern_status_t force_decode(tern_translator_t *tr, int *const *src, const int *len, int ns, const int *rows,
+                                  int *const *tids, const int *tlen, float **lp, const volatile int *cancel);
+
+/* tern_request_t.token_scores: the best hypothesis of each source (res[i]'s first, vocabulary ids)
+ * force-decoded against its source (ids[i], len[i]), in chunks within the call's token budget. */
+static tern_status_t token_scores(tern_translator_t *tr, const tern_request_t *req, int *const *ids, const int *len,
+                                  const search_result_t *res) {
+    const int n = req->num_sources;
+    const tern_model_t *m = tr->model, *m0 = m->n_members ? m->members[0] : m;
+    const size_t nn = (size_t)(n > 0 ? n : 1);
+    int **tids = calloc(nn, sizeof *tids), *tlen = calloc(nn, sizeof *tlen), *rows = malloc(nn * sizeof *rows);
+    int **bsrc = malloc(nn * sizeof *bsrc), *blen = malloc(nn * sizeof *blen);
+    float **lp = calloc(nn, sizeof *lp);
+    tern_status_t st = TERN_OK;
+    memset(req->token_scores, 0, nn * sizeof *req->token_scores);
+    if (!tids || !tlen || !rows || !bsrc || !blen || !lp) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (len[i] <= 0 || res[i].n <= 0) continue;
+        tids[i] = res[i].hyps[0].tokens;
+        tlen[i] = res[i].hyps[0].length;
+        if (tlen[i] + 1 > m->info.max_target_length) tlen[i] = m->info.max_target_length - 1;
+        if (!(lp[i] = calloc((size_t)tlen[i] + 1, sizeof(float)))) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    for (int i = 0; i < n;) { /* chunks: sources x their longest source within max_batch_tokens */
+        int ns = 0, width = 0;
+        for (; i < n; i++) {
+            if (!lp[i]) continue;
+            int w = len[i] > width ? len[i] : width;
+            if (ns > 0 && (long)(ns + 1) * w > tr->call->max_batch_tokens) break;
+            width = w;
+            bsrc[ns] = ids[i], blen[ns] = len[i], rows[ns++] = i;
+        }
+        if (ns > 0 && (st = force_decode(tr, bsrc, blen, ns, rows, tids, tlen, lp, req->cancel))) goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!lp[i]) continue;
+        tern_token_scores_t *ts = &req->token_scores[i];
+        int skip = tr->call->tgt_lang >= 0 && tlen[i] > 0 && tids[i][0] == tr->call->tgt_lang; /* the forced code */
+        int T = tlen[i] + 1 - skip;
+        ts->tokens = calloc((size_t)T, sizeof(char *));
+        ts->log_probs = malloc((size_t)T * sizeof(float));
+        if (!ts->tokens || !ts->log_probs) {
+            free(ts->tokens), free(ts->log_probs);
+            memset(ts, 0, sizeof *ts);
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        ts->num_tokens = T;
+        for (int t = 0; t < T; t++) {
+            int id = t + skip < tlen[i] ? tids[i][t + skip] : m->tgt_eos;
+            const char *piece = vocab_token(m0->tgt_vocab, id);
+            ts->log_probs[t] = lp[i][t + skip];
+            if (!(ts->tokens[t] = strdup(piece ? piece : ""))) {
+                st = tern_error(TERN_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+        }
+    }
+done:
+    for (int i = 0; lp && i < n; i++) free(lp[i]);
+    free(tids), free(tlen), free(rows), free(bsrc), free(blen), free(lp);
+    if (st)
+        for (int i = 0; i < n; i++) tern_token_scores_free(&req->token_scores[i]);
+    return st;
+}
+
 /* tern_translate() on a checked request under the call tr->call. */
 static tern_status_t translate_request(tern_translator_t *tr, const tern_request_t *req, const request_extras_t *x,
                                        tern_result_t *results) {
@@ -857,6 +936,7 @@ static tern_status_t translate_request(tern_translator_t *tr, const tern_request
         if (!(hooks.given && hooks.given[i]) &&
             (st = to_result_src(tr, &res[i], call->pretok, &results[i], NULL, ids[i], len[i], req->sources[i])))
             goto done;
+    if (req->token_scores && (st = token_scores(tr, req, ids, len, res))) goto done;
     for (int i = 0; req->attention && i < n; i++)
         if ((st = to_attention(&res[i], len[i], &req->attention[i]))) goto done;
 done:
@@ -872,6 +952,8 @@ done:
         for (int i = 0; i < n; i++) tern_result_free(&results[i]);
     if (st && req->attention)
         for (int i = 0; i < n; i++) tern_attention_free(&req->attention[i]);
+    if (st && req->token_scores)
+        for (int i = 0; i < n; i++) tern_token_scores_free(&req->token_scores[i]);
     return st;
 }
 

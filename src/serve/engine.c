@@ -38,6 +38,9 @@ struct serve_request {
     tern_result_t *results;   /* [n] (translate) */
     float **logprobs;         /* [n] (score) */
     int *counts;              /* [n] (score) */
+    unsigned want;            /* REQ_WANT_* (translate): what else each segment's result carries */
+    tern_token_scores_t *ts;  /* [n] with REQ_WANT_TOKEN_SCORES */
+    tern_attention_t *att;    /* [n] with REQ_WANT_ATTENTION */
     int pending;              /* segments not yet done (model lock) */
     int done;                 /* completed (model lock) */
     atomic_int cancelled;
@@ -140,8 +143,11 @@ static void request_free(serve_request_t *r) {
         if (r->tgt) free(r->tgt[i]);
         if (r->results) tern_result_free(&r->results[i]);
         if (r->logprobs) free(r->logprobs[i]);
+        if (r->ts) tern_token_scores_free(&r->ts[i]);
+        if (r->att) tern_attention_free(&r->att[i]);
     }
     free(r->src_lang), free(r->tgt_lang);
+    free(r->ts), free(r->att);
     free(r->src), free(r->tgt), free(r->segs), free(r->results), free(r->logprobs), free(r->counts);
     if (r->efd >= 0) close(r->efd);
     free(r);
@@ -217,6 +223,16 @@ tern_status_t request_status(const serve_request_t *r, const char **message) {
 }
 int request_size(const serve_request_t *r) { return r->n; }
 const tern_result_t *request_result(const serve_request_t *r, int i) { return &r->results[i]; }
+int request_want(serve_request_t *r, unsigned want) {
+    size_t k = (size_t)(r->n > 0 ? r->n : 1);
+    if (r->kind != REQ_TRANSLATE) return -1;
+    if ((want & REQ_WANT_TOKEN_SCORES) && !r->ts && !(r->ts = calloc(k, sizeof *r->ts))) return -1;
+    if ((want & REQ_WANT_ATTENTION) && !r->att && !(r->att = calloc(k, sizeof *r->att))) return -1;
+    r->want |= want;
+    return 0;
+}
+const tern_token_scores_t *request_token_scores(const serve_request_t *r, int i) { return r->ts ? &r->ts[i] : NULL; }
+const tern_attention_t *request_attention(const serve_request_t *r, int i) { return r->att ? &r->att[i] : NULL; }
 const float *request_logprobs(const serve_request_t *r, int i, int *count) {
     *count = r->counts[i];
     return r->logprobs[i];
@@ -242,7 +258,8 @@ static int same_key(const segment_t *a, const segment_t *b, int cross) {
     const tern_search_params_t *x = &a->req->params, *y = &b->req->params;
     /* one batch, one pair of languages (a multilingual model's request carries them) */
     return same_str(a->req->src_lang, b->req->src_lang) && same_str(a->req->tgt_lang, b->req->tgt_lang) &&
-           a->req->kind == b->req->kind && x->beam_size == y->beam_size && x->num_hypotheses == y->num_hypotheses &&
+           a->req->kind == b->req->kind && a->req->want == b->req->want && x->beam_size == y->beam_size &&
+           x->num_hypotheses == y->num_hypotheses &&
            x->length_penalty == y->length_penalty && x->length_norm == y->length_norm &&
            x->coverage_penalty == y->coverage_penalty && x->eos_policy == y->eos_policy &&
            x->early_stop == y->early_stop && x->max_length_a == y->max_length_a &&
@@ -325,7 +342,8 @@ static int take_batch(engine_model_t *m, segment_t **cand, segment_t **batch, in
 /* The batch's results into their requests' slots, or its error (lock held); returns how many
  * requests it completed (in finished). */
 static int publish_locked(segment_t **batch, int b, request_kind_t kind, tern_status_t st, const char *err,
-                          tern_result_t *res, float **lp, int *cnt, serve_request_t **finished) {
+                          tern_result_t *res, float **lp, int *cnt, tern_token_scores_t *ts, tern_attention_t *att,
+                          serve_request_t **finished) {
     int nf = 0;
     for (int k = 0; k < b; k++) {
         serve_request_t *r = batch[k]->req;
@@ -338,6 +356,8 @@ static int publish_locked(segment_t **batch, int b, request_kind_t kind, tern_st
         } else if (kind == REQ_TRANSLATE) {
             r->results[i] = res[k];
             memset(&res[k], 0, sizeof res[k]);
+            if (r->ts) r->ts[i] = ts[k], memset(&ts[k], 0, sizeof ts[k]);
+            if (r->att) r->att[i] = att[k], memset(&att[k], 0, sizeof att[k]);
         } else {
             r->logprobs[i] = lp[k];
             r->counts[i] = cnt[k];
@@ -358,6 +378,8 @@ typedef struct {
     tern_result_t *res;
     float **lp;
     int *cnt;
+    tern_token_scores_t *ts;
+    tern_attention_t *att;
 } worker_bufs_t;
 
 /* 1 when all of them are there. */
@@ -371,12 +393,15 @@ static int worker_bufs_alloc(worker_bufs_t *w, int cap) {
     w->lp = calloc((size_t)cap, sizeof *w->lp);
     w->cnt = calloc((size_t)cap, sizeof *w->cnt);
     w->sidx = calloc((size_t)cap, sizeof *w->sidx);
-    return w->cand && w->batch && w->finished && w->src && w->tgt && w->res && w->lp && w->cnt && w->sidx;
+    w->ts = calloc((size_t)cap, sizeof *w->ts);
+    w->att = calloc((size_t)cap, sizeof *w->att);
+    return w->cand && w->batch && w->finished && w->src && w->tgt && w->res && w->lp && w->cnt && w->sidx && w->ts &&
+           w->att;
 }
 
 static void worker_bufs_free(worker_bufs_t *w) {
     free(w->cand), free(w->batch), free(w->finished), free(w->src), free(w->tgt), free(w->res), free(w->lp),
-        free(w->cnt), free(w->sidx);
+        free(w->cnt), free(w->sidx), free(w->ts), free(w->att);
 }
 
 /* The nf finished requests released outside the lock (held before and after). */
@@ -416,6 +441,9 @@ static tern_status_t run_batch(tern_translator_t *tr, worker_bufs_t *w, int b, r
     req->num_sources = b;
     req->source_index = w->sidx;
     req->targets = kind == REQ_SCORE ? w->tgt : NULL;
+    unsigned want = w->batch[0]->req->want; /* equal in a batch (same_key) */
+    req->token_scores = kind == REQ_TRANSLATE && (want & REQ_WANT_TOKEN_SCORES) ? w->ts : NULL;
+    req->attention = kind == REQ_TRANSLATE && (want & REQ_WANT_ATTENTION) ? w->att : NULL;
     if (kind == REQ_TRANSLATE) st = tern_translate(tr, req, w->res);
     else st = tern_score(tr, req, w->lp, w->cnt);
     if (st) snprintf(err, 512, "%s: %s", tern_status_string(st), tern_last_error());
@@ -456,7 +484,7 @@ static void serve_batch_locked(engine_model_t *m, int worker, worker_bufs_t *w, 
     tern_status_t st = run_batch(g->tr[worker], w, b, kind, &req, err, &tokens, &width);
 
     pthread_mutex_lock(&m->mu);
-    nf = publish_locked(w->batch, b, kind, st, err, w->res, w->lp, w->cnt, w->finished);
+    nf = publish_locked(w->batch, b, kind, st, err, w->res, w->lp, w->cnt, w->ts, w->att, w->finished);
     m->running -= b;
     count_batch_locked(m, b, width, tokens);
     generation_t *old = gen_release_locked(m, g);
@@ -650,6 +678,36 @@ tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *coun
     pthread_mutex_unlock(&m->mu);
     if (old) gen_free(old, m->engine->opt.workers);
     return st;
+}
+
+tern_status_t engine_source_pieces(engine_model_t *m, const char *text, char ***pieces, int *n) {
+    *pieces = NULL, *n = 0;
+    pthread_mutex_lock(&m->mu);
+    generation_t *g = gen_acquire_locked(m);
+    pthread_mutex_unlock(&m->mu);
+    const tern_model_t *m0 = g->model->n_members ? g->model->members[0] : g->model;
+    int *ids = NULL, len = 0, trunc = 0, cap = m->engine->opt.translator_options.max_input_length;
+    tern_status_t st = model_encode_source(m0, text, strlen(text), cap > 0 ? cap : 1024, &ids, &len, &trunc);
+    if (!st && len > 0) {
+        if (!(*pieces = calloc((size_t)len, sizeof(char *)))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        for (int i = 0; !st && i < len; i++) {
+            const char *piece = vocab_token(m0->src_vocab, ids[i]);
+            if (!((*pieces)[i] = strdup(piece ? piece : ""))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            else *n = i + 1;
+        }
+    }
+    free(ids);
+    if (st) engine_pieces_free(*pieces, *n), *pieces = NULL, *n = 0;
+    pthread_mutex_lock(&m->mu);
+    generation_t *old = gen_release_locked(m, g);
+    pthread_mutex_unlock(&m->mu);
+    if (old) gen_free(old, m->engine->opt.workers);
+    return st;
+}
+
+void engine_pieces_free(char **pieces, int n) {
+    for (int i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
 }
 
 tern_status_t engine_reload(engine_t *e) {

@@ -75,6 +75,10 @@ tern_status_t engine_reload(engine_t *engine);
 
 /* Token count of text for the model's budget (source tokens with EOS). */
 tern_status_t engine_count_tokens(engine_model_t *m, const char *text, int *count);
+/* The source pieces the model reads for text (its end token last; an ensemble: its first
+ * member's), for aligning through the attention; free with engine_pieces_free(). */
+tern_status_t engine_source_pieces(engine_model_t *m, const char *text, char ***pieces, int *n);
+void engine_pieces_free(char **pieces, int n);
 
 /* A request of n segments (copied), with its search parameters (copied; unused for scoring).
  * targets: NULL for translation, the n targets for scoring. */
@@ -102,5 +106,12 @@ tern_status_t request_status(const serve_request_t *r, const char **message);
 int request_size(const serve_request_t *r);
 const tern_result_t *request_result(const serve_request_t *r, int i);    /* translate */
 const float *request_logprobs(const serve_request_t *r, int i, int *count); /* score */
+/* Before engine_submit(), translate: each segment's result also carries its token scores
+ * (tern_request_t.token_scores) and/or attention (tern_request_t.attention); segments batch only
+ * with segments that want the same. 0, or -1 (out of memory, or a score request). */
+enum { REQ_WANT_TOKEN_SCORES = 1, REQ_WANT_ATTENTION = 2 };
+int request_want(serve_request_t *r, unsigned want);
+const tern_token_scores_t *request_token_scores(const serve_request_t *r, int i); /* NULL: not wanted */
+const tern_attention_t *request_attention(const serve_request_t *r, int i);      /* NULL: not wanted */
 
 #endif

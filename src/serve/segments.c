@@ -11,7 +11,9 @@
 
 void segments_free(segments_t *g) {
     for (int i = 0; i < g->n; i++) free(g->seg[i]);
+    for (int i = 0; g->tags && i < g->n; i++) free(g->tags[i]);
     free(g->seg), free(g->ntok), free(g->parts), free(g->item_first), free(g->item_count);
+    free(g->tags), free(g->n_tags);
     memset(g, 0, sizeof *g);
 }
 
@@ -48,10 +50,24 @@ static int add_segment(segments_t *g, char *text, int escape) {
             return -1;
         }
         g->ntok = t2;
+        seg_tag_t **g2 = realloc(g->tags, (size_t)cap * sizeof *g2);
+        if (!g2) {
+            free(text);
+            return -1;
+        }
+        g->tags = g2;
+        int *n2 = realloc(g->n_tags, (size_t)cap * sizeof *n2);
+        if (!n2) {
+            free(text);
+            return -1;
+        }
+        g->n_tags = n2;
         g->cap = cap;
     }
     g->seg[g->n] = text;
     g->ntok[g->n] = 0;
+    g->tags[g->n] = NULL;
+    g->n_tags[g->n] = 0;
     return add_part(g, g->n++, escape, NULL, 0);
 }
 
@@ -104,10 +120,10 @@ static char *put_cp(char *d, long cp) {
     return d + utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)d);
 }
 
-/* Decodes character references and collapses white space of text[0..len) into a new string. */
-static char *html_text(const char *t, size_t len) {
-    char *out = malloc(len + 1), *d = out; /* a reference never decodes longer than it is written */
-    if (!out) return NULL;
+/* Decodes character references and collapses white space of t[0..len) to d (at most len bytes),
+ * out being the start of the text d continues (no space at its start, none doubled); returns the
+ * new end. */
+static char *html_decode(char *out, char *d, const char *t, size_t len) {
     static const struct {
         const char *name;
         long cp;
@@ -144,21 +160,248 @@ static char *html_text(const char *t, size_t len) {
         }
         *d++ = t[i++];
     }
+    return d;
+}
+
+/* Decodes character references and collapses white space of text[0..len) into a new string. */
+static char *html_text(const char *t, size_t len) {
+    char *out = malloc(len + 1); /* a reference never decodes longer than it is written */
+    if (!out) return NULL;
+    char *d = html_decode(out, out, t, len);
     while (d > out && d[-1] == ' ') d--;
     *d = 0;
     return out;
 }
 
+static int tag_start(const char *p) {
+    return *p == '<' && (isalpha((unsigned char)p[1]) || p[1] == '/' || p[1] == '!' || p[1] == '?');
+}
+
+/* The end of the tag or comment at p. */
+static const char *tag_end(const char *p) {
+    if (!strncmp(p, "<!--", 4)) {
+        const char *c = strstr(p + 4, "-->");
+        return c ? c + 3 : p + strlen(p);
+    }
+    const char *gt = strchr(p, '>');
+    return gt ? gt + 1 : p + strlen(p);
+}
+
+/* Inline elements: their tags are carried into the translation of the sentence they are in
+ * (tags.h); every other tag (p, div, li, h1-h6, br, td, img, ...) ends a text run. */
+static const char *const INLINE_TAGS[] = {"a",    "abbr", "b",      "bdi",    "bdo", "cite", "code", "data",
+                                          "del",  "dfn",  "em",     "font",   "i",   "ins",  "kbd",  "mark",
+                                          "q",    "s",    "samp",   "small",  "span", "strike", "strong", "sub",
+                                          "sup",  "time", "tt",     "u",      "var", NULL};
+
+/* 1 when the tag p..end is an inline element's opening or closing tag (not self-closing, ended by
+ * '>'); *close, and its name's [*name, *name + *nlen). */
+static int inline_tag(const char *p, const char *end, int *close, const char **name, size_t *nlen) {
+    const char *q = p + 1;
+    *close = *q == '/';
+    if (*close) q++;
+    const char *n0 = q;
+    while (q < end && isalnum((unsigned char)*q)) q++;
+    if (q == n0 || end - p < 3 || end[-1] != '>' || end[-2] == '/' || !(q[0] == '>' || is_ws(q[0]))) return 0;
+    for (int k = 0; INLINE_TAGS[k]; k++)
+        if (strlen(INLINE_TAGS[k]) == (size_t)(q - n0) && !strncasecmp(INLINE_TAGS[k], n0, (size_t)(q - n0))) {
+            *name = n0, *nlen = (size_t)(q - n0);
+            return 1;
+        }
+    return 0;
+}
+
+typedef struct {
+    const char *p, *end; /* bytes in the item */
+    int tag, close;      /* an inline tag (close: its closing one), else text */
+    const char *name;
+    size_t nlen;
+    size_t offset;       /* a tag: its position in the run's text */
+    int mate;            /* a tag: the run item of its other half, or -1 */
+    int sent;            /* a tag: its sentence (-1: before the first, n: after the last) */
+} run_item_t;
+
+/* A text run with inline tags: its text (references decoded, white space collapsed, the tags
+ * taken out) cut into sentences, each a segment carrying the tags that fall in it (the white space
+ * around the run kept as it is; between sentences a single space). */
+static void add_tagged_run(segments_t *g, run_item_t *it, int ni, const char *run, const char *run_end,
+                           const char *lang, int *err) {
+    size_t cap = (size_t)(run_end - run) + 1;
+    char *plain = malloc(cap), *d = plain;
+    int *stack = malloc((size_t)ni * sizeof(int)), sp = 0;
+    size_t *sp_spans = NULL;
+    int ns = 0;
+    if (!plain || !stack) {
+        *err = 1;
+        goto done;
+    }
+    for (int k = 0; k < ni; k++) {
+        if (!it[k].tag) d = html_decode(plain, d, it[k].p, (size_t)(it[k].end - it[k].p));
+        else it[k].offset = (size_t)(d - plain);
+    }
+    while (d > plain && d[-1] == ' ') d--;
+    *d = 0;
+    size_t len = (size_t)(d - plain);
+    if (len == 0) { /* no text: the run as it is */
+        if (add_literal(g, run, (size_t)(run_end - run))) *err = 1;
+        goto done;
+    }
+    for (int k = 0; k < ni; k++) { /* pairs: a closing tag takes the nearest open one of its name */
+        if (!it[k].tag) continue;
+        it[k].mate = -1;
+        if (it[k].offset > len) it[k].offset = len;
+        if (!it[k].close) {
+            stack[sp++] = k;
+            continue;
+        }
+        for (int j = sp - 1; j >= 0; j--)
+            if (it[stack[j]].nlen == it[k].nlen && !strncasecmp(it[stack[j]].name, it[k].name, it[k].nlen)) {
+                it[k].mate = stack[j], it[stack[j]].mate = k;
+                sp = j;
+                break;
+            }
+    }
+    size_t one[2] = {0, len}, *spans = one;
+    if (lang && tern_split_sentences(plain, len, lang, &sp_spans, &ns) == TERN_OK && ns > 1) spans = sp_spans;
+    else ns = 1;
+    int prev = -1;
+    for (int k = 0; k < ni; k++) { /* each tag's sentence, never before the previous tag's */
+        if (!it[k].tag) continue;
+        size_t o = it[k].offset;
+        int s = -1;
+        if (!it[k].close) {
+            s = ns;
+            for (int i = 0; i < ns; i++)
+                if (o < spans[2 * i + 1]) {
+                    s = i;
+                    break;
+                }
+        } else {
+            for (int i = ns - 1; i >= 0; i--)
+                if (o > spans[2 * i]) {
+                    s = i;
+                    break;
+                }
+        }
+        if (s < prev) s = prev;
+        it[k].sent = prev = s;
+    }
+    /* the white space before the run's text, the tags before its first sentence */
+    const char *a = run;
+    if (!it[0].tag)
+        while (a < it[0].end && is_ws(*a)) a++;
+    if (add_literal(g, run, (size_t)(a - run))) *err = 1;
+    for (int k = 0; k < ni; k++)
+        if (it[k].tag && it[k].sent < 0 && add_literal(g, it[k].p, (size_t)(it[k].end - it[k].p))) *err = 1;
+    for (int i = 0; i < ns && !*err; i++) {
+        size_t b = spans[2 * i], e = spans[2 * i + 1];
+        if (i > 0 && b > spans[2 * i - 1] && add_literal(g, " ", 1)) *err = 1;
+        int nt = 0;
+        for (int k = 0; k < ni; k++) nt += it[k].tag && it[k].sent == i;
+        if (add_segment(g, strndup(plain + b, e - b), 1)) {
+            *err = 1;
+            break;
+        }
+        if (!nt) continue;
+        seg_tag_t *t = malloc((size_t)nt * sizeof *t);
+        int *local = malloc((size_t)ni * sizeof(int));
+        if (!t || !local) {
+            free(t), free(local);
+            *err = 1;
+            break;
+        }
+        int m = 0;
+        for (int k = 0; k < ni; k++) {
+            if (!it[k].tag || it[k].sent != i) continue;
+            size_t o = it[k].offset < b ? b : it[k].offset > e ? e : it[k].offset;
+            local[k] = m;
+            t[m++] = (seg_tag_t){it[k].p, (size_t)(it[k].end - it[k].p), o - b, it[k].close, -1};
+        }
+        for (int k = 0; k < ni; k++) /* the mates within the sentence */
+            if (it[k].tag && it[k].sent == i && it[k].close && it[k].mate >= 0 && it[it[k].mate].sent == i) {
+                t[local[k]].mate = local[it[k].mate];
+                t[local[it[k].mate]].mate = local[k];
+            }
+        free(local);
+        g->tags[g->n - 1] = t;
+        g->n_tags[g->n - 1] = nt;
+    }
+    for (int k = 0; k < ni; k++)
+        if (it[k].tag && it[k].sent >= ns && add_literal(g, it[k].p, (size_t)(it[k].end - it[k].p))) *err = 1;
+    /* the white space after the run's text */
+    const char *b = run_end;
+    if (!it[ni - 1].tag)
+        while (b > it[ni - 1].p && is_ws(b[-1])) b--;
+    if (add_literal(g, b, (size_t)(run_end - b))) *err = 1;
+done:
+    free(plain), free(stack);
+    tern_sentences_free(sp_spans);
+}
+
+/* The text run at p (text, and the inline tags in it, up to another tag or the end): *pp past it. */
+static void build_run(segments_t *g, const char **pp, const char *lang, int *err) {
+    const char *p = *pp, *q = p;
+    run_item_t *it = NULL;
+    int ni = 0, cap = 0, tags = 0;
+    while (*q) {
+        run_item_t x;
+        memset(&x, 0, sizeof x);
+        if (tag_start(q)) {
+            const char *end = tag_end(q);
+            if (!strncmp(q, "<!--", 4) || !inline_tag(q, end, &x.close, &x.name, &x.nlen)) break;
+            x.tag = 1, x.p = q, x.end = end;
+            tags++;
+        } else {
+            const char *e = q + 1;
+            while (*e && !tag_start(e)) e++;
+            x.p = q, x.end = e;
+        }
+        if (ni == cap) {
+            cap = cap ? 2 * cap : 8;
+            run_item_t *n2 = realloc(it, (size_t)cap * sizeof *it);
+            if (!n2) {
+                *err = 1;
+                free(it);
+                *pp = p + strlen(p);
+                return;
+            }
+            it = n2;
+        }
+        it[ni++] = x;
+        q = x.end;
+    }
+    *pp = q;
+    if (tags) {
+        add_tagged_run(g, it, ni, p, q, lang, err);
+        free(it);
+        return;
+    }
+    free(it);
+    const char *a = p, *b = q;
+    while (a < b && is_ws(*a)) a++;
+    while (b > a && is_ws(b[-1])) b--;
+    char *text = a < b ? html_text(a, (size_t)(b - a)) : NULL;
+    if (a < b && !text) *err = 1;
+    if (text && *text) {
+        if (add_literal(g, p, (size_t)(a - p))) *err = 1;
+        add_sentences(g, text, strlen(text), text, 1, lang, err);
+        if (add_literal(g, b, (size_t)(q - b))) *err = 1;
+    } else {
+        free(text);
+        if (add_literal(g, p, (size_t)(q - p))) *err = 1;
+    }
+}
+
 static void build_html(segments_t *g, const char *p, const char *lang, int *err) {
-    while (*p) {
-        if (*p == '<' && (isalpha((unsigned char)p[1]) || p[1] == '/' || p[1] == '!' || p[1] == '?')) {
-            const char *end;
-            if (!strncmp(p, "<!--", 4)) {
-                const char *c = strstr(p + 4, "-->");
-                end = c ? c + 3 : p + strlen(p);
-            } else {
-                const char *gt = strchr(p, '>');
-                end = gt ? gt + 1 : p + strlen(p);
+    while (*p && !*err) {
+        if (tag_start(p)) {
+            const char *end = tag_end(p);
+            int close;
+            const char *name;
+            size_t nlen;
+            if (strncmp(p, "<!--", 4) && inline_tag(p, end, &close, &name, &nlen)) {
+                build_run(g, &p, lang, err);
+                continue;
             }
             if (add_literal(g, p, (size_t)(end - p))) *err = 1;
             /* raw text elements: kept whole up to their end tag */
@@ -174,22 +417,7 @@ static void build_html(segments_t *g, const char *p, const char *lang, int *err)
             }
             continue;
         }
-        const char *q = p + 1;
-        while (*q && !(*q == '<' && (isalpha((unsigned char)q[1]) || q[1] == '/' || q[1] == '!' || q[1] == '?'))) q++;
-        const char *a = p, *b = q;
-        while (a < b && is_ws(*a)) a++;
-        while (b > a && is_ws(b[-1])) b--;
-        char *text = a < b ? html_text(a, (size_t)(b - a)) : NULL;
-        if (a < b && !text) *err = 1;
-        if (text && *text) {
-            if (add_literal(g, p, (size_t)(a - p))) *err = 1;
-            add_sentences(g, text, strlen(text), text, 1, lang, err);
-            if (add_literal(g, b, (size_t)(q - b))) *err = 1;
-        } else {
-            free(text);
-            if (add_literal(g, p, (size_t)(q - p))) *err = 1;
-        }
-        p = q;
+        build_run(g, &p, lang, err);
     }
 }
 
@@ -207,36 +435,65 @@ int segments_build(segments_t *g, const char *const *items, int n_items, int htm
     return err ? -1 : 0;
 }
 
-char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx) {
-    size_t len = 0;
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf_t;
+
+static void sput(sbuf_t *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p, b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+char *segments_join_tags(const segments_t *g, int item, int h, segment_text_fn text, segment_render_fn render,
+                         void *ctx) {
+    sbuf_t b = {0};
     int np = g->item_count[item];
     const seg_part_t *parts = np ? g->parts + g->item_first[item] : NULL;
+    sput(&b, "", 0);
     for (int k = 0; k < np; k++) {
         if (parts[k].seg < 0) {
-            len += parts[k].len;
+            sput(&b, parts[k].lit, parts[k].len);
             continue;
         }
-        const char *t = text(ctx, parts[k].seg, h);
-        len += t ? (parts[k].escape ? 5 : 1) * strlen(t) : 0; /* "&amp;" is the longest escape */
-    }
-    char *out = malloc(len + 1), *d = out;
-    if (!out) return NULL;
-    for (int k = 0; k < np; k++) {
-        if (parts[k].seg < 0) {
-            memcpy(d, parts[k].lit, parts[k].len);
-            d += parts[k].len;
+        int seg = parts[k].seg;
+        const char *t = text(ctx, seg, h);
+        if (g->n_tags && g->n_tags[seg] > 0) { /* the translation with the sentence's inline tags */
+            char *r = render ? render(ctx, seg, h, g->tags[seg], g->n_tags[seg])
+                             : tags_project(g->seg[seg], t, g->tags[seg], g->n_tags[seg], NULL);
+            if (!r) b.oom = 1;
+            else sput(&b, r, strlen(r));
+            free(r);
             continue;
         }
-        const char *t = text(ctx, parts[k].seg, h);
         for (; t && *t; t++) {
-            if (parts[k].escape && *t == '&') memcpy(d, "&amp;", 5), d += 5;
-            else if (parts[k].escape && *t == '<') memcpy(d, "&lt;", 4), d += 4;
-            else if (parts[k].escape && *t == '>') memcpy(d, "&gt;", 4), d += 4;
-            else *d++ = *t;
+            if (parts[k].escape && *t == '&') sput(&b, "&amp;", 5);
+            else if (parts[k].escape && *t == '<') sput(&b, "&lt;", 4);
+            else if (parts[k].escape && *t == '>') sput(&b, "&gt;", 4);
+            else sput(&b, t, 1);
         }
     }
-    *d = 0;
-    return out;
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+char *segments_join(const segments_t *g, int item, int h, segment_text_fn text, void *ctx) {
+    return segments_join_tags(g, item, h, text, NULL, ctx);
 }
 
 static const char *nth_out(void *ctx, int seg, int h) {

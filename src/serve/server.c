@@ -30,6 +30,7 @@
 #include "base/base.h"
 #include "cjson/cJSON.h"
 #include "serve/metrics.h"
+#include "serve/quality.h"
 #include "serve/segments.h"
 #include "text/langid.h"
 #include "serve_assets.h" /* generated: page_html[], openapi_json[] */
@@ -645,7 +646,7 @@ static int check_texts(reply_t *rp, const char *const *const texts[2], int n, co
 /* Counts the segments' tokens, submits them to m's queue with params and waits; 0 with *out
  * complete, or -1 with the answer sent (or the connection to close). */
 static int submit(reply_t *rp, engine_model_t *m, request_kind_t kind, const tern_search_params_t *params, int n,
-                  const char *const *segs, const char *const *targets, const char *const langs[2],
+                  const char *const *segs, const char *const *targets, const char *const langs[2], unsigned want,
                   serve_request_t **out) {
     int *ntok = calloc((size_t)(n > 0 ? n : 1), sizeof *ntok);
     if (!ntok) return fail(rp, 500, "Cannot translate text: out of memory");
@@ -656,7 +657,7 @@ static int submit(reply_t *rp, engine_model_t *m, request_kind_t kind, const ter
         }
     *out = request_new(kind, params, n, segs, targets, ntok);
     free(ntok);
-    if (!*out || (langs && request_set_langs(*out, langs[0], langs[1])))
+    if (!*out || (langs && request_set_langs(*out, langs[0], langs[1])) || (want && request_want(*out, want)))
         return fail(rp, 500, "Cannot translate text: out of memory");
     return run_request(rp->s, rp->c, rp->cx, m, *out, &rp->result) ? -1 : 0;
 }
@@ -669,6 +670,7 @@ typedef struct {
     const char **items;
     int n_items, is_list, alternatives;
     const char *source, *target, *format, *api_key, *single;
+    int quality; /* Tern's "quality": true (JSON only): each text's quality estimate */
     char *norm_q;
     lt_cand_t *detected; /* [n_items] for source "auto": each item's language as detected */
 } lt_req_t;
@@ -789,6 +791,10 @@ static int lt_parse_json(reply_t *rp, lt_req_t *q) {
     q->format = json_str(q->root, "format", &bad_type);
     cJSON *alt = cJSON_GetObjectItemCaseSensitive(q->root, "alternatives");
     if (alt && !cJSON_IsNull(alt) && lt_alternatives(rp, alt, NULL, q)) return -1;
+    cJSON *qual = cJSON_GetObjectItemCaseSensitive(q->root, "quality");
+    if (qual && !cJSON_IsNull(qual) && !cJSON_IsBool(qual))
+        return fail(rp, 400, "Invalid request: quality must be true or false");
+    q->quality = cJSON_IsTrue(qual);
     if (bad_type)
         return fail(rp, 400, "Invalid request: source, target, format and api_key must be strings");
     return 0;
@@ -957,8 +963,11 @@ static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
     tern_search_params_t p0 = lt_params(m0, m1 ? 0 : q->alternatives);
     /* a multilingual model's leg gets its languages: src -> target, or src -> en -> target */
     const char *l0[2] = {gr->src, m1 ? "en" : q->target}, *l1[2] = {"en", q->target};
+    unsigned want0 = q->quality && !m1 ? REQ_WANT_TOKEN_SCORES : 0; /* the final leg's */
+    for (int i = 0; !m1 && gr->g.n_tags && i < gr->g.n; i++) /* inline tags: placed by the attention */
+        if (gr->g.n_tags[i] > 0) want0 |= REQ_WANT_TOKEN_SCORES | REQ_WANT_ATTENTION;
     if (submit(rp, m0, REQ_TRANSLATE, &p0, gr->g.n, (const char *const *)gr->g.seg, NULL, ml_is(m0) ? l0 : NULL,
-               &gr->r[0]))
+               want0, &gr->r[0]))
         return -1;
     metrics_translated(&rp->s->metrics, gr->g.n, 0);
     if (!m1) return 0;
@@ -969,7 +978,8 @@ static int lt_run_group(reply_t *rp, lt_req_t *q, lt_group_t *gr) {
         mid[i] = t ? t : "";
     }
     tern_search_params_t p1 = lt_params(m1, q->alternatives);
-    int rc = submit(rp, m1, REQ_TRANSLATE, &p1, gr->g.n, mid, NULL, ml_is(m1) ? l1 : NULL, &gr->r[1]);
+    int rc = submit(rp, m1, REQ_TRANSLATE, &p1, gr->g.n, mid, NULL, ml_is(m1) ? l1 : NULL,
+                    q->quality ? REQ_WANT_TOKEN_SCORES : 0, &gr->r[1]);
     free(mid);
     if (!rc) metrics_translated(&rp->s->metrics, gr->g.n, 0);
     return rc;
@@ -982,18 +992,71 @@ static cJSON *cand_json(const lt_cand_t *c) {
     return d;
 }
 
+/* "quality": an item's estimate, the mean token log-probability over all of its segments' tokens
+ * (each segment's best translation, end tokens included: the sum of their log-probabilities over
+ * their number); null for an item without any segment (nothing translated). */
+static cJSON *lt_quality(const lt_group_t *gr, int item, serve_request_t *last) {
+    double sum = 0;
+    long tokens = 0;
+    int first = gr->g.item_first[item], np = gr->g.item_count[item];
+    for (int k = 0; k < np; k++) {
+        int seg = gr->g.parts[first + k].seg;
+        const tern_token_scores_t *ts = seg >= 0 ? request_token_scores(last, seg) : NULL;
+        for (int t = 0; ts && t < ts->num_tokens; t++) sum += ts->log_probs[t];
+        tokens += ts ? ts->num_tokens : 0;
+    }
+    return tokens ? cJSON_CreateNumber(sum / (double)tokens) : cJSON_CreateNull();
+}
+
+/* HTML inline tags (serve/tags.h): a segment's best translation gets its tags through the
+ * attention of its (direct) translation; other hypotheses, and translations through English, by
+ * the proportional rule. */
+typedef struct {
+    const lt_group_t *gr;
+    serve_request_t *last;
+} lt_render_t;
+
+static char *lt_render_tags(void *ctx, int seg, int h, const seg_tag_t *tags, int n_tags) {
+    const lt_render_t *c = ctx;
+    const char *hyp = result_text(c->last, seg, h);
+    const tern_attention_t *att = request_attention(c->last, seg);
+    const tern_token_scores_t *ts = request_token_scores(c->last, seg);
+    char **src = NULL;
+    int n_src = 0;
+    tag_alignment_t al;
+    int aligned = h == 0 && att && ts && att->num_hypotheses > 0 && att->weights && att->weights[0] &&
+                  engine_source_pieces(c->gr->route.leg[0], c->gr->g.seg[seg], &src, &n_src) == TERN_OK;
+    if (aligned) {
+        al = (tag_alignment_t){(const char *const *)src, n_src, (const char *const *)ts->tokens, ts->num_tokens,
+                               att->weights[0], att->target_lengths[0], att->source_length};
+        if (ts->num_tokens - 1 != att->target_lengths[0]) aligned = 0; /* not the same tokens: no alignment */
+    }
+    char *out = tags_project(c->gr->g.seg[seg], hyp, tags, n_tags, aligned ? &al : NULL);
+    engine_pieces_free(src, n_src);
+    return out;
+}
+
+static const char *lt_text(void *ctx, int seg, int h) { return result_text(((const lt_render_t *)ctx)->last, seg, h); }
+
 /* Each item with its segments' translations in place; hypothesis h of a segment (its best when it
  * has fewer); detectedLanguage for "auto". */
 static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
     int n_out = 1 + q->alternatives;
     cJSON *resp = cJSON_CreateObject(), *texts = q->is_list ? cJSON_CreateArray() : NULL,
-          *alts = q->alternatives ? cJSON_CreateArray() : NULL;
+          *alts = q->alternatives ? cJSON_CreateArray() : NULL, *quals = q->quality && q->is_list ? cJSON_CreateArray() : NULL;
     for (int i = 0; i < q->n_items; i++) {
         const lt_group_t *gr = &pl->groups[pl->item_group[i]];
         serve_request_t *last = gr->r[1] ? gr->r[1] : gr->r[0];
+        if (q->quality) {
+            cJSON *qv = lt_quality(gr, pl->item_pos[i], last);
+            if (quals) cJSON_AddItemToArray(quals, qv);
+            else cJSON_AddItemToObject(resp, "quality", qv);
+        }
         cJSON *item_alts = q->alternatives && q->is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            char *txt = segments_join(&gr->g, pl->item_pos[i], h, result_text, last);
+            lt_render_t rc = {gr, last};
+            char *txt = gr->r[1] ? segments_join(&gr->g, pl->item_pos[i], h, result_text, last)
+                                 : segments_join_tags(&gr->g, pl->item_pos[i], h, lt_text, lt_render_tags, &rc);
             if (!txt) continue;
             if (h == 0) {
                 if (q->is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
@@ -1005,6 +1068,7 @@ static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
     }
     if (q->is_list) cJSON_AddItemToObject(resp, "translatedText", texts);
     if (alts) cJSON_AddItemToObject(resp, "alternatives", alts);
+    if (quals) cJSON_AddItemToObject(resp, "quality", quals);
     if (q->detected) {
         if (q->is_list) {
             cJSON *arr = cJSON_CreateArray();
@@ -1126,6 +1190,7 @@ typedef struct {
     engine_model_t *m;
     const char **items, **targets;
     int n_items;
+    int quality; /* "quality": true: each item's quality estimate (serve/quality.h) */
     tern_search_params_t params;
     const char *langs[2]; /* a multilingual model's source_lang, target_lang (v1_langs) */
 } v1_req_t;
@@ -1162,7 +1227,7 @@ static int v1_parse(reply_t *rp, v1_req_t *q) {
                                                   "max_length_b", "min_length", "return_scores", "sampling_topk",
                                                   "sampling_topp", "sampling_temperature", "num_samples", "seed",
                                                   "repetition_penalty", "no_repeat_ngram_size", "source_lang",
-                                                  "target_lang", NULL};
+                                                  "target_lang", "quality", NULL};
     static const char *const known_score[] = {"model", "source", "target", "q", "targets", "api_key", NULL};
     long at = 0;
     char err[512] = "";
@@ -1248,6 +1313,11 @@ static int v1_params(reply_t *rp, v1_req_t *q) {
         if (!cJSON_IsBool(rs)) return fail(rp, 400, "Invalid request: return_scores must be true or false");
         p->return_scores = cJSON_IsTrue(rs);
     }
+    cJSON *qual = cJSON_GetObjectItemCaseSensitive(root, "quality");
+    if (qual) {
+        if (!cJSON_IsBool(qual)) return fail(rp, 400, "Invalid request: quality must be true or false");
+        q->quality = cJSON_IsTrue(qual);
+    }
     if (p->num_hypotheses > p->beam_size)
         return fail(rp, 400, "Invalid request: num_hypotheses (%d) exceeds beam_size (%d)", p->num_hypotheses,
                     p->beam_size);
@@ -1269,6 +1339,36 @@ static int v1_validate(reply_t *rp, v1_req_t *q) {
     return q->score ? 0 : v1_params(rp, q);
 }
 
+/* An item's "quality": {score, words: [{word, start, end, score}]} of its best hypothesis text. */
+static cJSON *v1_quality(const tern_token_scores_t *ts, const char *text) {
+    double score;
+    quality_word_t *w;
+    int nw;
+    if (quality_estimate(ts, text, &score, &w, &nw)) return NULL;
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddNumberToObject(o, "score", score);
+    for (int k = 0; k < nw; k++) {
+        cJSON *x = cJSON_CreateObject();
+        char *word = strndup(text + w[k].start, w[k].end - w[k].start);
+        cJSON_AddStringToObject(x, "word", word ? word : "");
+        free(word);
+        cJSON_AddNumberToObject(x, "start", (double)w[k].start);
+        cJSON_AddNumberToObject(x, "end", (double)w[k].end);
+        cJSON_AddNumberToObject(x, "score", w[k].score);
+        cJSON_AddItemToArray(arr, x);
+    }
+    free(w);
+    cJSON_AddItemToObject(o, "words", arr);
+    cJSON *toks = cJSON_CreateArray(), *lps = cJSON_CreateArray(); /* what the scores are made of */
+    for (int t = 0; ts && t < ts->num_tokens; t++) {
+        cJSON_AddItemToArray(toks, cJSON_CreateString(ts->tokens[t]));
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(ts->log_probs[t]));
+    }
+    cJSON_AddItemToObject(o, "tokens", toks);
+    cJSON_AddItemToObject(o, "token_log_probs", lps);
+    return o;
+}
+
 static cJSON *v1_render(const v1_req_t *q, serve_request_t *r) {
     cJSON *resp = cJSON_CreateObject(), *arr = cJSON_CreateArray();
     cJSON_AddStringToObject(resp, "model", engine_model_name(q->m));
@@ -1284,6 +1384,10 @@ static cJSON *v1_render(const v1_req_t *q, serve_request_t *r) {
             cJSON_AddItemToObject(o, "hypotheses", h);
             if (res->scores) cJSON_AddItemToObject(o, "scores", sc);
             else cJSON_Delete(sc);
+            if (q->quality) {
+                cJSON *qv = v1_quality(request_token_scores(r, i), res->num_hypotheses ? res->hypotheses[0] : "");
+                cJSON_AddItemToObject(o, "quality", qv ? qv : cJSON_CreateNull());
+            }
         } else {
             int cnt;
             const float *lp = request_logprobs(r, i, &cnt);
@@ -1313,7 +1417,7 @@ static enum MHD_Result handle_v1(server_t *s, struct MHD_Connection *c, conn_t *
     serve_request_t *r = NULL;
     if (v1_parse(&rp, &q) == 0 && v1_validate(&rp, &q) == 0 &&
         submit(&rp, q.m, score ? REQ_SCORE : REQ_TRANSLATE, &q.params, q.n_items, q.items, q.targets,
-               q.langs[0] ? q.langs : NULL, &r) == 0) {
+               q.langs[0] ? q.langs : NULL, q.quality ? REQ_WANT_TOKEN_SCORES : 0, &r) == 0) {
         metrics_translated(&s->metrics, q.n_items, 0);
         rp.result = send_json(s, c, cx, 200, v1_render(&q, r), 0);
     }

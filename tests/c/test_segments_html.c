@@ -2,7 +2,8 @@
  * translation /translate_file is to use, with a stand-in translator that brackets each text it is
  * given: the expected documents are written out, so the cutting (tags kept, references decoded
  * then escaped again, sentences apart with a single space between them, white space at a run's
- * edges kept) is checked exactly. Broken HTML gives a document, never a crash. */
+ * edges kept, inline tags carried inside their sentence) is checked exactly. Broken HTML gives a
+ * document, never a crash. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,14 @@ int main(void) {
     expect("en", "<!-- c. d. --><script>if (a < b) x();</script><style>p{}</style>Hi.&nbsp;There.<br/>",
            "<!-- c. d. --><script>if (a < b) x();</script><style>p{}</style>[Hi.] [There.]<br/>");
     /* broken HTML: an unclosed tag, a stray '<', an unterminated comment */
-    expect("en", "<p>Open. <b>bold", "<p>[Open.] <b>[bold]");
+    expect("en", "<p>Open. <b>bold", "<p>[Open. <b>bold]"); /* one sentence (lowercase after the stop) */
+    expect("en", "<p>Open. <b>Bold", "<p>[Open.] <b>[Bold]");
+    /* inline tags stay inside their sentence (tags.h; here without an alignment: proportional) */
+    expect("en", "<p>A <b>red</b> bike.</p>", "<p>[A <b>red</b> bike.]</p>");
+    expect("en", "<p>A <a href=\"x?a=1&amp;b=2\">red <i>big</i></a> bike. Two <em>dogs</em>.</p>",
+           "<p>[A <a href=\"x?a=1&amp;b=2\">red <i>big</i></a> bike.] [Two <em>dogs.]</em></p>"); /* white-space words */
+    expect("en", "<b><i>crossing</b> tags</i> here.", "<b><i>[crossing</b> tags</i> here.]");
+    expect("en", "stray </b>close.", "[stray</b> close.]");
     expect("en", "a < b. C > d.", "[a &lt; b.] [C &gt; d.]");
     expect("en", "a < b. c > d.", "[a &lt; b. c &gt; d.]"); /* lowercase after the stop: one sentence (UAX #29 SB8) */
     expect("en", "x <!-- never closed", "[x] <!-- never closed");
