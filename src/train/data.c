@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -594,6 +595,26 @@ static void pair_at(const data_corpus_t *c, int64_t i, uint64_t *first, uint32_t
     *nt = get_u32(e + 12);
 }
 
+/* Streaming: what the process has read of the map stays resident (the kernel maps pages around
+ * each fault too) until it lets go of it. The walks over the index and the batch reads therefore
+ * hand their pages back (MADV_DONTNEED: a read-only file mapping drops its page-table entries;
+ * the page cache keeps the data, a later read maps it again), so that resident memory stays
+ * bounded whatever the corpus's size. [p, p + n) widened to whole pages. */
+static void release_range(const data_corpus_t *c, const void *p, size_t n) {
+    if (!c->file.is_mmap || n == 0) return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(pg - 1);
+    uintptr_t e = ((uintptr_t)p + n + pg - 1) & ~(pg - 1), lo = (uintptr_t)c->file.data & ~(pg - 1);
+    uintptr_t hi = ((uintptr_t)c->file.data + c->file.size + pg - 1) & ~(pg - 1);
+    if (a < lo) a = lo;
+    if (e > hi) e = hi;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+static void release_all(const data_corpus_t *c) { release_range(c, c->file.data, c->file.size); }
+
+#define RELEASE_PAIRS (1 << 20) /* index entries (16 MB) walked between two releases */
+#define RELEASE_BATCHES 1       /* batches read between two releases of the whole map (fault-around maps 64 KB per touched page) */
+
 /* Maps and checks the cache; 0 with *why set when it is stale or corrupt (to be rebuilt). */
 static int map_cache(data_corpus_t *c, uint64_t hash, char *why, size_t nw, uint64_t unk[2]) {
     if (file_map(&c->file, c->path)) {
@@ -655,6 +676,7 @@ static int apply_filters(data_corpus_t *c, const data_options_t *o, data_stats_t
             return 0;
         }
         next = first + ns + nt;
+        if ((i + 1) % RELEASE_PAIRS == 0) release_range(c, c->index + 16 * (i + 1 - RELEASE_PAIRS), 16 * RELEASE_PAIRS);
         int64_t S = (int64_t)ns + extra, T = (int64_t)nt + 1;
         if (ns == 0 || nt == 0) s->empty++;
         else if (S > o->max_src_len || T > o->max_tgt_len) s->too_long++;
@@ -674,6 +696,7 @@ static int apply_filters(data_corpus_t *c, const data_options_t *o, data_stats_t
     }
     s->kept = c->n_kept;
     s->pairs = c->n;
+    release_all(c);
     return 1;
 }
 
@@ -794,6 +817,7 @@ struct data_iter {
     int64_t perm_cap;
     data_iter_state_t st;
     uint64_t rng_next;      /* generator state after this epoch's shuffle */
+    uint64_t served;        /* batches returned (the map's pages are released every RELEASE_BATCHES) */
     int max_B, max_S, max_T, max_src_tokens, max_tgt_tokens;
     int32_t *src, *src_len, *tgt_in, *tgt_out, *tgt_len, *corpus;
     int64_t *ids;
@@ -902,7 +926,63 @@ static int64_t mix_count(const data_iter_t *it, int k, int64_t *whole, int64_t *
  * plans draw the fractional part of each weight with selection sampling (Knuth's algorithm S:
  * exactly `extra` of the kept pairs, each subset equally likely) from a generator keyed by the
  * seed, the epoch and the corpus. */
+/* A seeded bijection of 32-bit line numbers (and its inverse): the tie order of equal lengths in
+ * a single corpus's plan, packed with the lengths into one 64-bit key that sorts in place. */
+static uint32_t inv_odd(uint32_t a) {
+    uint32_t x = a;
+    for (int i = 0; i < 5; i++) x *= 2u - a * x;
+    return x;
+}
+static uint32_t line_perm(uint32_t x, uint32_t salt) {
+    x ^= salt;
+    x *= 0x9e3779b1u;
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    return x;
+}
+static uint32_t line_unperm(uint32_t y, uint32_t salt) {
+    y ^= (y >> 13) ^ (y >> 26);
+    y *= inv_odd(0x85ebca6bu);
+    y ^= y >> 16;
+    y *= inv_odd(0x9e3779b1u);
+    return y ^ salt;
+}
+
+static int u64_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* One corpus, weight 1: it->order sorted in place (8 bytes a pair, no side array). */
+static tern_status_t order_single(data_iter_t *it) {
+    const data_corpus_t *c = it->cs[0];
+    const data_batching_t *o = &it->opt;
+    int64_t n = c->n_kept;
+    it->counts[0] = n;
+    tern_status_t st = reserve(it, n > 0 ? n : 1);
+    if (st) return st;
+    uint64_t r = o->seed;
+    uint32_t salt = (uint32_t)(splitmix64(&r) >> 32);
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t i = c->kept[j];
+        int S, T;
+        pair_shape(c, i, &S, &T);
+        if (S > o->max_tokens || T > o->max_tokens)
+            return tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
+                              "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
+                              o->max_tokens);
+        it->order[j] = (uint64_t)S << 48 | (uint64_t)T << 32 | line_perm(i, salt);
+        if ((j + 1) % RELEASE_PAIRS == 0) release_all(c);
+    }
+    qsort(it->order, (size_t)n, sizeof *it->order, u64_cmp);
+    for (int64_t j = 0; j < n; j++) it->order[j] = line_unperm((uint32_t)it->order[j], salt);
+    it->n_items = n;
+    return TERN_OK;
+}
+
 static tern_status_t order_items(data_iter_t *it, int64_t epoch) {
+    if (!it->mixed) return order_single(it);
     int64_t n = 0;
     for (int k = 0; k < it->n_corp; k++) {
         int64_t whole, extra;
@@ -919,7 +999,10 @@ static tern_status_t order_items(data_iter_t *it, int64_t epoch) {
         int64_t whole, extra;
         mix_count(it, k, &whole, &extra);
         for (int64_t copy = 0; copy < whole && !st; copy++)
-            for (int64_t j = 0; j < c->n_kept && !st; j++) st = make_rec(it, k, c->kept[j], (uint64_t)copy, &rec[m++]);
+            for (int64_t j = 0; j < c->n_kept && !st; j++) {
+                st = make_rec(it, k, c->kept[j], (uint64_t)copy, &rec[m++]);
+                if ((j + 1) % RELEASE_PAIRS == 0) release_all(c);
+            }
         if (extra > 0 && !st) {
             uint64_t r = it->opt.seed ^ 0x9e3779b97f4a7c15ull * ((uint64_t)epoch + 1) ^
                          0xbf58476d1ce4e5b9ull * ((uint64_t)k + 1);
@@ -950,6 +1033,8 @@ static int64_t cut_batches(data_iter_t *it, int64_t n) {
     for (int64_t j = 0; j <= n; j++) {
         int S = 0, T = 0;
         if (j < n) item_shape(it, it->order[j], &S, &T);
+        if ((j + 1) % RELEASE_PAIRS == 0)
+            for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
         int nS = TERN_MAX(mS, S), nT = TERN_MAX(mT, T);
         int64_t cnt = j - start + 1;
         int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o->max_tokens ||
@@ -979,6 +1064,7 @@ static tern_status_t plan_epoch(data_iter_t *it, int64_t epoch) {
     tern_status_t st = order_items(it, epoch);
     if (st) return st;
     int64_t nb = cut_batches(it, it->n_items);
+    for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
     it->n_batches = nb;
     it->epoch_len = nb / it->opt.world;
     if (it->epoch_len < 1)
@@ -1049,6 +1135,7 @@ static void mixed_bounds(data_iter_t *it) {
             mT = TERN_MAX(mT, T);
             mn = TERN_MIN(mn, TERN_MAX(S, T));
         }
+    for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
     if (mn == INT32_MAX) mn = 1;
     int B = TERN_MAX(1, o->max_tokens / mn);
     if (o->max_sentences > 0) B = TERN_MIN(B, o->max_sentences);
@@ -1188,6 +1275,8 @@ tern_status_t data_iter_next(data_iter_t *it, const data_batch_t **batch) {
         return TERN_OK;
     }
     int64_t b = it->perm[it->st.pos * it->opt.world + it->opt.rank];
+    if (++it->served % RELEASE_BATCHES == 0)
+        for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
     tern_status_t st = fill_batch(it, b);
     if (st) return st;
     it->st.pos++;
