@@ -949,10 +949,68 @@ static uint32_t line_unperm(uint32_t y, uint32_t salt) {
     return y ^ salt;
 }
 
-static int u64_cmp(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+/* In-place ascending sort (glibc's qsort takes a buffer as large as the array): quicksort with a
+ * median-of-three pivot, recursing into the smaller side, insertion sort below 16; heapsort when
+ * the depth runs out. */
+static void sift_u64(uint64_t *a, int64_t i, int64_t n) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && a[c + 1] > a[c]) c++;
+        if (a[i] >= a[c]) return;
+        uint64_t t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+        i = c;
+    }
 }
+
+static void sort_u64_depth(uint64_t *a, int64_t n, int depth) {
+    while (n > 16) {
+        if (depth-- == 0) { /* heapsort */
+            for (int64_t i = n / 2 - 1; i >= 0; i--) sift_u64(a, i, n);
+            for (int64_t e = n - 1; e > 0; e--) {
+                uint64_t t = a[0];
+                a[0] = a[e];
+                a[e] = t;
+                sift_u64(a, 0, e);
+            }
+            return;
+        }
+        uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+        uint64_t p = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        int64_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i] < p) i++;
+            while (a[j] > p) j--;
+            if (i >= j) break;
+            uint64_t t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+            i++;
+            j--;
+        }
+        int64_t left = j + 1; /* [0, left) <= p <= [left, n) */
+        if (left < n - left) {
+            sort_u64_depth(a, left, depth);
+            a += left;
+            n -= left;
+        } else {
+            sort_u64_depth(a + left, n - left, depth);
+            n = left;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t v = a[i];
+        int64_t j = i;
+        for (; j > 0 && a[j - 1] > v; j--) a[j] = a[j - 1];
+        a[j] = v;
+    }
+}
+
+static void sort_u64(uint64_t *a, int64_t n) { sort_u64_depth(a, n, 128); }
+
+static int64_t cut_batches(data_iter_t *it, int64_t n, const uint64_t *keys, size_t stride);
 
 /* One corpus, weight 1: it->order sorted in place (8 bytes a pair, no side array). */
 static tern_status_t order_single(data_iter_t *it) {
@@ -975,7 +1033,8 @@ static tern_status_t order_single(data_iter_t *it) {
         it->order[j] = (uint64_t)S << 48 | (uint64_t)T << 32 | line_perm(i, salt);
         if ((j + 1) % RELEASE_PAIRS == 0) release_all(c);
     }
-    qsort(it->order, (size_t)n, sizeof *it->order, u64_cmp);
+    sort_u64(it->order, n);
+    it->n_batches = cut_batches(it, n, it->order, 1);
     for (int64_t j = 0; j < n; j++) it->order[j] = line_unperm((uint32_t)it->order[j], salt);
     it->n_items = n;
     return TERN_OK;
@@ -1017,6 +1076,7 @@ static tern_status_t order_items(data_iter_t *it, int64_t epoch) {
     }
     if (!st) {
         qsort(rec, (size_t)n, sizeof *rec, rec_cmp);
+        it->n_batches = cut_batches(it, n, &rec[0].key, sizeof *rec / sizeof(uint64_t));
         for (int64_t j = 0; j < n; j++) it->order[j] = rec[j].idx;
         it->n_items = n;
     }
@@ -1025,16 +1085,19 @@ static tern_status_t order_items(data_iter_t *it, int64_t epoch) {
 }
 
 /* Greedy cut, as fairseq's batch_by_size: a batch grows while (B + 1) * max(S, T) fits. Fills
- * it->bstart and the largest batch's sizes; returns the number of batches. */
-static int64_t cut_batches(data_iter_t *it, int64_t n) {
+ * it->bstart and the largest batch's sizes; returns the number of batches. keys[j * stride]: the
+ * sort key of the j-th pair in length order (S << 48 | T << 32 | ...). */
+static int64_t cut_batches(data_iter_t *it, int64_t n, const uint64_t *keys, size_t stride) {
     const data_batching_t *o = &it->opt;
     int64_t nb = 0, start = 0;
     int mS = 0, mT = 0;
     for (int64_t j = 0; j <= n; j++) {
         int S = 0, T = 0;
-        if (j < n) item_shape(it, it->order[j], &S, &T);
-        if ((j + 1) % RELEASE_PAIRS == 0)
-            for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
+        if (j < n) { /* the sort key holds the shape: no read of the index */
+            uint64_t key = keys[(size_t)j * stride];
+            S = (int)(key >> 48);
+            T = (int)(key >> 32 & 0xffff);
+        }
         int nS = TERN_MAX(mS, S), nT = TERN_MAX(mT, T);
         int64_t cnt = j - start + 1;
         int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o->max_tokens ||
@@ -1063,9 +1126,8 @@ static int64_t cut_batches(data_iter_t *it, int64_t n) {
 static tern_status_t plan_epoch(data_iter_t *it, int64_t epoch) {
     tern_status_t st = order_items(it, epoch);
     if (st) return st;
-    int64_t nb = cut_batches(it, it->n_items);
     for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
-    it->n_batches = nb;
+    int64_t nb = it->n_batches;
     it->epoch_len = nb / it->opt.world;
     if (it->epoch_len < 1)
         return tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
