@@ -114,7 +114,7 @@ static void usage(FILE *f) {
 "  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 tern train -t 1 ...\n"
 "  (an update is then 2 x --update-freq batches; rank 0 writes the logs and checkpoints)\n"
 "Files in SAVE_DIR: checkpoint-N/, train.log, train_curve.tsv (one row per update),\n"
-"valid_curve.tsv, curves.png, train.cache, valid.cache.\n");
+"valid_curve.tsv, curves.png, train.cache (train.K.cache: the K-th --train corpus), valid.cache.\n");
 }
 
 enum {
@@ -597,7 +597,7 @@ static const char *options_error(trainer_options_t *o, int argc) {
     if (o->n_train > 0 && (o->train_src || o->train_tgt))
         return "give the training text either as --train-src/--train-tgt or as --train SRC,TGT[:W], not both";
     if (o->n_train == 0 && (!o->train_src || !o->train_tgt))
-        return "--train-src and --train-tgt (or --train SRC,TGT[:W]) are required";
+        return "--train-src and --train-tgt are required (or --train SRC,TGT[:W], repeatable)";
     if (!o->valid_src != !o->valid_tgt) return "give both --valid-src and --valid-tgt, or neither";
     if (!o->vocab_dir == !o->src_spm)
         return "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and --tgt-spm), one of the two";
