@@ -1,6 +1,8 @@
 /* cmd_filter.c — `tern filter`: cleans a parallel corpus with src/text/filter.h, streaming both
  * files line by line (memory: the longest line plus the duplicate hash set). */
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,8 @@ static void usage(FILE *f) {
 "  8 language         (--langid SRC,TGT only) a side is reliably in another language: CLD2's\n"
 "                     best guess for it is reliable and is not the side's language\n"
 "  9 duplicate        the same (source, target) pair, byte for byte, was kept before\n"
+" 10 score            (--score-model only) the pair's length-normalized log-probability under a\n"
+"                     model is at or below --min-score, or outside the best --keep-best P %%\n"
 "Words are runs of non-whitespace characters (Unicode whitespace, as Python's str.split()).\n"
 "Tokens are SentencePiece pieces when a model is given (--spm, --src-spm, --tgt-spm), else words;\n"
 "the ratio counts tokens when both sides have a model, else words (a side with no piece at all is\n"
@@ -56,6 +60,17 @@ static void usage(FILE *f) {
 "  --spm MODEL         SentencePiece model for both sides' tokens\n"
 "  --src-spm MODEL     SentencePiece model for the source (overrides --spm)\n"
 "  --tgt-spm MODEL     SentencePiece model for the target (overrides --spm)\n"
+"  --score-model DIR   turn rule 10 on: a translation model (Tern or CTranslate2 directory) scores\n"
+"                      each pair that rules 1-9 keep: the mean over the target tokens and the\n"
+"                      final end of sentence of log P(token | source, previous tokens) — the\n"
+"                      TOTAL `tern rescore` prints divided by the number of scores it prints\n"
+"  --min-score X       keep the pairs whose score is above X (strictly)\n"
+"  --keep-best P       ... or the best P %% of the scored pairs (0 < P <= 100): the\n"
+"                      round(P/100 x scored) highest scores, ties broken by line (earlier first)\n"
+"  --scores FILE       write \"LINE<TAB>SCORE\" (%%.6f) for every scored pair\n"
+"  --score-batch N     pairs scored together (default 32)\n"
+"  -t, --threads N     scoring threads (default: all cores)\n"
+"                      Rule 10 reads the files twice (scores, then writes): memory 9 bytes a line\n"
 "  --report FILE       write the report there instead of standard error\n"
 "  --removed FILE      write \"LINE<TAB>RULE\" for every removed pair (1-based line numbers)\n"
 "  -h, --help          this help\n"
@@ -106,12 +121,207 @@ static int64_t count_rest(FILE *f, char **buf, size_t *cap) {
     return n;
 }
 
+/* ------------------------------------------------------------ rule 10: model scores */
+
+typedef struct {
+    int64_t n;          /* lines read */
+    double *score;      /* (n) NAN: not scored (removed by rules 1-9) */
+    uint8_t *keep;      /* (n) 1: kept by rule 10 */
+    int64_t n_scored, n_keep;
+} scored_t;
+
+static int grow(scored_t *sc, int64_t *cap) {
+    if (sc->n < *cap) return 1;
+    int64_t nc = *cap ? 2 * *cap : 4096;
+    double *p = realloc(sc->score, sizeof *p * (size_t)nc);
+    if (!p) return 0;
+    sc->score = p;
+    *cap = nc;
+    return 1;
+}
+
+/* Scores a batch: score[line[i]] = mean log-prob of its target tokens and eos (tern_score's). */
+static int score_batch_run(tern_translator_t *tr, char **src, char **tgt, const int64_t *line, int n,
+                           scored_t *sc, FILE *sf) {
+    float **lp = calloc((size_t)n, sizeof *lp);
+    int *cnt = calloc((size_t)n, sizeof *cnt);
+    int rc = 1;
+    if (!lp || !cnt) {
+        fprintf(stderr, "tern filter: out of memory\n");
+        goto done;
+    }
+    tern_request_t req = tern_request_default();
+    req.sources = (const char *const *)src;
+    req.targets = (const char *const *)tgt;
+    req.num_sources = n;
+    tern_status_t st = tern_score(tr, &req, lp, cnt);
+    if (st) {
+        fprintf(stderr, "tern filter: scoring lines %lld-%lld: %s: %s\n", (long long)line[0] + 1,
+                (long long)line[n - 1] + 1, tern_status_string(st), tern_last_error());
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        double total = 0;
+        for (int k = 0; k < cnt[i]; k++) total += lp[i][k];
+        double v = cnt[i] > 0 ? total / cnt[i] : -INFINITY;
+        sc->score[line[i]] = v;
+        sc->n_scored++;
+        if (sf) fprintf(sf, "%lld\t%.6f\n", (long long)line[i] + 1, v);
+    }
+    rc = 0;
+done:
+    for (int i = 0; lp && i < n; i++) free(lp[i]);
+    free(lp);
+    free(cnt);
+    return rc;
+}
+
+/* The first pass: rules 1-9 (a filter of their own, as the second pass will judge) and the
+ * scores of the pairs they keep. */
+static int score_pass(const char *const *paths, const filter_options_t *o, const char *model_dir, int batch,
+                      int threads, const char *scores_path, scored_t *sc) {
+    int rc = 1;
+    filter_t *f = NULL;
+    tern_model_t *model = NULL;
+    tern_translator_t *tr = NULL;
+    FILE *in[2] = {NULL, NULL}, *sf = NULL;
+    char *buf[2] = {NULL, NULL};
+    size_t cap[2] = {0, 0};
+    char **src = calloc((size_t)batch, sizeof *src), **tgt = calloc((size_t)batch, sizeof *tgt);
+    int64_t *ln = calloc((size_t)batch, sizeof *ln), scap = 0;
+    int nb = 0;
+    if (!src || !tgt || !ln) {
+        fprintf(stderr, "tern filter: out of memory\n");
+        goto done;
+    }
+    tern_model_options_t mo = tern_model_default_options();
+    tern_status_t st = tern_model_load(&model, model_dir, &mo);
+    if (st) {
+        fprintf(stderr, "tern filter: --score-model %s: %s\n", model_dir, tern_last_error());
+        goto done;
+    }
+    tern_translator_options_t to = tern_translator_default_options();
+    to.workers = 1;
+    if (threads > 0) to.threads_per_worker = threads;
+    if ((st = tern_translator_create(&tr, model, &to))) {
+        fprintf(stderr, "tern filter: --score-model %s: %s\n", model_dir, tern_last_error());
+        goto done;
+    }
+    if (filter_create(&f, o)) {
+        fprintf(stderr, "tern filter: %s\n", tern_last_error());
+        goto done;
+    }
+    for (int s = 0; s < 2; s++)
+        if (!(in[s] = fopen(paths[s], "rb"))) {
+            fprintf(stderr, "tern filter: cannot open %s: %s\n", paths[s], strerror(errno));
+            goto done;
+        }
+    if (scores_path && !(sf = fopen(scores_path, "w"))) {
+        fprintf(stderr, "tern filter: cannot create %s: %s\n", scores_path, strerror(errno));
+        goto done;
+    }
+    for (;;) {
+        ssize_t n0 = read_line(&buf[0], &cap[0], in[0]);
+        ssize_t n1 = read_line(&buf[1], &cap[1], in[1]);
+        if (n0 < 0 || n1 < 0) break; /* unequal counts and read errors: the second pass reports them */
+        if (!grow(sc, &scap)) {
+            fprintf(stderr, "tern filter: out of memory\n");
+            goto done;
+        }
+        sc->score[sc->n] = NAN;
+        filter_rule_t r;
+        if (filter_pair(&r, f, buf[0], (size_t)n0, buf[1], (size_t)n1)) {
+            fprintf(stderr, "tern filter: line %lld: %s\n", (long long)sc->n + 1, tern_last_error());
+            goto done;
+        }
+        if (r == FILTER_KEEP) {
+            src[nb] = strndup(buf[0], (size_t)n0);
+            tgt[nb] = strndup(buf[1], (size_t)n1);
+            if (!src[nb] || !tgt[nb]) {
+                fprintf(stderr, "tern filter: out of memory\n");
+                nb++;
+                goto done;
+            }
+            ln[nb++] = sc->n;
+        }
+        sc->n++;
+        if (nb == batch) {
+            if (score_batch_run(tr, src, tgt, ln, nb, sc, sf)) goto done;
+            for (int i = 0; i < nb; i++) free(src[i]), free(tgt[i]), src[i] = tgt[i] = NULL;
+            nb = 0;
+        }
+    }
+    if (nb > 0 && score_batch_run(tr, src, tgt, ln, nb, sc, sf)) goto done;
+    if (sf) {
+        int bad = ferror(sf) | fclose(sf);
+        sf = NULL;
+        if (bad) {
+            fprintf(stderr, "tern filter: cannot write %s\n", scores_path);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < nb && src; i++) free(src[i]), free(tgt[i]);
+    free(src), free(tgt), free(ln);
+    for (int s = 0; s < 2; s++) {
+        if (in[s]) fclose(in[s]);
+        free(buf[s]);
+    }
+    if (sf) fclose(sf);
+    filter_free(f);
+    tern_translator_free(tr);
+    tern_model_free(model);
+    return rc;
+}
+
+static const double *g_sort_scores;
+
+static int by_score(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    double sx = g_sort_scores[x], sy = g_sort_scores[y];
+    if (sx != sy) return sx > sy ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* keep[i]: score above min_score, or among the round(P/100 x scored) best (ties: earlier line). */
+static int select_scored(scored_t *sc, int has_min, double min_score, double keep_best) {
+    sc->keep = calloc((size_t)(sc->n > 0 ? sc->n : 1), 1);
+    if (!sc->keep) {
+        fprintf(stderr, "tern filter: out of memory\n");
+        return 1;
+    }
+    if (has_min) {
+        for (int64_t i = 0; i < sc->n; i++)
+            if (!isnan(sc->score[i]) && sc->score[i] > min_score) sc->keep[i] = 1, sc->n_keep++;
+        return 0;
+    }
+    int64_t *idx = malloc(sizeof *idx * (size_t)(sc->n_scored > 0 ? sc->n_scored : 1)), m = 0;
+    if (!idx) {
+        fprintf(stderr, "tern filter: out of memory\n");
+        return 1;
+    }
+    for (int64_t i = 0; i < sc->n; i++)
+        if (!isnan(sc->score[i])) idx[m++] = i;
+    g_sort_scores = sc->score;
+    qsort(idx, (size_t)m, sizeof *idx, by_score);
+    int64_t k = (int64_t)llround(keep_best / 100.0 * (double)m);
+    if (k > m) k = m;
+    for (int64_t j = 0; j < k; j++) sc->keep[idx[j]] = 1;
+    sc->n_keep = k;
+    free(idx);
+    return 0;
+}
+
 int cmd_filter(int argc, char **argv) {
     const char *paths[4];
     int npaths = 0;
     const char *spm_both = NULL, *spm_path[2] = {NULL, NULL}, *report_path = NULL, *removed_path = NULL;
     filter_options_t o = filter_default_options();
     char langs[2][16];
+    const char *score_model = NULL, *scores_path = NULL;
+    double min_score = 0, keep_best = -1;
+    int has_min = 0, score_batch = 32, score_threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,6 +350,39 @@ int cmd_filter(int argc, char **argv) {
         else if (!strcmp(a, "--src-spm")) { NEED_VALUE(); spm_path[0] = v; }
         else if (!strcmp(a, "--tgt-spm")) { NEED_VALUE(); spm_path[1] = v; }
         else if (!strcmp(a, "--report")) { NEED_VALUE(); report_path = v; }
+        else if (!strcmp(a, "--score-model")) { NEED_VALUE(); score_model = v; }
+        else if (!strcmp(a, "--min-score")) {
+            NEED_VALUE();
+            if (!parse_f64(a, v, -1e30, 1e30, &min_score)) return 2;
+            has_min = 1;
+        }
+        else if (!strcmp(a, "--keep-best")) {
+            NEED_VALUE();
+            if (!parse_f64(a, v, 0, 100, &keep_best)) return 2;
+            if (keep_best <= 0) {
+                fprintf(stderr, "tern filter: --keep-best needs a percentage in (0, 100] (got '%s')\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--scores")) { NEED_VALUE(); scores_path = v; }
+        else if (!strcmp(a, "--score-batch")) {
+            NEED_VALUE();
+            int64_t b;
+            if (!parse_i64(a, v, &b) || b < 1 || b > 65536) {
+                fprintf(stderr, "tern filter: --score-batch needs an integer in 1..65536\n");
+                return 2;
+            }
+            score_batch = (int)b;
+        }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            NEED_VALUE();
+            int64_t t;
+            if (!parse_i64(a, v, &t) || t < 1 || t > 256) {
+                fprintf(stderr, "tern filter: %s needs an integer in 1..256\n", a);
+                return 2;
+            }
+            score_threads = (int)t;
+        }
         else if (!strcmp(a, "--removed")) { NEED_VALUE(); removed_path = v; }
         else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "tern filter: unknown option '%s' (see tern filter --help)\n", a);
@@ -154,6 +397,14 @@ int cmd_filter(int argc, char **argv) {
         fprintf(stderr, "tern filter: needs SRC TGT SRC_OUT TGT_OUT; see tern filter --help\n");
         return 2;
     }
+    if (score_model && has_min == (keep_best > 0)) {
+        fprintf(stderr, "tern filter: --score-model needs one of --min-score X or --keep-best P\n");
+        return 2;
+    }
+    if (!score_model && (has_min || keep_best > 0 || scores_path)) {
+        fprintf(stderr, "tern filter: --min-score, --keep-best and --scores need --score-model DIR\n");
+        return 2;
+    }
     for (int s = 0; s < 2; s++)
         if (!spm_path[s]) spm_path[s] = spm_both;
 
@@ -164,6 +415,8 @@ int cmd_filter(int argc, char **argv) {
     char *buf[2] = {NULL, NULL};
     size_t cap[2] = {0, 0};
     int outputs_open = 0;
+    scored_t scored = {0};
+    int64_t score_removed = 0;
     for (int s = 0; s < 2; s++) {
         if (spm_path[s]) {
             if (s == 1 && spm_path[1] == spm_path[0]) { /* one model for both sides */
@@ -180,6 +433,10 @@ int cmd_filter(int argc, char **argv) {
     if (filter_create(&f, &o)) {
         fprintf(stderr, "tern filter: %s\n", tern_last_error());
         goto out;
+    }
+    if (score_model) {
+        if (score_pass(paths, &o, score_model, score_batch, score_threads, scores_path, &scored)) goto out;
+        if (select_scored(&scored, has_min, min_score, keep_best)) goto out;
     }
     for (int s = 0; s < 2; s++) {
         if (!(in[s] = fopen(paths[s], "rb"))) {
@@ -225,7 +482,10 @@ int cmd_filter(int argc, char **argv) {
             fprintf(stderr, "tern filter: line %lld: %s\n", (long long)line, tern_last_error());
             goto out;
         }
-        if (r == FILTER_KEEP) {
+        if (r == FILTER_KEEP && score_model && !(line - 1 < scored.n && scored.keep[line - 1])) {
+            score_removed++;
+            if (rem) fprintf(rem, "%lld\t%s\n", (long long)line, "score");
+        } else if (r == FILTER_KEEP) {
             for (int s = 0; s < 2; s++) {
                 fwrite(buf[s], 1, (size_t)(s ? n1 : n0), out[s]);
                 fputc('\n', out[s]);
@@ -302,7 +562,13 @@ int cmd_filter(int argc, char **argv) {
         if (note[0]) fprintf(rep, "%-16s%-10lld# %s\n", filter_rule_name((filter_rule_t)r), (long long)c[r], note);
         else fprintf(rep, "%-16s%lld\n", filter_rule_name((filter_rule_t)r), (long long)c[r]);
     }
-    fprintf(rep, "%-16s%lld\n", "kept", (long long)c[FILTER_KEEP]);
+    if (score_model) {
+        if (has_min) snprintf(note, sizeof note, "score <= %g (%lld scored)", min_score, (long long)scored.n_scored);
+        else snprintf(note, sizeof note, "outside the best %g %% (%lld of %lld scored kept)", keep_best,
+                      (long long)scored.n_keep, (long long)scored.n_scored);
+        fprintf(rep, "%-16s%-10lld# %s\n", "score", (long long)score_removed, note);
+    }
+    fprintf(rep, "%-16s%lld\n", "kept", (long long)(c[FILTER_KEEP] - score_removed));
     if (report_path && fclose(rep)) {
         rep = NULL;
         fprintf(stderr, "tern filter: cannot write %s\n", report_path);
@@ -321,5 +587,7 @@ out:
     if (rc && outputs_open)
         for (int s = 0; s < 2; s++) unlink(paths[2 + s]);
     filter_free(f);
+    free(scored.score);
+    free(scored.keep);
     return rc;
 }

@@ -1,11 +1,13 @@
 /* cmd_train.c — `tern train`: trains a translation model of any registered family
  * (src/train/trainer.h, src/train/family.h: each family brings its own options). */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "train/dist.h"
@@ -26,6 +28,11 @@ static void usage(FILE *f) {
 "  --spm FILE                  ... or one joint SentencePiece model (with a <pad> piece)\n"
 "  --src-spm FILE, --tgt-spm FILE  ... or one per side\n"
 "  --train-src F, --train-tgt F    training text\n"
+"  --train SRC,TGT[:W]         ... or a corpus of a weighted mix (repeatable, instead of the two\n"
+"                              above): W a positive real (default 1); every epoch takes floor(W)\n"
+"                              copies of each kept pair and round(frac(W) x kept) distinct pairs\n"
+"                              drawn anew (W 0.5: half the corpus, W 3: three times); a path with\n"
+"                              ':' in TGT needs an explicit :W\n"
 "  --valid-src F, --valid-tgt F    validation text (loss every --valid-interval-updates and at\n"
 "                              epoch ends; BLEU at epoch ends)\n"
 "  --cache-dir DIR             where the token caches go (default: the save directory)\n"
@@ -107,11 +114,11 @@ static void usage(FILE *f) {
 "  mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 tern train -t 1 ...\n"
 "  (an update is then 2 x --update-freq batches; rank 0 writes the logs and checkpoints)\n"
 "Files in SAVE_DIR: checkpoint-N/, train.log, train_curve.tsv (one row per update),\n"
-"valid_curve.tsv, curves.png, train.cache, valid.cache.\n");
+"valid_curve.tsv, curves.png, train.cache (train.K.cache: the K-th --train corpus), valid.cache.\n");
 }
 
 enum {
-    O_VOCAB = 1000, O_SPM, O_SRC_SPM, O_TGT_SPM, O_TRAIN_SRC, O_TRAIN_TGT, O_VALID_SRC, O_VALID_TGT, O_CACHE,
+    O_VOCAB = 1000, O_SPM, O_SRC_SPM, O_TGT_SPM, O_TRAIN_SRC, O_TRAIN_TGT, O_TRAIN, O_VALID_SRC, O_VALID_TGT, O_CACHE,
     O_MAX_TOKENS, O_MAX_SENT, O_VALID_MAX_TOKENS, O_MAX_LEN, O_MAX_SRC_LEN, O_MAX_TGT_LEN, O_MAX_RATIO, O_NO_SHUFFLE,
     O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
     O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP,
@@ -129,6 +136,7 @@ static const struct option long_opts[] = {
     {"tgt-spm", required_argument, 0, O_TGT_SPM},
     {"train-src", required_argument, 0, O_TRAIN_SRC},
     {"train-tgt", required_argument, 0, O_TRAIN_TGT},
+    {"train", required_argument, 0, O_TRAIN},
     {"valid-src", required_argument, 0, O_VALID_SRC},
     {"valid-tgt", required_argument, 0, O_VALID_TGT},
     {"cache-dir", required_argument, 0, O_CACHE},
@@ -352,6 +360,100 @@ static int parse_long(const char *opt, const char *s, long *out) {
     return 1;
 }
 
+/* --train SRC,TGT[:W] specs, in order. */
+#define MAX_TRAIN 256
+static char *g_spec_src[MAX_TRAIN], *g_spec_tgt[MAX_TRAIN], *g_spec_arg[MAX_TRAIN];
+static double g_spec_w[MAX_TRAIN];
+static int g_n_spec;
+
+static int spec_fail(const char *arg, const char *why) {
+    fprintf(stderr, "tern train: --train '%s': %s\n", arg, why);
+    return 0;
+}
+
+static int train_spec(const char *arg, trainer_options_t *o) {
+    if (g_n_spec >= MAX_TRAIN) return spec_fail(arg, "too many corpora (at most 256)");
+    const char *comma = strchr(arg, ',');
+    if (!comma) return spec_fail(arg, "expected SRC,TGT or SRC,TGT:W (no comma)");
+    if (comma == arg) return spec_fail(arg, "the source file name is empty");
+    const char *tgt = comma + 1, *colon = strrchr(tgt, ':');
+    size_t tl = colon ? (size_t)(colon - tgt) : strlen(tgt);
+    if (tl == 0) return spec_fail(arg, "the target file name is empty");
+    double w = 1.0;
+    if (colon) {
+        const char *ws = colon + 1;
+        char *end;
+        errno = 0;
+        w = strtod(ws, &end);
+        if (!*ws) return spec_fail(arg, "the weight after ':' is empty (give a positive number, e.g. :1)");
+        if (errno || end == ws || *end || !isfinite(w))
+            return spec_fail(arg, "the weight after ':' is not a number (a TGT path with ':' needs an explicit "
+                             ":W)");
+        if (!(w > 0)) return spec_fail(arg, "the weight must be positive (a corpus of weight 0: leave it out)");
+        if (w > 1e6) return spec_fail(arg, "the weight must be at most 1e6");
+    }
+    int k = g_n_spec;
+    g_spec_src[k] = strndup(arg, (size_t)(comma - arg));
+    g_spec_tgt[k] = strndup(tgt, tl);
+    g_spec_arg[k] = strdup(arg);
+    if (!g_spec_src[k] || !g_spec_tgt[k] || !g_spec_arg[k]) return spec_fail(arg, "out of memory");
+    g_spec_w[k] = w;
+    g_n_spec++;
+    o->n_train = g_n_spec;
+    o->train_srcs = (const char *const *)g_spec_src;
+    o->train_tgts = (const char *const *)g_spec_tgt;
+    o->train_weights = g_spec_w;
+    return 1;
+}
+
+/* Lines of a text file (a last line without "\n" counts); -1 when it cannot be read. */
+static long long text_lines(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    static char buf[1 << 20];
+    long long n = 0;
+    char last = '\n';
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (const char *p = buf, *e = buf + r; (p = memchr(p, '\n', (size_t)(e - p))); p++) n++;
+        last = buf[r - 1];
+    }
+    int err = ferror(f);
+    fclose(f);
+    return err ? -1 : n + (last != '\n');
+}
+
+/* Each --train corpus: both files readable, non-empty and of equal line counts (a message naming
+ * the argument; 0 when one is not). */
+static int check_train_specs(void) {
+    for (int k = 0; k < g_n_spec; k++) {
+        const char *f[2] = {g_spec_src[k], g_spec_tgt[k]};
+        long long n[2];
+        for (int i = 0; i < 2; i++) {
+            struct stat st;
+            if (stat(f[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+                fprintf(stderr, "tern train: --train '%s': %s: %s\n", g_spec_arg[k], f[i],
+                        errno ? strerror(errno) : "not a regular file");
+                return 0;
+            }
+            if ((n[i] = text_lines(f[i])) < 0) {
+                fprintf(stderr, "tern train: --train '%s': %s: cannot read: %s\n", g_spec_arg[k], f[i], strerror(errno));
+                return 0;
+            }
+            if (n[i] == 0) {
+                fprintf(stderr, "tern train: --train '%s': %s is empty (no line)\n", g_spec_arg[k], f[i]);
+                return 0;
+            }
+        }
+        if (n[0] != n[1]) {
+            fprintf(stderr, "tern train: --train '%s': %s has %lld lines but %s has %lld\n", g_spec_arg[k], f[0],
+                    n[0], f[1], n[1]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Parses the options into o; returns 1 when they parse, 0 on a usage error (message printed),
  * 2 after --help. */
 static int parse_options(int argc, char **argv, const struct option *all, const train_family_t *fam, void *config,
@@ -373,6 +475,7 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         case O_TGT_SPM: o->tgt_spm = optarg; break;
         case O_TRAIN_SRC: o->train_src = optarg; break;
         case O_TRAIN_TGT: o->train_tgt = optarg; break;
+        case O_TRAIN: ok = train_spec(optarg, o); break;
         case O_VALID_SRC: o->valid_src = optarg; break;
         case O_VALID_TGT: o->valid_tgt = optarg; break;
         case O_CACHE: o->cache_dir = optarg; break;
@@ -491,7 +594,10 @@ static const char *options_error(trainer_options_t *o, int argc) {
     if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
     if (optind < argc) return "unexpected argument (every input is given by an option)";
     if (!o->save_dir) return "--save-dir is required";
-    if (!o->train_src || !o->train_tgt) return "--train-src and --train-tgt are required";
+    if (o->n_train > 0 && (o->train_src || o->train_tgt))
+        return "give the training text either as --train-src/--train-tgt or as --train SRC,TGT[:W], not both";
+    if (o->n_train == 0 && (!o->train_src || !o->train_tgt))
+        return "--train-src and --train-tgt are required (or --train SRC,TGT[:W], repeatable)";
     if (!o->valid_src != !o->valid_tgt) return "give both --valid-src and --valid-tgt, or neither";
     if (!o->vocab_dir == !o->src_spm)
         return "give the vocabulary: --vocab DIR, or --spm FILE (or --src-spm and --tgt-spm), one of the two";
@@ -582,8 +688,9 @@ int cmd_train(int argc, char **argv) {
         if (ok && !err && o.architecture && strcmp(o.architecture, fam->architecture))
             err = "give --architecture in full (it chooses the options the command line takes)";
         if (ok && !err && fam->check_options) err = fam->check_options(config);
+        if (ok && !err && !check_train_specs()) err = "";
         if (!ok || err) {
-            if (err) fprintf(stderr, "tern train: %s\n", err);
+            if (err && *err) fprintf(stderr, "tern train: %s\n", err);
             else if (!foreign) usage(stderr);
             rc = 2;
         }

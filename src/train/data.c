@@ -17,10 +17,12 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -593,6 +595,26 @@ static void pair_at(const data_corpus_t *c, int64_t i, uint64_t *first, uint32_t
     *nt = get_u32(e + 12);
 }
 
+/* Streaming: what the process has read of the map stays resident (the kernel maps pages around
+ * each fault too) until it lets go of it. The walks over the index and the batch reads therefore
+ * hand their pages back (MADV_DONTNEED: a read-only file mapping drops its page-table entries;
+ * the page cache keeps the data, a later read maps it again), so that resident memory stays
+ * bounded whatever the corpus's size. [p, p + n) widened to whole pages. */
+static void release_range(const data_corpus_t *c, const void *p, size_t n) {
+    if (!c->file.is_mmap || n == 0) return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(pg - 1);
+    uintptr_t e = ((uintptr_t)p + n + pg - 1) & ~(pg - 1), lo = (uintptr_t)c->file.data & ~(pg - 1);
+    uintptr_t hi = ((uintptr_t)c->file.data + c->file.size + pg - 1) & ~(pg - 1);
+    if (a < lo) a = lo;
+    if (e > hi) e = hi;
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+static void release_all(const data_corpus_t *c) { release_range(c, c->file.data, c->file.size); }
+
+#define RELEASE_PAIRS (1 << 20) /* index entries (16 MB) walked between two releases */
+#define RELEASE_BATCHES 1       /* batches read between two releases of the whole map (fault-around maps 64 KB per touched page) */
+
 /* Maps and checks the cache; 0 with *why set when it is stale or corrupt (to be rebuilt). */
 static int map_cache(data_corpus_t *c, uint64_t hash, char *why, size_t nw, uint64_t unk[2]) {
     if (file_map(&c->file, c->path)) {
@@ -654,6 +676,7 @@ static int apply_filters(data_corpus_t *c, const data_options_t *o, data_stats_t
             return 0;
         }
         next = first + ns + nt;
+        if ((i + 1) % RELEASE_PAIRS == 0) release_range(c, c->index + 16 * (i + 1 - RELEASE_PAIRS), 16 * RELEASE_PAIRS);
         int64_t S = (int64_t)ns + extra, T = (int64_t)nt + 1;
         if (ns == 0 || nt == 0) s->empty++;
         else if (S > o->max_src_len || T > o->max_tgt_len) s->too_long++;
@@ -673,6 +696,7 @@ static int apply_filters(data_corpus_t *c, const data_options_t *o, data_stats_t
     }
     s->kept = c->n_kept;
     s->pairs = c->n;
+    release_all(c);
     return 1;
 }
 
@@ -774,24 +798,35 @@ int data_corpus_kept(const data_corpus_t *c, int64_t i) {
 /* ------------------------------------------------------------ batches */
 
 struct data_iter {
-    const data_corpus_t *c;
+    const data_corpus_t *c;      /* the first corpus (named in messages) */
+    const data_corpus_t **cs;    /* (n_corp) */
+    double *w;                   /* (n_corp) weights */
+    int n_corp;
+    int mixed;                   /* 1: the plan is drawn again every epoch (several corpora or a weight
+                                    other than 1); 0: one plan for every epoch */
     data_batching_t opt;
-    uint32_t *order;        /* (n_kept) pairs in length order */
-    int64_t *bstart;        /* (n_batches + 1) batch b = order[bstart[b] .. bstart[b + 1]) */
+    uint64_t *order;        /* (cap) pairs in length order: corpus << 32 | line */
+    int64_t *bstart;        /* (cap + 1) batch b = order[bstart[b] .. bstart[b + 1]) */
+    int64_t cap;
+    int64_t n_items;        /* pairs in this epoch's plan */
+    int64_t *counts;        /* (n_corp) pairs of each corpus in this epoch's plan */
+    uint64_t mix_hash;      /* mixed: the corpora's kept pairs and the weights */
     int64_t n_batches;
     int64_t epoch_len;      /* n_batches / world */
     int64_t *perm;          /* (n_batches) this epoch's batch order */
+    int64_t perm_cap;
     data_iter_state_t st;
     uint64_t rng_next;      /* generator state after this epoch's shuffle */
+    uint64_t served;        /* batches returned (the map's pages are released every RELEASE_BATCHES) */
     int max_B, max_S, max_T, max_src_tokens, max_tgt_tokens;
-    int32_t *src, *src_len, *tgt_in, *tgt_out, *tgt_len;
+    int32_t *src, *src_len, *tgt_in, *tgt_out, *tgt_len, *corpus;
     int64_t *ids;
     data_batch_t batch;
 };
 
 typedef struct {
     uint64_t key;
-    uint32_t idx;
+    uint64_t idx;
 } sort_rec_t;
 
 static int rec_cmp(const void *a, const void *b) {
@@ -806,6 +841,10 @@ static void pair_shape(const data_corpus_t *c, uint32_t i, int *S, int *T) {
     pair_at(c, i, &first, &ns, &nt);
     *S = (int)ns + c->add_bos + c->add_eos;
     *T = (int)nt + 1;
+}
+
+static void item_shape(const data_iter_t *it, uint64_t item, int *S, int *T) {
+    pair_shape(it->cs[item >> 32], (uint32_t)item, S, T);
 }
 
 static void shuffle_epoch(data_iter_t *it) {
@@ -823,6 +862,9 @@ static void shuffle_epoch(data_iter_t *it) {
 
 void data_iter_free(data_iter_t *it) {
     if (!it) return;
+    free(it->cs);
+    free(it->w);
+    free(it->counts);
     free(it->order);
     free(it->bstart);
     free(it->perm);
@@ -831,49 +873,231 @@ void data_iter_free(data_iter_t *it) {
     free(it->tgt_in);
     free(it->tgt_out);
     free(it->tgt_len);
+    free(it->corpus);
     free(it->ids);
     free(it);
 }
 
-/* it->order: the n kept pairs by source length, target length, then a seeded hash of the line
- * (ties broken by line); every pair must fit max_tokens. */
-static tern_status_t order_by_length(data_iter_t *it, int64_t n) {
-    const data_corpus_t *c = it->c;
+/* Room for n items in order/bstart and n batches in perm. */
+static tern_status_t reserve(data_iter_t *it, int64_t n) {
+    if (n > it->cap) {
+        uint64_t *o = realloc(it->order, sizeof *o * (size_t)n);
+        if (o) it->order = o;
+        int64_t *b = o ? realloc(it->bstart, sizeof *b * (size_t)(n + 1)) : NULL;
+        if (b) it->bstart = b;
+        int64_t *p = b ? realloc(it->perm, sizeof *p * (size_t)n) : NULL;
+        if (p) it->perm = p;
+        if (!p) return tern_error(TERN_ERR_NOMEM, "%s: out of memory planning %lld batches", it->c->path, (long long)n);
+        it->cap = n;
+    }
+    return TERN_OK;
+}
+
+/* The sort record of one drawn pair: by source length, target length, then a seeded hash of the
+ * line (ties broken by line); copy > 0 and corpus > 0 only change the hash. */
+static tern_status_t make_rec(const data_iter_t *it, int k, uint32_t i, uint64_t copy, sort_rec_t *rec) {
     const data_batching_t *o = &it->opt;
-    tern_status_t st = TERN_OK;
-    sort_rec_t *rec = malloc(sizeof *rec * (size_t)(n > 0 ? n : 1));
-    if (!rec) return tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
+    const data_corpus_t *c = it->cs[k];
+    int S, T;
+    pair_shape(c, i, &S, &T);
+    if (S > o->max_tokens || T > o->max_tokens)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
+                          "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
+                          o->max_tokens);
+    uint64_t r = o->seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)i + 1));
+    if (k || copy) r ^= 0x8cb92ba72f3d8dd7ull * (((uint64_t)k << 40 | copy) + 1);
+    rec->key = (uint64_t)S << 48 | (uint64_t)T << 32 | (splitmix64(&r) >> 32);
+    rec->idx = (uint64_t)k << 32 | i;
+    return TERN_OK;
+}
+
+/* Pairs of corpus k in an epoch: floor(w) times every kept pair, plus round(frac(w) x kept) pairs
+ * drawn without replacement. */
+static int64_t mix_count(const data_iter_t *it, int k, int64_t *whole, int64_t *extra) {
+    int64_t n = it->cs[k]->n_kept;
+    double w = it->w[k], f = floor(w);
+    *whole = (int64_t)f;
+    *extra = (int64_t)llround((w - f) * (double)n);
+    if (*extra > n) *extra = n;
+    return *whole * n + *extra;
+}
+
+/* it->order for the epoch: every drawn pair in length order (order_by_length's keys). Mixed
+ * plans draw the fractional part of each weight with selection sampling (Knuth's algorithm S:
+ * exactly `extra` of the kept pairs, each subset equally likely) from a generator keyed by the
+ * seed, the epoch and the corpus. */
+/* A seeded bijection of 32-bit line numbers (and its inverse): the tie order of equal lengths in
+ * a single corpus's plan, packed with the lengths into one 64-bit key that sorts in place. */
+static uint32_t inv_odd(uint32_t a) {
+    uint32_t x = a;
+    for (int i = 0; i < 5; i++) x *= 2u - a * x;
+    return x;
+}
+static uint32_t line_perm(uint32_t x, uint32_t salt) {
+    x ^= salt;
+    x *= 0x9e3779b1u;
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    return x;
+}
+static uint32_t line_unperm(uint32_t y, uint32_t salt) {
+    y ^= (y >> 13) ^ (y >> 26);
+    y *= inv_odd(0x85ebca6bu);
+    y ^= y >> 16;
+    y *= inv_odd(0x9e3779b1u);
+    return y ^ salt;
+}
+
+/* In-place ascending sort (glibc's qsort takes a buffer as large as the array): quicksort with a
+ * median-of-three pivot, recursing into the smaller side, insertion sort below 16; heapsort when
+ * the depth runs out. */
+static void sift_u64(uint64_t *a, int64_t i, int64_t n) {
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && a[c + 1] > a[c]) c++;
+        if (a[i] >= a[c]) return;
+        uint64_t t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+        i = c;
+    }
+}
+
+static void sort_u64_depth(uint64_t *a, int64_t n, int depth) {
+    while (n > 16) {
+        if (depth-- == 0) { /* heapsort */
+            for (int64_t i = n / 2 - 1; i >= 0; i--) sift_u64(a, i, n);
+            for (int64_t e = n - 1; e > 0; e--) {
+                uint64_t t = a[0];
+                a[0] = a[e];
+                a[e] = t;
+                sift_u64(a, 0, e);
+            }
+            return;
+        }
+        uint64_t x = a[0], y = a[n / 2], z = a[n - 1];
+        uint64_t p = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        int64_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i] < p) i++;
+            while (a[j] > p) j--;
+            if (i >= j) break;
+            uint64_t t = a[i];
+            a[i] = a[j];
+            a[j] = t;
+            i++;
+            j--;
+        }
+        int64_t left = j + 1; /* [0, left) <= p <= [left, n) */
+        if (left < n - left) {
+            sort_u64_depth(a, left, depth);
+            a += left;
+            n -= left;
+        } else {
+            sort_u64_depth(a + left, n - left, depth);
+            n = left;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t v = a[i];
+        int64_t j = i;
+        for (; j > 0 && a[j - 1] > v; j--) a[j] = a[j - 1];
+        a[j] = v;
+    }
+}
+
+static void sort_u64(uint64_t *a, int64_t n) { sort_u64_depth(a, n, 128); }
+
+static int64_t cut_batches(data_iter_t *it, int64_t n, const uint64_t *keys, size_t stride);
+
+/* One corpus, weight 1: it->order sorted in place (8 bytes a pair, no side array). */
+static tern_status_t order_single(data_iter_t *it) {
+    const data_corpus_t *c = it->cs[0];
+    const data_batching_t *o = &it->opt;
+    int64_t n = c->n_kept;
+    it->counts[0] = n;
+    tern_status_t st = reserve(it, n > 0 ? n : 1);
+    if (st) return st;
+    uint64_t r = o->seed;
+    uint32_t salt = (uint32_t)(splitmix64(&r) >> 32);
     for (int64_t j = 0; j < n; j++) {
         uint32_t i = c->kept[j];
         int S, T;
         pair_shape(c, i, &S, &T);
-        if (S > o->max_tokens || T > o->max_tokens) {
-            st = tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
-                            "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
-                            o->max_tokens);
-            free(rec);
-            return st;
-        }
-        uint64_t r = o->seed ^ (0xd1b54a32d192ed03ull * ((uint64_t)i + 1));
-        rec[j].key = (uint64_t)S << 48 | (uint64_t)T << 32 | (splitmix64(&r) >> 32);
-        rec[j].idx = i;
+        if (S > o->max_tokens || T > o->max_tokens)
+            return tern_error(TERN_ERR_INVALID_ARG, "%s: line %u has %d source and %d target tokens, more than "
+                              "max_tokens %d: raise max_tokens or lower the length limits", c->path, i + 1, S, T,
+                              o->max_tokens);
+        it->order[j] = (uint64_t)S << 48 | (uint64_t)T << 32 | line_perm(i, salt);
+        if ((j + 1) % RELEASE_PAIRS == 0) release_all(c);
     }
-    qsort(rec, (size_t)n, sizeof *rec, rec_cmp);
-    for (int64_t j = 0; j < n; j++) it->order[j] = rec[j].idx;
-    free(rec);
+    sort_u64(it->order, n);
+    it->n_batches = cut_batches(it, n, it->order, 1);
+    for (int64_t j = 0; j < n; j++) it->order[j] = line_unperm((uint32_t)it->order[j], salt);
+    it->n_items = n;
     return TERN_OK;
 }
 
+static tern_status_t order_items(data_iter_t *it, int64_t epoch) {
+    if (!it->mixed) return order_single(it);
+    int64_t n = 0;
+    for (int k = 0; k < it->n_corp; k++) {
+        int64_t whole, extra;
+        it->counts[k] = mix_count(it, k, &whole, &extra);
+        n += it->counts[k];
+    }
+    tern_status_t st = reserve(it, n > 0 ? n : 1);
+    if (st) return st;
+    sort_rec_t *rec = malloc(sizeof *rec * (size_t)(n > 0 ? n : 1));
+    if (!rec) return tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", it->c->path);
+    int64_t m = 0;
+    for (int k = 0; k < it->n_corp && !st; k++) {
+        const data_corpus_t *c = it->cs[k];
+        int64_t whole, extra;
+        mix_count(it, k, &whole, &extra);
+        for (int64_t copy = 0; copy < whole && !st; copy++)
+            for (int64_t j = 0; j < c->n_kept && !st; j++) {
+                st = make_rec(it, k, c->kept[j], (uint64_t)copy, &rec[m++]);
+                if ((j + 1) % RELEASE_PAIRS == 0) release_all(c);
+            }
+        if (extra > 0 && !st) {
+            uint64_t r = it->opt.seed ^ 0x9e3779b97f4a7c15ull * ((uint64_t)epoch + 1) ^
+                         0xbf58476d1ce4e5b9ull * ((uint64_t)k + 1);
+            splitmix64(&r);
+            int64_t need = extra;
+            for (int64_t j = 0; j < c->n_kept && need > 0 && !st; j++)
+                if ((int64_t)rand_below(&r, (uint64_t)(c->n_kept - j)) < need) {
+                    st = make_rec(it, k, c->kept[j], (uint64_t)whole, &rec[m++]);
+                    need--;
+                }
+        }
+    }
+    if (!st) {
+        qsort(rec, (size_t)n, sizeof *rec, rec_cmp);
+        it->n_batches = cut_batches(it, n, &rec[0].key, sizeof *rec / sizeof(uint64_t));
+        for (int64_t j = 0; j < n; j++) it->order[j] = rec[j].idx;
+        it->n_items = n;
+    }
+    free(rec);
+    return st;
+}
+
 /* Greedy cut, as fairseq's batch_by_size: a batch grows while (B + 1) * max(S, T) fits. Fills
- * it->bstart and the largest batch's sizes; returns the number of batches. */
-static int64_t cut_batches(data_iter_t *it, int64_t n) {
-    const data_corpus_t *c = it->c;
+ * it->bstart and the largest batch's sizes; returns the number of batches. keys[j * stride]: the
+ * sort key of the j-th pair in length order (S << 48 | T << 32 | ...). */
+static int64_t cut_batches(data_iter_t *it, int64_t n, const uint64_t *keys, size_t stride) {
     const data_batching_t *o = &it->opt;
     int64_t nb = 0, start = 0;
     int mS = 0, mT = 0;
     for (int64_t j = 0; j <= n; j++) {
         int S = 0, T = 0;
-        if (j < n) pair_shape(c, it->order[j], &S, &T);
+        if (j < n) { /* the sort key holds the shape: no read of the index */
+            uint64_t key = keys[(size_t)j * stride];
+            S = (int)(key >> 48);
+            T = (int)(key >> 32 & 0xffff);
+        }
         int nS = TERN_MAX(mS, S), nT = TERN_MAX(mT, T);
         int64_t cnt = j - start + 1;
         int cut = j == n || (cnt > 1 && (cnt * TERN_MAX(nS, nT) > o->max_tokens ||
@@ -898,66 +1122,128 @@ static int64_t cut_batches(data_iter_t *it, int64_t n) {
     return nb;
 }
 
-/* The iterator's starting state: the plan's hash (order and batch starts), the seed, epoch 0. */
-static tern_status_t init_state(data_iter_t *it, int64_t n, int64_t nb) {
+/* Plans epoch `epoch`: order, batches, n_batches and epoch_len (mixed plans: every epoch). */
+static tern_status_t plan_epoch(data_iter_t *it, int64_t epoch) {
+    tern_status_t st = order_items(it, epoch);
+    if (st) return st;
+    for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
+    int64_t nb = it->n_batches;
+    it->epoch_len = nb / it->opt.world;
+    if (it->epoch_len < 1)
+        return tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
+                          it->c->path, (long long)it->n_items, (long long)nb, it->opt.world);
+    return TERN_OK;
+}
+
+/* The iterator's starting state: the plan's hash (fixed plans: its order and batch starts; mixed
+ * ones: the corpora's kept pairs and the weights), the seed, epoch 0. */
+static tern_status_t init_state(data_iter_t *it) {
     XXH3_state_t *h = XXH3_createState();
     if (!h) return tern_error(TERN_ERR_NOMEM, "out of memory");
     XXH3_64bits_reset(h);
-    XXH3_64bits_update(h, it->order, sizeof *it->order * (size_t)n);
-    XXH3_64bits_update(h, it->bstart, sizeof *it->bstart * (size_t)(nb + 1));
+    if (!it->mixed) { /* as the 32-bit line order of earlier builds hashed it */
+        uint32_t buf[1024];
+        for (int64_t j = 0; j < it->n_items;) {
+            int m = 0;
+            for (; m < 1024 && j < it->n_items; m++, j++) buf[m] = (uint32_t)it->order[j];
+            XXH3_64bits_update(h, buf, sizeof *buf * (size_t)m);
+        }
+        XXH3_64bits_update(h, it->bstart, sizeof *it->bstart * (size_t)(it->n_batches + 1));
+    } else {
+        static const char tag[] = "tern-data-mix-1";
+        XXH3_64bits_update(h, tag, sizeof tag);
+        for (int k = 0; k < it->n_corp; k++) {
+            XXH3_64bits_update(h, &it->cs[k]->n_kept, sizeof it->cs[k]->n_kept);
+            XXH3_64bits_update(h, it->cs[k]->kept, sizeof *it->cs[k]->kept * (size_t)it->cs[k]->n_kept);
+            XXH3_64bits_update(h, &it->w[k], sizeof it->w[k]);
+        }
+    }
     it->st.plan_hash = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     it->st.seed = it->opt.seed;
     it->st.epoch = 0;
     it->st.pos = 0;
     it->st.rng = it->opt.seed;
-    it->st.n_batches = nb;
+    it->st.n_batches = it->n_batches;
     return TERN_OK;
 }
 
-/* The epoch's batch order and the buffers of the largest batch. */
-static tern_status_t alloc_batch_buffers(data_iter_t *it, int64_t nb) {
+/* The buffers of the largest batch. */
+static tern_status_t alloc_batch_buffers(data_iter_t *it) {
     size_t sb = (size_t)it->max_src_tokens, tb = (size_t)it->max_tgt_tokens, B = (size_t)it->max_B;
-    it->perm = malloc(sizeof *it->perm * (size_t)nb);
     it->src = malloc(sizeof(int32_t) * sb);
     it->tgt_in = malloc(sizeof(int32_t) * tb);
     it->tgt_out = malloc(sizeof(int32_t) * tb);
     it->src_len = malloc(sizeof(int32_t) * B);
     it->tgt_len = malloc(sizeof(int32_t) * B);
+    it->corpus = malloc(sizeof(int32_t) * B);
     it->ids = malloc(sizeof(int64_t) * B);
-    if (!it->perm || !it->src || !it->tgt_in || !it->tgt_out || !it->src_len || !it->tgt_len || !it->ids)
+    if (!it->src || !it->tgt_in || !it->tgt_out || !it->src_len || !it->tgt_len || !it->corpus || !it->ids)
         return tern_error(TERN_ERR_NOMEM, "%s: out of memory for batch buffers", it->c->path);
     return TERN_OK;
 }
 
-tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b) {
+/* Mixed plans change every epoch: the buffers and the workspace are sized for any of them. A batch
+ * of B > 1 pairs has B x max(S, T) <= max_tokens, one of a single pair S, T <= max_tokens; S and T
+ * are at most the longest kept pair's; B is at most max_tokens over the shortest pair's max(S, T). */
+static void mixed_bounds(data_iter_t *it) {
+    const data_batching_t *o = &it->opt;
+    int mS = 0, mT = 0, mn = INT32_MAX;
+    for (int k = 0; k < it->n_corp; k++)
+        for (int64_t j = 0; j < it->cs[k]->n_kept; j++) {
+            int S, T;
+            pair_shape(it->cs[k], it->cs[k]->kept[j], &S, &T);
+            mS = TERN_MAX(mS, S);
+            mT = TERN_MAX(mT, T);
+            mn = TERN_MIN(mn, TERN_MAX(S, T));
+        }
+    for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
+    if (mn == INT32_MAX) mn = 1;
+    int B = TERN_MAX(1, o->max_tokens / mn);
+    if (o->max_sentences > 0) B = TERN_MIN(B, o->max_sentences);
+    it->max_B = TERN_MAX(it->max_B, B);
+    it->max_S = TERN_MAX(it->max_S, mS);
+    it->max_T = TERN_MAX(it->max_T, mT);
+    it->max_src_tokens = TERN_MAX(it->max_src_tokens, TERN_MIN(o->max_tokens, B * mS));
+    it->max_tgt_tokens = TERN_MAX(it->max_tgt_tokens, TERN_MIN(o->max_tokens, B * mT));
+}
+
+tern_status_t data_iter_new_mix(data_iter_t **out, const data_corpus_t *const *corpora, const double *weights,
+                                int n_corpora, const data_batching_t *b) {
     *out = NULL;
     data_batching_t o = b ? *b : data_default_batching();
     if (o.max_tokens < 1 || o.max_sentences < 0 || o.world < 1 || o.rank < 0 || o.rank >= o.world)
         return tern_error(TERN_ERR_INVALID_ARG, "data: max_tokens must be >= 1, max_sentences >= 0 and "
                           "0 <= rank < world (got %d, %d, %d, %d)", o.max_tokens, o.max_sentences, o.rank, o.world);
+    if (n_corpora < 1 || n_corpora > 65535)
+        return tern_error(TERN_ERR_INVALID_ARG, "data: 1 to 65535 corpora (got %d)", n_corpora);
+    for (int k = 0; k < n_corpora; k++) {
+        double w = weights ? weights[k] : 1.0;
+        if (!(w > 0) || !isfinite(w) || w > 1e6)
+            return tern_error(TERN_ERR_INVALID_ARG, "%s: weight %g: a weight must be a positive real number "
+                              "(at most 1e6)", corpora[k]->path, w);
+    }
     data_iter_t *it = calloc(1, sizeof *it);
     if (!it) return tern_error(TERN_ERR_NOMEM, "out of memory");
-    it->c = c;
+    it->c = corpora[0];
     it->opt = o;
+    it->n_corp = n_corpora;
     tern_status_t st = TERN_OK;
-    int64_t n = c->n_kept;
-    it->order = malloc(sizeof *it->order * (size_t)(n > 0 ? n : 1));
-    it->bstart = malloc(sizeof *it->bstart * (size_t)(n + 1));
-    if (!it->order || !it->bstart) {
-        st = tern_error(TERN_ERR_NOMEM, "%s: out of memory planning batches", c->path);
+    it->cs = malloc(sizeof *it->cs * (size_t)n_corpora);
+    it->w = malloc(sizeof *it->w * (size_t)n_corpora);
+    it->counts = calloc((size_t)n_corpora, sizeof *it->counts);
+    if (!it->cs || !it->w || !it->counts) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((st = order_by_length(it, n))) goto fail;
-    int64_t nb = cut_batches(it, n);
-    it->n_batches = nb;
-    it->epoch_len = nb / o.world;
-    if (it->epoch_len < 1) {
-        st = tern_error(TERN_ERR_INPUT, "%s: %lld pairs kept make %lld batches, too few for %d process(es)",
-                        c->path, (long long)n, (long long)nb, o.world);
-        goto fail;
+    for (int k = 0; k < n_corpora; k++) {
+        it->cs[k] = corpora[k];
+        it->w[k] = weights ? weights[k] : 1.0;
     }
-    if ((st = init_state(it, n, nb)) || (st = alloc_batch_buffers(it, nb))) goto fail;
+    it->mixed = n_corpora > 1 || it->w[0] != 1.0;
+    if ((st = plan_epoch(it, 0))) goto fail;
+    if (it->mixed) mixed_bounds(it);
+    if ((st = init_state(it)) || (st = alloc_batch_buffers(it))) goto fail;
     shuffle_epoch(it);
     *out = it;
     return TERN_OK;
@@ -966,13 +1252,22 @@ fail:
     return st;
 }
 
+tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b) {
+    return data_iter_new_mix(out, &c, NULL, 1, b);
+}
+
+int data_iter_corpora(const data_iter_t *it) { return it->n_corp; }
+
+int64_t data_iter_epoch_count(const data_iter_t *it, int k) {
+    return k >= 0 && k < it->n_corp ? it->counts[k] : 0;
+}
+
 static tern_status_t fill_batch(data_iter_t *it, int64_t b) {
-    const data_corpus_t *c = it->c;
     int64_t s0 = it->bstart[b], s1 = it->bstart[b + 1];
     int B = (int)(s1 - s0), S = 0, T = 0;
     for (int64_t j = s0; j < s1; j++) {
         int s, t;
-        pair_shape(c, it->order[j], &s, &t);
+        item_shape(it, it->order[j], &s, &t);
         S = TERN_MAX(S, s);
         T = TERN_MAX(T, t);
     }
@@ -980,10 +1275,12 @@ static tern_status_t fill_batch(data_iter_t *it, int64_t b) {
     bt->B = B;
     bt->S = S;
     bt->T = T;
-    bt->pad_id = c->pad_id;
+    bt->pad_id = it->c->pad_id;
     bt->n_src_tokens = bt->n_tgt_tokens = 0;
     for (int r = 0; r < B; r++) {
-        uint32_t i = it->order[s0 + r];
+        uint64_t item = it->order[s0 + r];
+        const data_corpus_t *c = it->cs[item >> 32];
+        uint32_t i = (uint32_t)item;
         const int32_t *sx, *tx;
         int ns, nt;
         data_corpus_pair(c, i, &sx, &ns, &tx, &nt);
@@ -1013,6 +1310,7 @@ static tern_status_t fill_batch(data_iter_t *it, int64_t b) {
         it->tgt_len[r] = nt + 1;
         bt->n_tgt_tokens += nt + 1;
         it->ids[r] = i;
+        it->corpus[r] = (int32_t)(item >> 32);
     }
     bt->src = it->src;
     bt->src_len = it->src_len;
@@ -1020,6 +1318,7 @@ static tern_status_t fill_batch(data_iter_t *it, int64_t b) {
     bt->tgt_out = it->tgt_out;
     bt->tgt_len = it->tgt_len;
     bt->ids = it->ids;
+    bt->corpus = it->corpus;
     return TERN_OK;
 }
 
@@ -1029,10 +1328,17 @@ tern_status_t data_iter_next(data_iter_t *it, const data_batch_t **batch) {
         it->st.epoch++;
         it->st.pos = 0;
         it->st.rng = it->rng_next;
+        if (it->mixed) {
+            tern_status_t st = plan_epoch(it, it->st.epoch);
+            if (st) return st;
+            it->st.n_batches = it->n_batches;
+        }
         shuffle_epoch(it);
         return TERN_OK;
     }
     int64_t b = it->perm[it->st.pos * it->opt.world + it->opt.rank];
+    if (++it->served % RELEASE_BATCHES == 0)
+        for (int k = 0; k < it->n_corp; k++) release_all(it->cs[k]);
     tern_status_t st = fill_batch(it, b);
     if (st) return st;
     it->st.pos++;
@@ -1043,13 +1349,24 @@ tern_status_t data_iter_next(data_iter_t *it, const data_batch_t **batch) {
 data_iter_state_t data_iter_state(const data_iter_t *it) { return it->st; }
 
 tern_status_t data_iter_restore(data_iter_t *it, const data_iter_state_t *s) {
-    if (s->seed != it->st.seed || s->n_batches != it->st.n_batches || s->plan_hash != it->st.plan_hash)
+    if (s->seed != it->st.seed || s->plan_hash != it->st.plan_hash || (!it->mixed && s->n_batches != it->st.n_batches))
         return tern_error(TERN_ERR_MISMATCH, "%s: the saved data state does not match this corpus and batching "
-                          "(seed %llu vs %llu, %lld vs %lld batches, plan %016llx vs %016llx): the data, length "
-                          "limits or max_tokens changed", it->c->path, (unsigned long long)s->seed,
+                          "(seed %llu vs %llu, %lld vs %lld batches, plan %016llx vs %016llx): the data, weights, "
+                          "length limits or max_tokens changed", it->c->path, (unsigned long long)s->seed,
                           (unsigned long long)it->st.seed, (long long)s->n_batches, (long long)it->st.n_batches,
                           (unsigned long long)s->plan_hash, (unsigned long long)it->st.plan_hash);
-    if (s->epoch < 0 || s->pos < 0 || s->pos > it->epoch_len)
+    if (s->epoch < 0 || s->pos < 0)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: saved data state out of range (epoch %lld, position %lld)",
+                          it->c->path, (long long)s->epoch, (long long)s->pos);
+    if (it->mixed) { /* the saved epoch's draw */
+        tern_status_t st = plan_epoch(it, s->epoch);
+        if (st) return st;
+        if (s->n_batches != it->n_batches)
+            return tern_error(TERN_ERR_MISMATCH, "%s: the saved data state's epoch %lld had %lld batches, this plan "
+                              "%lld: max_tokens or the length limits changed", it->c->path, (long long)s->epoch,
+                              (long long)s->n_batches, (long long)it->n_batches);
+    }
+    if (s->pos > it->epoch_len)
         return tern_error(TERN_ERR_INVALID_ARG, "%s: saved data state out of range (epoch %lld, position %lld of %lld)",
                           it->c->path, (long long)s->epoch, (long long)s->pos, (long long)it->epoch_len);
     it->st = *s;

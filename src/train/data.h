@@ -117,10 +117,11 @@ typedef struct {
     const int32_t *tgt_in;   /* (B, T) decoder input: decoder start token, then the target */
     const int32_t *tgt_out;  /* (B, T) the target, then eos; pad where no loss */
     const int32_t *tgt_len;  /* (B) tokens before padding (target + 1) */
-    const int64_t *ids;      /* (B) line numbers of the pairs (0-based) */
+    const int64_t *ids;      /* (B) line numbers of the pairs (0-based) in their corpus */
     int pad_id;
     int n_src_tokens;        /* sum of src_len */
     int n_tgt_tokens;        /* sum of tgt_len: the tokens the loss counts */
+    const int32_t *corpus;   /* (B) which corpus of data_iter_new_mix each pair comes from */
 } data_batch_t;
 
 /* Where an iterator stands; restoring it replays exactly the same batches. */
@@ -139,6 +140,18 @@ typedef struct data_iter data_iter_t;
  * order, and cuts them greedily by the budget) and allocates buffers for the largest batch: no
  * allocation per batch afterwards. The corpus must outlive the iterator. */
 tern_status_t data_iter_new(data_iter_t **out, const data_corpus_t *c, const data_batching_t *b);
+/* Several corpora mixed by weight (fairseq-style resampling, drawn again every epoch): corpus k
+ * contributes floor(w_k) copies of each of its kept pairs plus round(frac(w_k) x kept_k) distinct
+ * kept pairs drawn uniformly without replacement (a generator keyed by the seed, the epoch and k),
+ * so an epoch has exactly sum_k of those counts; the drawn pairs are then length-sorted, cut and
+ * shuffled as one corpus. weights NULL: all 1; every weight > 0 and finite. One corpus of weight 1
+ * is data_iter_new (one plan for every epoch). Buffers (and data_iter_max_shape) are sized for any
+ * epoch's plan. The corpora must outlive the iterator. */
+tern_status_t data_iter_new_mix(data_iter_t **out, const data_corpus_t *const *corpora, const double *weights,
+                                int n_corpora, const data_batching_t *b);
+int data_iter_corpora(const data_iter_t *it);
+/* Pairs of corpus k in the current epoch's plan (all ranks; batches a rank drops included). */
+int64_t data_iter_epoch_count(const data_iter_t *it, int k);
 void data_iter_free(data_iter_t *it);
 /* The next batch (*batch points into the iterator, valid until the next call), or *batch = NULL
  * at the end of an epoch — the state has then moved to the start of the next epoch. */

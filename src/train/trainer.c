@@ -75,7 +75,8 @@ typedef struct {
     int threads;
     data_vocab_t vocab;
     int vocab_ok;
-    data_corpus_t *train_c, *valid_c;
+    data_corpus_t **train_cs, *valid_c; /* (n_train_cs) */
+    int n_train_cs;
     data_iter_t *train_it, *valid_it;
     const train_family_t *fam; /* the model's training table */
     train_model_t m;
@@ -705,6 +706,21 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
 
 /* ------------------------------------------------------------ setup */
 
+/* Mixed corpora: the pairs of each in the epoch's plan, against weight x kept pairs. */
+static void log_mix(trainer_t *t) {
+    const trainer_options_t *o = t->o;
+    if (o->n_train <= 0) return;
+    data_iter_state_t s = data_iter_state(t->train_it);
+    for (int k = 0; k < o->n_train; k++) {
+        double w = o->train_weights ? o->train_weights[k] : 1.0;
+        int64_t kept = 0;
+        for (int64_t i = 0; i < data_corpus_pairs(t->train_cs[k]); i++) kept += data_corpus_kept(t->train_cs[k], i);
+        tlog(t, "mix: epoch %lld corpus %d (%s): %lld pairs drawn, weight %g x %lld kept = %.1f", (long long)s.epoch + 1,
+             k, o->train_srcs[k], (long long)data_iter_epoch_count(t->train_it, k), w, (long long)kept,
+             w * (double)kept);
+    }
+}
+
 static tern_status_t open_data(trainer_t *t) {
     const trainer_options_t *o = t->o;
     const char *cdir = o->cache_dir ? o->cache_dir : o->save_dir;
@@ -716,21 +732,36 @@ static tern_status_t open_data(trainer_t *t) {
     data_stats_t s;
     data_options_t dopt = o->data;
     if (dopt.threads <= 0) dopt.threads = t->threads;
-    path_join(cp, sizeof cp, cdir, "train.cache");
-    if ((st = data_corpus_open(&t->train_c, cp, o->train_src, o->train_tgt, &t->vocab, &dopt, &s))) return st;
-    tlog(t, "train: %lld pairs, %lld kept (skipped: %lld empty, %lld too long, %lld beyond ratio %g), %lld source "
-         "+ %lld target tokens, unknown pieces %lld + %lld; cache %s (%s%.1f s)", (long long)s.pairs,
-         (long long)s.kept, (long long)s.empty, (long long)s.too_long, (long long)s.bad_ratio, (double)dopt.max_ratio,
-         (long long)s.src_tokens, (long long)s.tgt_tokens, (long long)s.src_unk, (long long)s.tgt_unk, cp,
-         s.rebuilt ? "built in " : "mapped, ", s.rebuilt ? s.build_seconds : 0.0);
-    if (s.kept == 0) return tern_error(TERN_ERR_INPUT, "%s: no training pair left after the length filters",
-                                       o->train_src);
+    int nc = o->n_train > 0 ? o->n_train : 1;
+    if (!(t->train_cs = calloc((size_t)nc, sizeof *t->train_cs))) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    t->n_train_cs = nc;
+    for (int k = 0; k < nc; k++) {
+        const char *src = o->n_train > 0 ? o->train_srcs[k] : o->train_src;
+        const char *tgt = o->n_train > 0 ? o->train_tgts[k] : o->train_tgt;
+        char name[64];
+        if (k) snprintf(name, sizeof name, "train.%d.cache", k);
+        else snprintf(name, sizeof name, "train.cache");
+        path_join(cp, sizeof cp, cdir, name);
+        if ((st = data_corpus_open(&t->train_cs[k], cp, src, tgt, &t->vocab, &dopt, &s))) return st;
+        char which[32] = "";
+        if (nc > 1) snprintf(which, sizeof which, " [%d]", k);
+        tlog(t, "train%s: %lld pairs, %lld kept (skipped: %lld empty, %lld too long, %lld beyond ratio %g), %lld "
+             "source + %lld target tokens, unknown pieces %lld + %lld; cache %s (%s%.1f s)", which, (long long)s.pairs,
+             (long long)s.kept, (long long)s.empty, (long long)s.too_long, (long long)s.bad_ratio,
+             (double)dopt.max_ratio, (long long)s.src_tokens, (long long)s.tgt_tokens, (long long)s.src_unk,
+             (long long)s.tgt_unk, cp, s.rebuilt ? "built in " : "mapped, ", s.rebuilt ? s.build_seconds : 0.0);
+        if (s.pairs == 0) return tern_error(TERN_ERR_INPUT, "%s: empty training corpus (no line)", src);
+        if (s.kept == 0) return tern_error(TERN_ERR_INPUT, "%s: no training pair left after the length filters", src);
+    }
     data_batching_t b = data_default_batching();
     b.max_tokens = o->max_tokens;
     b.max_sentences = o->max_sentences;
     b.shuffle = o->shuffle;
     b.seed = o->seed;
-    if ((st = data_iter_new(&t->train_it, t->train_c, &b))) return st;
+    if ((st = data_iter_new_mix(&t->train_it, (const data_corpus_t *const *)t->train_cs,
+                                o->n_train > 0 ? o->train_weights : NULL, nc, &b)))
+        return st;
+    log_mix(t);
     int mB, mS, mT, ms, mt;
     data_iter_max_shape(t->train_it, &mB, &mS, &mT, &ms, &mt);
     char ms_s[48] = "";
@@ -866,7 +897,11 @@ static tern_status_t load_bleu_lines(trainer_t *t) {
 
 static tern_status_t check_options(const trainer_options_t *o) {
     if (!o->save_dir) return tern_error(TERN_ERR_INVALID_ARG, "no save directory");
-    if (!o->train_src || !o->train_tgt) return tern_error(TERN_ERR_INVALID_ARG, "no training files");
+    if (o->n_train > 0) {
+        for (int k = 0; k < o->n_train; k++)
+            if (!o->train_srcs[k] || !o->train_tgts[k] || !o->train_srcs[k][0] || !o->train_tgts[k][0])
+                return tern_error(TERN_ERR_INVALID_ARG, "training corpus %d: no source or target file", k + 1);
+    } else if (!o->train_src || !o->train_tgt) return tern_error(TERN_ERR_INVALID_ARG, "no training files");
     if (!o->valid_src != !o->valid_tgt)
         return tern_error(TERN_ERR_INVALID_ARG, "validation needs both a source and a target file");
     if (o->update_freq < 1) return tern_error(TERN_ERR_INVALID_ARG, "update_freq must be >= 1");
@@ -888,7 +923,8 @@ static void trainer_free(trainer_t *t) {
     if (t->m_ok) t->fam->destroy(&t->m);
     data_iter_free(t->train_it);
     data_iter_free(t->valid_it);
-    data_corpus_free(t->train_c);
+    for (int k = 0; k < t->n_train_cs; k++) data_corpus_free(t->train_cs[k]);
+    free(t->train_cs);
     data_corpus_free(t->valid_c);
     if (t->vocab_ok) data_vocab_free(&t->vocab);
     free(t->vsrc), free(t->vref), free(t->vsrc_buf), free(t->vref_buf);
@@ -931,6 +967,7 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
             if ((st = data_iter_next(t->train_it, &b))) return st;
             if (!b) {
                 ended = 1;
+                if (t->rank == 0) log_mix(t);
                 break;
             }
             ntok += b->n_tgt_tokens;

@@ -69,6 +69,10 @@ typedef struct {
     const char *src_spm, *tgt_spm; /* SentencePiece model(s) instead of vocab_dir (tgt_spm NULL:
                                    one joint model); the model must have a <pad> piece */
     const char *train_src, *train_tgt; /* raw text, one sentence a line */
+    int n_train;                /* > 0: these corpora mixed by weight (data_iter_new_mix) instead of
+                                   train_src/train_tgt; caches train.cache, train.1.cache, ... */
+    const char *const *train_srcs, *const *train_tgts;
+    const double *train_weights; /* (n_train) positive; NULL: all 1 */
     const char *valid_src, *valid_tgt; /* may be NULL: no validation */
     const char *cache_dir;      /* token caches (NULL: save_dir) */
     data_options_t data;        /* length limits, ratio filter, encoding threads */

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,6 +474,103 @@ static void test_batches(const data_vocab_t *v) {
     data_corpus_free(c);
 }
 
+/* ------------------------------------------------------------ weighted mixes */
+
+/* One epoch of a mix: per-(corpus, line) counts; returns batches, -1 on an error. */
+static int mix_epoch(data_iter_t *it, int seen[2][NLINES], int *bad, int mB, int mS, int mT, int ms, int mt) {
+    memset(seen, 0, sizeof(int) * 2 * NLINES);
+    const data_batch_t *b;
+    int n = 0, scratch[NLINES];
+    while (data_iter_next(it, &b) == TERN_OK && b) {
+        *bad += check_batch(b, 64, scratch);
+        *bad += b->B > mB || b->S > mS || b->T > mT || b->B * b->S > ms || b->B * b->T > mt;
+        for (int r = 0; r < b->B; r++) seen[b->corpus[r]][b->ids[r]]++;
+        n++;
+    }
+    return n;
+}
+
+/* Two corpora (the same lines twice) at weights 2 and 0.3: every epoch, each kept pair of the
+ * first exactly twice, round(0.3 x kept) distinct pairs of the second, drawn anew each epoch;
+ * seeded; a restore replays the epoch's draw; bad weights refused. */
+static void test_mix(const data_vocab_t *v) {
+    data_corpus_t *c0, *c1;
+    data_options_t o = opts();
+    char cp1[600];
+    snprintf(cp1, sizeof cp1, "%s.mix1", cachep);
+    CHECK(data_corpus_open(&c0, cachep, srcp, tgtp, v, &o, NULL) == TERN_OK);
+    CHECK(data_corpus_open(&c1, cp1, srcp, tgtp, v, &o, NULL) == TERN_OK);
+    expect_t e = expected(NLINES);
+    const data_corpus_t *cs[2] = {c0, c1};
+    double w[2] = {2.0, 0.3};
+    data_batching_t bo = data_default_batching();
+    bo.max_tokens = 64;
+    bo.seed = 5;
+    data_iter_t *it;
+    CHECK(data_iter_new_mix(&it, cs, w, 2, &bo) == TERN_OK);
+    int64_t want1 = llround(0.3 * (double)e.kept);
+    CHECK_EQ_INT(data_iter_epoch_count(it, 0), 2 * e.kept);
+    CHECK_EQ_INT(data_iter_epoch_count(it, 1), want1);
+    int mB, mS, mT, ms, mt;
+    data_iter_max_shape(it, &mB, &mS, &mT, &ms, &mt);
+    static int seen[3][2][NLINES];
+    int bad = 0;
+    for (int ep = 0; ep < 3; ep++) {
+        int nb = mix_epoch(it, seen[ep], &bad, mB, mS, mT, ms, mt);
+        CHECK(nb > 0);
+        int64_t n0 = 0, n1 = 0;
+        int wrong = 0;
+        for (int i = 0; i < NLINES; i++) {
+            int k = line_kept(&L[i]);
+            wrong += seen[ep][0][i] != (k ? 2 : 0) || seen[ep][1][i] > (k ? 1 : 0);
+            n0 += seen[ep][0][i];
+            n1 += seen[ep][1][i];
+        }
+        CHECK_EQ_INT(wrong, 0);
+        CHECK_EQ_INT(n0, 2 * e.kept);
+        CHECK_EQ_INT(n1, want1);
+        if (ep == 0) printf("mix: epoch of weights 2 and 0.3 over %lld kept pairs: %lld + %lld drawn\n",
+                            (long long)e.kept, (long long)n0, (long long)n1);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(memcmp(seen[0][1], seen[1][1], sizeof seen[0][1]) != 0); /* drawn anew */
+    CHECK(memcmp(seen[1][1], seen[2][1], sizeof seen[0][1]) != 0);
+    /* the same seed: the same epochs; a restore in epoch 2 replays its draw */
+    data_iter_t *a;
+    CHECK(data_iter_new_mix(&a, cs, w, 2, &bo) == TERN_OK);
+    static int again[2][NLINES];
+    mix_epoch(a, again, &bad, mB, mS, mT, ms, mt);
+    CHECK(memcmp(again, seen[0], sizeof again) == 0);
+    const data_batch_t *b;
+    for (int k = 0; k < 3; k++) CHECK(data_iter_next(a, &b) == TERN_OK && b);
+    data_iter_state_t st = data_iter_state(a);
+    batch_sig_t s1[8], s2[8];
+    int ends = 0;
+    CHECK(next_sigs(a, s1, 8, &ends) == 8);
+    data_iter_t *r;
+    CHECK(data_iter_new_mix(&r, cs, w, 2, &bo) == TERN_OK);
+    CHECK(data_iter_restore(r, &st) == TERN_OK);
+    CHECK(next_sigs(r, s2, 8, &ends) == 8);
+    CHECK(memcmp(s1, s2, sizeof s1) == 0);
+    data_iter_free(r);
+    /* other weights: the saved state does not fit */
+    double w2[2] = {2.0, 0.4};
+    CHECK(data_iter_new_mix(&r, cs, w2, 2, &bo) == TERN_OK);
+    CHECK(data_iter_restore(r, &st) == TERN_ERR_MISMATCH);
+    data_iter_free(r);
+    data_iter_free(a);
+    /* bad weights */
+    double bw[3] = {0.0, -1.0, NAN};
+    for (int k = 0; k < 3; k++) {
+        double ww[2] = {1.0, bw[k]};
+        CHECK(data_iter_new_mix(&r, cs, ww, 2, &bo) == TERN_ERR_INVALID_ARG);
+        CHECK(strstr(tern_last_error(), "weight") != NULL);
+    }
+    data_iter_free(it);
+    data_corpus_free(c0);
+    data_corpus_free(c1);
+}
+
 /* ------------------------------------------------------------ checkpoints */
 
 static tmodel_config_t small_config(int pad, float dropout) {
@@ -923,6 +1021,7 @@ int main(void) {
     test_stale(&v);
     test_errors(&v);
     test_batches(&v);
+    test_mix(&v);
     test_checkpoint_roundtrip_and_resume(&v);
     test_checkpoint_inference(&v);
     test_keep_and_failure(&v);
