@@ -76,6 +76,7 @@ typedef struct {
     train_backward_hook_t hook;
     void *hook_user;
     nn_rnn_lowp_t lowp;        /* bfloat16 compute (cfg.bf16) */
+    const float *sent_w;       /* (B) per-sentence loss weights, or NULL */
 } gn_ws_t;
 
 static gn_impl_t *impl_of(const train_model_t *m) { return m->impl; }
@@ -412,6 +413,7 @@ static tern_status_t gn_forward(train_model_t *m, void *wsp, const int *src, con
     double ls = 0, nl = 0;
     int nt = nn_crossentropy_forward(ws->probs, ws->losses, ws->nlls, &ls, &nl, ws->logits, tgt_out, B * T,
                                      im->d.tgt_vocab, im->cfg.label_smoothing, im->pad_id);
+    if (ws->sent_w) train_weighted_sums(ws->losses, ws->nlls, ws->sent_w, B, T, &ls, &nl);
     loss->loss = ls;
     loss->nll = nl;
     loss->ntokens = nt;
@@ -476,6 +478,7 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     size_t BS = (size_t)B * S, BT = (size_t)B * T;
     float p = ws->train ? im->cfg.dropout : 0.0f;
     nn_crossentropy_backward(ws->probs, ws->probs, ws->tgt_out, (int)BT, V, im->cfg.label_smoothing, pad, grad_scale);
+    if (ws->sent_w) train_scale_sentence_rows(ws->probs, ws->sent_w, B, T, V);
     memset(ws->dtop, 0, BT * H * sizeof(float));
     if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
     nn_rnn_linear_backward(ws->dtop, im->g.proj_w, im->g.proj_b, ws->probs, ws->top, im->p.proj_w, (int)BT, H, V);
@@ -564,6 +567,8 @@ static const train_option_t GN_OPTIONS[] = {
 #undef F
 #undef NO2
 
+static void gn_set_weights(void *ws, const float *w) { ((gn_ws_t *)ws)->sent_w = w; }
+
 const train_family_t train_family_gnmt = {
     .architecture = GNMT_ARCHITECTURE,
     .spec_name = GNMT_SPEC_NAME,
@@ -587,4 +592,5 @@ const train_family_t train_family_gnmt = {
     .backward_stages = gn_backward_stages,
     .tensor_stage = gn_tensor_stage,
     .set_backward_hook = gn_set_hook,
+    .set_sentence_weights = gn_set_weights,
 };

@@ -65,6 +65,7 @@ typedef struct {
     int B, S, T, train;
     uint64_t seed, step;
     nn_rnn_lowp_t lowp; /* bfloat16 compute (c.bf16) */
+    const float *sent_w; /* (B) per-sentence loss weights, or NULL */
 } gru_ws_t;
 
 static gru_impl_t *impl(const train_model_t *m) { return m->impl; }
@@ -351,6 +352,7 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->acts.logits, ws->losses, ws->nlls, &ls, &ns, ws->acts.logits, tgt_out,
                                         B * T, d.V, g->c.label_smoothing, pad);
+    if (ws->sent_w) train_weighted_sums(ws->losses, ws->nlls, ws->sent_w, B, T, &ls, &ns);
     if (loss) {
         loss->loss = ls;
         loss->nll = ns;
@@ -371,6 +373,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     views(g, m->grads, &def, &deb, &dw, G);
     float *dlogits = ws->acts.logits; /* the probabilities, overwritten by their gradient */
     nn_crossentropy_backward(dlogits, ws->acts.logits, ws->tgt_out, B * T, d.V, g->c.label_smoothing, pad, grad_scale);
+    if (ws->sent_w) train_scale_sentence_rows(dlogits, ws->sent_w, B, T, d.V);
     if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
     memset(ws->dxt, 0, sizeof(float) * (size_t)B * T * E);
     memset(ws->ds0, 0, sizeof(float) * (size_t)B * d.H);
@@ -447,6 +450,8 @@ static const train_option_t GRU_OPTIONS[] = {
 #undef F
 #undef NO2
 
+static void gru_set_weights(void *ws, const float *w) { ((gru_ws_t *)ws)->sent_w = w; }
+
 const train_family_t train_family_rnn_gru = {
     .architecture = RNN_GRU_ARCHITECTURE,
     .spec_name = RNN_GRU_SPEC_NAME,
@@ -470,4 +475,5 @@ const train_family_t train_family_rnn_gru = {
     .backward_stages = gru_backward_stages,
     .tensor_stage = gru_tensor_stage,
     .set_backward_hook = gru_set_hook,
+    .set_sentence_weights = gru_set_weights,
 };
