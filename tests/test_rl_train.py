@@ -8,9 +8,15 @@ whole, on the shipped models/en-de and the first 120 Multi30k training pairs, on
   row), the log reports the mean GLEU reward of the samples (in [0, 1]), and the samples matter:
   --seed 2 gives other parameters than --seed 1 (the batches' order is the same file order here,
   --no-shuffle, so only the samples differ);
+* data-parallel: `mpirun -np 2 ... --update-freq 1` against one process with `--update-freq 2`, at
+  a learning rate of 1e-12 (the parameters stay put, so both draw their samples from the same
+  model with the same keys): every update's loss equal (1e-9 relative) and gradient norm equal to
+  float rounding (1e-6 relative): the ranks' samples, rewards and REINFORCE gradients add up to
+  the single process's (the buckets are reduced after the sample passes);
 * bad input: --rl-gleu without --init-from, without --train-tgt, --rl-samples 1: clear errors.
 The REINFORCE gradient itself is checked against PyTorch in tests/test_rl_torch.py."""
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -84,3 +90,34 @@ def test_rl_bad_input(m30k, tmp_path):
     r = run("train", "--rl-gleu", "--init-from", MODEL, "--train-tgt", m30k / "t.de", "--rl-samples", 1, *common,
             ok=False)
     assert r.returncode == 2 and "--rl-samples" in r.stderr, r.stderr
+
+
+def test_rl_mpi_equals_single_process(m30k, tmp_path):
+    if not shutil.which("mpirun"):
+        msg = "mpirun not found: install openmpi-bin (scripts/setup.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    args = ["train", "--init-from", MODEL, "--rl-gleu", "--rl-samples", 3, "--rl-alpha", 0.5, "--train-src",
+            m30k / "t.en", "--train-tgt", m30k / "t.de", "--lr", "1e-12", "--lr-scheduler", "constant", "--no-bleu",
+            "--no-plot", "-q", "-t", 1, "--max-tokens", 400, "--max-updates", 4, "--seed", 5]
+    a, b = tmp_path / "single", tmp_path / "mpi"
+    r = subprocess.run([TERN, *map(str, args), "--save-dir", str(a), "--update-freq", "2"], capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", TERN, *map(str, args),
+                        "--save-dir", str(b), "--update-freq", "1"], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    ra = [l.split("\t") for l in (a / "train_curve.tsv").read_text().split("\n") if l and not l.startswith("#")]
+    rb = [l.split("\t") for l in (b / "train_curve.tsv").read_text().split("\n") if l and not l.startswith("#")]
+    assert len(ra) == len(rb) == 4
+    worst = 0.0
+    for x, y in zip(ra, rb):
+        assert x[7] == y[7]  # tokens
+        assert abs(float(x[2]) - float(y[2])) <= 1e-9 * float(y[2])
+        worst = max(worst, abs(float(x[6]) - float(y[6])) / float(y[6]))
+    print(f"\nRL, mpirun -np 2 vs --update-freq 2: gradient norm gap {worst:.2e}")
+    assert worst <= 1e-6
