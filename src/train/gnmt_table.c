@@ -263,6 +263,40 @@ static int gn_describe(const train_model_t *m, int line, char *buf, size_t n) {
     return 1;
 }
 
+/* --init-from: the shape of the GNMT model in w over config (hidden, attention size, layers,
+ * sharing and tying; dropout, smoothing and initialization stay the run's). */
+static tern_status_t gn_config_from_model(void *config, const weights_t *w, const model_config_t *mc) {
+    (void)mc;
+    gnmt_train_config_t *c = config;
+    const char *file = weights_path(w);
+    const tensor_t *ee = weights_get(w, "encoder/embeddings/weight"), *de = weights_get(w, "decoder/embeddings/weight");
+    const tensor_t *q = weights_get(w, "decoder/attention/linear_query/weight");
+    const tensor_t *pw = weights_get(w, "decoder/projection/weight");
+    if (!ee || ee->rank != 2 || !q || q->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: not a GNMT model of Tern's layout (no encoder embedding or "
+                          "attention query)", file);
+    char name[96];
+    c->hidden = (int)ee->shape[1];
+    c->att = (int)q->shape[0];
+    c->enc_layers = c->dec_layers = 0;
+    for (;;) {
+        snprintf(name, sizeof name, "encoder/layer_%d/weight_ih", c->enc_layers);
+        if (!weights_get(w, name)) break;
+        c->enc_layers++;
+    }
+    for (;;) {
+        snprintf(name, sizeof name, "decoder/layer_%d/weight_ih", c->dec_layers);
+        if (!weights_get(w, name)) break;
+        c->dec_layers++;
+    }
+    if (c->enc_layers < 1 || c->dec_layers < 1 || c->enc_layers > GN_MAX_LAYERS || c->dec_layers > GN_MAX_LAYERS)
+        return tern_error(TERN_ERR_FORMAT, "%s: %d encoder and %d decoder LSTM layers (1..%d)", file, c->enc_layers,
+                          c->dec_layers, GN_MAX_LAYERS);
+    c->share_emb = !de || de->data == ee->data;
+    c->tie_proj = !pw || pw->data == (de ? de : ee)->data;
+    return TERN_OK;
+}
+
 static void gn_default_config(void *config) {
     *(gnmt_train_config_t *)config = (gnmt_train_config_t){
         .hidden = 512, .att = 0, .enc_layers = 4, .dec_layers = 4, .share_emb = -1, .tie_proj = 0,
@@ -579,6 +613,7 @@ const train_family_t train_family_gnmt = {
     .destroy = gn_destroy,
     .init_params = gn_init_params,
     .load = gn_load,
+    .config_from_model = gn_config_from_model,
     .params_changed = gn_params_changed,
     .config_values = gn_config_values,
     .scalars = gn_scalars,

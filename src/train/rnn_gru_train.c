@@ -230,6 +230,31 @@ static int gru_describe(const train_model_t *m, int line, char *buf, size_t n) {
     return 1;
 }
 
+/* --init-from: the shape of the attention-GRU model in w over config (widths, attention and output
+ * sizes, layer norm, sharing and tying; dropout, smoothing and initialization stay the run's). */
+static tern_status_t gru_config_from_model(void *config, const weights_t *w, const model_config_t *mc) {
+    (void)mc;
+    rnn_gru_config_t *c = config;
+    const char *file = weights_path(w);
+    const tensor_t *ee = weights_get(w, "encoder/embeddings/weight"), *de = weights_get(w, "decoder/embeddings/weight");
+    const tensor_t *whh = weights_get(w, "encoder/forward/w_hh"), *init = weights_get(w, "decoder/init/weight");
+    const tensor_t *q = weights_get(w, "decoder/attention/query/weight");
+    const tensor_t *os = weights_get(w, "decoder/output/state/weight"), *pw = weights_get(w, "decoder/projection/weight");
+    if (!ee || ee->rank != 2 || !whh || whh->rank != 2 || !init || init->rank != 2 || !q || q->rank != 2 || !os ||
+        os->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: not an attention-GRU model of Tern's layout (no encoder embedding, "
+                          "encoder GRU, decoder init, attention query or deep output)", file);
+    c->emb = (int)ee->shape[1];
+    c->enc_hidden = (int)whh->shape[1];
+    c->dec_hidden = (int)init->shape[0];
+    c->att = (int)q->shape[0];
+    c->out = (int)os->shape[0];
+    c->layer_norm = weights_get(w, "encoder/forward/ln_ih/gain") != NULL;
+    c->share_emb = !de || de->data == ee->data;
+    c->tie_proj = !pw || pw->data == (de ? de : ee)->data;
+    return TERN_OK;
+}
+
 static void gru_default_config(void *config) { rnn_gru_default_config(config); }
 
 static void gru_ws_free(void *p) {
@@ -462,6 +487,7 @@ const train_family_t train_family_rnn_gru = {
     .destroy = gru_destroy,
     .init_params = gru_init_params,
     .load = gru_load,
+    .config_from_model = gru_config_from_model,
     .params_changed = gru_params_changed,
     .config_values = gru_config_values,
     .scalars = gru_scalars,
