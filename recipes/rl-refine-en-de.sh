@@ -7,7 +7,7 @@
 # defaults through `tern score`).
 #
 #   SEED=1 WORK=/work/runs/rl bash recipes/rl-refine-en-de.sh
-#   SEED=2 OPT=sgd LR=0.05 UPDATES=300 M=8 bash recipes/rl-refine-en-de.sh
+#   SEED=2 OPT=sgd LR=0.1 UPDATES=40 VALID=20 bash recipes/rl-refine-en-de.sh
 #
 # OPT adam: Adam (0.9, 0.98) at a constant LR; OPT sgd: plain SGD at LR (the paper's) — both
 # clipped at norm 5. Run again to resume (exact: the samples' seed is a function of --seed and the
@@ -21,11 +21,11 @@ MODEL=${MODEL:-$ROOT/models/en-de}
 SEED=${SEED:-1}
 OPT=${OPT:-adam}
 LR=${LR:-2e-5}
-M=${M:-8}
+M=${M:-6}
 ALPHA=${ALPHA:-0.017}
 MAXTOK=${MAXTOK:-1024}
-UPDATES=${UPDATES:-300}
-VALID=${VALID:-50}
+UPDATES=${UPDATES:-200}
+VALID=${VALID:-40}
 PATIENCE=${PATIENCE:-3}
 THREADS=${THREADS:-2}
 WORK=${WORK:-/tmp/tern-recipes/rl-en-de}
@@ -35,7 +35,7 @@ bleu() { "$TERN" score -r "$1" "$2" | sed -n 's/^.*BLEU[^=]*= \([0-9.]*\).*$/\1/
 
 case "$OPT" in
   adam) optflags=(--lr "$LR" --lr-scheduler constant) ;;
-  sgd) optflags=(--lr "$LR" --lr-scheduler gnmt --sgd-start 0 --sgd-lr "$LR") ;;
+  sgd) optflags=(--lr "$LR" --lr-scheduler gnmt --sgd-start 0 --sgd-lr "$LR" --decay-start 1000000000 --decay-interval 1 --decay-times 0) ;;
   *) echo "OPT must be adam or sgd" >&2; exit 2 ;;
 esac
 
