@@ -2,7 +2,8 @@
 whole, on the shipped models/en-de and the first 120 Multi30k training pairs, one thread:
 
 * exact resume with accumulation: 6 updates of 2 micro-batches straight equal 3 + `--resume` to
-  6, bit for bit (the final model.safetensors and every train_curve.tsv row but its elapsed time): the samples are
+  6, bit for bit (the final model.safetensors, every train_curve.tsv row but its elapsed time, and
+  the validations with BLEU every 2 updates, which an RL run scores, identical in valid_curve.tsv): the samples are
   drawn from a seed that is a function of (--seed, update) and keyed by micro-batch and sentence;
 * the objective's ML part is the plain likelihood (label smoothing off: loss == nll in every
   row), the log reports the mean GLEU reward of the samples (in [0, 1]), and the samples matter:
@@ -45,6 +46,8 @@ def m30k(data_dir, tmp_path_factory):
     for side in ("en", "de"):
         lines = open(os.path.join(data_dir, "multi30k", f"train.{side}"), encoding="utf-8").read().split("\n")[:N]
         (d / f"t.{side}").write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+        lines = open(os.path.join(data_dir, "multi30k", f"val.{side}"), encoding="utf-8").read().split("\n")[:20]
+        (d / f"v.{side}").write_text("".join(l + "\n" for l in lines), encoding="utf-8")
     return d
 
 
@@ -64,10 +67,10 @@ def read_st(path):
     return out
 
 
-def rl_train(m30k, save, *extra):
+def rl_train(m30k, save, *extra, bleu=False):
     return run("train", "--init-from", MODEL, "--rl-gleu", "--rl-samples", 3, "--rl-alpha", 0.5,
                "--train-src", m30k / "t.en", "--train-tgt", m30k / "t.de", "--save-dir", save,
-               "--lr", "1e-4", "--lr-scheduler", "constant", "--no-bleu", "--no-plot", "-t", "1",
+               "--lr", "1e-4", "--lr-scheduler", "constant", *([] if bleu else ["--no-bleu"]), "--no-plot", "-t", "1",
                "--max-tokens", 400, "--update-freq", 2, "--log-interval", 1, "--no-shuffle", "--no-progress", *extra)
 
 
@@ -83,9 +86,14 @@ def curve(save):
 
 def test_rl_resume_is_exact(m30k, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    r = rl_train(m30k, a, "--seed", 1, "--max-updates", 6)
-    rl_train(m30k, b, "--seed", 1, "--max-updates", 3)
-    rl_train(m30k, b, "--seed", 1, "--max-updates", 6, "--resume")
+    valid = ["--valid-src", m30k / "v.en", "--valid-tgt", m30k / "v.de", "--valid-interval-updates", 2,
+             "--bleu-beam", 1, "--early-stop-metric", "bleu"]
+    r = rl_train(m30k, a, "--seed", 1, "--max-updates", 6, *valid, bleu=True)
+    rl_train(m30k, b, "--seed", 1, "--max-updates", 3, *valid, bleu=True)
+    rl_train(m30k, b, "--seed", 1, "--max-updates", 6, "--resume", *valid, bleu=True)
+    va, vb = ((x / "valid_curve.tsv").read_text() for x in (a, b))
+    rows = [l.split("\t") for l in va.split("\n") if l and not l.startswith("#")]
+    assert va == vb and [x[0] for x in rows] == ["2", "4", "6"] and all(float(x[5]) > 0 for x in rows), va
     assert final(a) == final(b), "resumed RL refinement differs from the straight run"
     ca, cb = curve(a), curve(b)
     assert len(ca) == 6 and ca == cb

@@ -1111,7 +1111,8 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
             /* epoch end: checkpoint, validation, BLEU of that checkpoint, the checkpoint again with
              * the validation's outcome */
             tlog(t, "end of epoch %lld (update %ld)", (long long)t->cur_epoch + 1, t->updates);
-            int with_bleu = t->valid_it && t->n_bleu > 0;
+            int with_bleu = t->valid_it && t->n_bleu > 0 &&
+                            !(o->rl_gleu && t->validated_at == t->updates); /* RL: scored at this update already */
             if (with_bleu && (st = save_checkpoint(t))) return st;
             if (t->valid_it && (st = run_validation(t, with_bleu ? t->last_ckpt : NULL, &stop))) return st;
             if ((st = save_checkpoint(t))) return st;
@@ -1123,6 +1124,7 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
             int s2, rl_bleu = o->rl_gleu && t->n_bleu > 0; /* RL: BLEU decides, at every validation */
             if (rl_bleu && (st = save_checkpoint(t))) return st;
             if ((st = run_validation(t, rl_bleu ? t->last_ckpt : NULL, &s2))) return st;
+            if (rl_bleu && (st = save_checkpoint(t))) return st; /* again, with the validation's outcome */
             stop = stop || s2;
         }
         flags = agreed_flags(t, stop);
