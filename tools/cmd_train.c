@@ -92,6 +92,16 @@ static void usage(FILE *f) {
 "                              optimizer and the update count fresh\n"
 "  --freeze embeddings|encoder keep these parameters as they start: the token embeddings and\n"
 "                              position tables (a tied projection with them), or the whole encoder\n"
+"RL refinement with the GLEU reward (GNMT paper, section 5; docs/training.md):\n"
+"  --rl-gleu                   refine the --init-from model: per source, --rl-samples translations\n"
+"                              sampled from the current parameters, rewarded with sentence GLEU\n"
+"                              against the reference (sample-mean baseline), REINFORCE mixed with\n"
+"                              the likelihood: maximize alpha*O_ML + O_RL (label smoothing off);\n"
+"                              validations every --valid-interval-updates also score BLEU\n"
+"  --rl-alpha A                weight of the likelihood term (default 0.017)\n"
+"  --rl-samples M              samples per source, >= 2 (default 15)\n"
+"  --rl-temperature T          sampling temperature (default 1)\n"
+"  --rl-topk K                 sample among the K most probable tokens (default 0: all)\n"
 "Validation:\n"
 "  --valid-interval-updates N  validation loss every N updates too (default: epoch ends only)\n"
 "  --no-bleu                   no BLEU at epoch ends\n"
@@ -126,6 +136,7 @@ enum {
     O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_INIT_FROM, O_FREEZE, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_ARCH,
+    O_RL_GLEU, O_RL_ALPHA, O_RL_SAMPLES, O_RL_TEMP, O_RL_TOPK, /* RL refinement (src/train/rl.h) */
     O_FAMILY /* the chosen family's options: O_FAMILY + their index in its table */
 };
 
@@ -191,6 +202,11 @@ static const struct option long_opts[] = {
     {"bucket-mb", required_argument, 0, O_BUCKET_MB},
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
     {"architecture", required_argument, 0, O_ARCH},
+    {"rl-gleu", no_argument, 0, O_RL_GLEU},
+    {"rl-alpha", required_argument, 0, O_RL_ALPHA},
+    {"rl-samples", required_argument, 0, O_RL_SAMPLES},
+    {"rl-temperature", required_argument, 0, O_RL_TEMP},
+    {"rl-topk", required_argument, 0, O_RL_TOPK},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -581,6 +597,11 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         }
         case O_NO_OVERLAP: o->comm_overlap = 0; break;
         case O_ARCH: o->architecture = optarg; break;
+        case O_RL_GLEU: o->rl_gleu = 1; break;
+        case O_RL_ALPHA: ok = cli_float(C, "--rl-alpha", optarg, 0, 1e6f, &o->rl_alpha); break;
+        case O_RL_SAMPLES: ok = cli_int(C, "--rl-samples", optarg, 2, 1024, &o->rl_samples); break;
+        case O_RL_TEMP: ok = cli_float(C, "--rl-temperature", optarg, 1e-6f, 1e6f, &o->rl_temperature); break;
+        case O_RL_TOPK: ok = cli_int(C, "--rl-topk", optarg, 0, 1 << 30, &o->rl_topk); break;
         case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return 2;
         default: ok = 0; break;
@@ -593,6 +614,8 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
 static const char *options_error(trainer_options_t *o, int argc) {
     if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
     if (optind < argc) return "unexpected argument (every input is given by an option)";
+    if (o->rl_gleu && !o->init_from) return "--rl-gleu refines a trained model: give it with --init-from MODEL_DIR";
+    if (o->rl_gleu && !o->train_tgt) return "--rl-gleu needs target references for its GLEU reward: --train-tgt FILE";
     if (!o->save_dir) return "--save-dir is required";
     if (o->n_train > 0 && (o->train_src || o->train_tgt))
         return "give the training text either as --train-src/--train-tgt or as --train SRC,TGT[:W], not both";

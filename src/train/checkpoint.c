@@ -345,6 +345,12 @@ tern_status_t ckpt_save(const char *save_dir, int64_t update, const ckpt_content
     return keep_last(save_dir, keep);
 }
 
+tern_status_t ckpt_write_model(const char *dir, const ckpt_contents_t *c) {
+    tern_status_t st = model_dir_mkdir(dir);
+    if (st) return st;
+    return write_model_files(dir, c);
+}
+
 /* ------------------------------------------------------------ reading */
 
 struct ckpt {

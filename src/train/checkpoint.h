@@ -82,6 +82,10 @@ void ckpt_path(char *buf, size_t n, const char *save_dir, int64_t update);
 tern_status_t ckpt_save(const char *save_dir, int64_t update, const ckpt_contents_t *c, int keep_last,
                         char *path_out, size_t path_n);
 
+/* Writes only c's model directory part (weights, config.json, vocabularies, SentencePiece models)
+ * into dir (created when absent, files replaced): a model `tern translate` loads. */
+tern_status_t ckpt_write_model(const char *dir, const ckpt_contents_t *c);
+
 /* The update counts of the checkpoints in save_dir, ascending (*updates malloc'd; *n may be 0). */
 tern_status_t ckpt_list(const char *save_dir, int64_t **updates, int *n);
 /* The newest checkpoint's directory; TERN_ERR_IO naming save_dir when there is none. */

@@ -27,3 +27,24 @@ void train_model_views(const train_model_t *m, const float *buf, tensor_t *out) 
         train_tensor_view(&out[i], t->name, t->rank, t->shape[0], t->shape[1], t->numel, buf + t->offset);
     }
 }
+
+void train_weighted_sums(const float *losses, const float *nlls, const float *w, int B, int T, double *loss_sum,
+                         double *nll_sum) {
+    double ls = 0, ns = 0;
+    for (int b = 0; b < B; b++) {
+        double l1 = 0, n1 = 0;
+        for (int t = 0; t < T; t++) l1 += losses[(size_t)b * T + t], n1 += nlls[(size_t)b * T + t];
+        ls += (double)w[b] * l1;
+        ns += (double)w[b] * n1;
+    }
+    *loss_sum = ls;
+    *nll_sum = ns;
+}
+
+void train_scale_sentence_rows(float *dlogits, const float *w, int B, int T, int V) {
+    for (int b = 0; b < B; b++) {
+        float wb = w[b];
+        float *d = dlogits + (size_t)b * T * V;
+        for (size_t i = 0; i < (size_t)T * V; i++) d[i] *= wb;
+    }
+}

@@ -154,11 +154,23 @@ struct train_family {
     int (*backward_stages)(const train_model_t *m);
     int (*tensor_stage)(const train_model_t *m, int i);
     void (*set_backward_hook)(void *ws, train_backward_hook_t hook, void *user);
+    /* Per-sentence loss weights (RL refinement, src/train/rl.h): w (B floats, the caller's
+     * sentence order; caller-owned, read by the next forward and its backward) or NULL (all 1).
+     * The forward's loss and nll sums become sum_b w[b] * (sentence b's sums) (ntokens unchanged),
+     * and the backward adds d(grad_scale * sum_b w[b] * loss_b)/dθ. Kept until set again. */
+    void (*set_sentence_weights)(void *ws, const float *w);
 };
 
 /* Views of buf (params, grads or an optimizer moment: n_params floats) as named tensors
  * (float32, the shapes of m->tensors), out[0..n_tensors), for checkpoints. */
 void train_model_views(const train_model_t *m, const float *buf, tensor_t *out);
+
+/* set_sentence_weights for a family whose loss rows are (B, T) row-major (row b·T + t):
+ * *loss_sum, *nll_sum = sum_b w[b] * sum_t losses/nlls[b·T + t]; train_scale_sentence_rows
+ * multiplies dlogits' rows of sentence b (T rows of V) by w[b]. */
+void train_weighted_sums(const float *losses, const float *nlls, const float *w, int B, int T, double *loss_sum,
+                         double *nll_sum);
+void train_scale_sentence_rows(float *dlogits, const float *w, int B, int T, int V);
 
 /* The registry (src/train/family.c): the family of that architecture, or NULL; the i-th family
  * (0, 1, ...; NULL past the last), the default first. */

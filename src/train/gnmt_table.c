@@ -76,6 +76,7 @@ typedef struct {
     train_backward_hook_t hook;
     void *hook_user;
     nn_rnn_lowp_t lowp;        /* bfloat16 compute (cfg.bf16) */
+    const float *sent_w;       /* (B) per-sentence loss weights, or NULL */
 } gn_ws_t;
 
 static gn_impl_t *impl_of(const train_model_t *m) { return m->impl; }
@@ -262,6 +263,40 @@ static int gn_describe(const train_model_t *m, int line, char *buf, size_t n) {
     return 1;
 }
 
+/* --init-from: the shape of the GNMT model in w over config (hidden, attention size, layers,
+ * sharing and tying; dropout, smoothing and initialization stay the run's). */
+static tern_status_t gn_config_from_model(void *config, const weights_t *w, const model_config_t *mc) {
+    (void)mc;
+    gnmt_train_config_t *c = config;
+    const char *file = weights_path(w);
+    const tensor_t *ee = weights_get(w, "encoder/embeddings/weight"), *de = weights_get(w, "decoder/embeddings/weight");
+    const tensor_t *q = weights_get(w, "decoder/attention/linear_query/weight");
+    const tensor_t *pw = weights_get(w, "decoder/projection/weight");
+    if (!ee || ee->rank != 2 || !q || q->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: not a GNMT model of Tern's layout (no encoder embedding or "
+                          "attention query)", file);
+    char name[96];
+    c->hidden = (int)ee->shape[1];
+    c->att = (int)q->shape[0];
+    c->enc_layers = c->dec_layers = 0;
+    for (;;) {
+        snprintf(name, sizeof name, "encoder/layer_%d/weight_ih", c->enc_layers);
+        if (!weights_get(w, name)) break;
+        c->enc_layers++;
+    }
+    for (;;) {
+        snprintf(name, sizeof name, "decoder/layer_%d/weight_ih", c->dec_layers);
+        if (!weights_get(w, name)) break;
+        c->dec_layers++;
+    }
+    if (c->enc_layers < 1 || c->dec_layers < 1 || c->enc_layers > GN_MAX_LAYERS || c->dec_layers > GN_MAX_LAYERS)
+        return tern_error(TERN_ERR_FORMAT, "%s: %d encoder and %d decoder LSTM layers (1..%d)", file, c->enc_layers,
+                          c->dec_layers, GN_MAX_LAYERS);
+    c->share_emb = !de || de->data == ee->data;
+    c->tie_proj = !pw || pw->data == (de ? de : ee)->data;
+    return TERN_OK;
+}
+
 static void gn_default_config(void *config) {
     *(gnmt_train_config_t *)config = (gnmt_train_config_t){
         .hidden = 512, .att = 0, .enc_layers = 4, .dec_layers = 4, .share_emb = -1, .tie_proj = 0,
@@ -412,6 +447,7 @@ static tern_status_t gn_forward(train_model_t *m, void *wsp, const int *src, con
     double ls = 0, nl = 0;
     int nt = nn_crossentropy_forward(ws->probs, ws->losses, ws->nlls, &ls, &nl, ws->logits, tgt_out, B * T,
                                      im->d.tgt_vocab, im->cfg.label_smoothing, im->pad_id);
+    if (ws->sent_w) train_weighted_sums(ws->losses, ws->nlls, ws->sent_w, B, T, &ls, &nl);
     loss->loss = ls;
     loss->nll = nl;
     loss->ntokens = nt;
@@ -476,6 +512,7 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     size_t BS = (size_t)B * S, BT = (size_t)B * T;
     float p = ws->train ? im->cfg.dropout : 0.0f;
     nn_crossentropy_backward(ws->probs, ws->probs, ws->tgt_out, (int)BT, V, im->cfg.label_smoothing, pad, grad_scale);
+    if (ws->sent_w) train_scale_sentence_rows(ws->probs, ws->sent_w, B, T, V);
     memset(ws->dtop, 0, BT * H * sizeof(float));
     if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
     nn_rnn_linear_backward(ws->dtop, im->g.proj_w, im->g.proj_b, ws->probs, ws->top, im->p.proj_w, (int)BT, H, V);
@@ -564,6 +601,8 @@ static const train_option_t GN_OPTIONS[] = {
 #undef F
 #undef NO2
 
+static void gn_set_weights(void *ws, const float *w) { ((gn_ws_t *)ws)->sent_w = w; }
+
 const train_family_t train_family_gnmt = {
     .architecture = GNMT_ARCHITECTURE,
     .spec_name = GNMT_SPEC_NAME,
@@ -574,6 +613,7 @@ const train_family_t train_family_gnmt = {
     .destroy = gn_destroy,
     .init_params = gn_init_params,
     .load = gn_load,
+    .config_from_model = gn_config_from_model,
     .params_changed = gn_params_changed,
     .config_values = gn_config_values,
     .scalars = gn_scalars,
@@ -587,4 +627,5 @@ const train_family_t train_family_gnmt = {
     .backward_stages = gn_backward_stages,
     .tensor_stage = gn_tensor_stage,
     .set_backward_hook = gn_set_hook,
+    .set_sentence_weights = gn_set_weights,
 };

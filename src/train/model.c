@@ -407,6 +407,7 @@ struct tmodel_ws {
     int *len_cnt, *run0, *dp_from;     /* (max_T + 2) scratch of group_batch */
     long long *dp_cost;                /* (max_T + 2) */
     uint64_t seed, step;
+    const float *sent_w;               /* (B) per-sentence loss weights, the caller's order, or NULL */
     tmodel_backward_hook_t hook;       /* backward progress (dist.h), or NULL */
     void *hook_user;
     lowp_ws_t *lowp;                   /* bfloat16 scratch (TPREC_BF16), else NULL */
@@ -979,6 +980,15 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->probs, ws->losses, ws->nlls, &ls, &ns, ws->probs, ws->tgt_out, Mt, Vt,
                                         c->label_smoothing, c->pad_id);
+    if (ws->sent_w) { /* the weighted sums: sentence b's rows are [sent_row[b], + sent_T[b]) */
+        ls = ns = 0;
+        for (int b = 0; b < B; b++) {
+            double l1 = 0, n1 = 0;
+            for (int r = ws->sent_row[b]; r < ws->sent_row[b] + ws->sent_T[b]; r++) l1 += ws->losses[r], n1 += ws->nlls[r];
+            ls += (double)ws->sent_w[b] * l1;
+            ns += (double)ws->sent_w[b] * n1;
+        }
+    }
     if (loss) {
         loss->loss = ls;
         loss->nll = ns;
@@ -1018,6 +1028,8 @@ void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, v
     ws->hook_user = user;
 }
 
+void tmodel_ws_set_sentence_weights(tmodel_ws_t *ws, const float *w) { ws->sent_w = w; }
+
 int tmodel_backward_stages(const tmodel_t *m) { return m->cfg.dec_layers + m->cfg.enc_layers + 4; }
 
 int tmodel_tensor_stage(const tmodel_t *m, int i) {
@@ -1046,6 +1058,11 @@ static void head_backward(tmodel_t *m, tmodel_ws_t *ws, const float *dec_last, f
     int C = c->d, Mt = ws->Mr, Vt = c->tgt_vocab;
     float *dlogits = ws->probs;
     nn_crossentropy_backward(dlogits, ws->probs, ws->tgt_out, Mt, Vt, c->label_smoothing, c->pad_id, grad_scale);
+    for (int b = 0; ws->sent_w && b < ws->B; b++) { /* per-sentence weights: scale the sentence's rows */
+        float wb = ws->sent_w[b];
+        float *d = dlogits + (size_t)ws->sent_row[b] * Vt;
+        for (size_t i = 0; i < (size_t)ws->sent_T[b] * Vt; i++) d[i] *= wb;
+    }
     float *gd = ws->g_res_d;
     memset(gd, 0, (size_t)Mt * C * sizeof(float));
     if (c->pre_norm) {

@@ -206,6 +206,9 @@ tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale);
  * tmodel_tensor_stage (a shared or tied embedding: the last stage). */
 typedef train_backward_hook_t tmodel_backward_hook_t;
 void tmodel_ws_set_backward_hook(tmodel_ws_t *ws, tmodel_backward_hook_t hook, void *user);
+/* Per-sentence loss weights of the following forward/backward passes (family.h's
+ * set_sentence_weights): w (B, the caller's order; caller-owned) or NULL (all 1). */
+void tmodel_ws_set_sentence_weights(tmodel_ws_t *ws, const float *w);
 int tmodel_backward_stages(const tmodel_t *m);
 int tmodel_tensor_stage(const tmodel_t *m, int i); /* of m->tensors[i] */
 

@@ -237,6 +237,8 @@ static void tf_set_hook(void *ws, train_backward_hook_t hook, void *user) {
     tmodel_ws_set_backward_hook(ws, hook, user);
 }
 
+static void tf_set_weights(void *ws, const float *w) { tmodel_ws_set_sentence_weights(ws, w); }
+
 const train_family_t train_family_transformer = {
     .architecture = "transformer",
     .spec_name = TRANSFORMER_SPEC_NAME,
@@ -262,4 +264,5 @@ const train_family_t train_family_transformer = {
     .backward_stages = tf_backward_stages,
     .tensor_stage = tf_tensor_stage,
     .set_backward_hook = tf_set_hook,
+    .set_sentence_weights = tf_set_weights,
 };

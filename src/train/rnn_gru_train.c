@@ -65,6 +65,7 @@ typedef struct {
     int B, S, T, train;
     uint64_t seed, step;
     nn_rnn_lowp_t lowp; /* bfloat16 compute (c.bf16) */
+    const float *sent_w; /* (B) per-sentence loss weights, or NULL */
 } gru_ws_t;
 
 static gru_impl_t *impl(const train_model_t *m) { return m->impl; }
@@ -229,6 +230,31 @@ static int gru_describe(const train_model_t *m, int line, char *buf, size_t n) {
     return 1;
 }
 
+/* --init-from: the shape of the attention-GRU model in w over config (widths, attention and output
+ * sizes, layer norm, sharing and tying; dropout, smoothing and initialization stay the run's). */
+static tern_status_t gru_config_from_model(void *config, const weights_t *w, const model_config_t *mc) {
+    (void)mc;
+    rnn_gru_config_t *c = config;
+    const char *file = weights_path(w);
+    const tensor_t *ee = weights_get(w, "encoder/embeddings/weight"), *de = weights_get(w, "decoder/embeddings/weight");
+    const tensor_t *whh = weights_get(w, "encoder/forward/w_hh"), *init = weights_get(w, "decoder/init/weight");
+    const tensor_t *q = weights_get(w, "decoder/attention/query/weight");
+    const tensor_t *os = weights_get(w, "decoder/output/state/weight"), *pw = weights_get(w, "decoder/projection/weight");
+    if (!ee || ee->rank != 2 || !whh || whh->rank != 2 || !init || init->rank != 2 || !q || q->rank != 2 || !os ||
+        os->rank != 2)
+        return tern_error(TERN_ERR_FORMAT, "%s: not an attention-GRU model of Tern's layout (no encoder embedding, "
+                          "encoder GRU, decoder init, attention query or deep output)", file);
+    c->emb = (int)ee->shape[1];
+    c->enc_hidden = (int)whh->shape[1];
+    c->dec_hidden = (int)init->shape[0];
+    c->att = (int)q->shape[0];
+    c->out = (int)os->shape[0];
+    c->layer_norm = weights_get(w, "encoder/forward/ln_ih/gain") != NULL;
+    c->share_emb = !de || de->data == ee->data;
+    c->tie_proj = !pw || pw->data == (de ? de : ee)->data;
+    return TERN_OK;
+}
+
 static void gru_default_config(void *config) { rnn_gru_default_config(config); }
 
 static void gru_ws_free(void *p) {
@@ -351,6 +377,7 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->acts.logits, ws->losses, ws->nlls, &ls, &ns, ws->acts.logits, tgt_out,
                                         B * T, d.V, g->c.label_smoothing, pad);
+    if (ws->sent_w) train_weighted_sums(ws->losses, ws->nlls, ws->sent_w, B, T, &ls, &ns);
     if (loss) {
         loss->loss = ls;
         loss->nll = ns;
@@ -371,6 +398,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     views(g, m->grads, &def, &deb, &dw, G);
     float *dlogits = ws->acts.logits; /* the probabilities, overwritten by their gradient */
     nn_crossentropy_backward(dlogits, ws->acts.logits, ws->tgt_out, B * T, d.V, g->c.label_smoothing, pad, grad_scale);
+    if (ws->sent_w) train_scale_sentence_rows(dlogits, ws->sent_w, B, T, d.V);
     if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
     memset(ws->dxt, 0, sizeof(float) * (size_t)B * T * E);
     memset(ws->ds0, 0, sizeof(float) * (size_t)B * d.H);
@@ -447,6 +475,8 @@ static const train_option_t GRU_OPTIONS[] = {
 #undef F
 #undef NO2
 
+static void gru_set_weights(void *ws, const float *w) { ((gru_ws_t *)ws)->sent_w = w; }
+
 const train_family_t train_family_rnn_gru = {
     .architecture = RNN_GRU_ARCHITECTURE,
     .spec_name = RNN_GRU_SPEC_NAME,
@@ -457,6 +487,7 @@ const train_family_t train_family_rnn_gru = {
     .destroy = gru_destroy,
     .init_params = gru_init_params,
     .load = gru_load,
+    .config_from_model = gru_config_from_model,
     .params_changed = gru_params_changed,
     .config_values = gru_config_values,
     .scalars = gru_scalars,
@@ -470,4 +501,5 @@ const train_family_t train_family_rnn_gru = {
     .backward_stages = gru_backward_stages,
     .tensor_stage = gru_tensor_stage,
     .set_backward_hook = gru_set_hook,
+    .set_sentence_weights = gru_set_weights,
 };

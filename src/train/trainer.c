@@ -30,6 +30,9 @@
 #include <unistd.h>
 
 #include "batch/translator.h"
+#include "nn/layers.h"
+#include "search/sample.h"
+#include "train/rl.h"
 #include "kernels/kernels.h"
 #include "model/model_dir.h"
 #include "text/score.h"
@@ -60,6 +63,9 @@ trainer_options_t trainer_default_options(void) {
     o.progress = -1;
     o.bucket_mb = 2.0;
     o.comm_overlap = 1;
+    o.rl_alpha = 0.017f;
+    o.rl_samples = 15;
+    o.rl_temperature = 1.0f;
     return o;
 }
 
@@ -119,6 +125,14 @@ typedef struct {
     char *vsrc_buf, *vref_buf;
     char **vsrc, **vref;
     int n_bleu;
+
+    /* RL refinement (rl.h) */
+    rl_caps_t rl_caps;       /* the workspace's capacities */
+    int64_t upd_nsrc;        /* sources of the current update (all ranks) */
+    double rl_reward_sum;    /* since the last log line of this run */
+    long rl_n;
+    double rl_sample_time;
+    char rl_dir[4096];       /* the sampler's model directory (this rank's) */
 } trainer_t;
 
 static double elapsed(const trainer_t *t) { return t->elapsed0 + (time_now() - t->t_start); }
@@ -570,6 +584,126 @@ static tern_status_t run_validation(trainer_t *t, const char *model_dir, int *st
     return TERN_OK;
 }
 
+/* ------------------------------------------------------------ RL refinement (rl.h) */
+
+typedef struct {
+    tern_model_t *model;
+    tern_translator_t *tr;
+} rl_sampler_t;
+
+/* The sampler of this update: the current parameters written as a model directory
+ * (SAVE_DIR/rl-sampler[-RANK]: weights, config, vocabularies), loaded by the inference engine with
+ * random sampling of M translations per source (beam 1, no dropout), the seed a function of
+ * (--seed, the update count) so that a resumed run draws the same samples. */
+static tern_status_t rl_sampler_open(trainer_t *t, rl_sampler_t *rs) {
+    const trainer_options_t *o = t->o;
+    double t0 = time_now();
+    if (!t->rl_dir[0]) {
+        char name[64];
+        if (t->world > 1) snprintf(name, sizeof name, "rl-sampler-%d", t->rank);
+        else snprintf(name, sizeof name, "rl-sampler");
+        path_join(t->rl_dir, sizeof t->rl_dir, o->save_dir, name);
+    }
+    ckpt_contents_t c = {0};
+    c.params = t->pv;
+    c.n_params = t->m.n_tensors;
+    c.alias_names = t->m.alias_names;
+    c.alias_targets = t->m.alias_targets;
+    c.n_aliases = t->m.n_aliases;
+    c.n_scalars = t->fam->scalars(&t->m, &c.scalars);
+    c.spec_name = t->fam->spec_name;
+    if (strcmp(t->fam->architecture, TRAIN_DEFAULT_ARCHITECTURE)) c.architecture = t->fam->architecture;
+    c.vocab = &t->vocab;
+    c.layer_norm_epsilon = t->m.layer_norm_epsilon;
+    tern_status_t st = ckpt_write_model(t->rl_dir, &c);
+    if (st) return tern_error_prefix(st, "RL sampler: ");
+    tern_model_options_t mo = tern_model_default_options();
+    mo.compute_type = TERN_COMPUTE_FLOAT32;
+    if ((st = tern_model_load(&rs->model, t->rl_dir, &mo))) return tern_error_prefix(st, "RL sampler: ");
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = 1;
+    sp.num_hypotheses = 1;
+    sp.sampling_topk = o->rl_topk;
+    sp.sampling_temperature = o->rl_temperature;
+    sp.num_samples = o->rl_samples;
+    sp.seed = rng_mix64(o->seed ^ rng_mix64((uint64_t)t->updates + 0x5eed));
+    sp.max_decoding_length = t->rl_caps.max_T - 1; /* the workspace's target positions, with EOS */
+    tern_translator_options_t to = tern_translator_default_options();
+    to.search = &sp;
+    to.workers = 1;
+    to.threads_per_worker = t->threads;
+    if ((st = tern_translator_create(&rs->tr, rs->model, &to))) {
+        tern_model_free(rs->model);
+        rs->model = NULL;
+        return tern_error_prefix(st, "RL sampler: ");
+    }
+    t->rl_sample_time += time_now() - t0;
+    return TERN_OK;
+}
+
+static void rl_sampler_close(trainer_t *t, rl_sampler_t *rs) {
+    if (!rs->model) return;
+    tern_translator_free(rs->tr);
+    tern_model_free(rs->model);
+    rs->tr = NULL;
+    rs->model = NULL;
+    kernels_set_num_threads(t->threads);
+}
+
+/* The REINFORCE part of micro-batch s (the update's batch number gidx): M samples per source from
+ * the sampler (keys: the batch number and the sentence, so a draw never depends on the rank or
+ * the thread count), then rl_samples_backward with scale 1 / (M · sources of the update). */
+static tern_status_t rl_step(trainer_t *t, rl_sampler_t *rs, const slot_t *s, int gidx) {
+    const trainer_options_t *o = t->o;
+    int B = s->B, S = s->S, M = o->rl_samples, pad = t->vocab.pad_id;
+    tern_status_t st = TERN_OK;
+    int **ids = malloc((size_t)B * sizeof *ids), *len = malloc((size_t)B * sizeof *len);
+    uint64_t *keys = malloc((size_t)B * sizeof *keys);
+    search_result_t *res = calloc((size_t)B, sizeof *res);
+    const int **samp = malloc((size_t)B * M * sizeof *samp);
+    int *slen = malloc((size_t)B * M * sizeof *slen);
+    if (!ids || !len || !keys || !res || !samp || !slen) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int b = 0; b < B; b++) {
+        ids[b] = (int *)s->src + (size_t)b * S; /* read only */
+        int L = 0;
+        while (L < S && ids[b][L] != pad) L++;
+        len[b] = L;
+        keys[b] = sample_key(((uint64_t)gidx << 20) | (uint64_t)b, 0);
+    }
+    double t0 = time_now();
+    translator_call_t call;
+    if ((st = translator_call_init(rs->tr, NULL, &call))) goto done;
+    rs->tr->call = &call;
+    st = translator_translate_ids_sd(rs->tr, ids, len, NULL, keys, B, res);
+    rs->tr->call = NULL;
+    kernels_set_num_threads(t->threads);
+    t->rl_sample_time += time_now() - t0;
+    if (st) goto done;
+    for (int b = 0; b < B; b++) {
+        if (res[b].n != M) {
+            st = tern_error(TERN_ERR_INTERNAL, "RL sampler: %d samples for a source, expected %d", res[b].n, M);
+            goto done;
+        }
+        for (int j = 0; j < M; j++) {
+            samp[(size_t)b * M + j] = res[b].hyps[j].tokens;
+            slen[(size_t)b * M + j] = res[b].hyps[j].length;
+        }
+    }
+    rl_stats_t rst = {0};
+    st = rl_samples_backward(t->fam, &t->m, t->ws, &t->rl_caps, &(rl_tokens_t){pad, t->vocab.tgt_start, t->vocab.tgt_eos},
+                             s->src, B, S, s->tout, s->T, M, samp, slen, 1.0f / ((float)M * (float)t->upd_nsrc), NULL,
+                             &rst);
+    t->rl_reward_sum += rst.reward_sum;
+    t->rl_n += rst.samples;
+done:
+    for (int b = 0; res && b < B; b++) search_result_free(&res[b]);
+    free(ids), free(len), free(keys), free(res), free(samp), free(slen);
+    return st;
+}
+
 /* ------------------------------------------------------------ one update */
 
 static void copy_batch(slot_t *s, const data_batch_t *b) {
@@ -639,18 +773,26 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     double loss = 0, nll = 0;
     memset(t->m.grads, 0, t->m.n_params * sizeof(float));
     tern_status_t st;
+    rl_sampler_t rs = {0};
+    if (o->rl_gleu && (st = rl_sampler_open(t, &rs))) return tern_error_prefix(st, "update %ld: ", t->updates + 1);
     for (int j = 0; j < nslots; j++) {
         const slot_t *s = &t->slots[j];
         train_loss_t L;
-        if (t->dg && j == nslots - 1) dist_grads_arm(t->dg);
+        /* (RL: the samples' backward passes follow, so the buckets start after them, in finish) */
+        if (t->dg && j == nslots - 1 && !o->rl_gleu) dist_grads_arm(t->dg);
+        /* RL: the samples of the current parameters first (rl_step), then the references' pass */
         /* dropout keyed by the global micro-batch index, as in a single process */
         if ((st = t->fam->forward(&t->m, t->ws, s->src, s->tin, s->tout, s->B, s->S, s->T, 1, o->seed,
                                   t->micro + (uint64_t)(first + j), &L)) ||
-            (st = t->fam->backward(&t->m, t->ws, scale)))
+            (st = t->fam->backward(&t->m, t->ws, o->rl_gleu ? o->rl_alpha * scale : scale)) ||
+            (o->rl_gleu && (st = rl_step(t, &rs, s, first + j)))) {
+            rl_sampler_close(t, &rs);
             return tern_error_prefix(st, "update %ld: ", t->updates + 1);
+        }
         loss += L.loss;
         nll += L.nll;
     }
+    rl_sampler_close(t, &rs);
     t->micro += (uint64_t)n;
     if (t->dg) {
         dist_grads_finish(t->dg);
@@ -696,6 +838,11 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
              "elapsed %s", (long long)t->cur_epoch + 1, t->updates, al, an, exp(an), lr_at(&o->sched, t->updates),
              t->acc_gnorm / t->acc_n, t->acc_time > 0 ? (double)t->acc_tok / t->acc_time : 0.0, el);
         if (t->tcurve) fflush(t->tcurve);
+        if (o->rl_gleu && t->rl_n > 0)
+            tlog(t, "rl    | update %ld | mean GLEU reward %.4f over %ld samples | sampling %.1f s", t->updates,
+                 t->rl_reward_sum / (double)t->rl_n, t->rl_n, t->rl_sample_time);
+        t->rl_reward_sum = t->rl_sample_time = 0;
+        t->rl_n = 0;
         t->acc_loss = t->acc_nll = t->acc_gnorm = t->acc_time = 0;
         t->acc_tok = 0;
         t->acc_n = 0;
@@ -838,6 +985,9 @@ static tern_status_t setup_model(trainer_t *t) {
         free(defaults);
         return st;
     }
+    if (!st && o->rl_gleu && from_model) /* RL: O_ML is the plain log-likelihood (no label smoothing) */
+        for (const train_option_t *op = t->fam->options; op && op->name; op++)
+            if (!strcmp(op->name, "label-smoothing") && op->kind == TRAIN_OPT_FLOAT) *(float *)((char *)from_model + op->field) = 0.0f;
     st = t->fam->create(&t->m, from_model ? from_model : config, &dd);
     free(defaults);
     free(from_model);
@@ -854,6 +1004,10 @@ static tern_status_t setup_model(trainer_t *t) {
         mS = TERN_MAX(mS, vS), mT = TERN_MAX(mT, vT), ms = TERN_MAX(ms, vs), mt = TERN_MAX(mt, vt);
     }
     if ((st = t->fam->ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
+    t->rl_caps = (rl_caps_t){ms, mt, mS, mT};
+    if (o->rl_gleu && !t->fam->set_sentence_weights)
+        return tern_error(TERN_ERR_UNSUPPORTED, "--rl-gleu: the %s family has no per-sentence loss weights",
+                          t->fam->architecture);
     if (t->world > 1 && (st = dist_grads_new(&t->dg, &t->m, t->ws, o->bucket_mb, o->comm_overlap))) return st;
     if ((st = adam_init(&t->adam, t->m.n_params, &o->adam))) return st;
     t->adam_ok = 1;
@@ -896,6 +1050,18 @@ static tern_status_t load_bleu_lines(trainer_t *t) {
 }
 
 static tern_status_t check_options(const trainer_options_t *o) {
+    if (o->rl_gleu) {
+        if (!o->init_from)
+            return tern_error(TERN_ERR_INVALID_ARG, "--rl-gleu refines a trained model: give it with --init-from MODEL_DIR");
+        if (!o->train_tgt)
+            return tern_error(TERN_ERR_INVALID_ARG, "--rl-gleu needs target references (--train-tgt) for its GLEU reward");
+        if (o->rl_samples < 2 || o->rl_samples > 1024)
+            return tern_error(TERN_ERR_INVALID_ARG, "--rl-samples must be in 2..1024 (the baseline is their mean), got %d",
+                              o->rl_samples);
+        if (!(o->rl_alpha >= 0.0f)) return tern_error(TERN_ERR_INVALID_ARG, "--rl-alpha must be >= 0");
+        if (!(o->rl_temperature > 0.0f)) return tern_error(TERN_ERR_INVALID_ARG, "--rl-temperature must be > 0");
+        if (o->rl_topk < 0) return tern_error(TERN_ERR_INVALID_ARG, "--rl-topk must be >= 0");
+    }
     if (!o->save_dir) return tern_error(TERN_ERR_INVALID_ARG, "no save directory");
     if (o->n_train > 0) {
         for (int k = 0; k < o->n_train; k++)
@@ -961,7 +1127,7 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
          * this rank trains on [rank·k, (rank+1)·k) of them */
         t->cur_epoch = data_iter_state(t->train_it).epoch;
         int n = 0, ended = 0, mine = 0, k = o->update_freq, first = t->rank * k;
-        int64_t ntok = 0;
+        int64_t ntok = 0, nsrc = 0;
         while (n < k * t->world) {
             const data_batch_t *b;
             if ((st = data_iter_next(t->train_it, &b))) return st;
@@ -971,16 +1137,19 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
                 break;
             }
             ntok += b->n_tgt_tokens;
+            nsrc += b->B;
             if (n >= first && n < first + k) copy_batch(&t->slots[mine++], b);
             n++;
         }
+        t->upd_nsrc = nsrc;
         if (n > 0 && (st = do_update(t, mine, first, n, ntok))) return st;
         int stop = 0;
         if (ended) {
             /* epoch end: checkpoint, validation, BLEU of that checkpoint, the checkpoint again with
              * the validation's outcome */
             tlog(t, "end of epoch %lld (update %ld)", (long long)t->cur_epoch + 1, t->updates);
-            int with_bleu = t->valid_it && t->n_bleu > 0;
+            int with_bleu = t->valid_it && t->n_bleu > 0 &&
+                            !(o->rl_gleu && t->validated_at == t->updates); /* RL: scored at this update already */
             if (with_bleu && (st = save_checkpoint(t))) return st;
             if (t->valid_it && (st = run_validation(t, with_bleu ? t->last_ckpt : NULL, &stop))) return st;
             if ((st = save_checkpoint(t))) return st;
@@ -989,8 +1158,10 @@ static tern_status_t train_loop(trainer_t *t, trainer_result_t *r) {
         }
         if (n > 0 && o->valid_interval_updates > 0 && t->updates % o->valid_interval_updates == 0 &&
             t->validated_at != t->updates && t->valid_it) {
-            int s2;
-            if ((st = run_validation(t, NULL, &s2))) return st;
+            int s2, rl_bleu = o->rl_gleu && t->n_bleu > 0; /* RL: BLEU decides, at every validation */
+            if (rl_bleu && (st = save_checkpoint(t))) return st;
+            if ((st = run_validation(t, rl_bleu ? t->last_ckpt : NULL, &s2))) return st;
+            if (rl_bleu && (st = save_checkpoint(t))) return st; /* again, with the validation's outcome */
             stop = stop || s2;
         }
         flags = agreed_flags(t, stop);

@@ -116,6 +116,17 @@ typedef struct {
     int quiet;                  /* 1: log lines only to train.log, not stderr */
     volatile sig_atomic_t *stop; /* set (by a signal handler) to stop after the current update,
                                    with a checkpoint; may be NULL */
+
+    /* ---- RL refinement with the GLEU reward (src/train/rl.h; GNMT §5): needs init_from */
+    int rl_gleu;                /* 1: each update maximizes α·O_ML + O_RL: per source, rl_samples
+                                   translations sampled from the current parameters (no dropout),
+                                   rewarded with sentence GLEU against the reference, the sample
+                                   mean as baseline; label smoothing off (O_ML: plain likelihood);
+                                   interval validations (valid_interval_updates) also score BLEU */
+    float rl_alpha;             /* α (0.017, the paper's) */
+    int rl_samples;             /* M samples per source, >= 2 (15) */
+    float rl_temperature;       /* sampling temperature (1) */
+    int rl_topk;                /* sample among the K most probable tokens (0: all, the default) */
 } trainer_options_t;
 
 /* fairseq-like defaults: seed 1, max_tokens 4096, shuffle, Adam (0.9, 0.98, 1e-8), inverse_sqrt
