@@ -96,9 +96,24 @@ def test_shipped_model_in_ctranslate2(tmp_path, flickr_pieces, beam):
     got = [" ".join(r.hypotheses[0]) for r in res]
     same = sum(g == w for g, w in zip(got, want.split("\n")[:-1]))
     print(f"\nmodels/en-de exported, beam {beam}: ctranslate2 identical to Tern on {same}/{N} lines")
-    # greedy: the same argmax at every step; beam 4: the peer bar of tests/test_translate_peer.py (the
-    # two beam searches differ in which candidates they keep, not in the model's scores)
-    assert same >= (0.995 if beam == 1 else 0.97) * N
+    # greedy: the same argmax at every step but at near-ties of the int8 model (as in
+    # tests/test_translate_peer.py: a flipped activation quantization step moves a log-prob by up to
+    # ~0.16, so two tokens closer than 0.2 under CTranslate2's scores can swap; a line that differs
+    # further apart fails); beam 4: the peer bar of tests/test_translate_peer.py (the two beam searches
+    # differ in which candidates they keep, not in the model's scores)
+    assert same >= 0.97 * N
+    if beam == 1:
+        gaps = []
+        for src, g, w in zip(flickr_pieces, got, want.split("\n")[:-1]):
+            if g == w:
+                continue
+            g, w = g.split(), w.split()
+            k = next((i for i in range(min(len(g), len(w))) if g[i] != w[i]), min(len(g), len(w)))
+            lp = [ct2.score_batch([src], [g[:k] + [t]])[0].log_probs[k] for t in
+                  (g[k] if k < len(g) else "</s>", w[k] if k < len(w) else "</s>")]
+            gaps.append(lp[0] - lp[1])
+        print(f"greedy mismatches: CTranslate2's token better by {[round(x, 4) for x in gaps]}")
+        assert all(abs(x) <= 0.2 for x in gaps), gaps
     if beam == 4:
         # force decoding of Tern's outputs: CTranslate2's token log-probs on the export equal Tern's
         hyps = [w.split() for w in want.split("\n")[:-1]]

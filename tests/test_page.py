@@ -15,6 +15,7 @@ control in order; the shortcuts work). TERN_SCREENSHOT=1 rewrites docs/img/page-
 docs/img/page-phone.png.
 """
 import json
+import math
 import os
 import shutil
 import sys
@@ -342,8 +343,8 @@ def open_page_single(drv, server):
 
 
 def test_confidence_display(server, browser):
-    """No server answer carries a confidence yet: the renderer and the response reader are called with
-    fixtures of the two shapes the page understands."""
+    """The renderer and the response reader on fixtures of the shapes the page understands; the
+    server's own answer in test_confidence_from_server."""
     open_page(browser, server)
     fixture = {"translatedText": "Ein Hund rennt. Eine Frau singt.\nKinder.",
                "quality": [{"text": "Ein Hund rennt.", "score": 0.91}, {"text": "Eine Frau singt.", "score": 0.62},
@@ -358,10 +359,12 @@ def test_confidence_display(server, browser):
     assert output(browser) == ("Ein Hund rennt. (confidence 91 %) Eine Frau singt. (confidence 62 %)\n"
                                "Kinder. (confidence 20 %)")
     assert "confidence of the model" in browser.find_element(By.ID, "legend").text
-    v1 = {"translations": [{"hypotheses": ["Ein Hund rennt."], "quality": 0.5},
-                           {"hypotheses": ["Kinder."], "quality": {"score": 0.85}}]}
-    assert browser.execute_script("return qualityOf(arguments[0])", v1) == [
-        {"text": "Ein Hund rennt.", "score": 0.5}, {"text": "Kinder.", "score": 0.85}]
+    # /v1/translate's quality is a mean token log-probability: shown as its exponential
+    v1 = {"translations": [{"hypotheses": ["Ein Hund rennt."], "quality": math.log(0.5)},
+                           {"hypotheses": ["Kinder."], "quality": {"score": math.log(0.85), "words": []}}]}
+    got = browser.execute_script("return qualityOf(arguments[0])", v1)
+    assert [g["text"] for g in got] == ["Ein Hund rennt.", "Kinder."]
+    assert [g["score"] for g in got] == pytest.approx([0.5, 0.85], abs=1e-12)
     assert browser.execute_script("return qualityOf(arguments[0])", {"translatedText": "x"}) is None
     # without a confidence the output is plain text and the legend is gone
     browser.execute_script("showOutput('Ein Hund.', null)")
@@ -369,9 +372,32 @@ def test_confidence_display(server, browser):
     assert not browser.find_element(By.ID, "legend").is_displayed()
     # the page offers the option only when the server's /openapi.json has "quality" in /v1/translate
     _, api, _ = server.json("GET", "/openapi.json")
-    has = "quality" in json.dumps(api["paths"]["/v1/translate"])
+    ref = api["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    has = "quality" in api["components"]["schemas"][ref.split("/")[-1]]["properties"]
     browser.find_element(By.ID, "more-summary").click()
     assert browser.find_element(By.ID, "quality-box").is_displayed() == has
+
+
+def test_confidence_from_server(server, browser):
+    """"confidence per sentence": the page sends each sentence as an item of /v1/translate with
+    "quality": true, and each underlined sentence carries exp(its quality score) as the server gives
+    it for that sentence alone."""
+    wait = open_page(browser, server)
+    browser.find_element(By.ID, "more-summary").click()
+    browser.find_element(By.ID, "quality").click()
+    sents = ["A man is riding a bicycle.", "Two dogs play in the snow."]
+    type_text(browser, " ".join(sents))
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#output .sent")) == 2)
+    settle(browser, wait)
+    st, j, _ = server.json("POST", "/v1/translate", {"q": sents, "quality": True, "source": "en", "target": "de"})
+    assert st == 200, j
+    spans = browser.find_elements(By.CSS_SELECTOR, "#output .sent")
+    for span, t in zip(spans, j["translations"]):
+        assert span.text.startswith(t["hypotheses"][0])
+        assert float(span.get_attribute("data-score")) == pytest.approx(math.exp(t["quality"]["score"]), abs=1e-9)
+        pct = round(math.exp(t["quality"]["score"]) * 100)
+        assert span.get_attribute("title") == f"confidence {pct} %"
+    assert output(browser).startswith(j["translations"][0]["hypotheses"][0])
 
 
 def test_nbest_scores(server, browser):

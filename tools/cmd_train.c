@@ -615,7 +615,8 @@ static const char *options_error(trainer_options_t *o, int argc) {
     if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
     if (optind < argc) return "unexpected argument (every input is given by an option)";
     if (o->rl_gleu && !o->init_from) return "--rl-gleu refines a trained model: give it with --init-from MODEL_DIR";
-    if (o->rl_gleu && !o->train_tgt) return "--rl-gleu needs target references for its GLEU reward: --train-tgt FILE";
+    if (o->rl_gleu && !o->train_tgt && o->n_train == 0)
+        return "--rl-gleu needs target references for its GLEU reward: --train-tgt FILE (or --train SRC,TGT)";
     if (!o->save_dir) return "--save-dir is required";
     if (o->n_train > 0 && (o->train_src || o->train_tgt))
         return "give the training text either as --train-src/--train-tgt or as --train SRC,TGT[:W], not both";
