@@ -270,3 +270,41 @@ def test_pip_wheel_builds(tmp_path):
         assert f in names, (f, names)
     assert os.path.basename(wheels[0]).startswith(f"tern_nmt-{version}-"), wheels
     assert any(n.startswith("tern/_tern.") and n.endswith(".so") for n in names)
+
+
+def ct2_keywords(fn):
+    """The parameter names of a ctranslate2 method: its Python signature (the extensions written in
+    Python), else its pybind11 signature line(s)."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]  # the first is the translator
+        return {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    except (TypeError, ValueError):
+        pass
+    names = set()
+    for line in (fn.__doc__ or "").split("\n"):
+        m = re.match(r"^(?:\d+\. )?\w+\((.*)\)( -> .*)?$", line)
+        if m:
+            names |= {n for n in re.findall(r"(?:^|, )\*?(\w+):", m.group(1)) if n != "self"}
+    return names
+
+
+def test_every_ctranslate2_argument(tern):
+    """Issue 31 point 6: every argument ctranslate2.Translator's constructor and methods take is a
+    parameter of tern.Translator's (named alike), and every attribute it has, tern has."""
+    import inspect
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    methods = ["__init__", "translate_batch", "score_batch", "translate_file", "score_file", "translate_iterable",
+               "score_iterable", "generate_tokens", "unload_model", "load_model"]
+    missing = {}
+    for name in methods:
+        want = ct2_keywords(getattr(ctranslate2.Translator, name))
+        assert want or name in ("unload_model", "load_model"), f"no signature read for ctranslate2 {name}"
+        have = set(inspect.signature(getattr(tern.Translator, name)).parameters) - {"self"}
+        if want - have:
+            missing[name] = sorted(want - have)
+    assert not missing, f"ctranslate2 {ctranslate2.__version__} arguments tern.Translator lacks: {missing}"
+    attrs = [a for a in dir(ctranslate2.Translator) if not a.startswith("_")]
+    assert [a for a in attrs if not hasattr(tern.Translator, a)] == []
+    print(f"\nctranslate2 {ctranslate2.__version__}: {sum(len(ct2_keywords(getattr(ctranslate2.Translator, m))) for m in methods)}"
+          f" arguments over {len(methods)} methods, {len(attrs)} attributes: all in tern.Translator")
