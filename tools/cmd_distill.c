@@ -636,14 +636,14 @@ int cmd_distill(int argc, char **argv) {
     int lrc = cli_models_load(C, &models, &mo, &model);
     if (lrc) return lrc;
     o = search_params_over(&o, set, tern_model_search_params(model, NULL));
-    if (tern_search_params_check(&o)) {
-        fprintf(stderr, "tern distill: %s\n", tern_last_error());
-        tern_model_free(model);
-        return 2;
-    }
     if (o.num_hypotheses > o.beam_size) {
         fprintf(stderr, "tern distill: --num-hypotheses (%d) cannot exceed the beam size (%d%s)\n", o.num_hypotheses,
                 o.beam_size, set & SP_BEAM ? "" : ", the model's default: see tern info");
+        tern_model_free(model);
+        return 2;
+    }
+    if (tern_search_params_check(&o)) {
+        fprintf(stderr, "tern distill: %s\n", tern_last_error());
         tern_model_free(model);
         return 2;
     }
