@@ -247,6 +247,9 @@ def test_bad_inputs(corpus, tmp_path):
         (["-b", "abc"], "--beam-size expects an integer"),
         (["--length-penalty", "-1"], "--length-penalty expects a number"),
         (["--ensemble-weights", "1,-2"], "--ensemble-weights expects positive numbers"),
+        (["--ensemble-weights", "0"], "--ensemble-weights expects positive numbers"),
+        (["--ensemble-weights", "1,x"], "--ensemble-weights expects positive numbers"),
+        (["-m", MODEL, "--ensemble-weights", "1"], "--ensemble-weights gives 1 weights for 2 models"),
         (["--extra-file"], "unrecognized option"),
     ]:
         r = run(["distill", "-m", MODEL, "--src", src, "-o", str(tmp_path / "o"), *args])
