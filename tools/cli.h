@@ -28,6 +28,7 @@ int cmd_vmap(int argc, char **argv);
 int cmd_mbr(int argc, char **argv);
 int cmd_lmbr_tune(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_distill(int argc, char **argv);
 
 /* Strict parsing of an option's value in [lo, hi]; prints "tern CMD: OPT expects ..." and
  * returns 0 on a bad value. */

@@ -25,6 +25,7 @@ static const command_t commands[] = {
     {"average", cmd_average, "average the parameters of checkpoints into a model directory"},
     {"shrink", cmd_shrink, "unfold a GRU ensemble into one model and shrink it data-free"},
     {"train", cmd_train, "train a Transformer translation model on parallel text"},
+    {"distill", cmd_distill, "sequence-level distillation: a teacher translates a corpus into a training corpus"},
     {"vmap", cmd_vmap, "build a vocabulary map (target vocabulary reduction) from a parallel corpus"},
     {"serve", cmd_serve, "HTTP translation server (LibreTranslate API, batching across requests)"},
     {"cpu", cmd_cpu, "the instruction sets Tern uses on this CPU (and the caps it can run)"},
