@@ -15,6 +15,12 @@ load of a shared machine falls on both modes alike; the ratio is of the summed r
   nice python3 bench/bench_serve.py --seconds 60 --rounds 4 --clients 64 \\
       --data ../shared/data/multi30k/test_2016_flickr.en --modes cross alone
 
+A soak (issue 31: 10 minutes at 64 clients with flat resident memory): --mix sends every kind of
+request the server takes (text, HTML with inline tags, source "auto", quality, /v1 n-best with scores,
+/detect), checks each answer's shape, and reports the server's resident memory per tenth of the run:
+
+  nice python3 bench/bench_serve.py --mix --seconds 600 --clients 64 --modes cross --warmup 10
+
 A 503 (queue full) is counted apart: it is the server refusing on purpose, not a failure.
 """
 import argparse
@@ -91,17 +97,49 @@ async def http_post(reader, writer, path, body):
     return status, data
 
 
-async def client(port, lines, stop_at, stats, rng):
+MIX_KINDS = ("text", "html", "auto", "quality", "v1", "detect")
+
+
+def mixed_request(kind, q, rng):
+    """--mix: one request of the given kind for the lines q; returns (path, body, check), check(answer)
+    True when the answer has the request's shape (one item per line)."""
+    n = len(q)
+    if kind == "html":
+        def tag(line):  # a word of the sentence in an inline tag, the whole in a block
+            w = line.split(" ")
+            k = rng.randrange(len(w))
+            w[k] = f"<b>{w[k]}</b>"
+            return "<p>" + " ".join(w) + "</p>"
+        return "/translate", {"q": [tag(x) for x in q], "source": "en", "target": "de", "format": "html"}, \
+            lambda j: len(j["translatedText"]) == n and all(t.startswith("<p>") for t in j["translatedText"])
+    if kind == "auto":
+        return "/translate", {"q": q, "source": "auto", "target": "de"}, \
+            lambda j: len(j["translatedText"]) == n and len(j["detectedLanguage"]) == n
+    if kind == "quality":
+        return "/translate", {"q": q, "source": "en", "target": "de", "quality": True}, \
+            lambda j: len(j["translatedText"]) == n and len(j["quality"]) == n
+    if kind == "v1":
+        return "/v1/translate", {"q": q, "source": "en", "target": "de", "beam_size": 2, "num_hypotheses": 2,
+                                 "return_scores": True, "quality": True}, \
+            lambda j: len(j["translations"]) == n and all(len(t["hypotheses"]) == 2 for t in j["translations"])
+    if kind == "detect":
+        return "/detect", {"q": " ".join(q)}, lambda j: isinstance(j, list) and j and j[0]["language"] == "en"
+    return "/translate", {"q": q, "source": "en", "target": "de"}, lambda j: len(j["translatedText"]) == n
+
+
+async def client(port, lines, stop_at, stats, rng, mix=False):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.monotonic() < stop_at:
             n = rng.randint(1, 10)
             i = rng.randrange(0, len(lines) - n)
             q = lines[i:i + n]
-            body = json.dumps({"q": q, "source": "en", "target": "de"}).encode()
+            kind = rng.choice(MIX_KINDS) if mix else "text"
+            path, req, check = mixed_request(kind, q, rng)
+            body = json.dumps(req).encode()
             t0 = time.monotonic()
             try:
-                status, data = await http_post(reader, writer, "/translate", body)
+                status, data = await http_post(reader, writer, path, body)
             except (ConnectionError, asyncio.IncompleteReadError):
                 stats["errors"] += 1
                 writer.close()
@@ -109,13 +147,18 @@ async def client(port, lines, stop_at, stats, rng):
                 continue
             dt = time.monotonic() - t0
             if status == 200:
-                out = json.loads(data)["translatedText"]
-                if len(out) != n:
+                try:
+                    good = check(json.loads(data))
+                except (ValueError, KeyError, TypeError):
+                    good = False
+                if not good:
                     stats["errors"] += 1
+                    stats["bad_answers"][kind] = stats["bad_answers"].get(kind, 0) + 1
                     continue
                 stats["lat"].append(dt)
                 stats["ok"] += 1
                 stats["sentences"] += n
+                stats["kinds"][kind] = stats["kinds"].get(kind, 0) + 1
             elif status == 503:
                 stats["refused"] += 1
                 await asyncio.sleep(0.05)
@@ -134,7 +177,7 @@ async def sample_rss(pid, stop_at, samples):
 
 def new_stats():
     return {"ok": 0, "sentences": 0, "errors": 0, "refused": 0, "status": {}, "lat": [], "wall": 0.0, "cpu": 0.0,
-            "rss": []}
+            "rss": [], "kinds": {}, "bad_answers": {}}
 
 
 async def run_round(port, pid, lines, args, seconds, stats, round_no, t_origin):
@@ -142,13 +185,13 @@ async def run_round(port, pid, lines, args, seconds, stats, round_no, t_origin):
     load; adds to stats (wall time from the start of the counted load until its last answer)."""
     warm = new_stats()
     stop_warm = time.monotonic() + args.warmup
-    await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(100000 * round_no + 1000 + k))
+    await asyncio.gather(*[client(port, lines, stop_warm, warm, random.Random(100000 * round_no + 1000 + k), args.mix)
                            for k in range(args.clients)])
     samples = []
     t0, c0 = time.monotonic(), cpu_s(pid)
     stop_at = t0 + seconds
     await asyncio.gather(sample_rss(pid, stop_at, samples),
-                         *[client(port, lines, stop_at, stats, random.Random(100000 * round_no + k))
+                         *[client(port, lines, stop_at, stats, random.Random(100000 * round_no + k), args.mix)
                            for k in range(args.clients)])
     stats["wall"] += time.monotonic() - t0
     stats["cpu"] += cpu_s(pid) - c0
@@ -181,6 +224,9 @@ def main():
     ap.add_argument("--max-queue", type=int, default=4096)
     ap.add_argument("--modes", nargs="+", default=["cross", "alone"], choices=["cross", "alone"])
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--mix", action="store_true",
+                    help="a soak: each request one of " + ", ".join(MIX_KINDS) + " at random (answers checked "
+                    "for their shape), resident memory reported per tenth of the run")
     args = ap.parse_args()
     with open(args.data, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()]
@@ -220,6 +266,10 @@ def main():
                 "rss_mib_first_half_max": round(max(first) / 1024, 1) if first else None,
                 "rss_mib_second_half_max": round(max(half) / 1024, 1) if half else None,
                 "mean_batch": round(bsum / max(bcnt, 1), 1),
+                "requests_by_kind": st["kinds"], "bad_answers_by_kind": st["bad_answers"],
+                # the largest resident memory of each tenth of the run, MiB: flat when nothing leaks
+                "rss_mib_by_tenth": [round(max(rss[k * len(rss) // 10:(k + 1) * len(rss) // 10] or [0]) / 1024, 1)
+                                     for k in range(10)],
             }
     finally:
         for mode, (proc, *_rest) in servers.items():
