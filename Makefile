@@ -38,7 +38,11 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 ICU_LIBS  := $(shell pkg-config --libs icu-uc 2>/dev/null || echo -licuuc -licudata)
 RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash $(ICU_LIBS) -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
-SERVE_LIBS = -lmicrohttpd
+# /translate_file and `tern translate --file-format` (src/serve/docfile.c): .docx and .odt are zip
+# archives of XML: libzip (Debian libzip-dev) and libxml2 (libxml2-dev).
+XML_CFLAGS := $(shell pkg-config --cflags libxml-2.0 2>/dev/null || echo -I/usr/include/libxml2)
+XML_LIBS   := $(shell pkg-config --libs libxml-2.0 2>/dev/null || echo -lxml2)
+SERVE_LIBS = -lmicrohttpd -lzip $(XML_LIBS)
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
 # (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
 # mpirun with more than one process is then refused with a message).
@@ -113,6 +117,7 @@ $(BUILD)/gen/serve_assets.h: $(SERVE_ASSETS) scripts/embed.sh
 	sh scripts/embed.sh $(SERVE_ASSETS) > $@.tmp && mv $@.tmp $@
 $(BUILD)/src/serve/server.o: $(BUILD)/gen/serve_assets.h
 $(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
+$(BUILD)/src/serve/docfile.o: CPPFLAGS += $(XML_CFLAGS)
 
 $(BUILD)/libtern.a: $(RT_OBJ)
 	@rm -f $@
