@@ -255,6 +255,25 @@ done:
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
 static void xml_init(void) { xmlInitParser(); }
 
+/* The parser's first error (libxml2 goes on after some, e.g. a byte that is not UTF-8, and its
+ * last error is then another one). */
+typedef struct {
+    int set, line, code;
+    char msg[256];
+} first_error_t;
+
+static void on_xml_error(void *data, xmlErrorPtr e) {
+    xmlParserCtxtPtr ctxt = data;
+    first_error_t *fe = ctxt ? ctxt->_private : NULL;
+    if (!fe || fe->set || !e || e->level < XML_ERR_ERROR) return;
+    fe->set = 1;
+    fe->line = e->line;
+    fe->code = e->code;
+    snprintf(fe->msg, sizeof fe->msg, "%s", e->message ? e->message : "not XML");
+    size_t l = strlen(fe->msg);
+    while (l && (fe->msg[l - 1] == '\n' || fe->msg[l - 1] == ' ')) fe->msg[--l] = 0;
+}
+
 /* Parses member name of the archive into d->xml. */
 static int parse_member(doc_t *d, const char *name, char *err, size_t en) {
     int k = 0;
@@ -267,22 +286,24 @@ static int parse_member(doc_t *d, const char *name, char *err, size_t en) {
     d->xml_member = k;
     xmlParserCtxtPtr ctxt = xmlNewParserCtxt();
     if (!ctxt) return errf(err, en, 500, "out of memory");
+    first_error_t fe = {0};
+    ctxt->_private = &fe;
+    ctxt->userData = ctxt;
+    if (ctxt->sax) ctxt->sax->serror = on_xml_error;
     /* no network, no entity substitution (an entity stays a reference), no messages on stderr */
     d->xml = xmlCtxtReadMemory(ctxt, (const char *)m->data, (int)m->len, name, NULL,
                                XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     int st = 0;
     if (!d->xml) {
-        xmlErrorPtr e = xmlCtxtGetLastError(ctxt);
-        char msg[256] = "not XML";
-        if (e && e->message) {
-            snprintf(msg, sizeof msg, "%s", e->message);
-            size_t l = strlen(msg);
-            while (l && (msg[l - 1] == '\n' || msg[l - 1] == ' ')) msg[--l] = 0;
+        if (!fe.set) { /* (the handler saw nothing: the context's last error) */
+            xmlErrorPtr e = xmlCtxtGetLastError(ctxt);
+            on_xml_error(ctxt, e);
+            if (!fe.set) fe.set = 1, fe.line = 1, snprintf(fe.msg, sizeof fe.msg, "not XML");
         }
-        if (e && e->code >= XML_ERR_INVALID_CHAR && e->code <= XML_ERR_INVALID_CHAR)
-            st = errf(err, en, 400, "%s: not valid UTF-8 text at line %d: %s", name, e->line, msg);
+        if (strstr(fe.msg, "UTF-8") || fe.code == XML_ERR_INVALID_ENCODING)
+            st = errf(err, en, 400, "%s: not valid UTF-8 text at line %d: %s", name, fe.line, fe.msg);
         else
-            st = errf(err, en, 400, "%s: malformed XML at line %d: %s", name, e ? e->line : 0, msg);
+            st = errf(err, en, 400, "%s: malformed XML at line %d: %s", name, fe.line, fe.msg);
     } else if (!xmlDocGetRootElement(d->xml)) {
         st = errf(err, en, 400, "%s: no root element", name);
     }
