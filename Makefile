@@ -234,18 +234,19 @@ FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct
               src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/model/desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
-              src/serve/segments.c src/serve/tags.c src/text/sentences.c
+              src/serve/segments.c src/serve/tags.c src/text/sentences.c src/serve/docfile.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BIN)
+build-fuzz-lib/src/serve/docfile.o: CPPFLAGS += $(XML_CFLAGS)
 build-fuzz-lib/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

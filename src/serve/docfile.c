@@ -611,6 +611,8 @@ static int odt_inline(xmlDocPtr doc, xmlNodePtr parent, const xmlChar *style, pi
         int rc = 0;
         if (c->type == XML_TEXT_NODE || c->type == XML_CDATA_SECTION_NODE) {
             rc = piece_add(ps, 0, f, (const char *)c->content, c->content ? strlen((const char *)c->content) : 0);
+        } else if (c->type == XML_ENTITY_REF_NODE) {
+            return 1; /* an entity reference (a DTD's): the paragraph stays as it is */
         } else if (c->type != XML_ELEMENT_NODE) {
             continue;
         } else if (is_el(c, NS_TEXT, "span")) {
@@ -941,15 +943,17 @@ int doc_write(doc_t *d, char **out, size_t *len, char *err, size_t en) {
         *len = d->bom + n;
         return 0;
     }
-    int odt = d->kind == DOC_ODT;
+    int odt = d->kind == DOC_ODT, changed = 0;
     for (int i = 0; i < d->n_items; i++) {
         if (!d->trans[i]) continue;
+        changed = 1;
         pieces_t ps = {0};
         int rc = parse_translation(d->trans[i], &d->paras[i], odt, &ps);
         if (!rc) rc = odt ? odt_rebuild(d->xml, &d->paras[i], &ps) : docx_rebuild(d->xml, &d->paras[i], &ps);
         pieces_free(&ps, 1);
         if (rc) return errf(err, en, -1, "out of memory");
     }
+    if (!changed) return write_zip(d, out, len, err, en); /* nothing translated: the member as it was */
     xmlChar *x = NULL;
     int xl = 0;
     xmlDocDumpMemoryEnc(d->xml, &x, &xl, "UTF-8");
