@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 import urllib.parse
 import zipfile
@@ -382,3 +383,33 @@ def test_limits(tmp_path):
     finally:
         assert s.stop() == 0
     assert not [p for p in os.listdir(tmp_path) if p.startswith("tern-serve-")]
+
+
+def test_cli_file_format(server, tmp_path):
+    """`tern translate --file-format` runs the same code (docfile.c) with the same translations:
+    each document byte for byte the server's (sentences split as the server splits them)."""
+    docs = {"report.docx": make_docx(), "letter.odt": make_odt(),
+            "notes.txt": ("\n".join(SENTENCES[:3]) + "\n\n" + " ".join(SENTENCES[3:]) + "\n").encode(),
+            "page.html": f"<html><body><p>A man rides a <b>red</b> bicycle. {SENTENCES[1]}</p></body></html>".encode()}
+    for name, data in docs.items():
+        src = tmp_path / name
+        src.write_bytes(data)
+        out = tmp_path / ("out-" + name)
+        fmt = name.rsplit(".", 1)[1] if name != "page.html" else "auto"
+        r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "--split-sentences=en", "--file-format", fmt,
+                            str(src), str(out)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        want, _, _ = translate_file(server, name, data)
+        assert out.read_bytes() == want, name
+    # errors name the file and what is wrong
+    bad = tmp_path / "bad.docx"
+    bad.write_bytes(b"not a zip")
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "--file-format", "docx", str(bad), str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and f"tern translate: {bad}: bad input: not a zip archive" in r.stderr, r.stderr
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--file-format", "pdf", str(bad)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--file-format is txt, html, docx, odt or auto, got 'pdf'" in r.stderr
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--file-format", "auto", str(tmp_path / "x.pdf")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "has no extension .txt, .html, .docx or .odt" in r.stderr
