@@ -128,6 +128,11 @@ def test_txt_and_html(server):
     assert name == "my_notes.txt" and hdrs["Content-Type"] == "text/plain; charset=utf-8"
     assert out.decode() == lt(server, text, "text")
     assert out.decode().count("\n") == text.count("\n")
+    st, j = upload(server, "auto.txt", text.encode(), source="auto")  # detected as /translate detects
+    assert st == 200, j
+    st, _, got = server.request("GET", urllib.parse.urlsplit(j["translatedFileUrl"]).path)
+    st2, want, _ = server.json("POST", "/translate", {"q": text, "source": "auto", "target": "de"})
+    assert st == st2 == 200 and want["detectedLanguage"]["language"] == "en" and got.decode() == want["translatedText"]
     out, _, _ = translate_file(server, "bom.txt", b"\xef\xbb\xbf" + text.encode())  # byte order mark kept
     assert out == b"\xef\xbb\xbf" + lt(server, text, "text").encode()
     page = (f"<!DOCTYPE html><html><head><title>{SENTENCES[0]}</title><style>p {{ x: 1 }}</style></head>"
@@ -413,3 +418,31 @@ def test_cli_file_format(server, tmp_path):
     r = subprocess.run([TERN, "translate", "-m", MODEL, "--file-format", "auto", str(tmp_path / "x.pdf")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "has no extension .txt, .html, .docx or .odt" in r.stderr
+
+
+def test_docx_kept_parts(server):
+    """What docfile.h says is kept: a tab inside a paragraph stays a tab between the translations of
+    its two sides; a paragraph holding a hyperlink is copied unchanged; bookmarks stay."""
+    import xml.etree.ElementTree as ET
+    ns = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    body = ('<w:p><w:r><w:t>A man rides a red bicycle.</w:t><w:tab/><w:t>Two dogs play.</w:t></w:r></w:p>'
+            '<w:p><w:hyperlink r:id="rId9"><w:r><w:t>A link stays as it is.</w:t></w:r></w:hyperlink></w:p>'
+            '<w:p><w:bookmarkStart w:id="0" w:name="here"/><w:r><w:t>A child is eating an apple.</w:t></w:r>'
+            '<w:bookmarkEnd w:id="0"/></w:p>')
+    xml = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document {W} '
+           'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+           f'<w:body>{body}</w:body></w:document>')
+    src = zip_bytes([("[Content_Types].xml", b"<Types/>"), ("word/document.xml", xml.encode())])
+    out, _, _ = translate_file(server, "raw.docx", src)
+    same_members(src, out, "word/document.xml")
+    root = ET.fromstring(zipfile.ZipFile(io.BytesIO(out)).read("word/document.xml"))
+    paras = root.findall(f".//{{{ns}}}p")
+
+    def text(p):
+        return "".join(e.text or "" if e.tag == f"{{{ns}}}t" else "\t" for e in p.iter()
+                       if e.tag in (f"{{{ns}}}t", f"{{{ns}}}tab"))
+    want = lt(server, "A man rides a red bicycle.<tab/>Two dogs play.", "html")
+    assert "<tab/>" in want and text(paras[0]) == html.unescape(want.replace("<tab/>", "\t"))
+    assert text(paras[1]) == "A link stays as it is." and paras[1].find(f"{{{ns}}}hyperlink") is not None
+    assert text(paras[2]) == lt(server, "A child is eating an apple.", "html")
+    assert [c.tag.split("}")[1] for c in paras[2]] == ["bookmarkStart", "r", "bookmarkEnd"]
