@@ -313,6 +313,8 @@ def test_odt(server):
 
 
 def zip_bytes(members, compression=zipfile.ZIP_DEFLATED):
+    import warnings
+    warnings.simplefilter("ignore", UserWarning)  # a duplicate name, on purpose
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression) as z:
         for name, data in members:
@@ -340,6 +342,8 @@ def test_bad_inputs(server):
         ("a.txt", b"One line.\n\x00", 400, "a.txt: a NUL byte at line 2 (byte 10)"),
         ("a.html", b"<p>\xc3</p>", 400, "a.html: not valid UTF-8 at line 1"),
         ("empty.txt", b"", 400, "empty.txt: the file is empty"),
+        ("dup.docx", zip_bytes([("word/document.xml", b"<x/>"), ("word/document.xml", b"<y/>")]), 400,
+         "dup.docx: the archive has two members named word/document.xml"),
     ]
     for name, data, status, msg in cases:
         st, j = upload(server, name, data)
@@ -351,6 +355,13 @@ def test_bad_inputs(server):
     st, _, raw = server.request("POST", "/translate_file", multipart({"source": "en", "target": "de"}),
                                 {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
     assert st == 400 and json.loads(raw)["error"].startswith("Invalid request: missing file parameter")
+    nameless = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"source\"\r\n\r\nen\r\n"
+                f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"target\"\r\n\r\nde\r\n"
+                f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nHello.\r\n--{BOUNDARY}--\r\n")
+    st, _, raw = server.request("POST", "/translate_file", nameless.encode(),
+                                {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    assert st == 400 and json.loads(raw)["error"] == ("Invalid request: the file field has no file name (send it as "
+                                                      "a file upload)")
     st, _, raw = server.request("GET", "/translate_file")
     assert st == 405
     st, _, raw = server.request("GET", "/download_file/" + "0" * 32 + ".a.txt")

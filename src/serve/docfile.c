@@ -198,6 +198,15 @@ static int read_zip(doc_t *d, const void *data, size_t len, const doc_limits_t *
             st = errf(err, en, 400, "entry %lld of the archive cannot be read (%s)", (long long)i, zip_strerror(za));
             goto done;
         }
+        for (int k = 0; k < d->n_members; k++)
+            if (!strcmp(d->members[k].name, zs.name)) {
+                st = errf(err, en, 400, "the archive has two members named %.200s", zs.name);
+                goto done;
+            }
+        if (!zs.name[0]) {
+            st = errf(err, en, 400, "entry %lld of the archive has no name", (long long)i);
+            goto done;
+        }
         member_t *m = &d->members[d->n_members++];
         if (!(m->name = strdup(zs.name))) {
             st = errf(err, en, 500, "out of memory");

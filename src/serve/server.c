@@ -1283,6 +1283,10 @@ static enum MHD_Result handle_translate_file(server_t *s, struct MHD_Connection 
         fail(&rp, 400, "Invalid request: missing target parameter");
         goto done;
     }
+    if (!cx->file_name[0]) {
+        fail(&rp, 400, "Invalid request: the file field has no file name (send it as a file upload)");
+        goto done;
+    }
     char name[256];
     int kind = doc_kind_of(cx->file_name);
     if (kind < 0) {
