@@ -38,7 +38,11 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 ICU_LIBS  := $(shell pkg-config --libs icu-uc 2>/dev/null || echo -licuuc -licudata)
 RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash $(ICU_LIBS) -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
-SERVE_LIBS = -lmicrohttpd
+# /translate_file and `tern translate --file-format` (src/serve/docfile.c): .docx and .odt are zip
+# archives of XML: libzip (Debian libzip-dev) and libxml2 (libxml2-dev).
+XML_CFLAGS := $(shell pkg-config --cflags libxml-2.0 2>/dev/null || echo -I/usr/include/libxml2)
+XML_LIBS   := $(shell pkg-config --libs libxml-2.0 2>/dev/null || echo -lxml2)
+SERVE_LIBS = -lmicrohttpd -lzip $(XML_LIBS)
 # MPI (data-parallel `mpirun -np N tern train`): OpenMPI through its pkg-config file when found
 # (Debian: libopenmpi-dev, installed by scripts/setup.sh); MPI=0 builds without it (a launch under
 # mpirun with more than one process is then refused with a message).
@@ -113,6 +117,7 @@ $(BUILD)/gen/serve_assets.h: $(SERVE_ASSETS) scripts/embed.sh
 	sh scripts/embed.sh $(SERVE_ASSETS) > $@.tmp && mv $@.tmp $@
 $(BUILD)/src/serve/server.o: $(BUILD)/gen/serve_assets.h
 $(BUILD)/src/serve/server.o: CPPFLAGS += -I$(BUILD)/gen
+$(BUILD)/src/serve/docfile.o: CPPFLAGS += $(XML_CFLAGS)
 
 $(BUILD)/libtern.a: $(RT_OBJ)
 	@rm -f $@
@@ -229,18 +234,19 @@ FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct
               src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/model/desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
-              src/serve/segments.c src/serve/tags.c src/text/sentences.c
+              src/serve/segments.c src/serve/tags.c src/text/sentences.c src/serve/docfile.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BIN)
+build-fuzz-lib/src/serve/docfile.o: CPPFLAGS += $(XML_CFLAGS)
 build-fuzz-lib/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

@@ -15,6 +15,7 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
   libicu-dev  # ICU's sentence break iterator (src/text/sentences.c: sentence splitting)
   libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
+  libzip-dev libxml2-dev  # /translate_file and --file-format: .docx/.odt are zip + XML (src/serve/docfile.c)
   libcld2-dev  # language identification (CLD2): `tern filter --langid`, the server's /detect and source auto
   patchelf  # python/setup.py: the wheel's vendored libraries find each other ($ORIGIN RUNPATHs)
   man-db  # `man -l`: tests/test_install.py renders the man pages `make install` writes

@@ -54,7 +54,10 @@ fi
 # Bad input, raw text, formats, the C API example, continuous batching (greedy and beam), the
 # scorer/filter and the server under ASan + UBSan.
 san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_generation_config.py)
-for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_html_tags.py; do [ -f "$t" ] && san_tests+=("$t"); done
+for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_html_tags.py \
+         tests/test_translate_file.py; do  # test_translate_file: /translate_file's zip, XML and UTF-8 parsing, bad files
+  [ -f "$t" ] && san_tests+=("$t")
+done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${san_tests[@]}"
 # LibreTranslate's request forms, /detect and its bad input under ASan/UBSan (the parsers; the

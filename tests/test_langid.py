@@ -175,7 +175,7 @@ def test_libretranslate_request_forms(server):
     st, fs, _ = server.json("GET", "/frontend/settings")
     assert st == 200 and set(fs) == {"charLimit", "frontendTimeout", "apiKeys", "keyRequired", "suggestions",
                                      "filesTranslation", "supportedFilesFormat", "language"}
-    assert fs["filesTranslation"] is False and fs["supportedFilesFormat"] == []
+    assert fs["filesTranslation"] is True and fs["supportedFilesFormat"] == [".txt", ".html", ".docx", ".odt"]
     # /detect: form and query string too
     form = urllib.parse.urlencode({"q": base["q"], "api_key": ""}).encode()
     st, _, data = server.request("POST", "/detect", form, {"Content-Type": "application/x-www-form-urlencoded"})

@@ -17,6 +17,7 @@ docs/img/page-phone.png.
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -291,7 +292,7 @@ def test_file_round_trip(server, browser, tmp_path):
     pdf.write_bytes(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     browser.find_element(By.ID, "file").send_keys(str(pdf))
     wait.until(lambda d: d.find_element(By.ID, "error").text ==
-               "report.pdf: only .txt and .html files can be translated here")
+               "report.pdf: only .txt, .html, .docx, .odt files can be translated here")
     assert not link.is_displayed()
     # the same file again, into English from German: a new download
     Select(browser.find_element(By.ID, "source")).select_by_value("de")
@@ -301,6 +302,67 @@ def test_file_round_trip(server, browser, tmp_path):
     link.click()
     got = wait_file(browser.download_dir / "notes.en.txt")
     assert got.split("\n") == [lt(server, ln, "de", "en")["translatedText"] if ln else "" for ln in lines] + [""]
+
+
+def wait_bytes(path, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and not list(path.parent.glob("*.crdownload")):
+            return path.read_bytes()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} was not downloaded: {list(path.parent.iterdir())}")
+
+
+def server_file(server, name, data, source="en", target="de"):
+    """The server's own translation of a file: POST /translate_file, then its translatedFileUrl."""
+    b = "----ternpage"
+    body = b"".join(f"--{b}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n".encode()
+                    for k, v in {"source": source, "target": target}.items())
+    body += (f"--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\r\n".encode() + data +
+             f"\r\n--{b}--\r\n".encode())
+    st, _, raw = server.request("POST", "/translate_file", body, {"Content-Type": f"multipart/form-data; boundary={b}"})
+    assert st == 200, raw
+    url = json.loads(raw)["translatedFileUrl"]
+    st, _, out = server.request("GET", url.split(str(server.port), 1)[1])
+    assert st == 200
+    return out
+
+
+def test_file_via_server(server, browser, tmp_path):
+    """With filesTranslation (tern serve has it), the page sends a .txt and a .docx to POST
+    /translate_file and offers the file at translatedFileUrl: the download is byte for byte the
+    server's own translation of the same file (python-docx builds the .docx)."""
+    docx = pytest.importorskip("docx", reason="python-docx (tests/requirements.txt) is not installed")
+    import io
+    wait = open_page(browser, server)
+    assert browser.find_element(By.ID, "file-formats").text == ".txt, .html, .docx, .odt"
+    link = browser.find_element(By.ID, "download")
+    src = tmp_path / "notes.txt"
+    src.write_text("A man is riding a bicycle.\n\nTwo dogs play in the snow. A woman sings.\n", encoding="utf-8")
+    browser.find_element(By.ID, "file").send_keys(str(src))
+    wait.until(lambda d: link.is_displayed() and link.text == "Download notes.de.txt")
+    link.click()
+    assert wait_bytes(browser.download_dir / "notes.de.txt") == server_file(server, "notes.txt", src.read_bytes())
+    d = docx.Document()
+    p = d.add_paragraph("A man rides a ")
+    p.add_run("red").bold = True
+    p.add_run(" bicycle.")
+    d.add_paragraph("Two dogs play in the snow.")
+    buf = io.BytesIO()
+    d.save(buf)
+    rep = tmp_path / "report.docx"
+    rep.write_bytes(buf.getvalue())
+    browser.find_element(By.ID, "file").send_keys(str(rep))
+    wait.until(lambda d: link.is_displayed() and link.text == "Download report.de.docx")
+    link.click()
+    got = wait_bytes(browser.download_dir / "report.de.docx")
+    assert got == server_file(server, "report.docx", rep.read_bytes())
+    out = docx.Document(io.BytesIO(got))
+    want = lt(server, "A man rides a <b>red</b> bicycle.", format="html")["translatedText"]
+    assert [r.text for r in out.paragraphs[0].runs if r.bold] == [re.search(r"<b>(.*)</b>", want).group(1)]
+    n = browser.execute_script("return performance.getEntriesByType('resource')"
+                               ".filter(e => e.name.endsWith('/translate_file')).length")
+    assert n == 2, n
 
 
 def test_file_longer_than_limit(tmp_path):

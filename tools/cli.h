@@ -83,6 +83,13 @@ tern_status_t cli_translate_quality(const tern_model_t *model, const tern_transl
 tern_status_t cli_translate_html(const tern_model_t *model, const tern_translator_options_t *options,
                                  const tern_request_t *base, FILE *in, FILE *out, const char *split_lang);
 
+/* --file-format: in as a document of kind (src/serve/docfile.h: DOC_TXT, DOC_HTML, DOC_DOCX,
+ * DOC_ODT) translated as `tern serve`'s POST /translate_file translates it (each item as format
+ * text or html), the rebuilt document written to out. */
+tern_status_t cli_translate_document(const tern_model_t *model, const tern_translator_options_t *options,
+                                     const tern_request_t *base, int kind, FILE *in, FILE *out,
+                                     const char *split_lang);
+
 /* Prints "tern CMD: <status>: <last error>" and returns 1. */
 int cli_fail(const char *cmd, tern_status_t st);
 

@@ -53,7 +53,14 @@ static void usage(FILE *f) {
 "  --no-cross-batching         batch each request's segments alone (for comparison)\n"
 "  --max-queue N               segments waiting per model; beyond, 503 + Retry-After (default 4096)\n"
 "  --max-body BYTES            request body limit, else 413 (default 1048576)\n"
-"  --char-limit N              characters per request, else 400 (default 20000; -1: none)\n"
+"  --char-limit N              characters per request, else 400 (default 20000; -1: none); for\n"
+"                              POST /translate_file, characters of the document's text\n"
+"  --max-file-size BYTES       upload limit of POST /translate_file, else 413 (default 10485760)\n"
+"  --max-unzipped BYTES        a .docx/.odt's members once uncompressed, else 413 (default 104857600)\n"
+"  --max-zip-entries N         members of a .docx/.odt, else 413 (default 1000)\n"
+"  --max-files N               translated files kept for GET /download_file (default 64: the oldest\n"
+"                              goes first); each is kept --file-lifetime seconds (default 1800)\n"
+"  --file-lifetime SECONDS     see --max-files\n"
 "  --batch-limit N             items of a q list, else 400 (default 256; -1: none)\n"
 "  --max-segments N            segments (sentences, lines) per request, else 400 (default 512)\n"
 "  --no-split-sentences        translate each line whole (default: each sentence apart, cut by ICU's\n"
@@ -76,7 +83,7 @@ static void usage(FILE *f) {
 }
 
 enum {
-    O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_BATCHLIM, O_MAXSEG,
+    O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_MAXFILE, O_MAXUNZIP, O_MAXENTRIES, O_MAXFILES, O_FILELIFE, O_BATCHLIM, O_MAXSEG,
     O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT, O_NOSPLIT
 };
 
@@ -93,6 +100,11 @@ static const struct option long_opts[] = {
     {"no-cross-batching", no_argument, 0, O_NO_CROSS},
     {"max-queue", required_argument, 0, O_MAXQ},
     {"max-body", required_argument, 0, O_MAXBODY},
+    {"max-file-size", required_argument, 0, O_MAXFILE},
+    {"max-unzipped", required_argument, 0, O_MAXUNZIP},
+    {"max-zip-entries", required_argument, 0, O_MAXENTRIES},
+    {"max-files", required_argument, 0, O_MAXFILES},
+    {"file-lifetime", required_argument, 0, O_FILELIFE},
     {"char-limit", required_argument, 0, O_CHARS},
     {"batch-limit", required_argument, 0, O_BATCHLIM},
     {"max-segments", required_argument, 0, O_MAXSEG},
@@ -126,7 +138,7 @@ int cmd_serve(int argc, char **argv) {
     const char *C = "serve";
     engine_model_spec_t specs[MAX_MODELS];
     char *spec_buf[MAX_MODELS];
-    int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20, workers_given = 0;
+    int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20, file_size = 10 << 20, unzipped = 100 << 20, workers_given = 0;
     engine_options_t eo;
     memset(&eo, 0, sizeof eo);
     eo.model_options = tern_model_default_options();
@@ -181,6 +193,11 @@ int cmd_serve(int argc, char **argv) {
         case O_NO_CROSS: eo.cross_batching = 0; break;
         case O_MAXQ: ok = cli_int(C, "--max-queue", optarg, 1, 1 << 24, &eo.max_queue); break;
         case O_MAXBODY: ok = cli_int(C, "--max-body", optarg, 1, 1 << 30, &body); break;
+        case O_MAXFILE: ok = cli_int(C, "--max-file-size", optarg, 1, 1 << 30, &file_size); break;
+        case O_MAXUNZIP: ok = cli_int(C, "--max-unzipped", optarg, 1, 1 << 30, &unzipped); break;
+        case O_MAXENTRIES: ok = cli_int(C, "--max-zip-entries", optarg, 1, 1 << 20, &so.max_zip_entries); break;
+        case O_MAXFILES: ok = cli_int(C, "--max-files", optarg, 1, 1 << 20, &so.max_files); break;
+        case O_FILELIFE: ok = cli_int(C, "--file-lifetime", optarg, 1, 1 << 30, &so.file_lifetime_s); break;
         case O_CHARS: ok = cli_int(C, "--char-limit", optarg, -1, 1 << 30, &so.char_limit); break;
         case O_BATCHLIM: ok = cli_int(C, "--batch-limit", optarg, -1, 1 << 24, &so.batch_limit); break;
         case O_MAXSEG: ok = cli_int(C, "--max-segments", optarg, 1, 1 << 24, &so.max_segments); break;
@@ -218,6 +235,8 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     so.max_body = (size_t)body;
+    so.max_file_size = (size_t)file_size;
+    so.max_unzipped = (size_t)unzipped;
     /* The cores are shared by every translator of every model. Without -w, translators rather
      * than intra-op threads: a small batch (one request's sentences, or a light load) runs at
      * less than half of one thread's efficiency on two OpenMP threads and far worse when other processes

@@ -8,6 +8,7 @@
 
 #include "batch/translator.h"
 #include "cli.h"
+#include "serve/docfile.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -73,6 +74,12 @@ static void usage(FILE *f) {
 "  --format text|html          html: the whole input is one HTML document: the text between tags is\n"
 "                              translated, inline tags (b, i, a, span, ...) carried into the\n"
 "                              translation by the attention, everything else kept (default text)\n"
+"  --file-format txt|html|docx|odt|auto\n"
+"                              INPUT is a document, translated as `tern serve`'s POST /translate_file\n"
+"                              does (docs/serving.md): txt line by line, html as --format html,\n"
+"                              docx/odt each paragraph with its formatting runs as inline tags, the\n"
+"                              other zip members copied; OUTPUT the translated document (auto: by\n"
+"                              INPUT's extension)\n"
 "  --quality[=tsv|json]        quality estimates: \"TRANSLATION<TAB>SCORE\" lines (SCORE: the mean\n"
 "                              token log-probability, end token included), or =json: one object\n"
 "                              a line with \"words\" (each word's mean log-prob and byte span)\n"
@@ -156,7 +163,7 @@ enum {
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
-    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT, O_FILEFMT
 };
 
 static const struct option long_opts[] = {
@@ -186,6 +193,7 @@ static const struct option long_opts[] = {
     {"scores", no_argument, 0, O_SCORES},
     {"quality", optional_argument, 0, O_QUALITY},
     {"format", required_argument, 0, O_FORMAT},
+    {"file-format", required_argument, 0, O_FILEFMT},
     {"drop-unk", no_argument, 0, O_DROP_UNK},
     {"replace-unknowns", no_argument, 0, O_REPL_UNK},
     {"max-batch-tokens", required_argument, 0, O_MBT},
@@ -277,6 +285,7 @@ int cmd_translate(int argc, char **argv) {
     int repl_unk = 0;                /* --replace-unknowns */
     int quality = 0;                 /* --quality: 1 TSV, 2 JSON lines */
     int html = 0;                    /* --format html */
+    int file_kind = -1;              /* --file-format: a DOC_* kind (docfile.h); -2 auto */
     const char *split_lang = NULL; /* --split-sentences: the source language ("": ICU's root rules) */
     unsigned set = 0; /* the search flags given (SP_*), over the model's own defaults */
     const char *evidence[64];
@@ -386,6 +395,17 @@ int cmd_translate(int argc, char **argv) {
                 ok = 0;
             }
             break;
+        case O_FILEFMT:
+            if (!strcmp(optarg, "auto")) file_kind = -2;
+            else {
+                char name[32];
+                snprintf(name, sizeof name, ".%s", optarg);
+                if ((file_kind = doc_kind_of(name)) < 0 || !strcmp(optarg, "htm")) {
+                    fprintf(stderr, "tern translate: --file-format is txt, html, docx, odt or auto, got '%s'\n", optarg);
+                    ok = 0;
+                }
+            }
+            break;
         case O_QUALITY:
             if (!optarg || !strcmp(optarg, "tsv")) quality = 1;
             else if (!strcmp(optarg, "json")) quality = 2;
@@ -437,6 +457,20 @@ int cmd_translate(int argc, char **argv) {
                         "--scores, n-best lists, --lmbr-evidence or per-line files\n");
         return 2;
     }
+    if (file_kind != -1 && (html || quality || print_scores || n_ev || files.suppress || files.target_prefix ||
+                            files.restrict_to || files.constraints || o.num_hypotheses > 1 || o.num_samples > 1)) {
+        fprintf(stderr, "tern translate: --file-format gives one translated document: it cannot go with --format, "
+                        "--quality, --scores, n-best lists, --lmbr-evidence or per-line files\n");
+        return 2;
+    }
+    if (file_kind == -2) {
+        const char *ip = optind < argc ? argv[optind] : NULL;
+        if (!ip || !strcmp(ip, "-") || (file_kind = doc_kind_of(ip)) < 0) {
+            fprintf(stderr, "tern translate: --file-format auto: %s%s%s has no extension .txt, .html, .docx or .odt\n",
+                    ip ? "'" : "", ip ? ip : "the standard input", ip ? "'" : "");
+            return 2;
+        }
+    }
     files.evidence = evidence;
     files.n_evidence = n_ev;
     lm.num_systems = n_ev;
@@ -483,7 +517,12 @@ int cmd_translate(int argc, char **argv) {
         req.source_lang = src_lang;
         req.target_lang = tgt_lang;
         req.replace_unknowns = repl_unk;
-        if (html) {
+        if (file_kind >= 0) {
+            cli_extras_close(x, 0);
+            x = NULL;
+            req.progress = NULL;
+            st = cli_translate_document(model, &to, &req, file_kind, in, out, split_lang);
+        } else if (html) {
             cli_extras_close(x, 0);
             x = NULL;
             req.progress = NULL;

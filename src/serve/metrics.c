@@ -11,7 +11,8 @@ static const double buckets[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0
                                                 1,     2.5,  5,     10,   30,  60,  120};
 static const char *const route_names[] = {"/",       "/translate", "/languages", "/v1/translate",
                                                  "/v1/score", "/v1/models", "/health",    "/metrics",
-                                                 "/openapi.json", "/frontend/settings", "/detect", "other"};
+                                                 "/openapi.json", "/frontend/settings", "/detect", "/translate_file",
+                                                 "/download_file", "other"};
 _Static_assert(sizeof route_names / sizeof route_names[0] == R_COUNT, "a name for every route");
 
 void metrics_init(metrics_t *m) {

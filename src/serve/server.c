@@ -10,7 +10,9 @@
 #include "serve/server.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -23,12 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <utf8proc.h>
 
 #include "base/base.h"
 #include "cjson/cJSON.h"
+#include "serve/docfile.h"
 #include "serve/metrics.h"
 #include "serve/quality.h"
 #include "serve/segments.h"
@@ -61,7 +65,19 @@ struct server {
     int n_keys;
     ip_bucket_t *ips; /* [IP_SLOTS] when req_limit > 0 */
     pthread_mutex_t keys_mu;
+    /* translated files (/translate_file) waiting in files_dir for GET /download_file/ID.NAME */
+    char files_dir[512];
+    struct stored_file *files; /* [opt.max_files], oldest first */
+    int n_files;
+    pthread_mutex_t files_mu;
 };
+
+typedef struct stored_file {
+    char id[33];    /* 32 random hex digits: the file's name in files_dir */
+    char name[256]; /* the name it is downloaded under */
+    doc_kind_t kind;
+    double t;       /* when it was stored */
+} stored_file_t;
 
 static tern_status_t load_keys(server_t *s, const char *path) {
     FILE *f = fopen(path, "r");
@@ -174,6 +190,9 @@ typedef struct {
     int too_large;
     struct MHD_PostProcessor *pp;
     char *form[6]; /* q, source, target, format, api_key, alternatives */
+    char *file, *file_name; /* /translate_file: the form's "file" (file_len bytes) and its file name */
+    size_t file_len;
+    int file_oom;
     double t0;
 } conn_t;
 
@@ -184,6 +203,8 @@ static void conn_free(conn_t *cx) {
     if (!cx) return;
     if (cx->pp) MHD_destroy_post_processor(cx->pp);
     for (int i = 0; i < 6; i++) free(cx->form[i]);
+    free(cx->file);
+    free(cx->file_name);
     free(cx->body);
     free(cx);
 }
@@ -192,6 +213,21 @@ static enum MHD_Result on_form_field(void *cls, enum MHD_ValueKind kind, const c
                                      const char *content_type, const char *transfer_encoding, const char *data,
                                      uint64_t off, size_t size) {
     conn_t *cx = cls;
+    if (cx->route == R_TRANSLATE_FILE && !strcmp(key, "file")) { /* the upload: binary, kept with its length */
+        if (off == 0 && (cx->file || cx->file_name)) return MHD_YES; /* the first file only */
+        if (off == 0) {
+            cx->file_name = strdup(filename ? filename : "");
+            if (!cx->file_name) return cx->file_oom = 1, MHD_NO;
+        }
+        if (off != cx->file_len) return MHD_YES;
+        char *p = realloc(cx->file, cx->file_len + size + 1);
+        if (!p) return cx->file_oom = 1, MHD_NO;
+        memcpy(p + cx->file_len, data, size);
+        cx->file_len += size;
+        p[cx->file_len] = 0;
+        cx->file = p;
+        return MHD_YES;
+    }
     for (int i = 0; i < 6; i++) {
         if (strcmp(key, form_keys[i])) continue;
         if (off == 0 && cx->form[i]) return MHD_YES; /* the first value of a repeated key, as Flask */
@@ -214,9 +250,10 @@ static route_t route_of(const char *url) {
     } table[] = {{"/", R_PAGE},          {"/translate", R_TRANSLATE}, {"/languages", R_LANGUAGES},
                  {"/v1/translate", R_V1_TRANSLATE}, {"/v1/score", R_V1_SCORE},   {"/v1/models", R_V1_MODELS},
                  {"/health", R_HEALTH},   {"/metrics", R_METRICS},     {"/openapi.json", R_OPENAPI},
-                 {"/frontend/settings", R_SETTINGS}, {"/detect", R_DETECT}};
+                 {"/frontend/settings", R_SETTINGS}, {"/detect", R_DETECT}, {"/translate_file", R_TRANSLATE_FILE}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(url, table[i].url)) return table[i].r;
+    if (!strncmp(url, "/download_file/", 15)) return R_DOWNLOAD_FILE;
     return R_OTHER;
 }
 
@@ -1038,6 +1075,15 @@ static char *lt_render_tags(void *ctx, int seg, int h, const seg_tag_t *tags, in
 
 static const char *lt_text(void *ctx, int seg, int h) { return result_text(((const lt_render_t *)ctx)->last, seg, h); }
 
+/* Item i with its segments' hypotheses h in place (malloc'd; NULL: out of memory). */
+static char *lt_item_text(const lt_plan_t *pl, int i, int h) {
+    const lt_group_t *gr = &pl->groups[pl->item_group[i]];
+    serve_request_t *last = gr->r[1] ? gr->r[1] : gr->r[0];
+    lt_render_t rc = {gr, last};
+    return gr->r[1] ? segments_join(&gr->g, pl->item_pos[i], h, result_text, last)
+                    : segments_join_tags(&gr->g, pl->item_pos[i], h, lt_text, lt_render_tags, &rc);
+}
+
 /* Each item with its segments' translations in place; hypothesis h of a segment (its best when it
  * has fewer); detectedLanguage for "auto". */
 static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
@@ -1054,9 +1100,7 @@ static cJSON *lt_render(const lt_req_t *q, const lt_plan_t *pl) {
         }
         cJSON *item_alts = q->alternatives && q->is_list ? cJSON_CreateArray() : alts;
         for (int h = 0; h < n_out; h++) {
-            lt_render_t rc = {gr, last};
-            char *txt = gr->r[1] ? segments_join(&gr->g, pl->item_pos[i], h, result_text, last)
-                                 : segments_join_tags(&gr->g, pl->item_pos[i], h, lt_text, lt_render_tags, &rc);
+            char *txt = lt_item_text(pl, i, h);
             if (!txt) continue;
             if (h == 0) {
                 if (q->is_list) cJSON_AddItemToArray(texts, cJSON_CreateString(txt));
@@ -1102,6 +1146,275 @@ static enum MHD_Result handle_translate(server_t *s, struct MHD_Connection *c, c
     free(q.norm_q);
     cJSON_Delete(q.root);
     return rp.result;
+}
+
+/* ------------------------------------------------------------------ LibreTranslate /translate_file */
+
+/* The directory of translated files: a fresh one under $TMPDIR (or /tmp), removed by server_stop(). */
+static tern_status_t files_init(server_t *s) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->files_dir, sizeof s->files_dir, "%s/tern-serve-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(s->files_dir)) {
+        s->files_dir[0] = 0;
+        return tern_error(TERN_ERR_IO, "cannot create a directory for translated files under %s: %s",
+                          tmp && *tmp ? tmp : "/tmp", strerror(errno));
+    }
+    if (s->opt.max_files < 1) s->opt.max_files = 1;
+    if (!(s->files = calloc((size_t)s->opt.max_files, sizeof *s->files)))
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    return TERN_OK;
+}
+
+static void file_path(const server_t *s, const char *id, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", s->files_dir, id);
+}
+
+/* Drops stored file k (files_mu held). */
+static void files_drop(server_t *s, int k) {
+    char path[600];
+    file_path(s, s->files[k].id, path, sizeof path);
+    unlink(path);
+    memmove(&s->files[k], &s->files[k + 1], (size_t)(s->n_files - k - 1) * sizeof *s->files);
+    s->n_files--;
+}
+
+/* Drops the files older than the lifetime (files_mu held). */
+static void files_expire(server_t *s) {
+    double now = time_now();
+    while (s->n_files > 0 && now - s->files[0].t > s->opt.file_lifetime_s) files_drop(s, 0);
+}
+
+static void files_remove_all(server_t *s) {
+    if (!s->files_dir[0]) return;
+    if (s->files)
+        while (s->n_files > 0) files_drop(s, 0);
+    rmdir(s->files_dir);
+    free(s->files);
+    s->files = NULL;
+}
+
+/* Keeps data under a fresh id (the oldest file goes when there are max_files); 0, or -1. */
+static int files_put(server_t *s, const char *name, doc_kind_t kind, const char *data, size_t len, char id[33]) {
+    unsigned char rnd[16];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, rnd, sizeof rnd);
+    close(fd);
+    if (k != (ssize_t)sizeof rnd) return -1;
+    for (int i = 0; i < 16; i++) snprintf(id + 2 * i, 3, "%02x", rnd[i]);
+    char path[600];
+    file_path(s, id, path, sizeof path);
+    FILE *f = fopen(path, "wbx");
+    if (!f) return -1;
+    int bad = fwrite(data, 1, len, f) != len;
+    if (fclose(f) || bad) {
+        unlink(path);
+        return -1;
+    }
+    pthread_mutex_lock(&s->files_mu);
+    files_expire(s);
+    if (s->n_files == s->opt.max_files) files_drop(s, 0);
+    stored_file_t *sf = &s->files[s->n_files++];
+    memcpy(sf->id, id, 33);
+    snprintf(sf->name, sizeof sf->name, "%s", name);
+    sf->kind = kind;
+    sf->t = time_now();
+    pthread_mutex_unlock(&s->files_mu);
+    return 0;
+}
+
+/* A file name as werkzeug's secure_filename() makes it (LibreTranslate's): its last path
+ * component, ASCII letters, digits, '.', '-' and '_' kept, white space runs made '_', the rest
+ * dropped, no leading dots; "file" + the extension when nothing is left. */
+static void safe_name(const char *in, const char *ext, char *out, size_t n) {
+    const char *b = in;
+    for (const char *p = in; *p; p++)
+        if (*p == '/' || *p == '\\') b = p + 1;
+    size_t k = 0;
+    int space = 0;
+    for (const char *p = b; *p && k + 1 < n; p++) {
+        char ch = *p;
+        if (ch == ' ' || ch == '\t') {
+            space = 1;
+            continue;
+        }
+        if (space && k) out[k++] = '_';
+        space = 0;
+        if (k + 1 >= n) break;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+            ch == '_' || (ch == '.' && k))
+            out[k++] = ch;
+    }
+    out[k] = 0;
+    if (doc_kind_of(out) < 0) snprintf(out, n, "file%s", ext);
+}
+
+/* LibreTranslate's POST /translate_file: multipart/form-data with file, source (a code or "auto"),
+ * target and api_key; the document's items translated as /translate translates a list of texts
+ * (format text or html, docfile.h); {"translatedFileUrl": "http://HOST/download_file/ID.NAME"}. */
+static enum MHD_Result handle_translate_file(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    reply_t rp = {s, c, cx, MHD_NO};
+    lt_req_t q;
+    memset(&q, 0, sizeof q);
+    lt_plan_t pl;
+    memset(&pl, 0, sizeof pl);
+    doc_t *d = NULL;
+    char *out = NULL;
+    size_t out_len = 0;
+    const char *vals[6];
+    for (int i = 0; i < 6; i++) {
+        vals[i] = cx->form[i];
+        if (!vals[i]) vals[i] = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, form_keys[i]);
+    }
+    q.source = vals[F_SOURCE];
+    q.target = vals[F_TARGET];
+    q.api_key = vals[F_API_KEY];
+    q.is_list = 1;
+    if (key_refused(s, c, cx, q.api_key, &rp.result)) goto done;
+    if (!cx->file_name) {
+        fail(&rp, 400, "Invalid request: missing file parameter (multipart/form-data with a file field)");
+        goto done;
+    }
+    if (!q.source || !*q.source) {
+        fail(&rp, 400, "Invalid request: missing source parameter");
+        goto done;
+    }
+    if (!q.target || !*q.target) {
+        fail(&rp, 400, "Invalid request: missing target parameter");
+        goto done;
+    }
+    if (!cx->file_name[0]) {
+        fail(&rp, 400, "Invalid request: the file field has no file name (send it as a file upload)");
+        goto done;
+    }
+    char name[256];
+    int kind = doc_kind_of(cx->file_name);
+    if (kind < 0) {
+        fail(&rp, 400, "Invalid request: %.200s: unsupported file format (supported: .txt, .html, .docx, .odt)",
+             cx->file_name);
+        goto done;
+    }
+    safe_name(cx->file_name, doc_formats[kind], name, sizeof name);
+    doc_limits_t lim = {s->opt.max_unzipped, s->opt.max_zip_entries};
+    char err[512];
+    int st = doc_open(&d, (doc_kind_t)kind, cx->file ? cx->file : "", cx->file_len, &lim, err, sizeof err);
+    if (st) {
+        fail(&rp, st, st == 500 ? "Cannot translate file: %.200s: %s" : "Invalid request: %.200s: %s", cx->file_name,
+             err);
+        goto done;
+    }
+    if (s->opt.char_limit >= 0 && doc_chars(d) > s->opt.char_limit) {
+        fail(&rp, 400, "Invalid request: %.200s: its text (%ld characters) exceeds text limit (%d)", cx->file_name,
+             doc_chars(d), s->opt.char_limit);
+        goto done;
+    }
+    q.n_items = doc_num_items(d);
+    q.format = doc_items_html(d) ? "html" : "text";
+    if (q.n_items > 0) {
+        if (!(q.items = calloc((size_t)q.n_items, sizeof *q.items))) {
+            fail(&rp, 500, "Cannot translate file: out of memory");
+            goto done;
+        }
+        for (int i = 0; i < q.n_items; i++) q.items[i] = doc_item(d, i);
+        if (lt_detect_sources(&rp, &q) || lt_plan(&rp, &q, &pl)) goto done;
+        int used = 0;
+        for (int k = 0; k < pl.n_groups; k++)
+            if (lt_segments(&rp, &q, pl.groups[k].src, pl.groups[k].items, pl.groups[k].n, &pl.groups[k].g, &used))
+                goto done;
+        for (int k = 0; k < pl.n_groups; k++)
+            if (lt_run_group(&rp, &q, &pl.groups[k])) goto done;
+        for (int i = 0; i < q.n_items; i++) {
+            char *t = lt_item_text(&pl, i, 0);
+            int bad = !t || doc_set(d, i, t);
+            free(t);
+            if (bad) {
+                fail(&rp, 500, "Cannot translate file: out of memory");
+                goto done;
+            }
+        }
+    }
+    if (doc_write(d, &out, &out_len, err, sizeof err)) {
+        fail(&rp, 500, "Cannot translate file: %s", err);
+        goto done;
+    }
+    char id[33];
+    if (files_put(s, name, (doc_kind_t)kind, out, out_len, id)) {
+        fail(&rp, 500, "Cannot translate file: cannot store the translated file in %s", s->files_dir);
+        goto done;
+    }
+    /* the URL as the client reached us (LibreTranslate's url_for(_external=True): the Host header) */
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    char hostbuf[300], url[1024];
+    if (!host || !*host || strpbrk(host, " /\\\"<>")) {
+        snprintf(hostbuf, sizeof hostbuf, "%s:%d", s->opt.host, s->port);
+        host = hostbuf;
+    }
+    snprintf(url, sizeof url, "http://%.300s/download_file/%s.%s", host, id, name);
+    cJSON *j = cJSON_CreateObject();
+    if (!j) {
+        rp.result = MHD_NO;
+        goto done;
+    }
+    cJSON_AddStringToObject(j, "translatedFileUrl", url);
+    rp.result = send_json(s, c, cx, 200, j, 0);
+done:
+    lt_plan_free(&pl);
+    free(q.detected);
+    free(q.items);
+    free(out);
+    doc_free(d);
+    return rp.result;
+}
+
+/* GET /download_file/ID.NAME: a translated file, while it is kept (404 otherwise). */
+static enum MHD_Result handle_download(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *url) {
+    const char *rest = url + 15;
+    const char *dot = strchr(rest, '.');
+    char path[600], name[256];
+    doc_kind_t kind = DOC_TXT;
+    int found = 0;
+    if (dot && dot - rest == 32) {
+        pthread_mutex_lock(&s->files_mu);
+        files_expire(s);
+        for (int k = 0; k < s->n_files && !found; k++)
+            if (!strncmp(s->files[k].id, rest, 32) && !strcmp(s->files[k].name, dot + 1)) {
+                found = 1;
+                kind = s->files[k].kind;
+                snprintf(name, sizeof name, "%s", s->files[k].name);
+                file_path(s, s->files[k].id, path, sizeof path);
+            }
+        pthread_mutex_unlock(&s->files_mu);
+    }
+    char *data = NULL;
+    size_t len = 0;
+    if (found) {
+        FILE *f = fopen(path, "rb");
+        struct stat sb;
+        if (f && !fstat(fileno(f), &sb) && (data = malloc((size_t)sb.st_size + 1)) &&
+            fread(data, 1, (size_t)sb.st_size, f) == (size_t)sb.st_size)
+            len = (size_t)sb.st_size;
+        else {
+            free(data);
+            data = NULL;
+            found = 0;
+        }
+        if (f) fclose(f);
+    }
+    if (!found) return send_error(s, c, cx, 404, 0, "Not Found: %s (no such translated file, or it expired)", url);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(data);
+        return MHD_NO;
+    }
+    char disp[400];
+    snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", name); /* safe_name(): no quote, no backslash */
+    MHD_add_response_header(resp, "Content-Type", doc_content_type(kind));
+    MHD_add_response_header(resp, "Content-Disposition", disp);
+    add_common_headers(resp);
+    enum MHD_Result r = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->metrics, cx->route, 200, time_now() - cx->t0);
+    return r;
 }
 
 /* LibreTranslate's POST /detect: q (a string; a list is detected as one batch) from a JSON body,
@@ -1510,8 +1823,8 @@ static enum MHD_Result handle_settings(server_t *s, struct MHD_Connection *c, co
     cJSON_AddBoolToObject(o, "apiKeys", s->opt.api_keys_file != NULL);
     cJSON_AddBoolToObject(o, "keyRequired", s->opt.require_api_key);
     cJSON_AddBoolToObject(o, "suggestions", 0);
-    cJSON_AddBoolToObject(o, "filesTranslation", 0); /* no /translate_file: LibreTranslate's answer when disabled */
-    cJSON_AddItemToObject(o, "supportedFilesFormat", cJSON_CreateArray());
+    cJSON_AddBoolToObject(o, "filesTranslation", 1); /* POST /translate_file */
+    cJSON_AddItemToObject(o, "supportedFilesFormat", cJSON_CreateStringArray(doc_formats, 4));
     cJSON_AddStringToObject(src, "code", a);
     cJSON_AddStringToObject(src, "name", language_name(a));
     cJSON_AddStringToObject(tgt, "code", b);
@@ -1560,7 +1873,7 @@ static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *c
         return MHD_NO;
     }
     int post = cx->route == R_TRANSLATE || cx->route == R_DETECT || cx->route == R_V1_TRANSLATE ||
-               cx->route == R_V1_SCORE;
+               cx->route == R_V1_SCORE || cx->route == R_TRANSLATE_FILE;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "Allow", post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     add_common_headers(resp);
@@ -1570,18 +1883,29 @@ static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *c
     return r;
 }
 
+/* The body limit of a request: --max-file-size for /translate_file, --max-body otherwise. */
+static size_t body_limit(const server_t *s, const conn_t *cx) {
+    return cx->route == R_TRANSLATE_FILE ? s->opt.max_file_size : s->opt.max_body;
+}
+
+static enum MHD_Result send_too_large(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    if (cx->route == R_TRANSLATE_FILE)
+        return send_error(s, c, cx, 413, 0, "File too large (limit %zu bytes: --max-file-size)", s->opt.max_file_size);
+    return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+}
+
 /* A POST's headers: a declared body over the limit is refused at once (413); a form body to
  * /translate gets a post processor, and /translate without JSON takes its values from the form or
  * the query string. */
 static enum MHD_Result conn_post_headers(server_t *s, struct MHD_Connection *c, conn_t *cx) {
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->opt.max_body) {
+    if (cl && strtoull(cl, NULL, 10) > body_limit(s, cx)) {
         cx->early_done = 1;
-        return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+        return send_too_large(s, c, cx);
     }
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     int json = ct && (strstr(ct, "application/json") || strstr(ct, "+json"));
-    int lt_form = cx->route == R_TRANSLATE || cx->route == R_DETECT;
+    int lt_form = cx->route == R_TRANSLATE || cx->route == R_DETECT || cx->route == R_TRANSLATE_FILE;
     if (lt_form && !json && ct &&
         (!strncasecmp(ct, "application/x-www-form-urlencoded", 33) || !strncasecmp(ct, "multipart/form-data", 19))) {
         cx->is_form = 1;
@@ -1617,7 +1941,7 @@ static enum MHD_Result conn_receive(server_t *s, conn_t *cx, const char *upload_
     size_t n = *upload_data_size;
     *upload_data_size = 0;
     if (cx->early_done || cx->too_large) return MHD_YES;
-    if (cx->len + n > s->opt.max_body) {
+    if (cx->len + n > body_limit(s, cx)) {
         cx->too_large = 1;
         return MHD_YES;
     }
@@ -1674,6 +1998,12 @@ static enum MHD_Result route_request(server_t *s, struct MHD_Connection *c, conn
     case R_DETECT:
         if (!cx->is_post) break;
         return handle_detect(s, c, cx);
+    case R_TRANSLATE_FILE:
+        if (!cx->is_post) break;
+        return handle_translate_file(s, c, cx);
+    case R_DOWNLOAD_FILE:
+        if (!get) break;
+        return handle_download(s, c, cx, url);
     case R_V1_TRANSLATE:
     case R_V1_SCORE:
         if (!cx->is_post) break;
@@ -1691,7 +2021,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cx) return conn_open(s, c, url, method, con_cls);
     if (*upload_data_size) return conn_receive(s, cx, upload_data, upload_data_size);
     if (cx->early_done) return MHD_YES;
-    if (cx->too_large == 1) return send_error(s, c, cx, 413, 0, "Request body too large (limit %zu bytes)", s->opt.max_body);
+    if (cx->too_large == 1) return send_too_large(s, c, cx);
+    if (cx->file_oom) return send_error(s, c, cx, 500, 0, "Cannot translate file: out of memory");
     if (cx->too_large == 2) return send_error(s, c, cx, 400, 0, "Invalid request: malformed form body");
     if (cx->after_drain && cx->route != R_HEALTH && cx->route != R_METRICS)
         return send_error(s, c, cx, 503, 1, "Server shutting down");
@@ -1730,6 +2061,11 @@ server_options_t server_default_options(void) {
     o.max_decoding_length = 512;
     o.max_connections = 256;
     o.timeout_s = 30;
+    o.max_file_size = 10u << 20;
+    o.max_unzipped = 100u << 20;
+    o.max_zip_entries = 1000;
+    o.max_files = 64;
+    o.file_lifetime_s = 1800;
     return o;
 }
 
@@ -1740,8 +2076,13 @@ tern_status_t server_start(server_t **out, engine_t *engine, const server_option
     s->engine = engine;
     s->opt = *o;
     pthread_mutex_init(&s->keys_mu, NULL);
+    pthread_mutex_init(&s->files_mu, NULL);
     metrics_init(&s->metrics);
     tern_status_t st;
+    if ((st = files_init(s))) {
+        server_stop(s);
+        return st;
+    }
     if (o->req_limit > 0 && !(s->ips = calloc(IP_SLOTS, sizeof *s->ips))) {
         server_stop(s);
         return tern_error(TERN_ERR_NOMEM, "out of memory");
@@ -1796,6 +2137,8 @@ void server_stop(server_t *s) {
     free(s->keys);
     free(s->ips);
     pthread_mutex_destroy(&s->keys_mu);
+    files_remove_all(s);
+    pthread_mutex_destroy(&s->files_mu);
     metrics_free(&s->metrics);
     free(s);
 }

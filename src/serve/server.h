@@ -4,7 +4,8 @@
  * Endpoints: POST /translate, POST /detect, GET /languages and GET /frontend/settings
  * (LibreTranslate's API; a pair without a model goes through English when src-en and en-tgt are
  * loaded), POST /v1/translate and
- * POST /v1/score (Tern's own, with per-call search options), GET /v1/models, GET /health,
+ * POST /translate_file and GET /download_file/ID.NAME (LibreTranslate's document translation:
+ * docfile.h), POST /v1/score (Tern's own, with per-call search options), GET /v1/models, GET /health,
  * GET /metrics (Prometheus text), GET / (the web page), GET /openapi.json. */
 #ifndef TERN_SERVE_SERVER_H
 #define TERN_SERVE_SERVER_H
@@ -29,6 +30,11 @@ typedef struct {
     int req_limit;           /* requests per minute per client address without a valid key; 0: none */
     int quiet;               /* no access log */
     int split_sentences;     /* 1 (default): each line's sentences are translated apart (segments.h) */
+    size_t max_file_size;    /* bytes of a /translate_file upload, else 413 (default 10 MB) */
+    size_t max_unzipped;     /* bytes of a .docx/.odt's members once uncompressed, else 413 (100 MB) */
+    int max_zip_entries;     /* members of a .docx/.odt, else 413 (1000) */
+    int max_files;           /* translated files kept for GET /download_file (64; the oldest go first) */
+    int file_lifetime_s;     /* seconds a translated file is kept (1800) */
 } server_options_t;
 
 server_options_t server_default_options(void);
