@@ -29,6 +29,13 @@ typedef struct {
     int req_limit;           /* requests per minute per client address without a valid key; 0: none */
     int quiet;               /* no access log */
     int split_sentences;     /* 1 (default): each line's sentences are translated apart (segments.h) */
+    /* production (docs/serving.md, "Production") */
+    const char *ssl_cert, *ssl_key; /* PEM files: HTTPS (libmicrohttpd's GnuTLS) */
+    const char *access_log;  /* FILE, or "-" for standard output; NULL: none */
+    int access_log_json;     /* 1: JSON lines, 0: Apache's combined format */
+    const char *trusted_proxies; /* "CIDR[,CIDR...]": peers whose X-Forwarded-For names the client */
+    const char *metrics_token; /* GET /metrics needs "Authorization: Bearer TOKEN"; NULL: open */
+    int per_ip_connections;  /* connections at once from one peer address; 0: no limit */
 } server_options_t;
 
 server_options_t server_default_options(void);
@@ -42,6 +49,9 @@ int server_port(const server_t *server);
  * connections get 503. Waits until none is in flight, at most timeout_s seconds; returns the
  * number still in flight (0 normally). */
 int server_drain(server_t *server, double timeout_s);
+/* SIGHUP: reloads the API keys file (a bad file keeps the old keys: an error on stderr, 1
+ * returned) and reopens the access log (logrotate). */
+int server_reload(server_t *server);
 /* Closes every connection and frees the server (not the engine). */
 void server_stop(server_t *server);
 
