@@ -562,3 +562,43 @@ def test_connection_limits(tmp_path, opt):
         assert s.request("GET", "/health")[0] == 200
     finally:
         assert s.stop() == 0
+
+
+# ------------------------------------------------------------------------------------ description
+
+
+def test_openapi_states_this_servers_limits(tmp_path):
+    """/openapi.json states the limits of the server's options where a schema can (schemathesis,
+    tests/test_serve_schema.py, then sends requests beyond them): each maximum is where the
+    handler starts refusing (400), checked on both sides."""
+    s = Prod(tmp_path, "--max-beam", "5", "--max-decoding-length", "40", "--batch-limit", "7")
+    try:
+        st, _, data = s.request("GET", "/openapi.json")
+        spec = json.loads(data)
+        v1 = spec["components"]["schemas"]["V1TranslateRequest"]["properties"]
+        lt = spec["components"]["schemas"]["TranslateRequest"]["properties"]
+        assert [v1[k]["maximum"] for k in ("beam_size", "num_hypotheses", "num_samples")] == [5, 5, 5]
+        # the cap of a call's decoding length: the larger of 512 and --max-decoding-length (the default)
+        assert [v1[k]["maximum"] for k in ("max_decoding_length", "max_length_b", "min_length",
+                                           "no_repeat_ngram_size")] == [512] * 4
+        assert v1["q"]["oneOf"][1]["maxItems"] == 7 and lt["q"]["oneOf"][1]["maxItems"] == 7
+        assert [a for a in lt["alternatives"]["oneOf"] if a["type"] == "integer"][0]["maximum"] == 4
+        assert "401" in spec["paths"]["/metrics"]["get"]["responses"]
+        assert spec["components"]["securitySchemes"]["metricsToken"]["scheme"] == "bearer"
+        for field, hi in [("beam_size", 5), ("num_hypotheses", 5), ("max_decoding_length", 512), ("max_length_b", 512)]:
+            body = {"q": "A dog.", field: hi, **({"beam_size": 5} if field == "num_hypotheses" else {})}
+            assert s.request("POST", "/v1/translate", body)[0] == 200, field
+            assert s.request("POST", "/v1/translate", {**body, field: hi + 1})[0] == 400, field
+        assert s.request("POST", "/v1/translate", {"q": "A dog.", "min_length": 513})[0] == 400
+        assert s.request("POST", "/v1/translate", {"q": ["A."] * 7})[0] == 200
+        assert s.request("POST", "/v1/translate", {"q": ["A."] * 8})[0] == 400
+        lt_body = {"q": ["A."] * 7, "source": "en", "target": "de"}
+        assert s.request("POST", "/translate", lt_body)[0] == 200
+        assert s.request("POST", "/translate", {**lt_body, "q": ["A."] * 8})[0] == 400
+        assert s.request("POST", "/translate", {"q": "A dog.", "source": "en", "target": "de", "alternatives": 4})[0] == 200
+        assert s.request("POST", "/translate", {"q": "A dog.", "source": "en", "target": "de", "alternatives": 5})[0] == 400
+        # a search option the model cannot take is the request's fault: 400, not 500
+        st, _, data = s.request("POST", "/v1/translate", {"q": "A dog.", "sampling_topk": 26674})
+        assert st == 400 and b"larger than the target vocabulary" in data
+    finally:
+        assert s.stop() == 0

@@ -80,6 +80,7 @@ struct server {
     pthread_t watchdog;
     int watchdog_started, watch_stop;
     atomic_uint_fast64_t slow_closed;
+    char *openapi; /* openapi.json with this server's limits (NULL: the file as it is) */
 };
 
 /* A connection, for the watchdog: its socket, since when it waits for a request, and whether a
@@ -648,7 +649,12 @@ static int run_request(server_t *s, struct MHD_Connection *c, conn_t *cx, engine
         return 1;
     }
     const char *msg;
-    if (request_status(r, &msg)) {
+    tern_status_t st = request_status(r, &msg);
+    if (st == TERN_ERR_INVALID_ARG) { /* a search option the model cannot take (sampling_topk over its vocabulary) */
+        *result = send_error(s, c, cx, 400, 0, "Invalid request: %s", msg);
+        return 1;
+    }
+    if (st) {
         *result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", msg);
         return 1;
     }
@@ -1804,6 +1810,8 @@ static enum MHD_Result route_request(server_t *s, struct MHD_Connection *c, conn
         return handle_settings(s, c, cx);
     case R_OPENAPI:
         if (!get) break;
+        if (s->openapi) return send_static(s, c, cx, (const unsigned char *)s->openapi, strlen(s->openapi),
+                                           "application/json");
         return send_static(s, c, cx, openapi_json, openapi_json_len, "application/json");
     case R_LANGUAGES:
         if (!get) break;
@@ -1943,6 +1951,59 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
+/* ------------------------------------------------------------------ the description */
+
+/* The schema object at components.schemas.<schema>.properties.<prop>, or NULL. */
+static cJSON *api_prop(cJSON *root, const char *schema, const char *prop) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "components");
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, "schemas") : NULL;
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, schema) : NULL;
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, "properties") : NULL;
+    return o ? cJSON_GetObjectItemCaseSensitive(o, prop) : NULL;
+}
+
+static void api_set(cJSON *o, const char *key, double v) {
+    if (!o) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddNumberToObject(o, key, v);
+}
+
+/* q of a request schema: a list has at most max_items (the characters are limited too, all texts
+ * of a request together: no schema keyword says so; a text over the limit alone may meet the body
+ * limit first, 413). */
+static void api_q(cJSON *q, int max_items) {
+    cJSON *alts = q ? cJSON_GetObjectItemCaseSensitive(q, "oneOf") : NULL, *a;
+    cJSON_ArrayForEach(a, alts) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(a, "type");
+        if (!cJSON_IsString(type)) continue;
+        if (!strcmp(type->valuestring, "array") && max_items >= 0) api_set(a, "maxItems", max_items);
+    }
+}
+
+/* openapi.json with the limits of this server's options stated where a schema can state them:
+ * the largest beam, decoding length and alternatives, the items of a q list. */
+static char *api_with_limits(const server_options_t *o) {
+    cJSON *root = cJSON_ParseWithLength((const char *)openapi_json, openapi_json_len);
+    if (!root) return NULL;
+    static const char *const beams[] = {"beam_size", "num_hypotheses", "num_samples"};
+    static const char *const lengths[] = {"max_decoding_length", "max_length_b", "min_length", "no_repeat_ngram_size"};
+    for (int i = 0; i < 3; i++) api_set(api_prop(root, "V1TranslateRequest", beams[i]), "maximum", o->max_beam);
+    for (int i = 0; i < 4; i++)
+        api_set(api_prop(root, "V1TranslateRequest", lengths[i]), "maximum", o->max_decoding_length);
+    cJSON *alt = api_prop(root, "TranslateRequest", "alternatives"), *a;
+    cJSON *alts = alt ? cJSON_GetObjectItemCaseSensitive(alt, "oneOf") : NULL;
+    cJSON_ArrayForEach(a, alts) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(a, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "integer")) api_set(a, "maximum", o->max_beam - 1);
+    }
+    int v1_items = o->batch_limit >= 0 && o->batch_limit < o->max_segments ? o->batch_limit : o->max_segments;
+    api_q(api_prop(root, "TranslateRequest", "q"), o->batch_limit);
+    api_q(api_prop(root, "V1TranslateRequest", "q"), v1_items);
+    char *txt = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return txt;
+}
+
 /* ------------------------------------------------------------------ TLS */
 
 /* A PEM file whole (at most 1 MiB), NUL-terminated, checked for its BEGIN line. */
@@ -2065,6 +2126,10 @@ tern_status_t server_start(server_t **out, engine_t *engine, const server_option
         }
         flags |= MHD_USE_TLS;
     }
+    if (!(s->openapi = api_with_limits(o))) {
+        server_stop(s);
+        return tern_error(TERN_ERR_INTERNAL, "openapi.json: not valid JSON");
+    }
     if (o->access_log && (st = alog_open(&s->alog, o->access_log, o->access_log_json))) {
         server_stop(s);
         return st;
@@ -2143,6 +2208,7 @@ void server_stop(server_t *s) {
     }
     alog_close(s->alog);
     free(s->trusted);
+    free(s->openapi);
     free(s->cert_pem);
     free(s->key_pem);
     pthread_mutex_destroy(&s->watch_mu);
