@@ -268,6 +268,8 @@ int cmd_serve(int argc, char **argv) {
 static int cmd_serve_args(int argc, char **argv, int n_env) {
     const char *C = "serve";
     char *token_buf = NULL;
+    const char *token_file = NULL;
+    int token_env = 0;
     engine_model_spec_t specs[MAX_MODELS];
     char *spec_buf[MAX_MODELS];
     int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20, workers_given = 0;
@@ -355,9 +357,9 @@ static int cmd_serve_args(int argc, char **argv, int n_env) {
             }
             so.metrics_token = optarg;
             break;
-        case O_MTOKENFILE:
-            free(token_buf);
-            ok = (token_buf = read_token(optarg)) != NULL;
+        case O_MTOKENFILE: /* read once the options parse (--help first) */
+            token_file = optarg;
+            token_env = optind - 1 <= n_env;
             break;
         case O_DRAIN: ok = cli_int(C, "--drain-timeout", optarg, 0, 1 << 20, &drain_s); break;
         case O_KEYS: so.api_keys_file = optarg; break;
@@ -376,7 +378,12 @@ static int cmd_serve_args(int argc, char **argv, int n_env) {
             fprintf(stderr, "tern serve: (the value came from the environment: %s)\n", var);
         }
     }
-    if (token_buf && !so.metrics_token) so.metrics_token = token_buf;
+    if (ok && token_file && !so.metrics_token) {
+        ok = (token_buf = read_token(token_file)) != NULL;
+        so.metrics_token = token_buf;
+        if (!ok && token_env) fprintf(stderr, "tern serve: (the value came from the environment: "
+                                              "TERN_SERVE_METRICS_TOKEN_FILE)\n");
+    }
     int rc = 2;
     if (ok && n_specs == 0) {
         fprintf(stderr, "tern serve: no model (--model SRC-TGT=DIR)\n");
