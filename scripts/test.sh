@@ -52,9 +52,11 @@ if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi
 # Bad input, raw text, formats, the C API example, continuous batching (greedy and beam), the
-# scorer/filter and the server under ASan + UBSan.
+# scorer/filter and the server under ASan + UBSan (tests/test_serve_prod.py: X-Forwarded-For and
+# --trusted-proxies parsing, TLS, the access log, the connection watchdog; tests/c/test_netaddr.c
+# runs in `make SAN=1 test-c` above).
 san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_generation_config.py)
-for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_html_tags.py; do [ -f "$t" ] && san_tests+=("$t"); done
+for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_serve_prod.py tests/test_html_tags.py; do [ -f "$t" ] && san_tests+=("$t"); done
 echo "== CLI tests against the ASan/UBSan build (build-san/tern)"
 TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${san_tests[@]}"
 # LibreTranslate's request forms, /detect and its bad input under ASan/UBSan (the parsers; the
