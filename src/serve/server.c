@@ -2189,8 +2189,12 @@ int server_reload(server_t *s) {
             fprintf(stderr, "tern serve: SIGHUP: the API keys are not reloaded, the old keys stay: %s\n",
                     tern_last_error());
             rc = 1;
-        } else if (!s->opt.quiet)
-            fprintf(stderr, "tern serve: API keys reloaded from %s (%d keys)\n", s->opt.api_keys_file, s->n_keys);
+        } else if (!s->opt.quiet) {
+            pthread_mutex_lock(&s->keys_mu);
+            int n = s->n_keys;
+            pthread_mutex_unlock(&s->keys_mu);
+            fprintf(stderr, "tern serve: API keys reloaded from %s (%d keys)\n", s->opt.api_keys_file, n);
+        }
     }
     if (s->alog) alog_reopen(s->alog);
     return rc;

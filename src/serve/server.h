@@ -27,7 +27,7 @@ typedef struct {
     const char *api_keys_file; /* lines "KEY [REQUESTS_PER_MINUTE]"; NULL: no keys */
     int require_api_key;     /* 1: requests without a key are refused (400, as LibreTranslate) */
     int req_limit;           /* requests per minute per client address without a valid key; 0: none */
-    int quiet;               /* no access log */
+    int quiet;               /* no messages but errors (the access log is --access-log) */
     int split_sentences;     /* 1 (default): each line's sentences are translated apart (segments.h) */
     /* production (docs/serving.md, "Production") */
     const char *ssl_cert, *ssl_key; /* PEM files: HTTPS (libmicrohttpd's GnuTLS) */
