@@ -14,8 +14,9 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
   libicu-dev  # ICU's sentence break iterator (src/text/sentences.c: sentence splitting)
-  libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/)
+  libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/); Debian's is built with GnuTLS: --ssl-cert
   libzip-dev libxml2-dev  # /translate_file and --file-format: .docx/.odt are zip + XML (src/serve/docfile.c)
+  openssl  # tests/test_serve_prod.py: a self-signed certificate made at test time for `tern serve --ssl-cert`
   libcld2-dev  # language identification (CLD2): `tern filter --langid`, the server's /detect and source auto
   patchelf  # python/setup.py: the wheel's vendored libraries find each other ($ORIGIN RUNPATHs)
   man-db  # `man -l`: tests/test_install.py renders the man pages `make install` writes

@@ -52,9 +52,11 @@ if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
 fi
 # Bad input, raw text, formats, the C API example, continuous batching (greedy and beam), the
-# scorer/filter and the server under ASan + UBSan.
+# scorer/filter and the server under ASan + UBSan (tests/test_serve_prod.py: X-Forwarded-For and
+# --trusted-proxies parsing, TLS, the access log, the connection watchdog; tests/c/test_netaddr.c
+# runs in `make SAN=1 test-c` above).
 san_tests=(tests/test_translate_text.py tests/test_examples.py tests/test_generation_config.py)
-for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_html_tags.py \
+for t in tests/test_score_peer.py tests/test_filter.py tests/test_serve.py tests/test_serve_prod.py tests/test_html_tags.py \
          tests/test_translate_file.py; do  # test_translate_file: /translate_file's zip, XML and UTF-8 parsing, bad files
   [ -f "$t" ] && san_tests+=("$t")
 done

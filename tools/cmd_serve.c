@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "batch/translator.h"
@@ -68,23 +69,49 @@ static void usage(FILE *f) {
 "  --max-beam N                largest beam a call may ask for (default 16)\n"
 "\n"
 "network:\n"
-"  --host ADDR                 IPv4 address to listen on (default 127.0.0.1)\n"
+"  --host ADDR                 address to listen on: IPv4 (default 127.0.0.1; 0.0.0.0: all) or IPv6\n"
+"                              (::1; \"::\" takes IPv4 clients too: dual stack)\n"
 "  -p, --port N                port (default 5000; 0: any free port, printed on stderr)\n"
-"  --max-connections N         connections at once (default 256)\n"
-"  --timeout S                 idle/slow connections closed after S seconds (default 30)\n"
+"  --ssl-cert FILE             HTTPS with this PEM certificate (chain) ...\n"
+"  --ssl-key FILE              ... and its PEM private key (GnuTLS, through libmicrohttpd)\n"
+"  --max-connections N         connections at once; beyond, new ones are refused (default 256)\n"
+"  --max-connections-per-ip N  connections at once from one peer address (default 0: no limit;\n"
+"                              behind a proxy every client has the proxy's address)\n"
+"  --connection-timeout S      a connection idle for S seconds, or whose request has not come whole\n"
+"                              S seconds after it opened (or after its previous answer), is\n"
+"                              closed: a client trickling its headers cannot hold a thread\n"
+"                              (default 30)\n"
+"  --timeout S                 the same as --connection-timeout (its older name)\n"
 "  --drain-timeout S           on SIGTERM, wait at most S seconds for requests in flight (default 60)\n"
 "  --api-keys FILE             lines \"KEY [REQUESTS_PER_MINUTE]\": an unknown key gets 403, a key\n"
 "                              over its rate 429\n"
 "  --require-api-key           with --api-keys: requests without a key get 400\n"
 "  --req-limit N               requests per minute from one client address without a valid key,\n"
 "                              else 429 (as LibreTranslate's --req-limit; default 0: none)\n"
+"  --trusted-proxies CIDR[,CIDR...]  peers (reverse proxies) whose X-Forwarded-For names the client:\n"
+"                              its rightmost address outside these ranges is the client address of\n"
+"                              --req-limit and of the access log; any other peer's header is ignored\n"
+"  --access-log FILE           a line per request to FILE (\"-\": standard output), reopened on SIGHUP\n"
+"  --access-log-format F       combined (Apache's, default) or json (JSON lines: time, client, method,\n"
+"                              path, protocol, status, bytes, duration, user_agent, referer,\n"
+"                              request_id; X-Request-Id of the response)\n"
+"  --metrics-token TOKEN       GET /metrics needs \"Authorization: Bearer TOKEN\", else 401\n"
+"  --metrics-token-file FILE   the same, the token read from FILE (its first line)\n"
 "  -q, --quiet                 no messages but errors\n"
-"  -h, --help                  this help\n");
+"  -h, --help                  this help\n"
+"\n"
+"Every option may also come from the environment: TERN_SERVE_ and the long name in capitals with\n"
+"'_' for '-' (TERN_SERVE_PORT=8080, TERN_SERVE_API_KEYS=/etc/tern/keys; a flag as 1/true/yes or\n"
+"0/false/no; TERN_SERVE_MODEL holds one or more SRC-TGT=DIR separated by spaces). An option given\n"
+"on the command line wins over its variable. SIGHUP also reloads --api-keys (a bad file keeps the\n"
+"old keys) and reopens --access-log.\n");
 }
 
 enum {
-    O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_MAXFILE, O_MAXUNZIP, O_MAXENTRIES, O_MAXFILES, O_FILELIFE, O_BATCHLIM, O_MAXSEG,
-    O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN, O_KEYS, O_REQKEY, O_REQLIMIT, O_NOSPLIT
+    O_COMPUTE = 1000, O_LP, O_MAXDEC, O_MBT, O_MBS, O_NO_CROSS, O_MAXQ, O_MAXBODY, O_CHARS, O_MAXFILE, O_MAXUNZIP,
+    O_MAXENTRIES, O_MAXFILES, O_FILELIFE, O_BATCHLIM, O_MAXSEG, O_MAXBEAM, O_HOST, O_MAXCONN, O_TIMEOUT, O_DRAIN,
+    O_KEYS, O_REQKEY, O_REQLIMIT, O_NOSPLIT, O_CERT, O_KEY, O_PERIP, O_CTIMEOUT, O_TRUSTED, O_ALOG, O_ALOGFMT,
+    O_MTOKEN, O_MTOKENFILE
 };
 
 static const struct option long_opts[] = {
@@ -118,6 +145,15 @@ static const struct option long_opts[] = {
     {"api-keys", required_argument, 0, O_KEYS},
     {"require-api-key", no_argument, 0, O_REQKEY},
     {"req-limit", required_argument, 0, O_REQLIMIT},
+    {"ssl-cert", required_argument, 0, O_CERT},
+    {"ssl-key", required_argument, 0, O_KEY},
+    {"max-connections-per-ip", required_argument, 0, O_PERIP},
+    {"connection-timeout", required_argument, 0, O_CTIMEOUT},
+    {"trusted-proxies", required_argument, 0, O_TRUSTED},
+    {"access-log", required_argument, 0, O_ALOG},
+    {"access-log-format", required_argument, 0, O_ALOGFMT},
+    {"metrics-token", required_argument, 0, O_MTOKEN},
+    {"metrics-token-file", required_argument, 0, O_MTOKENFILE},
     {"quiet", no_argument, 0, 'q'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
@@ -127,6 +163,101 @@ static const struct option long_opts[] = {
 
 static int sig_pipe[2] = {-1, -1};
 
+/* The environment's options (TERN_SERVE_<LONG NAME>), put before the command line's as
+ * "--name=value" (a flag: "--name"), each only when the command line does not give its option:
+ * the command line wins, --model included. Returns the new argv (malloc'd, its strings in
+ * *strs) with *n_env options from the environment after argv[0]; NULL on a bad flag value. */
+static char **env_argv(int argc, char **argv, int *new_argc, int *n_env, char ***strs, int *n_strs) {
+    const int n_opts = (int)(sizeof long_opts / sizeof long_opts[0]) - 1;
+    char given[sizeof long_opts / sizeof long_opts[0]] = {0};
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "m:w:t:b:p:qh", long_opts, NULL)) != -1)
+        for (int i = 0; i < n_opts; i++)
+            if (long_opts[i].val == c) given[i] = 1;
+    opterr = 1;
+    optind = 1;
+    size_t cap = (size_t)argc + 8;
+    char **out = malloc((cap + 1) * sizeof *out);
+    *strs = NULL;
+    *n_strs = 0;
+    if (!out) return NULL;
+    int k = 0;
+    out[k++] = argv[0];
+    for (int i = 0; i < n_opts; i++) {
+        if (given[i] || !strcmp(long_opts[i].name, "help")) continue;
+        char var[64] = "TERN_SERVE_";
+        size_t l = strlen(var);
+        for (const char *p = long_opts[i].name; *p && l + 1 < sizeof var; p++)
+            var[l++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        var[l] = 0;
+        const char *v = getenv(var);
+        if (!v) continue;
+        if (long_opts[i].has_arg == no_argument) {
+            if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") || !*v) continue;
+            if (strcmp(v, "1") && strcasecmp(v, "true") && strcasecmp(v, "yes")) {
+                fprintf(stderr, "tern serve: %s=%s: a flag is 1, true, yes (on) or 0, false, no (off)\n", var, v);
+                goto fail;
+            }
+        }
+        /* --model: several specs separated by spaces */
+        const char *p = v;
+        do {
+            size_t len = strlen(p);
+            if (long_opts[i].val == 'm') {
+                while (*p == ' ') p++;
+                len = strcspn(p, " ");
+                if (!len) break;
+            }
+            size_t sz = strlen(long_opts[i].name) + len + 4;
+            char *a = malloc(sz), **ns = realloc(*strs, (size_t)(*n_strs + 1) * sizeof *ns);
+            if (ns) *strs = ns;
+            if (!a || !ns) {
+                free(a);
+                goto fail;
+            }
+            if (long_opts[i].has_arg == no_argument) snprintf(a, sz, "--%s", long_opts[i].name);
+            else snprintf(a, sz, "--%s=%.*s", long_opts[i].name, (int)len, p);
+            (*strs)[(*n_strs)++] = a;
+            if ((size_t)k + (size_t)argc >= cap) {
+                char **no = realloc(out, (cap * 2 + 1) * sizeof *out);
+                if (!no) goto fail;
+                out = no;
+                cap *= 2;
+            }
+            out[k++] = a;
+            p += len;
+        } while (long_opts[i].val == 'm' && *p);
+    }
+    *n_env = k - 1;
+    for (int i = 1; i < argc; i++) out[k++] = argv[i];
+    out[k] = NULL;
+    *new_argc = k;
+    return out;
+fail:
+    free(out);
+    return NULL;
+}
+
+/* The token of --metrics-token-file: its first line, without the newline. */
+static char *read_token(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "tern serve: --metrics-token-file %s: cannot open (%s)\n", path, strerror(errno));
+        return NULL;
+    }
+    char line[1024];
+    char *tok = NULL;
+    if (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) tok = strdup(line);
+    }
+    fclose(f);
+    if (!tok) fprintf(stderr, "tern serve: --metrics-token-file %s: no token on its first line\n", path);
+    return tok;
+}
+
 static void on_signal(int sig) {
     int saved = errno;
     unsigned char b = (unsigned char)sig;
@@ -134,8 +265,24 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
+static int cmd_serve_args(int argc, char **argv, int n_env);
+
 int cmd_serve(int argc, char **argv) {
+    int new_argc = 0, n_env = 0, n_strs = 0;
+    char **strs = NULL;
+    char **nargv = env_argv(argc, argv, &new_argc, &n_env, &strs, &n_strs);
+    int rc = nargv ? cmd_serve_args(new_argc, nargv, n_env) : 2;
+    for (int i = 0; i < n_strs; i++) free(strs[i]);
+    free(strs);
+    free(nargv);
+    return rc;
+}
+
+static int cmd_serve_args(int argc, char **argv, int n_env) {
     const char *C = "serve";
+    char *token_buf = NULL;
+    const char *token_file = NULL;
+    int token_env = 0;
     engine_model_spec_t specs[MAX_MODELS];
     char *spec_buf[MAX_MODELS];
     int n_specs = 0, quiet = 0, ok = 1, c, drain_s = 60, body = 1 << 20, file_size = 10 << 20, unzipped = 100 << 20, workers_given = 0;
@@ -207,6 +354,31 @@ int cmd_serve(int argc, char **argv) {
         case 'p': ok = cli_int(C, "--port", optarg, 0, 65535, &so.port); break;
         case O_MAXCONN: ok = cli_int(C, "--max-connections", optarg, 1, 1 << 16, &so.max_connections); break;
         case O_TIMEOUT: ok = cli_int(C, "--timeout", optarg, 1, 1 << 20, &so.timeout_s); break;
+        case O_CTIMEOUT: ok = cli_int(C, "--connection-timeout", optarg, 1, 1 << 20, &so.timeout_s); break;
+        case O_PERIP: ok = cli_int(C, "--max-connections-per-ip", optarg, 0, 1 << 16, &so.per_ip_connections); break;
+        case O_CERT: so.ssl_cert = optarg; break;
+        case O_KEY: so.ssl_key = optarg; break;
+        case O_TRUSTED: so.trusted_proxies = optarg; break;
+        case O_ALOG: so.access_log = optarg; break;
+        case O_ALOGFMT:
+            if (!strcmp(optarg, "combined")) so.access_log_json = 0;
+            else if (!strcmp(optarg, "json")) so.access_log_json = 1;
+            else {
+                fprintf(stderr, "tern serve: --access-log-format is combined or json, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
+        case O_MTOKEN:
+            if (!*optarg) {
+                fprintf(stderr, "tern serve: --metrics-token: empty\n");
+                ok = 0;
+            }
+            so.metrics_token = optarg;
+            break;
+        case O_MTOKENFILE: /* read once the options parse (--help first) */
+            token_file = optarg;
+            token_env = optind - 1 <= n_env;
+            break;
         case O_DRAIN: ok = cli_int(C, "--drain-timeout", optarg, 0, 1 << 20, &drain_s); break;
         case O_KEYS: so.api_keys_file = optarg; break;
         case O_REQKEY: so.require_api_key = 1; break;
@@ -215,6 +387,20 @@ int cmd_serve(int argc, char **argv) {
         case 'h': usage(stdout); return 0;
         default: ok = 0; break;
         }
+        if (!ok && optind - 1 <= n_env && optind >= 2) { /* the bad value came from the environment */
+            char var[64] = "TERN_SERVE_";
+            size_t l = strlen(var);
+            for (const char *p = argv[optind - 1] + 2; *p && *p != '=' && l + 1 < sizeof var; p++)
+                var[l++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+            var[l] = 0;
+            fprintf(stderr, "tern serve: (the value came from the environment: %s)\n", var);
+        }
+    }
+    if (ok && token_file && !so.metrics_token) {
+        ok = (token_buf = read_token(token_file)) != NULL;
+        so.metrics_token = token_buf;
+        if (!ok && token_env) fprintf(stderr, "tern serve: (the value came from the environment: "
+                                              "TERN_SERVE_METRICS_TOKEN_FILE)\n");
     }
     int rc = 2;
     if (ok && n_specs == 0) {
@@ -318,7 +504,9 @@ int cmd_serve(int argc, char **argv) {
                     specs[i].dir, eo.workers, eo.workers == 1 ? "" : "s", eo.translator_options.threads_per_worker,
                     eo.translator_options.threads_per_worker == 1 ? "" : "s");
     }
-    fprintf(stderr, "tern serve: listening on http://%s:%d\n", so.host, server_port(server));
+    fprintf(stderr, "tern serve: listening on %s://%s%s%s:%d\n", so.ssl_cert ? "https" : "http",
+            strchr(so.host, ':') && so.host[0] != '[' ? "[" : "", so.host,
+            strchr(so.host, ':') && so.host[0] != '[' ? "]" : "", server_port(server));
     fflush(stderr);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     for (;;) {
@@ -329,6 +517,7 @@ int cmd_serve(int argc, char **argv) {
         int sig = b;
         if (sig == SIGHUP) {
             if (!quiet) fprintf(stderr, "tern serve: SIGHUP: reloading the models\n");
+            server_reload(server);
             st = engine_reload(engine);
             if (st) fprintf(stderr, "tern serve: reload failed, the old models keep serving: %s\n", tern_last_error());
             else if (!quiet) fprintf(stderr, "tern serve: models reloaded\n");
@@ -346,5 +535,6 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (sig_pipe[0] >= 0) close(sig_pipe[0]), close(sig_pipe[1]);
     for (int i = 0; i < n_specs; i++) free(spec_buf[i]);
+    free(token_buf);
     return rc;
 }

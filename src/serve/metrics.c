@@ -1,12 +1,15 @@
 /* metrics.c — counters and the Prometheus text format (version 0.0.4) of GET /metrics. */
 #include "serve/metrics.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
-static const int codes[METRICS_CODES] = {200, 204, 400, 403, 404, 405, 413, 429, 500, 503, 0, 0};
+static const int codes[METRICS_CODES] = {200, 204, 400, 401, 403, 404, 405, 413, 429, 500, 503, 0, 0};
 static const double buckets[METRICS_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                                 1,     2.5,  5,     10,   30,  60,  120};
 static const char *const route_names[] = {"/",       "/translate", "/languages", "/v1/translate",
@@ -192,7 +195,67 @@ static void render_batch_sizes(sb_t *b, engine_t *e, const engine_stats_t *st, i
     }
 }
 
-char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
+/* Prometheus's standard process metrics (as its client libraries export them: the same names and
+ * units) from /proc/self/stat, /proc/stat's btime and /proc/self/fd; the server's connections. */
+static void render_process(sb_t *b, const metrics_extra_t *ex) {
+    long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/proc/self/stat", "r");
+    char line[2048];
+    if (f && fgets(line, sizeof line, f)) {
+        /* fields after the command name (in parentheses, which may hold anything): state is 3 */
+        const char *p = strrchr(line, ')');
+        unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
+        long long rss = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d "
+                                "%llu %llu %lld", &utime, &stime, &start, &vsize, &rss) == 5 && tick > 0) {
+            double btime = 0;
+            FILE *g = fopen("/proc/stat", "r");
+            char l2[256];
+            while (g && fgets(l2, sizeof l2, g))
+                if (!strncmp(l2, "btime ", 6)) btime = atof(l2 + 6);
+            if (g) fclose(g);
+            sb_printf(b, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+                         "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.2f\n",
+                      (double)(utime + stime) / (double)tick);
+            sb_printf(b, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                         "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+                      rss * page);
+            sb_printf(b, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                         "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n", vsize);
+            sb_printf(b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                         "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                      btime + (double)start / (double)tick);
+        }
+    }
+    if (f) fclose(f);
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long n = 0;
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (e->d_name[0] != '.') n++;
+        closedir(d);
+        sb_printf(b, "# HELP process_open_fds Number of open file descriptors.\n"
+                     "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n", n - 1); /* not opendir's own */
+    }
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl))
+        sb_printf(b, "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                     "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    if (!ex) return;
+    if (ex->connections >= 0)
+        sb_printf(b, "# HELP tern_http_open_connections Client connections open now.\n"
+                     "# TYPE tern_http_open_connections gauge\ntern_http_open_connections %d\n", ex->connections);
+    sb_printf(b, "# HELP tern_http_slow_clients_closed_total Connections closed because their request did not "
+                 "arrive whole within the connection timeout.\n"
+                 "# TYPE tern_http_slow_clients_closed_total counter\ntern_http_slow_clients_closed_total %llu\n",
+              (unsigned long long)ex->slow_closed);
+    sb_printf(b, "# HELP tern_access_log_dropped_total Access log lines dropped (the log's buffer full).\n"
+                 "# TYPE tern_access_log_dropped_total counter\ntern_access_log_dropped_total %llu\n",
+              (unsigned long long)ex->log_dropped);
+}
+
+char *metrics_render(metrics_t *m, engine_t *e, int inflight, const metrics_extra_t *extra, size_t *len) {
     metrics_t c;
     pthread_mutex_lock(&m->mu);
     memcpy(&c, m, sizeof c);
@@ -210,6 +273,7 @@ char *metrics_render(metrics_t *m, engine_t *e, int inflight, size_t *len) {
     for (int i = 0; i < nm; i++) engine_model_stats(engine_model_at(e, i), &st[i]);
     render_model_counters(&b, e, st, nm);
     render_batch_sizes(&b, e, st, nm);
+    render_process(&b, extra);
     free(st);
     if (b.oom) {
         free(b.buf);

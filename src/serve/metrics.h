@@ -16,7 +16,7 @@ typedef enum {
     R_OPENAPI, R_SETTINGS, R_DETECT, R_TRANSLATE_FILE, R_DOWNLOAD_FILE, R_OTHER, R_COUNT
 } route_t;
 
-#define METRICS_CODES 12
+#define METRICS_CODES 13
 #define METRICS_BUCKETS 14
 
 typedef struct {
@@ -36,7 +36,15 @@ void metrics_request(metrics_t *m, route_t route, int status, double seconds);
 void metrics_disconnect(metrics_t *m, route_t route);
 void metrics_rejected(metrics_t *m);
 void metrics_translated(metrics_t *m, int segments, long tokens);
-/* Renders everything (malloc'd text, *len bytes). */
-char *metrics_render(metrics_t *m, engine_t *engine, int inflight, size_t *len);
+/* What the server adds: its open connections, connections cut by the watchdog (slow clients),
+ * access log lines dropped. */
+typedef struct {
+    int connections;
+    uint64_t slow_closed, log_dropped;
+} metrics_extra_t;
+
+/* Renders everything (malloc'd text, *len bytes), the process's own metrics included (resident
+ * memory, CPU time, open descriptors, start time, from /proc/self). */
+char *metrics_render(metrics_t *m, engine_t *engine, int inflight, const metrics_extra_t *extra, size_t *len);
 
 #endif

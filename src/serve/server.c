@@ -33,7 +33,9 @@
 #include "base/base.h"
 #include "cjson/cJSON.h"
 #include "serve/docfile.h"
+#include "serve/accesslog.h"
 #include "serve/metrics.h"
+#include "serve/netaddr.h"
 #include "serve/quality.h"
 #include "serve/segments.h"
 #include "text/langid.h"
@@ -48,7 +50,7 @@ typedef struct {
 } api_key_t;
 
 typedef struct {
-    uint32_t ip;
+    net_addr_t ip;
     int used;
     double tokens, last;
 } ip_bucket_t;
@@ -70,6 +72,23 @@ struct server {
     struct stored_file *files; /* [opt.max_files], oldest first */
     int n_files;
     pthread_mutex_t files_mu;
+    /* production (docs/serving.md, "Production") */
+    net_cidr_t *trusted; /* --trusted-proxies */
+    int n_trusted;
+    alog_t *alog;        /* --access-log */
+    char *cert_pem, *key_pem;
+    atomic_uint_fast64_t next_id; /* request ids */
+    unsigned id_prefix;
+    char start_error[512]; /* libmicrohttpd's last message while starting (a TLS error) */
+    /* the connection watchdog: a request must arrive whole within timeout_s of the connection's
+     * start (or of the previous answer on a kept-alive connection), however slowly it trickles */
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_cv;
+    struct watch *watches;
+    pthread_t watchdog;
+    int watchdog_started, watch_stop;
+    atomic_uint_fast64_t slow_closed;
+    char *openapi; /* openapi.json with this server's limits (NULL: the file as it is) */
 };
 
 typedef struct stored_file {
@@ -79,11 +98,24 @@ typedef struct stored_file {
     double t;       /* when it was stored */
 } stored_file_t;
 
+
+/* A connection, for the watchdog: its socket, since when it waits for a request, and whether a
+ * whole request came (then the engine's time does not count). watch_mu held. */
+typedef struct watch {
+    int fd, busy;
+    double since;
+    struct watch *prev, *next;
+} watch_t;
+
+/* Reads the API keys file into a new set and swaps it in under keys_mu (requests check their key
+ * once, under the mutex: one in flight has its answer from the old set); a key kept from the old
+ * set keeps its rate bucket. A bad file leaves the old set. */
 static tern_status_t load_keys(server_t *s, const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return tern_error(TERN_ERR_IO, "%s: cannot open the API keys file", path);
     char line[512];
-    int lineno = 0;
+    int lineno = 0, n_keys = 0;
+    api_key_t *keys = NULL;
     tern_status_t st = TERN_OK;
     while (fgets(line, sizeof line, f)) {
         lineno++;
@@ -92,25 +124,42 @@ static tern_status_t load_keys(server_t *s, const char *path) {
         if (*p == '#' || *p == '\n' || *p == '\r' || !*p) continue;
         char key[256] = "";
         int limit = 0, n = sscanf(p, "%255s %d", key, &limit);
-        if (n < 1 || strlen(key) >= sizeof s->keys[0].key || limit < 0) {
+        if (n < 1 || strlen(key) >= sizeof s->keys[0].key || limit < 0 || (!strchr(line, '\n') && !feof(f))) {
             st = tern_error(TERN_ERR_FORMAT, "%s:%d: expected \"KEY [REQUESTS_PER_MINUTE]\"", path, lineno);
             break;
         }
-        api_key_t *k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
+        api_key_t *k = realloc(keys, (size_t)(n_keys + 1) * sizeof *k);
         if (!k) {
             st = tern_error(TERN_ERR_NOMEM, "out of memory");
             break;
         }
-        s->keys = k;
-        k = &s->keys[s->n_keys++];
+        keys = k;
+        k = &keys[n_keys++];
         memset(k, 0, sizeof *k);
         snprintf(k->key, sizeof k->key, "%s", key);
         k->per_minute = n == 2 ? limit : 0;
         k->tokens = k->per_minute;
         k->last = time_now();
     }
+    if (!st && ferror(f)) st = tern_error(TERN_ERR_IO, "%s: read error", path);
     fclose(f);
-    return st;
+    if (st) {
+        free(keys);
+        return st;
+    }
+    pthread_mutex_lock(&s->keys_mu);
+    for (int i = 0; i < n_keys; i++)
+        for (int j = 0; j < s->n_keys; j++)
+            if (!strcmp(keys[i].key, s->keys[j].key) && keys[i].per_minute == s->keys[j].per_minute) {
+                keys[i].tokens = s->keys[j].tokens;
+                keys[i].last = s->keys[j].last;
+            }
+    api_key_t *old = s->keys;
+    s->keys = keys;
+    s->n_keys = n_keys;
+    pthread_mutex_unlock(&s->keys_mu);
+    free(old);
+    return TERN_OK;
 }
 
 typedef enum { KEY_OK = 0, KEY_INVALID, KEY_MISSING, KEY_LIMITED } key_check_t;
@@ -131,23 +180,25 @@ static int bucket_take(double *tokens, double *last, int per_minute) {
  * address probing IP_PROBE slots; a new address takes a free slot or the one idle longest. */
 #define IP_SLOTS 4096
 #define IP_PROBE 8
-static int ip_take(server_t *s, uint32_t ip) {
-    unsigned h = (ip * 2654435761u) % IP_SLOTS, pick = h;
+static int ip_take(server_t *s, const net_addr_t *ip) {
+    uint32_t hh = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < 16; i++) hh = (hh ^ ip->a[i]) * 16777619u;
+    unsigned h = hh % IP_SLOTS, pick = h;
     for (unsigned k = 0; k < IP_PROBE; k++) {
         ip_bucket_t *b = &s->ips[(h + k) % IP_SLOTS];
-        if (b->used && b->ip == ip) return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
+        if (b->used && !memcmp(b->ip.a, ip->a, 16)) return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
         ip_bucket_t *p = &s->ips[pick];
         if (!b->used ? p->used : (p->used && b->last < p->last)) pick = (h + k) % IP_SLOTS;
     }
     ip_bucket_t *b = &s->ips[pick];
     b->used = 1;
-    b->ip = ip;
+    b->ip = *ip;
     b->tokens = s->opt.req_limit;
     b->last = time_now();
     return bucket_take(&b->tokens, &b->last, s->opt.req_limit);
 }
 
-static key_check_t check_key(server_t *s, struct MHD_Connection *c, const char *key, int *limit) {
+static key_check_t check_key(server_t *s, const net_addr_t *client, const char *key, int *limit) {
     *limit = 0;
     key_check_t r = KEY_OK;
     int keyed = 0;
@@ -168,10 +219,7 @@ static key_check_t check_key(server_t *s, struct MHD_Connection *c, const char *
     } else if (s->opt.api_keys_file && s->opt.require_api_key)
         r = KEY_MISSING;
     if (r == KEY_OK && !keyed && s->opt.req_limit > 0) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-        uint32_t ip = sa && sa->sa_family == AF_INET ? ((const struct sockaddr_in *)sa)->sin_addr.s_addr : 0;
-        if (!ip_take(s, ip)) {
+        if (!ip_take(s, client)) {
             r = KEY_LIMITED;
             *limit = s->opt.req_limit;
         }
@@ -193,7 +241,13 @@ typedef struct {
     char *file, *file_name; /* /translate_file: the form's "file" (file_len bytes) and its file name */
     size_t file_len;
     int file_oom;
-    double t0;
+    double t0, wall; /* time_now() and the epoch's seconds at the headers */
+    /* for the access log */
+    net_addr_t client; /* the peer, or the client behind a trusted proxy (rate limits, logs) */
+    char client_txt[48], method[16], version[16], id[24];
+    char *path, *user_agent, *referer;
+    int status;
+    uint64_t bytes;
 } conn_t;
 
 static const char *const form_keys[6] = {"q", "source", "target", "format", "api_key", "alternatives"};
@@ -206,6 +260,7 @@ static void conn_free(conn_t *cx) {
     free(cx->file);
     free(cx->file_name);
     free(cx->body);
+    free(cx->path), free(cx->user_agent), free(cx->referer);
     free(cx);
 }
 
@@ -257,7 +312,12 @@ static route_t route_of(const char *url) {
     return R_OTHER;
 }
 
-static void add_common_headers(struct MHD_Response *resp) {
+static void add_common_headers(struct MHD_Response *resp, conn_t *cx, int status, size_t len) {
+    if (cx) {
+        cx->status = status;
+        cx->bytes = len;
+        if (cx->id[0]) MHD_add_response_header(resp, "X-Request-Id", cx->id);
+    }
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST");
@@ -273,7 +333,7 @@ static enum MHD_Result send_body(server_t *s, struct MHD_Connection *c, conn_t *
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", type);
-    add_common_headers(resp);
+    add_common_headers(resp, cx, status, len);
     if (retry_after > 0) {
         char v[16];
         snprintf(v, sizeof v, "%d", retry_after);
@@ -291,7 +351,7 @@ static enum MHD_Result send_static(server_t *s, struct MHD_Connection *c, conn_t
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", type);
-    add_common_headers(resp);
+    add_common_headers(resp, cx, 200, len);
     enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     metrics_request(&s->metrics, cx->route, 200, time_now() - cx->t0);
@@ -340,7 +400,7 @@ static enum MHD_Result send_error(server_t *s, struct MHD_Connection *c, conn_t 
 static int key_refused(server_t *s, struct MHD_Connection *c, conn_t *cx, const char *api_key,
                        enum MHD_Result *result) {
     int limit;
-    switch (check_key(s, c, api_key, &limit)) {
+    switch (check_key(s, &cx->client, api_key, &limit)) {
     case KEY_INVALID: *result = send_error(s, c, cx, 403, 0, "Invalid API key"); return 1;
     case KEY_MISSING:
         *result = send_error(s, c, cx, 400, 0, "Please contact the server operator to get an API key");
@@ -626,7 +686,12 @@ static int run_request(server_t *s, struct MHD_Connection *c, conn_t *cx, engine
         return 1;
     }
     const char *msg;
-    if (request_status(r, &msg)) {
+    tern_status_t st = request_status(r, &msg);
+    if (st == TERN_ERR_INVALID_ARG) { /* a search option the model cannot take (sampling_topk over its vocabulary) */
+        *result = send_error(s, c, cx, 400, 0, "Invalid request: %s", msg);
+        return 1;
+    }
+    if (st) {
         *result = send_error(s, c, cx, 500, 0, "Cannot translate text: %s", msg);
         return 1;
     }
@@ -1410,7 +1475,7 @@ static enum MHD_Result handle_download(server_t *s, struct MHD_Connection *c, co
     snprintf(disp, sizeof disp, "attachment; filename=\"%s\"", name); /* safe_name(): no quote, no backslash */
     MHD_add_response_header(resp, "Content-Type", doc_content_type(kind));
     MHD_add_response_header(resp, "Content-Disposition", disp);
-    add_common_headers(resp);
+    add_common_headers(resp, cx, 200, len);
     enum MHD_Result r = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     metrics_request(&s->metrics, cx->route, 200, time_now() - cx->t0);
@@ -1847,9 +1912,46 @@ static enum MHD_Result handle_health(server_t *s, struct MHD_Connection *c, conn
     return send_json(s, c, cx, draining ? 503 : 200, o, 0);
 }
 
+/* Compares in a time that does not depend on where a and b differ (their lengths may show). */
+static int same_secret(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = la != lb;
+    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i < lb ? i : 0]);
+    return !d;
+}
+
 static enum MHD_Result handle_metrics(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    if (s->opt.metrics_token) {
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!auth || strncasecmp(auth, "Bearer ", 7) || !same_secret(auth + 7, s->opt.metrics_token)) {
+            cJSON *j = cJSON_CreateObject();
+            if (!j) return MHD_NO;
+            cJSON_AddStringToObject(j, "error", auth ? "Unauthorized: wrong bearer token" :
+                                    "Unauthorized: /metrics needs \"Authorization: Bearer TOKEN\"");
+            char *txt = cJSON_PrintUnformatted(j);
+            cJSON_Delete(j);
+            if (!txt) return MHD_NO;
+            struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
+            if (!resp) {
+                free(txt);
+                return MHD_NO;
+            }
+            MHD_add_response_header(resp, "Content-Type", "application/json");
+            MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"metrics\"");
+            add_common_headers(resp, cx, 401, strlen(txt));
+            enum MHD_Result r = MHD_queue_response(c, 401, resp);
+            MHD_destroy_response(resp);
+            metrics_request(&s->metrics, cx->route, 401, time_now() - cx->t0);
+            return r;
+        }
+    }
     size_t len = 0;
-    char *txt = metrics_render(&s->metrics, s->engine, atomic_load(&s->inflight), &len);
+    metrics_extra_t ex = {0};
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    ex.connections = di ? (int)di->num_connections : -1;
+    ex.slow_closed = atomic_load(&s->slow_closed);
+    ex.log_dropped = s->alog ? alog_dropped(s->alog) : 0;
+    char *txt = metrics_render(&s->metrics, s->engine, atomic_load(&s->inflight), &ex, &len);
     if (!txt) return MHD_NO;
     return send_body(s, c, cx, 200, txt, len, "text/plain; version=0.0.4; charset=utf-8", 0);
 }
@@ -1876,7 +1978,7 @@ static enum MHD_Result send_405(server_t *s, struct MHD_Connection *c, conn_t *c
                cx->route == R_V1_SCORE || cx->route == R_TRANSLATE_FILE;
     MHD_add_response_header(resp, "Content-Type", "application/json");
     MHD_add_response_header(resp, "Allow", post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
-    add_common_headers(resp);
+    add_common_headers(resp, cx, 405, strlen(txt));
     enum MHD_Result r = MHD_queue_response(c, 405, resp);
     MHD_destroy_response(resp);
     metrics_request(&s->metrics, cx->route, 405, time_now() - cx->t0);
@@ -1920,14 +2022,67 @@ static enum MHD_Result conn_post_headers(server_t *s, struct MHD_Connection *c, 
     return MHD_YES;
 }
 
+/* X-Forwarded-For: the values of all its headers, joined by commas in their order. */
+typedef struct {
+    char *buf;
+    size_t len;
+} xff_t;
+
+static enum MHD_Result xff_gather(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    xff_t *x = cls;
+    if (!key || !value || strcasecmp(key, "X-Forwarded-For")) return MHD_YES;
+    size_t n = strlen(value);
+    char *b = realloc(x->buf, x->len + n + 2);
+    if (!b) return MHD_NO;
+    x->buf = b;
+    if (x->len) b[x->len++] = ',';
+    memcpy(b + x->len, value, n + 1);
+    x->len += n;
+    return MHD_YES;
+}
+
+/* The client's address (cx->client): the peer, or behind a trusted proxy the rightmost address
+ * of X-Forwarded-For that is not itself a trusted proxy (netaddr.h). */
+static void conn_client(server_t *s, struct MHD_Connection *c, conn_t *cx) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    net_addr_t peer;
+    if (net_from_sockaddr(ci ? ci->client_addr : NULL, &peer)) memset(&peer, 0, sizeof peer);
+    cx->client = peer;
+    if (s->n_trusted && net_in(s->trusted, s->n_trusted, &peer)) {
+        xff_t x = {0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, xff_gather, &x);
+        if (x.buf) net_client(&peer, x.buf, s->trusted, s->n_trusted, &cx->client);
+        free(x.buf);
+    }
+    net_format(&cx->client, cx->client_txt, sizeof cx->client_txt);
+}
+
+static watch_t *conn_watch(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 /* A request's first call (its headers): its connection state, counted in flight. */
 static enum MHD_Result conn_open(server_t *s, struct MHD_Connection *c, const char *url, const char *method,
-                                 void **con_cls) {
+                                 const char *version, void **con_cls) {
     conn_t *cx = calloc(1, sizeof *cx);
     if (!cx) return MHD_NO;
     *con_cls = cx;
     atomic_fetch_add(&s->inflight, 1);
     cx->t0 = time_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    cx->wall = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    conn_client(s, c, cx);
+    snprintf(cx->method, sizeof cx->method, "%s", method);
+    snprintf(cx->version, sizeof cx->version, "%s", version ? version : "");
+    snprintf(cx->id, sizeof cx->id, "%08x%08llx", s->id_prefix,
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    cx->path = strdup(url);
+    const char *ua = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_USER_AGENT);
+    const char *ref = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_REFERER);
+    if (ua) cx->user_agent = strdup(ua);
+    if (ref) cx->referer = strdup(ref);
     cx->route = route_of(url);
     cx->after_drain = atomic_load(&s->draining);
     cx->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
@@ -1979,6 +2134,8 @@ static enum MHD_Result route_request(server_t *s, struct MHD_Connection *c, conn
         return handle_settings(s, c, cx);
     case R_OPENAPI:
         if (!get) break;
+        if (s->openapi) return send_static(s, c, cx, (const unsigned char *)s->openapi, strlen(s->openapi),
+                                           "application/json");
         return send_static(s, c, cx, openapi_json, openapi_json_len, "application/json");
     case R_LANGUAGES:
         if (!get) break;
@@ -2018,8 +2175,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   void **con_cls) {
     server_t *s = cls;
     conn_t *cx = *con_cls;
-    if (!cx) return conn_open(s, c, url, method, con_cls);
+    if (!cx) return conn_open(s, c, url, method, version, con_cls);
     if (*upload_data_size) return conn_receive(s, cx, upload_data, upload_data_size);
+    watch_t *w = conn_watch(c); /* the whole request came: the watchdog lets it be */
+    if (w) {
+        pthread_mutex_lock(&s->watch_mu);
+        w->busy = 1;
+        pthread_mutex_unlock(&s->watch_mu);
+    }
     if (cx->early_done) return MHD_YES;
     if (cx->too_large == 1) return send_too_large(s, c, cx);
     if (cx->file_oom) return send_error(s, c, cx, 500, 0, "Cannot translate file: out of memory");
@@ -2033,6 +2196,20 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     server_t *s = cls;
     conn_t *cx = *con_cls;
     if (!cx) return;
+    if (s->alog) {
+        alog_entry_t e = {.time = cx->wall, .client = cx->client_txt, .method = cx->method,
+                          .path = cx->path ? cx->path : "", .version = cx->version, .status = cx->status,
+                          .bytes = cx->bytes, .duration = time_now() - cx->t0, .user_agent = cx->user_agent,
+                          .referer = cx->referer, .request_id = cx->id};
+        alog_write(s->alog, &e);
+    }
+    watch_t *w = conn_watch(c); /* kept alive: the next request has timeout_s from now */
+    if (w) {
+        pthread_mutex_lock(&s->watch_mu);
+        w->busy = 0;
+        w->since = time_now();
+        pthread_mutex_unlock(&s->watch_mu);
+    }
     conn_free(cx);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
@@ -2040,9 +2217,149 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 static void on_log(void *cls, const char *fmt, va_list ap) {
     server_t *s = cls;
+    va_list ap2;
+    va_copy(ap2, ap);
+    if (!s->daemon && !s->start_error[0]) vsnprintf(s->start_error, sizeof s->start_error, fmt, ap2); /* starting: the first says why */
+    va_end(ap2);
     if (s->opt.quiet) return;
     fprintf(stderr, "tern serve: ");
     vfprintf(stderr, fmt, ap);
+}
+
+/* ------------------------------------------------------------------ slow clients */
+
+/* MHD_OPTION_NOTIFY_CONNECTION: each connection is watched from its start to its close (called
+ * before libmicrohttpd closes the socket: the watchdog never shuts down a reused descriptor). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    server_t *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        watch_t *w = calloc(1, sizeof *w);
+        *socket_context = w;
+        if (!w) return;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        w->fd = ci ? ci->connect_fd : -1;
+        w->since = time_now();
+        pthread_mutex_lock(&s->watch_mu);
+        w->next = s->watches;
+        if (s->watches) s->watches->prev = w;
+        s->watches = w;
+        pthread_mutex_unlock(&s->watch_mu);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        watch_t *w = *socket_context;
+        if (!w) return;
+        pthread_mutex_lock(&s->watch_mu);
+        if (w->prev) w->prev->next = w->next;
+        else s->watches = w->next;
+        if (w->next) w->next->prev = w->prev;
+        pthread_mutex_unlock(&s->watch_mu);
+        free(w);
+        *socket_context = NULL;
+    }
+}
+
+/* libmicrohttpd's timeout counts idle time only: a client sending a byte a second (slowloris)
+ * never reaches it. This thread shuts down the socket of a connection whose request has not
+ * arrived whole timeout_s after the connection opened (or after its previous answer). */
+static void *watchdog(void *arg) {
+    server_t *s = arg;
+    pthread_mutex_lock(&s->watch_mu);
+    while (!s->watch_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->watch_cv, &s->watch_mu, &ts);
+        double now = time_now();
+        for (watch_t *w = s->watches; w; w = w->next)
+            if (!w->busy && w->fd >= 0 && now - w->since > s->opt.timeout_s) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->fd = -1;
+                atomic_fetch_add(&s->slow_closed, 1);
+            }
+    }
+    pthread_mutex_unlock(&s->watch_mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the description */
+
+/* The schema object at components.schemas.<schema>.properties.<prop>, or NULL. */
+static cJSON *api_prop(cJSON *root, const char *schema, const char *prop) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "components");
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, "schemas") : NULL;
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, schema) : NULL;
+    o = o ? cJSON_GetObjectItemCaseSensitive(o, "properties") : NULL;
+    return o ? cJSON_GetObjectItemCaseSensitive(o, prop) : NULL;
+}
+
+static void api_set(cJSON *o, const char *key, double v) {
+    if (!o) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddNumberToObject(o, key, v);
+}
+
+/* q of a request schema: a list has at most max_items (the characters are limited too, all texts
+ * of a request together: no schema keyword says so; a text over the limit alone may meet the body
+ * limit first, 413). */
+static void api_q(cJSON *q, int max_items) {
+    cJSON *alts = q ? cJSON_GetObjectItemCaseSensitive(q, "oneOf") : NULL, *a;
+    cJSON_ArrayForEach(a, alts) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(a, "type");
+        if (!cJSON_IsString(type)) continue;
+        if (!strcmp(type->valuestring, "array") && max_items >= 0) api_set(a, "maxItems", max_items);
+    }
+}
+
+/* openapi.json with the limits of this server's options stated where a schema can state them:
+ * the largest beam, decoding length and alternatives, the items of a q list. */
+static char *api_with_limits(const server_options_t *o) {
+    cJSON *root = cJSON_ParseWithLength((const char *)openapi_json, openapi_json_len);
+    if (!root) return NULL;
+    static const char *const beams[] = {"beam_size", "num_hypotheses", "num_samples"};
+    static const char *const lengths[] = {"max_decoding_length", "max_length_b", "min_length", "no_repeat_ngram_size"};
+    for (int i = 0; i < 3; i++) api_set(api_prop(root, "V1TranslateRequest", beams[i]), "maximum", o->max_beam);
+    for (int i = 0; i < 4; i++)
+        api_set(api_prop(root, "V1TranslateRequest", lengths[i]), "maximum", o->max_decoding_length);
+    cJSON *alt = api_prop(root, "TranslateRequest", "alternatives"), *a;
+    cJSON *alts = alt ? cJSON_GetObjectItemCaseSensitive(alt, "oneOf") : NULL;
+    cJSON_ArrayForEach(a, alts) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(a, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "integer")) api_set(a, "maximum", o->max_beam - 1);
+    }
+    int v1_items = o->batch_limit >= 0 && o->batch_limit < o->max_segments ? o->batch_limit : o->max_segments;
+    api_q(api_prop(root, "TranslateRequest", "q"), o->batch_limit);
+    api_q(api_prop(root, "V1TranslateRequest", "q"), v1_items);
+    char *txt = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return txt;
+}
+
+/* ------------------------------------------------------------------ TLS */
+
+/* A PEM file whole (at most 1 MiB), NUL-terminated, checked for its BEGIN line. */
+static tern_status_t read_pem(const char *opt, const char *path, const char *what, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return tern_error(TERN_ERR_IO, "%s %s: cannot open (%s)", opt, path, strerror(errno));
+    char *b = malloc((1 << 20) + 1);
+    size_t n = b ? fread(b, 1, 1 << 20, f) : 0;
+    int err = ferror(f), more = b && n == 1 << 20 && fgetc(f) != EOF;
+    fclose(f);
+    if (!b) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    b[n] = 0;
+    tern_status_t st = TERN_OK;
+    if (err) st = tern_error(TERN_ERR_IO, "%s %s: read error", opt, path);
+    else if (more) st = tern_error(TERN_ERR_FORMAT, "%s %s: larger than 1 MiB, not a PEM file", opt, path);
+    else if (!strstr(b, "-----BEGIN ") || !strstr(b, what))
+        st = tern_error(TERN_ERR_FORMAT, "%s %s: not a PEM %s (no \"-----BEGIN ...%s-----\" line)", opt, path,
+                        !strcmp(what, "CERTIFICATE") ? "certificate" : "private key", what);
+    if (st) {
+        free(b);
+        return st;
+    }
+    *out = b;
+    return TERN_OK;
 }
 
 /* ------------------------------------------------------------------ life cycle */
@@ -2077,7 +2394,12 @@ tern_status_t server_start(server_t **out, engine_t *engine, const server_option
     s->opt = *o;
     pthread_mutex_init(&s->keys_mu, NULL);
     pthread_mutex_init(&s->files_mu, NULL);
+    pthread_mutex_init(&s->watch_mu, NULL);
+    pthread_cond_init(&s->watch_cv, NULL);
     metrics_init(&s->metrics);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    s->id_prefix = (unsigned)(now.tv_nsec ^ (now.tv_sec << 8) ^ ((unsigned)getpid() << 16));
     tern_status_t st;
     if ((st = files_init(s))) {
         server_stop(s);
@@ -2091,27 +2413,96 @@ tern_status_t server_start(server_t **out, engine_t *engine, const server_option
         server_stop(s);
         return st;
     }
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)o->port);
-    if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
-        server_stop(s);
-        return tern_error(TERN_ERR_INVALID_ARG, "--host %s: not an IPv4 address", o->host);
+    if (o->trusted_proxies) {
+        char err[256];
+        if (net_parse_cidrs(o->trusted_proxies, &s->trusted, &s->n_trusted, err, sizeof err)) {
+            server_stop(s);
+            return tern_error(TERN_ERR_INVALID_ARG, "--trusted-proxies: %s", err);
+        }
     }
+    /* --host: IPv4 (default 127.0.0.1) or IPv6 ("::1"; "::" serves IPv4 clients too: dual stack) */
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof addr);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
+    const char *host = o->host;
+    char hbuf[64];
+    size_t hl = strlen(host);
+    if (hl > 2 && hl < sizeof hbuf && host[0] == '[' && host[hl - 1] == ']') { /* "[::1]" as in a URL */
+        snprintf(hbuf, sizeof hbuf, "%.*s", (int)(hl - 2), host + 1);
+        host = hbuf;
+    }
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)o->port);
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)o->port);
+        flags |= IN6_IS_ADDR_UNSPECIFIED(&a6->sin6_addr) ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+        if (MHD_is_feature_supported(MHD_FEATURE_IPv6) != MHD_YES) {
+            server_stop(s);
+            return tern_error(TERN_ERR_UNSUPPORTED, "--host %s: this libmicrohttpd has no IPv6", o->host);
+        }
+    } else {
+        server_stop(s);
+        return tern_error(TERN_ERR_INVALID_ARG, "--host %s: not an IPv4 or IPv6 address (e.g. 127.0.0.1, 0.0.0.0, "
+                          "::1, ::)", o->host);
+    }
+    if (!o->ssl_cert != !o->ssl_key) {
+        server_stop(s);
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: HTTPS needs both --ssl-cert FILE and --ssl-key FILE",
+                          o->ssl_cert ? "--ssl-cert without --ssl-key" : "--ssl-key without --ssl-cert");
+    }
+    if (o->ssl_cert) {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            server_stop(s);
+            return tern_error(TERN_ERR_UNSUPPORTED, "--ssl-cert: this libmicrohttpd was built without TLS (GnuTLS)");
+        }
+        if ((st = read_pem("--ssl-cert", o->ssl_cert, "CERTIFICATE", &s->cert_pem)) ||
+            (st = read_pem("--ssl-key", o->ssl_key, "PRIVATE KEY", &s->key_pem))) {
+            server_stop(s);
+            return st;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    if (!(s->openapi = api_with_limits(o))) {
+        server_stop(s);
+        return tern_error(TERN_ERR_INTERNAL, "openapi.json: not valid JSON");
+    }
+    if (o->access_log && (st = alog_open(&s->alog, o->access_log, o->access_log_json))) {
+        server_stop(s);
+        return st;
+    }
+    if (pthread_create(&s->watchdog, NULL, watchdog, s)) {
+        server_stop(s);
+        return tern_error(TERN_ERR_NOMEM, "cannot start the connection watchdog");
+    }
+    s->watchdog_started = 1;
+    /* the TLS options last: MHD_OPTION_END in their place without a certificate */
     s->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s,
                                  MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->per_ip_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                 s->cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, s->cert_pem,
+                                 MHD_OPTION_HTTPS_MEM_KEY, s->key_pem,
                                  MHD_OPTION_END);
     if (!s->daemon) {
+        if (s->cert_pem && s->start_error[0]) { /* GnuTLS refused the pair: its words */
+            size_t l = strlen(s->start_error);
+            while (l && (s->start_error[l - 1] == '\n' || s->start_error[l - 1] == '.')) s->start_error[--l] = 0;
+            st = tern_error(TERN_ERR_FORMAT, "--ssl-cert %s, --ssl-key %s: cannot use them: %s (a certificate and "
+                            "its own private key, PEM)", o->ssl_cert, o->ssl_key, s->start_error);
+        } else
+            st = tern_error(TERN_ERR_IO, "cannot listen on %s port %d (in use, or not allowed)", o->host, o->port);
         server_stop(s);
-        return tern_error(TERN_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)", o->host, o->port);
+        return st;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
@@ -2131,9 +2522,42 @@ int server_drain(server_t *s, double timeout_s) {
     return atomic_load(&s->inflight);
 }
 
+int server_reload(server_t *s) {
+    int rc = 0;
+    if (s->opt.api_keys_file) {
+        tern_status_t st = load_keys(s, s->opt.api_keys_file);
+        if (st) {
+            fprintf(stderr, "tern serve: SIGHUP: the API keys are not reloaded, the old keys stay: %s\n",
+                    tern_last_error());
+            rc = 1;
+        } else if (!s->opt.quiet) {
+            pthread_mutex_lock(&s->keys_mu);
+            int n = s->n_keys;
+            pthread_mutex_unlock(&s->keys_mu);
+            fprintf(stderr, "tern serve: API keys reloaded from %s (%d keys)\n", s->opt.api_keys_file, n);
+        }
+    }
+    if (s->alog) alog_reopen(s->alog);
+    return rc;
+}
+
 void server_stop(server_t *s) {
     if (!s) return;
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    if (s->watchdog_started) {
+        pthread_mutex_lock(&s->watch_mu);
+        s->watch_stop = 1;
+        pthread_cond_signal(&s->watch_cv);
+        pthread_mutex_unlock(&s->watch_mu);
+        pthread_join(s->watchdog, NULL);
+    }
+    alog_close(s->alog);
+    free(s->trusted);
+    free(s->openapi);
+    free(s->cert_pem);
+    free(s->key_pem);
+    pthread_mutex_destroy(&s->watch_mu);
+    pthread_cond_destroy(&s->watch_cv);
     free(s->keys);
     free(s->ips);
     pthread_mutex_destroy(&s->keys_mu);

@@ -28,13 +28,20 @@ typedef struct {
     const char *api_keys_file; /* lines "KEY [REQUESTS_PER_MINUTE]"; NULL: no keys */
     int require_api_key;     /* 1: requests without a key are refused (400, as LibreTranslate) */
     int req_limit;           /* requests per minute per client address without a valid key; 0: none */
-    int quiet;               /* no access log */
+    int quiet;               /* no messages but errors (the access log is --access-log) */
     int split_sentences;     /* 1 (default): each line's sentences are translated apart (segments.h) */
     size_t max_file_size;    /* bytes of a /translate_file upload, else 413 (default 10 MB) */
     size_t max_unzipped;     /* bytes of a .docx/.odt's members once uncompressed, else 413 (100 MB) */
     int max_zip_entries;     /* members of a .docx/.odt, else 413 (1000) */
     int max_files;           /* translated files kept for GET /download_file (64; the oldest go first) */
     int file_lifetime_s;     /* seconds a translated file is kept (1800) */
+    /* production (docs/serving.md, "Production") */
+    const char *ssl_cert, *ssl_key; /* PEM files: HTTPS (libmicrohttpd's GnuTLS) */
+    const char *access_log;  /* FILE, or "-" for standard output; NULL: none */
+    int access_log_json;     /* 1: JSON lines, 0: Apache's combined format */
+    const char *trusted_proxies; /* "CIDR[,CIDR...]": peers whose X-Forwarded-For names the client */
+    const char *metrics_token; /* GET /metrics needs "Authorization: Bearer TOKEN"; NULL: open */
+    int per_ip_connections;  /* connections at once from one peer address; 0: no limit */
 } server_options_t;
 
 server_options_t server_default_options(void);
@@ -48,6 +55,9 @@ int server_port(const server_t *server);
  * connections get 503. Waits until none is in flight, at most timeout_s seconds; returns the
  * number still in flight (0 normally). */
 int server_drain(server_t *server, double timeout_s);
+/* SIGHUP: reloads the API keys file (a bad file keeps the old keys: an error on stderr, 1
+ * returned) and reopens the access log (logrotate). */
+int server_reload(server_t *server);
 /* Closes every connection and frees the server (not the engine). */
 void server_stop(server_t *server);
 
