@@ -36,6 +36,7 @@ typedef struct {
     glin_t *dec_ih, *dec_hh;  /* Ld */
     glin_t att_q, att_k, proj;
     float *att_v;             /* (A) */
+    float delta, gamma;       /* GNMT's clips (gnmt/clip_delta, gnmt/clip_gamma; 0: none) */
     int int8;
     size_t weight_bytes;
     tern_hparam_t hparams[4]; /* what tern_model_info() tells of the shape */
@@ -176,6 +177,19 @@ static tern_status_t gn_build(void **net, weights_t *w, const model_config_t *cf
     const gnmt_dims_t *d = &m->d;
     int H = d->hidden, A = d->att, Le = d->enc_layers, Ld = d->dec_layers;
     m->Dv = gnmt_enc_width(d);
+    static const char *clip_keys[2] = {GNMT_CLIP_DELTA_KEY, GNMT_CLIP_GAMMA_KEY};
+    float *clip_vals[2] = {&m->delta, &m->gamma};
+    for (int k = 0; k < 2; k++) {
+        const tensor_t *t = weights_get(w, clip_keys[k]);
+        if (!t) continue;
+        float v = t->numel == 1 && t->data ? tensor_get_f32(t, 0) : -1.0f;
+        if (!(v >= (k == 0 ? 1.0f : 0.0f) && v <= 1e6f)) { /* also NaN */
+            gn_free(m);
+            return tern_error(TERN_ERR_FORMAT, "%s: '%s' must be one number in [%s, 1e6]", weights_path(w),
+                              clip_keys[k], k == 0 ? "1" : "0");
+        }
+        *clip_vals[k] = v;
+    }
     m->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && desc_stored_int8(&GNMT_DESC, w));
     m->enc_ih = calloc((size_t)Le + 1, sizeof *m->enc_ih);
     m->enc_hh = calloc((size_t)Le + 1, sizeof *m->enc_hh);
@@ -350,7 +364,9 @@ static tern_status_t ensure_rows(gnmt_state_t *s, int R) {
 
 
 /* The LSTM's pointwise part for one row: training's own (nn/rnn.h). */
-static void lstm_point(float *h, float *c, float *g, const float *cp, int H) { nn_lstm_point(h, c, g, cp, H); }
+static void lstm_point(float *h, float *c, float *g, const float *cp, int H, float clip) {
+    nn_lstm_point(h, c, g, cp, H, clip);
+}
 
 /* One encoder direction over the N·S rows of x (K wide): out[b, t] (row stride ldo) = h after
  * step t (carried past len). */
@@ -372,7 +388,7 @@ static void enc_direction(gnmt_state_t *s, float *out, int ldo, const float *x, 
                 float *g = s->gx + ((size_t)b * S + t) * G;
                 const float *gh = s->egh + (size_t)b * G;
                 for (size_t j = 0; j < G; j++) g[j] += gh[j];
-                lstm_point(hb, cb, g, cb, H);
+                lstm_point(hb, cb, g, cb, H, m->delta);
             }
             memcpy(out + ((size_t)b * S + t) * ldo, hb, (size_t)H * sizeof(float));
         }
@@ -423,8 +439,10 @@ static tern_status_t gn_encode(void *state, const int *const *src, const int *sr
     float *in = s->bufa, *out = s->bufb;
     for (int l = 1; l < Le; l++) {
         enc_direction(s, out, H, in, &m->enc_ih[l], &m->enc_hh[l], 0);
-        if (l >= 2)
+        if (l >= 2) {
             for (size_t i = 0; i < NS * H; i++) out[i] += in[i];
+            nn_clip_forward(out, NS * H, m->delta);
+        }
         float *t = in;
         in = out;
         out = t;
@@ -455,7 +473,7 @@ static void dec_layer(gnmt_state_t *s, int l, const float *x, int R) {
         float *g = s->g + (size_t)r * G;
         const float *gh = s->gh + (size_t)r * G;
         for (size_t j = 0; j < G; j++) g[j] += gh[j];
-        lstm_point(s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H);
+        lstm_point(s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H, m->delta);
     }
 }
 
@@ -492,10 +510,12 @@ static tern_status_t gn_step(void *state, const int *tokens, int t, float *out, 
             float *ny = y == s->ya ? s->yb : s->ya;
             const float *hl = s->h[l];
             for (size_t i = 0; i < (size_t)R * H; i++) ny[i] = hl[i] + y[i];
+            nn_clip_forward(ny, (size_t)R * H, m->delta);
             y = ny;
         }
     }
     linear_forward(out, y, s->vm.lin.N ? &s->vm.lin : &m->proj.lin, R, s->lws);
+    nn_clip_forward(out, (size_t)R * (size_t)(s->vm.lin.N ? s->vm.lin.N : m->proj.lin.N), m->gamma);
     if (attn) memcpy(attn, s->alpha, (size_t)R * S * sizeof(float));
     return TERN_OK;
 }
