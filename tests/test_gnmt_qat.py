@@ -17,7 +17,8 @@ identity inside [-bound, bound], zero outside).
 * Inference (`tern rescore`, float32) of a model whose files carry gnmt/clip_delta and
   gnmt/clip_gamma gives every forced token's log-probability within 1e-4 of the reference
   (tests/tools/gnmt_torch_ref.py, the decode-time model with the same clips) and differs from the
-  same weights without the clip keys (the clips act at inference).
+  same weights without the clip keys (the clips act at inference); with --compute-type int8 the
+  clipped model stays within INT8_TOL of the reference and the unclipped one does not.
 * `tern train --architecture gnmt --gnmt-clip-delta 1 --gnmt-clip-gamma 25` (annealed from 8 over
   the run) writes the keys into its checkpoint; that checkpoint's `tern rescore` equals the reference
   on the checkpoint's own weights within 1e-4 (the training forward's clips are inference's).
@@ -47,6 +48,8 @@ DEC_REF = tool("gnmt_torch_ref.py")
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-5
 LP_TOL = 1e-4
+INT8_TOL = 0.3  # int8 (per-row weights and activations) vs the float64 reference, measured 0.153: test_gnmt_torch's
+                # 0.15 is for weights 3x smaller than clip_model's recurrent ones; unclipped int8 is 2.98 away
 SCALE = 2.5  # the matrices' scale over N(0, 1/fan-in): cell states beyond 1 (the clips act)
 
 torch_python = torch_python_fixture(REF, "PyTorch {torch} ({blas_info})")
@@ -133,11 +136,11 @@ def force_ref(model_dir, srcs, tgts, tmp, eos=gt.EOS, start=gt.START):
     return json.loads((tmp / "ref.json").read_text())["force"]
 
 
-def tern_rescore(model_dir, srcs, tgts, tmp, pieces):
+def tern_rescore(model_dir, srcs, tgts, tmp, pieces, *extra):
     (tmp / "s.txt").write_text("".join(" ".join(pieces[i] for i in s) + "\n" for s in srcs))
     (tmp / "t.txt").write_text("".join(" ".join(pieces[i] for i in h) + "\n" for h in tgts))
     out = gt.run(gt.TERN, "rescore", "-m", model_dir, "-s", tmp / "s.txt", "--target", tmp / "t.txt",
-                 "--pretokenized", "-t", 1)
+                 "--pretokenized", "-t", 1, *extra)
     return [[float(x) for x in line.split("|||")[0].split()] for line in out.strip("\n").split("\n")]
 
 
@@ -169,6 +172,11 @@ def test_inference_applies_the_clips(tmp_path, torch_ok):
           f"unclipped are {moved:.3f} away")
     assert gap <= LP_TOL
     assert moved > 0.05, "the clips hardly act at inference: a weak check"
+    # int8 (every matrix per row, as test_gnmt_torch's int8 check): the clips act there too
+    g8 = max_gap(tern_rescore(clipped, srcs, tgts, tmp_path, gt.PIECES, "--compute-type", "int8"), want)
+    u8 = max_gap(tern_rescore(plain, srcs, tgts, tmp_path, gt.PIECES, "--compute-type", "int8"), want)
+    print(f"int8: clipped model vs the reference {g8:.3f} (tolerance {INT8_TOL}); unclipped {u8:.3f}")
+    assert g8 <= INT8_TOL and u8 > 4 * INT8_TOL
 
 
 @pytest.mark.parametrize("key,value", [("gnmt/clip_delta", -1.0), ("gnmt/clip_delta", float("nan")),
