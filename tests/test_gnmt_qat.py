@@ -254,3 +254,38 @@ def test_bad_clip_options(data, tmp_path, extra, msg):
     r = train(data, tmp_path / "save", *extra)
     assert r.returncode != 0
     assert msg in r.stderr, r.stderr[-1000:]
+
+
+# ------------------------------------------------------------------ GNMT's quantized inference
+
+Q16_REF = tool("gnmt_q16_ref.py")
+Q16_TOL = 1e-4  # per forced token log-prob, Tern's int8 path vs the NumPy integer reference (measured 9.0e-7)
+
+
+@pytest.mark.parametrize("delta", [1.0, 300.0])
+def test_quantized_path_matches_numpy_reference(tmp_path, torch_ok, delta):
+    """An int8 model carrying gnmt/clip_delta runs GNMT's quantized inference: int8 products and the
+    LSTM states and layer outputs in 16-bit fixed point over [-delta, delta]. Against
+    tests/tools/gnmt_q16_ref.py (the same integer arithmetic in NumPy, written from its definition):
+    every forced token's log-probability within Q16_TOL; the reference without the 16-bit states
+    (--no-q16) is far (measured 0.070 at delta 1, 0.210 at delta 300, where the grid is coarse)."""
+    rng = np.random.default_rng(3)
+    srcs = [list(rng.integers(4, gt.V, size=int(rng.integers(1, 14)))) for _ in range(20)]
+    tgts = [list(rng.integers(4, gt.V, size=int(rng.integers(1, 14)))) for _ in range(20)]
+    d = tmp_path / "m"
+    clip_model(d, delta, 2.0)
+    req = {"eos": gt.EOS, "start": gt.START,
+           "force": [[[int(i) for i in s] + [gt.EOS], [int(i) for i in h]] for s, h in zip(srcs, tgts)]}
+    (tmp_path / "req.json").write_text(json.dumps(req))
+    ref = {}
+    for flag in ([], ["--no-q16"]):
+        r = subprocess.run([sys.executable, Q16_REF, str(d), str(tmp_path / "req.json"), str(tmp_path / "o.json"),
+                            *flag], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        ref[bool(flag)] = json.loads((tmp_path / "o.json").read_text())["force"]
+    got = tern_rescore(d, srcs, tgts, tmp_path, gt.PIECES, "--compute-type", "int8")
+    gap, without = max_gap(got, ref[False]), max_gap(got, ref[True])
+    print(f"\ndelta {delta}: int8 + 16-bit states vs the NumPy reference {gap:.2e}; vs the reference without "
+          f"16-bit states {without:.3f}")
+    assert gap <= Q16_TOL
+    assert without > 100 * Q16_TOL, "the 16-bit states change nothing: a weak check"

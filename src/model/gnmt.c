@@ -37,6 +37,8 @@ typedef struct {
     glin_t att_q, att_k, proj;
     float *att_v;             /* (A) */
     float delta, gamma;       /* GNMT's clips (gnmt/clip_delta, gnmt/clip_gamma; 0: none) */
+    int q16;                  /* GNMT's quantized inference (int8 with delta): states on a 16-bit grid */
+    float q16_scale, q16_step; /* 32767 / delta, delta / 32767 */
     int int8;
     size_t weight_bytes;
     tern_hparam_t hparams[4]; /* what tern_model_info() tells of the shape */
@@ -191,6 +193,11 @@ static tern_status_t gn_build(void **net, weights_t *w, const model_config_t *cf
         *clip_vals[k] = v;
     }
     m->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && desc_stored_int8(&GNMT_DESC, w));
+    if (m->int8 && m->delta > 0) { /* GNMT's quantized inference (Wu et al. 2016, section 6) */
+        m->q16 = 1;
+        m->q16_scale = 32767.0f / m->delta;
+        m->q16_step = m->delta / 32767.0f;
+    }
     m->enc_ih = calloc((size_t)Le + 1, sizeof *m->enc_ih);
     m->enc_hh = calloc((size_t)Le + 1, sizeof *m->enc_hh);
     m->dec_ih = calloc((size_t)Ld, sizeof *m->dec_ih);
@@ -364,8 +371,22 @@ static tern_status_t ensure_rows(gnmt_state_t *s, int R) {
 
 
 /* The LSTM's pointwise part for one row: training's own (nn/rnn.h). */
-static void lstm_point(float *h, float *c, float *g, const float *cp, int H, float clip) {
-    nn_lstm_point(h, c, g, cp, H, clip);
+/* GNMT's quantized inference: v clipped to [-δ, δ] and stored as the 16-bit integer
+ * q = nearbyint(v · (32767 / δ)) (|q| <= 32767), read back as q · (δ / 32767) (each step a float
+ * operation of its own; the float holds exactly what the int16 stands for). */
+static void q16_store(const gnmt_net_t *m, float *v, size_t n) {
+    if (!m->q16) return;
+    for (size_t i = 0; i < n; i++) {
+        float x = v[i] > m->delta ? m->delta : v[i] < -m->delta ? -m->delta : v[i];
+        float q = nearbyintf(x * m->q16_scale);
+        v[i] = q * m->q16_step;
+    }
+}
+
+static void lstm_point(const gnmt_net_t *m, float *h, float *c, float *g, const float *cp, int H) {
+    nn_lstm_point(h, c, g, cp, H, m->delta);
+    q16_store(m, c, (size_t)H);
+    q16_store(m, h, (size_t)H);
 }
 
 /* One encoder direction over the N·S rows of x (K wide): out[b, t] (row stride ldo) = h after
@@ -388,7 +409,7 @@ static void enc_direction(gnmt_state_t *s, float *out, int ldo, const float *x, 
                 float *g = s->gx + ((size_t)b * S + t) * G;
                 const float *gh = s->egh + (size_t)b * G;
                 for (size_t j = 0; j < G; j++) g[j] += gh[j];
-                lstm_point(hb, cb, g, cb, H, m->delta);
+                lstm_point(m, hb, cb, g, cb, H);
             }
             memcpy(out + ((size_t)b * S + t) * ldo, hb, (size_t)H * sizeof(float));
         }
@@ -442,6 +463,7 @@ static tern_status_t gn_encode(void *state, const int *const *src, const int *sr
         if (l >= 2) {
             for (size_t i = 0; i < NS * H; i++) out[i] += in[i];
             nn_clip_forward(out, NS * H, m->delta);
+            q16_store(m, out, NS * H);
         }
         float *t = in;
         in = out;
@@ -473,7 +495,7 @@ static void dec_layer(gnmt_state_t *s, int l, const float *x, int R) {
         float *g = s->g + (size_t)r * G;
         const float *gh = s->gh + (size_t)r * G;
         for (size_t j = 0; j < G; j++) g[j] += gh[j];
-        lstm_point(s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H, m->delta);
+        lstm_point(m, s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H);
     }
 }
 
@@ -511,6 +533,7 @@ static tern_status_t gn_step(void *state, const int *tokens, int t, float *out, 
             const float *hl = s->h[l];
             for (size_t i = 0; i < (size_t)R * H; i++) ny[i] = hl[i] + y[i];
             nn_clip_forward(ny, (size_t)R * H, m->delta);
+            q16_store(m, ny, (size_t)R * H);
             y = ny;
         }
     }
