@@ -11,6 +11,10 @@
  * the N states by the recurrent matrix (M = N). A decoder step multiplies all R rows at once.
  * The nonlinearities (gates, attention scores and softmax) are computed in the order the training
  * layers (src/nn/rnn.c) compute them; tests/c/test_gnmt.c ties the two (parity).
+ * GNMT's clips (gnmt/clip_delta, gnmt/clip_gamma: the cell state read clipped, residual outputs and
+ * logits clipped) are the training forward's; an int8 model with a delta also stores its LSTM
+ * states and layer outputs in 16-bit fixed point over [-delta, delta] (GNMT's quantized inference,
+ * q16_store; docs/training.md "Quantization-aware training").
  */
 #include <math.h>
 #include <stdlib.h>
