@@ -11,6 +11,10 @@
  * the N states by the recurrent matrix (M = N). A decoder step multiplies all R rows at once.
  * The nonlinearities (gates, attention scores and softmax) are computed in the order the training
  * layers (src/nn/rnn.c) compute them; tests/c/test_gnmt.c ties the two (parity).
+ * GNMT's clips (gnmt/clip_delta, gnmt/clip_gamma: the cell state read clipped, residual outputs and
+ * logits clipped) are the training forward's; an int8 model with a delta also stores its LSTM
+ * states and layer outputs in 16-bit fixed point over [-delta, delta] (GNMT's quantized inference,
+ * q16_store; docs/training.md "Quantization-aware training").
  */
 #include <math.h>
 #include <stdlib.h>
@@ -36,6 +40,9 @@ typedef struct {
     glin_t *dec_ih, *dec_hh;  /* Ld */
     glin_t att_q, att_k, proj;
     float *att_v;             /* (A) */
+    float delta, gamma;       /* GNMT's clips (gnmt/clip_delta, gnmt/clip_gamma; 0: none) */
+    int q16;                  /* GNMT's quantized inference (int8 with delta): states on a 16-bit grid */
+    float q16_scale, q16_step; /* 32767 / delta, delta / 32767 */
     int int8;
     size_t weight_bytes;
     tern_hparam_t hparams[4]; /* what tern_model_info() tells of the shape */
@@ -176,7 +183,25 @@ static tern_status_t gn_build(void **net, weights_t *w, const model_config_t *cf
     const gnmt_dims_t *d = &m->d;
     int H = d->hidden, A = d->att, Le = d->enc_layers, Ld = d->dec_layers;
     m->Dv = gnmt_enc_width(d);
+    static const char *clip_keys[2] = {GNMT_CLIP_DELTA_KEY, GNMT_CLIP_GAMMA_KEY};
+    float *clip_vals[2] = {&m->delta, &m->gamma};
+    for (int k = 0; k < 2; k++) {
+        const tensor_t *t = weights_get(w, clip_keys[k]);
+        if (!t) continue;
+        float v = t->numel == 1 && t->data ? tensor_get_f32(t, 0) : -1.0f;
+        if (!(v >= (k == 0 ? 1.0f : 0.0f) && v <= 1e6f)) { /* also NaN */
+            gn_free(m);
+            return tern_error(TERN_ERR_FORMAT, "%s: '%s' must be one number in [%s, 1e6]", weights_path(w),
+                              clip_keys[k], k == 0 ? "1" : "0");
+        }
+        *clip_vals[k] = v;
+    }
     m->int8 = compute == TERN_COMPUTE_INT8 || (compute == TERN_COMPUTE_AUTO && desc_stored_int8(&GNMT_DESC, w));
+    if (m->int8 && m->delta > 0) { /* GNMT's quantized inference (Wu et al. 2016, section 6) */
+        m->q16 = 1;
+        m->q16_scale = 32767.0f / m->delta;
+        m->q16_step = m->delta / 32767.0f;
+    }
     m->enc_ih = calloc((size_t)Le + 1, sizeof *m->enc_ih);
     m->enc_hh = calloc((size_t)Le + 1, sizeof *m->enc_hh);
     m->dec_ih = calloc((size_t)Ld, sizeof *m->dec_ih);
@@ -350,7 +375,23 @@ static tern_status_t ensure_rows(gnmt_state_t *s, int R) {
 
 
 /* The LSTM's pointwise part for one row: training's own (nn/rnn.h). */
-static void lstm_point(float *h, float *c, float *g, const float *cp, int H) { nn_lstm_point(h, c, g, cp, H); }
+/* GNMT's quantized inference: v clipped to [-δ, δ] and stored as the 16-bit integer
+ * q = nearbyint(v · (32767 / δ)) (|q| <= 32767), read back as q · (δ / 32767) (each step a float
+ * operation of its own; the float holds exactly what the int16 stands for). */
+static void q16_store(const gnmt_net_t *m, float *v, size_t n) {
+    if (!m->q16) return;
+    for (size_t i = 0; i < n; i++) {
+        float x = v[i] > m->delta ? m->delta : v[i] < -m->delta ? -m->delta : v[i];
+        float q = nearbyintf(x * m->q16_scale);
+        v[i] = q * m->q16_step;
+    }
+}
+
+static void lstm_point(const gnmt_net_t *m, float *h, float *c, float *g, const float *cp, int H) {
+    nn_lstm_point(h, c, g, cp, H, m->delta);
+    q16_store(m, c, (size_t)H);
+    q16_store(m, h, (size_t)H);
+}
 
 /* One encoder direction over the N·S rows of x (K wide): out[b, t] (row stride ldo) = h after
  * step t (carried past len). */
@@ -372,7 +413,7 @@ static void enc_direction(gnmt_state_t *s, float *out, int ldo, const float *x, 
                 float *g = s->gx + ((size_t)b * S + t) * G;
                 const float *gh = s->egh + (size_t)b * G;
                 for (size_t j = 0; j < G; j++) g[j] += gh[j];
-                lstm_point(hb, cb, g, cb, H);
+                lstm_point(m, hb, cb, g, cb, H);
             }
             memcpy(out + ((size_t)b * S + t) * ldo, hb, (size_t)H * sizeof(float));
         }
@@ -423,8 +464,11 @@ static tern_status_t gn_encode(void *state, const int *const *src, const int *sr
     float *in = s->bufa, *out = s->bufb;
     for (int l = 1; l < Le; l++) {
         enc_direction(s, out, H, in, &m->enc_ih[l], &m->enc_hh[l], 0);
-        if (l >= 2)
+        if (l >= 2) {
             for (size_t i = 0; i < NS * H; i++) out[i] += in[i];
+            nn_clip_forward(out, NS * H, m->delta);
+            q16_store(m, out, NS * H);
+        }
         float *t = in;
         in = out;
         out = t;
@@ -455,7 +499,7 @@ static void dec_layer(gnmt_state_t *s, int l, const float *x, int R) {
         float *g = s->g + (size_t)r * G;
         const float *gh = s->gh + (size_t)r * G;
         for (size_t j = 0; j < G; j++) g[j] += gh[j];
-        lstm_point(s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H);
+        lstm_point(m, s->h[l] + (size_t)r * H, s->c[l] + (size_t)r * H, g, s->c[l] + (size_t)r * H, H);
     }
 }
 
@@ -492,10 +536,13 @@ static tern_status_t gn_step(void *state, const int *tokens, int t, float *out, 
             float *ny = y == s->ya ? s->yb : s->ya;
             const float *hl = s->h[l];
             for (size_t i = 0; i < (size_t)R * H; i++) ny[i] = hl[i] + y[i];
+            nn_clip_forward(ny, (size_t)R * H, m->delta);
+            q16_store(m, ny, (size_t)R * H);
             y = ny;
         }
     }
     linear_forward(out, y, s->vm.lin.N ? &s->vm.lin : &m->proj.lin, R, s->lws);
+    nn_clip_forward(out, (size_t)R * (size_t)(s->vm.lin.N ? s->vm.lin.N : m->proj.lin.N), m->gamma);
     if (attn) memcpy(attn, s->alpha, (size_t)R * S * sizeof(float));
     return TERN_OK;
 }

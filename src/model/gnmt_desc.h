@@ -111,6 +111,11 @@ extern const model_desc_t GNMT_DESC;
 /* dims as the description's dimension array (derived ones filled). */
 void gnmt_dims_array(const gnmt_dims_t *d, int out[GND_COUNT]);
 
+/* Optional float32 scalars of a model trained with GNMT's clipping (`tern train --gnmt-clip-delta`,
+ * `--gnmt-clip-gamma`): inference clips every LSTM cell state and residual layer output to
+ * [-δ, δ] and the logits to [-γ, γ]. Absent: no clipping. */
+#define GNMT_CLIP_DELTA_KEY "gnmt/clip_delta"
+#define GNMT_CLIP_GAMMA_KEY "gnmt/clip_gamma"
 #define GNMT_SPEC_NAME "GnmtSpec"
 #define GNMT_ARCHITECTURE "gnmt"
 

@@ -526,7 +526,26 @@ static void lstm_hidden(float *g, size_t ldg, const float *hp, size_t ldh, int M
     if (hp) mm(0, 1, M, 4 * H, H, hp, (int)ldh, w->w_hh, H, 1.0f, g, (int)ldg);
 }
 
-void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H) {
+static inline float clip_val(float x, float clip) { return x > clip ? clip : x < -clip ? -clip : x; }
+
+void nn_clip_forward(float *x, size_t n, float clip) {
+    if (clip <= 0) return;
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > clip ? clip : x[i] < -clip ? -clip : x[i];
+}
+
+void nn_clip_backward(float *dx, const float *y, size_t n, float clip) {
+    if (clip <= 0) return;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(y[i]) < clip)) dx[i] = 0.0f;
+}
+
+void nn_residual_clip_backward(float *dx, const float *a, const float *b, size_t n, float clip) {
+    if (clip <= 0) return;
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(a[i] + b[i]) <= clip)) dx[i] = 0.0f;
+}
+
+void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H, float clip) {
     /* sigmoid(x) = 0.5 + 0.5 tanh(x / 2): one tanh pass over all four gates */
     for (int j = 0; j < 2 * H; j++) g[j] *= 0.5f;
     for (int j = 3 * H; j < 4 * H; j++) g[j] *= 0.5f;
@@ -534,14 +553,17 @@ void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H) {
     for (int j = 0; j < 2 * H; j++) g[j] = 0.5f + 0.5f * g[j];
     for (int j = 3 * H; j < 4 * H; j++) g[j] = 0.5f + 0.5f * g[j];
     const float *i = g, *f = g + H, *gg = g + 2 * H, *o = g + 3 * H;
-    for (int j = 0; j < H; j++) c[j] = f[j] * (c_prev ? c_prev[j] : 0.0f) + i[j] * gg[j];
+    if (clip > 0 && c_prev)
+        for (int j = 0; j < H; j++) c[j] = f[j] * clip_val(c_prev[j], clip) + i[j] * gg[j];
+    else
+        for (int j = 0; j < H; j++) c[j] = f[j] * (c_prev ? c_prev[j] : 0.0f) + i[j] * gg[j];
     memcpy(h, c, (size_t)H * sizeof(float));
     tanh_inplace(h, H);
     for (int j = 0; j < H; j++) h[j] *= o[j];
 }
 
 static void lstm_act(float *h, size_t ldo, float *c, size_t ldc, float *g, size_t ldg, const float *hp,
-                     size_t ldh, const float *cp, size_t ldcp, int M, int H, const int *len, int t) {
+                     size_t ldh, const float *cp, size_t ldcp, int M, int H, const int *len, int t, float clip) {
 #pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
     for (int m = 0; m < M; m++) {
         float *hr = h + (size_t)m * ldo, *cr = c + (size_t)m * ldc;
@@ -553,7 +575,7 @@ static void lstm_act(float *h, size_t ldo, float *c, size_t ldc, float *g, size_
             else memset(cr, 0, (size_t)H * sizeof(float));
             continue;
         }
-        nn_lstm_point(hr, cr, g + (size_t)m * ldg, cpr, H);
+        nn_lstm_point(hr, cr, g + (size_t)m * ldg, cpr, H, clip);
     }
 }
 
@@ -562,7 +584,7 @@ static void lstm_act(float *h, size_t ldo, float *c, size_t ldc, float *g, size_
 static void lstm_act_back(float *dg, size_t lddg, float *dhp, size_t ldhp, float *dcp, size_t ldcp,
                           const float *dh, size_t lddh, const float *dc, size_t lddc, const float *g,
                           size_t ldg, const float *c, size_t ldc, const float *cp, size_t ldcpv, int M,
-                          int H, const int *len, int t) {
+                          int H, const int *len, int t, float clip) {
 #pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
     for (int m = 0; m < M; m++) {
         float *dgr = dg + (size_t)m * lddg;
@@ -585,12 +607,16 @@ static void lstm_act_back(float *dg, size_t lddg, float *dhp, size_t ldhp, float
         for (int j = 0; j < H; j++) {
             float tcj = tc[j], d = dhr[j];
             float dct = (dcr ? dcr[j] : 0.0f) + d * o[j] * (1.0f - tcj * tcj);
-            float cv = cpr ? cpr[j] : 0.0f;
+            float cv = cpr ? cpr[j] : 0.0f, pass = 1.0f;
+            if (clip > 0) { /* the step read clip(c_{t-1}): its subgradient */
+                pass = fabsf(cv) <= clip ? 1.0f : 0.0f;
+                cv = clip_val(cv, clip);
+            }
             dgr[j] = dct * gg[j] * i[j] * (1.0f - i[j]);
             dgr[H + j] = dct * cv * f[j] * (1.0f - f[j]);
             dgr[2 * H + j] = dct * i[j] * (1.0f - gg[j] * gg[j]);
             dgr[3 * H + j] = d * tcj * o[j] * (1.0f - o[j]);
-            if (dcpr) dcpr[j] += dct * f[j];
+            if (dcpr) dcpr[j] += dct * f[j] * pass;
         }
     }
 }
@@ -614,7 +640,7 @@ void nn_lstm_cell_forward(float *h, float *c, float *gates, const float *x, cons
     size_t G = (size_t)4 * H;
     lstm_input(gates, G, x, (size_t)K, R, w, K, H);
     lstm_hidden(gates, G, h_prev, (size_t)H, R, w, H);
-    lstm_act(h, (size_t)H, c, (size_t)H, gates, G, h_prev, (size_t)H, c_prev, (size_t)H, R, H, NULL, 0);
+    lstm_act(h, (size_t)H, c, (size_t)H, gates, G, h_prev, (size_t)H, c_prev, (size_t)H, R, H, NULL, 0, w->clip);
 }
 
 void nn_lstm_cell_backward(float *dx, float *dh_prev, float *dc_prev, const rnn_cell_t *dw,
@@ -623,7 +649,7 @@ void nn_lstm_cell_backward(float *dx, float *dh_prev, float *dc_prev, const rnn_
                            const float *gates, const float *c, int R, int K, int H) {
     size_t G = (size_t)4 * H;
     lstm_act_back(scratch, G, dh_prev, (size_t)H, dc_prev, (size_t)H, dh, (size_t)H, dc, (size_t)H, gates, G,
-                  c, (size_t)H, c_prev, (size_t)H, R, H, NULL, 0);
+                  c, (size_t)H, c_prev, (size_t)H, R, H, NULL, 0, w->clip);
     lstm_hidden_back(dh_prev, (size_t)H, dw, scratch, G, h_prev, (size_t)H, R, w, H);
     lstm_input_back(dx, (size_t)K, dw, scratch, G, x, (size_t)K, R, w, K, H);
 }
@@ -640,7 +666,7 @@ void nn_lstm_forward(float *out, int ldo, float *cell, float *gates, const float
         size_t ldh = s == 0 ? (size_t)H : ldt, ldcp = s == 0 ? (size_t)H : ldc;
         float *g = gates + (size_t)t * G;
         lstm_hidden(g, ldg, hp, ldh, B, w, H);
-        lstm_act(out + (size_t)t * ldo, ldt, cell + (size_t)t * H, ldc, g, ldg, hp, ldh, cp, ldcp, B, H, len, t);
+        lstm_act(out + (size_t)t * ldo, ldt, cell + (size_t)t * H, ldc, g, ldg, hp, ldh, cp, ldcp, B, H, len, t, w->clip);
     }
 }
 
@@ -668,7 +694,7 @@ void nn_lstm_backward(float *dinp, float *dh0, float *dc0, const rnn_cell_t *dw,
         memset(ch, 0, 2 * BH * sizeof(float));
         float *dgt = dg + (size_t)t * G;
         lstm_act_back(dgt, ldg, ch, (size_t)H, cc, (size_t)H, dh, (size_t)H, dc, (size_t)H, gates + (size_t)t * G,
-                      ldg, cell + (size_t)t * H, ldc, cp, ldcp, B, H, len, t);
+                      ldg, cell + (size_t)t * H, ldc, cp, ldcp, B, H, len, t, w->clip);
         mm(0, 0, B, H, 4 * H, dgt, (int)ldg, w->w_hh, H, 1.0f, ch, H);
     }
     rec_weight_grad(dw->w_hh, dg, 4 * H, 4 * H, out, (size_t)ldo, h0, B, T, H, reverse);
@@ -723,7 +749,10 @@ void nn_gnmt_encoder_forward(const gnmt_encoder_acts_t *acts, const float *inp,
             xin = acts->xd[l];
         }
         nn_lstm_forward(acts->h[l], H, acts->cell[l], acts->gates[l], xin, NULL, NULL, &w[l], len, B, T, Kin, H, 0);
-        if (l >= 2) nn_residual_forward(acts->y[l], acts->h[l], x, BT * H);
+        if (l >= 2) {
+            nn_residual_forward(acts->y[l], acts->h[l], x, BT * H);
+            nn_clip_forward(acts->y[l], BT * H, w[l].clip);
+        }
     }
 }
 
@@ -744,6 +773,7 @@ void nn_gnmt_encoder_backward(float *dinp, const rnn_cell_t *dw, float *scratch,
     for (int l = L - 1; l >= 1; l--) {
         const float *x = gnmt_y(acts, l - 1);
         int Kin = l == 1 ? H * (bi ? 2 : 1) : H;
+        if (l >= 2) nn_residual_clip_backward(dcur, acts->h[l], x, BT * H, w[l].clip);
         if (drop) { /* the LSTM's input gradient through the mask, then the residual's branch */
             memset(dnext, 0, BT * (size_t)Kin * sizeof(float));
             nn_lstm_backward(dnext, NULL, NULL, &dw[l], rs, dcur, H, acts->xd[l], NULL, NULL, &w[l], acts->h[l],
@@ -1123,7 +1153,7 @@ void nn_gnmt_dec_bottom_forward(const gnmt_dec_acts_t *a, const float *emb, cons
                                       (int)ldp, a->kp, enc, slen, NULL, w->att_wq, w->att_v, B, 1, S, H, d.A, d.Dv);
         mm(0, 1, B, 4 * H, d.Dv, ct, (int)ldc, w->lstm.w_ih + d.E, KI, 1.0f, g, (int)ldg);
         lstm_hidden(g, ldg, hp, ldp, B, &w->lstm, H);
-        lstm_act(a->y + (size_t)t * H, ldh, a->cell + (size_t)t * H, ldh, g, ldg, hp, ldp, cp, ldp, B, H, NULL, 0);
+        lstm_act(a->y + (size_t)t * H, ldh, a->cell + (size_t)t * H, ldh, g, ldg, hp, ldp, cp, ldp, B, H, NULL, 0, w->lstm.clip);
     }
 }
 
@@ -1156,7 +1186,7 @@ void nn_gnmt_dec_bottom_backward(float *demb, float *dh0, float *dc0, float *den
         memset(ch, 0, 2 * BH * sizeof(float));
         float *dgt = dg + (size_t)t * G;
         lstm_act_back(dgt, ldg, ch, (size_t)H, cc, (size_t)H, dh, (size_t)H, dc, (size_t)H, a->gates + (size_t)t * G,
-                      ldg, a->cell + (size_t)t * H, ldh, cp, ldp, B, H, NULL, 0);
+                      ldg, a->cell + (size_t)t * H, ldh, cp, ldp, B, H, NULL, 0, w->lstm.clip);
         mm(0, 0, B, H, 4 * H, dgt, (int)ldg, w->lstm.w_hh, H, 1.0f, ch, H);
         /* the context a_t: from the upper layers and from this layer's input */
         for (int b = 0; b < B; b++) {

@@ -75,6 +75,14 @@ typedef struct {
      * shift per unit (Nematus/Marian's layer-normalized GRU; see "GRU" below). */
     float *ln_ih_g, *ln_ih_b; /* (3H) */
     float *ln_hh_g, *ln_hh_b; /* (3H) */
+    /* LSTM only: > 0 clips the carried cell state to [-clip, clip] (GNMT's quantizable model, Wu
+     * et al. 2016 section 6: c'_t, m_t = LSTM(c_{t-1}, m_{t-1}, x_t); c_t = clip(c'_t, δ)). The
+     * saved / returned cell is c'_t (m_t = o ⊙ tanh(c'_t) reads it unclipped) and each step reads
+     * its predecessor's as clip(c'_{t-1}); the backward passes the gradient through that clip
+     * where |c'_{t-1}| <= clip and zero outside (the clip's subgradient, torch.clamp's). In
+     * nn_gnmt_encoder_* it also clips a residual layer's output (x_t = clip(m_t + x_{t-1}, δ)).
+     * 0: no clipping. */
+    float clip;
 } rnn_cell_t;
 
 /* ------------------------------------------------------------ GRU (torch.nn.GRUCell)
@@ -134,7 +142,14 @@ void nn_bigru_backward(float *dinp, const rnn_cell_t *dwf, const rnn_cell_t *dwb
 /* The LSTM's pointwise part for one row: gates g (4H, pre-activation, [i f g o]; overwritten by the
  * activations) and the previous cell c_prev (NULL: zeros) give c and h = o * tanh(c). The cell and
  * sequence functions below use it, and so does inference (src/model/gnmt.c). */
-void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H);
+void nn_lstm_point(float *h, float *c, float *g, const float *c_prev, int H, float clip);
+
+/* GNMT's clip of a layer output (x = clip(x', δ)): x (n) clipped in place to [-clip, clip]
+ * (clip <= 0: nothing); its backward zeroes dx (n) where the saved clipped output |y| >= clip. */
+void nn_clip_forward(float *x, size_t n, float clip);
+void nn_clip_backward(float *dx, const float *y, size_t n, float clip);
+/* The same for a residual output y = clip(a + b): zeroes dx where |a + b| > clip. */
+void nn_residual_clip_backward(float *dx, const float *a, const float *b, size_t n, float clip);
 
 /* One step over R rows: h, c (R, H) from x (R, K), h_prev, c_prev (R, H) or NULL (zeros). */
 void nn_lstm_cell_forward(float *h, float *c, float *gates, const float *x, const float *h_prev,

@@ -51,6 +51,10 @@ typedef struct {
     int n_aliases;
     gn_views_t p, g;
     gnmt_scalars_t scalars;
+    tensor_t all_scalars[GKEY_COUNT + 2]; /* the config keys, then gnmt/clip_delta, gnmt/clip_gamma */
+    float clip_vals[2];
+    int n_scalars;
+    float delta;                          /* δ of the last training forward (the eval forwards use it) */
 } gn_impl_t;
 
 typedef struct {
@@ -189,6 +193,17 @@ static tern_status_t gn_create(train_model_t *m, const void *config, const train
     }
     im->n_aliases = gnmt_desc_aliases(&im->d, im->alias_names, im->alias_targets);
     gnmt_desc_scalars(&im->scalars, &im->d);
+    memcpy(im->all_scalars, im->scalars.t, sizeof(tensor_t) * GKEY_COUNT);
+    im->n_scalars = GKEY_COUNT;
+    im->clip_vals[0] = c.clip_delta;
+    im->clip_vals[1] = c.clip_gamma;
+    static const char *clip_names[2] = {GNMT_CLIP_DELTA_KEY, GNMT_CLIP_GAMMA_KEY};
+    for (int k = 0; k < 2; k++) {
+        if (im->clip_vals[k] <= 0) continue;
+        im->all_scalars[im->n_scalars++] = (tensor_t){.name = clip_names[k], .dtype = DT_F32, .rank = 0, .numel = 1,
+                                                      .data = &im->clip_vals[k], .nbytes = sizeof(float)};
+    }
+    im->delta = gnmt_clip_delta_at(&c, 0);
     m->family = &train_family_gnmt;
     m->n_params = off;
     m->params = im->params;
@@ -245,8 +260,23 @@ static int gn_config_values(const train_model_t *m, ckpt_value_t *v) {
 }
 
 static int gn_scalars(const train_model_t *m, const tensor_t **out) {
-    *out = impl_of(m)->scalars.t;
-    return GKEY_COUNT;
+    *out = impl_of(m)->all_scalars;
+    return impl_of(m)->n_scalars;
+}
+
+float gnmt_clip_delta_at(const gnmt_train_config_t *c, uint64_t step) {
+    if (c->clip_delta <= 0) return 0.0f;
+    if (c->clip_anneal <= 0 || c->clip_delta_start <= c->clip_delta || step >= (uint64_t)c->clip_anneal)
+        return c->clip_delta;
+    double f = 1.0 - (double)step / (double)c->clip_anneal;
+    return (float)(c->clip_delta + (c->clip_delta_start - c->clip_delta) * f);
+}
+
+/* Every LSTM cell of the parameter views clips at δ. */
+static void set_clip(gn_impl_t *im, float delta) {
+    im->delta = delta;
+    for (int l = 0; l <= im->d.enc_layers; l++) im->p.enc[l].clip = delta;
+    for (int l = 0; l < im->d.dec_layers; l++) im->p.dec[l].clip = delta;
 }
 
 static int gn_describe(const train_model_t *m, int line, char *buf, size_t n) {
@@ -260,6 +290,17 @@ static int gn_describe(const train_model_t *m, int line, char *buf, size_t n) {
              im->cfg.init_range > 0 ? "uniform" : "fan-in", (double)m->n_params / 1e6);
     if (im->cfg.bf16) snprintf(buf + strlen(buf), n > strlen(buf) ? n - strlen(buf) : 0,
                                 "; bfloat16 GEMMs (float32 accumulation and master weights)");
+    if (im->cfg.clip_delta > 0) {
+        size_t k = strlen(buf);
+        if (im->cfg.clip_anneal > 0 && im->cfg.clip_delta_start > im->cfg.clip_delta)
+            snprintf(buf + k, n > k ? n - k : 0, "; cell and residual clip delta %g annealed from %g over %d "
+                     "micro-batches", im->cfg.clip_delta, im->cfg.clip_delta_start, im->cfg.clip_anneal);
+        else snprintf(buf + k, n > k ? n - k : 0, "; cell and residual clip delta %g", im->cfg.clip_delta);
+    }
+    if (im->cfg.clip_gamma > 0) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n > k ? n - k : 0, "; logit clip gamma %g", im->cfg.clip_gamma);
+    }
     return 1;
 }
 
@@ -300,7 +341,7 @@ static tern_status_t gn_config_from_model(void *config, const weights_t *w, cons
 static void gn_default_config(void *config) {
     *(gnmt_train_config_t *)config = (gnmt_train_config_t){
         .hidden = 512, .att = 0, .enc_layers = 4, .dec_layers = 4, .share_emb = -1, .tie_proj = 0,
-        .init_range = 0, .dropout = 0.2f, .label_smoothing = 0.1f};
+        .init_range = 0, .dropout = 0.2f, .label_smoothing = 0.1f, .clip_delta_start = 8.0f};
 }
 
 /* ------------------------------------------------------------ workspace */
@@ -464,6 +505,7 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
     if ((size_t)B * S > (size_t)ws->ms || (size_t)B * T > (size_t)ws->mt)
         return tern_error(TERN_ERR_INVALID_ARG, "gnmt: batch %dx%d/%dx%d exceeds the workspace", B, S, B, T);
     if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
+    set_clip(im, train ? gnmt_clip_delta_at(&im->cfg, step) : im->delta);
     ws->src = src, ws->tgt_in = tgt_in, ws->B = B, ws->S = S, ws->T = T, ws->train = train;
     ws->seed = seed, ws->step = step;
     for (int b = 0; b < B; b++) {
@@ -494,11 +536,15 @@ tern_status_t gnmt_train_forward_logits(train_model_t *m, void *wsp, const int *
         }
         nn_lstm_forward(ws->dh[l], H, ws->dcell[l], ws->dgates[l], ws->dx[l], NULL, NULL, &im->p.dec[l], NULL, B, T,
                         H + Dv, H, 0);
-        if (l >= 2) nn_residual_forward(ws->dy[l], ws->dh[l], yp, BT * H);
+        if (l >= 2) {
+            nn_residual_forward(ws->dy[l], ws->dh[l], yp, BT * H);
+            nn_clip_forward(ws->dy[l], BT * H, im->delta);
+        }
     }
     const float *top = dec_out(ws, d->dec_layers - 1);
     nn_dropout_forward(ws->top, top, BT * H, p, dropout_key(seed, step, SITE_TOP));
     nn_rnn_linear_forward(ws->logits, ws->top, im->p.proj_w, im->p.proj_b, (int)BT, H, V);
+    nn_clip_forward(ws->logits, BT * V, im->cfg.clip_gamma);
     return nn_rnn_lowp_end();
 }
 
@@ -513,6 +559,7 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     float p = ws->train ? im->cfg.dropout : 0.0f;
     nn_crossentropy_backward(ws->probs, ws->probs, ws->tgt_out, (int)BT, V, im->cfg.label_smoothing, pad, grad_scale);
     if (ws->sent_w) train_scale_sentence_rows(ws->probs, ws->sent_w, B, T, V);
+    nn_clip_backward(ws->probs, ws->logits, BT * V, im->cfg.clip_gamma);
     memset(ws->dtop, 0, BT * H * sizeof(float));
     if (im->cfg.bf16) nn_rnn_lowp_begin(&ws->lowp);
     nn_rnn_linear_backward(ws->dtop, im->g.proj_w, im->g.proj_b, ws->probs, ws->top, im->p.proj_w, (int)BT, H, V);
@@ -520,6 +567,8 @@ static tern_status_t gn_backward(train_model_t *m, void *wsp, float grad_scale) 
     nn_dropout_backward(ws->dcur, ws->dtop, BT * H, p, dropout_key(ws->seed, ws->step, SITE_TOP));
     memset(ws->dctx, 0, BT * Dv * sizeof(float));
     for (int l = d->dec_layers - 1; l >= 1; l--) {
+        if (l >= 2) /* x = clip(m + x_prev, δ) */
+            nn_residual_clip_backward(ws->dcur, ws->dh[l], dec_out(ws, l - 1), BT * H, im->delta);
         memset(ws->dinp, 0, BT * (H + Dv) * sizeof(float));
         nn_lstm_backward(ws->dinp, NULL, NULL, &im->g.dec[l], ws->scratch, ws->dcur, H, ws->dx[l], NULL, NULL,
                          &im->p.dec[l], ws->dh[l], ws->dcell[l], ws->dgates[l], NULL, B, T, H + Dv, H, 0);
@@ -596,10 +645,29 @@ static const train_option_t GN_OPTIONS[] = {
      "                              (default 0.2; GNMT clips at --clip-norm 5)\n"},
     TRAIN_OPT_PRECISION(gnmt_train_config_t, bf16,
      "  --precision P               float32 (default) or bfloat16 GEMMs (needs AVX512_BF16)\n"),
+    {"gnmt-clip-delta", TRAIN_OPT_FLOAT, F(clip_delta), NO2, 0, 1e6, 0, NULL, NULL,
+     "  --gnmt-clip-delta D         GNMT's quantizable model: clip every LSTM cell state and residual\n"
+     "                              layer output to [-D, D] in training and inference (D >= 1; paper: 1)\n"},
+    {"gnmt-clip-delta-start", TRAIN_OPT_FLOAT, F(clip_delta_start), NO2, 1, 1e6, 0, NULL, NULL,
+     "  --gnmt-clip-delta-start D0  anneal the clip linearly from D0 (default 8, the paper's) ...\n"},
+    {"gnmt-clip-anneal", TRAIN_OPT_INT, F(clip_anneal), NO2, 0, 1 << 30, 0, NULL, NULL,
+     "  --gnmt-clip-anneal N        ... to D over the first N training micro-batches (default 0: D throughout)\n"},
+    {"gnmt-clip-gamma", TRAIN_OPT_FLOAT, F(clip_gamma), NO2, 0, 1e6, 0, NULL, NULL,
+     "  --gnmt-clip-gamma G         clip the softmax logits to [-G, G] (paper: 25)\n"},
     TRAIN_OPT_END,
 };
 #undef F
 #undef NO2
+
+static const char *gn_check_options(const void *config) {
+    const gnmt_train_config_t *c = config;
+    if (c->clip_delta > 0 && c->clip_delta < 1)
+        return "--gnmt-clip-delta must be 0 (off) or >= 1 (a layer's output o*tanh(c) lies in [-1, 1])";
+    if (c->clip_delta <= 0 && c->clip_anneal > 0) return "--gnmt-clip-anneal needs --gnmt-clip-delta";
+    if (c->clip_anneal > 0 && c->clip_delta_start < c->clip_delta)
+        return "--gnmt-clip-delta-start must be >= --gnmt-clip-delta";
+    return NULL;
+}
 
 static void gn_set_weights(void *ws, const float *w) { ((gn_ws_t *)ws)->sent_w = w; }
 
@@ -609,6 +677,7 @@ const train_family_t train_family_gnmt = {
     .config_size = sizeof(gnmt_train_config_t),
     .options = GN_OPTIONS,
     .options_title = "GNMT (--architecture gnmt; docs/rnn.md):",
+    .check_options = gn_check_options,
     .create = gn_create,
     .destroy = gn_destroy,
     .init_params = gn_init_params,

@@ -24,7 +24,19 @@ typedef struct {
                               before the softmax (default 0.2) */
     float label_smoothing; /* (default 0.1) */
     int bf16;              /* bfloat16 compute of every GEMM (nn/rnn.h; `--precision bfloat16`) */
+    /* GNMT's quantizable model (Wu et al. 2016, section 6; docs/training.md "Quantization-aware
+     * training"): clip_delta > 0 clips every LSTM layer's cell state and every residual layer's
+     * output to [-δ, δ] (δ >= 1: a layer's output m = o·tanh(c) is inside [-1, 1] already);
+     * δ is annealed linearly from clip_delta_start to clip_delta over the first clip_anneal
+     * training micro-batches (0: δ = clip_delta throughout). clip_gamma > 0 clips the softmax
+     * logits to [-γ, γ]. The model files store δ (the target) and γ (gnmt/clip_delta,
+     * gnmt/clip_gamma) and inference applies the same clips. */
+    float clip_delta, clip_delta_start, clip_gamma;
+    int clip_anneal;
 } gnmt_train_config_t;
+
+/* δ at training micro-batch `step` (the linear annealing above; 0: no clipping). */
+float gnmt_clip_delta_at(const gnmt_train_config_t *c, uint64_t step);
 
 
 /* The teacher-forced forward up to the logits (for the parity test): after it,

@@ -596,6 +596,73 @@ static void bf16_check(const shape_t *sh) {
     }
 }
 
+/* GNMT's clip schedule (gnmt_clip_delta_at: linear from clip_delta_start to clip_delta over
+ * clip_anneal micro-batches) in closed form, and the training forward at micro-batch s clipping at
+ * δ(s): its loss equals that of a model of the same weights clipping at the constant δ(s). */
+static void clip_schedule(const shape_t *sh) {
+    gnmt_train_config_t c = {0};
+    c.clip_delta = 1.0f, c.clip_delta_start = 8.0f, c.clip_anneal = 100;
+    CHECK(gnmt_clip_delta_at(&c, 0) == 8.0f);
+    CHECK(fabsf(gnmt_clip_delta_at(&c, 50) - 4.5f) < 1e-6f);
+    CHECK(fabsf(gnmt_clip_delta_at(&c, 90) - 1.7f) < 1e-6f);
+    CHECK(gnmt_clip_delta_at(&c, 100) == 1.0f && gnmt_clip_delta_at(&c, 1000) == 1.0f);
+    c.clip_anneal = 0;
+    CHECK(gnmt_clip_delta_at(&c, 0) == 1.0f);
+    c.clip_delta = 0;
+    CHECK(gnmt_clip_delta_at(&c, 0) == 0.0f);
+
+    const train_family_t *fam = train_family_find("gnmt");
+    gnmt_train_config_t a;
+    fam->default_config(&a);
+    a.hidden = sh->H, a.att = sh->A, a.enc_layers = sh->Le, a.dec_layers = sh->Ld;
+    a.share_emb = -1, a.tie_proj = sh->tie, a.init_range = 0.04f, a.dropout = 0, a.label_smoothing = 0;
+    a.clip_delta = 1.0f, a.clip_delta_start = 3.0f, a.clip_anneal = 10;
+    gnmt_train_config_t b = a;
+    b.clip_anneal = 0;
+    train_data_dims_t dd = {sh->Vs, sh->Vt, sh->joint, 0, 64};
+    train_model_t ma, mb;
+    if (fam->create(&ma, &a, &dd)) {
+        CHECK_MSG(0, "create: %s", tern_last_error());
+        return;
+    }
+    if (fam->create(&mb, &b, &dd)) {
+        CHECK_MSG(0, "create: %s", tern_last_error());
+        fam->destroy(&ma);
+        return;
+    }
+    fam->init_params(&ma, 7);
+    for (size_t i = 0; i < ma.n_params; i++) ma.params[i] *= 30.0f; /* cell states beyond 1 */
+    memcpy(mb.params, ma.params, ma.n_params * sizeof(float));
+    int src[B * S], tin[B * T], tout[B * T];
+    unsigned r = 999;
+    for (int i = 0; i < B * S; i++) src[i] = 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vs - 1);
+    for (int i = 0; i < B * T; i++) tin[i] = 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vt - 1);
+    for (int i = 0; i < B * T; i++) tout[i] = 1 + (int)((r = r * 1103515245u + 12345u) >> 16) % (sh->Vt - 1);
+    void *wa = NULL, *wb = NULL;
+    CHECK(!fam->ws_new(&wa, &ma, B * S, B * T, S, T) && !fam->ws_new(&wb, &mb, B * S, B * T, S, T));
+    double prev = 0;
+    for (int step = 0; wa && wb && step <= 12; step += 3) {
+        train_loss_t la, lb;
+        CHECK(!fam->forward(&ma, wa, src, tin, tout, B, S, T, 1, 1, (uint64_t)step, &la));
+        /* b: constant δ(step) (a fresh model of that δ) */
+        gnmt_train_config_t bc = b;
+        bc.clip_delta = gnmt_clip_delta_at(&a, (uint64_t)step);
+        train_model_t mc;
+        if (fam->create(&mc, &bc, &dd)) break;
+        memcpy(mc.params, ma.params, ma.n_params * sizeof(float));
+        CHECK(!fam->forward(&mc, wb, src, tin, tout, B, S, T, 0, 0, 0, &lb));
+        CHECK_MSG(la.loss == lb.loss, "clip schedule step %d: loss %.9g, constant delta %g gives %.9g", step, la.loss,
+                  (double)bc.clip_delta, lb.loss);
+        if (step) CHECK_MSG(la.loss != prev, "step %d: the annealed clip does not change the loss", step);
+        prev = la.loss;
+        fam->destroy(&mc);
+    }
+    if (wa) fam->ws_free(wa);
+    if (wb) fam->ws_free(wb);
+    fam->destroy(&ma);
+    fam->destroy(&mb);
+}
+
 int main(void) {
     static const shape_t shapes[] = {
         {"3+3 shared", 23, 23, 1, 8, 6, 3, 3, 0},
@@ -608,5 +675,6 @@ int main(void) {
     dropout_grad(&deep);
     bf16_check(&shapes[0]);
     bf16_check(&deep);
+    clip_schedule(&deep);
     return check_report("test_gnmt");
 }

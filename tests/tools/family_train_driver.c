@@ -253,6 +253,8 @@ int main(int argc, char **argv) {
         c->tie_proj = (int)meta(w, "tie_proj", c->tie_proj);
         c->label_smoothing = (float)meta(w, "label_smoothing", c->label_smoothing);
         c->init_range = (float)meta(w, "init_range", c->init_range);
+        c->clip_delta = (float)meta(w, "clip_delta", c->clip_delta);
+        c->clip_gamma = (float)meta(w, "clip_gamma", c->clip_gamma);
         c->dropout = 0.0f;
         share = c->share_emb;
     } else if (!strcmp(arch, "transformer")) {

@@ -15,7 +15,9 @@ The model is built independently of Tern's code from torch.nn.LSTMCell (PyTorch'
   encoder: layer 0 bidirectional (forward and backward states concatenated), layer 1 over it,
            layers l >= 2 with a residual; decoder: a_t = softmax_j(v . tanh(Wq y0_{t-1} + Wk x_j
            + b)) . x, layer 0 over [e_t; a_t], layer l >= 1 over [y_{l-1}; a_t] (+ y_{l-1} from
-           l = 2), logits = W_p y_top + b_p; log_softmax.
+           l = 2), logits = W_p y_top + b_p; log_softmax. With GNMT's clips stored in the model
+           (gnmt/clip_delta, gnmt/clip_gamma): every step reads the previous cell state clipped to
+           [-delta, delta], residual outputs are clipped likewise, the logits to [-gamma, gamma].
 Greedy: argmax at each step, the end token masked while fewer than min_len tokens were produced,
 at most max_len tokens.
 """
@@ -36,9 +38,11 @@ class GNMT:
     def __init__(self, path):
         t, _ = st_read(path)
         self.t = {k: torch.tensor(v.astype(np.float64)) for k, v in t.items() if not k.startswith("gnmt/")}
-        sc = {k: int(v.reshape(-1)[0]) for k, v in t.items() if k.startswith("gnmt/")}
-        self.H, self.A = sc["gnmt/hidden_size"], sc["gnmt/attention_size"]
-        self.Le, self.Ld = sc["gnmt/encoder_layers"], sc["gnmt/decoder_layers"]
+        sc = {k: v.reshape(-1)[0] for k, v in t.items() if k.startswith("gnmt/")}
+        self.H, self.A = int(sc["gnmt/hidden_size"]), int(sc["gnmt/attention_size"])
+        self.Le, self.Ld = int(sc["gnmt/encoder_layers"]), int(sc["gnmt/decoder_layers"])
+        self.delta = float(sc.get("gnmt/clip_delta", 0.0))
+        self.gamma = float(sc.get("gnmt/clip_gamma", 0.0))
         g = self.t.get
         self.enc_emb = g("encoder/embeddings/weight")
         self.dec_emb = g("decoder/embeddings/weight", self.enc_emb)
@@ -57,12 +61,28 @@ class GNMT:
             c.bias_hh.copy_(self.t[p + "/bias_hh"])
         return c
 
+    def lstm(self, cell, x, h, c):
+        """One step. With GNMT's clipping (delta > 0; Wu et al. 2016 eq. in section 6):
+        c'_t, m_t = LSTM(c_{t-1}, m_{t-1}, x_t), c_t = clip(c'_t, delta): the step reads its
+        predecessor's state clipped; m_t = o * tanh(c'_t). The state returned is c'_t (the next
+        step clips it), so that c_t = clamp(c'_t) is torch.clamp's (its subgradient)."""
+        if not getattr(self, "delta", 0):
+            return cell(x, (h, c))
+        g = x @ cell.weight_ih.T + cell.bias_ih + h @ cell.weight_hh.T + cell.bias_hh
+        i, f, gg, o = g.chunk(4, 1)
+        c = torch.sigmoid(f) * torch.clamp(c, -self.delta, self.delta) + torch.sigmoid(i) * torch.tanh(gg)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def xclip(self, x):
+        """x_t = clip(m_t + x_{t-1}, delta) of a residual layer."""
+        return torch.clamp(x, -self.delta, self.delta) if getattr(self, "delta", 0) else x
+
     def run(self, cell, xs, reverse=False):
         h = torch.zeros(1, self.H)
         c = torch.zeros(1, self.H)
         out = [None] * len(xs)
         for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
-            h, c = cell(xs[t][None], (h, c))
+            h, c = self.lstm(cell, xs[t][None], h, c)
             out[t] = h[0]
         return torch.stack(out)
 
@@ -71,7 +91,7 @@ class GNMT:
         y = torch.cat([self.run(self.enc[0], x), self.run(self.enc_rev, x, True)], 1)
         for l in range(1, self.Le):
             h = self.run(self.enc[l], y)
-            y = h + y if l >= 2 else h
+            y = self.xclip(h + y) if l >= 2 else h
         self.keys = y
         self.kp = y @ self.t["decoder/attention/linear_key/weight"].T + self.t["decoder/attention/linear_key/bias"]
         self.h = [torch.zeros(1, self.H) for _ in range(self.Ld)]
@@ -83,13 +103,15 @@ class GNMT:
         alpha = torch.softmax(e, 0)
         a = (alpha[:, None] * self.keys).sum(0)
         x = torch.cat([self.dec_emb[tok], a])[None]
-        self.h[0], self.c[0] = self.dec[0](x, (self.h[0], self.c[0]))
+        self.h[0], self.c[0] = self.lstm(self.dec[0], x, self.h[0], self.c[0])
         y = self.h[0]
         for l in range(1, self.Ld):
             x = torch.cat([y[0], a])[None]
-            self.h[l], self.c[l] = self.dec[l](x, (self.h[l], self.c[l]))
-            y = self.h[l] + y if l >= 2 else self.h[l]
+            self.h[l], self.c[l] = self.lstm(self.dec[l], x, self.h[l], self.c[l])
+            y = self.xclip(self.h[l] + y) if l >= 2 else self.h[l]
         logits = y[0] @ self.proj.T + self.t["decoder/projection/bias"]
+        if getattr(self, "gamma", 0):
+            logits = torch.clamp(logits, -self.gamma, self.gamma)
         return torch.log_softmax(logits, 0), alpha
 
 

@@ -45,6 +45,8 @@ class TrainGNMT(GNMT):
         self.A = g("att") if g("att") > 0 else self.H
         self.pad = g("pad_id")
         self.eps = float(meta.get("label_smoothing", 0.1))
+        self.delta = float(meta.get("clip_delta", 0.0))   # GNMT's clips (gnmt_torch_ref.GNMT.lstm)
+        self.gamma = float(meta.get("clip_gamma", 0.0))
         self.t = {k: torch.tensor(v.astype(np.float64), requires_grad=True)
                   for k, v in weights.items() if not k.startswith("batch/")}
         self.enc_emb = self.t["encoder/embeddings/weight"]
