@@ -615,11 +615,11 @@ static tern_status_t add_positions(builder_t *b) {
             for (int64_t j = 0; j < C; j++) enc[p * C + j] = elem(a, r * C + j), dec[p * C + j] = elem(a, j);
         }
     }
-    char tn[128];
-    if (!st) st = weights_add(b->nw, transformer_tensor_name(tn, sizeof tn, TM_ENC_POS, -1, TP_ENCODINGS), strlen(tn),
-                              DT_F32, 2, shape, enc, (size_t)(P * C) * 4, 0);
-    if (!st) st = weights_add(b->nw, transformer_tensor_name(tn, sizeof tn, TM_DEC_POS, -1, TP_ENCODINGS), strlen(tn),
-                              DT_F32, 2, shape, dec, (size_t)(P * C) * 4, 0);
+    char en[128], dn[128];
+    transformer_tensor_name(en, sizeof en, TM_ENC_POS, -1, TP_ENCODINGS);
+    transformer_tensor_name(dn, sizeof dn, TM_DEC_POS, -1, TP_ENCODINGS);
+    if (!st) st = weights_add(b->nw, en, strlen(en), DT_F32, 2, shape, enc, (size_t)(P * C) * 4, 0);
+    if (!st) st = weights_add(b->nw, dn, strlen(dn), DT_F32, 2, shape, dec, (size_t)(P * C) * 4, 0);
     free(enc);
     return st;
 }
