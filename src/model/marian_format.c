@@ -399,7 +399,7 @@ static tern_status_t read_options(mcfg_t *c) {
     const char *act = opt_str(c, "transformer-ffn-activation", "swish");
     if (!strcmp(act, "swish")) c->act = ACT_SWISH;
     else if (!strcmp(act, "relu")) c->act = ACT_RELU;
-    else if (!strcmp(act, "gelu")) c->act = ACT_GELU_SIGMOID; /* Marian's gelu: x * sigmoid(1.702 x) */
+    else if (!strcmp(act, "gelu")) c->act = ACT_GELU; /* Marian 1.12's: 0.5 x (1 + erf(x / sqrt(2))) (before: x sigmoid(1.702 x)) */
     else
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'transformer-ffn-activation': '%s' is not supported (relu, "
                           "swish, gelu)", c->path, act);
@@ -424,7 +424,10 @@ static tern_status_t read_options(mcfg_t *c) {
     if (c->C % c->H)
         return tern_error(TERN_ERR_FORMAT, "%s: option 'transformer-heads' %d does not divide 'dim-emb' %d", c->path,
                           c->H, c->C);
-    c->learned_pos = opt_bool(c, "transformer-train-position-embeddings") || opt_bool(c, "transformer-train-positions");
+    /* --transformer-train-positions: the learned table Wpos (the option
+     * transformer-train-position-embeddings that model.yml also lists is not read by Marian's
+     * transformer: it keeps the sinusoids) */
+    c->learned_pos = opt_bool(c, "transformer-train-positions");
     if (opt_bool(c, "transformer-disable-position-embeddings"))
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'transformer-disable-position-embeddings' is not supported",
                           c->path);
