@@ -93,6 +93,7 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     strcpy(m->format, marian ? "marian" : "huggingface");
     memcpy(m->spm_path[0], c.src_spm_path, sizeof m->spm_path[0]);
     memcpy(m->spm_path[1], c.tgt_spm_path, sizeof m->spm_path[1]);
+    m->never_on_logprobs = marian; /* Marian sets <unk>'s log-probability to -inf, the others unchanged */
     m->marian_codes = !strcmp(c.model_type, "marian");
     m->weights = c.weights, m->src_vocab = c.src_vocab, m->tgt_vocab = c.tgt_vocab, m->cfg = c.cfg;
     memcpy(m->src_vocab_path, c.src_vocab_path, sizeof m->src_vocab_path);

@@ -34,6 +34,7 @@ struct tern_model {
      * never_tok[never_off[i] .. never_off[i + 1]); an ensemble: member 0's (not owned) */
     int *never_tok, *never_off;
     int n_never;
+    int never_on_logprobs;       /* 1: they are removed after the softmax (Marian's <unk>), not renormalized */
     /* a multilingual model's language codes (M2M-100/NLLB: tokens of both vocabularies, "deu_Latn");
      * an ensemble: member 0's (not owned) */
     char **langs;
