@@ -19,6 +19,7 @@
 #include "model/family.h"
 #include "model/hf_format.h"
 #include "model/marian_format.h"
+#include "model/transformer_desc.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -306,6 +307,17 @@ int cmd_convert(int argc, char **argv) {
     }
     if (is_hf) {
         /* the checkpoint as the loader presents it: the Transformer description's names */
+        if (is_marian && !strcmp(to, "ct2")) {
+            if (marian_checkpoint_load(&hf, from)) goto fail;
+            int64_t raw = 0;
+            if (weights_get_int(hf.weights, transformer_key_name(TKEY_DEC_RAW_SELF_KV), &raw) && raw) {
+                tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Marian model: Marian decodes it with the decoder "
+                           "self-attention's keys and values taken before the norm, which CTranslate2 does not do "
+                           "(convert it to Tern's format)", from);
+                goto fail;
+            }
+            hf_checkpoint_free(&hf);
+        }
         if (is_marian ? marian_checkpoint_load(&hf, from) : hf_checkpoint_load(&hf, from, 0)) goto fail;
         w = hf.weights;
     } else if (file_exists(path_join(p, sizeof p, from, "model.safetensors"))) {

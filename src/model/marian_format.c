@@ -702,6 +702,11 @@ static tern_status_t add_keys(builder_t *b) {
     z.numel = 1;
     z.data = &one;
     z.nbytes = 1;
+    tern_status_t s2 = add_scalar(b, &z);
+    if (s2 || !b->c->pre_norm) return s2;
+    /* Marian 1.12 decodes a pre-norm model step by step with the self-attention's keys and values
+     * of steps >= 1 projected from the un-normed layer inputs (its decoder state keeps them) */
+    z.name = transformer_key_name(TKEY_DEC_RAW_SELF_KV);
     return add_scalar(b, &z);
 }
 
