@@ -356,6 +356,11 @@ int cmd_convert(int argc, char **argv) {
         nm++;
     }
     if (ct2) {
+        /* Tern's own read-only keys of a Marian model (decoder/marian_*): not CTranslate2's */
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (strncmp(t[i].name, "decoder/marian_", 15)) t[k++] = t[i];
+        n = k;
         if (write_ct2(w, out, t, n, an, at, nm)) goto fail;
     } else {
         char rev[32], ver[32];

@@ -703,6 +703,8 @@ static tern_status_t add_keys(builder_t *b) {
     z.data = &one;
     z.nbytes = 1;
     tern_status_t s2 = add_scalar(b, &z);
+    z.name = transformer_key_name(TKEY_DEC_NEVER_UNK); /* kept by tern convert: model.c reads it */
+    if (!s2) s2 = add_scalar(b, &z);
     if (s2 || !b->c->pre_norm) return s2;
     /* Marian 1.12 decodes a pre-norm model step by step with the self-attention's keys and values
      * of steps >= 1 projected from the un-normed layer inputs (its decoder state keeps them) */
@@ -830,17 +832,17 @@ int marian_is_dir(const char *dir) {
     return file_exists(path_join(p, sizeof p, dir, "model.npz"));
 }
 
-/* A path of decoder.yml: as it is when absolute and present, else under dir, else its file name
- * under dir (Marian writes them relative to where it ran). */
+/* A path of decoder.yml: its file name under dir (the directory is what was asked for), else as it
+ * is when absolute, else under dir (Marian writes them relative to where it ran). */
 static tern_status_t resolve(char *out, size_t n, const char *dir, const char *p, const char *yml, const char *key) {
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    if (file_exists(path_join(out, n, dir, base))) return TERN_OK; /* the directory's own file first */
     if (p[0] == '/' && file_exists(p)) {
         snprintf(out, n, "%s", p);
         return TERN_OK;
     }
     if (p[0] != '/' && file_exists(path_join(out, n, dir, p))) return TERN_OK;
-    const char *base = strrchr(p, '/');
-    base = base ? base + 1 : p;
-    if (file_exists(path_join(out, n, dir, base))) return TERN_OK;
     return tern_error(TERN_ERR_IO, "%s: '%s' entry '%s': not found (nor %s/%s)", yml, key, p, dir, base);
 }
 

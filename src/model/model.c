@@ -11,6 +11,7 @@
 #include "model/generation.h"
 #include "model/hf_format.h"
 #include "model/marian_format.h"
+#include "model/transformer_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,18 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         st = tern_error(TERN_ERR_MISMATCH, "%s: the source vocabulary lacks '%s' or '%s'", dir,
                         m->cfg.bos_token, m->cfg.eos_token);
         goto fail;
+    }
+    int64_t never_unk = 0; /* a converted Marian model: <unk> never output, as Marian */
+    if (!hf && weights_get_int(m->weights, transformer_key_name(TKEY_DEC_NEVER_UNK), &never_unk) && never_unk &&
+        m->tgt_unk >= 0) {
+        m->never_tok = malloc(sizeof(int));
+        m->never_off = malloc(2 * sizeof(int));
+        if (!m->never_tok || !m->never_off) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        m->never_tok[0] = m->tgt_unk, m->never_off[0] = 0, m->never_off[1] = 1, m->n_never = 1;
+        m->never_on_logprobs = 1;
     }
     if ((st = load_spm(m, &o))) goto fail;
     if (vmap_path[0]) {

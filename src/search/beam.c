@@ -537,7 +537,7 @@ static tern_status_t beam_expand_group(beam_t *b, int g, int t, int *R2io) {
         b->score2[R2] = cv;
         R2++;
     }
-    if (!b->common && (st = beam_backoff(b, f, a, nr, n, t))) return st;
+    if (!b->common && !b->marian && (st = beam_backoff(b, f, a, nr, n, t))) return st; /* Marian: no backoff */
     if (b->pruning && f->n > 0 && R2 > first_new) R2 = beam_prune_live(b, f, first_new, R2, t);
     *R2io = R2;
     if (beam_sentence_done(b, f, n, last, first_new, R2)) {
@@ -590,7 +590,7 @@ static tern_status_t beam_finalize(beam_t *b, int n) {
     finished_t *f = &b->fin[n];
     search_result_t *res = &b->results[n];
     qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
-    int use_fallen = !b->common && !f->eos_finished && f->fallen.tokens;
+    int use_fallen = !b->common && !b->marian && !f->eos_finished && f->fallen.tokens;
     int total = f->n + use_fallen;
     int cnt = total < b->nhyp ? total : b->nhyp;
     res->hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));
