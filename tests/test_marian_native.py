@@ -17,8 +17,9 @@ Its Translator decodes 100 test lines (normalize 0); Tern reads the directory Ma
   too on the lines it finishes within Marian's length limit (the post-norm model: a pre-norm one is
   refused, since Marian decodes it with the decoder self-attention's keys and values of steps >= 1
   taken before the layer norm, which Tern reproduces and CTranslate2 cannot);
-* bad files: a truncated model.npz, a missing array, an option Tern does not support, a vocabulary
-  shorter than the embedding: errors naming the file and the array, option or id.
+* bad files: a truncated model.npz, a missing array, an option Tern does not support (an activation,
+  the SSRU decoder), a vocabulary shorter than the embedding: errors naming the file and the array,
+  option or id.
 """
 import os
 import shutil
@@ -237,6 +238,13 @@ def test_bad_files(case, tmp_path):
     np.savez(d / "model.npz", **dict(z, **{"special:model.yml": np.frombuffer(yml, dtype=np.int8)}))
     e = err(d)
     assert "special:model.yml" in e and "transformer-ffn-activation" in e and "'mish'" in e, e
+    d = copy("ssru")  # the SSRU decoder of Bergamot's students: not read yet, refused naming the option
+    yml = bytes(z["special:model.yml"].astype(np.uint8)).replace(
+        b"transformer-decoder-autoreg: self-attention", b"transformer-decoder-autoreg: rnn").replace(
+        b"dec-cell: gru", b"dec-cell: ssru")
+    np.savez(d / "model.npz", **dict(z, **{"special:model.yml": np.frombuffer(yml, dtype=np.int8)}))
+    e = err(d)
+    assert "transformer-decoder-autoreg" in e and "'rnn'" in e and "ssru" in e, e
     d = copy("vocab")
     lines = (d / "vocab.src.yml").read_text(encoding="utf-8").splitlines()
     (d / "vocab.src.yml").write_text("\n".join(lines[:-5]) + "\n", encoding="utf-8")
