@@ -93,7 +93,7 @@ static tern_status_t ymap_parse(ymap_t *out, const char *text, size_t len, const
     tern_status_t st = TERN_OK;
     /* depth: 0 outside the root, 1 in the root mapping; state: 0 expecting a key, 1 a value, 2 in a
      * sequence value; skip: nesting depth of a value that is skipped */
-    int depth = 0, state = 0, skip = 0, done = 0, root_seen = 0;
+    int depth = 0, state = 0, skip = 0, skip_ret = 0, done = 0, root_seen = 0;
     while (!st && !done) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&p, &ev)) {
@@ -107,7 +107,7 @@ static tern_status_t ymap_parse(ymap_t *out, const char *text, size_t len, const
         else if (skip > 0) {
             if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT) skip++;
             else if (t == YAML_MAPPING_END_EVENT || t == YAML_SEQUENCE_END_EVENT) {
-                if (--skip == 0) state = 0;
+                if (--skip == 0) state = skip_ret;
             }
         } else if (depth == 0) {
             if (t == YAML_MAPPING_START_EVENT) {
@@ -136,7 +136,7 @@ static tern_status_t ymap_parse(ymap_t *out, const char *text, size_t len, const
                 e->is_seq = 1;
                 state = 2;
             } else if (t == YAML_MAPPING_START_EVENT) {
-                skip = 1;
+                skip = 1, skip_ret = 0;
             } else if (t == YAML_ALIAS_EVENT) {
                 state = 0;
             }
@@ -144,7 +144,7 @@ static tern_status_t ymap_parse(ymap_t *out, const char *text, size_t len, const
             ykv_t *e = &out->kv[out->n - 1];
             if (t == YAML_SCALAR_EVENT) st = ykv_push_val(e, (const char *)ev.data.scalar.value);
             else if (t == YAML_SEQUENCE_END_EVENT) state = 0;
-            else if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT) skip = 1, state = 2;
+            else if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT) skip = 1, skip_ret = 2;
         }
         yaml_event_delete(&ev);
     }
