@@ -17,7 +17,8 @@ Its Translator decodes 100 test lines (normalize 0); Tern reads the directory Ma
   too on the lines it finishes within Marian's length limit (the post-norm model: a pre-norm one is
   refused, since Marian decodes it with the decoder self-attention's keys and values of steps >= 1
   taken before the layer norm, which Tern reproduces and CTranslate2 cannot);
-* bad files: a truncated model.npz, a missing array, an option Tern does not support (an activation,
+* Marian's binary model.bin (the post-norm shape saved as .bin): Marian's greedy output on 100/100;
+* bad files: a truncated model.npz or model.bin, a missing array, an option Tern does not support (an activation,
   the SSRU decoder), a vocabulary shorter than the embedding: errors naming the file and the array,
   option or id.
 """
@@ -250,3 +251,26 @@ def test_bad_files(case, tmp_path):
     (d / "vocab.src.yml").write_text("\n".join(lines[:-5]) + "\n", encoding="utf-8")
     e = err(d)
     assert "vocab.src.yml" in e and "encoder_Wemb" in e and "rows" in e, e
+
+
+def test_binary_model(corpus, tmp_path):
+    """Marian's binary format (model.bin, as Marian writes it when the model's name ends in .bin):
+    the same greedy outputs as Marian's Translator on it; a truncated one is an error naming it."""
+    import json
+    d = tmp_path / "bin"
+    d.mkdir()
+    kw = dict(SHAPES["postnorm-tied-all-swish-spm"])
+    train = TRAIN.replace('model=out + "/model.npz"', 'model=out + "/model.bin"')
+    run(sys.executable, "-c", train, d, corpus / "train", json.dumps(kw))
+    assert (d / "model.bin").read_bytes()[:8] == b"\x01" + b"\x00" * 7  # Marian's binary version 1
+    ref = json.loads(run(sys.executable, "-c", DECODE.replace('"/model.npz"', '"/model.bin"'), d,
+                         json.dumps(kw["vocabs"]), 1, corpus / "test.en").stdout)
+    case = dict(dir=d, pretok=[], src=corpus / "test.en")
+    out = tern_translate(case, d, GREEDY)
+    same = sum(o == r[0] for o, r in zip(out, ref))
+    print(f"\nmodel.bin: greedy identical on {same}/{N_TEST}")
+    assert same == N_TEST
+    data = (d / "model.bin").read_bytes()
+    (d / "model.bin").write_bytes(data[: len(data) - 5000])
+    r = run(TERN, "translate", "-m", d, input="A man\n", check=False)
+    assert r.returncode != 0 and "model.bin" in r.stderr and "truncated" in r.stderr, r.stderr

@@ -328,6 +328,124 @@ static tern_status_t npz_load(npz_t *z, const char *path) {
     return st;
 }
 
+/* Marian's binary model (src/common/binary.cpp of Marian): u64 version 1, u64 n, n headers {u64
+ * name length (with its NUL), u64 type, u64 shape length, u64 data length (padded)}, the names, the
+ * shapes (int32), u64 padding length and the padding, then each item's data (its bytes, then
+ * padding to the data length). Types: float32 0x0404, float16 0x0402, int8 0x0101. */
+static tern_status_t bin_load(npz_t *z, const char *path) {
+    memset(z, 0, sizeof *z);
+    snprintf(z->path, sizeof z->path, "%s", path);
+    mapped_file_t f;
+    tern_status_t st = file_map(&f, path);
+    if (st) return st;
+    const uint8_t *p = f.data, *end = f.data + f.size;
+    uint64_t ver = 0, n = 0;
+#define NEED(bytes, what)                                                                                          \
+    do {                                                                                                           \
+        if ((uint64_t)(end - p) < (uint64_t)(bytes)) {                                                             \
+            st = tern_error(TERN_ERR_FORMAT, "%s: truncated Marian binary model (%s)", path, what);                \
+            goto done;                                                                                             \
+        }                                                                                                          \
+    } while (0)
+    NEED(16, "header");
+    memcpy(&ver, p, 8), memcpy(&n, p + 8, 8);
+    p += 16;
+    if (ver != 1) {
+        st = tern_error(TERN_ERR_FORMAT, "%s: not a Marian binary model (version %llu, expected 1)", path,
+                        (unsigned long long)ver);
+        goto done;
+    }
+    if (n == 0 || n > (1u << 20)) {
+        st = tern_error(TERN_ERR_FORMAT, "%s: implausible item count %llu", path, (unsigned long long)n);
+        goto done;
+    }
+    NEED(n * 32, "item headers");
+    const uint8_t *hdr = p;
+    p += n * 32;
+    if (!(z->a = calloc((size_t)n, sizeof *z->a))) {
+        st = tern_error(TERN_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (uint64_t i = 0; i < n; i++) { /* names */
+        uint64_t nl;
+        memcpy(&nl, hdr + i * 32, 8);
+        if (nl == 0 || nl > 4096) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: item %llu: implausible name length", path, (unsigned long long)i);
+            goto done;
+        }
+        NEED(nl, "names");
+        if (p[nl - 1] || !(z->a[i].name = strndup((const char *)p, nl - 1))) {
+            st = p[nl - 1] ? tern_error(TERN_ERR_FORMAT, "%s: item %llu: name not NUL-terminated", path,
+                                        (unsigned long long)i)
+                           : tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        z->n = (int)i + 1;
+        p += nl;
+    }
+    for (uint64_t i = 0; i < n; i++) { /* shapes */
+        npy_t *a = &z->a[i];
+        uint64_t sl, type;
+        memcpy(&type, hdr + i * 32 + 8, 8), memcpy(&sl, hdr + i * 32 + 16, 8);
+        if (sl > TENSOR_MAX_RANK) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: item '%s': rank %llu", path, a->name, (unsigned long long)sl);
+            goto done;
+        }
+        NEED(sl * 4, "shapes");
+        a->rank = (int)sl;
+        a->numel = 1;
+        for (uint64_t k = 0; k < sl; k++) {
+            int32_t v;
+            memcpy(&v, p + k * 4, 4);
+            if (v < 0 || (v > 0 && a->numel > INT64_MAX / 8 / v)) {
+                st = tern_error(TERN_ERR_FORMAT, "%s: item '%s': bad shape", path, a->name);
+                goto done;
+            }
+            a->shape[k] = v;
+            a->numel *= v;
+        }
+        p += sl * 4;
+        if (type == 0x0404) a->dtype = DT_F32;
+        else if (type == 0x0402) a->dtype = DT_F16;
+        else if (type == 0x0101) a->dtype = DT_I8;
+        else {
+            st = tern_error(TERN_ERR_UNSUPPORTED, "%s: item '%s': Marian type 0x%llx is not supported (float32, "
+                            "float16, int8; packed or intgemm-quantized models are not)", path, a->name,
+                            (unsigned long long)type);
+            goto done;
+        }
+        a->nbytes = (size_t)a->numel * dtype_size(a->dtype);
+    }
+    uint64_t pad;
+    NEED(8, "padding");
+    memcpy(&pad, p, 8);
+    p += 8;
+    NEED(pad, "padding");
+    p += pad;
+    for (uint64_t i = 0; i < n; i++) {
+        npy_t *a = &z->a[i];
+        uint64_t dl;
+        memcpy(&dl, hdr + i * 32 + 24, 8);
+        if (dl < a->nbytes) {
+            st = tern_error(TERN_ERR_FORMAT, "%s: item '%s': %llu data bytes for %zu", path, a->name,
+                            (unsigned long long)dl, a->nbytes);
+            goto done;
+        }
+        NEED(dl, a->name);
+        if (!(a->data = malloc(a->nbytes ? a->nbytes : 1))) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(a->data, p, a->nbytes);
+        p += dl;
+    }
+#undef NEED
+done:
+    file_unmap(&f);
+    if (st) npz_free(z);
+    return st;
+}
+
 /* ------------------------------------------------------------------ model.yml options */
 
 typedef struct {
@@ -820,16 +938,27 @@ static tern_status_t load_vocab(vocab_t **out, const char *path, int V, const ch
 
 /* ------------------------------------------------------------------ files of the directory */
 
-static const char *const DECODER_YML[] = {"model.npz.decoder.yml", "decoder.yml", NULL};
+static const char *const DECODER_YML[] = {"model.npz.decoder.yml", "model.bin.decoder.yml", "decoder.yml", NULL};
+
+/* 1 when path starts as Marian's binary models do (u64 version 1; CTranslate2's model.bin starts
+ * with its u32 version and a u16 spec-name length: never that) */
+static int is_marian_bin(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint8_t b[8];
+    int ok = f && fread(b, 1, 8, f) == 8 && b[0] == 1 && !b[1] && !b[2] && !b[3] && !b[4] && !b[5] && !b[6] && !b[7];
+    if (f) fclose(f);
+    return ok;
+}
 
 int marian_is_dir(const char *dir) {
     char p[1100];
-    static const char *const other[] = {"config.json", "model.safetensors", "model.bin", NULL};
+    static const char *const other[] = {"config.json", "model.safetensors", NULL};
     for (int i = 0; other[i]; i++)
         if (file_exists(path_join(p, sizeof p, dir, other[i]))) return 0;
+    if (file_exists(path_join(p, sizeof p, dir, "model.bin")) && !is_marian_bin(p)) return 0; /* CTranslate2's */
     for (int i = 0; DECODER_YML[i]; i++)
         if (file_exists(path_join(p, sizeof p, dir, DECODER_YML[i]))) return 1;
-    return file_exists(path_join(p, sizeof p, dir, "model.npz"));
+    return file_exists(path_join(p, sizeof p, dir, "model.npz")) || file_exists(path_join(p, sizeof p, dir, "model.bin"));
 }
 
 /* A path of decoder.yml: its file name under dir (the directory is what was asked for), else as it
@@ -869,8 +998,9 @@ static tern_status_t find_files(const char *dir, char *model, char *src, char *t
         ymap_free(&y);
         return st;
     }
-    if (!file_exists(path_join(model, n, dir, "model.npz")))
-        return tern_error(TERN_ERR_IO, "%s: no model.npz.decoder.yml, decoder.yml or model.npz", dir);
+    if (!file_exists(path_join(model, n, dir, "model.npz")) && !file_exists(path_join(model, n, dir, "model.bin")))
+        return tern_error(TERN_ERR_IO, "%s: no model.npz.decoder.yml, model.bin.decoder.yml, decoder.yml, model.npz or "
+                          "model.bin", dir);
     static const char *const ext[] = {"spm", "yml", "json"};
     char name[64];
     for (int i = 0; i < 3; i++) {
@@ -895,11 +1025,8 @@ tern_status_t marian_checkpoint_load(hf_checkpoint_t *out, const char *dir) {
     char model[1100], src[1100], tgt[1100];
     tern_status_t st = find_files(dir, model, src, tgt, sizeof model);
     if (st) return st;
-    if (!ends_with(model, ".npz"))
-        return tern_error(TERN_ERR_UNSUPPORTED, "%s: Tern reads Marian's .npz models (convert a .bin one with Marian's "
-                          "marian-conv --from MODEL.bin --to model.npz)", model);
     npz_t z;
-    if ((st = npz_load(&z, model))) return st;
+    if ((st = ends_with(model, ".bin") ? bin_load(&z, model) : npz_load(&z, model))) return st;
     mcfg_t c;
     memset(&c, 0, sizeof c);
     snprintf(c.path, sizeof c.path, "%s: special:model.yml", model);

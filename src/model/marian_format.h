@@ -2,7 +2,8 @@
  * marian_format.h — Marian's own model files read as they are (docs/models.md): a directory
  * holding a model.npz that Marian wrote (a zip of .npy arrays under Marian's parameter names:
  * Wemb, encoder_l1_self_Wq, decoder_ff_logit_out_b, ...; its options as the "special:model.yml"
- * array), perhaps the decoder.yml Marian writes beside it (model.npz.decoder.yml or decoder.yml:
+ * array) or the same items in Marian's binary model.bin, perhaps the decoder.yml Marian writes
+ * beside it (model.npz.decoder.yml, model.bin.decoder.yml or decoder.yml:
  * "models" and "vocabs"), and the vocabularies: SentencePiece models (.spm), or Marian's YAML
  * (.yml) or JSON (.json) token -> id maps, joint or one per side.
  *
@@ -20,8 +21,9 @@
 
 #include "model/hf_format.h"
 
-/* 1 when dir holds a Marian model: model.npz.decoder.yml, decoder.yml or model.npz (and no
- * config.json, model.safetensors or model.bin of another format). */
+/* 1 when dir holds a Marian model: a decoder.yml (model.npz.decoder.yml, model.bin.decoder.yml,
+ * decoder.yml), model.npz, or a model.bin in Marian's binary format (and no config.json or
+ * model.safetensors, and no CTranslate2 model.bin). */
 int marian_is_dir(const char *dir);
 
 /* Reads the Marian model in dir (out->model_type "marian-native"; out->src_spm_path and
