@@ -22,7 +22,7 @@ DOCDIR  ?= $(DATADIR)/doc/tern
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
-CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
+CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/minizip -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # The libraries each part links (docs/library.md): the runtime (libtern: translation, scoring, the
@@ -36,7 +36,7 @@ CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # Programs built here (tern, tests, benches) link all three parts, and OpenBLAS and zlib as before.
 # ICU (Debian: libicu-dev): the sentence break iterator of src/text/sentences.c.
 ICU_LIBS  := $(shell pkg-config --libs icu-uc 2>/dev/null || echo -licuuc -licudata)
-RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash $(ICU_LIBS) -lstdc++ -lgomp -lpthread -lm
+RT_LIBS    = -ldnnl -lsentencepiece -Wl,--push-state,--no-as-needed -lcld2_full -Wl,--pop-state -lcld2 -lcjson -lutf8proc -lxxhash $(ICU_LIBS) -lminizip -lyaml -lstdc++ -lgomp -lpthread -lm
 TRAIN_LIBS = -lsentencepiece_train
 # /translate_file and `tern translate --file-format` (src/serve/docfile.c): .docx and .odt are zip
 # archives of XML: libzip (Debian libzip-dev) and libxml2 (libxml2-dev).
@@ -246,7 +246,7 @@ build-fuzz-lib/%.o: %.c
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lminizip -lyaml -lgomp -lpthread -lm
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

@@ -231,7 +231,10 @@ const tern_model_t *tern_model_member(const tern_model_t *model, int i);
 typedef enum {
     TERN_EOS_COMMON = 0,  /* finished hypotheses leave the beam; B live ones continue
                              (CTranslate2 and fairseq) */
-    TERN_EOS_PAPER = 1    /* an EOS candidate takes one of the B slots (Iglesias et al., Alg. 1) */
+    TERN_EOS_PAPER = 1,   /* an EOS candidate takes one of the B slots (Iglesias et al., Alg. 1) */
+    TERN_EOS_MARIAN = 2   /* as PAPER, and each finished hypothesis shrinks the beam for good
+                             (Marian's beam search: B - finished live ones; the sentence ends when
+                             none is left) (TERN_SINCE_1_1) */
 } tern_eos_policy_t;
 
 typedef enum {

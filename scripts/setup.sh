@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Tern needs to build and test, on a fresh Debian 12 machine.
 # Debian packages for the build; a Python virtual environment (.venv) for the test-time peers
-# (ctranslate2, sacrebleu, numpy, pytest, sentencepiece); transformers beside Debian's torch.
+# (ctranslate2, pymarian, sacrebleu, numpy, pytest, sentencepiece); transformers beside Debian's torch.
 # Idempotent: safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ DEB_PKGS=(build-essential pkg-config python3-venv
   time bc  # /usr/bin/time and bc: recipes/ensemble-en-de.sh, recipes/lmbr-combine-en-de.sh
   libopenmpi-dev openmpi-bin  # MPI: data-parallel `mpirun -np N tern train` (tests/test_train_mpi.py)
   libicu-dev  # ICU's sentence break iterator (src/text/sentences.c: sentence splitting)
+  libminizip-dev libyaml-dev  # Marian's model.npz (a zip of .npy arrays) and its YAML options and vocabularies (src/model/marian_format.c)
   libmicrohttpd-dev  # HTTP server of `tern serve` (src/serve/); Debian's is built with GnuTLS: --ssl-cert
   libzip-dev libxml2-dev  # /translate_file and --file-format: .docx/.odt are zip + XML (src/serve/docfile.c)
   openssl  # tests/test_serve_prod.py: a self-signed certificate made at test time for `tern serve --ssl-cert`

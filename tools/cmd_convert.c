@@ -18,6 +18,8 @@
 #include "model/model_dir.h"
 #include "model/family.h"
 #include "model/hf_format.h"
+#include "model/marian_format.h"
+#include "model/transformer_desc.h"
 #include "model/weights.h"
 #include "text/vocab.h"
 
@@ -28,7 +30,9 @@ static void usage(FILE *f) {
                "vocabularies, SentencePiece models) from a CTranslate2 directory (model.bin) or from\n"
                "a Tern directory (model.safetensors: a checkpoint, an average), e.g. to quantize it;\n"
                "with --to ct2, a CTranslate2 directory (model.bin) that ctranslate2 loads, also from a\n"
-               "Hugging Face MarianMT, M2M-100 or NLLB checkpoint (config.json with \"model_type\").\n"
+               "Hugging Face MarianMT, M2M-100 or NLLB checkpoint (config.json with \"model_type\");\n"
+               "from a Marian model directory (model.npz with decoder.yml and its vocabularies) in\n"
+               "either format.\n"
                "\n"
                "  --from DIR, --from-ct2 DIR, -m DIR  the model directory to read (all the same)\n"
                "  -o, --output OUTDIR         the model directory to write\n"
@@ -214,6 +218,21 @@ static tern_status_t write_hf_side_files(const hf_checkpoint_t *hf, const char *
     return st;
 }
 
+/* A Marian model's vocabularies (shared_vocabulary.json, or source_ and target_vocabulary.json)
+ * and SentencePiece models (source.spm and target.spm) in out. */
+static tern_status_t write_marian_side_files(const hf_checkpoint_t *m, const char *out) {
+    char p[4096];
+    tern_status_t st;
+    if (m->src_vocab == m->tgt_vocab) {
+        st = model_dir_write_vocab(m->src_vocab, path_join(p, sizeof p, out, "shared_vocabulary.json"));
+    } else if (!(st = model_dir_write_vocab(m->src_vocab, path_join(p, sizeof p, out, "source_vocabulary.json")))) {
+        st = model_dir_write_vocab(m->tgt_vocab, path_join(p, sizeof p, out, "target_vocabulary.json"));
+    }
+    if (!st && m->src_spm_path[0]) st = model_dir_copy_file(m->src_spm_path, path_join(p, sizeof p, out, "source.spm"));
+    if (!st && m->tgt_spm_path[0]) st = model_dir_copy_file(m->tgt_spm_path, path_join(p, sizeof p, out, "target.spm"));
+    return st;
+}
+
 static void free_owned(void **own, int n) {
     for (int i = 0; i < n; i++) free(own[i]); /* aligned_alloc64 memory is free()-able */
     free(own);
@@ -278,8 +297,9 @@ int cmd_convert(int argc, char **argv) {
     int n = 0, no = 0, rc = 1;
     hf_checkpoint_t hf;
     memset(&hf, 0, sizeof hf);
-    int is_hf = hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"));
-    if (is_hf && strcmp(to, "ct2")) {
+    int is_marian = marian_is_dir(from);
+    int is_hf = is_marian || hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"));
+    if (is_hf && !is_marian && strcmp(to, "ct2")) {
         tern_error(TERN_ERR_UNSUPPORTED, "%s: a Hugging Face checkpoint (\"model_type\"): tern translate -m reads it as "
                    "it is (--compute-type int8 quantizes it at load); convert writes its CTranslate2 form with --to ct2",
                    p);
@@ -287,7 +307,18 @@ int cmd_convert(int argc, char **argv) {
     }
     if (is_hf) {
         /* the checkpoint as the loader presents it: the Transformer description's names */
-        if (hf_checkpoint_load(&hf, from, 0)) goto fail;
+        if (is_marian && !strcmp(to, "ct2")) {
+            if (marian_checkpoint_load(&hf, from)) goto fail;
+            int64_t raw = 0;
+            if (weights_get_int(hf.weights, transformer_key_name(TKEY_DEC_RAW_SELF_KV), &raw) && raw) {
+                tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Marian model: Marian decodes it with the decoder "
+                           "self-attention's keys and values taken before the norm, which CTranslate2 does not do "
+                           "(convert it to Tern's format)", from);
+                goto fail;
+            }
+            hf_checkpoint_free(&hf);
+        }
+        if (is_marian ? marian_checkpoint_load(&hf, from) : hf_checkpoint_load(&hf, from, 0)) goto fail;
         w = hf.weights;
     } else if (file_exists(path_join(p, sizeof p, from, "model.safetensors"))) {
         if (weights_load_safetensors(&w, p)) goto fail;
@@ -325,6 +356,11 @@ int cmd_convert(int argc, char **argv) {
         nm++;
     }
     if (ct2) {
+        /* Tern's own read-only keys of a Marian model (decoder/marian_*): not CTranslate2's */
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (strncmp(t[i].name, "decoder/marian_", 15)) t[k++] = t[i];
+        n = k;
         if (write_ct2(w, out, t, n, an, at, nm)) goto fail;
     } else {
         char rev[32], ver[32];
@@ -335,7 +371,11 @@ int cmd_convert(int argc, char **argv) {
         if (model_dir_write_weights(out, t, n, an, at, nm, mk, mv, 3)) goto fail;
     }
     path_join(p, sizeof p, from, "config.json");
-    if (is_hf) { /* config.json from the loader's tokens; the vocabularies as lists; the tokenizer models */
+    if (is_marian) { /* config.json from the loader's tokens; the vocabularies as lists; the SentencePiece models */
+        if ((ct2 ? model_dir_write_ct2_config(out, NULL, &hf.cfg) : model_dir_write_config(out, NULL, &hf.cfg, NULL)) ||
+            write_marian_side_files(&hf, out))
+            goto fail;
+    } else if (is_hf) { /* config.json from the loader's tokens; the vocabularies as lists; the tokenizer models */
         if (model_dir_write_ct2_config(out, NULL, &hf.cfg) || write_hf_side_files(&hf, from, out)) goto fail;
     } else {
         if ((ct2 ? model_dir_write_ct2_config : model_dir_write_config2)(out, file_exists(p) ? p : NULL, NULL))

@@ -60,7 +60,8 @@ static void usage(FILE *f) {
 "  --coverage-penalty B        GNMT coverage penalty beta (default* 0)\n"
 "  --eos-policy NAME           common: finished hypotheses leave the beam and B live ones go on\n"
 "                              (CTranslate2, fairseq; default); paper: an EOS candidate takes one\n"
-"                              of the B slots (Iglesias et al., Algorithm 1)\n"
+"                              of the B slots (Iglesias et al., Algorithm 1); marian: as paper,\n"
+"                              and each finished hypothesis shrinks the beam for good (Marian's)\n"
 "  --no-early-stop             decode until no live hypothesis can beat the n-th best finished\n"
 "                              one (exact n-best lists; default: stop as CTranslate2 does)\n"
 "  --max-length-a A, --max-length-b B\n"
@@ -331,8 +332,9 @@ int cmd_translate(int argc, char **argv) {
             set |= SP_EOS;
             if (!strcmp(optarg, "common")) o.eos_policy = TERN_EOS_COMMON;
             else if (!strcmp(optarg, "paper")) o.eos_policy = TERN_EOS_PAPER;
+            else if (!strcmp(optarg, "marian")) o.eos_policy = TERN_EOS_MARIAN;
             else {
-                fprintf(stderr, "tern translate: --eos-policy is common or paper, got '%s'\n", optarg);
+                fprintf(stderr, "tern translate: --eos-policy is common, paper or marian, got '%s'\n", optarg);
                 ok = 0;
             }
             break;

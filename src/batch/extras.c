@@ -118,6 +118,7 @@ tern_status_t extras_new(request_extras_t **out, const tern_model_t *m, const te
     if (req->suppress)
         for (int k = 0; k < req->num_suppress && !st; k++) st = add_suppress(x, &req->suppress[k], &cap);
     if (!st) st = add_model_suppress(x, m, &cap);
+    x->suppress.on_logprobs = (m->n_members ? m->members[0] : m)->never_on_logprobs;
     if (req->suppress || x->suppress.n) {
         x->global.suppress = &x->suppress;
         x->has_global = 1;

@@ -110,7 +110,7 @@ static tern_status_t check_params(const tern_search_params_t *c) {
         return tern_error(TERN_ERR_INVALID_ARG, "max_length_a and max_length_b must be >= 0");
     if (c->length_norm != TERN_LENPEN_PLAIN && c->length_norm != TERN_LENPEN_GNMT)
         return tern_error(TERN_ERR_INVALID_ARG, "length_norm must be plain or gnmt");
-    if (c->eos_policy != TERN_EOS_COMMON && c->eos_policy != TERN_EOS_PAPER)
+    if (c->eos_policy != TERN_EOS_COMMON && c->eos_policy != TERN_EOS_PAPER && c->eos_policy != TERN_EOS_MARIAN)
         return tern_error(TERN_ERR_INVALID_ARG, "eos_policy must be common or paper");
     if (!(c->prefix_bias_beta >= 0 && c->prefix_bias_beta < 1))
         return tern_error(TERN_ERR_INVALID_ARG, "prefix_bias_beta must be in [0, 1) (got %g)", (double)c->prefix_bias_beta);

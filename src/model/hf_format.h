@@ -40,6 +40,8 @@ typedef struct {
     char **langs;
     int n_langs;
     char langs_path[1100];
+    /* a Marian model (marian_format.h): its SentencePiece vocabularies ("" when not SentencePiece) */
+    char src_spm_path[1100], tgt_spm_path[1100];
 } hf_checkpoint_t;
 
 /* Reads the checkpoint in dir. need_spm: source.spm and target.spm must be there (an error

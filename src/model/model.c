@@ -10,6 +10,8 @@
 #include "model/ensemble.h"
 #include "model/generation.h"
 #include "model/hf_format.h"
+#include "model/marian_format.h"
+#include "model/transformer_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,8 @@ static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
                                 "sentencepiece.bpe.model", NULL};
     static const char *tgt[] = {"target.spm", "target.model", NULL};
     if (o->use_spm == 0) return TERN_OK;
-    const char *sp = o->source_spm ? o->source_spm : find_file(p, sizeof p, m->dir, src);
-    const char *tp = o->target_spm ? o->target_spm : find_file(q, sizeof q, m->dir, tgt);
+    const char *sp = o->source_spm ? o->source_spm : m->spm_path[0][0] ? m->spm_path[0] : find_file(p, sizeof p, m->dir, src);
+    const char *tp = o->target_spm ? o->target_spm : m->spm_path[1][0] ? m->spm_path[1] : find_file(q, sizeof q, m->dir, tgt);
     if (!tp) tp = sp;
     if (!sp && tp) sp = tp;
     if (!sp) {
@@ -84,11 +86,15 @@ static tern_status_t load_spm(tern_model_t *m, const tern_model_options_t *o) {
 
 /* A Hugging Face checkpoint (hf_format.h): its weights, config, vocabularies and the tokens it
  * never outputs, taken over by m. */
-static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_options_t *o) {
+static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_options_t *o, int marian) {
     hf_checkpoint_t c;
-    tern_status_t st = hf_checkpoint_load(&c, dir, o->use_spm != 0 && !o->source_spm && !o->target_spm);
+    tern_status_t st = marian ? marian_checkpoint_load(&c, dir)
+                              : hf_checkpoint_load(&c, dir, o->use_spm != 0 && !o->source_spm && !o->target_spm);
     if (st) return st;
-    strcpy(m->format, "huggingface");
+    strcpy(m->format, marian ? "marian" : "huggingface");
+    memcpy(m->spm_path[0], c.src_spm_path, sizeof m->spm_path[0]);
+    memcpy(m->spm_path[1], c.tgt_spm_path, sizeof m->spm_path[1]);
+    m->never_on_logprobs = marian; /* Marian sets <unk>'s log-probability to -inf, the others unchanged */
     m->marian_codes = !strcmp(c.model_type, "marian");
     m->weights = c.weights, m->src_vocab = c.src_vocab, m->tgt_vocab = c.tgt_vocab, m->cfg = c.cfg;
     memcpy(m->src_vocab_path, c.src_vocab_path, sizeof m->src_vocab_path);
@@ -124,8 +130,8 @@ static tern_status_t load_weights(tern_model_t *m, const char *dir, const tern_m
     tern_status_t st;
     model_config_defaults(&m->cfg);
     path_join(p, sizeof p, dir, "config.json");
-    if ((*hf = hf_is_checkpoint(p))) {
-        if ((st = load_hf(m, dir, o))) return st;
+    if ((*hf = marian_is_dir(dir) || hf_is_checkpoint(p))) {
+        if ((st = load_hf(m, dir, o, marian_is_dir(dir)))) return st;
     } else if (file_exists(p) && (st = model_config_load(&m->cfg, p))) {
         return st;
     }
@@ -219,6 +225,18 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         st = tern_error(TERN_ERR_MISMATCH, "%s: the source vocabulary lacks '%s' or '%s'", dir,
                         m->cfg.bos_token, m->cfg.eos_token);
         goto fail;
+    }
+    int64_t never_unk = 0; /* a converted Marian model: <unk> never output, as Marian */
+    if (!hf && weights_get_int(m->weights, transformer_key_name(TKEY_DEC_NEVER_UNK), &never_unk) && never_unk &&
+        m->tgt_unk >= 0) {
+        m->never_tok = malloc(sizeof(int));
+        m->never_off = malloc(2 * sizeof(int));
+        if (!m->never_tok || !m->never_off) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        m->never_tok[0] = m->tgt_unk, m->never_off[0] = 0, m->never_off[1] = 1, m->n_never = 1;
+        m->never_on_logprobs = 1;
     }
     if ((st = load_spm(m, &o))) goto fail;
     if (vmap_path[0]) {

@@ -11,7 +11,7 @@
 
 struct tern_model {
     char dir[1024];
-    char format[16];             /* "ctranslate2", "tern", "huggingface" or "ensemble" */
+    char format[16];             /* "ctranslate2", "tern", "huggingface", "marian" or "ensemble" */
     const model_family_t *fam;   /* the family table the translator and the search use */
     void *net;                   /* the family's network (read-only, shared by translators) */
     tern_model_info_t info;      /* described once at load */
@@ -34,6 +34,7 @@ struct tern_model {
      * never_tok[never_off[i] .. never_off[i + 1]); an ensemble: member 0's (not owned) */
     int *never_tok, *never_off;
     int n_never;
+    int never_on_logprobs;       /* 1: they are removed after the softmax (Marian's <unk>), not renormalized */
     /* a multilingual model's language codes (M2M-100/NLLB: tokens of both vocabularies, "deu_Latn");
      * an ensemble: member 0's (not owned) */
     char **langs;
@@ -44,6 +45,7 @@ struct tern_model {
     uint8_t *tgt_skip;
     int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
+    char spm_path[2][1100];      /* a Marian model's SentencePiece vocabularies (source, target); "" otherwise */
 };
 
 /* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,

@@ -48,8 +48,8 @@ struct transformer_state {
     int n_slots, slot_cap;
     int *slot_map;             /* (slot_cap) compact_slots' old -> new slot ids */
     /* workspace */
-    float *x, *h, *big, *ctx, *scores;
-    size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap; /* in floats */
+    float *x, *h, *big, *ctx, *scores, *raw;
+    size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap, raw_cap; /* in floats */
     nn_scratch_t lin_ws;       /* the linear layers' (int8 activations) and the encoder attention's */
     /* the output projection's pre-screen (transformer_set_argmax_only) and its workspace */
     int argmax_only;
@@ -249,6 +249,7 @@ void transformer_state_free(transformer_state_t *st) {
     aligned_free(st->x);
     aligned_free(st->h);
     aligned_free(st->big);
+    aligned_free(st->raw);
     aligned_free(st->ctx);
     aligned_free(st->scores);
     nn_scratch_free(&st->lin_ws);
@@ -627,6 +628,7 @@ typedef struct {
     size_t sc_rows;         /* rows of scores per thread: max(ATT_GMAX, H) */
     float qscale;
     float *x, *h, *ctx, *big, *scores;
+    float *raw;             /* dec_raw_self_kv: q, k, v of the un-normed rows (R, 3d) */
 } dstep_t;
 
 /* Workspaces for R rows at step t (grown once, kept between steps). */
@@ -646,6 +648,7 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     GROW_F(st, h, (size_t)R * d);
     GROW_F(st, ctx, (size_t)R * d);
     GROW_F(st, big, wide);
+    if (m->dec_raw_self_kv) GROW_F(st, raw, (size_t)R * 3 * d);
     /* Attention runs on chunks of up to ATT_GMAX adjacent rows of one sentence (the beams the
      * search keeps together: they read the same source keys and share their tree-cache prefix),
      * the chunks in parallel, each thread with its own scores (ATT_GMAX × max(t + 1, S)). */
@@ -661,7 +664,8 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
     *c = (dstep_t){.st = st, .d = d, .H = m->H, .dh = d / m->H, .R = R, .t = t, .nt = nt, .tc = st->t_cap,
                    .nchunk = nchunk,
                    .base = st->n_slots, .sc_stride = sc_stride, .sc_rows = sc_rows, .qscale = 1.0f / sqrtf((float)(d / m->H)),
-                   .x = st->x, .h = st->h, .ctx = st->ctx, .big = st->big, .scores = st->scores};
+                   .x = st->x, .h = st->h, .ctx = st->ctx, .big = st->big, .scores = st->scores,
+                   .raw = m->dec_raw_self_kv ? st->raw : NULL};
     return TERN_OK;
 }
 
@@ -718,7 +722,15 @@ static void decoder_self_attention(const dstep_t *c, int l) {
         int t = st->row_t[r];
         float *q = big + (size_t)r * 3 * d;
         for (int i = 0; i < d; i++) q[i] *= c->qscale;
+        if (c->raw && t > 0) { /* Marian: the un-normed rows' keys and values from step 1 on */
+            memcpy(K + (size_t)(c->base + r) * d, c->raw + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+            memcpy(Vc + (size_t)(c->base + r) * d, c->raw + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
+        }
         att_heads(c->ctx + (size_t)r * d, sc, c->sc_stride, q, K, Vc, path, (size_t)d, t + 1, H, dh);
+        if (c->raw && t == 0) { /* step 0 attended to the normed row; later steps read the un-normed one */
+            memcpy(K + (size_t)(c->base + r) * d, c->raw + (size_t)r * 3 * d + d, (size_t)d * sizeof(float));
+            memcpy(Vc + (size_t)(c->base + r) * d, c->raw + (size_t)r * 3 * d + 2 * d, (size_t)d * sizeof(float));
+        }
     }
 }
 
@@ -777,6 +789,7 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     const float *in = sublayer_in(c, &L->ln_self);
     PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
     if (s) return s;
+    if (c->raw && (s = linear(st, c->raw, c->x, &L->qkv, L->pk_qkv, R))) return s;
     PROF(7, "dec_selfattn", decoder_self_attention(c, l));
     PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
     if (s) return s;

@@ -66,6 +66,10 @@ typedef struct {
     float eps;                /* layer norm epsilon */
     int enc_scale_emb, dec_scale_emb; /* multiply embeddings by sqrt(d) */
     int dec_zero_start;       /* decoder step 0 uses a zero embedding */
+    int dec_raw_self_kv;      /* pre-norm: the decoder self-attention's keys and values of steps >= 1
+                                 are projected from the layer's input before its norm (step 0's
+                                 attention: from the normed input), as Marian 1.12 decodes
+                                 (marian_format.h) */
     int alignment_layer;      /* decoder layer whose cross-attention is returned (>= 0) */
     int alignment_heads;      /* heads averaged for it (0: all) */
     /* weights */

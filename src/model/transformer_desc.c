@@ -106,6 +106,10 @@ static const desc_key_t KEYS[TKEY_COUNT] = {
     [TKEY_DEC_SCALE_EMB] = {"decoder/scale_embeddings", DT_I8, TD_SCALE_EMB, 0, 0, 1, 0},
     [TKEY_DEC_ZERO_START] = {"decoder/start_from_zero_embedding", DT_I8, DESC_CONST, 0, 0, 1,
                              DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
+    [TKEY_DEC_RAW_SELF_KV] = {"decoder/marian_raw_self_kv", DT_I8, DESC_CONST, 0, 0, 1,
+                              DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
+    [TKEY_DEC_NEVER_UNK] = {"decoder/marian_never_unk", DT_I8, DESC_CONST, 0, 0, 1,
+                            DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
 };
 
 static const char *const DIM_NAMES[TD_COUNT] = {"Vs", "Vt", "C", "F", "Le", "Ld", "P", "pre_norm", "learned_pos",

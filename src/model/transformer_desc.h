@@ -136,6 +136,10 @@ typedef enum {
     TKEY_DEC_SCALE_EMB,       /* decoder/scale_embeddings   int8 */
     TKEY_WRITTEN,             /* the keys above are the ones a Tern checkpoint writes */
     TKEY_DEC_ZERO_START = TKEY_WRITTEN, /* decoder/start_from_zero_embedding (read only) */
+    TKEY_DEC_RAW_SELF_KV,     /* decoder/marian_raw_self_kv: Marian 1.12's incremental pre-norm
+                                 decoding (read only; Tern's, not CTranslate2's) */
+    TKEY_DEC_NEVER_UNK,       /* decoder/marian_never_unk: <unk> is never output, its log-probability
+                                 -inf after the softmax (read only; Tern's: a converted Marian model) */
     TKEY_COUNT
 } tkey_t;
 

@@ -432,6 +432,7 @@ static tern_status_t read_options(transformer_t *m, weights_t *w, tern_compute_t
     m->enc_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_ENC_SCALE_EMB), 1);
     m->dec_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_DEC_SCALE_EMB), 1);
     m->dec_zero_start = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ZERO_START), 0);
+    m->dec_raw_self_kv = (int)scalar_or(w, transformer_key_name(TKEY_DEC_RAW_SELF_KV), 0) && m->pre_norm;
     int al = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ALIGN_LAYER), -1);
     m->alignment_layer = al < 0 ? m->dec_layers + al : al;
     if (m->alignment_layer < 0 || m->alignment_layer >= m->dec_layers) m->alignment_layer = m->dec_layers - 1;

@@ -196,6 +196,7 @@ typedef struct {
     const search_options_t *opt;
     const int *max_len;
     int N, V, S, B, K, nhyp, keep;
+    int marian;         /* TERN_EOS_MARIAN: B - (finished hypotheses) candidates per step */
     int common, use_cov, ct2_exit, on_logprobs, sel, pruning;
     int max_cand;       /* finished hypotheses that stop a sentence with penalties: round(B * patience) */
     float log_thr;
@@ -254,6 +255,7 @@ static tern_status_t beam_init(beam_t *b, const decoder_iface_t *dec, int N, int
     b->dec = dec, b->opt = opt, b->max_len = max_len, b->N = N;
     b->V = dec->vocab_size, b->S = dec->source_len, b->B = opt->beam_size;
     b->common = opt->eos_policy == TERN_EOS_COMMON;
+    b->marian = opt->eos_policy == TERN_EOS_MARIAN;
     b->K = b->common ? 2 * b->B : b->B; /* candidates taken per sentence */
     b->nhyp = opt->num_hypotheses < 1 ? 1 : opt->num_hypotheses;
     b->keep = b->nhyp > b->B ? b->nhyp : b->B;
@@ -505,6 +507,7 @@ static tern_status_t beam_expand_group(beam_t *b, int g, int t, int *R2io) {
     int sec = b->common ? B : kc;
     int R2 = *R2io, first_new = R2;
     int take = B < kc ? B : kc;
+    if (b->marian && take > B - f->registered) take = B - f->registered > 0 ? B - f->registered : 0; /* Marian: the beam shrinks */
     tern_status_t st;
     for (int k = 0; k < take; k++) {
         float cv = cand_v[k];
@@ -534,7 +537,7 @@ static tern_status_t beam_expand_group(beam_t *b, int g, int t, int *R2io) {
         b->score2[R2] = cv;
         R2++;
     }
-    if (!b->common && (st = beam_backoff(b, f, a, nr, n, t))) return st;
+    if (!b->common && !b->marian && (st = beam_backoff(b, f, a, nr, n, t))) return st; /* Marian: no backoff */
     if (b->pruning && f->n > 0 && R2 > first_new) R2 = beam_prune_live(b, f, first_new, R2, t);
     *R2io = R2;
     if (beam_sentence_done(b, f, n, last, first_new, R2)) {
@@ -587,7 +590,7 @@ static tern_status_t beam_finalize(beam_t *b, int n) {
     finished_t *f = &b->fin[n];
     search_result_t *res = &b->results[n];
     qsort(f->h, (size_t)f->n, sizeof *f->h, cmp_hyp);
-    int use_fallen = !b->common && !f->eos_finished && f->fallen.tokens;
+    int use_fallen = !b->common && !b->marian && !f->eos_finished && f->fallen.tokens;
     int total = f->n + use_fallen;
     int cnt = total < b->nhyp ? total : b->nhyp;
     res->hyps = calloc((size_t)(cnt ? cnt : 1), sizeof(hypothesis_t));

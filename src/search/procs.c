@@ -321,7 +321,8 @@ static search_proc_t lmbr_proc(search_procs_t *P, const lmbr_params_t *L, int lm
 static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_global_t *g) {
     if (q->sup) {
         search_proc_t p = {0};
-        p.self = P, p.stage = SEARCH_STAGE_LOGITS, p.history = q->suppress_h, p.apply = suppress_apply;
+        p.self = P, p.history = q->suppress_h, p.apply = suppress_apply;
+        p.stage = g->suppress->on_logprobs ? SEARCH_STAGE_LOGPROBS : SEARCH_STAGE_LOGITS;
         P->list[P->n++] = p;
     }
     if (q->any_prefix && P->prefix_bias > 0) {
@@ -465,6 +466,7 @@ static void remap_ids(int *dst, const int *src, int n, const int *cand, int nc) 
 static tern_status_t remap_suppress(search_remap_t *r, const search_suppress_t *S, const int *cand, int nc) {
     r->sup.seq = calloc((size_t)S->n, sizeof(int *));
     r->sup.len = calloc((size_t)S->n, sizeof(int));
+    r->sup.on_logprobs = S->on_logprobs;
     if (!r->sup.seq || !r->sup.len) return tern_error(TERN_ERR_NOMEM, "out of memory");
     for (int k = 0; k < S->n; k++) {
         if (S->len[k] < 1 || S->len[k] - 1 > SEARCH_MAX_HISTORY) /* as search_procs_bind */

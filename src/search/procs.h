@@ -53,6 +53,8 @@ typedef struct {
     int **seq;     /* suppressed sequences: the last token is removed after the others */
     int *len;
     int n;
+    int on_logprobs; /* 1: removed after the softmax, the others not renormalized (Marian's
+                        suppression of <unk>); 0: before it (CTranslate2's) */
 } search_suppress_t;
 
 typedef struct {
