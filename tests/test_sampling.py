@@ -92,7 +92,21 @@ def test_topk1_is_greedy(lines, tmp_path):
     same = sum(g == w for g, w in zip(got, want))
     print(f"\nctranslate2 sampling_topk=1 vs Tern greedy: {same}/{len(lines)} identical")
     assert got == ref
-    assert same >= 0.995 * len(lines)
+    # the shipped model is int8: a line may differ only at a near-tie (as in tests/test_translate_peer.py
+    # and tests/test_export_ct2.py: a flipped activation quantization step moves a log-prob by up to
+    # ~0.16, so two tokens closer than 0.2 under CTranslate2's scores can swap)
+    assert same >= 0.97 * len(lines)
+    gaps = []
+    for src, g, w in zip(pieces, got, want):
+        if g == w:
+            continue
+        g, w = g.split(), w.split()
+        k = next((i for i in range(min(len(g), len(w))) if g[i] != w[i]), min(len(g), len(w)))
+        lp = [ct2.score_batch([src], [g[:k] + [t]])[0].log_probs[k] for t in
+              (g[k] if k < len(g) else "</s>", w[k] if k < len(w) else "</s>")]
+        gaps.append(lp[0] - lp[1])
+    print(f"mismatches: CTranslate2's token better by {[round(x, 4) for x in gaps]}")
+    assert all(abs(x) <= 0.2 for x in gaps), gaps
 
 
 def ngrams(pieces, n):
