@@ -22,7 +22,7 @@ DOCDIR  ?= $(DATADIR)/doc/tern
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 WARN     = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation
-CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/minizip -D_GNU_SOURCE
+CPPFLAGS = -Iinclude -Isrc -I/usr/include/x86_64-linux-gnu/openblas-pthread -D_GNU_SOURCE
 CFLAGS   = -std=c11 $(OPT) $(ARCH) -g $(WARN) -fopenmp -pthread -fPIC
 CXXFLAGS = -std=c++17 $(OPT) $(ARCH) -g $(WARN) -fPIC
 # The libraries each part links (docs/library.md): the runtime (libtern: translation, scoring, the

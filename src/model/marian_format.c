@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unzip.h> /* minizip */
+#include <minizip/unzip.h> /* minizip (its zip.h would shadow libzip's, src/serve/docfile.c) */
 #include <yaml.h>
 
 #include "kernels/kernels.h"
