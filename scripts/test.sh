@@ -46,7 +46,7 @@ for cap in $(echo "$caps" | head -n -1); do
   echo "== cap $cap: kernel tests under ASan/UBSan"
   env "${capenv[@]}" build-san/tests/test_kernels | grep -E "int8 GEMM|int8 packed|gemm_s8v|packed float32|test_kernels"
   echo "== cap $cap: the arithmetic-dependent peer tests"
-  env "${capenv[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider "${ARITH_TESTS[@]}"
+  env "${capenv[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$(nproc)" --dist loadfile "${ARITH_TESTS[@]}"
 done
 if [ -f scripts/fuzz_ci.sh ] && [ "${TERN_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz_ci.sh
