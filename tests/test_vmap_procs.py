@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,7 +94,8 @@ def setup(tmp_path_factory):
     plain = ct2.translate_batch(inputs, beam_size=4, num_hypotheses=4, length_penalty=0, return_scores=True)
     return {"d": d, "model": mdir, "ct2": ct2, "inputs": inputs, "tgt": tgt, "tgt_all": tgt_all,
             "full": str(full), "vmap": str(vm), "rules": rules, "always": always, "plain": plain,
-            "in": write(d / "in.txt", inputs)}
+            "in": write(d / "in.txt", inputs),
+            "tgt_index": {v: k for k, v in enumerate(tgt_all)}}
 
 
 def map_candidates(s, i):
@@ -219,32 +221,30 @@ def test_suppress_equals_ctranslate2_use_vmap(setup, tmp_path, beam):
 
 def restricted_logprob(s, i, hyp, cand, start=0, min_length=0, ended=True):
     """log P(hyp[start:] + EOS | hyp[:start]) under the softmax restricted to cand: per step,
-    CTranslate2's full-vocabulary log-probability of the token minus the log-sum-exp of the
-    candidates' (score_batch of every prefix + candidate); EOS is no candidate before min_length.
-    ended=False: a hypothesis cut at the maximum length (no EOS)."""
-    cand = sorted(cand)
-    targets = [hyp[:t] + [v] for t in range(len(hyp) + 1) for v in cand]
-    # score_batch appends EOS: the log-prob of v after hyp[:t] is entry t; EOS after hyp[:t] is the
-    # last entry of the target hyp[:t] (len t)
-    rs = s["ct2"].score_batch([s["inputs"][i]] * len(targets), targets, max_batch_size=512)
-    eos_rs = s["ct2"].score_batch([s["inputs"][i]] * (len(hyp) + 1), [hyp[:t] for t in range(len(hyp) + 1)])
-    total, k = 0.0, 0
-    for t in range(len(hyp) + 1):
-        lp = {}
-        if t < start:
-            k += len(cand)
-            continue
-        for v in cand:  # <s> too: the start token is a candidate (the softmax runs over it)
-            lp[v] = rs[k].log_probs[t]
-            k += 1
-        if t >= min_length:
-            lp["</s>"] = eos_rs[t].log_probs[t]
-        else:
-            lp.pop("</s>", None)
-        mx = max(lp.values())
-        lse = mx + math.log(sum(math.exp(x - mx) for x in lp.values()))
+    CTranslate2's logit of the token minus the log-sum-exp of the candidates' logits (the softmax
+    over the candidates of the full-vocabulary log-probabilities is that of the logits: the full
+    normalizer cancels); EOS is no candidate before min_length. ended=False: a hypothesis cut at
+    the maximum length (no EOS). The logits of every step come from one forced decoding of hyp
+    (translate_batch with hyp as target prefix and return_logits_vocab: a row per prefix step,
+    then the row after hyp; min_decoding_length=0 so that no step's EOS logit is masked), which
+    equals score_batch's log-probabilities after normalization (checked when this replaced a
+    score_batch of every prefix + candidate, ~C x L^2 / 2 decoder steps a hypothesis: 190 s)."""
+    index = s["tgt_index"]
+    r = s["ct2"].translate_batch([s["inputs"][i]], target_prefix=[hyp], beam_size=1, min_decoding_length=0,
+                                 max_decoding_length=len(hyp) + 1, return_logits_vocab=True)
+    rows = r[0].logits[0]
+    assert len(rows) >= len(hyp) + (1 if ended else 0), (len(rows), len(hyp))
+    total = 0.0
+    for t in range(start, len(hyp) + 1):
         if t == len(hyp) and not ended:
             break
+        row = np.asarray(rows[t])  # a StorageView of the vocabulary's logits
+        # <s> too: the start token is a candidate (the softmax runs over it)
+        lp = {v: float(row[index[v]]) for v in cand if v != "</s>"}
+        if t >= min_length:
+            lp["</s>"] = float(row[index["</s>"]])
+        mx = max(lp.values())
+        lse = mx + math.log(sum(math.exp(x - mx) for x in lp.values()))
         y = hyp[t] if t < len(hyp) else "</s>"
         total += lp[y] - lse
     return total
