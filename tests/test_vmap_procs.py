@@ -18,7 +18,8 @@ evidence tokens (a suppressed sequence with a non-candidate piece can never be c
                 suppressed piece); a 2-piece sequence: never output;
     restrict-to every output is a given hypothesis; its score equals the reference: the sum over its
                 tokens (and EOS) of log P(y_t) - log sum_{v in C} P(v), P from CTranslate2's
-                score_batch over the whole vocabulary, C the candidates computed here (1e-4);
+                vocabulary logits of a forced decoding of y (translate_batch with y as target
+                prefix, return_logits_vocab), C the candidates computed here (1e-4);
     constraints every phrase appears (random pieces, most of them outside the map's candidates);
     LMBR        every output's score equals lambda * (the reference restricted log-probability, as
                 above, C with the evidence tokens) + Tromble's linear-BLEU terms of the reference
