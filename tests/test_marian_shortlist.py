@@ -248,3 +248,18 @@ def test_bad_files(m, tmp_path):
     b.write_bytes(binary(10, 2, [0] * 6 + [2], [3, 4]))
     r = run(TERN, "translate", "-m", m["model"], "--shortlist", str(b), input="A man .\n")
     assert r.stdout.strip(), r.stderr
+
+
+def test_python_option(m, tern_python):
+    """Translator(shortlist=...) restricts the output as `tern translate --shortlist` does."""
+    sl = spec(m, FIRST, BEST, THRESHOLD)
+    opts = ["-b", "1", "--max-batch-size", "1", "--min-length", "0", "--max-decoding-length", "256"]
+    cli, _ = tern(m["model"], opts, m["src"], "--shortlist", sl)
+    full, _ = tern(m["model"], opts, m["src"])
+    t = tern_python.Translator(str(m["model"]), intra_threads=1, shortlist=sl)
+    res = t.translate_batch(m["src"].splitlines(), beam_size=1, max_batch_size=1, max_decoding_length=256,
+                            min_decoding_length=0)
+    out = [r.hypotheses[0] for r in res]
+    print(f"\nPython Translator(shortlist=...) = tern translate --shortlist on {agree(out, cli)}/{N_TEST} "
+          f"(= the unrestricted CLI on {agree(out, full)})")
+    assert out == cli and agree(out, full) < N_TEST - 20
