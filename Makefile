@@ -234,7 +234,8 @@ FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct
               src/model/safetensors.c src/model/transformer_load.c src/model/transformer_desc.c src/model/desc.c src/kernels/gemm.c src/kernels/gemm_f32p.c \
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
-              src/serve/segments.c src/serve/tags.c src/text/sentences.c src/serve/docfile.c
+              src/serve/segments.c src/serve/tags.c src/text/sentences.c src/serve/docfile.c \
+              src/search/shortlist.c src/search/vmap.c src/text/align.c src/text/vocab.c src/base/hash64.c
 FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined

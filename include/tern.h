@@ -58,6 +58,9 @@ extern "C" {
  * (see "Version and ABI" above). */
 #define TERN_SINCE_1_1
 #define TERN_CHANGED_1_1
+/* ... and what 1.2 changed: tern_model_options_t grew (shortlist), so tern_model_default_options()
+ * has a TERN_1.2 version; its TERN_1 version returns the 1.0.0/1.1.0 layout. */
+#define TERN_CHANGED_1_2
 
 /* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
 #define TERN_VERSION "1.1.0"
@@ -124,9 +127,15 @@ typedef struct {
                                          to the candidates of each batch's source n-grams; NULL: none */
     int use_vmap;                     /* 1: the model directory's vmap.txt (as CTranslate2's use_vmap;
                                          an error when absent), unless vmap is given (0) */
+    const char *shortlist;            /* a Marian lexical shortlist, "FILE[,first,best[,threshold]]"
+                                         (Marian's --shortlist values; text "lex.s2t" or the binary
+                                         file of marian-conv --shortlist): restricts the output as
+                                         a vocabulary map, with Marian's semantics; NULL: a Marian
+                                         model directory's decoder.yml `shortlist` if any; "none":
+                                         no shortlist (docs/models.md) */
 } tern_model_options_t;
 
-tern_model_options_t tern_model_default_options(void); /* thread-safe */
+TERN_CHANGED_1_2 tern_model_options_t tern_model_default_options(void); /* thread-safe */
 
 /* Loads a model directory: Tern's own format (config.json + model.safetensors) or a CTranslate2
  * Transformer model directory (model.bin + config.json + vocabularies). Thread-safe: several

@@ -38,6 +38,12 @@ static void usage(FILE *f) {
 "                              and the pieces prefixes, --restrict-to, --constraints and LMBR\n"
 "                              evidence need (docs/vmap.md)\n"
 "  --use-vmap                  the model directory's vmap.txt (as CTranslate2's use_vmap)\n"
+"  --shortlist FILE[,first,best[,threshold]]\n"
+"                              a Marian lexical shortlist (text lex.s2t or marian-conv's binary; the\n"
+"                              binary's values are in it): the first target words, the best\n"
+"                              translations of each source word above threshold (defaults 100, 100,\n"
+"                              0, as Marian's --shortlist); a Marian model's decoder.yml shortlist is\n"
+"                              used without it; 'none': no shortlist (docs/models.md)\n"
 "  --target-spm FILE           SentencePiece model of the target side (default: found in DIR)\n"
 "  --pretokenized              input and output are space-separated vocabulary pieces\n"
 "                              (no SentencePiece even when the model ships one)\n"
@@ -160,7 +166,7 @@ static void usage(FILE *f) {
 }
 
 enum {
-    O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
+    O_COMPUTE = 1000, O_VMAP, O_USE_VMAP, O_SHORTLIST, O_SRC_SPM, O_TGT_SPM, O_PRETOK, O_LP, O_LNORM, O_CP, O_EOS, O_NO_EARLY,
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
@@ -175,6 +181,7 @@ static const struct option long_opts[] = {
     {"source-spm", required_argument, 0, O_SRC_SPM},
     {"vmap", required_argument, 0, O_VMAP},
     {"use-vmap", no_argument, 0, O_USE_VMAP},
+    {"shortlist", required_argument, 0, O_SHORTLIST},
     {"target-spm", required_argument, 0, O_TGT_SPM},
     {"pretokenized", no_argument, 0, O_PRETOK},
     {"source-lang", required_argument, 0, O_SRC_LANG},
@@ -311,6 +318,7 @@ int cmd_translate(int argc, char **argv) {
         case O_SRC_SPM: mo.source_spm = optarg; break;
         case O_VMAP: mo.vmap = optarg; break;
         case O_USE_VMAP: mo.use_vmap = 1; break;
+        case O_SHORTLIST: mo.shortlist = optarg; break;
         case O_TGT_SPM: mo.target_spm = optarg; break;
         case O_PRETOK: mo.use_spm = 0; break;
         case O_SRC_LANG: src_lang = optarg; break;

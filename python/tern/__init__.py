@@ -253,13 +253,18 @@ class Translator:
       flash_attention, tensor_parallel: GPU features; True is refused (as CTranslate2 on the CPU).
       files: models from memory are not available in Tern (None only).
       max_batch_tokens: (Tern) the default token budget of one batch (source tokens, padded).
+      shortlist: (Tern) a Marian lexical shortlist, "FILE[,first,best[,threshold]]" (Marian's
+        --shortlist values; text lex.s2t or marian-conv's binary file): every call's output is
+        restricted to it as Marian restricts it; None: a Marian model directory's decoder.yml
+        shortlist if it has one; "none": no shortlist (docs/models.md).
     """
 
     def __init__(self, model_path: Union[str, os.PathLike, None] = None, device: str = "cpu",
                  compute_type: Union[str, dict] = "default", inter_threads: int = 1, intra_threads: int = 0,
                  max_batch_tokens: int = 4096, *, device_index: Union[int, List[int]] = 0,
                  max_queued_batches: int = 0, flash_attention: bool = False, tensor_parallel: bool = False,
-                 files: object = None, model_dir: Union[str, os.PathLike, None] = None) -> None:
+                 files: object = None, model_dir: Union[str, os.PathLike, None] = None,
+                 shortlist: Optional[str] = None) -> None:
         if (model_path is None) == (model_dir is None):
             raise TypeError("give the model directory once: model_path (or model_dir)")
         if device not in ("cpu", "auto"):
@@ -287,6 +292,7 @@ class Translator:
         self.intra_threads = intra_threads
         self._replicas = inter_threads * len(indices)
         self._max_batch_tokens = max_batch_tokens
+        self._shortlist = None if shortlist is None else os.fspath(shortlist)
         self._t = self._load(False)
         self._t_int8 = bool(self._t._info()["int8"])
         self._vmap_t = None  # loaded on the first use_vmap=True call
@@ -301,7 +307,7 @@ class Translator:
 
     def _load(self, use_vmap: bool):
         return _tern._Translator(self.model_dir, self._load_ct, self._replicas, self.intra_threads,
-                                 self._max_batch_tokens, use_vmap=use_vmap)
+                                 self._max_batch_tokens, use_vmap=use_vmap, shortlist=self._shortlist)
 
     # -------------------------------------------------------------- CTranslate2's attributes
 

@@ -79,7 +79,8 @@ class Translator:
                  compute_type: Union[str, dict] = "default", inter_threads: int = 1, intra_threads: int = 0,
                  max_batch_tokens: int = 4096, *, device_index: Union[int, List[int]] = 0,
                  max_queued_batches: int = 0, flash_attention: bool = False, tensor_parallel: bool = False,
-                 files: object = None, model_dir: Union[str, os.PathLike, None] = None) -> None: ...
+                 files: object = None, model_dir: Union[str, os.PathLike, None] = None,
+                 shortlist: Optional[str] = None) -> None: ...
     @property
     def device(self) -> str: ...
     @property

@@ -127,11 +127,11 @@ static void Translator_dealloc(TranslatorObject *self) {
 
 static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"model_dir", "compute_type", "inter_threads", "intra_threads", "max_batch_tokens",
-                             "use_spm", "use_vmap", NULL};
-    const char *dir, *ct = "default";
+                             "use_spm", "use_vmap", "shortlist", NULL};
+    const char *dir, *ct = "default", *shortlist = NULL;
     int inter = 1, intra = 0, max_tokens = 4096, use_spm = -1, use_vmap = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|siiiip", kwlist, &dir, &ct, &inter, &intra, &max_tokens, &use_spm,
-                                     &use_vmap))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|siiiipz", kwlist, &dir, &ct, &inter, &intra, &max_tokens, &use_spm,
+                                     &use_vmap, &shortlist))
         return -1;
     if (self->model) {
         PyErr_SetString(PyExc_RuntimeError, "Translator already initialized");
@@ -147,6 +147,7 @@ static int Translator_init(TranslatorObject *self, PyObject *args, PyObject *kw)
     }
     mo.use_spm = use_spm;
     mo.use_vmap = use_vmap; /* CTranslate2's use_vmap: the model directory's vmap.txt */
+    mo.shortlist = shortlist; /* a Marian lexical shortlist "FILE[,first,best[,threshold]]" (or "none") */
     if (inter < 1 || intra < 0 || max_tokens < 1) {
         PyErr_SetString(PyExc_ValueError, "inter_threads must be >= 1, intra_threads >= 0, max_batch_tokens >= 1");
         return -1;

@@ -26,6 +26,11 @@ tern_status_t tern_error_prefix(tern_status_t status, const char *fmt, ...) TERN
  * TERN_ERR_INVALID_ARG naming type. */
 tern_status_t api_struct_in(void *dst, const void *src, const void *defaults, size_t known, size_t base,
                             const char *type);
+/* A public struct's size in an earlier version whose last field was `last`: that field's end,
+ * rounded up to the struct's alignment. */
+#define ABI_SIZE_UPTO(type, last)                                                                \
+    ((offsetof(type, last) + sizeof(((type *)0)->last) + _Alignof(type) - 1) / _Alignof(type) * \
+     _Alignof(type))
 #define API_STRUCT_IN(dst, src, defaults, type) \
     api_struct_in((dst), (src), (defaults), sizeof *(dst), sizeof *(dst), #type)
 

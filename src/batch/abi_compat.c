@@ -26,6 +26,9 @@ typedef struct {
 typedef struct {
     unsigned char b[MODEL_INFO_SIZE_1_0];
 } model_info_1_0_t;
+typedef struct {
+    unsigned char b[MODEL_OPTIONS_SIZE_1_0];
+} model_options_1_0_t;
 /* both are returned in memory (x86-64 and AArch64 return larger than 16 bytes so), as the
  * 1.0.0 structs were, whatever their members */
 _Static_assert(sizeof(search_params_1_0_t) > 16 && sizeof(request_1_0_t) > 16 && sizeof(model_info_1_0_t) > 16,
@@ -33,10 +36,22 @@ _Static_assert(sizeof(search_params_1_0_t) > 16 && sizeof(request_1_0_t) > 16 &&
 _Static_assert(sizeof(search_params_1_0_t) < sizeof(tern_search_params_t), "tern_search_params_t grew");
 _Static_assert(sizeof(request_1_0_t) < sizeof(tern_request_t), "tern_request_t grew");
 _Static_assert(sizeof(model_info_1_0_t) < sizeof(tern_model_info_t), "tern_model_info_t grew");
+_Static_assert(sizeof(model_options_1_0_t) > 16, "returned in memory");
+_Static_assert(sizeof(model_options_1_0_t) < sizeof(tern_model_options_t), "tern_model_options_t grew (1.2)");
 
 search_params_1_0_t tern_search_default_params_1_0(void);
 request_1_0_t tern_request_default_1_0(void);
 model_info_1_0_t tern_model_info_1_0(const tern_model_t *m);
+model_options_1_0_t tern_model_default_options_1_0(void);
+
+/* tern_model_options_t grew in 1.2 (shortlist): its TERN_1 defaults, the 1.0.0/1.1.0 layout */
+model_options_1_0_t tern_model_default_options_1_0(void) {
+    tern_model_options_t p = tern_model_default_options();
+    model_options_1_0_t o;
+    p.struct_size = sizeof o;
+    memcpy(o.b, &p, sizeof o);
+    return o;
+}
 
 search_params_1_0_t tern_search_default_params_1_0(void) {
     tern_search_params_t p = tern_search_default_params();
@@ -67,3 +82,4 @@ model_info_1_0_t tern_model_info_1_0(const tern_model_t *m) {
 __asm__(".symver tern_search_default_params_1_0, tern_search_default_params@TERN_1");
 __asm__(".symver tern_request_default_1_0, tern_request_default@TERN_1");
 __asm__(".symver tern_model_info_1_0, tern_model_info@TERN_1");
+__asm__(".symver tern_model_default_options_1_0, tern_model_default_options@TERN_1");

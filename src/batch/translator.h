@@ -55,9 +55,7 @@ tern_search_params_t search_params_over(const tern_search_params_t *given, unsig
 /* The 1.0.0 sizes of the public structs that grew since (include/tern.h, "Version and ABI"): what
  * struct_size 0 reads as, and what the TERN_1 versions of their defaults return (abi_compat.c).
  * A size is its last 1.0.0 field's end, rounded up to the struct's alignment. */
-#define ABI_SIZE_UPTO(type, last)                                                                \
-    ((offsetof(type, last) + sizeof(((type *)0)->last) + _Alignof(type) - 1) / _Alignof(type) * \
-     _Alignof(type))
+/* (ABI_SIZE_UPTO: base.h) */
 #define SEARCH_PARAMS_SIZE_1_0 ABI_SIZE_UPTO(tern_search_params_t, prune_threshold)
 #define REQUEST_SIZE_1_0 ABI_SIZE_UPTO(tern_request_t, stream_data)
 #define MODEL_INFO_SIZE_1_0 ABI_SIZE_UPTO(tern_model_info_t, ensemble)

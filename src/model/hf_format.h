@@ -42,6 +42,9 @@ typedef struct {
     char langs_path[1100];
     /* a Marian model (marian_format.h): its SentencePiece vocabularies ("" when not SentencePiece) */
     char src_spm_path[1100], tgt_spm_path[1100];
+    /* a Marian model: decoder.yml's `shortlist` values ("FILE,first,best,threshold", the file
+     * resolved as the model's), "" when it has none */
+    char shortlist[1300];
 } hf_checkpoint_t;
 
 /* Reads the checkpoint in dir. need_spm: source.spm and target.spm must be there (an error

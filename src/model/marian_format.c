@@ -977,7 +977,8 @@ static tern_status_t resolve(char *out, size_t n, const char *dir, const char *p
 
 /* The model file and the two vocabularies: from decoder.yml, else model.npz and vocab.{spm,yml,json}
  * (joint) or vocab.src.* and vocab.trg.* in dir. */
-static tern_status_t find_files(const char *dir, char *model, char *src, char *tgt, size_t n) {
+static tern_status_t find_files(const char *dir, char *model, char *src, char *tgt, size_t n, char *shortlist,
+                                size_t sn) {
     char yml[1100];
     int have = 0;
     for (int i = 0; DECODER_YML[i] && !have; i++) have = file_exists(path_join(yml, sizeof yml, dir, DECODER_YML[i]));
@@ -995,6 +996,15 @@ static tern_status_t find_files(const char *dir, char *model, char *src, char *t
         if (!st) st = resolve(model, n, dir, m->vals[0], yml, "models");
         if (!st) st = resolve(src, n, dir, v->vals[0], yml, "vocabs");
         if (!st) st = resolve(tgt, n, dir, v->vals[v->n - 1], yml, "vocabs");
+        const ykv_t *sl = ymap_get(&y, "shortlist"); /* Marian's --shortlist values: FILE first best threshold */
+        if (!st && sl && sl->n > 0) {
+            char p[1100];
+            if (sl->n > 4)
+                st = tern_error(TERN_ERR_FORMAT, "%s: 'shortlist' has %d values (FILE first best threshold)", yml, sl->n);
+            if (!st) st = resolve(p, sizeof p, dir, sl->vals[0], yml, "shortlist");
+            size_t k = st ? 0 : (size_t)snprintf(shortlist, sn, "%s", p);
+            for (int i = 1; !st && i < sl->n && k < sn; i++) k += (size_t)snprintf(shortlist + k, sn - k, ",%s", sl->vals[i]);
+        }
         ymap_free(&y);
         return st;
     }
@@ -1023,7 +1033,7 @@ static tern_status_t find_files(const char *dir, char *model, char *src, char *t
 tern_status_t marian_checkpoint_load(hf_checkpoint_t *out, const char *dir) {
     memset(out, 0, sizeof *out);
     char model[1100], src[1100], tgt[1100];
-    tern_status_t st = find_files(dir, model, src, tgt, sizeof model);
+    tern_status_t st = find_files(dir, model, src, tgt, sizeof model, out->shortlist, sizeof out->shortlist);
     if (st) return st;
     npz_t z;
     if ((st = ends_with(model, ".bin") ? bin_load(&z, model) : npz_load(&z, model))) return st;

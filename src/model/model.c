@@ -11,12 +11,18 @@
 #include "model/generation.h"
 #include "model/hf_format.h"
 #include "model/marian_format.h"
+#include "search/shortlist.h"
 #include "model/transformer_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-tern_model_options_t tern_model_default_options(void) {
+/* tern_model_options_t grew in 1.2 (shortlist): this is the TERN_1.2 version, the default one;
+ * src/batch/abi_compat.c has the TERN_1 one, which returns the 1.0.0/1.1.0 layout. */
+tern_model_options_t tern_model_default_options_1_2(void);
+__asm__(".symver tern_model_default_options_1_2, tern_model_default_options@@TERN_1.2");
+
+tern_model_options_t tern_model_default_options_1_2(void) {
     tern_model_options_t o;
     memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
@@ -94,6 +100,7 @@ static tern_status_t load_hf(tern_model_t *m, const char *dir, const tern_model_
     strcpy(m->format, marian ? "marian" : "huggingface");
     memcpy(m->spm_path[0], c.src_spm_path, sizeof m->spm_path[0]);
     memcpy(m->spm_path[1], c.tgt_spm_path, sizeof m->spm_path[1]);
+    memcpy(m->shortlist, c.shortlist, sizeof m->shortlist);
     m->never_on_logprobs = marian; /* Marian sets <unk>'s log-probability to -inf, the others unchanged */
     m->marian_codes = !strcmp(c.model_type, "marian");
     m->weights = c.weights, m->src_vocab = c.src_vocab, m->tgt_vocab = c.tgt_vocab, m->cfg = c.cfg;
@@ -168,7 +175,8 @@ void tern_model_free(tern_model_t *m) {
 tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_model_options_t *options) {
     *out = NULL;
     tern_model_options_t o, defaults = tern_model_default_options();
-    tern_status_t ost = API_STRUCT_IN(&o, options, &defaults, tern_model_options_t);
+    /* 1.0.0's and 1.1.0's struct ended at use_vmap (shortlist came in 1.2) */
+    tern_status_t ost = api_struct_in(&o, options, &defaults, sizeof o, MODEL_OPTIONS_SIZE_1_0, "tern_model_options_t");
     if (ost) return ost;
     if (!dir) return tern_error(TERN_ERR_INVALID_ARG, "no model directory given");
     tern_model_t *m = calloc(1, sizeof *m);
@@ -182,8 +190,23 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     char vmap_path[2048] = "";
     if (o.vmap) snprintf(vmap_path, sizeof vmap_path, "%s", o.vmap);
     else if (o.use_vmap) path_join(vmap_path, sizeof vmap_path, dir, "vmap.txt");
-    if (vmap_path[0] && !m->fam->set_vocab) {
-        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: the %s family cannot use a vocabulary map", dir, m->fam->name);
+    /* a Marian lexical shortlist: the option's, else a Marian directory's decoder.yml's */
+    const char *sl = o.shortlist ? o.shortlist : m->shortlist[0] ? m->shortlist : NULL;
+    if (sl && !strcmp(sl, "none")) sl = NULL;
+    shortlist_spec_t spec;
+    if (sl && (st = shortlist_spec_parse(&spec, sl, o.shortlist ? "shortlist" : "decoder.yml shortlist"))) goto fail;
+    if (sl && vmap_path[0]) {
+        st = tern_error(TERN_ERR_INVALID_ARG, "%s: a vocabulary map (%s) and a shortlist (%s): give one", dir, vmap_path,
+                        spec.path);
+        goto fail;
+    }
+    if ((vmap_path[0] || sl) && !m->fam->set_vocab) {
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: the %s family cannot use a %s", dir, m->fam->name,
+                        sl ? "shortlist" : "vocabulary map");
+        goto fail;
+    }
+    if (sl && !file_exists(spec.path)) {
+        st = tern_error(TERN_ERR_IO, "%s: shortlist not found", spec.path);
         goto fail;
     }
     if (vmap_path[0] && !file_exists(vmap_path)) {
@@ -194,7 +217,8 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
      * Transformer quantizes float32 weights to int8 straight from the file) never makes a float32
      * copy of them; what it did not copy or give back is copied now (the table is read-only after). */
     if (!m->fam->deferred_weights && (st = weights_settle(m->weights))) goto fail;
-    if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type, vmap_path[0] ? MODEL_BUILD_VOCAB_MAP : 0)))
+    if ((st = m->fam->build(&m->net, m->weights, &m->cfg, o.compute_type,
+                            vmap_path[0] || sl ? MODEL_BUILD_VOCAB_MAP : 0)))
         goto fail;
     if ((st = weights_settle(m->weights))) goto fail;
     m->fam->describe(m->net, &m->info);
@@ -242,6 +266,14 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
     if (vmap_path[0]) {
         int always[3] = {m->tgt_unk, m->tgt_start, m->tgt_eos};
         if ((st = vmap_load(&m->vmap, vmap_path, m->src_vocab, m->tgt_vocab, always, 3))) goto fail;
+    }
+    if (sl) {
+        shortlist_info_t si;
+        if ((st = shortlist_load(&m->vmap, &spec, m->src_vocab, m->tgt_vocab, m->src_vocab == m->tgt_vocab, m->tgt_eos,
+                                 &si)))
+            goto fail;
+        TERN_INFO("%s: %s shortlist, first %ld, best %ld: lists for %ld source words, %ld entries", spec.path,
+                   si.binary ? "binary" : "text", si.first, si.best, si.sources, si.entries);
     }
     *out = m;
     return TERN_OK;

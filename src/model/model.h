@@ -9,6 +9,9 @@
 #include "text/vocab.h"
 #include "model/weights.h"
 
+/* tern_model_options_t's size in 1.0.0 and 1.1.0 (it grew in 1.2: shortlist) */
+#define MODEL_OPTIONS_SIZE_1_0 ABI_SIZE_UPTO(tern_model_options_t, use_vmap)
+
 struct tern_model {
     char dir[1024];
     char format[16];             /* "ctranslate2", "tern", "huggingface", "marian" or "ensemble" */
@@ -46,6 +49,8 @@ struct tern_model {
     int marian_codes;            /* raw source text may start with a language code ">>fra<<" (MarianTokenizer's) */
     char search_source[1040];    /* the file they came from; "" when the model has none */
     char spm_path[2][1100];      /* a Marian model's SentencePiece vocabularies (source, target); "" otherwise */
+    char shortlist[1300];        /* a Marian model's decoder.yml shortlist values ("" when none); the
+                                    shortlist in use is vmap (shortlist.h) */
 };
 
 /* Source text -> token ids (SentencePiece or space-separated pieces, unknown pieces -> unk,

@@ -235,6 +235,8 @@ struct vmap {
     int n_always;
     int max_n;
     int tgt_size;
+    int shared;        /* a Marian shortlist on a joint vocabulary: every source id is a candidate too */
+    int pad_from;      /* >= 0: candidates padded to a multiple of 8 from this id on (Marian's); -1: none */
 };
 
 void vmap_free(vmap_t *v) {
@@ -387,6 +389,7 @@ tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
     v->tgt_size = vocab_size(tgt_vocab);
+    v->pad_from = -1;
     tern_status_t st = TERN_OK;
     for (int i = 0; i < n_always && !st; i++)
         if (always[i] >= 0 && !push_id(&v->always, &v->n_always, &rd.always_cap, always[i])) st = TERN_ERR_NOMEM;
@@ -402,6 +405,44 @@ tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab
         TERN_WARN("%s: %ld rule(s) with source pieces not in the model's vocabulary, %ld with more than %d "
                   "pieces (ignored); %ld target piece(s) not in the target vocabulary (ignored)",
                   path, rd.dropped_rules, rd.long_rules, VMAP_MAX_N, rd.dropped_targets);
+    *out = v;
+    return TERN_OK;
+}
+
+tern_status_t vmap_from_lists(vmap_t **out, int tgt_size, int n_src, const int64_t *off, const int *ids,
+                              const int *always, int n_always, int shared, int pad_from) {
+    *out = NULL;
+    if (n_src > ID_LIMIT)
+        return tern_error(TERN_ERR_UNSUPPORTED, "vocabulary maps need vocabularies of at most %d pieces", ID_LIMIT);
+    vmap_t *v = calloc(1, sizeof *v);
+    size_t n_ids = n_src > 0 ? (size_t)off[n_src] : 0;
+    if (!v) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    v->tgt_size = tgt_size;
+    v->shared = shared;
+    v->pad_from = pad_from;
+    v->max_n = 1;
+    v->start = malloc(((size_t)n_src + 1) * sizeof *v->start);
+    v->cnt = malloc(((size_t)n_src + 1) * sizeof *v->cnt);
+    v->ids = malloc((n_ids + 1) * sizeof *v->ids);
+    v->always = malloc(((size_t)n_always + 1) * sizeof *v->always);
+    tern_status_t st = v->start && v->cnt && v->ids && v->always ? TERN_OK : TERN_ERR_NOMEM;
+    if (!st) {
+        memcpy(v->ids, ids, n_ids * sizeof *v->ids);
+        v->n_ids = (int)n_ids;
+        for (int i = 0; i < n_always; i++)
+            if (always[i] >= 0 && always[i] < tgt_size) v->always[v->n_always++] = always[i];
+    }
+    for (int s = 0; s < n_src && !st; s++) {
+        if (off[s + 1] == off[s]) continue;
+        int added;
+        int32_t g = hash64_insert(&v->rules, ngram_key(&s, 1), &added);
+        if (g < 0 || g > n_src) st = TERN_ERR_NOMEM;
+        else v->start[g] = (int)off[s], v->cnt[g] = (int)(off[s + 1] - off[s]);
+    }
+    if (st) {
+        vmap_free(v);
+        return tern_error(st, "out of memory");
+    }
     *out = v;
     return TERN_OK;
 }
@@ -422,6 +463,14 @@ int vmap_candidates(const vmap_t *v, const int *const *src, const int *len, int 
                 int32_t r = hash64_find(&v->rules, ngram_key(src[s] + i, g));
                 if (r >= 0) mark_ids(v->ids + v->start[r], v->cnt[r], mark, v->tgt_size);
             }
+    if (v->shared)
+        for (int s = 0; s < n; s++) mark_ids(src[s], len[s], mark, v->tgt_size);
+    if (v->pad_from >= 0) { /* Marian's shortlists: a multiple of 8 candidates, the lowest ids >= pad_from added */
+        int count = 0;
+        for (int i = 0; i < v->tgt_size; i++) count += mark[i];
+        for (int i = v->pad_from; i < v->tgt_size && count % 8; i++)
+            if (!mark[i]) mark[i] = 1, count++;
+    }
     int k = 0;
     for (int i = 0; i < v->tgt_size; i++)
         if (mark[i]) {

@@ -54,6 +54,13 @@ typedef struct vmap vmap_t;
 tern_status_t vmap_load(vmap_t **out, const char *path, const vocab_t *src_vocab, const vocab_t *tgt_vocab,
                         const int *always, int n_always);
 void vmap_free(vmap_t *v);
+/* A map of single source ids (a Marian lexical shortlist, shortlist.h): source id s (< n_src)
+ * proposes ids[off[s] .. off[s + 1]); always (n_always) are always candidates; shared: every
+ * source id of the batch is a candidate too (Marian with one vocabulary file for both sides);
+ * pad_from >= 0: the candidates are padded to a multiple of 8 with the lowest ids >= pad_from not
+ * yet in (what Marian does for its int8 GEMM); -1: no padding. The lists are copied. */
+tern_status_t vmap_from_lists(vmap_t **out, int tgt_size, int n_src, const int64_t *off, const int *ids,
+                              const int *always, int n_always, int shared, int pad_from);
 int vmap_max_ngram(const vmap_t *v);
 int vmap_num_rules(const vmap_t *v);
 
