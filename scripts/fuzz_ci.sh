@@ -8,6 +8,9 @@
 #   TERN_FUZZ_SHORTLIST_SECONDS  for fuzz_shortlist (default 10: its reader is small, ~14,000
 #                       inputs a second; CI's budget is nearly used)
 #   TERN_FUZZ_CORPUS    keep the corpus here between runs (default: a temporary directory)
+#   TERN_FUZZ_JOBS      targets run at once (default: nproc; each target is one libFuzzer process on
+#                       one core, so running them side by side gives each the same time and executions
+#                       as one after the other, in a fraction of the wall time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${TERN_FUZZ_SECONDS:-40}
@@ -16,17 +19,19 @@ if ! command -v clang >/dev/null; then
   echo "fuzz_ci.sh: clang is missing (scripts/setup.sh installs it)" >&2
   exit 1
 fi
-make -j1 --no-print-directory fuzz
+make -j"$(nproc)" --no-print-directory fuzz
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 corpus_root=${TERN_FUZZ_CORPUS:-$work/corpus}
 mkdir -p build-fuzz/artifacts "$corpus_root"
 
-status=0
+jobs=${TERN_FUZZ_JOBS:-$(nproc)}
+names=()
 for target in build-fuzz/fuzz_*; do
   [ -x "$target" ] || continue
   name=$(basename "$target")
+  names+=("$name")
   corpus="$corpus_root/$name"
   mkdir -p "$corpus"
   TERN_FUZZ_SEEDS="$corpus" "$target" -runs=0 >/dev/null 2>&1   # writes the seeds
@@ -36,8 +41,15 @@ for target in build-fuzz/fuzz_*; do
   args=(-max_total_time="$t" -timeout=10 -rss_limit_mb=2048 -max_len=16384
         -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$name-")
   [ -f "$dict" ] && args+=(-dict="$dict")
-  echo "== $name: ${t}s on $(ls "$corpus" | wc -l) seed inputs"
-  if "$target" "${args[@]}" "$corpus" >"$work/$name.log" 2>&1; then
+  echo "== $name: ${t}s on $(ls "$corpus" | wc -l) seed inputs" > "$work/$name.head"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  ( "$target" "${args[@]}" "$corpus" >"$work/$name.log" 2>&1; echo $? > "$work/$name.rc" ) &
+done
+wait
+status=0
+for name in "${names[@]}"; do
+  cat "$work/$name.head"
+  if [ "$(cat "$work/$name.rc")" = 0 ]; then
     grep -E "^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added)" \
       "$work/$name.log" || true
   else
