@@ -44,10 +44,23 @@ def info(d):
     return dict(line.split(": ", 1) for line in r.stdout.strip().split("\n"))
 
 
+def test_bad_words_ids_never_generated(tmp_path):
+    """bad_words_ids (transformers' key: what a directory converted from a Hugging Face checkpoint, or
+    fine-tuned from one, keeps of the tokens the model never generates) is honoured in any model
+    directory: greedy output = the same model with --suppress of that piece, and not the plain one."""
+    import json
+    vocab = json.load(open(os.path.join(MODEL, "shared_vocabulary.json")))
+    d = model_with(tmp_path, '{"bad_words_ids": [[%d]]}' % vocab.index("▁Mann"))
+    (tmp_path / "suppress.txt").write_text("▁Mann\n")
+    banned = translate(d, "-b", "1")
+    assert banned == translate(MODEL, "-b", "1", "--suppress", tmp_path / "suppress.txt")
+    assert banned != translate(MODEL, "-b", "1") and "Mann" in translate(MODEL, "-b", "1")
+
+
 def test_defaults_are_used_and_flags_win(tmp_path):
     # transformers' keys (max_length counts the start token) beside ones Tern ignores
     d = model_with(tmp_path, '{"num_beams": 2, "length_penalty": 0.0, "max_length": 7, "min_length": 3, '
-                             '"bad_words_ids": [[3]], "transformers_version": "4.40.0", "pad_token_id": 3}')
+                             '"transformers_version": "4.40.0", "pad_token_id": 3}')
     f = info(d)
     assert f["decoding_defaults"] == str(d / "generation_config.json")
     assert (f["beam_size"], f["length_penalty"], f["max_decoding_length"], f["min_length"]) == ("2", "0", "6", "2")

@@ -10,6 +10,9 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "model/hf_format.h"
+#include "model/marian_format.h"
+#include "model/model_dir.h"
 #include "train/dist.h"
 #include "train/trainer.h"
 
@@ -87,9 +90,11 @@ static void usage(FILE *f) {
 "  --resume-from DIR           continue from this checkpoint\n"
 "Fine-tuning:\n"
 "  --init-from DIR             start from a model Tern loads (Tern or CTranslate2 directory, a\n"
-"                              checkpoint, an int8 model): its family, shape and parameters; its\n"
-"                              vocabulary and SentencePiece model unless --vocab is given; the\n"
-"                              optimizer and the update count fresh\n"
+"                              checkpoint, an int8 model, a Hugging Face MarianMT checkpoint:\n"
+"                              converted into SAVE_DIR/imported-model first): its family, shape\n"
+"                              and parameters; its vocabulary, SentencePiece model and\n"
+"                              generation_config.json unless --vocab is given; the optimizer and\n"
+"                              the update count fresh\n"
 "  --freeze embeddings|encoder keep these parameters as they start: the token embeddings and\n"
 "                              position tables (a tied projection with them), or the whole encoder\n"
 "RL refinement with the GLEU reward (GNMT paper, section 5; docs/training.md):\n"
@@ -610,6 +615,32 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
     return ok;
 }
 
+/* --init-from a Hugging Face checkpoint (config.json with "model_type") or a Marian model directory:
+ * converted first, as `tern convert` writes it (Hugging Face: its CTranslate2 form, the pad token and
+ * bad_words_ids kept in generation_config.json; Marian: Tern's form), into SAVE_DIR/imported-model
+ * (imported-model.rankN for the other ranks under mpirun: each process writes its own), which then
+ * is the run's --init-from and, unless --vocab or --spm says otherwise, its vocabulary. Returns 0,
+ * or the command's exit code. */
+static int import_foreign_model(trainer_options_t *o, char *buf, size_t n) {
+    char p[4096];
+    const char *dir = o->init_from;
+    int marian = marian_is_dir(dir);
+    if (!marian && !hf_is_checkpoint(path_join(p, sizeof p, dir, "config.json"))) return 0;
+    tern_status_t st = model_dir_mkdir(o->save_dir);
+    if (st) return cli_fail("train", st);
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    int other = rank && strcmp(rank, "0");
+    snprintf(buf, n, "%s/imported-model%s%s", o->save_dir, other ? ".rank" : "", other ? rank : "");
+    char *av[] = {"convert", "--from", (char *)dir, "-o", buf, "--to", marian ? "tern" : "ct2", NULL};
+    if (cmd_convert(7, av)) {
+        fprintf(stderr, "tern train: --init-from %s: the model could not be imported (above)\n", dir);
+        return 1;
+    }
+    if (o->vocab_dir == dir) o->vocab_dir = buf;
+    o->init_from = buf;
+    return 0;
+}
+
 /* The combination errors of parsed options, or NULL. */
 static const char *options_error(trainer_options_t *o, int argc) {
     if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
@@ -718,6 +749,11 @@ int cmd_train(int argc, char **argv) {
             else if (!foreign) usage(stderr);
             rc = 2;
         }
+    }
+    char imported[4096];
+    if (rc < 0 && o.init_from) {
+        int r = import_foreign_model(&o, imported, sizeof imported);
+        if (r) rc = r;
     }
     if (rc < 0) {
         o.architecture = fam->architecture;

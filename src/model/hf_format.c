@@ -711,6 +711,18 @@ static tern_status_t read_bad_words(hf_checkpoint_t *out, const cJSON *root, con
     return TERN_OK;
 }
 
+tern_status_t hf_generation_never(hf_checkpoint_t *out, const char *dir, int V) {
+    char p[1100];
+    path_join(p, sizeof p, dir, "generation_config.json");
+    if (!file_exists(p)) return TERN_OK;
+    cJSON *gen = NULL;
+    tern_status_t st = json_read_object(p, &gen);
+    if (st) return st;
+    st = read_bad_words(out, gen, p, V);
+    cJSON_Delete(gen);
+    return st;
+}
+
 static tern_status_t read_never(hf_checkpoint_t *out, const hf_config_t *c, const cJSON *config, const char *dir) {
     add_never(out, &c->pad, 1, c->path); /* the pad token starts the decoder, never ends up in the output */
     tern_status_t st = read_bad_words(out, config, c->path, c->dec_vocab);

@@ -47,6 +47,12 @@ typedef struct {
     char shortlist[1300];
 } hf_checkpoint_t;
 
+/* bad_words_ids of DIR/generation_config.json (nothing when there is none) added to out's never
+ * lists (out zeroed by the caller, or a checkpoint's): what a directory converted from a Hugging
+ * Face checkpoint (`tern convert --to ct2`) or fine-tuned from one (`tern train --init-from`)
+ * keeps of the tokens transformers never generates. V: the target vocabulary's size. */
+tern_status_t hf_generation_never(hf_checkpoint_t *out, const char *dir, int V);
+
 /* Reads the checkpoint in dir. need_spm: source.spm and target.spm must be there (an error
  * naming the missing one otherwise). Errors name the file and the key or tensor at fault: an
  * unknown model_type, a missing or wrong key, a missing or mis-shaped tensor, a vocabulary that

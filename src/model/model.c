@@ -262,6 +262,26 @@ tern_status_t tern_model_load(tern_model_t **out, const char *dir, const tern_mo
         m->never_tok[0] = m->tgt_unk, m->never_off[0] = 0, m->never_off[1] = 1, m->n_never = 1;
         m->never_on_logprobs = 1;
     }
+    if (!hf && !m->n_never) { /* generation_config.json's bad_words_ids (a converted or fine-tuned HF model) */
+        hf_checkpoint_t *g = calloc(1, sizeof *g);
+        if (!g) {
+            st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        st = hf_generation_never(g, dir, vocab_size(m->tgt_vocab));
+        if (!st && g->n_never) {
+            m->never_tok = malloc(sizeof(int) * (size_t)g->never_off[g->n_never]);
+            m->never_off = malloc(sizeof(int) * (size_t)(g->n_never + 1));
+            if (!m->never_tok || !m->never_off) st = tern_error(TERN_ERR_NOMEM, "out of memory");
+            else {
+                memcpy(m->never_tok, g->never, sizeof(int) * (size_t)g->never_off[g->n_never]);
+                memcpy(m->never_off, g->never_off, sizeof(int) * (size_t)(g->n_never + 1));
+                m->n_never = g->n_never;
+            }
+        }
+        free(g);
+        if (st) goto fail;
+    }
     if ((st = load_spm(m, &o))) goto fail;
     if (vmap_path[0]) {
         int always[3] = {m->tgt_unk, m->tgt_start, m->tgt_eos};

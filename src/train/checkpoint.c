@@ -236,6 +236,9 @@ static tern_status_t write_model_files(const char *dir, const ckpt_contents_t *c
                 return st;
         }
     }
+    if (v->generation_path[0] &&
+        (st = model_dir_copy_file(v->generation_path, path_join(p, sizeof p, dir, "generation_config.json"))))
+        return st;
     return TERN_OK;
 }
 

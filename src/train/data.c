@@ -193,6 +193,9 @@ tern_status_t data_vocab_load(data_vocab_t *v, const char *dir) {
     const char *s = find_file(sp, sizeof sp, dir, srcs), *t = find_file(tp, sizeof tp, dir, tgts);
     if ((st = data_vocab_init(v, sv, tv, s, t, &cfg, pad)) == TERN_ERR_MISMATCH)
         return tern_error_prefix(st, "%s", dir);
+    /* the model's decoding defaults and never-generated tokens travel with its fine-tuned checkpoints */
+    if (!st && file_exists(path_join(p, sizeof p, dir, "generation_config.json")))
+        snprintf(v->generation_path, sizeof v->generation_path, "%s", p);
     return st;
 }
 

@@ -35,6 +35,8 @@ typedef struct {
     vocab_t *src_vocab, *tgt_vocab;    /* owned; tgt_vocab == src_vocab when shared */
     spm_t *src_spm, *tgt_spm;          /* owned; NULL: pre-tokenized text (space-separated pieces) */
     char src_spm_path[1024], tgt_spm_path[1024]; /* "" when none; equal when one model serves both */
+    char generation_path[1024];        /* the vocabulary directory's generation_config.json ("" none):
+                                        * copied into every checkpoint (decoding defaults, bad_words_ids) */
     model_config_t cfg;                /* special tokens, add_source_bos/eos */
     char pad_token[64];
     int src_bos, src_eos, src_unk;     /* source ids (-1: absent) */
