@@ -442,8 +442,8 @@ static tern_status_t resume(trainer_t *t, const char *dir) {
     x = (ckpt_value_t){.name = "qat", .type = CKPT_INT};
     int64_t ck_qat = ckpt_get_value(ck, &x) == TERN_OK ? x.i : QAT_NONE;
     if (ck_qat != t->o->qat) {
-        st = tern_error(TERN_ERR_MISMATCH, "%s: the checkpoint was trained with --qat %s, this run has --qat %s: "
-                        "resume with the options of the run that wrote it", dir, qat_mode_name((int)ck_qat),
+        st = tern_error(TERN_ERR_MISMATCH, "the checkpoint was trained with --qat %s, this run has --qat %s: "
+                        "resume with the options of the run that wrote it", qat_mode_name((int)ck_qat),
                         qat_mode_name(t->o->qat));
         goto done;
     }
