@@ -27,7 +27,7 @@ WORK=${WORK:-/tmp/qat-table}
 PART=${PART:-all}
 UPDATES=${UPDATES:-300}
 LR=${LR:-1e-4}
-GNMT_UPDATES=${GNMT_UPDATES:-1000}
+GNMT_UPDATES=${GNMT_UPDATES:-2000}
 THREADS=${THREADS:-1}
 mkdir -p "$WORK" && cd "$WORK"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -54,7 +54,7 @@ if [ "$PART" = all ] || [ "$PART" = transformer ]; then
       "$TERN" train --init-from "$ROOT/models/en-de" --train-src "$DATA/train.en" --train-tgt "$DATA/train.de" \
         --valid-src "$DATA/val.en" --valid-tgt "$DATA/val.de" --save-dir "tf-$qat/save" --cache-dir cache \
         --lr "$LR" --lr-scheduler constant --dropout 0.3 --max-tokens 4096 --max-updates "$UPDATES" \
-        --valid-interval-updates "$UPDATES" --no-bleu --no-plot -q --keep-last 1 -t "$THREADS" --qat "$qat"
+        --valid-interval-updates "$UPDATES" --no-bleu --no-plot -q --keep-last 1 -t "$THREADS" --qat "$qat" --resume
     CK="tf-$qat/save/checkpoint-$(printf %08d "$UPDATES")"
     [ -d "tf-$qat/int8" ] || "$TERN" convert --from "$CK" -o "tf-$qat/int8" --quantize int8
     decode "$CK" float32 "tf-$qat/hyp.float32.de"
@@ -85,7 +85,7 @@ if [ "$PART" = all ] || [ "$PART" = gnmt ]; then
         --hidden 128 --init-uniform 0.1 --clip-norm 5 -t "$THREADS" --no-plot -q --train-src g-train.en \
         --train-tgt g-train.de --valid-src g-valid.en --valid-tgt g-valid.de --max-tokens 2000 --lr 5e-3 \
         --warmup 100 --dropout 0.1 --max-updates "$GNMT_UPDATES" --valid-interval-updates 250 --no-bleu \
-        --keep-last 1 --seed 1 "${extra[@]}"
+        --keep-last 1 --seed 1 --resume "${extra[@]}"
     CK="g-$run/save/checkpoint-$(printf %08d "$GNMT_UPDATES")"
     for ct in float32 int8; do
       decode "$CK" "$ct" "g-$run/hyp.$ct.de"
