@@ -14,6 +14,7 @@
 #include "model/marian_format.h"
 #include "model/model_dir.h"
 #include "train/dist.h"
+#include "train/qat.h"
 #include "train/trainer.h"
 
 static void usage(FILE *f) {
@@ -107,6 +108,12 @@ static void usage(FILE *f) {
 "  --rl-samples M              samples per source, >= 2 (default 15)\n"
 "  --rl-temperature T          sampling temperature (default 1)\n"
 "  --rl-topk K                 sample among the K most probable tokens (default 0: all)\n"
+"Quantization-aware training (docs/training.md):\n"
+"  --qat int8|none             int8: every weight matrix int8 inference quantizes is fake-quantized\n"
+"                              in the forward and backward passes (its per-row scale and rounding),\n"
+"                              the straight-through gradient updates the float32 weights; the\n"
+"                              validation loss of the fake-quantized weights, BLEU in int8\n"
+"                              (default none)\n"
 "Validation:\n"
 "  --valid-interval-updates N  validation loss every N updates too (default: epoch ends only)\n"
 "  --no-bleu                   no BLEU at epoch ends\n"
@@ -142,6 +149,7 @@ enum {
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_ARCH,
     O_RL_GLEU, O_RL_ALPHA, O_RL_SAMPLES, O_RL_TEMP, O_RL_TOPK, /* RL refinement (src/train/rl.h) */
+    O_QAT, /* fake quantization (src/train/qat.h) */
     O_FAMILY /* the chosen family's options: O_FAMILY + their index in its table */
 };
 
@@ -208,6 +216,7 @@ static const struct option long_opts[] = {
     {"no-comm-overlap", no_argument, 0, O_NO_OVERLAP},
     {"architecture", required_argument, 0, O_ARCH},
     {"rl-gleu", no_argument, 0, O_RL_GLEU},
+    {"qat", required_argument, 0, O_QAT},
     {"rl-alpha", required_argument, 0, O_RL_ALPHA},
     {"rl-samples", required_argument, 0, O_RL_SAMPLES},
     {"rl-temperature", required_argument, 0, O_RL_TEMP},
@@ -603,6 +612,14 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         case O_NO_OVERLAP: o->comm_overlap = 0; break;
         case O_ARCH: o->architecture = optarg; break;
         case O_RL_GLEU: o->rl_gleu = 1; break;
+        case O_QAT:
+            if (qat_mode_parse(optarg) < 0) {
+                fprintf(stderr, "tern train: --qat must be int8 or none, got '%s'\n", optarg);
+                ok = 0;
+            } else {
+                o->qat = qat_mode_parse(optarg);
+            }
+            break;
         case O_RL_ALPHA: ok = cli_float(C, "--rl-alpha", optarg, 0, 1e6f, &o->rl_alpha); break;
         case O_RL_SAMPLES: ok = cli_int(C, "--rl-samples", optarg, 2, 1024, &o->rl_samples); break;
         case O_RL_TEMP: ok = cli_float(C, "--rl-temperature", optarg, 1e-6f, 1e6f, &o->rl_temperature); break;

@@ -17,6 +17,7 @@
 
 #include "base/base.h"
 #include "model/weights.h"
+#include "model/desc.h"
 #include "train/checkpoint.h"
 
 /* One named view of the parameter buffer (and of the gradient and moment buffers). */
@@ -106,6 +107,9 @@ extern const int train_precision_values[];
 struct train_family {
     const char *architecture;  /* registry key (config.json "architecture") */
     const char *spec_name;     /* model.safetensors' "ct2_spec" metadata */
+    /* Its stored tensors (desc.h): which of them int8 inference quantizes (DESC_Q8), for
+     * `tern train --qat int8` (qat.h); NULL: the family cannot be trained with --qat. */
+    const model_desc_t *desc;
     /* The configuration: its size (the trainer and the CLI hold it opaque), the family's own
      * `tern train` options and their --help heading, and the check of a combination of them (a
      * usage error, or NULL). */

@@ -674,6 +674,7 @@ static void gn_set_weights(void *ws, const float *w) { ((gn_ws_t *)ws)->sent_w =
 const train_family_t train_family_gnmt = {
     .architecture = GNMT_ARCHITECTURE,
     .spec_name = GNMT_SPEC_NAME,
+    .desc = &GNMT_DESC,
     .config_size = sizeof(gnmt_train_config_t),
     .options = GN_OPTIONS,
     .options_title = "GNMT (--architecture gnmt; docs/rnn.md):",

@@ -242,6 +242,7 @@ static void tf_set_weights(void *ws, const float *w) { tmodel_ws_set_sentence_we
 const train_family_t train_family_transformer = {
     .architecture = "transformer",
     .spec_name = TRANSFORMER_SPEC_NAME,
+    .desc = &TRANSFORMER_DESC,
     .config_size = sizeof(tmodel_config_t),
     .options = TF_OPTIONS,
     .options_title = "Transformer (--architecture transformer, the default):",

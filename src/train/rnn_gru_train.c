@@ -480,6 +480,7 @@ static void gru_set_weights(void *ws, const float *w) { ((gru_ws_t *)ws)->sent_w
 const train_family_t train_family_rnn_gru = {
     .architecture = RNN_GRU_ARCHITECTURE,
     .spec_name = RNN_GRU_SPEC_NAME,
+    .desc = &RNN_GRU_DESC,
     .config_size = sizeof(rnn_gru_config_t),
     .options = GRU_OPTIONS,
     .options_title = "Attention GRU (--architecture rnn-gru; docs/rnn.md):",

@@ -33,6 +33,7 @@
 #include "nn/layers.h"
 #include "search/sample.h"
 #include "train/rl.h"
+#include "train/qat.h"
 #include "kernels/kernels.h"
 #include "model/model_dir.h"
 #include "text/score.h"
@@ -96,6 +97,7 @@ typedef struct {
     float *frozen_copy;      /* the frozen tensors' starting values, one after another */
     int rank, world;         /* data-parallel (dist.h): rank 0 writes every file; world 1 without mpirun */
     dist_grads_t *dg;        /* gradient buckets (world > 1) */
+    qat_t *qat;              /* --qat int8: fake quantization of the int8 weights (qat.h); NULL: off */
 
     /* what a checkpoint carries */
     long updates;
@@ -352,6 +354,7 @@ static tern_status_t save_checkpoint(trainer_t *t) {
     VF("acc_time", t->acc_time);
     VI("acc_tok", t->acc_tok);
     VI("acc_n", t->acc_n);
+    if (o->qat) VI("qat", o->qat); /* absent: trained without (checkpoints from before --qat too) */
 #undef VI
 #undef VU
 #undef VF
@@ -436,6 +439,14 @@ static tern_status_t resume(trainer_t *t, const char *dir) {
     GF("acc_time", t->acc_time);
     GI("acc_tok", t->acc_tok);
     GI("acc_n", t->acc_n);
+    x = (ckpt_value_t){.name = "qat", .type = CKPT_INT};
+    int64_t ck_qat = ckpt_get_value(ck, &x) == TERN_OK ? x.i : QAT_NONE;
+    if (ck_qat != t->o->qat) {
+        st = tern_error(TERN_ERR_MISMATCH, "the checkpoint was trained with --qat %s, this run has --qat %s: "
+                        "resume with the options of the run that wrote it", qat_mode_name((int)ck_qat),
+                        qat_mode_name(t->o->qat));
+        goto done;
+    }
 #undef GI
 #undef GU
 #undef GF
@@ -451,17 +462,22 @@ done:
 
 /* ------------------------------------------------------------ validation and BLEU */
 
+/* --qat: the loss of the fake-quantized weights, those int8 inference multiplies. */
 static tern_status_t validate(trainer_t *t, double *loss, double *nll) {
     double ls = 0, ns = 0;
     int64_t nt = 0;
+    if (t->qat) qat_enter(t->qat, &t->m);
     for (;;) {
         const data_batch_t *b;
         tern_status_t st = data_iter_next(t->valid_it, &b);
-        if (st) return st;
-        if (!b) break;
         train_loss_t L;
-        if ((st = t->fam->forward(&t->m, t->ws, b->src, b->tgt_in, b->tgt_out, b->B, b->S, b->T, 0, 0, 0, &L)))
-            return st;
+        if (!st && b)
+            st = t->fam->forward(&t->m, t->ws, b->src, b->tgt_in, b->tgt_out, b->B, b->S, b->T, 0, 0, 0, &L);
+        if (st || !b) {
+            if (t->qat) qat_leave(t->qat, &t->m);
+            if (st) return st;
+            break;
+        }
         ls += L.loss;
         ns += L.nll;
         nt += L.ntokens;
@@ -479,6 +495,7 @@ static tern_status_t bleu_eval(trainer_t *t, const char *model_dir, double *scor
     const char **hyps = NULL;
     tern_status_t st;
     tern_model_options_t mo = tern_model_default_options();
+    if (o->qat == QAT_INT8) mo.compute_type = TERN_COMPUTE_INT8; /* --qat: scored as it will run */
     if ((st = tern_model_load(&model, model_dir, &mo))) goto done;
     tern_search_params_t sp = tern_search_default_params();
     sp.beam_size = o->bleu_beam;
@@ -775,6 +792,9 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
     tern_status_t st;
     rl_sampler_t rs = {0};
     if (o->rl_gleu && (st = rl_sampler_open(t, &rs))) return tern_error_prefix(st, "update %ld: ", t->updates + 1);
+    /* --qat: every micro-batch's forward and backward on the fake-quantized weights; the gradient
+     * (with respect to them) then updates the master values (the straight-through estimator) */
+    if (t->qat) qat_enter(t->qat, &t->m);
     for (int j = 0; j < nslots; j++) {
         const slot_t *s = &t->slots[j];
         train_loss_t L;
@@ -787,6 +807,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
             (st = t->fam->backward(&t->m, t->ws, o->rl_gleu ? o->rl_alpha * scale : scale)) ||
             (o->rl_gleu && (st = rl_step(t, &rs, s, first + j)))) {
             rl_sampler_close(t, &rs);
+            if (t->qat) qat_leave(t->qat, &t->m);
             return tern_error_prefix(st, "update %ld: ", t->updates + 1);
         }
         loss += L.loss;
@@ -800,6 +821,7 @@ static tern_status_t do_update(trainer_t *t, int nslots, int first, int n, int64
         dist_sum_doubles(sums, 2);
         loss = sums[0], nll = sums[1];
     }
+    if (t->qat) qat_leave(t->qat, &t->m);
     if ((st = freeze_grads(t))) return st;
     double gnorm = grad_global_norm(t->m.grads, t->m.n_params);
     if (!isfinite(gnorm))
@@ -1008,6 +1030,7 @@ static tern_status_t setup_model(trainer_t *t) {
     if (o->rl_gleu && !t->fam->set_sentence_weights)
         return tern_error(TERN_ERR_UNSUPPORTED, "--rl-gleu: the %s family has no per-sentence loss weights",
                           t->fam->architecture);
+    if (o->qat && (st = qat_new(&t->qat, &t->m, (qat_mode_t)o->qat))) return st;
     if (t->world > 1 && (st = dist_grads_new(&t->dg, &t->m, t->ws, o->bucket_mb, o->comm_overlap))) return st;
     if ((st = adam_init(&t->adam, t->m.n_params, &o->adam))) return st;
     t->adam_ok = 1;
@@ -1032,6 +1055,10 @@ static tern_status_t setup_model(trainer_t *t) {
     t->fam->describe(&t->m, 0, line, sizeof line);
     tlog(t, "model: %s; workspace %.1f MB; %d thread(s)", line, (double)t->fam->ws_bytes(t->ws) / 1e6, t->threads);
     for (int i = 1; t->fam->describe(&t->m, i, line, sizeof line); i++) tlog(t, "%s", line);
+    if (t->qat)
+        tlog(t, "qat: %s fake quantization (per-row scale, round half to even, straight-through gradient) of %d "
+             "weight matrices, %.2fM parameters; validation on the fake-quantized weights, BLEU in int8",
+             qat_mode_name(o->qat), qat_count(t->qat), (double)qat_numel(t->qat) / 1e6);
     return TERN_OK;
 }
 
@@ -1073,6 +1100,8 @@ static tern_status_t check_options(const trainer_options_t *o) {
     if (o->update_freq < 1) return tern_error(TERN_ERR_INVALID_ARG, "update_freq must be >= 1");
     if (o->bleu && o->bleu_beam < 1) return tern_error(TERN_ERR_INVALID_ARG, "BLEU beam size must be >= 1");
     if (o->clip_norm < 0) return tern_error(TERN_ERR_INVALID_ARG, "clip norm must be >= 0");
+    if (o->qat != QAT_NONE && o->qat != QAT_INT8)
+        return tern_error(TERN_ERR_INVALID_ARG, "--qat must be int8 or none (mode %d)", o->qat);
     return lr_schedule_check(&o->sched);
 }
 
@@ -1084,6 +1113,7 @@ static void trainer_free(trainer_t *t) {
     free(t->frozen_copy);
     free(t->pv), free(t->mv), free(t->vv);
     dist_grads_free(t->dg);
+    qat_free(t->qat);
     if (t->ws) t->fam->ws_free(t->ws);
     if (t->adam_ok) adam_free(&t->adam);
     if (t->m_ok) t->fam->destroy(&t->m);

@@ -127,6 +127,13 @@ typedef struct {
     int rl_samples;             /* M samples per source, >= 2 (15) */
     float rl_temperature;       /* sampling temperature (1) */
     int rl_topk;                /* sample among the K most probable tokens (0: all, the default) */
+
+    /* ---- quantization-aware training (src/train/qat.h) */
+    int qat;                    /* QAT_INT8 (1): every update's forward and backward passes run on the
+                                   int8 weight matrices fake-quantized (int8 inference's per-row
+                                   rounding), the straight-through gradient updates the float32
+                                   master weights; validation loss on the fake-quantized weights,
+                                   epoch-end BLEU in int8; stored in checkpoints. QAT_NONE (0): off */
 } trainer_options_t;
 
 /* fairseq-like defaults: seed 1, max_tokens 4096, shuffle, Adam (0.9, 0.98, 1e-8), inverse_sqrt

@@ -46,6 +46,10 @@
  * Also architecture "transformer" (through the family table; configuration keys as
  * tests/tools/train_driver.c's: d heads ff enc_layers dec_layers max_pos pre_norm act eps
  * learned_pos scale_emb share_emb tie_proj proj_bias label_smoothing).
+ * `step` with metadata qat = "int8" (any family): the forward and backward run on the fake-quantized
+ * parameters of src/train/qat.h (qat_enter before, qat_leave after, as the trainer's update does):
+ * OUT holds the straight-through gradients; metadata qat = "N,K": N tensors fake-quantized, K 1 when
+ * the parameters after qat_leave equal the loaded ones bit for bit (the master values kept), else 0.
  * Dropout is always 0. A missing tensor or a mismatched configuration: a message, exit 1.
  */
 #include <math.h>
@@ -58,6 +62,7 @@
 #include "train/gnmt_table.h"
 #include "train/optim.h"
 #include "train/model.h"
+#include "train/qat.h"
 #include "train/rl.h"
 #include "train/rnn_gru_train.h"
 
@@ -323,10 +328,30 @@ int main(int argc, char **argv) {
 
     if (!strcmp(mode, "step")) {
         train_loss_t L;
+        const char *qmode = weights_metadata(w, "qat");
+        qat_t *q = NULL;
+        float *before = NULL;
+        if (qmode && strcmp(qmode, "none")) {
+            if (qat_mode_parse(qmode) < 0) {
+                fprintf(stderr, "family_train_driver: qat must be int8 or none, got '%s'\n", qmode);
+                return 1;
+            }
+            if (qat_new(&q, &m, (qat_mode_t)qat_mode_parse(qmode))) return fail("qat");
+            if (!(before = malloc(m.n_params * sizeof(float)))) return fail("out of memory");
+            memcpy(before, m.params, m.n_params * sizeof(float));
+            qat_enter(q, &m);
+        }
         if (fwd_bwd(&dm, &bt, 0, 0, &L)) return 1;
+        char qs[48] = "0,1";
+        if (q) {
+            qat_leave(q, &m);
+            snprintf(qs, sizeof qs, "%d,%d", qat_count(q), !memcmp(before, m.params, m.n_params * sizeof(float)));
+            qat_free(q);
+            free(before);
+        }
         tensor_t *views = views_of(&m, m.grads, 0);
         if (!views) return fail("writing output");
-        if (write_step(argv[3], views, m.n_tensors, &L)) return 1;
+        if (write_step_extra(argv[3], views, m.n_tensors, &L, "qat", qs)) return 1;
         free(views);
     } else {
         tensor_t *views = views_of(&m, m.params, 4);
