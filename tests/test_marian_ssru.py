@@ -15,7 +15,8 @@ where Tern's rows never depend on each other); Tern reads the directory:
 * force decoding (`tern rescore` of Marian's greedy pieces) gives Marian's word scores (5 decimals)
   within 1e-4, the end token's included;
 * beam 4 (`--eos-policy marian --no-early-stop --length-penalty 0`) identical on >= 97 % (the SSRU
-  states follow their hypotheses: beam search is not greedy here);
+  states follow their hypotheses: beam search is not greedy here); other batch sizes give the same
+  beam and greedy outputs;
 * int8 (`--compute-type int8`: W and Wf quantized per row like every other matrix): greedy
   agreement with Marian's float32 output reported, and its force-decoding word scores within 0.1
   of float32's;
@@ -165,6 +166,7 @@ def test_greedy_and_force_decoding(case, tmp_path):
     same = sum(o == r[0] for o, r in zip(out, ref))
     print(f"\n{case['name']}: greedy identical on {same}/{N_TEST}")
     assert same >= 0.995 * N_TEST
+    assert tern_translate(case, case["dir"], GREEDY + ["--max-batch-size", "1"]) == out  # one sentence a batch
     # force decoding: Marian's word scores (the end token's last) within 1e-4
     lps = rescore(case, case["dir"], [(i, ref[i][2]) for i in range(N_TEST)], tmp_path)
     # a hypothesis Marian cut at its length limit has no end token: rescore adds one
@@ -185,6 +187,8 @@ def test_beam4(case):
     print(f"\n{case['name']}: beam 4 identical on {same}/{N_TEST} ({differ} of Marian's differ from its greedy)")
     assert differ > 0  # beam search is not greedy here: the SSRU states follow their hypotheses
     assert same >= 0.97 * N_TEST
+    # other batches (3 sentences: rows of several sentences dropped and gathered): the same outputs
+    assert tern_translate(case, case["dir"], BEAM4 + ["--max-batch-size", "3"]) == out
 
 
 def test_int8(case, tmp_path):
