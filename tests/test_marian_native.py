@@ -18,9 +18,10 @@ Its Translator decodes 100 test lines (normalize 0); Tern reads the directory Ma
   refused, since Marian decodes it with the decoder self-attention's keys and values of steps >= 1
   taken before the layer norm, which Tern reproduces and CTranslate2 cannot);
 * Marian's binary model.bin (the post-norm shape saved as .bin): Marian's greedy output on 100/100;
-* bad files: a truncated model.npz or model.bin, a missing array, an option Tern does not support (an activation,
-  an RNN decoder layer with a GRU cell; the SSRU's own arrays: tests/test_marian_ssru.py), a vocabulary shorter than the embedding: errors naming the file and the array,
-  option or id.
+* bad files: a truncated model.npz or model.bin, a missing array, an option Tern does not support (an
+  activation, an RNN decoder layer with a GRU cell), SSRU options over a self-attention model's
+  arrays, a vocabulary shorter than the embedding: errors naming the file and the array, option or
+  id (the SSRU decoder itself: tests/test_marian_ssru.py).
 """
 import os
 import shutil
