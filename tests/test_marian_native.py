@@ -18,9 +18,10 @@ Its Translator decodes 100 test lines (normalize 0); Tern reads the directory Ma
   refused, since Marian decodes it with the decoder self-attention's keys and values of steps >= 1
   taken before the layer norm, which Tern reproduces and CTranslate2 cannot);
 * Marian's binary model.bin (the post-norm shape saved as .bin): Marian's greedy output on 100/100;
-* bad files: a truncated model.npz or model.bin, a missing array, an option Tern does not support (an activation,
-  the SSRU decoder), a vocabulary shorter than the embedding: errors naming the file and the array,
-  option or id.
+* bad files: a truncated model.npz or model.bin, a missing array, an option Tern does not support (an
+  activation, an RNN decoder layer with a GRU cell), SSRU options over a self-attention model's
+  arrays, a vocabulary shorter than the embedding: errors naming the file and the array, option or
+  id (the SSRU decoder itself: tests/test_marian_ssru.py).
 """
 import os
 import shutil
@@ -239,13 +240,17 @@ def test_bad_files(case, tmp_path):
     np.savez(d / "model.npz", **dict(z, **{"special:model.yml": np.frombuffer(yml, dtype=np.int8)}))
     e = err(d)
     assert "special:model.yml" in e and "transformer-ffn-activation" in e and "'mish'" in e, e
-    d = copy("ssru")  # the SSRU decoder of Bergamot's students: not read yet, refused naming the option
+    d = copy("rnn-gru")  # an RNN decoder layer with another cell than the SSRU: refused naming the option
     yml = bytes(z["special:model.yml"].astype(np.uint8)).replace(
-        b"transformer-decoder-autoreg: self-attention", b"transformer-decoder-autoreg: rnn").replace(
-        b"dec-cell: gru", b"dec-cell: ssru")
+        b"transformer-decoder-autoreg: self-attention", b"transformer-decoder-autoreg: rnn")
     np.savez(d / "model.npz", **dict(z, **{"special:model.yml": np.frombuffer(yml, dtype=np.int8)}))
     e = err(d)
-    assert "transformer-decoder-autoreg" in e and "'rnn'" in e and "ssru" in e, e
+    assert "transformer-decoder-autoreg" in e and "'rnn'" in e and "gru" in e, e
+    d = copy("ssru")  # the options of an SSRU decoder over a self-attention model's arrays: the SSRU's missing
+    yml = yml.replace(b"dec-cell: gru", b"dec-cell: ssru")
+    np.savez(d / "model.npz", **dict(z, **{"special:model.yml": np.frombuffer(yml, dtype=np.int8)}))
+    e = err(d)
+    assert "model.npz" in e and "missing array 'decoder_l1_rnn_W'" in e, e
     d = copy("vocab")
     lines = (d / "vocab.src.yml").read_text(encoding="utf-8").splitlines()
     (d / "vocab.src.yml").write_text("\n".join(lines[:-5]) + "\n", encoding="utf-8")

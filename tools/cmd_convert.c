@@ -309,7 +309,7 @@ int cmd_convert(int argc, char **argv) {
         /* the checkpoint as the loader presents it: the Transformer description's names */
         if (is_marian && !strcmp(to, "ct2")) {
             if (marian_checkpoint_load(&hf, from)) goto fail;
-            int64_t raw = 0;
+            int64_t raw = 0; /* (an SSRU model has no such key: refused below) */
             if (weights_get_int(hf.weights, transformer_key_name(TKEY_DEC_RAW_SELF_KV), &raw) && raw) {
                 tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Marian model: Marian decodes it with the decoder "
                            "self-attention's keys and values taken before the norm, which CTranslate2 does not do "
@@ -325,6 +325,12 @@ int cmd_convert(int argc, char **argv) {
     } else {
         path_join(p, sizeof p, from, "model.bin");
         if (weights_load_ct2(&w, p)) goto fail;
+    }
+    int64_t ssru = 0;
+    if (!strcmp(to, "ct2") && weights_get_int(w, transformer_key_name(TKEY_DEC_SSRU), &ssru) && ssru) {
+        tern_error(TERN_ERR_UNSUPPORTED, "%s: an SSRU decoder (Marian's --dec-cell ssru): CTranslate2 has no SSRU layer "
+                   "(tern translate -m runs it; convert writes it in Tern's format without --to ct2)", from);
+        goto fail;
     }
     /* The family (config.json's "architecture"; none: a CTranslate2 Transformer) and its description. */
     model_config_t cfg;

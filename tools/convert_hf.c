@@ -311,6 +311,11 @@ tern_status_t convert_to_hf(const char *from, const char *out, int *dequantized)
     /* What MarianMT cannot express is refused, naming it. */
     int pre = net->pre_norm, act = (int)net->act, se = net->enc_scale_emb, sd = net->dec_scale_emb, heads = net->H;
     float eps = net->eps;
+    if (net->dec_ssru) {
+        st = tern_error(TERN_ERR_UNSUPPORTED, "%s: an SSRU decoder (Marian's --dec-cell ssru): MarianMT (transformers) "
+                        "has no SSRU layer (tern translate -m runs it; tern convert writes it in Tern's format)", from);
+        goto done;
+    }
     if (pre) {
         st = tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Transformer (encoder/pre_norm = 1): MarianMT's layers "
                         "are post-norm (layer norm after the residual), which cannot compute it (tern train "

@@ -453,6 +453,7 @@ typedef struct {
     ymap_t y;
     int C, F, H, enc_layers, dec_layers;
     int pre_norm, learned_pos, act;
+    int ssru;              /* --transformer-decoder-autoreg rnn --dec-cell ssru */
 } mcfg_t;
 
 static const char *opt_str(const mcfg_t *c, const char *key, const char *def) {
@@ -488,10 +489,14 @@ static tern_status_t read_options(mcfg_t *c) {
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'type': '%s' is not supported (Tern reads Marian's "
                           "'transformer' models)", c->path, type);
     const char *autoreg = opt_str(c, "transformer-decoder-autoreg", "self-attention");
-    if (strcmp(autoreg, "self-attention"))
-        return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'transformer-decoder-autoreg': '%s' is not supported "
-                          "(self-attention decoders only; --dec-cell %s)", c->path, autoreg,
-                          opt_str(c, "dec-cell", "?"));
+    const char *cell = opt_str(c, "dec-cell", "?");
+    c->ssru = !strcmp(autoreg, "rnn") && !strcmp(cell, "ssru");
+    if (strcmp(autoreg, "self-attention") && !c->ssru)
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'transformer-decoder-autoreg': '%s' with --dec-cell %s is "
+                          "not supported (self-attention, or rnn with the ssru cell)", c->path, autoreg, cell);
+    if (c->ssru && opt_bool(c, "layer-normalization"))
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: option 'layer-normalization' is true: the SSRU cell's own layer "
+                          "norms are not supported", c->path);
     static const char *const off[] = {"transformer-no-projection", "transformer-no-bias", "transformer-no-affine",
                                       "right-left", "transformer-alibi-shift", "transformer-pool", "ulr"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
@@ -700,6 +705,37 @@ static tern_status_t add_ffn(builder_t *b, const char *prefix, int l, tmodule_t 
     return add_norm(b, lp, b->c->pre_norm ? "_pre" : "", ln, l);
 }
 
+/* The SSRU in place of a decoder layer's self-attention (prefix "decoder_l1_rnn": Marian's
+ * DecoderLayerRNN, src/rnn/cells.h SSRU): its W and Wf (each (C, C), Marian's (in, out)) transposed
+ * and stacked as one (2C, C) linear whose bias is 0 for W's half and bf for Wf's; its norm the
+ * sub-layer's: prefix "_ffn_ln_*" after the residual (post-norm: Marian post-processes prefix +
+ * "_ffn"), prefix "_ln_*_pre" before the cell (pre-norm). */
+static tern_status_t add_ssru(builder_t *b, const char *prefix, int l) {
+    char w[128], wf[128], bf[128], tn[128], tb[128], lp[160];
+    snprintf(w, sizeof w, "%s_W", prefix), snprintf(wf, sizeof wf, "%s_Wf", prefix), snprintf(bf, sizeof bf, "%s_bf", prefix);
+    int64_t C = b->c->C;
+    const npy_t *a[2], *bias;
+    tern_status_t st;
+    if ((st = get(b, w, C, C, &a[0])) || (st = get(b, wf, C, C, &a[1])) || (st = get(b, bf, C, 0, &bias))) return st;
+    float *buf = malloc((size_t)(2 * C * C + 2 * C) * sizeof(float));
+    if (!buf) return tern_error(TERN_ERR_NOMEM, "out of memory");
+    float *bb = buf + 2 * C * C;
+    for (int i = 0; i < 2; i++)
+        for (int64_t r = 0; r < C; r++) {
+            for (int64_t k = 0; k < C; k++) buf[(i * C + r) * C + k] = elem(a[i], k * C + r);
+            bb[i * C + r] = i ? elem(bias, r) : 0.0f;
+        }
+    int64_t shape[2] = {2 * C, C};
+    transformer_tensor_name(tn, sizeof tn, TM_DEC_SSRU, l, TP_WEIGHT);
+    transformer_tensor_name(tb, sizeof tb, TM_DEC_SSRU, l, TP_BIAS);
+    st = weights_add(b->nw, tn, strlen(tn), DT_F32, 2, shape, buf, (size_t)(2 * C * C) * 4, 0);
+    if (!st) st = weights_add(b->nw, tb, strlen(tb), DT_F32, 1, shape, bb, (size_t)(2 * C) * 4, 0);
+    free(buf);
+    if (st) return st;
+    snprintf(lp, sizeof lp, b->c->pre_norm ? "%s" : "%s_ffn", prefix);
+    return add_norm(b, lp, b->c->pre_norm ? "_pre" : "", TM_DEC_SELF_LN, l);
+}
+
 /* Marian's sinusoids (inits::sinusoidalPositionEmbeddings), float32 as Marian computes them. */
 static void marian_sinusoids(float *out, int P, int C) {
     float nt = (float)C / 2;
@@ -823,6 +859,10 @@ static tern_status_t add_keys(builder_t *b) {
     tern_status_t s2 = add_scalar(b, &z);
     z.name = transformer_key_name(TKEY_DEC_NEVER_UNK); /* kept by tern convert: model.c reads it */
     if (!s2) s2 = add_scalar(b, &z);
+    if (!s2 && b->c->ssru) { /* the decoder's self-attention is an SSRU (add_ssru) */
+        z.name = transformer_key_name(TKEY_DEC_SSRU);
+        return add_scalar(b, &z);
+    }
     if (s2 || !b->c->pre_norm) return s2;
     /* Marian 1.12 decodes a pre-norm model step by step with the self-attention's keys and values
      * of steps >= 1 projected from the un-normed layer inputs (its decoder state keeps them) */
@@ -841,8 +881,10 @@ static tern_status_t build_weights(builder_t *b, const npy_t **emb) {
         if ((st = add_ffn(b, p, l, TM_ENC_FFN_LN, TM_ENC_FFN1, TM_ENC_FFN2))) return st;
     }
     for (int l = 0; l < b->c->dec_layers; l++) {
-        snprintf(p, sizeof p, "decoder_l%d_self", l + 1);
-        if ((st = add_attention(b, p, l, TM_DEC_SELF_LN, TM_COUNT, TM_COUNT, TM_DEC_SELF_QKV, TM_DEC_SELF_OUT))) return st;
+        snprintf(p, sizeof p, b->c->ssru ? "decoder_l%d_rnn" : "decoder_l%d_self", l + 1);
+        if ((st = b->c->ssru ? add_ssru(b, p, l)
+                             : add_attention(b, p, l, TM_DEC_SELF_LN, TM_COUNT, TM_COUNT, TM_DEC_SELF_QKV, TM_DEC_SELF_OUT)))
+            return st;
         snprintf(p, sizeof p, "decoder_l%d_context", l + 1);
         if ((st = add_attention(b, p, l, TM_DEC_CROSS_LN, TM_DEC_CROSS_Q, TM_DEC_CROSS_KV, TM_COUNT, TM_DEC_CROSS_OUT)))
             return st;
@@ -852,7 +894,7 @@ static tern_status_t build_weights(builder_t *b, const npy_t **emb) {
     /* a layer beyond enc-depth / dec-depth: the options do not describe these arrays */
     char extra[2][64];
     snprintf(extra[0], sizeof extra[0], "encoder_l%d_self_Wq", b->c->enc_layers + 1);
-    snprintf(extra[1], sizeof extra[1], "decoder_l%d_self_Wq", b->c->dec_layers + 1);
+    snprintf(extra[1], sizeof extra[1], b->c->ssru ? "decoder_l%d_rnn_W" : "decoder_l%d_self_Wq", b->c->dec_layers + 1);
     for (int k = 0; k < 2; k++)
         if (npz_get(b->z, extra[k]))
             return tern_error(TERN_ERR_MISMATCH, "%s: array '%s' but %s says %s %d", b->z->path, extra[k], b->c->path,

@@ -47,6 +47,8 @@ struct transformer_state {
     float **k_cache, **v_cache;
     int n_slots, slot_cap;
     int *slot_map;             /* (slot_cap) compact_slots' old -> new slot ids */
+    /* SSRU decoder (m->dec_ssru): each row's cell state c of every layer, and set_rows' gather */
+    float *ssru_c, *ssru_tmp;  /* (rows_cap, dec_layers, d) */
     /* workspace */
     float *x, *h, *big, *ctx, *scores, *raw;
     size_t x_cap, h_cap, big_cap, ctx_cap, scores_cap, raw_cap; /* in floats */
@@ -246,6 +248,8 @@ void transformer_state_free(transformer_state_t *st) {
     free(st->tmp_t);
     free(st->live);
     free(st->slot_map);
+    free(st->ssru_c);
+    free(st->ssru_tmp);
     aligned_free(st->x);
     aligned_free(st->h);
     aligned_free(st->big);
@@ -271,9 +275,16 @@ static tern_status_t ensure_rows(transformer_state_t *st, int R, int T) {
     int *chunk = malloc(((size_t)rc + 1) * sizeof(int));
     int *rt = malloc((size_t)rc * sizeof(int));
     int *trt = malloc((size_t)rc * sizeof(int));
-    if (!path || !tmp || !sent || !tsent || !chunk || !rt || !trt) {
-        free(path), free(tmp), free(sent), free(tsent), free(chunk), free(rt), free(trt);
+    size_t sw = st->m->dec_ssru ? (size_t)st->m->dec_layers * st->m->d : 0; /* SSRU state floats per row */
+    float *sc = sw ? malloc((size_t)rc * sw * sizeof(float)) : NULL, *stmp = sw ? malloc((size_t)rc * sw * sizeof(float)) : NULL;
+    if (!path || !tmp || !sent || !tsent || !chunk || !rt || !trt || (sw && (!sc || !stmp))) {
+        free(path), free(tmp), free(sent), free(tsent), free(chunk), free(rt), free(trt), free(sc), free(stmp);
         return tern_error(TERN_ERR_NOMEM, "decoder rows: out of memory");
+    }
+    if (sw) {
+        if (st->R) memcpy(sc, st->ssru_c, (size_t)st->R * sw * sizeof(float));
+        free(st->ssru_c), free(st->ssru_tmp);
+        st->ssru_c = sc, st->ssru_tmp = stmp;
     }
     for (int r = 0; r < st->R; r++) {
         memcpy(path + (size_t)r * tc, st->path + (size_t)r * st->t_cap, (size_t)st->row_t[r] * sizeof(int));
@@ -465,6 +476,7 @@ tern_status_t transformer_encode(transformer_state_t *st, const int *const *src,
     st->R = 0;
     if ((s = ensure_rows(st, N, 64))) return s;
     for (int n = 0; n < N; n++) st->row_sent[n] = n, st->row_t[n] = 0;
+    if (m->dec_ssru) memset(st->ssru_c, 0, (size_t)N * m->dec_layers * d * sizeof(float)); /* c = 0 at step 0 */
     st->R = N;
     return TERN_OK;
 }
@@ -517,6 +529,7 @@ tern_status_t transformer_admit(transformer_state_t *st, const int *const *src, 
         st->src_off[N0 + i] += P;
         st->row_sent[st->R + i] = N0 + i;
         st->row_t[st->R + i] = 0;
+        if (m->dec_ssru) memset(st->ssru_c + (size_t)(st->R + i) * m->dec_layers * d, 0, (size_t)m->dec_layers * d * sizeof(float));
     }
     st->P = P + Pn;
     st->S = S;
@@ -540,6 +553,15 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
         memcpy(st->path_tmp + (size_t)i * tc, st->path + (size_t)parent[i] * tc, (size_t)t * sizeof(int));
         st->tmp_sent[i] = sent[i];
         st->tmp_t[i] = t;
+        if (st->m->dec_ssru) { /* the row's SSRU states: its parent's */
+            size_t sw = (size_t)st->m->dec_layers * st->m->d;
+            memcpy(st->ssru_tmp + (size_t)i * sw, st->ssru_c + (size_t)parent[i] * sw, sw * sizeof(float));
+        }
+    }
+    if (st->m->dec_ssru) {
+        float *f = st->ssru_c;
+        st->ssru_c = st->ssru_tmp;
+        st->ssru_tmp = f;
     }
     int *p = st->path;
     st->path = st->path_tmp;
@@ -642,7 +664,7 @@ static tern_status_t decoder_workspace(transformer_state_t *st, int t, dstep_t *
         return tern_error(TERN_ERR_INVALID_ARG, "decoder: step %d beyond the %d positions of the model", tmax, m->dec_max_pos);
     t = tmax;
     if ((s = ensure_rows(st, R, t + 1))) return s;
-    if ((s = ensure_slots(st, R))) return s;
+    if (!m->dec_ssru && (s = ensure_slots(st, R))) return s;
     size_t wide = (size_t)R * (size_t)(3 * d > F ? 3 * d : F);
     GROW_F(st, x, (size_t)R * d);
     GROW_F(st, h, (size_t)R * d);
@@ -779,7 +801,25 @@ static void decoder_cross_attention(const dstep_t *c, int l, float *attn) {
     }
 }
 
-/* One decoder layer on the rows x: self-attention, cross-attention, feed-forward. */
+/* The SSRU in place of layer l's self-attention (Marian's --dec-cell ssru: src/rnn/cells.h SSRU):
+ * from big (R, 2d) = u | f of the sub-layer's input, each row's cell state c = sigmoid(f) c' +
+ * (1 - sigmoid(f)) u replaces its previous c' (its own: set_rows gathered them), and h = relu(c) is
+ * the sub-layer's output. */
+static void decoder_ssru(const dstep_t *c, int l) {
+    const transformer_t *m = c->st->m;
+    int d = c->d;
+    for (int r = 0; r < c->R; r++) {
+        const float *u = c->big + (size_t)r * 2 * d, *f = u + d;
+        float *cs = c->st->ssru_c + ((size_t)r * m->dec_layers + l) * d, *h = c->h + (size_t)r * d;
+        for (int i = 0; i < d; i++) {
+            float g = 1.0f / (1.0f + expf(-f[i]));
+            cs[i] = g * cs[i] + (1.0f - g) * u[i];
+            h[i] = cs[i] > 0.0f ? cs[i] : 0.0f;
+        }
+    }
+}
+
+/* One decoder layer on the rows x: self-attention (or SSRU), cross-attention, feed-forward. */
 static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     transformer_state_t *st = c->st;
     const dec_layer_t *L = &st->m->dec[l];
@@ -787,12 +827,18 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     float *big = c->big, *h = c->h, *ctx = c->ctx;
     tern_status_t s;
     const float *in = sublayer_in(c, &L->ln_self);
-    PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
-    if (s) return s;
-    if (c->raw && (s = linear(st, c->raw, c->x, &L->qkv, L->pk_qkv, R))) return s;
-    PROF(7, "dec_selfattn", decoder_self_attention(c, l));
-    PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
-    if (s) return s;
+    if (st->m->dec_ssru) {
+        PROF(6, "dec_ssru", s = linear(st, big, in, &L->ssru, L->pk_ssru, R));
+        if (s) return s;
+        decoder_ssru(c, l);
+    } else {
+        PROF(6, "dec_qkv", s = linear(st, big, in, &L->qkv, L->pk_qkv, R));
+        if (s) return s;
+        if (c->raw && (s = linear(st, c->raw, c->x, &L->qkv, L->pk_qkv, R))) return s;
+        PROF(7, "dec_selfattn", decoder_self_attention(c, l));
+        PROF(8, "dec_selfout", s = linear(st, h, ctx, &L->self_out, L->pk_self_out, R));
+        if (s) return s;
+    }
     sublayer_out(c, &L->ln_self);
 
     in = sublayer_in(c, &L->ln_cross);
@@ -887,7 +933,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;
     st->ban_rows = NULL;
-    st->n_slots += c.R;
+    if (!m->dec_ssru) st->n_slots += c.R;
     for (int r = 0; r < c.R; r++) st->row_t[r]++;
     st->t = t + 1;
     return TERN_OK;
@@ -998,7 +1044,8 @@ static int weight_uses(const transformer_t *m, const void *w) {
     }
     for (int l = 0; l < m->dec_layers; l++) {
         const dec_layer_t *L = &m->dec[l];
-        n += U(L->qkv) + U(L->self_out) + U(L->cross_q) + U(L->cross_kv) + U(L->cross_out) + U(L->ffn1) + U(L->ffn2);
+        n += U(L->qkv) + U(L->self_out) + U(L->cross_q) + U(L->cross_kv) + U(L->cross_out) + U(L->ffn1) + U(L->ffn2) +
+             U(L->ssru);
     }
     return n;
 #undef U
@@ -1107,7 +1154,7 @@ static int model_uses(const transformer_t *m, const void *p) {
         const dec_layer_t *L = &m->dec[l];
         if (USES_LN(L->ln_self) || USES_LN(L->ln_cross) || USES_LN(L->ln_ffn) || USES_LIN(L->qkv) ||
             USES_LIN(L->self_out) || USES_LIN(L->cross_q) || USES_LIN(L->cross_kv) || USES_LIN(L->cross_out) ||
-            USES_LIN(L->ffn1) || USES_LIN(L->ffn2))
+            USES_LIN(L->ffn1) || USES_LIN(L->ffn2) || USES_LIN(L->ssru))
             return 1;
     }
     return 0;
@@ -1161,7 +1208,8 @@ tern_status_t transformer_pack(transformer_t *m, weights_t *w) {
             (s = pack_one(m, w, &L->cross_q, 0, &L->pk_cross_q)) ||
             (s = pack_one(m, w, &L->cross_kv, 0, &L->pk_cross_kv)) ||
             (s = pack_one(m, w, &L->cross_out, 0, &L->pk_cross_out)) ||
-            (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)))
+            (s = pack_one(m, w, &L->ffn1, relu, &L->pk_ffn1)) || (s = pack_one(m, w, &L->ffn2, 0, &L->pk_ffn2)) ||
+            (s = pack_one(m, w, &L->ssru, 0, &L->pk_ssru)))
             return s;
     }
     if (!m->keep_proj && (s = pack_one(m, w, &m->proj, 0, &m->pk_proj))) return s;

@@ -7,7 +7,8 @@
  *
  * The weights (transformer_t) are read-only after loading and shared by every thread. The
  * per-thread state (transformer_state_t) holds the encoder output, the cross-attention keys and
- * values (projected once per batch) and the decoder self-attention cache. The cache is a tree:
+ * values (projected once per batch) and the decoder self-attention cache (an SSRU decoder: one
+ * state row per decoder row and layer instead, gathered by transformer_set_rows). The cache is a tree:
  * every decoder step appends one key/value slot per live row, and each row keeps the path of
  * slot ids it descends from, so reordering beams copies a few ints instead of the cached keys.
  */
@@ -55,6 +56,9 @@ typedef struct {
     layernorm_t ln_ffn;
     linear_t ffn1;        /* (F, d) */
     linear_t ffn2;        /* (d, F) */
+    linear_t ssru;        /* dec_ssru: (2d, d) W and Wf stacked, bias (2d) 0 and bf; qkv and self_out
+                             unused then */
+    const void *pk_ssru;
     const void *pk_qkv, *pk_self_out, *pk_cross_q, *pk_cross_kv, *pk_cross_out, *pk_ffn1, *pk_ffn2;
 } dec_layer_t;
 
@@ -70,6 +74,10 @@ typedef struct {
                                  are projected from the layer's input before its norm (step 0's
                                  attention: from the normed input), as Marian 1.12 decodes
                                  (marian_format.h) */
+    int dec_ssru;             /* the decoder's self-attention is Marian's SSRU (--dec-cell ssru): per
+                                 layer u = x W, f = x Wf + bf, c = sigmoid(f) c' + (1 - sigmoid(f)) u
+                                 (c' the row's previous c, 0 at step 0), output relu(c) into the
+                                 sub-layer's residual and norm; each row carries its c per layer */
     int alignment_layer;      /* decoder layer whose cross-attention is returned (>= 0) */
     int alignment_heads;      /* heads averaged for it (0: all) */
     /* weights */
@@ -90,7 +98,7 @@ typedef struct {
     int ffn1_relu_packed;     /* packed ffn1 layers apply the ReLU themselves */
     size_t packed_bytes;      /* bytes of packed weights */
     size_t weight_bytes;      /* bytes of weights as run */
-    tern_hparam_t hparams[6]; /* what tern_model_info() tells of the shape (transformer_family.c) */
+    tern_hparam_t hparams[7]; /* what tern_model_info() tells of the shape (transformer_family.c) */
     /* memory owned by the model (converted/quantized tensors, tables) */
     void **owned;
     int n_owned, cap_owned;

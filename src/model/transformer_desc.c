@@ -15,7 +15,7 @@ static const tmodule_kind_t KIND[TM_COUNT] = {
     [TM_DEC_POS] = TK_POSITIONS, [TM_ENC_SELF_LN] = TK_NORM, [TM_ENC_SELF_QKV] = TK_LINEAR,
     [TM_ENC_SELF_OUT] = TK_LINEAR, [TM_ENC_FFN_LN] = TK_NORM, [TM_ENC_FFN1] = TK_LINEAR,
     [TM_ENC_FFN2] = TK_LINEAR, [TM_ENC_FINAL_LN] = TK_NORM, [TM_DEC_SELF_LN] = TK_NORM,
-    [TM_DEC_SELF_QKV] = TK_LINEAR, [TM_DEC_SELF_OUT] = TK_LINEAR, [TM_DEC_CROSS_LN] = TK_NORM,
+    [TM_DEC_SELF_QKV] = TK_LINEAR, [TM_DEC_SELF_OUT] = TK_LINEAR, [TM_DEC_SSRU] = TK_LINEAR, [TM_DEC_CROSS_LN] = TK_NORM,
     [TM_DEC_CROSS_Q] = TK_LINEAR, [TM_DEC_CROSS_KV] = TK_LINEAR, [TM_DEC_CROSS_OUT] = TK_LINEAR,
     [TM_DEC_FFN_LN] = TK_NORM, [TM_DEC_FFN1] = TK_LINEAR, [TM_DEC_FFN2] = TK_LINEAR,
     [TM_DEC_FINAL_LN] = TK_NORM, [TM_PROJ] = TK_LINEAR,
@@ -36,6 +36,10 @@ static const char *const PARTS[] = {"weight", "bias", "gamma", "beta", "encoding
 #define Q8 DESC_Q8
 #define F32 DESC_F32
 /* a linear module's weight (N, K) and bias (N) */
+/* the same, existing when cond */
+#define LINEAR_IF(path, layers, N, K, side, cond, mod)                                                           \
+    {path "/weight", layers, N, K, Q8, side, cond, NOALIAS, mod, TP_WEIGHT},                                    \
+    {path "/bias", layers, N, V, F32, side, cond, NOALIAS, mod, TP_BIAS}
 #define LINEAR(path, layers, N, K, side, mod)                                                                    \
     {path "/weight", layers, N, K, Q8, side, A, NOALIAS, mod, TP_WEIGHT},                                       \
     {path "/bias", layers, N, V, F32, side, A, NOALIAS, mod, TP_BIAS}
@@ -62,8 +66,9 @@ static const desc_spec_t SPECS[] = {
     LINEAR("encoder/layer_%d/ffn/linear_1", EL, D(1, C), D(1, F), ENC, TM_ENC_FFN2),
     NORM("encoder/layer_norm", ONE, ENC, TD_PRE_NORM, TM_ENC_FINAL_LN),
     NORM("decoder/layer_%d/self_attention/layer_norm", DL, DEC, A, TM_DEC_SELF_LN),
-    LINEAR("decoder/layer_%d/self_attention/linear_0", DL, D(3, C), D(1, C), DEC, TM_DEC_SELF_QKV),
-    LINEAR("decoder/layer_%d/self_attention/linear_1", DL, D(1, C), D(1, C), DEC, TM_DEC_SELF_OUT),
+    LINEAR_IF("decoder/layer_%d/self_attention/linear_0", DL, D(3, C), D(1, C), DEC, TD_SELF_ATTN, TM_DEC_SELF_QKV),
+    LINEAR_IF("decoder/layer_%d/self_attention/linear_1", DL, D(1, C), D(1, C), DEC, TD_SELF_ATTN, TM_DEC_SELF_OUT),
+    LINEAR_IF("decoder/layer_%d/ssru/linear_0", DL, D(2, C), D(1, C), DEC, TD_SSRU, TM_DEC_SSRU),
     NORM("decoder/layer_%d/attention/layer_norm", DL, DEC, A, TM_DEC_CROSS_LN),
     LINEAR("decoder/layer_%d/attention/linear_0", DL, D(1, C), D(1, C), DEC, TM_DEC_CROSS_Q),
     LINEAR("decoder/layer_%d/attention/linear_1", DL, D(2, C), D(1, C), DEC, TM_DEC_CROSS_KV),
@@ -88,6 +93,7 @@ static const desc_spec_t SPECS[] = {
 #undef Q8
 #undef F32
 #undef LINEAR
+#undef LINEAR_IF
 #undef NORM
 
 enum { N_SPECS = (int)(sizeof SPECS / sizeof SPECS[0]) };
@@ -108,13 +114,14 @@ static const desc_key_t KEYS[TKEY_COUNT] = {
                              DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
     [TKEY_DEC_RAW_SELF_KV] = {"decoder/marian_raw_self_kv", DT_I8, DESC_CONST, 0, 0, 1,
                               DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
+    [TKEY_DEC_SSRU] = {"decoder/ssru", DT_I8, TD_SSRU, 0, 0, 1, DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
     [TKEY_DEC_NEVER_UNK] = {"decoder/marian_never_unk", DT_I8, DESC_CONST, 0, 0, 1,
                             DESC_KEY_OPTIONAL | DESC_KEY_READONLY},
 };
 
 static const char *const DIM_NAMES[TD_COUNT] = {"Vs", "Vt", "C", "F", "Le", "Ld", "P", "pre_norm", "learned_pos",
                                                 "share_emb", "tie_proj", "proj_bias", "heads", "activation",
-                                                "scale_embeddings"};
+                                                "scale_embeddings", "ssru", "self_attn"};
 
 /* CTranslate2's other name of the encoder's embeddings (a single-embedding spec). */
 static const char *const ALT_NAMES[][2] = {{TRANSFORMER_ENC_EMB_ALT, "encoder/embeddings_0/weight"}, {NULL, NULL}};
@@ -123,6 +130,9 @@ static const char *const UNSUPPORTED_KEYS[] = {"decoder/alibi", "encoder/multi_q
                                                "decoder/multi_query_attention", NULL};
 static const char *const UNSUPPORTED_PARTS[] = {"rotary", "relative_position", "input_layer_norm", "/rms",
                                                 "layer_scalar", "embeddings_1/", NULL};
+
+/* The decoder self-attention's linears exist unless its layers are SSRUs. */
+static void derive(int *dims) { dims[TD_SELF_ATTN] = !dims[TD_SSRU]; }
 
 const model_desc_t TRANSFORMER_DESC = {
     .family = "transformer",
@@ -135,7 +145,7 @@ const model_desc_t TRANSFORMER_DESC = {
     .n_keys = TKEY_COUNT,
     .dim_names = DIM_NAMES,
     .n_dims = TD_COUNT,
-    .derive = NULL,
+    .derive = derive,
 };
 
 void transformer_dims_array(const transformer_dims_t *d, const transformer_spec_t *spec, int out[TD_COUNT]) {
@@ -144,8 +154,9 @@ void transformer_dims_array(const transformer_dims_t *d, const transformer_spec_
         out[TD_VS] = d->src_vocab, out[TD_VT] = d->tgt_vocab, out[TD_C] = d->d, out[TD_F] = d->ff;
         out[TD_LE] = d->enc_layers, out[TD_LD] = d->dec_layers, out[TD_P] = d->max_pos;
         out[TD_PRE_NORM] = d->pre_norm, out[TD_LEARNED_POS] = d->learned_pos, out[TD_SHARE_EMB] = d->share_emb;
-        out[TD_TIE_PROJ] = d->tie_proj, out[TD_PROJ_BIAS] = d->proj_bias;
+        out[TD_TIE_PROJ] = d->tie_proj, out[TD_PROJ_BIAS] = d->proj_bias, out[TD_SSRU] = d->ssru != 0;
     }
+    derive(out);
     if (spec) {
         out[TD_HEADS] = spec->num_heads, out[TD_PRE_NORM] = spec->pre_norm != 0, out[TD_ACT] = spec->activation;
         out[TD_SCALE_EMB] = spec->scale_embeddings != 0;

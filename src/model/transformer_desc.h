@@ -43,6 +43,9 @@ typedef enum {
     TM_DEC_SELF_LN,    /* self_attention/layer_norm              norm       (C) */
     TM_DEC_SELF_QKV,   /* self_attention/linear_0                linear     (3C, C) */
     TM_DEC_SELF_OUT,   /* self_attention/linear_1                linear     (C, C) */
+    TM_DEC_SSRU,       /* ssru/linear_0                          linear     (2C, C) the SSRU decoder
+                          (Marian's --dec-cell ssru): W and Wf stacked, bias 0 and bf; in place of
+                          the self-attention's linears (its layer_norm kept: the sub-layer's norm) */
     TM_DEC_CROSS_LN,   /* attention/layer_norm                   norm       (C) */
     TM_DEC_CROSS_Q,    /* attention/linear_0                     linear     (C, C) */
     TM_DEC_CROSS_KV,   /* attention/linear_1                     linear     (2C, C) fused K, V */
@@ -83,6 +86,7 @@ typedef struct {
     int share_emb;            /* the decoder embedding is the encoder's (an alias) */
     int tie_proj;             /* the projection weight is the decoder embedding (an alias) */
     int proj_bias;            /* the projection has a bias */
+    int ssru;                 /* 1: the decoder's self-attention is Marian's SSRU (TM_DEC_SSRU) */
 } transformer_dims_t;
 
 /* The shape of a module's weight (linear (N, K), embedding (V, C), positions (P, C)) or of a
@@ -138,6 +142,8 @@ typedef enum {
     TKEY_DEC_ZERO_START = TKEY_WRITTEN, /* decoder/start_from_zero_embedding (read only) */
     TKEY_DEC_RAW_SELF_KV,     /* decoder/marian_raw_self_kv: Marian 1.12's incremental pre-norm
                                  decoding (read only; Tern's, not CTranslate2's) */
+    TKEY_DEC_SSRU,            /* decoder/ssru: the decoder's self-attention is an SSRU (Marian's
+                                 --dec-cell ssru; read only, Tern's; its linears TM_DEC_SSRU) */
     TKEY_DEC_NEVER_UNK,       /* decoder/marian_never_unk: <unk> is never output, its log-probability
                                  -inf after the softmax (read only; Tern's: a converted Marian model) */
     TKEY_COUNT
@@ -166,6 +172,8 @@ typedef enum {
     TD_VS = 0, TD_VT, TD_C, TD_F, TD_LE, TD_LD, TD_P, TD_PRE_NORM, TD_LEARNED_POS, TD_SHARE_EMB, TD_TIE_PROJ,
     TD_PROJ_BIAS,
     TD_HEADS, TD_ACT, TD_SCALE_EMB, /* the written config keys' values (transformer_spec_t) */
+    TD_SSRU,       /* transformer_dims_t.ssru */
+    TD_SELF_ATTN,  /* derived: !TD_SSRU (the decoder self-attention's linears exist) */
     TD_COUNT
 } tdim_t;
 extern const model_desc_t TRANSFORMER_DESC;

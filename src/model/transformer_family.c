@@ -29,6 +29,7 @@ static tern_status_t tf_build(void **net, weights_t *w, const model_config_t *cf
     h[3] = (tern_hparam_t){"num_heads", m->H, NULL};
     h[4] = (tern_hparam_t){"ffn_dim", m->F, NULL};
     h[5] = (tern_hparam_t){"norm", m->pre_norm, m->pre_norm ? "pre" : "post"};
+    h[6] = (tern_hparam_t){"decoder_self", m->dec_ssru, m->dec_ssru ? "ssru" : "attention"}; /* Marian's --dec-cell ssru */
     *net = m;
     return TERN_OK;
 }
@@ -48,7 +49,7 @@ static void tf_describe(const void *net, tern_model_info_t *in) {
     in->max_target_length = m->dec_max_pos;
     in->int8 = m->int8;
     in->weight_bytes = m->weight_bytes;
-    in->num_hparams = 6;
+    in->num_hparams = m->dec_ssru ? 7 : 6; /* decoder_self only where it is an SSRU */
     in->hparams = m->hparams;
 }
 

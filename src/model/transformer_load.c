@@ -342,6 +342,7 @@ static const layer_field_t DEC_FIELDS[] = {
     {TM_DEC_CROSS_Q, offsetof(dec_layer_t, cross_q)}, {TM_DEC_CROSS_KV, offsetof(dec_layer_t, cross_kv)},
     {TM_DEC_CROSS_OUT, offsetof(dec_layer_t, cross_out)}, {TM_DEC_FFN_LN, offsetof(dec_layer_t, ln_ffn)},
     {TM_DEC_FFN1, offsetof(dec_layer_t, ffn1)}, {TM_DEC_FFN2, offsetof(dec_layer_t, ffn2)},
+    {TM_DEC_SSRU, offsetof(dec_layer_t, ssru)},
 };
 
 /* A layer's module (a layer norm or a linear layer) under its description's name and shape. */
@@ -432,7 +433,13 @@ static tern_status_t read_options(transformer_t *m, weights_t *w, tern_compute_t
     m->enc_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_ENC_SCALE_EMB), 1);
     m->dec_scale_emb = (int)scalar_or(w, transformer_key_name(TKEY_DEC_SCALE_EMB), 1);
     m->dec_zero_start = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ZERO_START), 0);
-    m->dec_raw_self_kv = (int)scalar_or(w, transformer_key_name(TKEY_DEC_RAW_SELF_KV), 0) && m->pre_norm;
+    int64_t ssru = scalar_or(w, transformer_key_name(TKEY_DEC_SSRU), 0);
+    if (ssru != 0 && ssru != 1)
+        return tern_error(TERN_ERR_FORMAT, "%s: tensor '%s': %lld (0 or 1)", weights_path(w),
+                          transformer_key_name(TKEY_DEC_SSRU), (long long)ssru);
+    m->dec_ssru = (int)ssru;
+    /* (an SSRU decoder has no self-attention keys and values) */
+    m->dec_raw_self_kv = (int)scalar_or(w, transformer_key_name(TKEY_DEC_RAW_SELF_KV), 0) && m->pre_norm && !m->dec_ssru;
     int al = (int)scalar_or(w, transformer_key_name(TKEY_DEC_ALIGN_LAYER), -1);
     m->alignment_layer = al < 0 ? m->dec_layers + al : al;
     if (m->alignment_layer < 0 || m->alignment_layer >= m->dec_layers) m->alignment_layer = m->dec_layers - 1;
@@ -454,14 +461,16 @@ static tern_status_t load_layers(transformer_t *m, weights_t *w, tern_compute_ty
     m->dec = calloc((size_t)m->dec_layers, sizeof *m->dec);
     if (!m->enc || !m->dec) return tern_error(TERN_ERR_NOMEM, "out of memory");
     transformer_dims_t dims = {m->src_vocab, m->tgt_vocab, d, F, m->enc_layers, m->dec_layers, 0, m->pre_norm,
-                               0, 0, 0, 0};
+                               0, 0, 0, 0, m->dec_ssru};
     for (int l = 0; l < m->enc_layers; l++)
         for (size_t k = 0; k < sizeof ENC_FIELDS / sizeof ENC_FIELDS[0]; k++)
             if ((st = load_module(m, w, &dims, ENC_FIELDS[k].mod, l, compute, (char *)&m->enc[l] + ENC_FIELDS[k].off)))
                 return st;
     for (int l = 0; l < m->dec_layers; l++)
         for (size_t k = 0; k < sizeof DEC_FIELDS / sizeof DEC_FIELDS[0]; k++)
-            if ((st = load_module(m, w, &dims, DEC_FIELDS[k].mod, l, compute, (char *)&m->dec[l] + DEC_FIELDS[k].off)))
+            if (!(m->dec_ssru ? DEC_FIELDS[k].mod == TM_DEC_SELF_QKV || DEC_FIELDS[k].mod == TM_DEC_SELF_OUT
+                              : DEC_FIELDS[k].mod == TM_DEC_SSRU) &&
+                (st = load_module(m, w, &dims, DEC_FIELDS[k].mod, l, compute, (char *)&m->dec[l] + DEC_FIELDS[k].off)))
                 return st;
     if ((st = load_ln(m, w, transformer_module_path(p, sizeof p, TM_ENC_FINAL_LN, -1), d, 1, &m->enc_ln))) return st;
     if ((st = load_ln(m, w, transformer_module_path(p, sizeof p, TM_DEC_FINAL_LN, -1), d, 1, &m->dec_ln))) return st;

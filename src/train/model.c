@@ -104,7 +104,8 @@ static tern_status_t check_config(const tmodel_config_t *c) {
 /* The description's dims of a configuration. */
 static transformer_dims_t dims_of(const tmodel_config_t *c) {
     transformer_dims_t d = {c->src_vocab, c->tgt_vocab, c->d, c->ff, c->enc_layers, c->dec_layers, c->max_pos,
-                            c->pre_norm, c->learned_pos, c->share_emb, c->tie_proj, c->proj_bias};
+                            c->pre_norm, c->learned_pos, c->share_emb, c->tie_proj, c->proj_bias,
+                            0 /* ssru: Tern trains self-attention decoders (--init-from refuses an SSRU one) */};
     return d;
 }
 

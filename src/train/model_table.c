@@ -89,6 +89,9 @@ static tern_status_t tf_config_from_model(void *config, const weights_t *w, cons
     if (!ee || !de || !pw || !f1 || ee->rank != 2 || f1->rank != 2)
         return tern_error(TERN_ERR_FORMAT, "%s: not a Transformer of Tern's or CTranslate2's layout (no encoder "
                           "embedding, decoder embedding, projection or first feed-forward layer)", file);
+    if (tf_key(w, TKEY_DEC_SSRU, 0))
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: an SSRU decoder (Marian's --dec-cell ssru): Tern decodes it but "
+                          "trains self-attention decoders only", file);
     c->d = (int)ee->shape[1];
     c->ff = (int)f1->shape[0];
     c->enc_layers = c->dec_layers = 0;

@@ -109,13 +109,14 @@ static void check_gnmt(int Le, int Ld, int share, int tie) {
     free(g);
 }
 
-static void check_transformer(int pre_norm, int learned, int share, int tie, int bias) {
-    transformer_dims_t d = {40, share ? 40 : 45, 8, 16, 2, 3, 12, pre_norm, learned, share, tie, bias};
+static void check_transformer(int pre_norm, int learned, int share, int tie, int bias, int ssru) {
+    transformer_dims_t d = {40, share ? 40 : 45, 8, 16, 2, 3, 12, pre_norm, learned, share, tie, bias, ssru};
     transformer_spec_t spec = {2, pre_norm, 1, 1};
     int dims[TD_COUNT];
     transformer_dims_array(&d, &spec, dims);
     char label[64];
-    snprintf(label, sizeof label, "transformer pre %d pos %d sh %d tie %d b %d", pre_norm, learned, share, tie, bias);
+    snprintf(label, sizeof label, "transformer pre %d pos %d sh %d tie %d b %d ssru %d", pre_norm, learned, share, tie,
+             bias, ssru);
     check_generic(label, &TRANSFORMER_DESC, dims);
     int n = transformer_desc_tensors(&d, NULL);
     if (n <= 0) return;
@@ -125,7 +126,19 @@ static void check_transformer(int pre_norm, int learned, int share, int tie, int
         char buf[96];
         CHECK(!strcmp(transformer_tensor_name(buf, sizeof buf, t[i].module, t[i].layer, t[i].part), t[i].name));
         CHECK(desc_quantizable(&TRANSFORMER_DESC, t[i].name) == transformer_desc_quantizable(t[i].name));
+        /* an SSRU decoder (Marian's --dec-cell ssru): its (2C, C) linear per decoder layer in place of the
+         * self-attention's two, whose layer norm stays */
+        int self_lin = t[i].module == TM_DEC_SELF_QKV || t[i].module == TM_DEC_SELF_OUT;
+        CHECK_MSG(ssru ? !self_lin : t[i].module != TM_DEC_SSRU, "%s: %s", label, t[i].name);
+        if (t[i].module == TM_DEC_SSRU && t[i].part == TP_WEIGHT)
+            CHECK(t[i].shape[0] == 16 && t[i].shape[1] == 8 && transformer_desc_quantizable(t[i].name));
     }
+    int n_ssru = 0, n_self_ln = 0;
+    for (int i = 0; i < n; i++) {
+        n_ssru += t[i].module == TM_DEC_SSRU;
+        n_self_ln += t[i].module == TM_DEC_SELF_LN;
+    }
+    CHECK_MSG(n_ssru == (ssru ? 2 * 3 : 0) && n_self_ln == 2 * 3, "%s: %d SSRU tensors, %d norms", label, n_ssru, n_self_ln);
     free(t);
 }
 
@@ -134,6 +147,6 @@ int main(void) {
     for (int m = 0; m < 8; m++) check_gru(m & 1, (m >> 1) & 1, m >> 2);
     for (int Le = 1; Le <= 4; Le++)
         for (int m = 0; m < 4; m++) check_gnmt(Le, 1 + (Le % 3), m & 1, m >> 1);
-    for (int m = 0; m < 32; m++) check_transformer(m & 1, (m >> 1) & 1, (m >> 2) & 1, (m >> 3) & 1, m >> 4);
+    for (int m = 0; m < 64; m++) check_transformer(m & 1, (m >> 1) & 1, (m >> 2) & 1, (m >> 3) & 1, (m >> 4) & 1, m >> 5);
     return check_report("test_desc");
 }

@@ -35,7 +35,7 @@ static void check_shape(const mm_shape_t *s, const char *label) {
     mm_model_t mm;
     mm_build(&mm, s);
     transformer_dims_t dims = {s->src_vocab, s->tgt_vocab, s->d, s->ffn, s->enc_layers, s->dec_layers, 16,
-                               s->pre_norm, s->learned_pos, 0, s->tie_output, 1};
+                               s->pre_norm, s->learned_pos, 0, s->tie_output, 1, 0};
     int n = transformer_desc_tensors(&dims, NULL);
     transformer_tensor_t *t = calloc((size_t)n, sizeof *t);
     CHECK(transformer_desc_tensors(&dims, t) == n);
