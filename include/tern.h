@@ -63,7 +63,7 @@ extern "C" {
 #define TERN_CHANGED_1_2
 
 /* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
-#define TERN_VERSION "1.1.0"
+#define TERN_VERSION "1.2.0"
 
 /* ---------------------------------------------------------------- status */
 
