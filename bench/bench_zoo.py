@@ -18,8 +18,9 @@ of output on source length is reported), cached under WORKDIR/tern-bench-zoo/SHA
 Input: the first --lines WMT22 en-de source lines as the pieces of bench_translate.py's 32k
 SentencePiece model (shared cache WORKDIR/tern-bench), so every engine decodes the same token ids:
 CTranslate2 gets the pieces and </s>, Tern and Marian the pieces (they append </s>, as
-MarianTokenizer does); NLLB: eng_Latn first, and deu_Latn as the target prefix of every output,
-counted as a target token by both.
+MarianTokenizer does); NLLB: CTranslate2 gets eng_Latn first and deu_Latn as the target prefix of
+every output (left out of its outputs before counting), Tern --source-lang eng_Latn --target-lang
+deu_Latn (the code forced as the first output token and left out of the output).
 Each configuration (greedy / beam 4 x float32 / int8 x 1 / 2 threads) runs every engine in a fresh
 process under /usr/bin/time (peak RSS), engines interleaved (the order rotating), --repeat times;
 the median tokens/s counts and the largest peak RSS. Same batches: the input sorted by length in
@@ -83,19 +84,23 @@ def inputs(shape, lines, path):
         f = f"{path}.{eng}"
         with open(f, "w", encoding="utf-8") as out:
             for l in lines:
-                toks = (["eng_Latn"] if shape == "nllb" else []) + l + (["</s>"] if eng == "ct2" else [])
+                toks = (["eng_Latn"] if shape == "nllb" and eng == "ct2" else []) + l + (["</s>"] if eng == "ct2" else [])
                 out.write(" ".join(toks) + "\n")
         files[eng] = f
     return files
 
 
 def tern_extra(shape, n, work):
-    if shape != "nllb":
-        return []
-    p = os.path.join(work, f"prefix-{n}.txt")
-    with open(p, "w") as f:
-        f.write("deu_Latn\n" * n)
-    return ["--target-prefix", p]
+    return ["--source-lang", "eng_Latn", "--target-lang", "deu_Latn"] if shape == "nllb" else []
+
+
+def strip_prefix(path):
+    """CTranslate2's NLLB hypotheses start with the target prefix: left out, as Tern leaves it out."""
+    with open(path, encoding="utf-8") as f:
+        lines = [l.split(" ", 1)[1] if l.startswith("deu_Latn ") else ("" if l == "deu_Latn" else l)
+                 for l in f.read().split("\n")[:-1]]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(l + "\n" for l in lines))
 
 
 def build_model(shape, work, spm_dir, lines, tern):
@@ -120,7 +125,7 @@ def build_model(shape, work, spm_dir, lines, tern):
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(r.stderr[-2000:])
-        got = np.array([len(l.split()) - (1 if shape == "nllb" else 0) + 1 for l in open(out, encoding="utf-8")],
+        got = np.array([len(l.split()) + 1 for l in open(out, encoding="utf-8")],
                        dtype=np.float64)
         slope = float(np.polyfit(src, got, 1)[0])
         corr = float(np.corrcoef(src, got)[0, 1])
@@ -229,6 +234,8 @@ def main():
                 elif eng == "ct2":
                     secs, mb = bt.run_ct2(args, cfg, dirs[eng], files[eng], out, rss,
                                           "deu_Latn" if args.shape == "nllb" else "")
+                    if args.shape == "nllb":
+                        strip_prefix(out)
                 else:
                     secs, mb = run_marian(args, cfg, dirs[eng], files[eng], out, rss)
                 o, toks = bt.count_tokens(out)

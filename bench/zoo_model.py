@@ -331,6 +331,9 @@ def convert(out):
             kwargs["torch_dtype"] = kwargs.pop("dtype", None)
             return super().load_model(model_class, path, **kwargs)
 
+        def load_tokenizer(self, tokenizer_class, path, **kwargs):  # the fast NLLB one needs protobuf
+            return super().load_tokenizer(tokenizer_class, path, use_fast=False, **kwargs)
+
     dst = os.path.join(out, "ct2")
     Converter(os.path.join(out, "hf")).convert(dst, force=True)
     print(json.dumps(dict(ct2=dst)))
