@@ -176,7 +176,42 @@ def normalize(line, spare_base):
     return " ".join(f"<unused_{spare_base + int(t[10:])}>" if t.startswith("madeupword") else t for t in line.split())
 
 
+def table(rows, engines, head):
+    """The Markdown table: median tok/s and its ratios, the best run's ratios beside (on a loaded
+    machine the fastest of the runs is the least disturbed), peak RSS, tokens, agreement."""
+    print(head)
+    print()
+    peers = [e for e in engines if e != "tern"]
+    label = dict(ct2="CT2", marian="Marian")
+    cols = ["config", "Tern tok/s"]
+    for e in peers:
+        cols += [f"{label[e]} tok/s", f"Tern/{label[e]} (best runs)"]
+    cols += ["peak MB Tern / " + " / ".join(label[e] for e in peers), "tokens Tern / " + " / ".join(label[e] for e in peers),
+             "identical " + ", ".join(f"Tern–{label[e]}" for e in peers)]
+    print("| " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * (len(cols) - 1))
+    for r in rows:
+        cells = [r["config"], f"{r['tern']['tps']:.1f}"]
+        for e in peers:
+            if e in r:
+                best = max(r["tern"]["all_tps"]) / max(r[e]["all_tps"])
+                cells += [f"{r[e]['tps']:.1f}", f"**{r[e]['ratio']:.2f}** ({best:.2f})"]
+            else:
+                cells += ["–", "–"]
+        cells.append(" / ".join(f"{r[e]['mb']:.0f}" if e in r else "–" for e in ["tern"] + peers))
+        cells.append(" / ".join(str(r[e]["tokens"]) if e in r else "–" for e in ["tern"] + peers))
+        cells.append(", ".join(f"{r[e]['agree']}/{r['lines']}" if e in r else "–" for e in peers))
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--table":  # the table again from a --json file
+        with open(sys.argv[2]) as f:
+            j = json.load(f)
+        a = j["args"]
+        engines = a["engines"].split(",") if a["engines"] else ENGINES[a["shape"]]
+        return table(j["rows"], engines, f"Machine: {j['machine']}\nShape {a['shape']}; {a['n_lines']} lines; "
+                     f"median of {a['repeat']} runs")
     if len(sys.argv) > 1 and sys.argv[1] == "--ct2-worker":
         return bt.ct2_worker(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "--marian-worker":
@@ -260,28 +295,10 @@ def main():
         import pymarian
         vers.append(f"pymarian {pymarian.__version__}")
     rev = subprocess.run(["git", "-C", bt.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"Machine: {bt.machine()}; {'; '.join(vers)}; tern {rev}")
-    print(f"Shape {args.shape}; input: {len(lines)} WMT22 en-de source lines, {src_tokens} source pieces; batches of "
-          f"{args.batch_size}; median of {args.repeat} runs")
-    print()
-    peers = [e for e in engines if e != "tern"]
-    label = dict(ct2="CT2", marian="Marian")
-    head = "| config | Tern tok/s | " + " | ".join(f"{label[e]} tok/s | Tern/{label[e]}" for e in peers) + \
-           " | Tern MB | " + " | ".join(f"{label[e]} MB" for e in peers) + " | tokens Tern / " + \
-           " / ".join(label[e] for e in peers) + " | identical " + " / ".join(f"Tern–{label[e]}" for e in peers) + " |"
-    print(head)
-    print("|" + "---|" + "---:|" * (head.count("|") - 2))
-    for r in rows:
-        def g(e, k, fmt):
-            return format(r[e][k], fmt) if e in r else "–"
-        cells = [r["config"], g("tern", "tps", ".1f")]
-        for e in peers:
-            cells += [g(e, "tps", ".1f"), g(e, "ratio", ".2f")]
-        cells.append(g("tern", "mb", ".0f"))
-        cells += [g(e, "mb", ".0f") for e in peers]
-        cells.append(" / ".join([str(r["tern"]["tokens"])] + [str(r[e]["tokens"]) if e in r else "–" for e in peers]))
-        cells.append(" / ".join(f"{r[e]['agree']}/{r['lines']}" if e in r else "–" for e in peers))
-        print("| " + " | ".join(cells) + " |")
+    head = (f"Machine: {bt.machine()}; {'; '.join(vers)}; tern {rev}\n"
+            f"Shape {args.shape}; input: {len(lines)} WMT22 en-de source lines, {src_tokens} source pieces; batches of "
+            f"{args.batch_size}; median of {args.repeat} runs")
+    table(rows, engines, head)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(machine=bt.machine(), rows=rows, meta=meta, args=vars(args)), f, indent=1)
