@@ -24,24 +24,26 @@ Weights: transformers' random init (normal, std 0.02; seed fixed), then a length
 hand so that outputs are about as long as their sources (random weights alone give an end token at
 once or never). Sinusoidal positions cannot be overwritten as bench_translate.py's learned table
 is, so the mechanism reads them:
-  * a clean subspace: the sine columns of low frequency (period > 2,000 positions, so nearly
-    linear over a sentence) get nothing from the embeddings and no sublayer writes into them:
-    there the residual stream holds the positions' sines alone (scaled by each layer norm in a
-    post-norm model), on both sides;
-  * readouts r_E (even columns, encoder) and r_D (odd columns, decoder), fitted by least squares so
-    that r . pe(position) = position, with weights summing to 0: a layer norm's mean cancels, only
-    its 1/sigma stays;
+  * a clean subspace: the cosine columns of low frequency (below 1e-3: about 1 over a sentence) and
+    as many of middle frequency (3e-3 .. 3e-2: periods of 200 .. 2,100 positions): the embeddings
+    hold nothing there and no sublayer reads or writes them, so there the residual stream holds
+    the positions' cosines alone (scaled by each layer norm in a post-norm model), on both sides;
+  * readouts r_E (even columns of each band: encoder) and r_D (odd ones: decoder), +1 on the low
+    band and -1 on the middle one: r . pe(t) = f(t) = sum over the middle band of (1 - cos(w t))
+    (less a little from the low band), about quadratic in t over a sentence, the same function on
+    both sides; the weights sum to 0, so a layer norm's mean cancels, only its 1/sigma stays;
   * the last decoder layer's cross-attention: zero query (uniform attention over the source), one
-    value coordinate = r_E . encoder output / s_E (about the source position: their mean is about
-    (L - 1) / 2), written by its output projection as -w x that along u (u in the decoder's
-    columns, r_D . u = 1);
+    value coordinate = V_SCALE x r_E . encoder output / s_E (the mean of f over the source
+    positions), written by its output projection as -w / V_SCALE x that along u (u in the
+    decoder's columns, r_D . u = 1);
   * the end token's embedding row (tied: its output row) = g / s_D x r_D, plus the bias b
-    (final_logits_bias for Marian; for NLLB, which has none, a column c_b that the decoder's final
-    layer norm sets to 1 and only </s> reads): its logit is about g (t - w Lbar) + b, t the step.
+    (final_logits_bias for Marian; for NLLB, which has none, a column that the decoder's final
+    layer norm sets to 1 and only </s> reads): its logit is about g (f(t) - w mean_j f(j)) + b.
 s_E and s_D (what the layer norms leave of the readouts) are measured with transformers on the
-built model; w (slope) and b (offset) are calibrated by bench_zoo.py on a sample of the source
-lines. Every GEMM keeps its full shape: the cost per token is that of the shape; only the lengths
-are steered.
+built model; w is calibrated by bench_zoo.py on a sample of the source lines (b stays 0, below the
+other logits at step 0: no end token at once). Every GEMM keeps its full shape: the cost per token
+is that of the shape; only the lengths are steered. The outputs are degenerate (tied random
+embeddings make a token its own best successor), which costs what any output of their length costs.
 """
 import json
 import math
@@ -63,7 +65,7 @@ LOW_BAND = 1e-3       # cosines of frequency below: about 1 over a sentence
 MID_BAND = (3e-3, 3e-2)  # cosines of these frequencies: 1 - cos(w t) grows over a sentence
 V_SCALE = 0.05        # the value coordinate carries V_SCALE x f (the out projection 1 / V_SCALE): int8-sized
 V_COORD = 5           # the last cross-attention's value coordinate (head 0) that carries the source position
-BIAS_COL_NLLB = 3     # NLLB's bias column (a cosine column, outside the clean subspace)
+BIAS_COL_NLLB = 3     # NLLB's bias column (a sine column of high frequency, outside the clean subspace)
 
 
 def marian_pieces(spm_vocab, rows):
