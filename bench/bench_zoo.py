@@ -231,8 +231,12 @@ def main():
     ap.add_argument("--max-decoding-length", type=int, default=256)
     ap.add_argument("--length-penalty", type=float, default=0.0)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--isa-cap", choices=("AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"),
+                    help="cap Tern and CTranslate2 at this instruction set (bench_translate.py's --isa-cap; "
+                         "Marian is not capped)")
     args = ap.parse_args()
     args.tern = os.path.abspath(args.tern)
+    bt.ISA_CAP = args.isa_cap
     shared = os.path.join(args.workdir, "tern-bench")
     os.makedirs(shared, exist_ok=True)
     spm_model = bt.build_spm(shared)
@@ -297,7 +301,8 @@ def main():
     rev = subprocess.run(["git", "-C", bt.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     head = (f"Machine: {bt.machine()}; {'; '.join(vers)}; tern {rev}\n"
             f"Shape {args.shape}; input: {len(lines)} WMT22 en-de source lines, {src_tokens} source pieces; batches of "
-            f"{args.batch_size}; median of {args.repeat} runs")
+            f"{args.batch_size}; median of {args.repeat} runs" +
+            (f"; Tern and CTranslate2 capped at {args.isa_cap}" if args.isa_cap else ""))
     table(rows, engines, head)
     if args.json:
         with open(args.json, "w") as f:
