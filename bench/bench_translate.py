@@ -283,12 +283,12 @@ def clean_env():
     return env
 
 
-def run_tern(args, cfg, model_dir, inp, out, rss_file):
+def run_tern(args, cfg, model_dir, inp, out, rss_file, extra=()):
     cmd = [args.tern, "translate", "-m", model_dir, "--pretokenized", "-b", str(cfg["beam"]),
            "-w", "1", "-t", str(cfg["threads"]), "--compute-type", cfg["compute"],
            "--max-batch-size", str(args.batch_size), "--max-batch-tokens", str(1 << 24),
            "--read-ahead", "1", "--max-decoding-length", str(args.max_decoding_length),
-           "--length-penalty", str(args.length_penalty), "--progress", inp, out]
+           "--length-penalty", str(args.length_penalty), "--progress", *extra, inp, out]
     r, mb = timed(cmd, rss_file, clean_env())
     reports = re.findall(r"(\d+) sentences, (\d+) target tokens, ([\d.]+) tokens/s", r.stderr)
     if not reports:
@@ -298,16 +298,18 @@ def run_tern(args, cfg, model_dir, inp, out, rss_file):
     return seconds, mb
 
 
-def run_ct2(args, cfg, model_dir, inp, out, rss_file):
+def run_ct2(args, cfg, model_dir, inp, out, rss_file, prefix=""):
+    """prefix: a target token every output starts with (CTranslate2's target_prefix), or none."""
     cmd = [sys.executable, os.path.abspath(__file__), "--ct2-worker", model_dir, inp, out,
            str(cfg["beam"]), str(cfg["threads"]), cfg["compute"], str(args.batch_size),
-           str(args.max_decoding_length), str(args.length_penalty)]
+           str(args.max_decoding_length), str(args.length_penalty), prefix]
     r, mb = timed(cmd, rss_file, clean_env())
     return json.loads(r.stdout.strip().split("\n")[-1])["seconds"], mb
 
 
 def ct2_worker(argv):
-    model_dir, inp, out, beam, threads, compute, bs, maxlen, lp = argv
+    model_dir, inp, out, beam, threads, compute, bs, maxlen, lp = argv[:9]
+    prefix = argv[9] if len(argv) > 9 else ""
     import ctranslate2
     tr = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute, inter_threads=1,
                                 intra_threads=int(threads))
@@ -316,7 +318,7 @@ def ct2_worker(argv):
         batch = [line.split() for line in f.read().split("\n")[:-1]]
     res = tr.translate_batch(batch, beam_size=int(beam), max_batch_size=int(bs), batch_type="examples",
                              max_decoding_length=int(maxlen), length_penalty=float(lp),
-                             return_scores=False)
+                             return_scores=False, target_prefix=[[prefix]] * len(batch) if prefix else None)
     with open(out, "w", encoding="utf-8") as f:
         for r in res:
             f.write(" ".join(r.hypotheses[0]) + "\n")
