@@ -52,34 +52,8 @@ SHAPES = {
                                   transformer_dim_ffn=48, transformer_depth_scaling=True),
 }
 
-TRAIN = r"""
-import json, sys, pymarian
-out, data, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-kw["vocabs"] = [out + "/" + v for v in kw["vocabs"]]
-pymarian.Trainer(type="transformer", model=out + "/model.npz", train_sets=[data + ".en", data + ".de"],
-                 dim_emb=32, transformer_heads=2, enc_depth=2, dec_depth=2, after="100u", mini_batch=32,
-                 maxi_batch=10, cpu_threads=1, seed=1, quiet=True, learn_rate=0.003, lr_warmup=0, **kw).train()
-"""
-
-DECODE = r"""
-import json, sys, pymarian
-d, vocabs, beam, inp = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-tr = pymarian.Translator(models=d + "/model.npz", vocabs=[d + "/" + v for v in vocabs], beam_size=beam, normalize=0,
-                         cpu_threads=1, mini_batch=1, quiet=True, n_best=True, word_scores=True, no_spm_decode=True)
-sp = None
-if vocabs[-1].endswith(".spm"):
-    import sentencepiece
-    sp = sentencepiece.SentencePieceProcessor(model_file=d + "/" + vocabs[-1])
-out = {}
-for line in tr.translate(open(inp, encoding="utf-8").read().splitlines()):
-    f = line.split(" ||| ")
-    i = int(f[0])
-    if i not in out:  # n-best lists are best first
-        pieces = f[1].strip()  # the target pieces, one word score each (the end token's last)
-        text = sp.decode(pieces.split()) if sp else pieces
-        out[i] = [text, [float(x) for x in f[2].split()[1:]], pieces]
-print(json.dumps([out[i] for i in range(len(out))]))
-"""
+sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
+from marian_peer import DECODE, TRAIN  # noqa: E402  (tests/peer: Marian's training and decoding scripts)
 
 
 def run(*args, input=None, check=True):
