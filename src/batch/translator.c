@@ -375,7 +375,7 @@ static tern_status_t decode_batch(tern_translator_t *tr, int *const *src, const 
         if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, fam->source_len(tr->state), fam->step, fam->set_rows,
-                           fam->step_logprobs, fam->set_argmax_only, NULL};
+                           fam->step_logprobs, fam->set_argmax_only, NULL, fam->set_argmax_never};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->num_hypotheses;
@@ -520,7 +520,7 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
         if (max_len[i] > m->info.max_target_length) max_len[i] = m->info.max_target_length;
     }
     decoder_iface_t dec = {tr->state, m->info.target_vocab_size, 0, fam->step, fam->set_rows, fam->step_logprobs,
-                           fam->set_argmax_only, fam->set_argmax_ban};
+                           fam->set_argmax_only, fam->set_argmax_ban, fam->set_argmax_never};
     search_options_t so = {0};
     so.beam_size = o->beam_size;
     so.num_hypotheses = o->beam_size == 1 ? 1 : o->num_hypotheses;

@@ -87,6 +87,12 @@ typedef struct model_family {
      * full row (their full logits where tok would be the largest). rows stays valid until then. An
      * error (nothing set) where it cannot: the search then reads full logits at such steps. */
     tern_status_t (*set_argmax_ban)(void *state, int tok, const unsigned char *rows);
+    /* Optional (NULL: none): in argmax-only mode, until called again (n = 0: none), step() writes
+     * for every row values whose argmax without toks (n <= 8) is that of the full row (the row's
+     * full logits where one of toks would be its largest): tokens the model never outputs (a
+     * Hugging Face checkpoint's pad), removed by the search after the step. An error where it
+     * cannot (nothing set). toks stays valid until the next call. */
+    tern_status_t (*set_argmax_never)(void *state, const int *toks, int n);
 } model_family_t;
 
 /* build() flags */

@@ -58,6 +58,9 @@ struct transformer_state {
     /* rows whose next argmax must not be ban_tok (transformer_set_argmax_ban): the next step only */
     const unsigned char *ban_rows;
     int ban_tok;
+    /* tokens no row's argmax may be (transformer_set_argmax_never): until set again */
+    const int *never;
+    int n_never;
     void *scr_ws;
     size_t scr_ws_cap;
     /* target vocabulary restriction (transformer_set_vocab): the output projection's rows of the
@@ -880,6 +883,13 @@ int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned 
     return 0;
 }
 
+int transformer_set_argmax_never(transformer_state_t *st, const int *toks, int n) {
+    if (n > 0 && ((st->m->screen && !st->m->pk_proj) || n > 8)) return -1;
+    st->never = n > 0 ? toks : NULL;
+    st->n_never = n > 0 ? n : 0;
+    return 0;
+}
+
 /* After a screened projection: a banned row whose largest value is the banned token needs its
  * runner-up, which the screen does not give: that row's full logits (the float32 layer on it alone,
  * its values those of the whole layer's: no row of a GEMM depends on the others). */
@@ -887,12 +897,15 @@ static tern_status_t unscreen_banned(transformer_state_t *st, float *logits, con
     const transformer_t *m = st->m;
     int V = m->tgt_vocab, d = m->d;
     for (int r = 0; r < R; r++) {
-        if (!st->ban_rows[r]) continue;
+        int banned = st->ban_rows && st->ban_rows[r];
+        if (!banned && !st->n_never) continue;
         const float *x = logits + (size_t)r * V;
         int best = 0;
         for (int v = 1; v < V; v++)
             if (x[v] > x[best]) best = v;
-        if (best != st->ban_tok) continue;
+        int out = banned && best == st->ban_tok;
+        for (int i = 0; i < st->n_never && !out; i++) out = best == st->never[i];
+        if (!out) continue;
         tern_status_t s = linear(st, logits + (size_t)r * V, inp + (size_t)r * d, &m->proj, m->pk_proj, 1);
         if (s) return s;
     }
@@ -928,7 +941,7 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
     if (st->vm.N) PROF(14, "proj", s = linear(st, logits, out, &st->vm, st->vm_pk_bytes ? st->vm_pk : NULL, c.R));
     else if (st->argmax_only && m->screen) {
         PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
-        if (!s && st->ban_rows) s = unscreen_banned(st, logits, out, c.R);
+        if (!s && (st->ban_rows || st->n_never)) s = unscreen_banned(st, logits, out, c.R);
     }
     else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
     if (s) return s;

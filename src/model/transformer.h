@@ -172,6 +172,10 @@ void transformer_set_argmax_only(transformer_state_t *st, int on);
  * minimum length on some rows (continuous batching: rows admitted at step 0). Returns -1 (nothing
  * set) where the screen's values are not the full layer's bits (its float32 layer unpacked). */
 int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows);
+/* In argmax-only mode, until set again (n = 0: none), no row's argmax may be one of toks (n <= 8):
+ * a row whose screened largest value is one of them gets its full logits (model_family_t.set_argmax_never).
+ * -1 where it cannot (a screen over an unpacked layer, more than 8 tokens). */
+int transformer_set_argmax_never(transformer_state_t *st, const int *toks, int n);
 
 /* Restricts the output of the following steps to the target ids[0..n) (increasing): step() then
  * writes logits (R, n), column i for ids[i]; n = 0: the whole vocabulary again. Gathers the output

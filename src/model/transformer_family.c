@@ -68,6 +68,12 @@ static tern_status_t tf_encode(void *st, const int *const *src, const int *len, 
 static tern_status_t tf_admit(void *st, const int *const *src, const int *len, int n) {
     return transformer_admit(st, src, len, n);
 }
+static tern_status_t tf_set_argmax_never(void *st, const int *toks, int n) {
+    if (transformer_set_argmax_never(st, toks, n))
+        return tern_error(TERN_ERR_UNSUPPORTED, "argmax without %d token(s): not with this projection", n);
+    return TERN_OK;
+}
+
 static tern_status_t tf_set_argmax_ban(void *st, int tok, const unsigned char *rows) {
     if (transformer_set_argmax_ban(st, tok, rows))
         return tern_error(TERN_ERR_UNSUPPORTED, "screened steps are not the full layer's bits here");
@@ -105,4 +111,5 @@ const model_family_t model_family_transformer = {
     .set_argmax_only = tf_set_argmax_only,
     .admit = tf_admit,
     .set_argmax_ban = tf_set_argmax_ban,
+    .set_argmax_never = tf_set_argmax_never,
 };

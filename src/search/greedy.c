@@ -129,8 +129,23 @@ typedef struct {
 static int greedy_argmax_ok(const greedy_t *g) {
     const search_options_t *opt = g->opt;
     int user_logits = 0;
-    for (int i = 0; i < opt->num_procs; i++) user_logits |= opt->procs[i].stage == SEARCH_STAGE_LOGITS;
+    for (int i = 0; i < opt->num_procs; i++)
+        user_logits |= opt->procs[i].stage == SEARCH_STAGE_LOGITS && !(opt->procs[i].n_bans > 0 && g->dec->set_argmax_never);
     return g->dec->set_argmax_only && !g->dec->logprobs && !g->on_logprobs && !opt->need_scores && !user_logits;
+}
+
+/* Argmax-only steps with processors that only ban tokens (suppressed single tokens: a Hugging Face
+ * checkpoint's pad): the model keeps those tokens out of each row's argmax (set_argmax_never), the
+ * processors then remove them as on full logits. 0 where the model cannot (argmax_ok then 0). */
+static int greedy_set_never(greedy_t *g, int on) {
+    const search_options_t *opt = g->opt;
+    for (int i = 0; i < opt->num_procs; i++)
+        if (opt->procs[i].n_bans > 0 && opt->procs[i].stage == SEARCH_STAGE_LOGITS) {
+            tern_status_t st = g->dec->set_argmax_never(g->dec->self, on ? opt->procs[i].bans : NULL,
+                                                        on ? opt->procs[i].n_bans : 0);
+            return st == TERN_OK;
+        }
+    return 1;
 }
 
 static tern_status_t greedy_alloc(greedy_t *g) {
@@ -274,9 +289,10 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     if (st) return st;
     /* sampling draws from the log-probs, and a sampled hypothesis' score adds its tokens' */
     g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS] || opt->sampling.on;
-    g.argmax_ok = greedy_argmax_ok(&g);
+    g.argmax_ok = greedy_argmax_ok(&g) && greedy_set_never(&g, 1);
     if (!(st = greedy_alloc(&g))) st = greedy_decode(&g, results);
     st = greedy_end(dec, g.argmax_only, st, results, N);
+    if (g.argmax_ok) greedy_set_never(&g, 0);
     proc_chain_free(&g.chain);
     greedy_free(&g);
     return st;

@@ -60,6 +60,11 @@ typedef struct {
     /* optional: the part of a finished hypothesis' raw score that the length penalty leaves alone
      * (LMBR's gain with --lmbr-sum-gain), from its row state: score = (raw - u) / lp + u */
     float (*unnormalized)(void *self, int n, const int *state);
+    /* optional (n_bans > 0): apply() only sets these tokens of every row to -inf at every step (an
+     * unconditional suppression of single tokens, on logits): greedy search may then read only
+     * each row's argmax if the model keeps these tokens out of it (decoder_iface_t.set_argmax_never) */
+    const int *bans;
+    int n_bans;
 } search_proc_t;
 
 #define SEARCH_MAX_PROCS 16

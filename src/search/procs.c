@@ -81,6 +81,7 @@ struct search_procs {
     int beam;    /* beam search (else greedy) */
     float prefix_bias; /* > 0: prefixes bias the rows that follow them (prefix_bias_beta) */
     float *keep; /* (V) values kept by a mask */
+    int *bans;   /* the suppressed sequences' tokens when every one is a single token on logits, else NULL */
     int *keep_tok;
     cons_workspace_t *cons;
     int lmbr_count; /* clipping: the most evidence n-grams of a sentence of the batch */
@@ -323,6 +324,7 @@ static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_g
         search_proc_t p = {0};
         p.self = P, p.history = q->suppress_h, p.apply = suppress_apply;
         p.stage = g->suppress->on_logprobs ? SEARCH_STAGE_LOGPROBS : SEARCH_STAGE_LOGITS;
+        if (P->bans) p.bans = P->bans, p.n_bans = g->suppress->n;
         P->list[P->n++] = p;
     }
     if (q->any_prefix && P->prefix_bias > 0) {
@@ -370,6 +372,10 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
     for (int n = 0; n < N; n++) sdc[n] = sd && sd[n] ? sd[n] : &none;
+    int single = q.sup && !g->suppress->on_logprobs;
+    for (int k = 0; single && k < g->suppress->n; k++) single = g->suppress->len[k] == 1;
+    if (single && (P->bans = malloc((size_t)g->suppress->n * sizeof(int))))
+        for (int k = 0; k < g->suppress->n; k++) P->bans[k] = g->suppress->seq[k][0];
     P->g = g;
     P->sd = sdc;
     P->N = N;
@@ -385,7 +391,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
 
 void search_procs_free(search_procs_t *P) {
     if (!P) return;
-    free(P->keep), free(P->keep_tok);
+    free(P->keep), free(P->keep_tok), free(P->bans);
     cons_workspace_free(P->cons);
     free((void *)P->sd);
     free(P);

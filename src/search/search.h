@@ -35,6 +35,10 @@ typedef struct {
     /* optional (NULL: none): for the next step, in argmax-only mode, rows r with rows[r] set need
      * the argmax over the tokens other than tok (model_family_t.set_argmax_ban) */
     tern_status_t (*set_argmax_ban)(void *self, int tok, const unsigned char *rows);
+    /* optional (NULL: none): in argmax-only mode, from now until it is called with n = 0, every
+     * row's argmax leaves out toks (n): a row whose largest value is one of them gets its full
+     * logits (model_family_t.set_argmax_never); an error where the model cannot */
+    tern_status_t (*set_argmax_never)(void *self, const int *toks, int n);
 } decoder_iface_t;
 
 typedef struct {

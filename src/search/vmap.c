@@ -509,6 +509,7 @@ decoder_iface_t vmap_decoder(vmap_decoder_t *vd, const decoder_iface_t *inner, c
     d.set_rows = vd_set_rows;
     d.set_argmax_only = NULL; /* the restricted projection is already small */
     d.set_argmax_ban = NULL;
+    d.set_argmax_never = NULL;
     return d;
 }
 

@@ -378,7 +378,7 @@ static void run_open(run_t *R, const world_t *W, int alone) {
         R->plen[n] = longest;
     }
     CHECK_EQ_INT(fam->encode(R->state, (const int *const *)R->packed, R->plen, W->N), TERN_OK);
-    R->dec = (decoder_iface_t){R->state, W->V, fam->source_len(R->state), fam->step, fam->set_rows, fam->step_logprobs, NULL, NULL};
+    R->dec = (decoder_iface_t){R->state, W->V, fam->source_len(R->state), fam->step, fam->set_rows, fam->step_logprobs, NULL, NULL, NULL};
     if (!alone) CHECK_EQ_INT(R->dec.source_len, W->S);
 }
 

@@ -136,7 +136,7 @@ static tern_status_t mock_set_rows(void *self, const int *parent, const int *sen
 
 static void run_greedy(const uint64_t *keys, int N, search_result_t *res) {
     mock_t m = {N};
-    decoder_iface_t dec = {&m, MV, 0, mock_step, mock_set_rows, 0, NULL, NULL};
+    decoder_iface_t dec = {&m, MV, 0, mock_step, mock_set_rows, 0, NULL, NULL, NULL};
     search_options_t so = {0};
     so.beam_size = so.num_hypotheses = 1;
     so.need_scores = 1;

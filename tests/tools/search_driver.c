@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
     so.bos = bos;
     so.eos = eos;
     so.procs = search_procs_list(procs, &so.num_procs);
-    decoder_iface_t dec = {&m, m.V, 1, mock_step, mock_set_rows, 0, NULL, NULL};
+    decoder_iface_t dec = {&m, m.V, 1, mock_step, mock_set_rows, 0, NULL, NULL, NULL};
     int ml[64];
     for (int n = 0; n < N; n++) ml[n] = maxlen;
     search_result_t res[64];
