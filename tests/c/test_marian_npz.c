@@ -41,7 +41,7 @@ static void write_file(const char *name, const void *data, size_t n) {
 
 /* model.npz with one stored array "Wemb" (7 x 4 float32) whose sizes in the local header and the
  * central directory then claim `claim` bytes (0: left as written). */
-static void write_npz(uint32_t claim) {
+static void write_npz(uint32_t claim, int big) {
     char p[256];
     snprintf(p, sizeof p, "%s/model.npz", dir);
     uint8_t npy[256];
@@ -55,8 +55,20 @@ static void write_npz(uint32_t claim) {
     zip_fileinfo zi;
     memset(&zi, 0, sizeof zi);
     CHECK(zf && zipOpenNewFileInZip64(zf, "Wemb.npy", &zi, NULL, 0, NULL, 0, NULL, 0, 0, 0) == ZIP_OK &&
-          zipWriteInFileInZip(zf, npy, (unsigned)n) == ZIP_OK && zipCloseFileInZip(zf) == ZIP_OK &&
-          zipClose(zf, NULL) == ZIP_OK);
+          zipWriteInFileInZip(zf, npy, (unsigned)n) == ZIP_OK && zipCloseFileInZip(zf) == ZIP_OK);
+    if (big) { /* an array of 3 MiB (read through the growing buffer), deflated */
+        const char *bh = "{'descr': '<f4', 'fortran_order': False, 'shape': (786432,), }        \n";
+        size_t bl = strlen(bh), bn = 10 + bl + (size_t)786432 * 4;
+        uint8_t *b = calloc(1, bn);
+        memcpy(b, "\x93NUMPY\x01\x00", 8);
+        b[8] = (uint8_t)bl;
+        memcpy(b + 10, bh, bl);
+        for (size_t i = 10 + bl; i < bn; i += 4) b[i + 3] = (uint8_t)(i % 61); /* not all zero */
+        CHECK(zipOpenNewFileInZip64(zf, "big.npy", &zi, NULL, 0, NULL, 0, NULL, Z_DEFLATED, 6, 0) == ZIP_OK &&
+              zipWriteInFileInZip(zf, b, (unsigned)bn) == ZIP_OK && zipCloseFileInZip(zf) == ZIP_OK);
+        free(b);
+    }
+    CHECK(zipClose(zf, NULL) == ZIP_OK);
     if (!claim) return;
     FILE *f = fopen(p, "r+b");
     uint8_t buf[4096];
@@ -118,13 +130,16 @@ int main(void) {
     write_file("vocab.yml", voc, strlen(voc));
 
     /* an entry claiming 3.75 GB (an 11 KB model.npz once made the loader ask for 2.9 GB) */
-    write_npz(0xF0000000u);
+    write_npz(0xF0000000u, 0);
     CHECK_EQ_INT(load_in_child(TERN_ERR_FORMAT, "cannot read it"), 0);
     /* claiming less than it holds: read as truncated too */
-    write_npz(20);
+    write_npz(20, 0);
     CHECK_EQ_INT(load_in_child(TERN_ERR_FORMAT, "Wemb"), 0);
     /* the archive as written (its sizes right): the reader goes on to the options */
-    write_npz(0);
+    write_npz(0, 0);
+    CHECK_EQ_INT(load_in_child(TERN_ERR_FORMAT, "special:model.yml"), 0);
+    /* with an array of 3 MiB (its buffer grown from 1 MiB): read whole, the options still missing */
+    write_npz(0, 1);
     CHECK_EQ_INT(load_in_child(TERN_ERR_FORMAT, "special:model.yml"), 0);
 
     char p[256];
