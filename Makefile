@@ -235,8 +235,10 @@ FUZZ_LIB_C := src/base/file.c src/base/status.c src/model/weights.c src/model/ct
               src/kernels/linear.c src/kernels/gemm_s8.c src/kernels/gemm_s8v.c src/kernels/cpu_isa.c src/kernels/ops.c src/kernels/kernels_ref.c \
               src/kernels/screen.c src/nn/layers.c \
               src/serve/segments.c src/serve/tags.c src/text/sentences.c src/serve/docfile.c \
-              src/search/shortlist.c src/search/vmap.c src/text/align.c src/text/vocab.c src/base/hash64.c
-FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o)
+              src/search/shortlist.c src/search/vmap.c src/text/align.c src/text/vocab.c src/base/hash64.c \
+              src/model/marian_format.c src/model/hf_format.c
+FUZZ_LIB_CC := src/text/spm.cc
+FUZZ_OBJ   := $(FUZZ_LIB_C:%.c=build-fuzz-lib/%.o) $(FUZZ_LIB_CC:%.cc=build-fuzz-lib/%.o)
 FUZZ_FLAGS  = -std=c11 -O1 -g $(ARCH) $(filter-out -Wno-format-truncation,$(WARN)) -fopenmp=libgomp -pthread -fno-omit-frame-pointer \
               -fsanitize=address,undefined -fno-sanitize-recover=undefined
 fuzz: $(FUZZ_BIN)
@@ -244,10 +246,14 @@ build-fuzz-lib/src/serve/docfile.o: CPPFLAGS += $(XML_CFLAGS)
 build-fuzz-lib/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(CPPFLAGS) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+build-fuzz-lib/%.o: %.cc
+	@mkdir -p $(dir $@)
+	clang++ $(CPPFLAGS) $(filter-out -std=c11,$(FUZZ_FLAGS)) -std=c++17 -fno-sanitize=vptr -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 build-fuzz/%: fuzz/%.c fuzz/fuzz_common.h tests/c/mini_model.h $(FUZZ_OBJ)
 	@mkdir -p build-fuzz
 	clang $(CPPFLAGS) -Itests/c $(FUZZ_FLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJ) \
-	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lminizip -lyaml -lgomp -lpthread -lm
+	  -ldnnl -lopenblas -lcjson -lutf8proc $(ICU_LIBS) -lzip $(XML_LIBS) -lminizip -lz -lyaml -lsentencepiece -lstdc++ -lgomp -lpthread -lm
+build-fuzz/fuzz_marian_bin: fuzz/fuzz_marian_npz.c # the same target, with the binary format
 -include $(FUZZ_OBJ:.o=.d)
 .SECONDARY: $(FUZZ_OBJ)
 

@@ -7,6 +7,8 @@
 #   TERN_FUZZ_SECONDS   seconds per target (default 40: CI stays under 30 minutes), except
 #   TERN_FUZZ_SHORTLIST_SECONDS  for fuzz_shortlist (default 10: its reader is small, ~14,000
 #                       inputs a second; CI's budget is nearly used)
+#   TERN_FUZZ_MARIAN_SECONDS  for fuzz_marian_npz and fuzz_marian_bin (default 20 each: Marian's
+#                       model directory is written to /dev/shm per input, ~1,000 inputs a second)
 #   TERN_FUZZ_CORPUS    keep the corpus here between runs (default: a temporary directory)
 #   TERN_FUZZ_JOBS      targets run at once (default: nproc; each target is one libFuzzer process on
 #                       one core, so running them side by side gives each the same time and executions
@@ -38,6 +40,7 @@ for target in build-fuzz/fuzz_*; do
   dict="fuzz/${name#fuzz_}.dict"
   t=$seconds
   [ "$name" = fuzz_shortlist ] && t=${TERN_FUZZ_SHORTLIST_SECONDS:-10}
+  case $name in fuzz_marian_*) t=${TERN_FUZZ_MARIAN_SECONDS:-20} ;; esac
   args=(-max_total_time="$t" -timeout=10 -rss_limit_mb=2048 -max_len=16384
         -print_final_stats=1 -artifact_prefix="build-fuzz/artifacts/$name-")
   [ -f "$dict" ] && args+=(-dict="$dict")

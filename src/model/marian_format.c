@@ -283,6 +283,9 @@ static tern_status_t npz_load(npz_t *z, const char *path) {
     tern_status_t st = TERN_OK;
     if (unzGetGlobalInfo64(zip, &gi) != UNZ_OK || gi.number_entry == 0)
         st = tern_error(TERN_ERR_FORMAT, "%s: an empty or corrupt .npz archive", path);
+    else if (gi.number_entry > (1u << 20)) /* a Marian model has hundreds of arrays */
+        st = tern_error(TERN_ERR_FORMAT, "%s: implausible entry count %llu (corrupt archive?)", path,
+                        (unsigned long long)gi.number_entry);
     if (!st && !(z->a = calloc((size_t)gi.number_entry, sizeof *z->a))) st = tern_error(TERN_ERR_NOMEM, "out of memory");
     int rc = st ? UNZ_OK : unzGoToFirstFile(zip);
     for (ZPOS64_T i = 0; !st && i < gi.number_entry; i++) {
@@ -299,12 +302,23 @@ static tern_status_t npz_load(npz_t *z, const char *path) {
                 st = tern_error(TERN_ERR_FORMAT, "%s: entry '%s': implausible size", path, name);
                 break;
             }
-            size_t size = (size_t)fi.uncompressed_size;
-            uint8_t *buf = malloc(size + 1);
+            /* the buffer grows with what the entry really holds: its header's size is only a claim
+             * (a few corrupt bytes there must not make the loader ask for terabytes) */
+            size_t size = (size_t)fi.uncompressed_size, cap = size < ((size_t)1 << 20) ? size : (size_t)1 << 20;
+            uint8_t *buf = malloc(cap + 1);
             int opened = buf && unzOpenCurrentFile(zip) == UNZ_OK;
             size_t got = 0;
             while (opened && got < size) {
-                unsigned chunk = size - got > (1u << 30) ? (1u << 30) : (unsigned)(size - got);
+                if (got == cap) {
+                    size_t nc = cap > size / 2 ? size : 2 * cap;
+                    uint8_t *nb = realloc(buf, nc + 1);
+                    if (!nb) {
+                        free(buf), buf = NULL;
+                        break;
+                    }
+                    buf = nb, cap = nc;
+                }
+                unsigned chunk = cap - got > (1u << 30) ? (1u << 30) : (unsigned)(cap - got);
                 int r = unzReadCurrentFile(zip, buf + got, chunk);
                 if (r <= 0) break;
                 got += (size_t)r;
