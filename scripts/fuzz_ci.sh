@@ -4,7 +4,7 @@
 # for a bounded time on a seed corpus written at run time (tiny valid models, see
 # fuzz/fuzz_common.h), with the format's dictionary. Exits non-zero when a target crashes, leaks,
 # hits undefined behaviour or a timeout; the input that did it is kept in build-fuzz/artifacts/.
-#   TERN_FUZZ_SECONDS   seconds per target (default 40: CI stays under 30 minutes), except
+#   TERN_FUZZ_SECONDS   seconds per target (default 30: CI stays under 30 minutes), except
 #   TERN_FUZZ_SHORTLIST_SECONDS  for fuzz_shortlist (default 10: its reader is small, ~14,000
 #                       inputs a second; CI's budget is nearly used)
 #   TERN_FUZZ_MARIAN_SECONDS  for fuzz_marian_npz and fuzz_marian_bin (default 20 each: Marian's
@@ -15,7 +15,7 @@
 #                       as one after the other, in a fraction of the wall time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${TERN_FUZZ_SECONDS:-40}
+seconds=${TERN_FUZZ_SECONDS:-30}
 
 if ! command -v clang >/dev/null; then
   echo "fuzz_ci.sh: clang is missing (scripts/setup.sh installs it)" >&2
@@ -46,7 +46,7 @@ for target in build-fuzz/fuzz_*; do
   [ -f "$dict" ] && args+=(-dict="$dict")
   echo "== $name: ${t}s on $(ls "$corpus" | wc -l) seed inputs" > "$work/$name.head"
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
-  ( "$target" "${args[@]}" "$corpus" >"$work/$name.log" 2>&1; echo $? > "$work/$name.rc" ) &
+  { "$target" "${args[@]}" "$corpus" >"$work/$name.log" 2>&1 && echo 0 || echo $?; } > "$work/$name.rc" &
 done
 wait
 status=0

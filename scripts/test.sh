@@ -12,7 +12,30 @@ make -j"$(nproc)" SAN=1 build-san/libtern.a build-san/libtern.so build-san/tern 
   build-san/tests/tools/search_driver build-san/tests/tools/prefix_api_driver
 # LeakSanitizer's suppressions: memory that is not Tern's (tests/lsan.supp says which and why)
 export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-make SAN=1 test-c
+# Runs C unit test programs a core at a time (as tests/test_c_units.py runs them under xdist):
+# run_c_tests LABEL PROGRAM... with the environment the caller exports; prints "LABEL: N passed,
+# M failed" (and each failure's last lines); fails when any failed.
+run_c_tests() {
+  local label=$1; shift
+  local dir pass=0 fail=0 t
+  dir=$(mktemp -d)
+  for t in "$@"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+    { "$t" > "$dir/$(basename "$t").log" 2>&1 && echo 0 || echo $?; } > "$dir/$(basename "$t").rc" &
+  done
+  wait
+  for t in "$@"; do
+    if [ "$(cat "$dir/$(basename "$t").rc")" = 0 ]; then pass=$((pass + 1)); else
+      fail=$((fail + 1)); echo "FAIL $t ($label)"; tail -20 "$dir/$(basename "$t").log"; fi
+  done
+  rm -rf "$dir"
+  echo "$label: $pass passed, $fail failed"
+  [ "$fail" -eq 0 ]
+}
+san_tests=()
+for c in tests/c/test_*.c; do san_tests+=("build-san/tests/$(basename "$c" .c)"); done
+make -j"$(nproc)" SAN=1 "${san_tests[@]}"
+run_c_tests "C unit tests under ASan/UBSan" "${san_tests[@]}"
 # Every instruction set this CPU allows below its own (the uncapped runs below cover the top one),
 # with Tern's libraries capped alike: Tern's dispatch (TERN_MAX_CPU_ISA), oneDNN's
 # (ONEDNN_MAX_CPU_ISA) and, at AVX2, OpenBLAS's core type (Haswell: what OpenBLAS runs on an
@@ -40,20 +63,7 @@ for cap in $(echo "$caps" | head -n -1); do
   capenv=(TERN_MAX_CPU_ISA=$cap ONEDNN_MAX_CPU_ISA=$cap)
   [ "$cap" = AVX2 ] && capenv+=(OPENBLAS_CORETYPE=Haswell)
   echo "== cap $cap (${capenv[*]}): every C unit test"
-  pass=0; fail=0
-  capdir=$(mktemp -d)
-  for t in build/tests/test_*; do  # a test a core (as tests/test_c_units.py runs them under xdist)
-    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
-    ( env "${capenv[@]}" "$t" > "$capdir/$(basename "$t").log" 2>&1; echo $? > "$capdir/$(basename "$t").rc" ) &
-  done
-  wait
-  for t in build/tests/test_*; do
-    if [ "$(cat "$capdir/$(basename "$t").rc")" = 0 ]; then pass=$((pass + 1)); else
-      fail=$((fail + 1)); echo "FAIL $t under cap $cap"; tail -20 "$capdir/$(basename "$t").log"; fi
-  done
-  rm -rf "$capdir"
-  echo "cap $cap C unit tests: $pass passed, $fail failed"
-  [ "$fail" -eq 0 ]
+  ( export "${capenv[@]}"; run_c_tests "cap $cap C unit tests" build/tests/test_* )
   echo "== cap $cap: kernel tests under ASan/UBSan"
   env "${capenv[@]}" build-san/tests/test_kernels | grep -E "int8 GEMM|int8 packed|gemm_s8v|packed float32|test_kernels"
   [ "$cap" = AVX2 ] || continue
@@ -97,6 +107,7 @@ TERN_BIN=build-san/tern .venv/bin/python -m pytest -q -p no:cacheprovider tests/
 # The search's processors (prefixes, suppression, restriction, constraints, LMBR) and `tern mbr`.
 TERN_BIN=build-san/tern SEARCH_DRIVER=build-san/tests/tools/search_driver \
   PREFIX_API_DRIVER=build-san/tests/tools/prefix_api_driver .venv/bin/python -m pytest -q \
-  -p no:cacheprovider tests/test_search_constraints.py tests/test_lmbr.py tests/test_mbr.py -k "not speed"
+  -p no:cacheprovider -n "$(nproc)" --dist loadfile tests/test_search_constraints.py tests/test_lmbr.py \
+  tests/test_mbr.py -k "not speed"
 echo "== full test suite (one test file per worker, a worker per core: pytest-xdist)"
 .venv/bin/python -m pytest -q -n "$(nproc)" --dist loadfile tests
