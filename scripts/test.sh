@@ -32,10 +32,10 @@ run_c_tests() {
   echo "$label: $pass passed, $fail failed"
   [ "$fail" -eq 0 ]
 }
-san_tests=()
-for c in tests/c/test_*.c; do san_tests+=("build-san/tests/$(basename "$c" .c)"); done
-make -j"$(nproc)" SAN=1 "${san_tests[@]}"
-run_c_tests "C unit tests under ASan/UBSan" "${san_tests[@]}"
+san_c_tests=()
+for c in tests/c/test_*.c; do san_c_tests+=("build-san/tests/$(basename "$c" .c)"); done
+make -j"$(nproc)" SAN=1 "${san_c_tests[@]}"
+run_c_tests "C unit tests under ASan/UBSan" "${san_c_tests[@]}"
 # Every instruction set this CPU allows below its own (the uncapped runs below cover the top one),
 # with Tern's libraries capped alike: Tern's dispatch (TERN_MAX_CPU_ISA), oneDNN's
 # (ONEDNN_MAX_CPU_ISA) and, at AVX2, OpenBLAS's core type (Haswell: what OpenBLAS runs on an
