@@ -38,9 +38,6 @@ TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 DATA = os.environ.get("TERN_MULTI30K") or os.path.join(ROOT, "..", "shared", "data", "multi30k")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
 N_TRAIN, N_TEST = 2000, 100
-GREEDY = ["-b", "1", "--max-length-a", "3", "--min-length", "0"]
-BEAM4 = ["-b", "4", "--eos-policy", "marian", "--no-early-stop", "--length-penalty", "0", "--max-length-a", "3",
-         "--min-length", "0"]
 
 SHAPES = {
     "postnorm-tied-all-swish-spm": dict(vocabs=["vocab.spm", "vocab.spm"], dim_vocabs=[300, 300],
@@ -53,7 +50,7 @@ SHAPES = {
 }
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "peer"))
-from marian_peer import DECODE, TRAIN  # noqa: E402  (tests/peer: Marian's training and decoding scripts)
+from marian_peer import BEAM4, DECODE, GREEDY, TRAIN  # noqa: E402  (tests/peer: Marian's training and decoding scripts)
 
 
 def run(*args, input=None, check=True):

@@ -10,6 +10,13 @@ length normalization; prints a JSON list per input line [text, word scores (the 
 pieces] of the best hypothesis.
 """
 
+# Tern's options that decode as Marian does (docs/models.md, "Marian's search"): greedy with Marian's
+# --max-length-factor 3 and an empty output allowed; beam search with Marian's EOS policy, no early
+# stop, no length normalization (--normalize 0)
+GREEDY = ["-b", "1", "--max-length-a", "3", "--min-length", "0"]
+BEAM4 = ["-b", "4", "--eos-policy", "marian", "--no-early-stop", "--length-penalty", "0", "--max-length-a", "3",
+         "--min-length", "0"]
+
 TRAIN = r"""
 import json, sys, pymarian
 out, data, kw = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
