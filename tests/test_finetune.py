@@ -121,3 +121,40 @@ def test_init_from_errors(news, tmp_path):
     r = run("train", "--init-from", MODEL, "--freeze", "decoder", "--train-src", news / "ft.en", "--train-tgt",
             news / "ft.de", "--save-dir", tmp_path / "s3", "-q", ok=False)
     assert r.returncode == 2 and "--freeze must be embeddings or encoder" in r.stderr
+
+
+def test_init_layers_keep_the_chosen_layers(news, tmp_path):
+    """--init-encoder-layers 1,2,3 --init-decoder-layers 3,0: a 3+2 model whose encoder layers 0..2 are
+    the model's 1..3 and whose decoder layers 0 and 1 are its 3 and 0 (a shallow student started from
+    its teacher); embeddings and final norms the model's. One update at lr 1e-12 moves no value by more
+    than 1e-9 (Adam's step is about lr), so each tensor must equal its source, dequantized."""
+    ck = train(news, tmp_path / "run", "--max-updates", "1", "--lr-scheduler", "constant", "--lr", "1e-12",
+               "--init-encoder-layers", "1,2,3", "--init-decoder-layers", "3,0")
+    init, got = read_st(os.path.join(MODEL, "model.safetensors")), read_st(ck / "model.safetensors")
+    layers = lambda side: sorted({k.split("/")[1] for k in got if k.startswith(side + "/layer_") and k.split("/")[1][6:].isdigit()})
+    assert layers("encoder") == ["layer_0", "layer_1", "layer_2"] and layers("decoder") == ["layer_0", "layer_1"]
+    src = {"encoder": {0: 1, 1: 2, 2: 3}, "decoder": {0: 3, 1: 0}}
+    checked = 0
+    for k, v in got.items():
+        if v.ndim < 1 or v.dtype != np.float32:
+            continue
+        parts = k.split("/")
+        if parts[1].startswith("layer_") and parts[1][6:].isdigit():
+            parts[1] = "layer_%d" % src[parts[0]][int(parts[1][6:])]
+        want = init["/".join(parts)]
+        if want.dtype == np.int8:
+            want = want.astype(np.float32) / init["/".join(parts) + "_scale"][:, None]
+        assert np.abs(got[k] - want).max() <= 1e-9, k
+        checked += 1
+    assert checked > 50
+    hyp = run("translate", "-m", ck, "-t", "1", "-q", "-b", "2", news / "ft.en").stdout
+    assert hyp.count("\n") == N
+    base = ["train", "--init-from", MODEL, "--train-src", news / "ft.en", "--train-tgt", news / "ft.de", "-q"]
+    for opt, val, msg in (("--init-decoder-layers", "0,7", "no layer decoder/layer_7"),
+                          ("--init-decoder-layers", "1,1", "layer decoder/layer_1 kept twice"),
+                          ("--init-encoder-layers", "0;1", "--init-encoder-layers '0;1': a comma-separated list")):
+        r = run(*base, "--save-dir", tmp_path / ("e" + val), opt, val, ok=False)
+        assert r.returncode != 0 and msg in r.stderr, r.stderr
+    r = run("train", "--vocab", MODEL, "--train-src", news / "ft.en", "--train-tgt", news / "ft.de", "--save-dir",
+            tmp_path / "e", "--init-decoder-layers", "0", "-q", ok=False)
+    assert r.returncode == 2 and "give it" in r.stderr, r.stderr

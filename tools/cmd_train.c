@@ -96,6 +96,9 @@ static void usage(FILE *f) {
 "                              and parameters; its vocabulary, SentencePiece model and\n"
 "                              generation_config.json unless --vocab is given; the optimizer and\n"
 "                              the update count fresh\n"
+"  --init-encoder-layers LIST  with --init-from: keep these of its encoder layers, in this order\n"
+"  --init-decoder-layers LIST  (\"0,3\": its layers 0 and 3 become layers 0 and 1), drop the others:\n"
+"                              a shallower student started from its teacher\n"
 "  --freeze embeddings|encoder keep these parameters as they start: the token embeddings and\n"
 "                              position tables (a tied projection with them), or the whole encoder\n"
 "RL refinement with the GLEU reward (GNMT paper, section 5; docs/training.md):\n"
@@ -145,7 +148,7 @@ enum {
     O_LR, O_SCHED, O_WARMUP, O_WARMUP_INIT, O_SGD_START,
     O_SGD_LR, O_DECAY_START, O_DECAY_INTERVAL, O_DECAY_TIMES, O_BETAS, O_ADAM_EPS, O_WD, O_L2, O_CLIP,
     O_UPDATE_FREQ, O_MAX_UPDATES, O_MAX_EPOCHS, O_MAX_TIME, O_SEED,
-    O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_INIT_FROM, O_FREEZE, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
+    O_SAVE_DIR, O_SAVE_INTERVAL, O_KEEP_LAST, O_RESUME, O_RESUME_FROM, O_INIT_FROM, O_INIT_ENC_LAYERS, O_INIT_DEC_LAYERS, O_FREEZE, O_VALID_INTERVAL, O_NO_BLEU, O_BLEU_BEAM,
     O_BLEU_LP, O_BLEU_MAX, O_BLEU_OUT, O_PATIENCE, O_STOP_METRIC, O_LOG_INTERVAL, O_PROGRESS, O_NO_PROGRESS,
     O_NO_PLOT, O_PLOT_ONLY, O_BUCKET_MB, O_NO_OVERLAP, O_ARCH,
     O_RL_GLEU, O_RL_ALPHA, O_RL_SAMPLES, O_RL_TEMP, O_RL_TOPK, /* RL refinement (src/train/rl.h) */
@@ -198,6 +201,8 @@ static const struct option long_opts[] = {
     {"resume", no_argument, 0, O_RESUME},
     {"resume-from", required_argument, 0, O_RESUME_FROM},
     {"init-from", required_argument, 0, O_INIT_FROM},
+    {"init-encoder-layers", required_argument, 0, O_INIT_ENC_LAYERS},
+    {"init-decoder-layers", required_argument, 0, O_INIT_DEC_LAYERS},
     {"freeze", required_argument, 0, O_FREEZE},
     {"valid-interval-updates", required_argument, 0, O_VALID_INTERVAL},
     {"no-bleu", no_argument, 0, O_NO_BLEU},
@@ -574,6 +579,8 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         case O_RESUME: o->resume = 1; break;
         case O_RESUME_FROM: o->resume_from = optarg; o->resume = 1; break;
         case O_INIT_FROM: o->init_from = optarg; break;
+        case O_INIT_ENC_LAYERS: o->init_enc_layers = optarg; break;
+        case O_INIT_DEC_LAYERS: o->init_dec_layers = optarg; break;
         case O_FREEZE:
             if (strcmp(optarg, "embeddings") && strcmp(optarg, "encoder")) {
                 fprintf(stderr, "tern train: --freeze must be embeddings or encoder, got '%s'\n", optarg);
@@ -662,6 +669,8 @@ static int import_foreign_model(trainer_options_t *o, char *buf, size_t n) {
 static const char *options_error(trainer_options_t *o, int argc) {
     if (o->init_from && !o->vocab_dir && !o->src_spm) o->vocab_dir = o->init_from; /* the model's vocabulary */
     if (optind < argc) return "unexpected argument (every input is given by an option)";
+    if ((o->init_enc_layers || o->init_dec_layers) && !o->init_from)
+        return "--init-encoder-layers and --init-decoder-layers choose layers of the --init-from model: give it";
     if (o->rl_gleu && !o->init_from) return "--rl-gleu refines a trained model: give it with --init-from MODEL_DIR";
     if (o->rl_gleu && !o->train_tgt && o->n_train == 0)
         return "--rl-gleu needs target references for its GLEU reward: --train-tgt FILE (or --train SRC,TGT)";

@@ -326,6 +326,55 @@ tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value)
     return TERN_OK;
 }
 
+/* A name's new form under weights_keep_layers: prefix + K + '/' ... with K at position i of keep
+ * becomes prefix + i + '/' ...; with K not kept, "unused/" + name; other names unchanged (NULL). */
+static char *keep_layers_name(const char *name, const char *prefix, const int *keep, int n_keep) {
+    size_t lp = strlen(prefix);
+    if (strncmp(name, prefix, lp) || name[lp] < '0' || name[lp] > '9') return NULL;
+    char *end;
+    long k = strtol(name + lp, &end, 10);
+    if (*end != '/') return NULL;
+    int at = -1;
+    for (int i = 0; i < n_keep; i++)
+        if (keep[i] == k) at = i;
+    size_t n = strlen(name) + 32;
+    char *out = malloc(n);
+    if (!out) return NULL;
+    if (at < 0) snprintf(out, n, "unused/%s", name);
+    else snprintf(out, n, "%.*s%d%s", (int)lp, prefix, at, end);
+    return out;
+}
+
+tern_status_t weights_keep_layers(weights_t *w, const char *prefix, const int *keep, int n_keep) {
+    for (int i = 0; i < n_keep; i++) {
+        char probe[256];
+        int found = 0;
+        snprintf(probe, sizeof probe, "%s%d/", prefix, keep[i]);
+        for (int j = 0; j < w->n && !found; j++) found = !strncmp(w->tensors[j].name, probe, strlen(probe));
+        if (!found)
+            return tern_error(TERN_ERR_MISMATCH, "%s: no layer %s%d (keeping layers of the model)", w->path, prefix,
+                              keep[i]);
+        for (int j = 0; j < i; j++)
+            if (keep[j] == keep[i])
+                return tern_error(TERN_ERR_INVALID_ARG, "%s: layer %s%d kept twice", w->path, prefix, keep[i]);
+    }
+    for (int i = 0; i < w->n + w->n_alias; i++) {
+        char **nm = i < w->n ? (char **)&w->tensors[i].name : &w->aliases[i - w->n].name;
+        char *nn = keep_layers_name(*nm, prefix, keep, n_keep);
+        if (nn) {
+            free(*nm);
+            *nm = nn;
+        }
+    }
+    free(w->slots); /* the names changed: hash them again */
+    w->slots = NULL;
+    w->n_slots = 0;
+    if (slots_grow(w)) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
+    for (int i = 0; i < w->n; i++) w->slots[slot_find(w, w->tensors[i].name)] = i + 1;
+    for (int i = 0; i < w->n_alias; i++) w->slots[slot_find(w, w->aliases[i].name)] = -(i + 1);
+    return TERN_OK;
+}
+
 void weights_free(weights_t *w) {
     if (!w) return;
     for (int i = 0; i < w->n; i++) {

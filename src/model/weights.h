@@ -59,6 +59,12 @@ const void *weights_bytes(const weights_t *w, const tensor_t *t);
 tern_status_t weights_settle(weights_t *w);
 /* Gives back the file pages of every pending tensor; their data stays NULL (released). */
 void weights_release_pending(weights_t *w);
+/* Keeps layers keep[0..n_keep) of those named prefix + K + "/..." (e.g. prefix "decoder/layer_"),
+ * renumbered 0..n_keep-1 in that order; the other layers' tensors and aliases are renamed
+ * "unused/<name>" (still owned, never looked up by a model). TERN_ERR_MISMATCH naming the layer
+ * when one of keep is not in w, TERN_ERR_INVALID_ARG when one is given twice. For starting a
+ * shallower model from a deeper one (tern train --init-decoder-layers). */
+tern_status_t weights_keep_layers(weights_t *w, const char *prefix, const int *keep, int n_keep);
 void weights_free(weights_t *w);
 
 /* Tensor by name (aliases resolved), or NULL. */

@@ -980,6 +980,25 @@ static tern_status_t init_config(trainer_t *t, weights_t **w, const void *config
         st = weights_load_ct2(w, p);
     }
     if (st) return st;
+    const char *lists[2] = {t->o->init_enc_layers, t->o->init_dec_layers};
+    static const char *prefixes[2] = {"encoder/layer_", "decoder/layer_"};
+    for (int k = 0; k < 2; k++) {
+        if (!lists[k]) continue;
+        int keep[256], n = 0;
+        const char *p = lists[k];
+        while (*p) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v > 100000 || n == 256 || (*end && *end != ','))
+                return tern_error(TERN_ERR_INVALID_ARG, "--init-%s-layers '%s': a comma-separated list of layer "
+                                  "numbers (from 0) expected", k ? "decoder" : "encoder", lists[k]);
+            keep[n++] = (int)v;
+            p = *end ? end + 1 : end;
+        }
+        if (!n)
+            return tern_error(TERN_ERR_INVALID_ARG, "--init-%s-layers: no layer given", k ? "decoder" : "encoder");
+        if ((st = weights_keep_layers(*w, prefixes[k], keep, n))) return st;
+    }
     if (!(*out = malloc(t->fam->config_size))) return tern_error(TERN_ERR_NOMEM, "out of memory");
     memcpy(*out, config, t->fam->config_size);
     return t->fam->config_from_model(*out, *w, &mc);

@@ -59,6 +59,10 @@ typedef struct {
                                    fresh run (fine-tuning): its family's shape is read from it
                                    (config_from_model), its tensors loaded, the optimizer fresh;
                                    NULL: initialization from seed */
+    const char *init_enc_layers, *init_dec_layers; /* with init_from: the encoder / decoder layers
+                                   of that model kept, in order ("0,3": its layers 0 and 3 become the
+                                   new model's 0 and 1), the others dropped: a shallower student
+                                   started from its teacher; NULL: every layer */
     const char *freeze;         /* parameters kept as they start: "embeddings" (token embeddings,
                                    position tables and a tied projection), "encoder" (every encoder
                                    tensor, its embeddings included); NULL: none */
