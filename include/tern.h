@@ -564,6 +564,12 @@ typedef struct {
      * the mean of log_probs is the sentence's quality estimate (docs/decoding.md). Costs one
      * force-decoding pass over the best hypotheses after the search. */
     tern_token_scores_t *token_scores;
+    /* 1: batches are cut from consecutive sources in the input's order (under the same token
+     * budget and max_batch_size, a batch's padded width its longest source) instead of from the
+     * sources sorted by length, longest first; results still come back in the input's order, the
+     * same translations. Continuous batching is then off (fixed batches). 0 (default): sorted.
+     * Other values are TERN_ERR_INVALID_ARG. (The SDL paper's unsorted batches: bench/bench_sdl.py.) */
+    int no_sort;
 } tern_request_t;
 
 TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */

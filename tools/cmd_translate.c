@@ -154,6 +154,9 @@ static void usage(FILE *f) {
 "  --max-batch-tokens N        token budget of a batch: sentences x longest source (default 4096)\n"
 "  --max-batch-size N          cap on sentences per batch (default 0: none)\n"
 "  --read-ahead N              batches read ahead and sorted by length together (default 16)\n"
+"  --no-sort                   cut batches from consecutive input lines in their order instead\n"
+"                              of sorted by length (the same translations; no continuous\n"
+"                              batching; the SDL paper's unsorted batches, bench/bench_sdl.py)\n"
 "  -w, --workers N             translators running in parallel, sharing one model (default 1)\n"
 "  -t, --threads N             intra-op threads of each translator (default: cores / workers)\n"
 "\n"
@@ -170,7 +173,7 @@ enum {
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
-    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT, O_FILEFMT
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT, O_FILEFMT, O_NO_SORT
 };
 
 static const struct option long_opts[] = {
@@ -207,6 +210,7 @@ static const struct option long_opts[] = {
     {"max-batch-tokens", required_argument, 0, O_MBT},
     {"max-batch-size", required_argument, 0, O_MBS},
     {"read-ahead", required_argument, 0, O_READ_AHEAD},
+    {"no-sort", no_argument, 0, O_NO_SORT},
     {"workers", required_argument, 0, 'w'},
     {"threads", required_argument, 0, 't'},
     {"quiet", no_argument, 0, 'q'},
@@ -291,6 +295,7 @@ int cmd_translate(int argc, char **argv) {
     to.workers = 1;
     int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
     int repl_unk = 0;                /* --replace-unknowns */
+    int no_sort = 0;                 /* --no-sort */
     int quality = 0;                 /* --quality: 1 TSV, 2 JSON lines */
     int html = 0;                    /* --format html */
     int file_kind = -1;              /* --file-format: a DOC_* kind (docfile.h); -2 auto */
@@ -426,6 +431,7 @@ int cmd_translate(int argc, char **argv) {
             break;
         case O_DROP_UNK: to.keep_unk = 0; break;
         case O_REPL_UNK: repl_unk = 1; break;
+        case O_NO_SORT: no_sort = 1; break;
         case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &to.max_batch_tokens); break;
         case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &to.max_batch_size); break;
         case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &to.read_ahead); break;
@@ -527,6 +533,7 @@ int cmd_translate(int argc, char **argv) {
         req.source_lang = src_lang;
         req.target_lang = tgt_lang;
         req.replace_unknowns = repl_unk;
+        req.no_sort = no_sort;
         if (file_kind >= 0) {
             cli_extras_close(x, 0);
             x = NULL;

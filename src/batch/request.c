@@ -66,6 +66,8 @@ tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const c
         return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL sources or num_sources < 0", fn);
     if (dst->max_batch_size < 0 || dst->max_batch_tokens < 0 || dst->max_input_length < 0)
         return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, max_batch_tokens and max_input_length must be >= 0");
+    if (dst->no_sort != 0 && dst->no_sort != 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: no_sort must be 0 or 1 (got %d)", fn, dst->no_sort);
     if (dst->num_suppress < 0 || (dst->num_suppress > 0 && !dst->suppress))
         return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL suppress or num_suppress < 0", fn);
     return TERN_OK;
@@ -196,6 +198,7 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_batch_size = req && req->max_batch_size > 0 ? req->max_batch_size : tr->opt.max_batch_size;
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
+    c->no_sort = req && req->no_sort;
     c->replace_unknowns = req && req->replace_unknowns;
     c->return_attention = req && (req->attention || req->replace_unknowns);
     c->sources = NULL, c->src_ids = NULL, c->src_len = NULL;

@@ -183,22 +183,45 @@ static tern_status_t read_chunk(const tern_model_t *model, const tern_request_t 
     return TERN_OK;
 }
 
-/* Sorts sentences 0..n-1 by length, longest first, into order (n) and cuts them into batches by
- * the token budget (the first length of a batch is its padded width); returns the count. */
+/* Sorts sentences 0..n-1 by length, longest first, into order (n) (o->no_sort: keeps the input's
+ * order) and cuts them into batches by the token budget (a batch's padded width is its longest
+ * length, at least 1: sorted, the first); returns the count. */
 static int cut_batches(const int *len, int n, const translator_call_t *o, int *order, batch_t *batches) {
     for (int i = 0; i < n; i++) order[i] = i;
-    g_sort_len = (int *)len;
-    qsort(order, (size_t)n, sizeof(int), cmp_order);
+    if (!o->no_sort) {
+        g_sort_len = (int *)len;
+        qsort(order, (size_t)n, sizeof(int), cmp_order);
+    }
     int nb = 0;
     for (int a = 0; a < n;) {
-        int width = len[order[a]] > 0 ? len[order[a]] : 1, b = 0;
-        while (a + b < n && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
-               (o->max_batch_size <= 0 || b < o->max_batch_size))
+        int width = 1, b = 0;
+        while (a + b < n && (o->max_batch_size <= 0 || b < o->max_batch_size)) {
+            int w = len[order[a + b]] > width ? len[order[a + b]] : width;
+            if (b > 0 && (long)(b + 1) * w > o->max_batch_tokens) break;
+            width = w;
             b++;
+        }
         batches[nb++] = (batch_t){a, b};
         a += b;
     }
     return nb;
+}
+
+/* TERN_BATCH_LOG=1: each batch as cut (before continuous batching runs them together) on stderr,
+ * "tern: batch: lines L1,L2,... width W" (input lines from 1; W its padded width). */
+static void log_batches(const int *len, const int *order, const batch_t *batches, int nb, long line0) {
+    const char *env = getenv("TERN_BATCH_LOG");
+    if (!env || strcmp(env, "1") != 0) return;
+    for (int b = 0; b < nb; b++) {
+        int width = 1;
+        fputs("tern: batch: lines ", stderr);
+        for (int k = 0; k < batches[b].count; k++) {
+            int i = order[batches[b].start + k];
+            width = len[i] > width ? len[i] : width;
+            fprintf(stderr, "%s%ld", k ? "," : "", line0 + i + 1);
+        }
+        fprintf(stderr, " width %d\n", width);
+    }
 }
 
 /* Runs w's batches on up to W translators in parallel (on this thread when one, or when no
@@ -244,6 +267,7 @@ static tern_status_t translate_chunk(const tern_translator_options_t *o, const t
         w.order = order;
         w.batches = batches;
         w.n_batches = cut_batches(c->len, n, trs[0]->call, order, batches);
+        log_batches(c->len, order, batches, w.n_batches, line0);
         /* continuous batching: one call over many batches keeps them full (a row that finishes
          * takes the next sentence); runs of consecutive batches, a few per worker for balance */
         if (!w.sd && w.n_batches > 1 && translator_continuous(trs[0])) {

@@ -489,6 +489,7 @@ static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const
         return 0;
     if (o->sampling_topk != 1 || o->repetition_penalty != 1.0f || o->no_repeat_ngram_size > 0) return 0;
     if (tr->call && tr->call->return_attention) return 0; /* the streaming searches keep no attention */
+    if (tr->call && tr->call->no_sort) return 0; /* unsorted: fixed batches in the input's order */
     for (int i = 0; sd && i < n; i++)
         if (sd[i]) return 0;
     return 1;
@@ -707,7 +708,7 @@ static tern_status_t translate_ids(tern_translator_t *tr, int *const *src, const
             }
         }
     }
-    qsort(order, (size_t)m, sizeof *order, cmp_len_desc);
+    if (!o->no_sort) qsort(order, (size_t)m, sizeof *order, cmp_len_desc);
     if (m > 0 && stream_ok(tr, sd, n)) {
         for (int k = 0; k < m; k++) {
             bsrc[k] = src[order[k].idx];
@@ -723,11 +724,14 @@ static tern_status_t translate_ids(tern_translator_t *tr, int *const *src, const
             st = tern_error(TERN_ERR_CANCELLED, "cancelled before batch of input %d", order[a].idx);
             goto done;
         }
-        /* longest first: the first length is the padded width of the batch */
-        int width = order[a].len, b = 0;
-        while (a + b < m && (b == 0 || (long)(b + 1) * width <= o->max_batch_tokens) &&
-               (o->max_batch_size <= 0 || b < o->max_batch_size))
+        /* the padded width of a batch is its longest source (sorted: the first) */
+        int width = 0, b = 0;
+        while (a + b < m && (o->max_batch_size <= 0 || b < o->max_batch_size)) {
+            int w = order[a + b].len > width ? order[a + b].len : width;
+            if (b > 0 && (long)(b + 1) * w > o->max_batch_tokens) break;
+            width = w;
             b++;
+        }
         for (int k = 0; k < b; k++) {
             bsrc[k] = src[order[a + k].idx];
             blen[k] = order[a + k].len;

@@ -14,6 +14,8 @@ typedef struct translator_call {
     tern_search_params_t p;        /* the search parameters of the call */
     int max_batch_tokens, max_batch_size, max_input_length;
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
+    int no_sort;                   /* batches cut in input order, not sorted by length
+                                      (tern_request_t.no_sort; no continuous batching) */
     int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention,
                                       or replace_unknowns) */
     int replace_unknowns;          /* tern_request_t.replace_unknowns */

@@ -5,7 +5,8 @@
  * deltas concatenate to the final output; beam token events end with the final best hypothesis;
  * a cancellation flag set from another thread stops a long batch with TERN_ERR_CANCELLED and
  * leaves nothing allocated (run under ASan: make SAN=1); a callback returning nonzero stops the
- * call; the log callback receives the warnings instead of stderr.
+ * call; the log callback receives the warnings instead of stderr; no_sort gives the same results with
+ * batches cut in the input's order (the order of the result callbacks shows them).
  * The reference of every comparison is tern_translate_batch() itself (the path the CLI and the
  * CTranslate2 parity tests check), so any difference is the hooks' doing.
  */
@@ -107,6 +108,67 @@ static void test_result_callback(tern_translator_t *tr, int beam, int nbest) {
         tern_result_free(&L.got[i]);
         tern_result_free(&ref[i]);
     }
+}
+
+/* ---------------------------------------------------------------- no_sort: batches in input order */
+
+typedef struct {
+    int order[NS], n;
+} order_log_t;
+
+static int on_result_order(int index, const tern_result_t *r, void *ud) {
+    order_log_t *L = ud;
+    (void)r;
+    if (L->n >= NS) return 1;
+    L->order[L->n++] = index;
+    return 0;
+}
+
+/* tern_request_t.no_sort: the same results as sorted batches; the order of on_result shows the
+ * batches: sorted, the longest sources first; unsorted, consecutive sources in the input's order
+ * (the empty input 5 is answered first, before any batch). no_sort 2 is refused. */
+static void test_no_sort(tern_translator_t *tr, int beam) {
+    tern_search_params_t sp = tern_search_default_params();
+    sp.beam_size = beam;
+    sp.return_scores = 1;
+    tern_request_t call = tern_request_default();
+    call.params = &sp;
+    tern_result_t ref[NS], res[NS];
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, ref), TERN_OK);
+    order_log_t L;
+    call.on_result = on_result_order;
+    call.on_result_data = &L;
+    for (int mbs = 1; mbs <= 3; mbs += 2) {
+        for (int no_sort = 0; no_sort <= 1; no_sort++) {
+            memset(&L, 0, sizeof L);
+            call.max_batch_size = mbs;
+            call.no_sort = no_sort;
+            CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_OK);
+            CHECK_EQ_INT(L.n, NS);
+            for (int i = 0; i < NS; i++) {
+                check_results_equal(&ref[i], &res[i], i);
+                tern_result_free(&res[i]);
+            }
+            CHECK_EQ_INT(L.order[0], 5);
+            if (no_sort && mbs == 1) { /* one source a batch: exactly the input's order */
+                static const int want[NS] = {5, 0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11};
+                for (int k = 0; k < NS; k++) CHECK_MSG(L.order[k] == want[k], "beam %d: call %d is input %d, want %d",
+                                                       beam, k, L.order[k], want[k]);
+            } else if (no_sort) { /* batches {0,1,2} {3,4,6} {7,8,9} {10,11}: a batch's inputs finish in any order */
+                static const int batch_of[NS] = {0, 0, 0, 1, 1, -1, 1, 2, 2, 2, 3, 3};
+                for (int k = 1; k < NS; k++)
+                    CHECK_MSG(batch_of[L.order[k]] == (k - 1) / 3, "beam %d: call %d is input %d (batch %d), want batch %d",
+                              beam, k, L.order[k], batch_of[L.order[k]], (k - 1) / 3);
+            } else if (mbs == 1) { /* sorted: longest first; inputs 6 and 8 are the two longest */
+                CHECK_MSG((L.order[1] == 6 || L.order[1] == 8) && (L.order[2] == 6 || L.order[2] == 8),
+                          "beam %d: sorted calls start %d, %d, %d", beam, L.order[0], L.order[1], L.order[2]);
+            }
+        }
+    }
+    call.no_sort = 2;
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(tern_last_error(), "no_sort must be 0 or 1 (got 2)") != NULL, "message '%s'", tern_last_error());
+    for (int i = 0; i < NS; i++) tern_result_free(&ref[i]);
 }
 
 /* ---------------------------------------------------------------- token callback */
@@ -310,6 +372,8 @@ int main(void) {
     test_token_callback(tr, 1);
     test_token_callback(tr, 4);
     test_cancel(tr);
+    test_no_sort(tr, 1);
+    test_no_sort(tr, 4);
     test_log_callback(model);
     tern_translator_free(tr);
     tern_model_free(model);

@@ -1,0 +1,110 @@
+"""tern translate --no-sort (tern_request_t.no_sort; docs/translate.md): batches cut from consecutive
+input lines in the input's order instead of from the lines sorted by length, under the same
+--max-batch-size and --max-batch-tokens (a batch's padded width its longest line), no continuous
+batching; the output is the same, byte for byte (each sentence's rows are computed independently of
+the others: tests/test_continuous.py). Inputs: 300 Multi30k lines (test_2016_flickr) with an empty
+line, one-token lines and long joined lines among them.
+
+The batches are observed through TERN_BATCH_LOG=1 (src/batch/stream.c: each batch as cut, "tern:
+batch: lines L1,L2,... width W" on stderr): unsorted, they are consecutive runs of lines, each as
+long as the cap and the budget allow (recomputed here from each line's length); sorted (with
+TERN_CONTINUOUS=0, fixed batches), widths never grow. The C API's no_sort (the order of the result
+callbacks, tern_translate()'s path) is tested in tests/c/test_api_callbacks.c."""
+import os
+import re
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = os.path.join(ROOT, "models", "en-de")
+TERN = os.environ.get("TERN_BIN", os.path.join(ROOT, "build", "tern"))
+BATCH = re.compile(r"^tern: batch: lines ([0-9,]+) width (\d+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory, data_dir):
+    with open(os.path.join(data_dir, "multi30k", "test_2016_flickr.en"), encoding="utf-8") as f:
+        lines = [next(f).rstrip("\n") for _ in range(300)]
+    out = []
+    for i, s in enumerate(lines):
+        if i == 40:
+            out.append("")  # empty: no decoding, an empty line out
+        if i % 37 == 3:
+            out.append("Hello")  # one token (and the end token)
+        if i % 11 == 0 and i + 2 < len(lines):
+            s = " ".join(lines[i:i + 3])  # long lines among short ones
+        out.append(s)
+    p = tmp_path_factory.mktemp("nosort") / "src.en"
+    p.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return p
+
+
+def translate(src, args, env=None):
+    e = {**os.environ, "TERN_BATCH_LOG": "1", **(env or {})}
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-q", "-t", "1", *args, str(src)], capture_output=True, env=e,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    batches = [([int(x) for x in lines.split(",")], int(w)) for lines, w in BATCH.findall(r.stderr.decode())]
+    return r.stdout, batches
+
+
+@pytest.fixture(scope="module")
+def lengths(src):
+    """Each line's source length (at least 1: the width an empty line counts for), from the
+    one-line batches of --no-sort --max-batch-size 1."""
+    _, batches = translate(src, ["-b", "1", "--max-batch-size", "1", "--no-sort", "--max-decoding-length", "1"])
+    assert [b[0] for b in batches] == [[i + 1] for i in range(len(batches))]
+    n = len(src.read_text(encoding="utf-8").split("\n")) - 1
+    assert len(batches) == n == 310
+    return [w for _, w in batches]
+
+
+def expected_cut(lengths, mbs, mbt, read_ahead=16):
+    """Consecutive runs of lines, each as long as the cap (mbs, 0: none) and the budget (mbt: lines x
+    the run's longest line) allow, a line alone always a batch; batches do not cross the chunks
+    read ahead (lines read until they hold read_ahead x mbt tokens)."""
+    out, cur, w, chunk = [], [], 0, 0
+    for i, n in enumerate(lengths, 1):
+        if cur and ((mbs and len(cur) == mbs) or (len(cur) + 1) * max(w, n) > mbt or chunk == 0):
+            out.append((cur, w))
+            cur, w = [], 0
+        cur.append(i)
+        w = max(w, n)
+        chunk += n
+        if chunk >= read_ahead * mbt:
+            chunk = 0
+    return out + [(cur, w)]
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_no_sort_same_output(src, lengths, beam):
+    ref, _ = translate(src, ["-b", str(beam)])  # sorted, continuous batching (the default)
+    assert ref.count(b"\n") == len(lengths) and len(ref) > 10000
+    for mbs, mbt in ((1, 4096), (3, 4096), (7, 4096), (0, 60)):
+        out, batches = translate(src, ["-b", str(beam), "--no-sort", "--max-batch-size", str(mbs),
+                                       "--max-batch-tokens", str(mbt)])
+        assert out == ref, (beam, mbs, mbt)
+        assert batches == expected_cut(lengths, mbs, mbt), (mbs, mbt)
+        if mbs:
+            assert len(batches) == {1: 310, 3: 104, 7: 45}[mbs]
+        else:  # the budget alone cuts: batches of several lines and of one (a long line)
+            assert {1, 2, 3} <= {len(b) for b, _ in batches}, batches
+
+
+def test_sorted_batches_are_not_in_order(src, lengths):
+    """The log tells the two apart: sorted fixed batches take the longest lines first."""
+    out, batches = translate(src, ["-b", "1", "--max-batch-size", "7"], env={"TERN_CONTINUOUS": "0"})
+    widths = [w for _, w in batches]
+    assert widths == sorted(widths, reverse=True) and widths[0] == max(lengths)
+    assert batches[0][0] != list(range(1, 8))
+    assert sorted(i for b, _ in batches for i in b) == list(range(1, len(lengths) + 1))
+    unsorted, _ = translate(src, ["-b", "1", "--max-batch-size", "7", "--no-sort"])
+    assert out == unsorted
+
+
+def test_no_sort_refuses_a_value():
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--no-sort=1"], input=b"A man.\n", capture_output=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert b"'--no-sort' doesn't allow an argument" in r.stderr and b"see tern translate --help" in r.stderr
