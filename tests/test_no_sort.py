@@ -108,3 +108,39 @@ def test_no_sort_refuses_a_value():
                        timeout=60)
     assert r.returncode == 2
     assert b"'--no-sort' doesn't allow an argument" in r.stderr and b"see tern translate --help" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def tern(tern_python):
+    return tern_python  # tests/conftest.py: built once per session
+
+
+def test_python_no_sort(tern, src, lengths, tmp_path):
+    """Translator.translate_batch(no_sort=True) (tern_translate()'s path) and translate_file(raw_text=True,
+    no_sort=True) (the stream's): the same results; the greedy token callback's first event of each
+    input, one input a batch, comes in the input's order (sorted: the longest input first)."""
+    lines = src.read_text(encoding="utf-8").split("\n")[:120]
+    tr = tern.Translator(MODEL, intra_threads=1)
+    for beam in (1, 4):
+        ref = [(r.hypotheses, r.scores) for r in tr.translate_batch(lines, beam_size=beam, max_batch_size=7,
+                                                                    return_scores=True)]
+        got = [(r.hypotheses, r.scores) for r in tr.translate_batch(lines, beam_size=beam, max_batch_size=7,
+                                                                    return_scores=True, no_sort=True)]
+        assert got == ref, beam
+    first = {True: [], False: []}
+    for no_sort in (True, False):
+        seen = first[no_sort]
+        tr.translate_batch(lines, beam_size=1, max_batch_size=1, no_sort=no_sort,
+                           callback=lambda s: None if s.batch_id in seen else seen.append(s.batch_id))
+    decoded = [i for i, s in enumerate(lines) if s.strip()]
+    assert first[True] == decoded
+    assert first[False] != decoded and sorted(first[False]) == decoded
+    order = [lengths[i] for i in first[False]]  # sorted: source lengths never grow
+    assert order == sorted(order, reverse=True) and order[0] == max(lengths[:120])
+    with pytest.raises(TypeError, match="no_sort must be True or False"):
+        tr.translate_batch(lines[:2], no_sort=2)
+    out_a, out_b = tmp_path / "a.de", tmp_path / "b.de"
+    (tmp_path / "in.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tr.translate_file(tmp_path / "in.en", out_a, raw_text=True, beam_size=4, max_batch_size=3)
+    tr.translate_file(tmp_path / "in.en", out_b, raw_text=True, beam_size=4, max_batch_size=3, no_sort=True)
+    assert out_a.read_bytes() == out_b.read_bytes() and out_a.read_bytes().count(b"\n") == 120

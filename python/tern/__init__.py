@@ -224,6 +224,11 @@ def _check_options(patience, prefix_bias_beta, return_logits_vocab, return_atten
         raise _not_available("return_alternatives with return_attention or replace_unknowns")
 
 
+def _check_no_sort(no_sort) -> None:
+    if not isinstance(no_sort, bool):
+        raise TypeError(f"no_sort must be True or False (got {no_sort!r})")
+
+
 def _max_input_length(n: int) -> int:
     if n < 0:
         raise ValueError("max_input_length must be >= 0")
@@ -486,7 +491,7 @@ class Translator:
                         use_vmap: bool = False, return_logits_vocab: bool = False, return_attention: bool = False,
                         return_alternatives: bool = False, min_alternative_expansion_prob: float = 0,
                         replace_unknowns: bool = False, source_lang: Optional[str] = None,
-                        target_lang: Optional[str] = None, _index_offset: int = 0):
+                        target_lang: Optional[str] = None, no_sort: bool = False, _index_offset: int = 0):
         """Translates a batch (CTranslate2's translate_batch); the GIL is released while Tern works.
 
         ``source`` is a list of token lists (CTranslate2's form: the model's vocabulary pieces; the
@@ -536,7 +541,12 @@ class Translator:
         target's as the first output token, left out of the hypotheses (needed for raw strings). Token
         lists may carry the codes themselves as CTranslate2 takes them: ``["eng_Latn", "▁Hello",
         "</s>"]`` with ``target_prefix=[["deu_Latn"]]`` (the code then stays in the hypothesis).
+
+        ``no_sort=True`` (Tern) cuts the batches from consecutive inputs in their order instead of
+        from the inputs sorted by length (tern_request_t.no_sort, ``tern translate --no-sort``: the
+        same results, fixed batches without continuous batching).
         """
+        _check_no_sort(no_sort)
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
         _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, return_alternatives,
@@ -614,7 +624,7 @@ class Translator:
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
                 int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang,
                 bool(return_attention), bool(replace_unknowns), float(patience),
-                float(prefix_bias_beta))
+                float(prefix_bias_beta), no_sort=no_sort)
             results = []
             for hyps, scores, attention in out:
                 if tokens:
@@ -850,7 +860,7 @@ class Translator:
                        replace_unknowns: bool = False, source_tokenize_fn: Optional[Callable[[str], List[str]]] = None,
                        target_tokenize_fn: Optional[Callable[[str], List[str]]] = None,
                        target_detokenize_fn: Optional[Callable[[List[str]], str]] = None, *,
-                       raw_text: bool = False, seed: int = 12345) -> ExecutionStats:
+                       raw_text: bool = False, seed: int = 12345, no_sort: bool = False) -> ExecutionStats:
         """Translates a tokenized text file as CTranslate2's translate_file: each line is tokens
         separated by spaces (or what ``source_tokenize_fn`` makes of it), ``target_path`` gives
         each line's target prefix; each input writes ``num_hypotheses`` lines, its tokens joined
@@ -860,13 +870,15 @@ class Translator:
 
         ``raw_text=True`` (Tern): raw lines through the model's SentencePiece model in C, as
         ``tern translate`` does (the same code and output format: "i ||| hypothesis ||| score" for
-        n-best lists or with_scores; ``max_batch_size`` 0 is the Translator's token budget)."""
+        n-best lists or with_scores; ``max_batch_size`` 0 is the Translator's token budget).
+        ``no_sort`` as translate_batch's (batches in the order of each chunk's lines)."""
+        _check_no_sort(no_sort)
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
         if raw_text:
             return self._translate_file_raw(source_path, output_path, max_batch_size, batch_type, beam_size,
                                             num_hypotheses, length_penalty, coverage_penalty, max_input_length,
-                                            max_decoding_length, min_decoding_length, with_scores)
+                                            max_decoding_length, min_decoding_length, with_scores, no_sort)
         opts = dict(beam_size=beam_size, patience=patience, num_hypotheses=num_hypotheses,
                     length_penalty=length_penalty, coverage_penalty=coverage_penalty,
                     repetition_penalty=repetition_penalty, no_repeat_ngram_size=no_repeat_ngram_size,
@@ -876,7 +888,7 @@ class Translator:
                     use_vmap=use_vmap, return_scores=with_scores, sampling_topk=sampling_topk,
                     sampling_topp=sampling_topp, sampling_temperature=sampling_temperature,
                     replace_unknowns=replace_unknowns, seed=seed, max_batch_size=max_batch_size,
-                    batch_type=batch_type)
+                    batch_type=batch_type, no_sort=no_sort)
         _check_options(patience, prefix_bias_beta, False, False, False, replace_unknowns)
         src_path, out_path = os.fspath(source_path), os.fspath(output_path)
         tgt_path = os.fspath(target_path) if target_path is not None else None
@@ -903,12 +915,12 @@ class Translator:
 
     def _translate_file_raw(self, source_path, output_path, max_batch_size, batch_type, beam_size, num_hypotheses,
                             length_penalty, coverage_penalty, max_input_length, max_decoding_length,
-                            min_decoding_length, with_scores) -> ExecutionStats:
+                            min_decoding_length, with_scores, no_sort=False) -> ExecutionStats:
         n, tok, sec = self._translator()._translate_file(
             os.fspath(source_path), os.fspath(output_path), beam_size, num_hypotheses, float(length_penalty),
             float(coverage_penalty), max_decoding_length, min_decoding_length, bool(with_scores),
             max_batch_size if batch_type == "examples" else 0, max_batch_size if batch_type == "tokens" else 0,
-            _max_input_length(max_input_length))
+            _max_input_length(max_input_length), no_sort=no_sort)
         return ExecutionStats(tok, n, sec * 1000.0)
 
     # -------------------------------------------------------------- scoring

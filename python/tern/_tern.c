@@ -272,21 +272,22 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                              "return_scores", "max_batch_size", "max_batch_tokens", "max_input_length",
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
                              "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
-                             "source_lang", "target_lang", "return_attention", "replace_unknowns", "patience", "prefix_bias_beta", NULL};
+                             "source_lang", "target_lang", "return_attention", "replace_unknowns", "patience", "prefix_bias_beta",
+                             "no_sort", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
     long long index_offset = 0;
     const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
-    int ra = 0, ru = 0;
+    int ra = 0, ru = 0, ns = 0;
     float patience = 1.0f, pbb = 0.0f;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppff", kwlist, &sources, &prefixes, &pretok,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppffp", kwlist, &sources, &prefixes, &pretok,
                                      &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
                                      &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
-                                     &src_lang, &tgt_lang, &ra, &ru, &patience, &pbb))
+                                     &src_lang, &tgt_lang, &ra, &ru, &patience, &pbb, &ns))
         return NULL;
     if (index_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
@@ -357,6 +358,7 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.source_lang = src_lang;
     call.target_lang = tgt_lang;
     call.replace_unknowns = ru;
+    call.no_sort = ns;
     pycb_t cb = {callback, NULL};
     if (callback != Py_None) {
         call.on_token = token_trampoline;
@@ -542,16 +544,16 @@ static void on_progress(long sentences, long tokens, double seconds, void *ud) {
 
 /* _translate_file(input_path, output_path, beam_size, num_hypotheses, length_penalty,
  *                 coverage_penalty, max_decoding_length, min_decoding_length, with_scores,
- *                 max_batch_size, max_batch_tokens, max_input_length) -> (sentences, tokens, seconds) */
+ *                 max_batch_size, max_batch_tokens, max_input_length, no_sort) -> (sentences, tokens, seconds) */
 static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"input_path", "output_path", "beam_size", "num_hypotheses", "length_penalty",
                              "coverage_penalty", "max_decoding_length", "min_decoding_length", "with_scores",
-                             "max_batch_size", "max_batch_tokens", "max_input_length", NULL};
+                             "max_batch_size", "max_batch_tokens", "max_input_length", "no_sort", NULL};
     const char *in_path, *out_path;
-    int beam = 2, nhyp = 1, maxlen = 256, minlen = 1, ws = 0, mbs = 0, mbt = 0, mil = 1024;
+    int beam = 2, nhyp = 1, maxlen = 256, minlen = 1, ws = 0, mbs = 0, mbt = 0, mil = 1024, ns = 0;
     float lp = 1.0f, cp = 0.0f;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|iiffiipiii", kwlist, &in_path, &out_path, &beam, &nhyp, &lp, &cp,
-                                     &maxlen, &minlen, &ws, &mbs, &mbt, &mil))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|iiffiipiiip", kwlist, &in_path, &out_path, &beam, &nhyp, &lp, &cp,
+                                     &maxlen, &minlen, &ws, &mbs, &mbt, &mil, &ns))
         return NULL;
     if (check_ready(self)) return NULL;
     tern_search_params_t sp = search_params(beam, nhyp, lp, cp, maxlen, minlen);
@@ -574,6 +576,7 @@ static PyObject *Translator_translate_file(TranslatorObject *self, PyObject *arg
     file_io_t io = {in, out, NULL, 0, nhyp, ws, 0, 0, 0, 0};
     tern_request_t req = tern_request_default();
     req.params = &sp;
+    req.no_sort = ns;
     req.read_source = file_read;
     req.on_line = file_write;
     req.progress = on_progress;
