@@ -5,7 +5,7 @@ sorted against unsorted batches.
 
     .venv/bin/python bench/bench_sdl.py [--tern build/tern] [--model models/en-de]
         [--lines 1000] [--beams 4,8,12] [--batch-sizes 1,3,5,7] [--repeat 3]
-        [--compute-type int8,float32] [--modes sorted,fixed,unsorted] [--json OUT]
+        [--compute-type int8,float32] [--modes sorted,fixed,unsorted,beams-apart] [--json OUT]
 
 Input: the first --lines lines of Multi30k test_2016_flickr.en (../shared/data/multi30k, all 1,000
 by default), reference test_2016_flickr.de. Each configuration is one `tern translate` process, 1
@@ -16,6 +16,9 @@ at once). N = 1 is "one sentence at a time": its beam is its whole batch. Modes:
             sentences' rows refilled by the next ones: docs/benchmarks.md, "Continuous batching")
   fixed     sorted, fixed batches (TERN_CONTINUOUS=0): the paper's sorted batches
   unsorted  --no-sort: batches of N consecutive lines in the input's order (fixed batches)
+  beams-apart  sorted (as "sorted"), with TERN_BATCH_BEAMS=0: the decoder step runs each row (each
+            hypothesis of each beam) alone, a GEMM of one row per row: the paper's unbatched
+            baseline at N = 1 (src/model/transformer.c; Transformer models only)
 The model's own decoding defaults otherwise (models/en-de: length penalty 1).
 
 Time: from the input being read to the output being written, model loading excluded (tern
@@ -27,8 +30,9 @@ sacreBLEU's 13a) of each configuration's output: the outputs of one beam and com
 byte-identical across N and modes (checked, and reported), so one BLEU per beam.
 
 Prints one markdown table per compute type (words/min and tokens/s per mode), then the speed-ups
-per beam: batched (N = the largest of --batch-sizes) over N = 1 in each mode, and sorted over
-unsorted at each N > 1.
+per beam: batched (N = the largest of --batch-sizes) over N = 1 in each mode, sorted (and fixed)
+over unsorted at that N, and the batched beams over the beams apart ("sorted" over "beams-apart")
+at the smallest and largest N.
 """
 import argparse
 import json
@@ -44,7 +48,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.environ.get("TERN_DATA", os.path.join(ROOT, "..", "shared", "data"))
 PROGRESS = re.compile(r"(\d+) sentences, (\d+) target tokens, ([0-9.]+) tokens/s")
-MODES = ("sorted", "fixed", "unsorted")
+MODES = ("sorted", "fixed", "unsorted", "beams-apart")
 
 
 def int_list(s, name):
@@ -67,6 +71,7 @@ def run_one(args, src, out, beam, n, ct, mode):
     if mode == "unsorted":
         cmd.insert(2, "--no-sort")
     env["TERN_CONTINUOUS"] = "0" if mode == "fixed" else "1"
+    env["TERN_BATCH_BEAMS"] = "0" if mode == "beams-apart" else "1"
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -98,7 +103,7 @@ def main():
     ap.add_argument("--batch-sizes", default="1,3,5,7", help="sentences per batch N (1: one at a time)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each configuration, interleaved; medians")
     ap.add_argument("--compute-type", default="int8,float32")
-    ap.add_argument("--modes", default="sorted,fixed,unsorted", help="among " + ", ".join(MODES))
+    ap.add_argument("--modes", default=",".join(MODES), help="among " + ", ".join(MODES))
     ap.add_argument("--json", metavar="OUT", help="write every run and the medians here")
     args = ap.parse_args()
     beams = int_list(args.beams, "--beams")
@@ -186,20 +191,25 @@ def main():
         print("outputs byte-identical across N and modes: " +
               ", ".join(f"beam {b} {'yes' if same[(ct, b)] else 'NO'}" for b in beams) + "\n")
         nb = max(sizes)
-        cols = [f"{m}: N={nb} / N=1" for m in modes] if 1 in sizes and nb > 1 else []
-        pairs = [(a, "unsorted") for a in ("sorted", "fixed") if a in modes and "unsorted" in modes]
-        cols += [f"{a} / unsorted, N={n}" for a, _ in pairs for n in sizes if n > 1]
+        cols, cells_of = [], []
+        if 1 in sizes and nb > 1:
+            for m in modes:
+                cols.append(f"{m}: N={nb} / N=1")
+                cells_of.append(lambda b, m=m: med[(ct, b, nb, m)]["wpm"] / med[(ct, b, 1, m)]["wpm"])
+        for a in ("sorted", "fixed"):
+            if a in modes and "unsorted" in modes and nb > 1:
+                cols.append(f"{a} / unsorted, N={nb}")
+                cells_of.append(lambda b, a=a: med[(ct, b, nb, a)]["wpm"] / med[(ct, b, nb, "unsorted")]["wpm"])
+        if "sorted" in modes and "beams-apart" in modes:
+            for n in sorted({min(sizes), nb}):
+                cols.append(f"batched / apart beams, N={n}")
+                cells_of.append(lambda b, n=n: med[(ct, b, n, "sorted")]["wpm"] / med[(ct, b, n, "beams-apart")]["wpm"])
         if cols:
             print(f"speed-ups ({ct}, words/min ratios)\n")
             print("| beam | " + " | ".join(cols) + " |")
             print("|---:|" + "---:|" * len(cols))
             for b in beams:
-                cells = []
-                if 1 in sizes and nb > 1:
-                    cells += [f"{med[(ct, b, nb, m)]['wpm'] / med[(ct, b, 1, m)]['wpm']:.2f}×" for m in modes]
-                cells += [f"{med[(ct, b, n, a)]['wpm'] / med[(ct, b, n, u)]['wpm']:.2f}×"
-                          for a, u in pairs for n in sizes if n > 1]
-                print(f"| {b} | " + " | ".join(cells) + " |")
+                print(f"| {b} | " + " | ".join(f"{f(b):.2f}×" for f in cells_of) + " |")
             print()
 
     if args.json:

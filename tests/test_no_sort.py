@@ -9,9 +9,12 @@ The batches are observed through TERN_BATCH_LOG=1 (src/batch/stream.c: each batc
 batch: lines L1,L2,... width W" on stderr): unsorted, they are consecutive runs of lines, each as
 long as the cap and the budget allow (recomputed here from each line's length); sorted (with
 TERN_CONTINUOUS=0, fixed batches), widths never grow. The C API's no_sort (the order of the result
-callbacks, tern_translate()'s path) is tested in tests/c/test_api_callbacks.c."""
+callbacks, tern_translate()'s path) is tested in tests/c/test_api_callbacks.c; Python's no_sort here.
+TERN_BATCH_BEAMS=0 (each hypothesis its own forward: bench/bench_sdl.py's unbatched baseline) gives
+the same output too."""
 import os
 import re
+import resource
 import subprocess
 
 import pytest
@@ -144,3 +147,36 @@ def test_python_no_sort(tern, src, lengths, tmp_path):
     tr.translate_file(tmp_path / "in.en", out_a, raw_text=True, beam_size=4, max_batch_size=3)
     tr.translate_file(tmp_path / "in.en", out_b, raw_text=True, beam_size=4, max_batch_size=3, no_sort=True)
     assert out_a.read_bytes() == out_b.read_bytes() and out_a.read_bytes().count(b"\n") == 120
+
+
+def cpu_seconds(args, env):
+    """(stdout, stderr, child CPU seconds) of one tern translate."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-t", "1", *args], capture_output=True,
+                       env={**os.environ, **env}, timeout=300)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout, r.stderr.decode(), after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+@pytest.mark.parametrize("ct", ["int8", "float32"])
+def test_beams_apart_same_output(src, ct):
+    """TERN_BATCH_BEAMS=0 (src/model/transformer.c; bench/bench_sdl.py's "beams-apart", the SDL
+    paper's unbatched baseline): the decoder step runs each row alone, one-row GEMMs; the same
+    output byte for byte (n-best lists and scores; greedy: float32's screened projection), and it
+    costs CPU time (measured at beam 8, one sentence a batch: 1.85x int8, 2.9x float32; here at least
+    1.3x, a margin for a loaded machine)."""
+    lines = str(src) + ".120"
+    with open(src, encoding="utf-8") as f, open(lines, "w", encoding="utf-8") as g:
+        g.write("".join(next(f) for _ in range(120)))
+    for args in (["-b", "4", "-n", "2", "--scores", "--max-batch-size", "3"], ["-b", "1", "--max-batch-size", "5"]):
+        args = ["--compute-type", ct, "-v", *args, lines]
+        ref, err, _ = cpu_seconds(args, {"TERN_BATCH_BEAMS": "1"})
+        got, err0, _ = cpu_seconds(args, {"TERN_BATCH_BEAMS": "0"})
+        assert got == ref and len(ref) > 3000, (ct, args)
+        assert "each row alone" in err0 and "each row alone" not in err
+    args = ["--compute-type", ct, "-q", "-b", "8", "--max-batch-size", "1", lines]
+    _, _, t1 = cpu_seconds(args, {"TERN_BATCH_BEAMS": "1"})
+    _, _, t0 = cpu_seconds(args, {"TERN_BATCH_BEAMS": "0"})
+    print(f"\n{ct} beam 8: {t1:.2f} s batched, {t0:.2f} s beams apart ({t0 / t1:.2f}x)")
+    assert t0 > 1.3 * t1

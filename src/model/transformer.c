@@ -73,6 +73,10 @@ struct transformer_state {
     /* int8 where the GEMM is Tern's own (AVX2): vm's rows packed for it once per batch (NULL: none) */
     void *vm_pk;
     size_t vm_pk_cap, vm_pk_bytes;
+    /* TERN_BATCH_BEAMS=0 (read at state_new): the decoder step's layers run each row alone, a GEMM
+     * of one row per row (the SDL paper's unbatched baseline: every hypothesis its own forward);
+     * rows_now: inside such a step */
+    int rowwise, rows_now;
 };
 
 /* ------------------------------------------------------------------ profiling
@@ -183,6 +187,13 @@ static int team_size(int n) {
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     nn_dense_t d = nn_dense_of(lin, pk);
+    if (st->rows_now && M > 1) { /* row by row (TERN_BATCH_BEAMS=0): no row of a GEMM depends on the others */
+        for (int r = 0; r < M; r++) {
+            tern_status_t s = nn_dense_forward(out + (size_t)r * d.N, inp + (size_t)r * d.K, &d, 1, &st->lin_ws);
+            if (s) return s;
+        }
+        return TERN_OK;
+    }
     return nn_dense_forward(out, inp, &d, M, &st->lin_ws);
 }
 
@@ -220,6 +231,9 @@ transformer_state_t *transformer_state_new(const transformer_t *m) {
         transformer_state_free(st);
         return NULL;
     }
+    const char *env = getenv("TERN_BATCH_BEAMS");
+    st->rowwise = env && !strcmp(env, "0");
+    if (st->rowwise) TERN_INFO("TERN_BATCH_BEAMS=0: the decoder step runs each row alone (one-row GEMMs)");
     return st;
 }
 
@@ -855,7 +869,12 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
     in = sublayer_in(c, &L->ln_ffn);
     nn_dense_t f1 = nn_dense_of(&L->ffn1, L->pk_ffn1), f2 = nn_dense_of(&L->ffn2, L->pk_ffn2);
     f1.act_packed = st->m->ffn1_relu_packed;
-    PROF(12, "dec_ffn", s = nn_ffn_forward(h, NULL, big, in, &f1, &f2, st->m->act, 0.0f, 0, R, &st->lin_ws));
+    s = TERN_OK;
+    if (st->rows_now) /* row by row: big is the one row's scratch */
+        for (int r = 0; r < R && !s; r++)
+            s = nn_ffn_forward(h + (size_t)r * c->d, NULL, big, in + (size_t)r * c->d, &f1, &f2, st->m->act, 0.0f, 0, 1,
+                               &st->lin_ws);
+    else PROF(12, "dec_ffn", s = nn_ffn_forward(h, NULL, big, in, &f1, &f2, st->m->act, 0.0f, 0, R, &st->lin_ws));
     if (s) return s;
     sublayer_out(c, &L->ln_ffn);
     return TERN_OK;
@@ -866,6 +885,13 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
  * it declines. */
 static tern_status_t screened_proj(transformer_state_t *st, float *logits, const float *inp, int R) {
     const transformer_t *m = st->m;
+    if (st->rows_now && R > 1) { /* row by row (TERN_BATCH_BEAMS=0) */
+        for (int r = 0; r < R; r++) {
+            tern_status_t s = screened_proj(st, logits + (size_t)r * m->tgt_vocab, inp + (size_t)r * m->d, 1);
+            if (s) return s;
+        }
+        return TERN_OK;
+    }
     if (grow(&st->scr_ws, &st->scr_ws_cap, linear_screen_workspace_size(m->screen, R)))
         return tern_error(TERN_ERR_NOMEM, "output projection screen workspace: out of memory");
     if (linear_screen_forward(logits, inp, m->screen, R, st->scr_ws) >= 0) return TERN_OK;
@@ -918,7 +944,9 @@ tern_status_t transformer_step(transformer_state_t *st, const int *tokens, int t
 #ifdef TERN_PROF
     prof_rows += st->R, prof_steps++;
 #endif
+    st->rows_now = st->rowwise;
     PROF(15, "step (total)", s = decoder_step(st, tokens, t, logits, attn));
+    st->rows_now = 0;
     return s;
 }
 
