@@ -61,6 +61,10 @@ extern "C" {
 /* ... and what 1.2 changed: tern_model_options_t grew (shortlist), so tern_model_default_options()
  * has a TERN_1.2 version; its TERN_1 version returns the 1.0.0/1.1.0 layout. */
 #define TERN_CHANGED_1_2
+/* ... and what the next minor release (1.3) changes: tern_request_t grew (no_sort), so
+ * tern_request_default() has a TERN_1.3 version; its TERN_1.1 version returns the 1.2.0 layout
+ * (struct_size 208 on x86-64, up to token_scores) and its TERN_1 version the 1.0.0 one. */
+#define TERN_CHANGED_1_3
 
 /* The version, MAJOR.MINOR.PATCH: the only place it is written (see "Version and ABI" above). */
 #define TERN_VERSION "1.2.0"
@@ -572,7 +576,7 @@ typedef struct {
     int no_sort;
 } tern_request_t;
 
-TERN_CHANGED_1_1 tern_request_t tern_request_default(void); /* thread-safe */
+TERN_CHANGED_1_1 TERN_CHANGED_1_3 tern_request_t tern_request_default(void); /* thread-safe */
 
 /* Translates request->sources (num_sources of them) with request->params (NULL: the
  * translator's), target prefixes, constraints, restrictions and LMBR evidence from

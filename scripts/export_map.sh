@@ -10,6 +10,8 @@
 #   TERN_CHANGED_<MAJOR>_<MINOR>  its ABI changed then: in <NODE>.<MINOR> (the default version,
 #                                 defined with .symver name@@<NODE>.<MINOR>) and in <NODE> (the
 #                                 old one, defined with .symver name@<NODE>).
+# A function whose ABI changed twice carries both marks (TERN_CHANGED_1_1 TERN_CHANGED_1_3 ...): it
+# is then in <NODE>, <NODE>.1 and <NODE>.3 (the source's .symver directives say which is default).
 # Each <NODE>.<MINOR> inherits from the one before. Without NODE the script is anonymous (no
 # symbol versions, no marks read).
 set -e
@@ -29,13 +31,20 @@ fi
 major=${node#TERN_}
 # "KIND MAJOR MINOR name" for each marked declaration; a mark whose line names no function fails
 marks=$(grep -E "^[[:space:]]*TERN_(SINCE|CHANGED)_[0-9]+_[0-9]+[[:space:]]" "$header" || true)
-marked=$(printf '%s\n' "$marks" | sed -nE \
-  's/^[[:space:]]*TERN_(SINCE|CHANGED)_([0-9]+)_([0-9]+)[[:space:]][^(]*[^a-z0-9_](tern_[a-z0-9_]+)[[:space:]]*\(.*/\1 \2 \3 \4/p')
-nmarks=$(printf '%s\n' "$marks" | grep -c . || true)
-nmarked=$(printf '%s\n' "$marked" | grep -c . || true)
-[ "$nmarks" = "$nmarked" ] || {
+# each line's marks (one or more in a row at its start) and the function it declares ("BAD" when it
+# declares none)
+marked=$(printf '%s\n' "$marks" | while IFS= read -r line; do
+  [ -n "$line" ] || continue
+  n=$(printf '%s\n' "$line" | sed -nE \
+    's/^[[:space:]]*(TERN_(SINCE|CHANGED)_[0-9]+_[0-9]+[[:space:]]+)+[^(]*[^a-z0-9_](tern_[a-z0-9_]+)[[:space:]]*\(.*/\3/p')
+  if [ -z "$n" ]; then echo BAD; continue; fi
+  printf '%s\n' "$line" | sed -nE 's/^[[:space:]]*((TERN_(SINCE|CHANGED)_[0-9]+_[0-9]+[[:space:]]+)+).*/\1/p' |
+    grep -oE 'TERN_(SINCE|CHANGED)_[0-9]+_[0-9]+' | sed -E "s/^TERN_([A-Z]+)_([0-9]+)_([0-9]+)$/\1 \2 \3 $n/"
+done)
+if printf '%s\n' "$marked" | grep -qx BAD; then
   echo "export_map.sh: a TERN_SINCE_/TERN_CHANGED_ mark in $header is not on a line declaring a tern_ function:" >&2
-  printf '%s\n' "$marks" >&2; exit 1; }
+  printf '%s\n' "$marks" >&2; exit 1
+fi
 printf '%s\n' "$marked" | while read -r kind ma mi n; do
   [ -z "$n" ] && continue
   [ "$ma" = "$major" ] || { echo "export_map.sh: $n is marked for MAJOR $ma in a MAJOR $major header" >&2; exit 1; }

@@ -15,13 +15,14 @@
 #include "batch/translator.h"
 
 /* The defaults of the two structs that grew in 1.1 are returned by value: these are their
- * TERN_1.1 versions (the default ones, what every program linked from 1.1 on and the library
- * itself call by the public names), abi_compat.c has the TERN_1 ones that fill the 1.0.0 layouts
- * (include/tern.h, "Version and ABI"). */
+ * default versions (what the programs linked since and the library itself call by the public
+ * names): tern_search_default_params's TERN_1.1, tern_request_default's TERN_1.3 (tern_request_t
+ * grew again after 1.2.0: no_sort). abi_compat.c has the older ones that fill the 1.0.0 layouts
+ * (TERN_1) and the 1.2.0 layout of tern_request_t (TERN_1.1) (include/tern.h, "Version and ABI"). */
 tern_search_params_t tern_search_default_params_1_1(void);
-tern_request_t tern_request_default_1_1(void);
+tern_request_t tern_request_default_1_3(void);
 __asm__(".symver tern_search_default_params_1_1, tern_search_default_params@@TERN_1.1");
-__asm__(".symver tern_request_default_1_1, tern_request_default@@TERN_1.1");
+__asm__(".symver tern_request_default_1_3, tern_request_default@@TERN_1.3");
 
 tern_search_params_t tern_search_default_params_1_1(void) {
     tern_search_params_t p;
@@ -50,7 +51,7 @@ tern_search_params_t tern_search_default_params_1_1(void) {
     return p;
 }
 
-tern_request_t tern_request_default_1_1(void) {
+tern_request_t tern_request_default_1_3(void) {
     tern_request_t r;
     memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;

@@ -60,6 +60,8 @@ tern_search_params_t search_params_over(const tern_search_params_t *given, unsig
 /* (ABI_SIZE_UPTO: base.h) */
 #define SEARCH_PARAMS_SIZE_1_0 ABI_SIZE_UPTO(tern_search_params_t, prune_threshold)
 #define REQUEST_SIZE_1_0 ABI_SIZE_UPTO(tern_request_t, stream_data)
+/* tern_request_t as 1.2.0 shipped it (what tern_request_default@TERN_1.1 returns since it grew) */
+#define REQUEST_SIZE_1_2 ABI_SIZE_UPTO(tern_request_t, token_scores)
 #define MODEL_INFO_SIZE_1_0 ABI_SIZE_UPTO(tern_model_info_t, ensemble)
 
 /* The caller's search parameters in this library's layout (NULL: the defaults), checked. */
