@@ -2,7 +2,8 @@
  * stream.c — tern_translate_stream(): translates a stream of lines in constant memory.
  *
  * Lines (and their extras) come from the request's read_source callback; they are read ahead in chunks (read_ahead × the batch token budget), tokenized, sorted by
- * length and cut into batches by the token budget; `workers` translators, each with its own
+ * length (not with the request's no_sort: then in the input's order) and cut into batches by the
+ * token budget; `workers` translators, each with its own
  * state and intra-op threads but one shared read-only model, take batches from the chunk; the
  * chunk's results go to on_line in the input's order. One result per input line, always.
  */

@@ -76,8 +76,9 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
 
 /* Translates n token-id sources under tr->call (empty ones give num_hypotheses empty hypotheses,
  * no decoding) with per-sentence search data sd (n; NULL or entries NULL: none: forced prefixes,
- * restricted paths, LMBR posteriors): sorts them by length, cuts batches by the token budget,
- * restores the order in res (n). */
+ * restricted paths, LMBR posteriors): sorts them by length (not with the call's no_sort), cuts
+ * batches by the token budget (a batch's padded width its longest source), restores the order in
+ * res (n). */
 /* 1 when translator_translate_ids_sd decodes with continuous batching (greedy or beam search with
  * finished sentences replaced by the call's later ones, search.h's greedy_search_stream and
  * beam_search_stream) for sentences without per-sentence data (sd NULL): then one call over many
