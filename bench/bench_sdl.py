@@ -16,9 +16,9 @@ at once). N = 1 is "one sentence at a time": its beam is its whole batch. Modes:
             sentences' rows refilled by the next ones: docs/benchmarks.md, "Continuous batching")
   fixed     sorted, fixed batches (TERN_CONTINUOUS=0): the paper's sorted batches
   unsorted  --no-sort: batches of N consecutive lines in the input's order (fixed batches)
-  beams-apart  sorted (as "sorted"), with TERN_BATCH_BEAMS=0: the decoder step runs each row (each
+  beams-apart  sorted (as "sorted"), with --batch-beams off: the decoder step runs each row (each
             hypothesis of each beam) alone, a GEMM of one row per row: the paper's unbatched
-            baseline at N = 1 (src/model/transformer.c; Transformer models only)
+            baseline at N = 1 (Transformer models only)
 The model's own decoding defaults otherwise (models/en-de: length penalty 1).
 
 Time: from the input being read to the output being written, model loading excluded (tern
@@ -70,8 +70,9 @@ def run_one(args, src, out, beam, n, ct, mode):
     env.pop("TERN_BATCH_LOG", None)
     if mode == "unsorted":
         cmd.insert(2, "--no-sort")
+    if mode == "beams-apart":
+        cmd[2:2] = ["--batch-beams", "off"]
     env["TERN_CONTINUOUS"] = "0" if mode == "fixed" else "1"
-    env["TERN_BATCH_BEAMS"] = "0" if mode == "beams-apart" else "1"
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0

@@ -61,7 +61,7 @@ extern "C" {
 /* ... and what 1.2 changed: tern_model_options_t grew (shortlist), so tern_model_default_options()
  * has a TERN_1.2 version; its TERN_1 version returns the 1.0.0/1.1.0 layout. */
 #define TERN_CHANGED_1_2
-/* ... and what the next minor release (1.3) changes: tern_request_t grew (no_sort), so
+/* ... and what the next minor release (1.3) changes: tern_request_t grew (no_sort, beams_apart), so
  * tern_request_default() has a TERN_1.3 version; its TERN_1.1 version returns the 1.2.0 layout
  * (struct_size 208 on x86-64, up to token_scores) and its TERN_1 version the 1.0.0 one. */
 #define TERN_CHANGED_1_3
@@ -574,6 +574,12 @@ typedef struct {
      * same translations. Continuous batching is then off (fixed batches). 0 (default): sorted.
      * Other values are TERN_ERR_INVALID_ARG. (The SDL paper's unsorted batches: bench/bench_sdl.py.) */
     int no_sort;
+    /* 1: every row of a decoding step (each hypothesis of each beam) runs its own forward through
+     * the decoder, a batch of one row (the SDL paper's unbatched baseline, for measurements: the
+     * same translations, slower); 0 (default): the step's rows as one batch. A Transformer only
+     * (another family, or an ensemble, gives TERN_ERR_UNSUPPORTED); other values are
+     * TERN_ERR_INVALID_ARG. */
+    int beams_apart;
 } tern_request_t;
 
 TERN_CHANGED_1_1 TERN_CHANGED_1_3 tern_request_t tern_request_default(void); /* thread-safe */

@@ -132,7 +132,7 @@ def client_1_2(tmp_path_factory):
 
 
 def test_program_linked_against_1_2_runs_on_this_library(client_1_2, clients, data_dir):
-    """tern_request_t grew after 1.2.0 (no_sort): tern_request_default@TERN_1.1, what a program built
+    """tern_request_t grew after 1.2.0 (no_sort, beams_apart): tern_request_default@TERN_1.1, what a program built
     for 1.2.0 calls, still fills 1.2.0's layout (struct_size its sizeof, 208 bytes on x86-64, nothing
     written past it), so the library does not read past the program's struct (a no_sort field read
     from beyond it refused every request); the program built against this header gets TERN_1.3's."""

@@ -10,7 +10,7 @@ batch: lines L1,L2,... width W" on stderr): unsorted, they are consecutive runs 
 long as the cap and the budget allow (recomputed here from each line's length); sorted (with
 TERN_CONTINUOUS=0, fixed batches), widths never grow. The C API's no_sort (the order of the result
 callbacks, tern_translate()'s path) is tested in tests/c/test_api_callbacks.c; Python's no_sort here.
-TERN_BATCH_BEAMS=0 (each hypothesis its own forward: bench/bench_sdl.py's unbatched baseline) gives
+--batch-beams off (each hypothesis its own forward: bench/bench_sdl.py's unbatched baseline) gives
 the same output too."""
 import os
 import re
@@ -161,22 +161,33 @@ def cpu_seconds(args, env):
 
 @pytest.mark.parametrize("ct", ["int8", "float32"])
 def test_beams_apart_same_output(src, ct):
-    """TERN_BATCH_BEAMS=0 (src/model/transformer.c; bench/bench_sdl.py's "beams-apart", the SDL
-    paper's unbatched baseline): the decoder step runs each row alone, one-row GEMMs; the same
-    output byte for byte (n-best lists and scores; greedy: float32's screened projection), and it
-    costs CPU time (measured at beam 8, one sentence a batch: 1.85x int8, 2.9x float32; here at least
-    1.3x, a margin for a loaded machine)."""
+    """--batch-beams off (tern_request_t.beams_apart, model_family_t.set_rows_apart;
+    bench/bench_sdl.py's "beams-apart", the SDL paper's unbatched baseline): the decoder step runs
+    each row alone, one-row GEMMs; the same output byte for byte (n-best lists and scores; greedy:
+    float32's screened projection), and it costs CPU time (measured at beam 8, one sentence a batch:
+    1.85x int8, 2.9x float32; here at least 1.3x, a margin for a loaded machine)."""
     lines = str(src) + ".120"
     with open(src, encoding="utf-8") as f, open(lines, "w", encoding="utf-8") as g:
         g.write("".join(next(f) for _ in range(120)))
     for args in (["-b", "4", "-n", "2", "--scores", "--max-batch-size", "3"], ["-b", "1", "--max-batch-size", "5"]):
-        args = ["--compute-type", ct, "-v", *args, lines]
-        ref, err, _ = cpu_seconds(args, {"TERN_BATCH_BEAMS": "1"})
-        got, err0, _ = cpu_seconds(args, {"TERN_BATCH_BEAMS": "0"})
-        assert got == ref and len(ref) > 3000, (ct, args)
-        assert "each row alone" in err0 and "each row alone" not in err
+        args = ["--compute-type", ct, "-q", *args, lines]
+        ref, _, _ = cpu_seconds(args, {})
+        on, _, _ = cpu_seconds(["--batch-beams", "on", *args], {})
+        got, _, _ = cpu_seconds(["--batch-beams", "off", *args], {})
+        assert got == ref == on and len(ref) > 3000, (ct, args)
     args = ["--compute-type", ct, "-q", "-b", "8", "--max-batch-size", "1", lines]
-    _, _, t1 = cpu_seconds(args, {"TERN_BATCH_BEAMS": "1"})
-    _, _, t0 = cpu_seconds(args, {"TERN_BATCH_BEAMS": "0"})
+    _, _, t1 = cpu_seconds(args, {})
+    _, _, t0 = cpu_seconds(["--batch-beams", "off", *args], {})
     print(f"\n{ct} beam 8: {t1:.2f} s batched, {t0:.2f} s beams apart ({t0 / t1:.2f}x)")
     assert t0 > 1.3 * t1
+
+
+def test_batch_beams_refused():
+    """A bad value is a usage error (exit 2); an ensemble cannot run its rows apart (exit 1, named)."""
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "--batch-beams", "no"], input=b"A man.\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and b"--batch-beams is on or off, got 'no'" in r.stderr, r.stderr
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-m", MODEL, "--batch-beams", "off"], input=b"A man.\n",
+                       capture_output=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == b""
+    assert b"beams_apart (--batch-beams off): the ensemble model family decodes its rows as one batch" in r.stderr

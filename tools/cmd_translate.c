@@ -157,6 +157,10 @@ static void usage(FILE *f) {
 "  --no-sort                   cut batches from consecutive input lines in their order instead\n"
 "                              of sorted by length (the same translations; no continuous\n"
 "                              batching; the SDL paper's unsorted batches, bench/bench_sdl.py)\n"
+"  --batch-beams on|off        off: every hypothesis of a decoding step runs its own forward\n"
+"                              through the decoder, a batch of one row (the SDL paper's\n"
+"                              unbatched baseline; the same translations, slower; a Transformer\n"
+"                              only); default on: the step's rows as one batch\n"
 "  -w, --workers N             translators running in parallel, sharing one model (default 1)\n"
 "  -t, --threads N             intra-op threads of each translator (default: cores / workers)\n"
 "\n"
@@ -173,7 +177,7 @@ enum {
     O_MAXA, O_MAXB, O_MAXDEC, O_MINLEN, O_MAXIN, O_SCORES, O_DROP_UNK, O_REPL_UNK, O_MBT, O_MBS, O_READ_AHEAD,
     O_SPLIT, O_PROGRESS, O_ENS_W, O_ENS_MODE, O_SUPPRESS, O_PREFIX, O_RESTRICT, O_LMBR_EV, O_LMBR_W, O_LMBR_A, O_LMBR_P,
     O_LMBR_R, O_LMBR_L, O_LMBR_CLIP, O_LMBR_SUM, O_PRUNE_W, O_PRUNE_T, O_PATIENCE, O_PREFIX_BIAS, O_CONSTRAINTS,
-    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT, O_FILEFMT, O_NO_SORT
+    O_TOPK, O_TOPP, O_TEMP, O_NSAMP, O_SEED, O_REPPEN, O_NOREP, O_SRC_LANG, O_TGT_LANG, O_QUALITY, O_FORMAT, O_FILEFMT, O_NO_SORT, O_BATCH_BEAMS
 };
 
 static const struct option long_opts[] = {
@@ -211,6 +215,7 @@ static const struct option long_opts[] = {
     {"max-batch-size", required_argument, 0, O_MBS},
     {"read-ahead", required_argument, 0, O_READ_AHEAD},
     {"no-sort", no_argument, 0, O_NO_SORT},
+    {"batch-beams", required_argument, 0, O_BATCH_BEAMS},
     {"workers", required_argument, 0, 'w'},
     {"threads", required_argument, 0, 't'},
     {"quiet", no_argument, 0, 'q'},
@@ -296,6 +301,7 @@ int cmd_translate(int argc, char **argv) {
     int quiet = 0, verbose = 0, progress = 0, ok = 1, c, print_scores = 0;
     int repl_unk = 0;                /* --replace-unknowns */
     int no_sort = 0;                 /* --no-sort */
+    int beams_apart = 0;             /* --batch-beams off */
     int quality = 0;                 /* --quality: 1 TSV, 2 JSON lines */
     int html = 0;                    /* --format html */
     int file_kind = -1;              /* --file-format: a DOC_* kind (docfile.h); -2 auto */
@@ -432,6 +438,14 @@ int cmd_translate(int argc, char **argv) {
         case O_DROP_UNK: to.keep_unk = 0; break;
         case O_REPL_UNK: repl_unk = 1; break;
         case O_NO_SORT: no_sort = 1; break;
+        case O_BATCH_BEAMS:
+            if (!strcmp(optarg, "on")) beams_apart = 0;
+            else if (!strcmp(optarg, "off")) beams_apart = 1;
+            else {
+                fprintf(stderr, "tern translate: --batch-beams is on or off, got '%s'\n", optarg);
+                ok = 0;
+            }
+            break;
         case O_MBT: ok = cli_int(C, "--max-batch-tokens", optarg, 1, 1 << 24, &to.max_batch_tokens); break;
         case O_MBS: ok = cli_int(C, "--max-batch-size", optarg, 0, 1 << 24, &to.max_batch_size); break;
         case O_READ_AHEAD: ok = cli_int(C, "--read-ahead", optarg, 1, 1 << 16, &to.read_ahead); break;
@@ -534,6 +548,7 @@ int cmd_translate(int argc, char **argv) {
         req.target_lang = tgt_lang;
         req.replace_unknowns = repl_unk;
         req.no_sort = no_sort;
+        req.beams_apart = beams_apart;
         if (file_kind >= 0) {
             cli_extras_close(x, 0);
             x = NULL;

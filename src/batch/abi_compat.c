@@ -76,7 +76,7 @@ request_1_0_t tern_request_default_1_0(void) {
     return o;
 }
 
-/* tern_request_t grew after 1.2.0 (no_sort): its TERN_1.1 defaults keep 1.2.0's layout, what
+/* tern_request_t grew after 1.2.0 (no_sort, beams_apart): its TERN_1.1 defaults keep 1.2.0's layout, what
  * programs built against 1.2.0's header were linked to */
 request_1_2_t tern_request_default_1_1(void) {
     tern_request_t r = tern_request_default();

@@ -17,7 +17,7 @@
 /* The defaults of the two structs that grew in 1.1 are returned by value: these are their
  * default versions (what the programs linked since and the library itself call by the public
  * names): tern_search_default_params's TERN_1.1, tern_request_default's TERN_1.3 (tern_request_t
- * grew again after 1.2.0: no_sort). abi_compat.c has the older ones that fill the 1.0.0 layouts
+ * grew again after 1.2.0: no_sort, beams_apart). abi_compat.c has the older ones that fill the 1.0.0 layouts
  * (TERN_1) and the 1.2.0 layout of tern_request_t (TERN_1.1) (include/tern.h, "Version and ABI"). */
 tern_search_params_t tern_search_default_params_1_1(void);
 tern_request_t tern_request_default_1_3(void);
@@ -69,6 +69,8 @@ tern_status_t request_in(tern_request_t *dst, const tern_request_t *src, const c
         return tern_error(TERN_ERR_INVALID_ARG, "max_batch_size, max_batch_tokens and max_input_length must be >= 0");
     if (dst->no_sort != 0 && dst->no_sort != 1)
         return tern_error(TERN_ERR_INVALID_ARG, "%s: no_sort must be 0 or 1 (got %d)", fn, dst->no_sort);
+    if (dst->beams_apart != 0 && dst->beams_apart != 1)
+        return tern_error(TERN_ERR_INVALID_ARG, "%s: beams_apart must be 0 or 1 (got %d)", fn, dst->beams_apart);
     if (dst->num_suppress < 0 || (dst->num_suppress > 0 && !dst->suppress))
         return tern_error(TERN_ERR_INVALID_ARG, "%s: NULL suppress or num_suppress < 0", fn);
     return TERN_OK;
@@ -200,6 +202,10 @@ tern_status_t translator_call_init(const tern_translator_t *tr, const tern_reque
     c->max_input_length = req && req->max_input_length > 0 ? req->max_input_length : tr->opt.max_input_length;
     c->pretok = req ? req->pretokenized : 0;
     c->no_sort = req && req->no_sort;
+    c->beams_apart = req && req->beams_apart;
+    if (c->beams_apart && !tr->model->fam->set_rows_apart)
+        return tern_error(TERN_ERR_UNSUPPORTED, "beams_apart (--batch-beams off): the %s model family decodes its "
+                          "rows as one batch only (a Transformer can)", tr->model->fam->name);
     c->replace_unknowns = req && req->replace_unknowns;
     c->return_attention = req && (req->attention || req->replace_unknowns);
     c->sources = NULL, c->src_ids = NULL, c->src_len = NULL;

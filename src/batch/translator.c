@@ -664,13 +664,25 @@ static tern_status_t translate_lang(tern_translator_t *tr, int *const *src, cons
     return st;
 }
 
-tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
-                                          const search_sentence_t *const *sd, const uint64_t *keys, int n,
-                                          search_result_t *res) {
+static tern_status_t translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
+                                      const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                      search_result_t *res) {
     const translator_call_t *o = tr->call;
     if (o->p.num_samples > 1) return translate_samples(tr, src, len, sd, keys, n, res);
     if (o->tgt_lang >= 0) return translate_lang(tr, src, len, sd, keys, n, res);
     return translate_ids(tr, src, len, sd, keys, n, res);
+}
+
+tern_status_t translator_translate_ids_sd(tern_translator_t *tr, int *const *src, const int *len,
+                                          const search_sentence_t *const *sd, const uint64_t *keys, int n,
+                                          search_result_t *res) {
+    const model_family_t *fam = tr->model->fam;
+    if (!tr->call->beams_apart) return translate_ids_sd(tr, src, len, sd, keys, n, res);
+    /* beams_apart (translator_call_init checked the family has it): this call's steps row by row */
+    tern_status_t st = fam->set_rows_apart(tr->state, 1);
+    if (!st) st = translate_ids_sd(tr, src, len, sd, keys, n, res);
+    fam->set_rows_apart(tr->state, 0);
+    return st;
 }
 
 static tern_status_t translate_ids(tern_translator_t *tr, int *const *src, const int *len,

@@ -16,6 +16,7 @@ typedef struct translator_call {
     int pretok;                    /* pieces in, pieces out (tern_request_t.pretokenized) */
     int no_sort;                   /* batches cut in input order, not sorted by length
                                       (tern_request_t.no_sort; no continuous batching) */
+    int beams_apart;               /* each row of a step its own forward (tern_request_t.beams_apart) */
     int return_attention;          /* hypotheses keep their attention rows (tern_request_t.attention,
                                       or replace_unknowns) */
     int replace_unknowns;          /* tern_request_t.replace_unknowns */

@@ -93,6 +93,10 @@ typedef struct model_family {
      * Hugging Face checkpoint's pad), removed by the search after the step. An error where it
      * cannot (nothing set). toks stays valid until the next call. */
     tern_status_t (*set_argmax_never)(void *state, const int *toks, int n);
+    /* Optional (NULL: the family runs a step's rows as one batch only). on = 1: the following
+     * steps run each row alone through the decoder (one-row GEMMs: the SDL paper's unbatched
+     * baseline, tern_request_t.beams_apart), the same outputs; on = 0: as one batch again. */
+    tern_status_t (*set_rows_apart)(void *state, int on);
 } model_family_t;
 
 /* build() flags */

@@ -73,9 +73,9 @@ struct transformer_state {
     /* int8 where the GEMM is Tern's own (AVX2): vm's rows packed for it once per batch (NULL: none) */
     void *vm_pk;
     size_t vm_pk_cap, vm_pk_bytes;
-    /* TERN_BATCH_BEAMS=0 (read at state_new): the decoder step's layers run each row alone, a GEMM
-     * of one row per row (the SDL paper's unbatched baseline: every hypothesis its own forward);
-     * rows_now: inside such a step */
+    /* transformer_set_rows_apart: the decoder step's layers run each row alone, a GEMM of one row
+     * per row (the SDL paper's unbatched baseline: every hypothesis its own forward); rows_now:
+     * inside such a step */
     int rowwise, rows_now;
 };
 
@@ -187,7 +187,7 @@ static int team_size(int n) {
 static tern_status_t linear(transformer_state_t *st, float *out, const float *inp, const linear_t *lin,
                             const void *pk, int M) {
     nn_dense_t d = nn_dense_of(lin, pk);
-    if (st->rows_now && M > 1) { /* row by row (TERN_BATCH_BEAMS=0): no row of a GEMM depends on the others */
+    if (st->rows_now && M > 1) { /* row by row (set_rows_apart): no row of a GEMM depends on the others */
         for (int r = 0; r < M; r++) {
             tern_status_t s = nn_dense_forward(out + (size_t)r * d.N, inp + (size_t)r * d.K, &d, 1, &st->lin_ws);
             if (s) return s;
@@ -231,9 +231,6 @@ transformer_state_t *transformer_state_new(const transformer_t *m) {
         transformer_state_free(st);
         return NULL;
     }
-    const char *env = getenv("TERN_BATCH_BEAMS");
-    st->rowwise = env && !strcmp(env, "0");
-    if (st->rowwise) TERN_INFO("TERN_BATCH_BEAMS=0: the decoder step runs each row alone (one-row GEMMs)");
     return st;
 }
 
@@ -885,7 +882,7 @@ static tern_status_t decoder_layer(const dstep_t *c, int l, float *attn) {
  * it declines. */
 static tern_status_t screened_proj(transformer_state_t *st, float *logits, const float *inp, int R) {
     const transformer_t *m = st->m;
-    if (st->rows_now && R > 1) { /* row by row (TERN_BATCH_BEAMS=0) */
+    if (st->rows_now && R > 1) { /* row by row (set_rows_apart) */
         for (int r = 0; r < R; r++) {
             tern_status_t s = screened_proj(st, logits + (size_t)r * m->tgt_vocab, inp + (size_t)r * m->d, 1);
             if (s) return s;
@@ -899,6 +896,8 @@ static tern_status_t screened_proj(transformer_state_t *st, float *logits, const
 }
 
 void transformer_set_argmax_only(transformer_state_t *st, int on) { st->argmax_only = on != 0; }
+
+void transformer_set_rows_apart(transformer_state_t *st, int on) { st->rowwise = on != 0; }
 
 int transformer_set_argmax_ban(transformer_state_t *st, int tok, const unsigned char *rows) {
     /* a screen's exact values are those of the packed layer: where the layer runs unpacked

@@ -165,6 +165,8 @@ tern_status_t transformer_set_rows(transformer_state_t *st, const int *parent, c
  * again. Not under a vocabulary
  * restriction (transformer_set_vocab), which takes precedence. */
 void transformer_set_argmax_only(transformer_state_t *st, int on);
+/* on = 1: the following steps run each row alone (one-row GEMMs; model_family_t.set_rows_apart) */
+void transformer_set_rows_apart(transformer_state_t *st, int on);
 
 /* For the next step only (rows: NULL, or one flag per row, read during that step): where rows[r] is
  * set and the step is screened (transformer_set_argmax_only), row r's written values also give its

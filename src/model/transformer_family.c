@@ -87,6 +87,10 @@ static tern_status_t tf_set_rows(void *st, const int *parent, const int *sent, i
     return transformer_set_rows(st, parent, sent, R);
 }
 static tern_status_t tf_set_vocab(void *st, const int *ids, int n) { return transformer_set_vocab(st, ids, n); }
+static tern_status_t tf_set_rows_apart(void *st, int on) {
+    transformer_set_rows_apart(st, on);
+    return TERN_OK;
+}
 static tern_status_t tf_set_argmax_only(void *st, int on) {
     transformer_set_argmax_only(st, on);
     return TERN_OK;
@@ -112,4 +116,5 @@ const model_family_t model_family_transformer = {
     .admit = tf_admit,
     .set_argmax_ban = tf_set_argmax_ban,
     .set_argmax_never = tf_set_argmax_never,
+    .set_rows_apart = tf_set_rows_apart,
 };

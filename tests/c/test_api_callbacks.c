@@ -6,7 +6,8 @@
  * a cancellation flag set from another thread stops a long batch with TERN_ERR_CANCELLED and
  * leaves nothing allocated (run under ASan: make SAN=1); a callback returning nonzero stops the
  * call; the log callback receives the warnings instead of stderr; no_sort gives the same results with
- * batches cut in the input's order (the order of the result callbacks shows them).
+ * batches cut in the input's order (the order of the result callbacks shows them), and so does
+ * beams_apart (each row of a step its own forward).
  * The reference of every comparison is tern_translate_batch() itself (the path the CLI and the
  * CTranslate2 parity tests check), so any difference is the hooks' doing.
  */
@@ -165,6 +166,19 @@ static void test_no_sort(tern_translator_t *tr, int beam) {
             }
         }
     }
+    /* beams_apart: each row its own forward, the same results (unsorted batches of 3 here) */
+    call.beams_apart = 1;
+    memset(&L, 0, sizeof L);
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_OK);
+    CHECK_EQ_INT(L.n, NS);
+    for (int i = 0; i < NS; i++) {
+        check_results_equal(&ref[i], &res[i], i);
+        tern_result_free(&res[i]);
+    }
+    call.beams_apart = 2;
+    CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(tern_last_error(), "beams_apart must be 0 or 1 (got 2)") != NULL, "message '%s'", tern_last_error());
+    call.beams_apart = 0;
     call.no_sort = 2;
     CHECK_EQ_INT(run(tr, SENT, NS, &call, res), TERN_ERR_INVALID_ARG);
     CHECK_MSG(strstr(tern_last_error(), "no_sort must be 0 or 1 (got 2)") != NULL, "message '%s'", tern_last_error());
