@@ -120,7 +120,7 @@ def tern(tern_python):
 
 def test_python_no_sort(tern, src, lengths, tmp_path):
     """Translator.translate_batch(no_sort=True) (tern_translate()'s path) and translate_file(raw_text=True,
-    no_sort=True) (the stream's): the same results; the greedy token callback's first event of each
+    no_sort=True) (the stream's): the same results (and with beams_apart=True); the greedy token callback's first event of each
     input, one input a batch, comes in the input's order (sorted: the longest input first)."""
     lines = src.read_text(encoding="utf-8").split("\n")[:120]
     tr = tern.Translator(MODEL, intra_threads=1)
@@ -129,7 +129,9 @@ def test_python_no_sort(tern, src, lengths, tmp_path):
                                                                     return_scores=True)]
         got = [(r.hypotheses, r.scores) for r in tr.translate_batch(lines, beam_size=beam, max_batch_size=7,
                                                                     return_scores=True, no_sort=True)]
-        assert got == ref, beam
+        apart = [(r.hypotheses, r.scores) for r in tr.translate_batch(lines[:40], beam_size=beam, max_batch_size=7,
+                                                                      return_scores=True, beams_apart=True)]
+        assert got == ref and apart == ref[:40], beam
     first = {True: [], False: []}
     for no_sort in (True, False):
         seen = first[no_sort]
@@ -142,6 +144,8 @@ def test_python_no_sort(tern, src, lengths, tmp_path):
     assert order == sorted(order, reverse=True) and order[0] == max(lengths[:120])
     with pytest.raises(TypeError, match="no_sort must be True or False"):
         tr.translate_batch(lines[:2], no_sort=2)
+    with pytest.raises(TypeError, match="beams_apart must be True or False"):
+        tr.translate_batch(lines[:2], beams_apart="yes")
     out_a, out_b = tmp_path / "a.de", tmp_path / "b.de"
     (tmp_path / "in.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
     tr.translate_file(tmp_path / "in.en", out_a, raw_text=True, beam_size=4, max_batch_size=3)
@@ -149,11 +153,10 @@ def test_python_no_sort(tern, src, lengths, tmp_path):
     assert out_a.read_bytes() == out_b.read_bytes() and out_a.read_bytes().count(b"\n") == 120
 
 
-def cpu_seconds(args, env):
+def cpu_seconds(args):
     """(stdout, stderr, child CPU seconds) of one tern translate."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run([TERN, "translate", "-m", MODEL, "-t", "1", *args], capture_output=True,
-                       env={**os.environ, **env}, timeout=300)
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-t", "1", *args], capture_output=True, timeout=300)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert r.returncode == 0, r.stderr.decode()
     return r.stdout, r.stderr.decode(), after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -171,13 +174,13 @@ def test_beams_apart_same_output(src, ct):
         g.write("".join(next(f) for _ in range(120)))
     for args in (["-b", "4", "-n", "2", "--scores", "--max-batch-size", "3"], ["-b", "1", "--max-batch-size", "5"]):
         args = ["--compute-type", ct, "-q", *args, lines]
-        ref, _, _ = cpu_seconds(args, {})
-        on, _, _ = cpu_seconds(["--batch-beams", "on", *args], {})
-        got, _, _ = cpu_seconds(["--batch-beams", "off", *args], {})
+        ref, _, _ = cpu_seconds(args)
+        on, _, _ = cpu_seconds(["--batch-beams", "on", *args])
+        got, _, _ = cpu_seconds(["--batch-beams", "off", *args])
         assert got == ref == on and len(ref) > 3000, (ct, args)
     args = ["--compute-type", ct, "-q", "-b", "8", "--max-batch-size", "1", lines]
-    _, _, t1 = cpu_seconds(args, {})
-    _, _, t0 = cpu_seconds(["--batch-beams", "off", *args], {})
+    _, _, t1 = cpu_seconds(args)
+    _, _, t0 = cpu_seconds(["--batch-beams", "off", *args])
     print(f"\n{ct} beam 8: {t1:.2f} s batched, {t0:.2f} s beams apart ({t0 / t1:.2f}x)")
     assert t0 > 1.3 * t1
 

@@ -224,9 +224,9 @@ def _check_options(patience, prefix_bias_beta, return_logits_vocab, return_atten
         raise _not_available("return_alternatives with return_attention or replace_unknowns")
 
 
-def _check_no_sort(no_sort) -> None:
-    if not isinstance(no_sort, bool):
-        raise TypeError(f"no_sort must be True or False (got {no_sort!r})")
+def _check_no_sort(value, name: str = "no_sort") -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False (got {value!r})")
 
 
 def _max_input_length(n: int) -> int:
@@ -491,7 +491,8 @@ class Translator:
                         use_vmap: bool = False, return_logits_vocab: bool = False, return_attention: bool = False,
                         return_alternatives: bool = False, min_alternative_expansion_prob: float = 0,
                         replace_unknowns: bool = False, source_lang: Optional[str] = None,
-                        target_lang: Optional[str] = None, no_sort: bool = False, _index_offset: int = 0):
+                        target_lang: Optional[str] = None, no_sort: bool = False, beams_apart: bool = False,
+                        _index_offset: int = 0):
         """Translates a batch (CTranslate2's translate_batch); the GIL is released while Tern works.
 
         ``source`` is a list of token lists (CTranslate2's form: the model's vocabulary pieces; the
@@ -544,9 +545,12 @@ class Translator:
 
         ``no_sort=True`` (Tern) cuts the batches from consecutive inputs in their order instead of
         from the inputs sorted by length (tern_request_t.no_sort, ``tern translate --no-sort``: the
-        same results, fixed batches without continuous batching).
+        same results, fixed batches without continuous batching). ``beams_apart=True`` (Tern) runs
+        every hypothesis of a decoding step through the decoder on its own (``tern translate
+        --batch-beams off``: the SDL paper's unbatched baseline, the same results, slower).
         """
         _check_no_sort(no_sort)
+        _check_no_sort(beams_apart, "beams_apart")
         if batch_type not in ("examples", "tokens"):
             raise ValueError("batch_type must be 'examples' or 'tokens'")
         _check_options(patience, prefix_bias_beta, return_logits_vocab, return_attention, return_alternatives,
@@ -624,7 +628,7 @@ class Translator:
                 int(num_hypotheses) if sampling else 1, int(seed), float(repetition_penalty),
                 int(no_repeat_ngram_size), suppress or None, _index_offset + a, source_lang, target_lang,
                 bool(return_attention), bool(replace_unknowns), float(patience),
-                float(prefix_bias_beta), no_sort=no_sort)
+                float(prefix_bias_beta), no_sort=no_sort, beams_apart=beams_apart)
             results = []
             for hyps, scores, attention in out:
                 if tokens:

@@ -116,7 +116,8 @@ class Translator:
                         return_attention: bool = False, return_alternatives: bool = False,
                         min_alternative_expansion_prob: float = 0,
                         replace_unknowns: bool = False,
-                        no_sort: bool = False) -> Union[List[TranslationResult], List[AsyncTranslationResult]]: ...
+                        no_sort: bool = False,
+                        beams_apart: bool = False) -> Union[List[TranslationResult], List[AsyncTranslationResult]]: ...
     def translate_iterable(self, source: Iterable[Source], target_prefix: Optional[Iterable[Optional[Source]]] = None,
                            max_batch_size: int = 32, batch_type: str = "examples",
                            **kwargs) -> Iterator[TranslationResult]: ...

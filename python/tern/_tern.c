@@ -273,21 +273,21 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
                              "callback", "sampling_topk", "sampling_topp", "sampling_temperature", "num_samples",
                              "seed", "repetition_penalty", "no_repeat_ngram_size", "suppress", "index_offset",
                              "source_lang", "target_lang", "return_attention", "replace_unknowns", "patience", "prefix_bias_beta",
-                             "no_sort", NULL};
+                             "no_sort", "beams_apart", NULL};
     PyObject *sources, *prefixes = Py_None, *callback = Py_None, *suppress = Py_None;
     long long index_offset = 0;
     const char *src_lang = NULL, *tgt_lang = NULL;
     int pretok = 0, beam = 2, nhyp = 1, maxlen = 256, minlen = 1, rs = 0, mbs = 0, mbt = 0, mil = 1024;
-    int ra = 0, ru = 0, ns = 0;
+    int ra = 0, ru = 0, ns = 0, ba = 0;
     float patience = 1.0f, pbb = 0.0f;
     float lp = 1.0f, cp = 0.0f;
     tern_search_params_t d = tern_search_default_params(); /* sampling and repetition: its defaults */
     unsigned long long seed = d.seed;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppffp", kwlist, &sources, &prefixes, &pretok,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OpiiffiipiiiOiffiKfiOLzzppffpp", kwlist, &sources, &prefixes, &pretok,
                                      &beam, &nhyp, &lp, &cp, &maxlen, &minlen, &rs, &mbs, &mbt, &mil, &callback,
                                      &d.sampling_topk, &d.sampling_topp, &d.sampling_temperature, &d.num_samples,
                                      &seed, &d.repetition_penalty, &d.no_repeat_ngram_size, &suppress, &index_offset,
-                                     &src_lang, &tgt_lang, &ra, &ru, &patience, &pbb, &ns))
+                                     &src_lang, &tgt_lang, &ra, &ru, &patience, &pbb, &ns, &ba))
         return NULL;
     if (index_offset < 0) {
         PyErr_SetString(PyExc_ValueError, "index_offset must be >= 0");
@@ -359,6 +359,7 @@ static PyObject *Translator_translate(TranslatorObject *self, PyObject *args, Py
     call.target_lang = tgt_lang;
     call.replace_unknowns = ru;
     call.no_sort = ns;
+    call.beams_apart = ba;
     pycb_t cb = {callback, NULL};
     if (callback != Py_None) {
         call.on_token = token_trampoline;
