@@ -132,8 +132,13 @@ def test_package_contents(debs):
     script = run(["sh", os.path.join(ROOT, "scripts", "export_map.sh"), "cc", os.path.join(ROOT, "include", "tern.h"),
                   f"TERN_{major}"]).stdout
     exported = set()
+    vt = tuple(int(x) for x in v.split("."))
     for node, body in re.findall(r"^(TERN_[0-9.]+) \{\n  global:\n(.*?)^(?:  local: \*;\n)?\}", script, re.M | re.S):
         since = "1.0.0" if node == f"TERN_{major}" else node.removeprefix("TERN_") + ".0"
+        # a node of the next, unreleased minor version (TERN_1.3 while TERN_VERSION is 1.2.0):
+        # dpkg-gensymbols gives its symbols the version being built until the release bumps it
+        if tuple(int(x) for x in since.split(".")) > vt:
+            since = v
         exported |= {(n, node, since) for n in re.findall(r"^\s+(tern_\w+);$", body, re.M)}
     assert len(exported) > 30 and listed == exported, (sorted(listed - exported), sorted(exported - listed))
     dev = run(["dpkg-deb", "-f", debs["libtern-dev"], "Depends"]).stdout
