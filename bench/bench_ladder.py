@@ -4,7 +4,7 @@
 Tern beside ctranslate2 on the same converted models in the same run.
 
     .venv/bin/python bench/bench_ladder.py --teacher DIR [--student NAME=DIR ...] [--vmap FILE]
-        [--lines N] [--repeat R] [--batch-size B] [--table 5,6,2] [--ensemble DIR ...] [--json OUT]
+        [--lines N] [--repeat R] [--batch-size B] [--table 5,6,2,s] [--ensemble DIR ...] [--json OUT]
         [--workdir DIR]
 
 Models: --teacher is the teacher-sized model (float32 Tern directory: the averaged checkpoint of
@@ -35,6 +35,10 @@ SDL Table 2 (--table 2, Tern only: ctranslate2 has no ensembles): the research s
 --ensemble members, float32, beam 12) against accelerated ones (the teacher-sized distilled model
 and each student: int8, beam 4, GNMT pruning with width 5), end to end on one thread: BLEU and
 source words per minute.
+
+Students' speed (--table s, Tern only): each model's target tokens/s and its ratio to the
+teacher-sized model's, int8, one thread, greedy and beam 4 (length penalty 1.0), without and with
+the vocabulary map (issue 27's bar: a shallow student at >= 1.5x the shipped model's tokens/s).
 """
 import argparse
 import json
@@ -85,10 +89,10 @@ def detok_bleu(spm_model, pieces_file, ref_lines):
     return sacrebleu.corpus_bleu(hyp, [ref_lines]).score
 
 
-def tern_greedy(args, model, vmap, compute, inp, out):
-    cmd = [args.tern, "translate", "-m", model, "--pretokenized", "-b", "1", "-w", "1", "-t", "1",
+def tern_greedy(args, model, vmap, compute, inp, out, beam=1):
+    cmd = [args.tern, "translate", "-m", model, "--pretokenized", "-b", str(beam), "-w", "1", "-t", "1",
            "--compute-type", compute, "--max-batch-size", str(args.batch_size), "--max-batch-tokens", str(1 << 24),
-           "--read-ahead", "1", "--length-penalty", "0", "--progress", inp, out]
+           "--read-ahead", "1", "--length-penalty", "0" if beam == 1 else "1.0", "--progress", inp, out]
     if vmap:
         cmd[4:4] = ["--vmap", args.vmap]
     r, _ = bt.timed(cmd, os.path.join(args.workdir, "rss"), bt.clean_env())
@@ -230,6 +234,34 @@ def table6(args, models, refs, spm_model, raw):
     return rows
 
 
+def table_students(args, models, refs, spm_model, pieces):
+    """Issue 27 point 2's speed bar: each student's target tokens/s over the teacher-sized model's,
+    Tern, int8, one thread, greedy and beam 4 (length penalty 1.0), without and with the map."""
+    rows = []
+    for beam in (1, 4):
+        for vmap in (False, True):
+            tps = {n: [] for n, _ in models}
+            outs = {n: os.path.join(args.workdir, f"ts-{n.replace(':', '-')}-{beam}-{int(vmap)}.txt") for n, _ in models}
+            for rep in range(args.repeat):
+                order = models if rep % 2 == 0 else models[::-1]
+                for n, d in order:
+                    tps[n].append(tern_greedy(args, d, vmap, "int8", pieces, outs[n], beam))
+            base = median(tps[models[0][0]])
+            for n, _ in models:
+                row = dict(model=n, beam=beam, vmap=vmap, tps=median(tps[n]), runs=tps[n],
+                           ratio=median(tps[n]) / base, bleu=detok_bleu(spm_model, outs[n], refs))
+                rows.append(row)
+                log(json.dumps(row))
+    print("\n### Students' speed: Tern, int8, 1 thread, %d lines, batches of %d (median of %d)\n"
+          % (len(refs), args.batch_size, args.repeat))
+    print("| model | search | map | tokens/s | × teacher-sized | BLEU |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {'greedy' if r['beam'] == 1 else 'beam %d' % r['beam']} | {'vmap' if r['vmap'] else '—'} | "
+              f"{r['tps']:.0f} | {r['ratio']:.2f}× | {r['bleu']:.2f} |")
+    return rows
+
+
 def table2(args, models, refs, raw):
     """The SDL paper's Table 2: the research system (an ensemble, beam 12) against the accelerated
     one (one distilled model, int8, beam 4, pruned), Tern only (ctranslate2 has no ensembles)."""
@@ -321,6 +353,8 @@ def main():
         out["table5"] = table5(args, models, refs, spm_model, pieces)
     if "6" in tables:
         out["table6"] = table6(args, models, refs, spm_model, raw)
+    if "s" in tables:
+        out["students"] = table_students(args, models, refs, spm_model, pieces)
     if "2" in tables:
         if not args.ensemble:
             raise SystemExit("--table 2 needs the research system's members (--ensemble DIR, twice or more)")
