@@ -1,9 +1,9 @@
-"""The model that ships in models/en-de (trained by recipes/multi30k-en-de.sh, packaged by
-recipes/package-en-de.sh): it loads, translates the README's quick-start sentence, carries its
+"""The model that ships in models/en-de (a student distilled by recipes/students-en-de.sh from
+the ensemble of the models of recipes/multi30k-en-de.sh, packaged by recipes/package-en-de.sh): it loads, translates the README's quick-start sentence, carries its
 decoding defaults (generation_config.json: beam 5 and the card's length penalty, which `tern info`
 shows), and with them -- `tern translate -m models/en-de` and no search flag, one thread:
 deterministic -- scores on Multi30k test_2016_flickr what its model card says, which is at least
-issue 9's bar of 40.0 BLEU. The score is checked against sacreBLEU itself."""
+issue 27's bar of 41.0 BLEU (a distilled student: recipes/students-en-de.sh). The score is checked against sacreBLEU itself."""
 import os
 import re
 import subprocess
@@ -59,5 +59,5 @@ def test_test2016_bleu_as_the_card_says(data_dir, tmp_path):
     assert len(hyps) == len(refs) == 1000
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
     print(f"\nmodels/en-de test_2016_flickr BLEU {bleu:.2f}")
-    assert bleu >= 40.0
+    assert bleu >= 41.0
     assert abs(bleu - card_figure("test_2016_flickr BLEU")) <= 0.01
