@@ -188,7 +188,9 @@ def table5(args, models, refs, spm_model, pieces):
 
 def table6(args, models, refs, spm_model, raw):
     dirs = dict(models)
-    t_name, s_name = models[0][0], models[-1][0]
+    t_name, s_name = models[0][0], args.optimized or models[-1][0]
+    if s_name not in dirs:
+        raise SystemExit(f"--optimized {s_name}: not one of the students ({', '.join(n for n, _ in models[1:])})")
     systems = [("baseline: teacher float32, beam 4", t_name, "float32", 4, False),
                (f"optimized: student {s_name}, int8, vmap, beam 4", s_name, "int8", 4, True),
                (f"optimized: student {s_name}, int8, vmap, greedy", s_name, "int8", 1, True)]
@@ -312,6 +314,7 @@ def main():
     ap.add_argument("--teacher", required=True, help="the teacher-sized model (float32 Tern directory)")
     ap.add_argument("--student", action="append", default=[], help="NAME=DIR, in ladder order")
     ap.add_argument("--ensemble", action="append", default=[], help="a member of the research system (table 2)")
+    ap.add_argument("--optimized", help="the student of table 6's optimized system (default: the last)")
     ap.add_argument("--vmap", help="vocabulary map (default: WORKDIR/vmap.txt, built by tern vmap)")
     ap.add_argument("--lines", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
