@@ -60,4 +60,9 @@ def test_test2016_bleu_as_the_card_says(data_dir, tmp_path):
     bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
     print(f"\nmodels/en-de test_2016_flickr BLEU {bleu:.2f}")
     assert bleu >= 41.0
-    assert abs(bleu - card_figure("test_2016_flickr BLEU")) <= 0.01
+    # the card's figure for this CPU's instruction set: Tern's float32 kernels add in another order
+    # at 256 bits (AVX2) than at 512, which moves 2 of the 1,000 lines at near-ties
+    isa = subprocess.run([TERN, "cpu"], capture_output=True, text=True, timeout=60).stdout
+    avx2 = re.search(r"^tern isa: AVX2\b", isa, re.M) is not None
+    want = card_figure("test_2016_flickr BLEU on AVX2" if avx2 else "test_2016_flickr BLEU")
+    assert abs(bleu - want) <= 0.01, (bleu, want, "AVX2" if avx2 else "AVX-512")
