@@ -43,6 +43,7 @@ the vocabulary map (issue 27's bar: a shallow student at >= 1.5x the shipped mod
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -96,7 +97,6 @@ def tern_greedy(args, model, vmap, compute, inp, out, beam=1):
     if vmap:
         cmd[4:4] = ["--vmap", args.vmap]
     r, _ = bt.timed(cmd, os.path.join(args.workdir, "rss"), bt.clean_env())
-    import re
     rep = re.findall(r"(\d+) sentences, (\d+) target tokens, ([\d.]+) tokens/s", r.stderr)
     if not rep:
         raise RuntimeError("no progress report from tern:\n" + r.stderr[-2000:])
@@ -145,27 +145,32 @@ def e2e_worker(argv):
             f.write(sp.decode(r.hypotheses[0]) + "\n")
 
 
+def interleaved(i, repeat, run):
+    """run(engine) -> a figure, for Tern and ctranslate2 alternately, repeat times; the order flips
+    from one configuration (i) and one repetition to the next, so a shared machine's load falls on
+    both alike. Returns {engine: [figures]}."""
+    got = {"tern": [], "ct2": []}
+    for rep in range(repeat):
+        for e in (["tern", "ct2"] if (i + rep) % 2 == 0 else ["ct2", "tern"]):
+            got[e].append(run(e))
+    return got
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
 def table5(args, models, refs, spm_model, pieces):
-    t_name, t_dir = models[0]
+    t_name = models[0][0]
     rungs = [("float32", t_name, "float32", False), ("int8", t_name, "int8", False), ("+ vmap", t_name, "int8", True)]
     rungs += [(f"student {n}", n, "int8", True) for n, _ in models[1:]]
     dirs = dict(models)
     rows = []
     for i, (label, name, compute, vmap) in enumerate(rungs):
         ct2 = ct2_dir(args, name, dirs[name])
-        tps = {"tern": [], "ct2": []}
-        outs = {e: os.path.join(args.workdir, f"t5-{i}-{e}.txt") for e in tps}
-        for rep in range(args.repeat):
-            order = ["tern", "ct2"] if (i + rep) % 2 == 0 else ["ct2", "tern"]
-            for e in order:
-                if e == "tern":
-                    tps[e].append(tern_greedy(args, dirs[name], vmap, compute, pieces, outs[e]))
-                else:
-                    tps[e].append(ct2_greedy(args, ct2, vmap, compute, pieces, outs[e]))
+        outs = {e: os.path.join(args.workdir, f"t5-{i}-{e}.txt") for e in ("tern", "ct2")}
+        tps = interleaved(i, args.repeat, lambda e: tern_greedy(args, dirs[name], vmap, compute, pieces, outs[e])
+                          if e == "tern" else ct2_greedy(args, ct2, vmap, compute, pieces, outs[e]))
         with open(outs["tern"], encoding="utf-8") as a, open(outs["ct2"], encoding="utf-8") as b:
             la, lb = a.read().split("\n"), b.read().split("\n")
         same = sum(x == y for x, y in zip(la[:-1], lb[:-1]))
@@ -197,24 +202,22 @@ def table6(args, models, refs, spm_model, raw):
     rows = []
     for i, (label, name, compute, beam, vmap) in enumerate(systems):
         ct2 = ct2_dir(args, name, dirs[name])
-        secs = {"tern": [], "ct2": []}
-        outs = {e: os.path.join(args.workdir, f"t6-{i}-{e}.txt") for e in secs}
-        for rep in range(args.repeat):
-            order = ["tern", "ct2"] if (i + rep) % 2 == 0 else ["ct2", "tern"]
-            for e in order:
-                if e == "tern":
-                    cmd = [args.tern, "translate", "-m", dirs[name], "-b", str(beam), "--length-penalty", "1.0",
-                           "-t", "1", "-w", "1", "--compute-type", compute, "--max-batch-size", "32", "-q", raw,
-                           outs[e]]
-                    if vmap:
-                        cmd[4:4] = ["--vmap", args.vmap]
-                else:
-                    cmd = [sys.executable, os.path.abspath(__file__), "--e2e-worker", ct2,
-                           os.path.join(dirs[name], "sentencepiece.model"), raw, outs[e], compute, str(beam),
-                           "1" if vmap else "0"]
-                t0 = time.perf_counter()
-                bt.timed(cmd, os.path.join(args.workdir, "rss"), bt.clean_env())
-                secs[e].append(time.perf_counter() - t0)
+        outs = {e: os.path.join(args.workdir, f"t6-{i}-{e}.txt") for e in ("tern", "ct2")}
+
+        def run(e):
+            if e == "tern":
+                cmd = [args.tern, "translate", "-m", dirs[name], "-b", str(beam), "--length-penalty", "1.0",
+                       "-t", "1", "-w", "1", "--compute-type", compute, "--max-batch-size", "32", "-q", raw, outs[e]]
+                if vmap:
+                    cmd[4:4] = ["--vmap", args.vmap]
+            else:
+                cmd = [sys.executable, os.path.abspath(__file__), "--e2e-worker", ct2,
+                       os.path.join(dirs[name], "sentencepiece.model"), raw, outs[e], compute, str(beam),
+                       "1" if vmap else "0"]
+            t0 = time.perf_counter()
+            bt.timed(cmd, os.path.join(args.workdir, "rss"), bt.clean_env())
+            return time.perf_counter() - t0
+        secs = interleaved(i, args.repeat, run)
         import sacrebleu
         bleu = {}
         for e in outs:
