@@ -327,9 +327,11 @@ tern_status_t weights_add_meta(weights_t *w, const char *key, const char *value)
 }
 
 /* A name's new form under weights_keep_layers: prefix + K + '/' ... with K at position i of keep
- * becomes prefix + i + '/' ...; with K not kept, "unused/" + name; other names unchanged (NULL). */
-static char *keep_layers_name(const char *name, const char *prefix, const int *keep, int n_keep) {
+ * becomes prefix + i + '/' ...; with K not kept, "unused/" + name; other names unchanged (NULL,
+ * *oom 0). NULL with *oom set: out of memory. */
+static char *keep_layers_name(const char *name, const char *prefix, const int *keep, int n_keep, int *oom) {
     size_t lp = strlen(prefix);
+    *oom = 0;
     if (strncmp(name, prefix, lp) || name[lp] < '0' || name[lp] > '9') return NULL;
     char *end;
     long k = strtol(name + lp, &end, 10);
@@ -339,7 +341,10 @@ static char *keep_layers_name(const char *name, const char *prefix, const int *k
         if (keep[i] == k) at = i;
     size_t n = strlen(name) + 32;
     char *out = malloc(n);
-    if (!out) return NULL;
+    if (!out) {
+        *oom = 1;
+        return NULL;
+    }
     if (at < 0) snprintf(out, n, "unused/%s", name);
     else snprintf(out, n, "%.*s%d%s", (int)lp, prefix, at, end);
     return out;
@@ -360,7 +365,9 @@ tern_status_t weights_keep_layers(weights_t *w, const char *prefix, const int *k
     }
     for (int i = 0; i < w->n + w->n_alias; i++) {
         char **nm = i < w->n ? (char **)&w->tensors[i].name : &w->aliases[i - w->n].name;
-        char *nn = keep_layers_name(*nm, prefix, keep, n_keep);
+        int oom;
+        char *nn = keep_layers_name(*nm, prefix, keep, n_keep, &oom);
+        if (oom) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", w->path);
         if (nn) {
             free(*nm);
             *nm = nn;

@@ -1024,6 +1024,8 @@ static tern_status_t setup_model(trainer_t *t) {
     tern_status_t st = TERN_OK;
     if (o->init_from && (st = init_config(t, &init, config, &from_model))) {
         free(defaults);
+        weights_free(init); /* loaded before a later check failed (a bad layer list, say) */
+        free(from_model);
         return st;
     }
     if (!st && o->rl_gleu && from_model) /* RL: O_ML is the plain log-likelihood (no label smoothing) */
