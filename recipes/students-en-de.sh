@@ -17,10 +17,13 @@
 #    MEMBERS="DIR1 DIR2"). Their ensemble: 40.64;
 # 2. `tern distill` of Multi30k train (29,000 lines) with the ensemble: beam 5, 4 hypotheses,
 #    length penalty 1.0, `--select bleu` (the hypothesis with the best sentence BLEU against the
-#    reference: Kim & Rush's seq-inter); resumable;
+#    reference: Kim & Rush's seq-inter); resumable; then `tern filter --max-repeats 2` drops the
+#    translations caught in a loop ("Boston-Sch-Schel-Schel-Schel-": 231 of 29,000), which a
+#    student would otherwise learn (the first 4:4 student, trained without this step, looped on 5
+#    of the 1,000 test lines);
 # 3. each student NAME in STUDENTS ("E:D": encoder and decoder layers; the encoder is always the
 #    member's 4 layers) trained with `tern train --init-from` the seed-2 member on
-#    `--train distilled:1 --train original:1`, constant learning rate (per depth below), checkpoints
+#    `--train clean:1 --train original:1`, constant learning rate (per depth below), checkpoints
 #    every 100 (4:4) or 200 updates; D < 4 keeps decoder layers DEC_LAYERS_<D> of the member (4:3 -> 0,1,3; 4:2 -> 0,3;
 #    4:1 -> 3: the last layer alone starts best, val nll 6.14 against 9.27 for the first);
 # 4. recipes/package-en-de.sh on each: the average of the last K checkpoints, int8, the length
@@ -34,7 +37,7 @@ WORK=${WORK:-/tmp/tern-recipes/students-en-de}
 THREADS=${THREADS:-2}
 STUDENTS=${STUDENTS:-"4:4 4:2 4:1"}
 MEMBERS=${MEMBERS:-}
-K=${K:-8}
+K=${K:-}   # checkpoints averaged: 10 for 4:4 (every 100 updates), 8 for the others (every 200)
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 for f in train.en train.de val.en val.de test_2016_flickr.en test_2016_flickr.de; do
   [ -f "$DATA/$f" ] || { echo "students-en-de: $DATA/$f not found (set TERN_DATA)" >&2; exit 1; }
@@ -66,6 +69,12 @@ for m in "${members[@]}"; do margs+=(-m "$m"); done
 # 2. distillation
 "$TERN" distill "${margs[@]}" --src "$DATA/train.en" --ref "$DATA/train.de" -o "$WORK/distilled" \
   -b 5 -n 4 --select bleu --length-penalty 1.0 -t "$THREADS"
+if [ ! -f "$WORK/clean.tgt" ]; then
+  "$TERN" filter --max-repeats 2 --max-ratio 0 --max-words 0 --keep-copies --keep-duplicates \
+    "$WORK/distilled.src" "$WORK/distilled.tgt" "$WORK/clean.src.tmp" "$WORK/clean.tgt.tmp" \
+    --report "$WORK/clean.report"
+  mv "$WORK/clean.src.tmp" "$WORK/clean.src" && mv "$WORK/clean.tgt.tmp" "$WORK/clean.tgt"
+fi
 
 # 3. the students
 declare -A DEC=([3]="0,1,3" [2]="0,3" [1]="3")
@@ -83,7 +92,7 @@ for s in $STUDENTS; do
   [ "$d" = 4 ] || init=(--init-decoder-layers "${DEC[$d]}")
   mkdir -p "$WORK/$name"
   "$TERN" train --init-from "$FIRST" "${init[@]}" \
-    --train "$WORK/distilled.src,$WORK/distilled.tgt:1" --train "$DATA/train.en,$DATA/train.de:1" \
+    --train "$WORK/clean.src,$WORK/clean.tgt:1" --train "$DATA/train.en,$DATA/train.de:1" \
     --valid-src "$DATA/val.en" --valid-tgt "$DATA/val.de" --save-dir "$WORK/$name/ckpt" --cache-dir "$WORK/cache" \
     --lr "${LR[$d]}" --lr-scheduler constant --warmup "${WARM[$d]}" --dropout "${DROP[$d]}" --label-smoothing 0.1 \
     --max-tokens 4096 --max-updates "${UPD[$d]}" --save-interval-updates $((d == 4 ? 100 : 200)) --keep-last 0 \
@@ -97,6 +106,7 @@ done
   for s in $STUDENTS; do
     name="student-${s/:/-}"
     echo "== $name"
-    WORK="$WORK/$name" K="$K" OUT="$WORK/$name/int8" AVG="$WORK/$name/avg" bash "$ROOT/recipes/package-en-de.sh"
+    k=${K:-$([ "${s#*:}" = 4 ] && echo 10 || echo 8)}
+    WORK="$WORK/$name" K="$k" OUT="$WORK/$name/int8" AVG="$WORK/$name/avg" bash "$ROOT/recipes/package-en-de.sh"
   done
 } 2>&1 | tee "$WORK/RESULTS.txt"

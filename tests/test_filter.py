@@ -12,7 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERN = os.environ.get("TERN_BIN") or os.path.join(ROOT, "build", "tern")
 RULES = ["invalid_utf8", "empty", "too_many_words", "too_many_tokens", "ratio", "few_letters",
-         "copy", "language", "duplicate"]
+         "copy", "repetition", "language", "duplicate"]
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +74,19 @@ def cld2_other_language(text, lang):
     return reliable and top[0][0] != "Unknown" and code != lang
 
 
+def repeats_re(n, lo=2, hi=100):
+    """The repetition rule as OpusFilter's RepetitionFilter writes it: a unit of lo..hi characters
+    starting with a non-whitespace one, followed by n or more copies of itself."""
+    import re
+    return re.compile(r"(\S.{%d,%d}?)\1{%d,}" % (lo - 1, hi - 1, n))
+
+
 def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=0.0, copies=True,
-              duplicates=True, pieces=None, langs=None):
+              duplicates=True, pieces=None, langs=None, max_repeats=0, repeat_length=(2, 100)):
     """src, tgt: lists of byte lines. pieces: None or a function str -> number of SentencePiece
     pieces (one model for both sides). langs: None or (source, target) language codes (--langid).
     Returns (kept indices, [(line, rule)], counts)."""
+    rep = repeats_re(max_repeats, *repeat_length) if max_repeats else None
     seen = set()
     kept, removed = [], []
     counts = {r: 0 for r in RULES}
@@ -110,6 +118,8 @@ def py_filter(src, tgt, max_words=250, max_tokens=0, max_ratio=9.0, min_letters=
                 rule = "few_letters"
             elif copies and ws == wt:
                 rule = "copy"
+            elif rep and (rep.search(s) or rep.search(t)):
+                rule = "repetition"
             elif langs and (cld2_other_language(s, langs[0]) or cld2_other_language(t, langs[1])):
                 rule = "language"
             elif duplicates and (sb, tb) in seen:
@@ -193,7 +203,8 @@ def test_hand_made_exact(tern, tmp_path):
     assert ks == [HAND_SRC[i - 1] for i in (1, 12, 13, 14, 15, 18)]
     assert kt == [HAND_TGT[i - 1] for i in (1, 12, 13, 14, 15, 18)]
     assert report == {"read": 18, "invalid_utf8": 2, "empty": 4, "too_many_words": 1,
-                      "too_many_tokens": 0, "ratio": 1, "few_letters": 1, "copy": 1, "language": 0, "duplicate": 2,
+                      "too_many_tokens": 0, "ratio": 1, "few_letters": 1, "copy": 1, "repetition": 0, "language": 0,
+                      "duplicate": 2,
                       "kept": 6}
     assert stderr == ""
 
@@ -227,6 +238,74 @@ def test_hand_made_matches_python(tern, tmp_path):
                       dict(max_words=4, max_ratio=1.5, min_letters=0.9)),
                      (("--max-tokens", "2", "--keep-copies"), dict(max_tokens=2, copies=False))]:
         check_against_python(tern, tmp_path, src, tgt, opts, **kw)
+
+
+# Labelled examples for the repetition rule (--max-repeats 2: three copies in a row remove).
+REPEAT_CASES = [
+    ("Ein Boston-Sch-Schel-Schel-Schel-Schel.", True),  # the shipped student's runaway loop
+    ("Drei Jungen, die Bünssssssssssss tragen.", True),  # "ss" six times
+    ("Eine Frau schneidet Käse Käse Käse Käse.", True),  # "Käse " three times
+    ("Eine Frau schneidet Käse Käse Käse.", False),      # "Käse " twice, then "Käse.": a unit
+                                                         # starts with a non-space (OpusFilter's)
+    ("rot-weiß-weiß-weiß-schwarz", True),
+    ("Ein Mann (viel))))))) hier", True),                 # "))" three times
+    ("Schifffahrt auf dem Fluss", False),                 # "fff": units of one letter don't count
+    ("Eine Frau in einem blau-pinkfarbenen Kleid", False),
+    ("Mississippi", False),                               # "ssi" only twice in a row
+    ("haha haha", False),                                 # twice
+    ("hahaha", True),                                     # "ha" three times
+    ("1000000 Dollar", True),                             # "00" three times: the rule's known cost
+    ("a  b   c", False),                                  # runs of spaces: a unit must start
+    ("x" + "   " * 5 + "y", False),                       # ... with a non-whitespace character
+    ("Café Café Café au lait", True),                     # code points, not bytes
+    ("\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9", True),             # "éé" three times
+    ("\u4e2d\u6587\u4e2d\u6587\u4e2d\u6587", True),             # CJK unit of 2
+    ("", False),
+]
+
+
+def test_repetition_rule_labelled(tern, tmp_path):
+    """Hand-labelled lines on the target side (source: a plain sentence): tern removes exactly the
+    labelled ones, with the rule named; the Python regex (OpusFilter's form) agrees line by line."""
+    src = b"".join(b"A plain source sentence %d .\n" % i for i in range(len(REPEAT_CASES)))
+    tgt = b"".join(t.encode() + b"\n" for t, _ in REPEAT_CASES)
+    rc, ks, kt, report, removed, _ = run_filter(tern, tmp_path, src, tgt, "--max-repeats", "2")
+    want = [(i, "repetition") for i, (_, bad) in enumerate(REPEAT_CASES, 1) if bad]
+    empty = [(i, "empty") for i, (t, _) in enumerate(REPEAT_CASES, 1) if not t.strip()]
+    assert removed == sorted(want + empty)
+    assert report["repetition"] == len(want) == 10
+    check_against_python(tern, tmp_path, src, tgt, ("--max-repeats", "2"), max_repeats=2)
+
+
+@pytest.mark.parametrize("n,length", [(1, None), (2, None), (3, (1, 4)), (5, (3, 100))])
+def test_repetition_rule_random(tern, tmp_path, n, length):
+    """Random lines with injected loops (units of 1-12 characters, from a small alphabet with
+    spaces and non-ASCII letters so repeats also happen by chance), both sides: the same verdicts
+    as the regex for --max-repeats n and --repeat-length."""
+    rng = random.Random(11 + n)
+    alpha = "ab c-\u00e9\u4e2d"
+    src, tgt = [], []
+    for _ in range(400):
+        for side in (src, tgt):
+            pre = "".join(rng.choice(alpha) for _ in range(rng.randint(1, 20)))
+            unit = "".join(rng.choice(alpha) for _ in range(rng.randint(1, 12)))
+            k = rng.choice([0, 1, 2, 3, 4, 6]) if rng.random() < 0.5 else 0
+            side.append(("x" + pre + unit * k + "".join(rng.choice(alpha) for _ in range(rng.randint(0, 10)))).encode())
+    opts = ("--max-repeats", str(n), "--keep-duplicates", "--keep-copies", "--max-ratio", "0")
+    kw = dict(max_repeats=n, duplicates=False, copies=False, max_ratio=0)
+    if length:
+        opts += ("--repeat-length", "%d,%d" % length)
+        kw["repeat_length"] = length
+    report = check_against_python(tern, tmp_path, b"\n".join(src) + b"\n", b"\n".join(tgt) + b"\n", opts, **kw)
+    print(f"random loops --max-repeats {n} --repeat-length {length}: {report}")
+    assert 20 <= report["repetition"] <= 380  # both outcomes exercised
+
+
+def test_repetition_rule_multi30k(tern, tmp_path, multi30k):
+    """On human translations the rule removes almost nothing: Multi30k train with --max-repeats 2,
+    against the regex (1 pair of 29,000: a typo "pinkfarbenenen" in the reference itself)."""
+    report = check_against_python(tern, tmp_path, multi30k[0], multi30k[1], ("--max-repeats", "2"), max_repeats=2)
+    assert report["repetition"] == 1
 
 
 def test_langid_on_labelled_multi30k(tern, tmp_path, data_dir):
@@ -279,6 +358,10 @@ def test_usage_errors(tern, tmp_path):
     for args, msg in [
         (["a", "b", "c"], "tern filter: needs SRC TGT SRC_OUT TGT_OUT; see tern filter --help\n"),
         (["--min-letters", "2", "a", "b", "c", "d"], "tern filter: --min-letters needs a number in 0..1 (got '2')\n"),
+        (["--max-repeats", "0", "a", "b", "c", "d"],
+         "tern filter: --max-repeats needs an integer in 1..1000000 (got '0')\n"),
+        (["--max-repeats", "2", "--repeat-length", "3,2", "a", "b", "c", "d"],
+         "tern filter: --repeat-length needs MIN,MAX characters with 1 <= MIN <= MAX <= 10000 (got '3,2')\n"),
         (["--max-words", "-1", "a", "b", "c", "d"], "tern filter: --max-words needs a non-negative integer (got '-1')\n"),
         (["--bogus", "a", "b", "c", "d"], "tern filter: unknown option '--bogus' (see tern filter --help)\n"),
     ]:
@@ -302,7 +385,7 @@ def test_help_documents_every_option(tern):
     for opt in parsed:
         assert f"  {opt}" in out or f", {opt}" in out, opt
     for i, rule in enumerate(RULES, 1):
-        assert f"  {i} {rule}" in out  # the documented order
+        assert f"\n{i:3d} {rule}" in out  # the documented order
 
 
 def test_random_bytes_never_crash(tern, tmp_path):

@@ -32,10 +32,14 @@ static void usage(FILE *f) {
 "                     (len(src)/len(tgt) > R or len(tgt)/len(src) > R, as clean-corpus-n.perl)\n"
 "  6 few_letters      on either side, letters / non-whitespace characters < --min-letters\n"
 "  7 copy             the source equals the target (same words: whitespace normalized)\n"
-"  8 language         (--langid SRC,TGT only) a side is reliably in another language: CLD2's\n"
+"  8 repetition       (--max-repeats N only) a side holds a unit of 2 to 100 characters\n"
+"                     (--repeat-length), the first not whitespace, more than N times in a row: a\n"
+"                     translation loop such as \"Schel-Schel-Schel-\" or \"nnnnnn\" (N 2), as\n"
+"                     OpusFilter's RepetitionFilter\n"
+"  9 language         (--langid SRC,TGT only) a side is reliably in another language: CLD2's\n"
 "                     best guess for it is reliable and is not the side's language\n"
-"  9 duplicate        the same (source, target) pair, byte for byte, was kept before\n"
-" 10 score            (--score-model only) the pair's length-normalized log-probability under a\n"
+" 10 duplicate        the same (source, target) pair, byte for byte, was kept before\n"
+" 11 score            (--score-model only) the pair's length-normalized log-probability under a\n"
 "                     model is at or below --min-score, or outside the best --keep-best P %%\n"
 "Words are runs of non-whitespace characters (Unicode whitespace, as Python's str.split()).\n"
 "Tokens are SentencePiece pieces when a model is given (--spm, --src-spm, --tgt-spm), else words;\n"
@@ -53,15 +57,19 @@ static void usage(FILE *f) {
 "                      tokens; 0: off)\n"
 "  --min-letters F     rule 6, a fraction in 0..1 (default 0: off; e.g. 0.5)\n"
 "  --keep-copies       turn rule 7 off\n"
-"  --langid SRC,TGT    turn rule 8 on: the languages of SRC and TGT as ISO 639-1 codes (en,de);\n"
+"  --max-repeats N     turn rule 8 on: the most times a unit may appear in a row (N >= 1;\n"
+"                      2 suits machine-translated text: distilled or back-translated corpora)\n"
+"  --repeat-length MIN,MAX  rule 8's unit length in characters (default 2,100; 1 would count\n"
+"                      letters such as German's \"fff\" in Schifffahrt)\n"
+"  --langid SRC,TGT    turn rule 9 on: the languages of SRC and TGT as ISO 639-1 codes (en,de);\n"
 "                      CLD2 (Debian's libcld2) detects each line as plain text, and a line it is\n"
 "                      unsure of (too short, mixed) is kept\n"
-"  --keep-duplicates   turn rule 9 off\n"
+"  --keep-duplicates   turn rule 10 off\n"
 "  --spm MODEL         SentencePiece model for both sides' tokens\n"
 "  --src-spm MODEL     SentencePiece model for the source (overrides --spm)\n"
 "  --tgt-spm MODEL     SentencePiece model for the target (overrides --spm)\n"
-"  --score-model DIR   turn rule 10 on: a translation model (Tern or CTranslate2 directory) scores\n"
-"                      each pair that rules 1-9 keep: the mean over the target tokens and the\n"
+"  --score-model DIR   turn rule 11 on: a translation model (Tern or CTranslate2 directory) scores\n"
+"                      each pair that rules 1-10 keep: the mean over the target tokens and the\n"
 "                      final end of sentence of log P(token | source, previous tokens) — the\n"
 "                      TOTAL `tern rescore` prints divided by the number of scores it prints\n"
 "  --min-score X       keep the pairs whose score is above X (strictly)\n"
@@ -70,7 +78,7 @@ static void usage(FILE *f) {
 "  --scores FILE       write \"LINE<TAB>SCORE\" (%%.6f) for every scored pair\n"
 "  --score-batch N     pairs scored together (default 32)\n"
 "  -t, --threads N     scoring threads (default: all cores)\n"
-"                      Rule 10 reads the files twice (scores, then writes): memory 9 bytes a line\n"
+"                      Rule 11 reads the files twice (scores, then writes): memory 9 bytes a line\n"
 "  --report FILE       write the report there instead of standard error\n"
 "  --removed FILE      write \"LINE<TAB>RULE\" for every removed pair (1-based line numbers)\n"
 "  -h, --help          this help\n"
@@ -121,12 +129,12 @@ static int64_t count_rest(FILE *f, char **buf, size_t *cap) {
     return n;
 }
 
-/* ------------------------------------------------------------ rule 10: model scores */
+/* ------------------------------------------------------------ rule 11: model scores */
 
 typedef struct {
     int64_t n;          /* lines read */
-    double *score;      /* (n) NAN: not scored (removed by rules 1-9) */
-    uint8_t *keep;      /* (n) 1: kept by rule 10 */
+    double *score;      /* (n) NAN: not scored (removed by rules 1-10) */
+    uint8_t *keep;      /* (n) 1: kept by rule 11 */
     int64_t n_scored, n_keep;
 } scored_t;
 
@@ -176,7 +184,7 @@ done:
     return rc;
 }
 
-/* The first pass: rules 1-9 (a filter of their own, as the second pass will judge) and the
+/* The first pass: rules 1-10 (a filter of their own, as the second pass will judge) and the
  * scores of the pairs they keep. */
 static int score_pass(const char *const *paths, const filter_options_t *o, const char *model_dir, int batch,
                       int threads, const char *scores_path, scored_t *sc) {
@@ -332,6 +340,26 @@ int cmd_filter(int argc, char **argv) {
         else if (!strcmp(a, "--max-ratio")) { NEED_VALUE(); if (!parse_f64(a, v, 0, 1e300, &o.max_ratio)) return 2; }
         else if (!strcmp(a, "--min-letters")) { NEED_VALUE(); if (!parse_f64(a, v, 0, 1, &o.min_letters)) return 2; }
         else if (!strcmp(a, "--keep-copies")) o.copies = 0;
+        else if (!strcmp(a, "--max-repeats")) {
+            NEED_VALUE();
+            int64_t n;
+            if (!parse_i64(a, v, &n) || n < 1 || n > 1000000) {
+                fprintf(stderr, "tern filter: --max-repeats needs an integer in 1..1000000 (got '%s')\n", v);
+                return 2;
+            }
+            o.max_repeats = (int)n;
+        }
+        else if (!strcmp(a, "--repeat-length")) {
+            NEED_VALUE();
+            int lo, hi, used = 0;
+            if (sscanf(v, "%d,%d%n", &lo, &hi, &used) != 2 || v[used] || lo < 1 || hi < lo || hi > 10000) {
+                fprintf(stderr, "tern filter: --repeat-length needs MIN,MAX characters with 1 <= MIN <= MAX <= 10000 "
+                        "(got '%s')\n", v);
+                return 2;
+            }
+            o.repeat_min = lo;
+            o.repeat_max = hi;
+        }
         else if (!strcmp(a, "--keep-duplicates")) o.duplicates = 0;
         else if (!strcmp(a, "--langid")) {
             NEED_VALUE();
@@ -549,6 +577,12 @@ int cmd_filter(int argc, char **argv) {
             break;
         case FILTER_COPY:
             if (!o.copies) snprintf(note, sizeof note, "off");
+            break;
+        case FILTER_REPETITION:
+            if (o.max_repeats)
+                snprintf(note, sizeof note, "max %d in a row, units of %d..%d characters", o.max_repeats,
+                         o.repeat_min, o.repeat_max);
+            else snprintf(note, sizeof note, "off");
             break;
         case FILTER_LANGUAGE:
             if (o.src_lang) snprintf(note, sizeof note, "not %s / not %s (CLD2, reliable)", o.src_lang, o.tgt_lang);

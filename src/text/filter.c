@@ -38,6 +38,9 @@ filter_options_t filter_default_options(void) {
     o.max_ratio = 9.0;
     o.min_letters = 0.0;
     o.copies = 1;
+    o.max_repeats = 0;
+    o.repeat_min = 2;
+    o.repeat_max = 100;
     o.duplicates = 1;
     return o;
 }
@@ -45,7 +48,7 @@ filter_options_t filter_default_options(void) {
 const char *filter_rule_name(filter_rule_t r) {
     static const char *const names[FILTER_NRULES] = {
         "keep", "invalid_utf8", "empty", "too_many_words", "too_many_tokens", "ratio",
-        "few_letters", "copy", "language", "duplicate"};
+        "few_letters", "copy", "repetition", "language", "duplicate"};
     return (unsigned)r < FILTER_NRULES ? names[r] : "?";
 }
 
@@ -54,6 +57,9 @@ tern_status_t filter_create(filter_t **out, const filter_options_t *o) {
     if (!o->src_lang != !o->tgt_lang || (o->src_lang && (!*o->src_lang || !*o->tgt_lang)))
         return tern_error(TERN_ERR_INVALID_ARG, "filter: give both languages for the language rule (source '%s', "
                           "target '%s')", o->src_lang ? o->src_lang : "", o->tgt_lang ? o->tgt_lang : "");
+    if (o->max_repeats < 0 || (o->max_repeats && (o->repeat_min < 1 || o->repeat_max < o->repeat_min)))
+        return tern_error(TERN_ERR_INVALID_ARG, "filter: bad repetition rule (max_repeats %d, unit %d..%d characters)",
+                          o->max_repeats, o->repeat_min, o->repeat_max);
     if (o->max_words < 0 || o->max_tokens < 0 || !(o->max_ratio >= 0) || !(o->min_letters >= 0) ||
         o->min_letters > 1)
         return tern_error(TERN_ERR_INVALID_ARG,
@@ -119,6 +125,29 @@ static tern_status_t decode_side(side_t *sd, const char *s, size_t len) {
         sd->letters += is_letter(c);
     }
     return TERN_OK;
+}
+
+/* Rule 8: is there a unit cp[i .. i+L) with L in [lo, hi] and cp[i] not whitespace that is
+ * followed right away by n more copies of itself (n + 1 in a row)? For each L, a maximal run
+ * [p, q) of positions k with cp[k] == cp[k - L] allows exactly the starts i in [p - L, q - (n+1)L]
+ * (the copies cover [i + L, i + (n+1)L)); one of them must not be whitespace. O(length x units). */
+static int has_repetition(const side_t *sd, int n, int lo, int hi) {
+    const uint32_t *cp = sd->cp;
+    int64_t len = (int64_t)sd->n;
+    for (int64_t L = lo; L <= hi && L * (n + 1) <= len; L++) {
+        int64_t k = L;
+        while (k < len) {
+            if (cp[k] != cp[k - L]) {
+                k++;
+                continue;
+            }
+            int64_t p = k;
+            while (k < len && cp[k] == cp[k - L]) k++;
+            for (int64_t i = p - L; i <= k - (n + 1) * L; i++)
+                if (!text_is_py_space(cp[i])) return 1;
+        }
+    }
+    return 0;
 }
 
 /* Equal word sequences (Python: a.split() == b.split()). */
@@ -237,6 +266,11 @@ tern_status_t filter_pair(filter_rule_t *rule, filter_t *f, const char *src, siz
     }
     if (o->copies && same_words(a, b)) {
         r = FILTER_COPY;
+        goto done;
+    }
+    if (o->max_repeats && (has_repetition(a, o->max_repeats, o->repeat_min, o->repeat_max) ||
+                           has_repetition(b, o->max_repeats, o->repeat_min, o->repeat_max))) {
+        r = FILTER_REPETITION;
         goto done;
     }
     if (o->src_lang) {

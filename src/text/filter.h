@@ -10,10 +10,15 @@
  *   5 ratio            len(src) / len(tgt) > max_ratio or len(tgt) / len(src) > max_ratio
  *   6 few_letters      on either side, letters / non-whitespace characters < min_letters
  *   7 copy             the source equals the target, whitespace normalized
- *   8 language         (only with src_lang/tgt_lang) a side is reliably in another language:
+ *   8 repetition       (only with max_repeats) a side holds a unit of repeat_min..repeat_max
+ *                      characters, its first not whitespace, more than max_repeats times in a row
+ *                      ("Schel-Schel-Schel-", "nnnnnn" with max_repeats 2): the runaway loops of
+ *                      machine translation, as OpusFilter's RepetitionFilter (Python:
+ *                      re.search(r"(\S.{min-1,max-1}?)\1{N,}", side) with N = max_repeats)
+ *   9 language         (only with src_lang/tgt_lang) a side is reliably in another language:
  *                      CLD2 (text/langid.h, plain text, no best effort) calls its best guess
  *                      reliable and that guess is not the side's expected language
- *   9 duplicate        the very same (source, target) byte strings were kept before
+ *  10 duplicate        the very same (source, target) byte strings were kept before
  * Words are Python's str.split() words: maximal runs of characters that are not Unicode whitespace
  * (str.isspace()). Tokens are SentencePiece pieces of the side's model when one is given, else
  * words; the ratio counts tokens when both sides have a model, else words (a side that
@@ -41,6 +46,7 @@ typedef enum {
     FILTER_RATIO,
     FILTER_FEW_LETTERS,
     FILTER_COPY,
+    FILTER_REPETITION,
     FILTER_LANGUAGE,
     FILTER_DUPLICATE,
     FILTER_NRULES
@@ -54,6 +60,9 @@ typedef struct {
     double min_letters;     /* remove when a side's fraction of letters among its non-whitespace
                                characters is below this; 0: off (default) */
     int copies;             /* 1: remove source == target (default 1) */
+    int max_repeats;        /* remove when a unit appears more than this many times in a row on a
+                               side; 0: off (default); else >= 1 */
+    int repeat_min, repeat_max; /* the unit's length in characters (default 2..100) */
     int duplicates;         /* 1: remove exact duplicate pairs (default 1) */
     const spm_t *src_spm;   /* tokens of the source: SentencePiece pieces (borrowed; NULL: words) */
     const spm_t *tgt_spm;   /* tokens of the target (borrowed; NULL: words) */
@@ -64,7 +73,7 @@ typedef struct {
 
 filter_options_t filter_default_options(void);
 
-/* "invalid_utf8", "empty", ..., "language", "duplicate"; "keep" for FILTER_KEEP. */
+/* "invalid_utf8", "empty", ..., "repetition", "language", "duplicate"; "keep" for FILTER_KEEP. */
 const char *filter_rule_name(filter_rule_t r);
 
 typedef struct filter filter_t;

@@ -38,7 +38,8 @@ static void test_rules_and_order(void) {
     const int64_t *c = filter_counts(f);
     CHECK_EQ_INT(c[FILTER_KEEP], 4);
     for (int r = 1; r < FILTER_NRULES; r++)
-        CHECK_MSG(c[r] == (r == FILTER_DUPLICATE ? 2 : r == FILTER_LANGUAGE ? 0 : 1), "%s: %lld", filter_rule_name((filter_rule_t)r),
+        CHECK_MSG(c[r] == (r == FILTER_DUPLICATE ? 2 : r == FILTER_LANGUAGE || r == FILTER_REPETITION ? 0 : 1), "%s: %lld",
+                  filter_rule_name((filter_rule_t)r),
                   (long long)c[r]);
     /* a NUL inside a line is a character like any other */
     filter_rule_t r;
@@ -47,7 +48,43 @@ static void test_rules_and_order(void) {
     CHECK(strcmp(filter_rule_name(FILTER_FEW_LETTERS), "few_letters") == 0);
 }
 
-/* Rule 8 (--langid): what CLD2 reliably calls another language goes, what it is unsure of stays;
+/* Rule 8 (--max-repeats): a unit of repeat_min..repeat_max code points, its first not
+ * whitespace, more than max_repeats times in a row; after copy, before language and duplicate.
+ * The regex it equals (OpusFilter's) is checked on random lines in tests/test_filter.py. */
+static void test_repetition_rule(void) {
+    filter_options_t o = filter_default_options();
+    o.max_repeats = 2;
+    filter_t *f;
+    CHECK(filter_create(&f, &o) == TERN_OK);
+    CHECK_EQ_INT(judge(f, "A Boston Terrier", "Ein Boston-Sch-Schel-Schel-Schel-"), FILTER_REPETITION);
+    CHECK_EQ_INT(judge(f, "A Boston Terrier", "Ein Boston Terrier"), FILTER_KEEP);
+    CHECK_EQ_INT(judge(f, "ababab x", "y"), FILTER_REPETITION);          /* either side */
+    CHECK_EQ_INT(judge(f, "abab x", "y"), FILTER_KEEP);                  /* twice is allowed */
+    CHECK_EQ_INT(judge(f, "Schifffahrt", "shipping"), FILTER_KEEP);     /* units of 1 don't count */
+    CHECK_EQ_INT(judge(f, "x Ã©Ã©Ã©Ã©Ã©Ã©", "y"), FILTER_REPETITION); /* code points */
+    CHECK_EQ_INT(judge(f, "a      b", "y"), FILTER_KEEP);               /* a unit starts with a non-space */
+    CHECK_EQ_INT(judge(f, "hi hi hi hi", "hi hi hi hi"), FILTER_COPY);    /* copy first */
+    CHECK_EQ_INT(judge(f, "ababab x", "y"), FILTER_REPETITION);          /* never entered the duplicate set */
+    CHECK_EQ_INT(filter_counts(f)[FILTER_REPETITION], 4);
+    filter_free(f);
+    o.max_repeats = 1; /* a unit twice in a row goes */
+    o.repeat_min = 3;
+    o.repeat_max = 4;
+    CHECK(filter_create(&f, &o) == TERN_OK);
+    CHECK_EQ_INT(judge(f, "abab x", "y"), FILTER_KEEP);                  /* unit "ab": shorter than 3 */
+    CHECK_EQ_INT(judge(f, "abcabc x", "y"), FILTER_REPETITION);
+    CHECK_EQ_INT(judge(f, "abcdeabcde x", "y"), FILTER_KEEP);            /* unit of 5: longer than 4 */
+    filter_free(f);
+    o.repeat_min = 5; /* min > max */
+    CHECK(filter_create(&f, &o) == TERN_ERR_INVALID_ARG && f == NULL);
+    o.repeat_min = 0;
+    CHECK(filter_create(&f, &o) == TERN_ERR_INVALID_ARG && f == NULL);
+    o.repeat_min = 2;
+    o.max_repeats = -1;
+    CHECK(filter_create(&f, &o) == TERN_ERR_INVALID_ARG && f == NULL);
+}
+
+/* Rule 9 (--langid): what CLD2 reliably calls another language goes, what it is unsure of stays;
  * after copy, before duplicate (a removed pair never enters the duplicate set). Which lines CLD2
  * calls reliable is checked against pycld2 in tests/test_filter.py. */
 static void test_language_rule(void) {
@@ -122,6 +159,7 @@ static void test_options(void) {
 
 int main(void) {
     test_rules_and_order();
+    test_repetition_rule();
     test_language_rule();
     test_hash_set_growth();
     test_options();
