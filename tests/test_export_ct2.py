@@ -157,3 +157,18 @@ def test_other_family_refused(tmp_path):
     r = subprocess.run([TERN, "convert", "--from", str(d), "-o", str(tmp_path / "o"), "--to", "onnx"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--to must be tern, ct2 or hf" in r.stderr
+
+
+def test_output_parents_created(tmp_path):
+    """-o a/b/c creates the missing parents (mkdir -p, as the converters' os.makedirs); a parent
+    that is a file is refused naming the directory."""
+    out = tmp_path / "a" / "b" / "c"
+    r = subprocess.run([TERN, "convert", "--from", MODEL, "-o", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (out / "model.safetensors").read_bytes() == open(os.path.join(MODEL, "model.safetensors"), "rb").read()
+    (tmp_path / "file").write_text("x")
+    bad = tmp_path / "file" / "sub" / "m"
+    r = subprocess.run([TERN, "convert", "--from", MODEL, "-o", str(bad)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and f"{bad}: cannot create directory: Not a directory" in r.stderr, r.stderr

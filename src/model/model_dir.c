@@ -14,6 +14,23 @@
 #include <sys/stat.h>
 
 tern_status_t model_dir_mkdir(const char *dir) {
+    /* the missing parents first, as mkdir -p (and Python's os.makedirs in the converters) */
+    size_t n = strlen(dir);
+    char *p = malloc(n + 1);
+    if (!p) return tern_error(TERN_ERR_NOMEM, "%s: out of memory", dir);
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] != '/' || p[i - 1] == '/') continue;
+        p[i] = 0;
+        int bad = mkdir(p, 0755) != 0 && errno != EEXIST;
+        int err = errno;
+        p[i] = '/';
+        if (bad) {
+            free(p);
+            return tern_error(TERN_ERR_IO, "%s: cannot create directory: %s", dir, strerror(err));
+        }
+    }
+    free(p);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return tern_error(TERN_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
     struct stat st;

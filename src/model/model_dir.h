@@ -44,7 +44,7 @@ tern_status_t model_dir_write_weights(const char *out_dir, const tensor_t *tenso
  * in from_dir into out_dir. */
 tern_status_t model_dir_copy_side_files(const char *from_dir, const char *out_dir);
 
-/* Creates a directory (0755); an existing one is fine. */
+/* Creates a directory (0755) and its missing parents, as mkdir -p; an existing one is fine. */
 tern_status_t model_dir_mkdir(const char *dir);
 
 #endif
