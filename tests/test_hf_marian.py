@@ -322,16 +322,26 @@ def test_finetune_from_checkpoint(checkpoints, spm, tmp_path):
         return run(TERN, "translate", "-m", m, "-t", 1, "-b", 1, "--max-decoding-length", MAX_LEN,
                    input=(tmp_path / "held.src").read_text()).stdout.split("\n")[:60]
 
-    def train(save, updates, lr, sched):
+    def train(save, updates, lr, sched, *extra):
         run(TERN, "train", "--init-from", model, "--train-src", tmp_path / "train.src", "--train-tgt",
             tmp_path / "train.tgt", "--save-dir", save, "--max-updates", updates, "--lr", lr, "--lr-scheduler", sched,
-            "--max-len", 64, "--dropout", 0, "-t", 1, "--seed", 3, "-q")
+            "--max-len", 64, "--dropout", 0, "-t", 1, "--seed", 3, "-q", *extra)
         ckpts = sorted(p for p in os.listdir(save) if p.startswith("checkpoint-"))
         return save / ckpts[-1]
 
     base = logprobs(model)
-    same = train(tmp_path / "same", 1, 1e-12, "constant")  # no warm-up: its first rate would be 1e-7
+    same = train(tmp_path / "same", 1, 1e-12, "constant",  # no warm-up: its first rate would be 1e-7
+                 "--valid-src", tmp_path / "held.src", "--valid-tgt", tmp_path / "held.tgt", "--no-bleu",
+                 "--valid-interval-updates", 1,
+                 "--label-smoothing", 0)
     assert (same / "generation_config.json").exists()
+    # the trainer's forward is inference's: its validation nll (the decoder started from the pad
+    # token's zero embedding plus position 0, as MarianMT does) = the force-decoding log-probs' mean
+    valid_nll = float((tmp_path / "same" / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
+    lp_same = logprobs(same)
+    infer_nll = -sum(map(sum, lp_same)) / sum(map(len, lp_same))
+    print(f"\nvalidation nll {valid_nll:.7f}, force decoding {infer_nll:.7f}")
+    assert abs(valid_nll - infer_nll) <= 1e-5 * infer_nll
     worst = max(abs(a - b) for x, y in zip(base, logprobs(same)) for a, b in zip(x, y))
     print(f"\nimported at lr 1e-12: max |log-prob difference| {worst:.2e} over {sum(map(len, base))} tokens")
     assert all(len(x) == len(y) for x, y in zip(base, logprobs(same))) and worst <= 1e-4

@@ -178,6 +178,69 @@ def test_convert(case, tmp_path):
     assert len(ends) > N_TEST // 2 and same >= 0.98 * len(ends)
 
 
+def test_finetune(case, corpus, tmp_path):
+    """`tern train --init-from` a Marian directory (issue 26 point 4). Marian's vocabularies have no
+    padding token and its decoder starts from a zero embedding: the import (`tern convert
+    --add-pad`) appends a "<pad>" token with zero rows and starts the decoder from it.
+    * lossless: the --add-pad form's force-decoding log-probs of Marian's greedy outputs equal the
+      Marian directory's (Tern's reading, checked against Marian above) within 1e-6, and its greedy
+      output is the same; one update at lr 1e-12 keeps them within 1e-4, and the trainer's own
+      validation nll (its forward, the pad start included) equals the checkpoint's force decoding
+      within 1e-5 relative;
+    * it learns: 60 updates on 400 other Multi30k pairs lower the training loss and raise the
+      held-out pairs' log-prob; the result translates without "<pad>";
+    * a pre-norm Marian model is refused, saying why (Marian's decoder keys and values)."""
+    if case["name"].startswith("prenorm"):
+        r = run(TERN, "train", "--init-from", case["dir"], "--train", f"{corpus / 'train.en'},{corpus / 'train.de'}",
+                "--save-dir", tmp_path / "x", "--max-updates", 1, "-q", check=False)
+        assert r.returncode != 0 and "pre-norm Marian model" in r.stderr and "does not train" in r.stderr, r.stderr
+        return
+    run(TERN, "convert", "--from", case["dir"], "-o", tmp_path / "padded", "--add-pad")
+    assert tern_translate(case, tmp_path / "padded", GREEDY) == tern_translate(case, case["dir"], GREEDY)
+    ref = case["ref"][1]
+    pairs = [(i, ref[i][0]) for i in range(N_TEST)]
+    base = rescore(case, case["dir"], pairs, tmp_path)
+    worst = max(abs(a - b) for x, y in zip(base, rescore(case, tmp_path / "padded", pairs, tmp_path)) for a, b in zip(x, y))
+    print(f"\n--add-pad: largest force-decoding difference {worst:.1e}")
+    assert worst <= 1e-6
+    # data: 400 pairs of Multi30k train after the 2000 Marian saw; 60 held out from val
+    lines = {}
+    for lang in ("en", "de"):
+        with open(os.path.join(DATA, f"train.{lang}"), encoding="utf-8") as f:
+            lines[lang] = f.read().splitlines()[N_TRAIN:N_TRAIN + 400]
+        with open(os.path.join(DATA, f"val.{lang}"), encoding="utf-8") as f:
+            (tmp_path / f"held.{lang}").write_text("\n".join(f.read().splitlines()[:60]) + "\n", encoding="utf-8")
+        (tmp_path / f"new.{lang}").write_text("\n".join(lines[lang]) + "\n", encoding="utf-8")
+
+    def train(save, updates, lr):
+        run(TERN, "train", "--init-from", case["dir"], "--train", f"{tmp_path / 'new.en'},{tmp_path / 'new.de'}",
+            "--valid-src", tmp_path / "held.en", "--valid-tgt", tmp_path / "held.de", "--no-bleu", "--no-plot",
+            "--valid-interval-updates", updates, "--save-dir", save, "--max-updates", updates, "--lr", lr,
+            "--lr-scheduler", "constant", "--label-smoothing", 0, "--dropout", 0, "--max-tokens", 1500, "-t", 1,
+            "--seed", 3, "-q")
+        return save / sorted(p for p in os.listdir(save) if p.startswith("checkpoint-"))[-1]
+
+    def held_nll(model):
+        r = run(TERN, "rescore", "-m", model, "-s", tmp_path / "held.en", "--target", tmp_path / "held.de", "-t", 1)
+        lp = [[float(x) for x in line.split("|||")[0].split()] for line in r.stdout.splitlines()]
+        return -sum(map(sum, lp)) / sum(map(len, lp))
+
+    same = train(tmp_path / "same", 1, 1e-12)
+    worst = max(abs(a - b) for x, y in zip(base, rescore(case, same, pairs, tmp_path)) for a, b in zip(x, y))
+    valid = float((tmp_path / "same" / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
+    n0 = held_nll(same)
+    print(f"one update at lr 1e-12: largest force-decoding difference {worst:.1e}; validation nll {valid:.7f}, "
+          f"force decoding {n0:.7f}")
+    assert worst <= 1e-4 and abs(valid - n0) <= 1e-5 * n0
+    ft = train(tmp_path / "ft", 60, 1e-3)
+    loss = [float(r.split("\t")[2]) for r in (tmp_path / "ft" / "train_curve.tsv").read_text().splitlines()[1:]]
+    n1 = held_nll(ft)
+    print(f"60 updates: training loss {loss[0]:.3f} -> {np.mean(loss[-5:]):.3f}; held-out nll {n0:.3f} -> {n1:.3f}")
+    assert np.mean(loss[-5:]) < loss[0] - 0.3 and n1 < n0 - 0.1
+    out = tern_translate(case, ft, GREEDY)
+    assert len(out) == N_TEST and not any("<pad>" in o or "<unused" in o for o in out)
+
+
 def test_bad_files(case, tmp_path):
     if case["name"] != "prenorm-tied-relu-yml":
         pytest.skip("run once")

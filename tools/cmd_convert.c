@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "model/model_dir.h"
 #include "model/family.h"
+#include "model/generation.h"
 #include "model/hf_format.h"
 #include "model/marian_format.h"
 #include "model/transformer_desc.h"
@@ -49,6 +50,13 @@ static void usage(FILE *f) {
                "                              CTranslate2's quantization=\"int8\"); other tensors unchanged\n"
                "  --quantize float16          every floating-point tensor to float16\n"
                "  --quantize none             tensors as stored (default)\n"
+               "  --add-pad                   (a Marian model to Tern's format) append a \"<pad>\" token\n"
+               "                              with zero embedding rows and start the decoder from it\n"
+               "                              (Marian's zero start: the same computation); separate\n"
+               "                              vocabularies of unequal sizes get \"<unused_N>\" rows up to\n"
+               "                              one size; never generated (output bias -1e9,\n"
+               "                              generation_config.json's bad_words_ids). The form\n"
+               "                              `tern train --init-from` trains (it converts so itself)\n"
                "  -h, --help                  this help\n");
 }
 
@@ -233,6 +241,126 @@ static tern_status_t write_marian_side_files(const hf_checkpoint_t *m, const cha
     return st;
 }
 
+/* --add-pad: Marian's vocabularies have no padding token, which Tern's trainer needs, and its
+ * decoder starts from a zero embedding. Appending "<pad>" with zero embedding rows and starting the
+ * decoder from it computes the same (the row is zero, position 0 is added) and the trainer never
+ * updates the pad row (nn.Embedding's padding_idx); the output bias keeps it (and the "<unused_N>"
+ * rows that bring separate vocabularies to one size, so that the pad has one id) out of every
+ * softmax: -1e9. Done on the converted float32 tensors t[0..n) (their data owned or the
+ * checkpoint's: replaced by owned copies); the new vocabularies in *sv and *tv (*tv == *sv when
+ * joint), the pad id in *pad. */
+static tern_status_t add_pad(hf_checkpoint_t *hf, tensor_t **tp, int *np, void ***own, int *no, vocab_t **sv,
+                             vocab_t **tv, int *pad) {
+    const char *PAD = "<pad>";
+    int joint = hf->src_vocab == hf->tgt_vocab;
+    int Vs = vocab_size(hf->src_vocab), Vt = vocab_size(hf->tgt_vocab), V2 = (Vs > Vt ? Vs : Vt) + 1;
+    if (vocab_lookup(hf->src_vocab, PAD) >= 0 || vocab_lookup(hf->tgt_vocab, PAD) >= 0)
+        return tern_error(TERN_ERR_UNSUPPORTED, "--add-pad: the vocabulary already has a \"%s\" token", PAD);
+    *pad = V2 - 1;
+    /* the vocabularies */
+    const char **tok = malloc(sizeof *tok * (size_t)V2);
+    char (*unused)[32] = malloc(sizeof *unused * (size_t)V2);
+    if (!tok || !unused) {
+        free(tok), free(unused);
+        return tern_error(TERN_ERR_NOMEM, "out of memory");
+    }
+    tern_status_t st = TERN_OK;
+    *sv = *tv = NULL;
+    for (int side = 0; side < (joint ? 1 : 2) && !st; side++) {
+        const vocab_t *v = side ? hf->tgt_vocab : hf->src_vocab;
+        int V = vocab_size(v);
+        for (int i = 0; i < V2; i++) {
+            if (i < V) tok[i] = vocab_token(v, i);
+            else if (i == V2 - 1) tok[i] = PAD;
+            else {
+                snprintf(unused[i], sizeof unused[i], "<unused_%d>", i);
+                if (vocab_lookup(v, unused[i]) >= 0) {
+                    st = tern_error(TERN_ERR_UNSUPPORTED, "--add-pad: the vocabulary already has \"%s\"", unused[i]);
+                    break;
+                }
+                tok[i] = unused[i];
+            }
+        }
+        if (!st) st = vocab_from_tokens(side ? tv : sv, tok, V2);
+    }
+    free(tok), free(unused);
+    if (st) return st;
+    if (joint) *tv = *sv;
+    /* the tensors: embeddings and the output layer get rows up to V2 */
+    char ne[160], nd[160], nw[160], nb[160];
+    transformer_tensor_name(ne, sizeof ne, TM_ENC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(nd, sizeof nd, TM_DEC_EMB, -1, TP_WEIGHT);
+    transformer_tensor_name(nw, sizeof nw, TM_PROJ, -1, TP_WEIGHT);
+    transformer_tensor_name(nb, sizeof nb, TM_PROJ, -1, TP_BIAS);
+    tensor_t *t = *tp;
+    int n = *np, has_bias = 0;
+    for (int i = 0; i < n; i++) {
+        const char *nm = t[i].name;
+        int emb = !strcmp(nm, ne) || !strcmp(nm, TRANSFORMER_ENC_EMB_ALT) || !strcmp(nm, nd) || !strcmp(nm, nw);
+        int bias = !strcmp(nm, nb);
+        if (!emb && !bias) continue;
+        has_bias |= bias;
+        int64_t rows = t[i].shape[0], cols = t[i].rank == 2 ? t[i].shape[1] : 1;
+        if (t[i].dtype != DT_F32 || (emb && t[i].rank != 2) || (bias && t[i].rank != 1) || rows >= V2)
+            return tern_error(TERN_ERR_UNSUPPORTED, "--add-pad: tensor '%s' is not a float32 %s of fewer than %d rows",
+                              nm, emb ? "matrix" : "vector", V2);
+        float *d = calloc((size_t)(V2 * cols), sizeof(float));
+        void **o2 = realloc(*own, sizeof *o2 * (size_t)(*no + 1));
+        if (!d || !o2) {
+            free(d);
+            if (o2) *own = o2;
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        }
+        *own = o2;
+        (*own)[(*no)++] = d;
+        memcpy(d, t[i].data, (size_t)(rows * cols) * sizeof(float));
+        if (bias)
+            for (int64_t r = rows; r < V2; r++) d[r] = -1e9f;
+        t[i].data = d;
+        t[i].shape[0] = V2;
+        t[i].numel = V2 * cols;
+        t[i].nbytes = (size_t)t[i].numel * sizeof(float);
+    }
+    if (!has_bias) { /* a model without an output bias gets one: zeros, -1e9 for the new rows */
+        tensor_t *t2 = realloc(t, sizeof *t2 * (size_t)(n + 1));
+        float *d = calloc((size_t)V2, sizeof(float));
+        char *name = strdup(nb);
+        void **o2 = realloc(*own, sizeof *o2 * (size_t)(*no + 2));
+        if (t2) *tp = t = t2;
+        if (o2) *own = o2;
+        if (!t2 || !d || !name || !o2) {
+            free(d), free(name);
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        }
+        (*own)[(*no)++] = d;
+        (*own)[(*no)++] = name;
+        for (int r = Vt; r < V2; r++) d[r] = -1e9f;
+        memset(&t[n], 0, sizeof t[n]);
+        t[n].name = name;
+        t[n].dtype = DT_F32;
+        t[n].rank = 1;
+        t[n].shape[0] = V2;
+        t[n].numel = V2;
+        t[n].nbytes = (size_t)V2 * sizeof(float);
+        t[n].data = d;
+        *np = n + 1;
+    }
+    snprintf(hf->cfg.decoder_start_token, sizeof hf->cfg.decoder_start_token, "%s", PAD);
+    return TERN_OK;
+}
+
+/* generation_config.json of an --add-pad model: the pad and unused rows never generated. */
+static tern_status_t write_pad_generation(const char *out, int V, int pad) {
+    char p[4096];
+    FILE *f = fopen(path_join(p, sizeof p, out, MODEL_GENERATION_FILE), "w");
+    if (!f) return tern_error(TERN_ERR_IO, "%s: cannot write: %s", p, strerror(errno));
+    fprintf(f, "{\n  \"pad_token_id\": %d,\n  \"bad_words_ids\": [", pad);
+    for (int i = V; i <= pad; i++) fprintf(f, "%s[%d]", i > V ? ", " : "", i);
+    fprintf(f, "]\n}\n");
+    if (fclose(f)) return tern_error(TERN_ERR_IO, "%s: write failed", p);
+    return TERN_OK;
+}
+
 static void free_owned(void **own, int n) {
     for (int i = 0; i < n; i++) free(own[i]); /* aligned_alloc64 memory is free()-able */
     free(own);
@@ -240,6 +368,7 @@ static void free_owned(void **own, int n) {
 
 int cmd_convert(int argc, char **argv) {
     const char *from = NULL, *out = NULL, *quant = "none", *to = "tern";
+    int pad_it = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -249,6 +378,8 @@ int cmd_convert(int argc, char **argv) {
             from = argv[++i];
         } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(a, "--add-pad")) {
+            pad_it = 1;
         } else if (!strcmp(a, "--quantize") && i + 1 < argc) {
             quant = argv[++i];
         } else if (!strcmp(a, "--to") && i + 1 < argc) {
@@ -297,8 +428,15 @@ int cmd_convert(int argc, char **argv) {
     int n = 0, no = 0, rc = 1;
     hf_checkpoint_t hf;
     memset(&hf, 0, sizeof hf);
+    vocab_t *pad_sv = NULL, *pad_tv = NULL;
+    int pad_id = -1, pad_V = 0;
     int is_marian = marian_is_dir(from);
     int is_hf = is_marian || hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"));
+    if (pad_it && (!is_marian || strcmp(to, "tern") || q != Q_NONE)) {
+        tern_error(TERN_ERR_UNSUPPORTED, "--add-pad applies to a Marian model directory written in Tern's format "
+                   "(--to tern, --quantize none); %s is %s", from, is_marian ? "one, but not so written" : "not one");
+        goto fail;
+    }
     if (is_hf && !is_marian && strcmp(to, "ct2")) {
         tern_error(TERN_ERR_UNSUPPORTED, "%s: a Hugging Face checkpoint (\"model_type\"): tern translate -m reads it as "
                    "it is (--compute-type int8 quantizes it at load); convert writes its CTranslate2 form with --to ct2",
@@ -348,6 +486,16 @@ int cmd_convert(int argc, char **argv) {
     }
     if (model_dir_mkdir(out)) goto fail;
     if (convert_tensors(w, fam->desc, q, &t, &n, &own, &no)) goto fail;
+    if (pad_it) {
+        pad_V = vocab_size(hf.tgt_vocab);
+        if (add_pad(&hf, &t, &n, &own, &no, &pad_sv, &pad_tv, &pad_id)) goto fail;
+        /* the vocabularies written are the padded ones */
+        if (hf.src_vocab != hf.tgt_vocab) vocab_free(hf.tgt_vocab);
+        vocab_free(hf.src_vocab);
+        hf.src_vocab = pad_sv;
+        hf.tgt_vocab = pad_tv;
+        pad_sv = pad_tv = NULL;
+    }
     int na = weights_alias_count(w), nm = 0;
     an = calloc((size_t)na + 1, sizeof *an);
     at = calloc((size_t)na + 1, sizeof *at);
@@ -378,9 +526,11 @@ int cmd_convert(int argc, char **argv) {
     }
     path_join(p, sizeof p, from, "config.json");
     if (is_marian) { /* config.json from the loader's tokens; the vocabularies as lists; the SentencePiece models */
-        if ((ct2 ? model_dir_write_ct2_config(out, NULL, &hf.cfg) : model_dir_write_config(out, NULL, &hf.cfg, NULL)) ||
+        if ((ct2 ? model_dir_write_ct2_config(out, NULL, &hf.cfg)
+                 : model_dir_write_config(out, NULL, &hf.cfg, pad_id >= 0 ? "<pad>" : NULL)) ||
             write_marian_side_files(&hf, out))
             goto fail;
+        if (pad_id >= 0 && write_pad_generation(out, pad_V, pad_id)) goto fail;
     } else if (is_hf) { /* config.json from the loader's tokens; the vocabularies as lists; the tokenizer models */
         if (model_dir_write_ct2_config(out, NULL, &hf.cfg) || write_hf_side_files(&hf, from, out)) goto fail;
     } else {
@@ -393,6 +543,8 @@ int cmd_convert(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "tern convert: %s\n", tern_last_error());
+    if (pad_tv != pad_sv) vocab_free(pad_tv);
+    vocab_free(pad_sv);
     free(an);
     free(at);
     free(t);

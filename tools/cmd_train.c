@@ -91,8 +91,10 @@ static void usage(FILE *f) {
 "  --resume-from DIR           continue from this checkpoint\n"
 "Fine-tuning:\n"
 "  --init-from DIR             start from a model Tern loads (Tern or CTranslate2 directory, a\n"
-"                              checkpoint, an int8 model, a Hugging Face MarianMT checkpoint:\n"
-"                              converted into SAVE_DIR/imported-model first): its family, shape\n"
+"                              checkpoint, an int8 model, a Hugging Face MarianMT checkpoint or\n"
+"                              a Marian model directory (model.npz: given a \"<pad>\" token, as\n"
+"                              tern convert --add-pad): converted into SAVE_DIR/imported-model\n"
+"                              first): its family, shape\n"
 "                              and parameters; its vocabulary, SentencePiece model and\n"
 "                              generation_config.json unless --vocab is given; the optimizer and\n"
 "                              the update count fresh\n"
@@ -641,7 +643,8 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
 
 /* --init-from a Hugging Face checkpoint (config.json with "model_type") or a Marian model directory:
  * converted first, as `tern convert` writes it (Hugging Face: its CTranslate2 form, the pad token and
- * bad_words_ids kept in generation_config.json; Marian: Tern's form), into SAVE_DIR/imported-model
+ * bad_words_ids kept in generation_config.json; Marian: Tern's form with a zero "<pad>" row the decoder
+ * starts from, as `tern convert --add-pad` writes it), into SAVE_DIR/imported-model
  * (imported-model.rankN for the other ranks under mpirun: each process writes its own), which then
  * is the run's --init-from and, unless --vocab or --spm says otherwise, its vocabulary. Returns 0,
  * or the command's exit code. */
@@ -655,8 +658,9 @@ static int import_foreign_model(trainer_options_t *o, char *buf, size_t n) {
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     int other = rank && strcmp(rank, "0");
     snprintf(buf, n, "%s/imported-model%s%s", o->save_dir, other ? ".rank" : "", other ? rank : "");
-    char *av[] = {"convert", "--from", (char *)dir, "-o", buf, "--to", marian ? "tern" : "ct2", NULL};
-    if (cmd_convert(7, av)) {
+    /* Marian: a "<pad>" row appended, the decoder started from it (convert --add-pad) */
+    char *av[] = {"convert", "--from", (char *)dir, "-o", buf, "--to", marian ? "tern" : "ct2", "--add-pad", NULL};
+    if (cmd_convert(marian ? 8 : 7, av)) {
         fprintf(stderr, "tern train: --init-from %s: the model could not be imported (above)\n", dir);
         return 1;
     }

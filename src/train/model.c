@@ -940,9 +940,18 @@ tern_status_t tmodel_forward(tmodel_t *m, tmodel_ws_t *ws, const int *src, const
     }
 
     /* decoder: Mt = Mr rows, the groups one after the other */
-    for (int g = 0; g < ws->G; g++)
-        nn_embedding_forward(ws->d_x0 + (size_t)ws->grp_row[g] * C, ws->tgt_in + ws->grp_row[g], p->dec_emb,
-                             m->dec_pos_table, ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
+    for (int g = 0; g < ws->G; g++) {
+        float *x0 = ws->d_x0 + (size_t)ws->grp_row[g] * C;
+        const int *tin = ws->tgt_in + ws->grp_row[g];
+        nn_embedding_forward(x0, tin, p->dec_emb, m->dec_pos_table, ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
+        /* A decoder that starts from the pad token (MarianMT's decoder_start_token_id, and Marian's
+         * zero start imported as a zero "<pad>" row) reads its row and position 0 there, as
+         * inference does; the row itself gets no gradient (nn.Embedding's padding_idx). */
+        for (int b = 0; b < ws->grp_B[g]; b++)
+            if (tin[(size_t)b * ws->grp_T[g]] == c->pad_id)
+                nn_embed_row(x0 + (size_t)b * ws->grp_T[g] * C, p->dec_emb + (size_t)c->pad_id * C, escale,
+                             m->dec_pos_table, C);
+    }
     nn_dropout_forward(ws->d_x0, ws->d_x0, (size_t)Mt * C, drop, site_key(ws, 1, -1, SITE_EMB));
     x = ws->d_x0;
     for (int l = 0; l < c->dec_layers; l++) {
@@ -1201,9 +1210,15 @@ static void embedding_backward(tmodel_t *m, tmodel_ws_t *ws, int decoder, const 
         nn_embedding_backward(m->g.enc_emb, dpos, dx, ws->src, ws->B, ws->S, C, escale, c->pad_id);
         return;
     }
-    for (int g = 0; g < ws->G; g++) /* positions t within each sentence: group by group */
-        nn_embedding_backward(m->g.dec_emb, dpos, dx + (size_t)ws->grp_row[g] * C, ws->tgt_in + ws->grp_row[g],
-                              ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
+    for (int g = 0; g < ws->G; g++) { /* positions t within each sentence: group by group */
+        const float *gx = dx + (size_t)ws->grp_row[g] * C;
+        const int *tin = ws->tgt_in + ws->grp_row[g];
+        nn_embedding_backward(m->g.dec_emb, dpos, gx, tin, ws->grp_B[g], ws->grp_T[g], C, escale, c->pad_id);
+        if (dpos) /* a pad start (see the forward): its position 0 learns, its row does not */
+            for (int b = 0; b < ws->grp_B[g]; b++)
+                if (tin[(size_t)b * ws->grp_T[g]] == c->pad_id)
+                    for (int k = 0; k < C; k++) dpos[k] += gx[(size_t)b * ws->grp_T[g] * C + k];
+    }
 }
 
 tern_status_t tmodel_backward(tmodel_t *m, tmodel_ws_t *ws, float grad_scale) {

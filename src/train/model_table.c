@@ -92,6 +92,10 @@ static tern_status_t tf_config_from_model(void *config, const weights_t *w, cons
     if (tf_key(w, TKEY_DEC_SSRU, 0))
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: an SSRU decoder (Marian's --dec-cell ssru): Tern decodes it but "
                           "trains self-attention decoders only", file);
+    if (tf_key(w, TKEY_DEC_RAW_SELF_KV, 0))
+        return tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Marian model: Marian's decoder takes the self-attention "
+                          "keys and values of steps >= 1 before the layer norm, which Tern decodes but does not train "
+                          "(post-norm Marian models train)", file);
     c->d = (int)ee->shape[1];
     c->ff = (int)f1->shape[0];
     c->enc_layers = c->dec_layers = 0;
