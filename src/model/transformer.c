@@ -1152,6 +1152,8 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
     return TERN_OK;
 }
 
+#define PACK_SHARED_MAX ((size_t)64 << 20)
+
 static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int relu, const void **out) {
     *out = NULL;
     if (lin->kind == WEIGHT_S8) return pack_one_s8(m, w, lin, out);
@@ -1159,6 +1161,11 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
     size_t bytes = gemm_packed_size(lin->N, lin->K);
     if (!bytes) return TERN_OK;
     int alone = weight_uses(m, lin->w) == 1;
+    /* A matrix read elsewhere too (an output projection tied to the embeddings, whose lookups
+     * need the plain rows) would be held twice once packed: a large one (NLLB's 256k x 1024, 1 GB)
+     * stays plain and runs on sgemm, which the few rows of a decoding step leave memory-bound on
+     * either layout (docs/benchmarks.md, "The models people run"). */
+    if (!alone && bytes > PACK_SHARED_MAX) return TERN_OK;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
         aligned_free(buf);
