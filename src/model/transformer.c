@@ -1152,7 +1152,12 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
     return TERN_OK;
 }
 
-#define PACK_SHARED_MAX ((size_t)64 << 20)
+/* 64 MB; TERN_PACK_SHARED_MB=N sets it (A/B runs: 100000 packs every shared matrix as before) */
+static size_t pack_shared_max(void) {
+    const char *e = getenv("TERN_PACK_SHARED_MB");
+    long mb = e && *e ? strtol(e, NULL, 10) : 64;
+    return (size_t)(mb < 0 ? 0 : mb) << 20;
+}
 
 static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int relu, const void **out) {
     *out = NULL;
@@ -1165,7 +1170,7 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
      * need the plain rows) would be held twice once packed: a large one (NLLB's 256k x 1024, 1 GB)
      * stays plain and runs on sgemm, which the few rows of a decoding step leave memory-bound on
      * either layout (docs/benchmarks.md, "The models people run"). */
-    if (!alone && bytes > PACK_SHARED_MAX) return TERN_OK;
+    if (!alone && bytes > pack_shared_max()) return TERN_OK;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
         aligned_free(buf);
