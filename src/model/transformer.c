@@ -18,6 +18,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -1152,10 +1153,14 @@ static tern_status_t pack_one_s8(transformer_t *m, weights_t *w, linear_t *lin, 
     return TERN_OK;
 }
 
-/* 64 MB; TERN_PACK_SHARED_MB=N sets it (A/B runs: 100000 packs every shared matrix as before) */
+/* TERN_PACK_SHARED_MB=N: a matrix read elsewhere too over N MB stays plain (default: none does).
+ * Packing such a matrix holds it twice (NLLB-600M's tied 256k x 1024 projection: +1 GB at load);
+ * plain, it runs on sgemm and greedy loses the int8 pre-screen wherever tokens are banned
+ * (transformer_set_argmax_never): NLLB float32 greedy 36.7 -> 23.6 tokens/s, beam 4 15.4 -> 18.4. */
 static size_t pack_shared_max(void) {
     const char *e = getenv("TERN_PACK_SHARED_MB");
-    long mb = e && *e ? strtol(e, NULL, 10) : 64;
+    if (!e || !*e) return SIZE_MAX;
+    long mb = strtol(e, NULL, 10);
     return (size_t)(mb < 0 ? 0 : mb) << 20;
 }
 
@@ -1167,9 +1172,8 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
     if (!bytes) return TERN_OK;
     int alone = weight_uses(m, lin->w) == 1;
     /* A matrix read elsewhere too (an output projection tied to the embeddings, whose lookups
-     * need the plain rows) would be held twice once packed: a large one (NLLB's 256k x 1024, 1 GB)
-     * stays plain and runs on sgemm, which the few rows of a decoding step leave memory-bound on
-     * either layout (docs/benchmarks.md, "The models people run"). */
+     * need the plain rows) is held twice once packed: TERN_PACK_SHARED_MB trades that memory for
+     * speed (above). */
     if (!alone && bytes > pack_shared_max()) return TERN_OK;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
