@@ -111,6 +111,10 @@ STEP_CONFIGS = {
                                                      src_vocab=29, tgt_vocab=43, eps=1e-5),
     "postnorm-relu-shared-untied-ls0": base_config(pre_norm=0, share_emb=1, tie_proj=0, label_smoothing=0.0,
                                                    enc_layers=1, dec_layers=3),
+    # the decoder started from the pad token (MarianMT's decoder_start_token_id, Marian models
+    # imported with a zero pad row): its row and position 0, no gradient to the row
+    "postnorm-gelu-padstart-shared-learned": base_config(pre_norm=0, act=3, share_emb=1, tie_proj=1, learned_pos=1,
+                                                   proj_bias=1, start_pad=1, pad_id=2),
 }
 
 

@@ -6,7 +6,8 @@ import numpy as np
 
 def random_batch(c, rng, B, S, T, lens_src, lens_tgt):
     """One batch (NB = 1) of random tokens >= max(pad_id + 1, 1): sources of lens_src tokens,
-    targets of lens_tgt tokens; tgt_in starts with that lowest id, then tgt_out shifted by one."""
+    targets of lens_tgt tokens; tgt_in starts with that lowest id (with c["start_pad"]: the pad id,
+    as a decoder started from the pad token, MarianMT's), then tgt_out shifted by one."""
     pad = c["pad_id"]
     lo = max(pad + 1, 1)
     src = np.full((B, S), pad, np.int32)
@@ -15,7 +16,7 @@ def random_batch(c, rng, B, S, T, lens_src, lens_tgt):
     for b in range(B):
         src[b, :lens_src[b]] = rng.integers(lo, c["src_vocab"], lens_src[b])
         y = rng.integers(lo, c["tgt_vocab"], lens_tgt[b])
-        tin[b, 0] = lo
+        tin[b, 0] = pad if c.get("start_pad") else lo
         tin[b, 1:lens_tgt[b]] = y[:-1]
         tout[b, :lens_tgt[b]] = y
     return src[None], tin[None], tout[None]

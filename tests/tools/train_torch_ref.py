@@ -191,7 +191,16 @@ class RefModel:
         scale = math.sqrt(cfg["d"]) if cfg["scale_emb"] else 1.0
         T = tok.shape[1]
         x = E[tok] * scale + pos[:T].unsqueeze(0)
-        x = x * (tok != cfg["pad_id"]).unsqueeze(-1).to(x.dtype)
+        keep = tok != cfg["pad_id"]
+        # a sentence that starts with the pad token (a decoder started from it: MarianMT's
+        # decoder_start_token_id) reads the pad row and position 0 there; the row gets no gradient
+        # (nn.Embedding's padding_idx)
+        start = (tok[:, :1] == cfg["pad_id"]).squeeze(1)
+        if bool(start.any()):
+            x0 = E.detach()[tok[:, 0]] * scale + pos[0].unsqueeze(0)
+            x = self.torch.cat([self.torch.where(start.unsqueeze(-1), x0, x[:, 0]).unsqueeze(1), x[:, 1:]], 1)
+            keep = self.torch.cat([(keep[:, 0] | start).unsqueeze(1), keep[:, 1:]], 1)
+        x = x * keep.unsqueeze(-1).to(x.dtype)
         return self.F.dropout(x, self.dropout) if self.dropout > 0 else x
 
     def loss(self, src, tin, tout, with_nll=True):
