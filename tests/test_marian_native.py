@@ -196,6 +196,9 @@ def test_finetune(case, corpus, tmp_path):
         assert r.returncode != 0 and "pre-norm Marian model" in r.stderr and "does not train" in r.stderr, r.stderr
         return
     run(TERN, "convert", "--from", case["dir"], "-o", tmp_path / "padded", "--add-pad")
+    for bad in (["--to", "ct2"], ["--to", "hf"], ["--quantize", "int8"]):  # Tern's float32 form only
+        r = run(TERN, "convert", "--from", case["dir"], "-o", tmp_path / "bad", "--add-pad", *bad, check=False)
+        assert r.returncode == 2 and "--add-pad applies to a Marian model directory" in r.stderr, r.stderr
     assert tern_translate(case, tmp_path / "padded", GREEDY) == tern_translate(case, case["dir"], GREEDY)
     ref = case["ref"][1]
     pairs = [(i, ref[i][0]) for i in range(N_TEST)]

@@ -406,6 +406,11 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tern convert: --quantize must be int8, float16 or none (got '%s')\n", quant);
         return 2;
     }
+    if (pad_it && (strcmp(to, "tern") || q != Q_NONE || !marian_is_dir(from))) {
+        fprintf(stderr, "tern convert: --add-pad applies to a Marian model directory written in Tern's format "
+                "(--to tern, --quantize none)%s\n", marian_is_dir(from) ? "" : "; --from is not one");
+        return 2;
+    }
     if (!strcmp(to, "hf")) {
         if (q != Q_NONE) {
             fprintf(stderr, "tern convert: --to hf writes float32 (MarianMT's); --quantize does not apply\n");
@@ -432,11 +437,6 @@ int cmd_convert(int argc, char **argv) {
     int pad_id = -1, pad_V = 0;
     int is_marian = marian_is_dir(from);
     int is_hf = is_marian || hf_is_checkpoint(path_join(p, sizeof p, from, "config.json"));
-    if (pad_it && (!is_marian || strcmp(to, "tern") || q != Q_NONE)) {
-        tern_error(TERN_ERR_UNSUPPORTED, "--add-pad applies to a Marian model directory written in Tern's format "
-                   "(--to tern, --quantize none); %s is %s", from, is_marian ? "one, but not so written" : "not one");
-        goto fail;
-    }
     if (is_hf && !is_marian && strcmp(to, "ct2")) {
         tern_error(TERN_ERR_UNSUPPORTED, "%s: a Hugging Face checkpoint (\"model_type\"): tern translate -m reads it as "
                    "it is (--compute-type int8 quantizes it at load); convert writes its CTranslate2 form with --to ct2",

@@ -343,7 +343,8 @@ int cmd_filter(int argc, char **argv) {
         else if (!strcmp(a, "--max-repeats")) {
             NEED_VALUE();
             int64_t n;
-            if (!parse_i64(a, v, &n) || n < 1 || n > 1000000) {
+            if (!parse_i64(a, v, &n)) return 2;
+            if (n < 1 || n > 1000000) {
                 fprintf(stderr, "tern filter: --max-repeats needs an integer in 1..1000000 (got '%s')\n", v);
                 return 2;
             }
