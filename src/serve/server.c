@@ -242,6 +242,7 @@ typedef struct {
     size_t file_len;
     int file_oom;
     double t0, wall; /* time_now() and the epoch's seconds at the headers */
+    double answered; /* time_now() when the response was made (add_common_headers); 0 before */
     /* for the access log */
     net_addr_t client; /* the peer, or the client behind a trusted proxy (rate limits, logs) */
     char client_txt[48], method[16], version[16], id[24];
@@ -316,6 +317,7 @@ static void add_common_headers(struct MHD_Response *resp, conn_t *cx, int status
     if (cx) {
         cx->status = status;
         cx->bytes = len;
+        cx->answered = time_now();
         if (cx->id[0]) MHD_add_response_header(resp, "X-Request-Id", cx->id);
     }
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
@@ -2199,7 +2201,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (s->alog) {
         alog_entry_t e = {.time = cx->wall, .client = cx->client_txt, .method = cx->method,
                           .path = cx->path ? cx->path : "", .version = cx->version, .status = cx->status,
-                          .bytes = cx->bytes, .duration = time_now() - cx->t0, .user_agent = cx->user_agent,
+                          .bytes = cx->bytes, .duration = (cx->answered > 0 ? cx->answered : time_now()) - cx->t0,
+                          .user_agent = cx->user_agent,
                           .referer = cx->referer, .request_id = cx->id};
         alog_write(s->alog, &e);
     }
