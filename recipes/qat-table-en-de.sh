@@ -12,7 +12,8 @@
 # updates) trained three ways: plain, with GNMT's clips (delta 1 annealed from 8, gamma 25: its
 # quantized inference keeps 16-bit states), and with the clips plus --qat int8; each decoded in
 # float32, int8 (post-training; for a clipped model this is GNMT's quantized path with 16-bit
-# states) on the whole test set.
+# states) on the whole test set; and the plain model put on GNMT's quantized path post-training
+# (`tern convert --gnmt-clip-delta 1 --gnmt-clip-gamma 25`: the clips it never trained with).
 #
 #   WORK=/tmp/qat-table bash recipes/qat-table-en-de.sh            # both
 #   PART=transformer WORK=/tmp/qat-table bash recipes/qat-table-en-de.sh
@@ -93,6 +94,17 @@ if [ "$PART" = all ] || [ "$PART" = gnmt ]; then
     done
     echo "gnmt, $run: $(same "g-$run/hyp.float32.de" "g-$run/hyp.int8.de")"
     echo "gnmt, $run: test nll float32 $(nll "$CK" float32), int8 $(nll "$CK" int8)"
+    if [ "$run" = plain ]; then
+      # GNMT's quantized inference post-training: the plain model given the clips it never trained
+      # with (tern convert --gnmt-clip-delta/--gnmt-clip-gamma), its int8 the 16-bit-state path
+      [ -d g-plain-ptq ] || "$TERN" convert --from "$CK" -o g-plain-ptq --gnmt-clip-delta 1 --gnmt-clip-gamma 25
+      for ct in float32 int8; do
+        decode g-plain-ptq "$ct" "g-plain-ptq/hyp.$ct.de"
+        echo "gnmt, plain + clips post-training, $ct: $(score "g-plain-ptq/hyp.$ct.de")"
+      done
+      echo "gnmt, plain + clips post-training: int8 vs the plain float32: $(same g-plain/hyp.float32.de g-plain-ptq/hyp.int8.de)"
+      echo "gnmt, plain + clips post-training: test nll float32 $(nll g-plain-ptq float32), int8 $(nll g-plain-ptq int8)"
+    fi
   done
   # Figure 4's analogue (docs/img/gnmt-clip-curves.png): the training loss of the plain and the
   # clipped run, averaged over 50 updates, and their validation losses

@@ -194,6 +194,53 @@ def test_bad_clip_key_is_refused(tmp_path, key, value, torch_ok):
     assert key in r.stderr and "model.safetensors" in r.stderr, r.stderr
 
 
+def test_convert_stores_the_clips_post_training(tmp_path, torch_ok):
+    """tern convert --gnmt-clip-delta/--gnmt-clip-gamma writes the keys a clipped model carries: the
+    converted model computes what a model trained with them does (here: the same weights with the keys
+    written by hand), in float32 and on the int8 16-bit-state path; the keys are replaced, not doubled."""
+    rng = np.random.default_rng(5)
+    srcs = [list(rng.integers(4, gt.V, size=int(rng.integers(1, 14)))) for _ in range(30)]
+    tgts = [list(rng.integers(4, gt.V, size=int(rng.integers(1, 14)))) for _ in range(30)]
+    plain, byhand, stamped = tmp_path / "plain", tmp_path / "byhand", tmp_path / "stamped"
+    clip_model(plain, None, None)
+    clip_model(byhand, 1.0, 2.0)
+    gt.run(gt.TERN, "convert", "--from", plain, "-o", stamped, "--gnmt-clip-delta", "1", "--gnmt-clip-gamma", "2")
+    t, _ = st_read(str(stamped / "model.safetensors"))
+    assert float(t["gnmt/clip_delta"]) == 1.0 and float(t["gnmt/clip_gamma"]) == 2.0
+    for extra in ([], ["--compute-type", "int8"]):
+        want = tern_rescore(byhand, srcs, tgts, tmp_path, gt.PIECES, *extra)
+        got = tern_rescore(stamped, srcs, tgts, tmp_path, gt.PIECES, *extra)
+        moved = max_gap(tern_rescore(plain, srcs, tgts, tmp_path, gt.PIECES, *extra), want)
+        print(f"\n{extra or 'float32'}: stamped = by hand exactly; plain is {moved:.3f} away")
+        assert got == want and moved > 0.05
+    again = tmp_path / "again"
+    gt.run(gt.TERN, "convert", "--from", stamped, "-o", again, "--gnmt-clip-delta", "4", "--quantize", "int8")
+    t, _ = st_read(str(again / "model.safetensors"))
+    assert float(t["gnmt/clip_delta"]) == 4.0 and float(t["gnmt/clip_gamma"]) == 2.0
+    assert sum(k == "gnmt/clip_delta" for k in t) == 1
+
+
+@pytest.mark.parametrize("extra,code,msg", [
+    (["--gnmt-clip-delta", "0.5"], 2, "--gnmt-clip-delta must be a number in [1, 1e6] (got '0.5')"),
+    (["--gnmt-clip-gamma", "abc"], 2, "--gnmt-clip-gamma must be a number"),
+    (["--gnmt-clip-delta", "1", "--to", "ct2"], 2, "apply to a GNMT model written in Tern's format"),
+])
+def test_convert_clip_options_refused(tmp_path, torch_ok, extra, code, msg):
+    clip_model(tmp_path / "m", None, None)
+    r = subprocess.run([str(a) for a in [gt.TERN, "convert", "--from", tmp_path / "m", "-o", tmp_path / "o", *extra]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == code and msg in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_convert_clips_refused_on_a_transformer(tmp_path, torch_ok):
+    r = subprocess.run([str(a) for a in [gt.TERN, "convert", "--from", os.path.join(gt.ROOT, "models", "en-de"), "-o",
+                                         tmp_path / "o", "--gnmt-clip-delta", "1"]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "apply to a GNMT model (this one is a transformer model)" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
 # ------------------------------------------------------------------ tern train
 
 WORDS = ["ein", "mann", "hund", "katze", "rot", "blau", "geht", "sitzt", "auf", "dem", "tisch", "haus", "kind"]

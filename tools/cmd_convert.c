@@ -18,6 +18,7 @@
 #include "model/model_dir.h"
 #include "model/family.h"
 #include "model/generation.h"
+#include "model/gnmt_desc.h"
 #include "model/hf_format.h"
 #include "model/marian_format.h"
 #include "model/transformer_desc.h"
@@ -57,6 +58,13 @@ static void usage(FILE *f) {
                "                              one size; never generated (output bias -1e9,\n"
                "                              generation_config.json's bad_words_ids). The form\n"
                "                              `tern train --init-from` trains (it converts so itself)\n"
+               "  --gnmt-clip-delta D         (a GNMT model) store GNMT's clip of the cell states and\n"
+               "                              residual sums to [-D, D] (D >= 1) in the model: its int8\n"
+               "                              decoding is then GNMT's quantized path (16-bit states over\n"
+               "                              [-D, D]), its float32 decoding clips too. Post-training, on a\n"
+               "                              model trained without the clip (tern train --gnmt-clip-delta\n"
+               "                              trains with it): what quantizing it costs\n"
+               "  --gnmt-clip-gamma G         (a GNMT model) store GNMT's logit clip to [-G, G] (G > 0)\n"
                "  -h, --help                  this help\n");
 }
 
@@ -361,6 +369,39 @@ static tern_status_t write_pad_generation(const char *out, int V, int pad) {
     return TERN_OK;
 }
 
+/* --gnmt-clip-delta / --gnmt-clip-gamma: the scalar keys GNMT reads (gnmt/clip_delta, gnmt/clip_gamma;
+ * what tern train --gnmt-clip-* stores), replaced when present, appended when not. */
+static tern_status_t set_gnmt_clips(tensor_t **tp, int *np, void ***own, int *no, const float vals[2]) {
+    static const char *keys[2] = {GNMT_CLIP_DELTA_KEY, GNMT_CLIP_GAMMA_KEY};
+    for (int k = 0; k < 2; k++) {
+        if (!(vals[k] > 0)) continue;
+        tensor_t *t = *tp;
+        int n = *np, at = n;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(t[i].name, keys[k])) at = i;
+        float *v = malloc(sizeof *v);
+        void **o2 = realloc(*own, (size_t)(*no + 1) * sizeof **own);
+        if (o2) *own = o2;
+        tensor_t *t2 = at == n ? realloc(t, (size_t)(n + 1) * sizeof *t) : t;
+        if (t2) *tp = t = t2;
+        if (!v || !o2 || !t2) {
+            free(v);
+            return tern_error(TERN_ERR_NOMEM, "out of memory");
+        }
+        (*own)[(*no)++] = v;
+        *v = vals[k];
+        memset(&t[at], 0, sizeof t[at]);
+        t[at].name = keys[k];
+        t[at].dtype = DT_F32;
+        t[at].rank = 0;
+        t[at].numel = 1;
+        t[at].nbytes = sizeof(float);
+        t[at].data = v;
+        if (at == n) *np = n + 1;
+    }
+    return TERN_OK;
+}
+
 static void free_owned(void **own, int n) {
     for (int i = 0; i < n; i++) free(own[i]); /* aligned_alloc64 memory is free()-able */
     free(own);
@@ -369,6 +410,7 @@ static void free_owned(void **own, int n) {
 int cmd_convert(int argc, char **argv) {
     const char *from = NULL, *out = NULL, *quant = "none", *to = "tern";
     int pad_it = 0;
+    float clips[2] = {0, 0}; /* --gnmt-clip-delta, --gnmt-clip-gamma (0: not given) */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -382,6 +424,16 @@ int cmd_convert(int argc, char **argv) {
             pad_it = 1;
         } else if (!strcmp(a, "--quantize") && i + 1 < argc) {
             quant = argv[++i];
+        } else if ((!strcmp(a, "--gnmt-clip-delta") || !strcmp(a, "--gnmt-clip-gamma")) && i + 1 < argc) {
+            int g = !strcmp(a, "--gnmt-clip-gamma");
+            char *end = NULL;
+            double v = strtod(argv[++i], &end);
+            if (!end || end == argv[i] || *end || !(v >= (g ? 1e-6 : 1.0) && v <= 1e6)) {
+                fprintf(stderr, "tern convert: %s must be a number in [%s, 1e6] (got '%s')\n", a, g ? "1e-6" : "1",
+                        argv[i]);
+                return 2;
+            }
+            clips[g] = (float)v;
         } else if (!strcmp(a, "--to") && i + 1 < argc) {
             to = argv[++i];
             if (strcmp(to, "tern") && strcmp(to, "ct2") && strcmp(to, "hf")) {
@@ -409,6 +461,11 @@ int cmd_convert(int argc, char **argv) {
     if (pad_it && (strcmp(to, "tern") || q != Q_NONE || !marian_is_dir(from))) {
         fprintf(stderr, "tern convert: --add-pad applies to a Marian model directory written in Tern's format "
                 "(--to tern, --quantize none)%s\n", marian_is_dir(from) ? "" : "; --from is not one");
+        return 2;
+    }
+    if ((clips[0] > 0 || clips[1] > 0) && strcmp(to, "tern")) {
+        fprintf(stderr, "tern convert: --gnmt-clip-delta/--gnmt-clip-gamma apply to a GNMT model written in Tern's "
+                "format (--to tern)\n");
         return 2;
     }
     if (!strcmp(to, "hf")) {
@@ -484,8 +541,14 @@ int cmd_convert(int argc, char **argv) {
                    fam->name);
         goto fail;
     }
+    if ((clips[0] > 0 || clips[1] > 0) && strcmp(fam->name, "gnmt")) {
+        tern_error(TERN_ERR_UNSUPPORTED, "%s: --gnmt-clip-delta/--gnmt-clip-gamma apply to a GNMT model (this one is "
+                   "a %s model)", from, fam->name);
+        goto fail;
+    }
     if (model_dir_mkdir(out)) goto fail;
     if (convert_tensors(w, fam->desc, q, &t, &n, &own, &no)) goto fail;
+    if (set_gnmt_clips(&t, &n, &own, &no, clips)) goto fail;
     if (pad_it) {
         pad_V = vocab_size(hf.tgt_vocab);
         if (add_pad(&hf, &t, &n, &own, &no, &pad_sv, &pad_tv, &pad_id)) goto fail;

@@ -202,6 +202,14 @@ static tern_status_t linear(transformer_state_t *st, float *out, const float *in
 static void embed_row(float *out, const embedding_t *e, int id, float scale, const float *pos) {
     if (e->w) {
         nn_embed_row(out, e->w + (size_t)id * e->d, scale, pos, e->d);
+    } else if (e->pkw) { /* the same floats, gathered from the packed output projection (tied) */
+        float r[256];
+        const float *base = e->pkw + e->pk_off_n[id];
+        for (int i0 = 0; i0 < e->d; i0 += 256) {
+            int n = e->d - i0 < 256 ? e->d - i0 : 256;
+            for (int i = 0; i < n; i++) r[i] = base[e->pk_off_k[i0 + i]];
+            nn_embed_row(out + i0, r, scale, pos + i0, n);
+        }
     } else if (e->q) {
         const int8_t *r = e->q + (size_t)id * e->d;
         float s = scale / e->scale[id];
@@ -1170,10 +1178,14 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
     if (lin->kind != WEIGHT_F32 || !lin->w) return TERN_OK;
     size_t bytes = gemm_packed_size(lin->N, lin->K);
     if (!bytes) return TERN_OK;
-    int alone = weight_uses(m, lin->w) == 1;
-    /* A matrix read elsewhere too (an output projection tied to the embeddings, whose lookups
-     * need the plain rows) is held twice once packed: TERN_PACK_SHARED_MB trades that memory for
-     * speed (above). */
+    int uses = weight_uses(m, lin->w), alone = uses == 1;
+    /* An output projection tied to the embeddings: packed, its embeddings then read their rows from
+     * the packed copy (gemm_packed_offsets: the same floats), so the plain rows are given back and
+     * the model holds one copy. TERN_PACK_SHARED_MB keeps such a matrix plain instead (above). */
+    embedding_t *emb[2] = {&m->enc_emb, &m->dec_emb};
+    int tied = 0;
+    for (int i = 0; i < 2; i++) tied += emb[i]->w == lin->w && emb[i]->V == lin->N && emb[i]->d == lin->K;
+    int tied_only = !alone && uses == 1 + tied;
     if (!alone && bytes > pack_shared_max()) return TERN_OK;
     void *buf = aligned_alloc64(bytes);
     if (!buf || own_packed(m, buf)) {
@@ -1183,7 +1195,25 @@ static tern_status_t pack_one(transformer_t *m, weights_t *w, linear_t *lin, int
     if (gemm_pack_linear(buf, lin->w, lin->bias, lin->N, lin->K, relu) == 0) {
         *out = buf;
         m->packed_bytes += bytes;
-        if (w && alone) {
+        int64_t *ok = NULL, *on = NULL;
+        if (w && tied_only) {
+            ok = aligned_alloc64((size_t)lin->K * sizeof(int64_t));
+            if (!ok || own_packed(m, ok)) { /* (what own_packed registered, the model frees) */
+                aligned_free(ok);
+                return tern_error(TERN_ERR_NOMEM, "packing weights: out of memory");
+            }
+            on = aligned_alloc64((size_t)lin->N * sizeof(int64_t));
+            if (!on || own_packed(m, on)) {
+                aligned_free(on);
+                return tern_error(TERN_ERR_NOMEM, "packing weights: out of memory");
+            }
+            if (gemm_packed_offsets(buf, ok, on)) tied_only = 0; /* unreadable layout: both kept */
+        }
+        if (w && (alone || tied_only)) {
+            size_t wb;
+            const float *base = gemm_packed_weights(buf, &wb);
+            for (int i = 0; tied_only && i < 2; i++)
+                if (emb[i]->w == lin->w) emb[i]->w = NULL, emb[i]->pkw = base, emb[i]->pk_off_k = ok, emb[i]->pk_off_n = on;
             release_plain(m, w, lin->w);
             lin->w = NULL;
             trim_heap();

@@ -31,6 +31,10 @@ typedef struct {
     const float *scale;  /* (V) */
     const void *pk;      /* q NULL: the rows inside the tied output projection's packed copy
                           * (linear_packed_row_s8), read from there */
+    /* w NULL, float32: the rows inside the tied output projection's packed float32 copy, element
+     * (n, k) at pkw[pk_off_k[k] + pk_off_n[n]] (gemm_packed_offsets) */
+    const float *pkw;
+    const int64_t *pk_off_k, *pk_off_n;
 } embedding_t;
 
 typedef struct {

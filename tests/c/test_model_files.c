@@ -213,6 +213,28 @@ static void test_valid(void) {
             CHECK(tern_model_hparam(&in, "encoder_layers", -1) == 1 && tern_model_hparam(&in, "decoder_layers", -1) == 1 && tern_model_hparam(&in, "d_model", -1) == 4 && tern_model_hparam(&in, "num_heads", -1) == 2 &&
                   tern_model_hparam(&in, "ffn_dim", -1) == 6 && in.source_vocab_size == 7 && in.target_vocab_size == 7 && tern_model_hparam(&in, "norm", -1) == 1 &&
                   in.int8 == 0 && !strcmp(in.format, "ctranslate2"));
+            const transformer_t *net = tm->net;
+            if (version == 6) {
+                /* float32, the projection tied to the target embeddings (an alias): packed, the
+                 * target embedding reading its rows from that copy (pkw), the plain rows given
+                 * back; every row the same floats as the plain table of the file loaded unpacked */
+                CHECK(net->pk_proj && net->proj.w == NULL && net->dec_emb.w == NULL && net->dec_emb.pkw != NULL &&
+                      net->dec_emb.pk_off_k && net->dec_emb.pk_off_n);
+                setenv("TERN_GEMM_PACKED", "0", 1);
+                tern_model_t *plain = load_ok("model.bin v6, unpacked", dir);
+                unsetenv("TERN_GEMM_PACKED");
+                if (plain && net->dec_emb.pkw) {
+                    const transformer_t *pn = plain->net;
+                    CHECK(pn->dec_emb.w != NULL && pn->dec_emb.pkw == NULL && pn->dec_emb.V == net->dec_emb.V);
+                    int bad = 0;
+                    for (int n = 0; pn->dec_emb.w && n < net->dec_emb.V; n++)
+                        for (int k = 0; k < net->dec_emb.d; k++)
+                            bad += net->dec_emb.pkw[net->dec_emb.pk_off_k[k] + net->dec_emb.pk_off_n[n]] !=
+                                   pn->dec_emb.w[(size_t)n * net->dec_emb.d + k];
+                    CHECK_EQ_INT(bad, 0);
+                }
+                tern_model_free(plain);
+            }
             tern_model_free(tm);
         }
     }
