@@ -57,6 +57,8 @@ typedef struct {
     float attn_dropout;         /* on attention weights */
     float act_dropout;          /* on the feed-forward activation */
     float label_smoothing;      /* eps of the label-smoothed cross-entropy */
+    int never_unk;              /* carried into the checkpoints: decoder/marian_never_unk of an imported
+                                 * Marian model (decoding only: <unk> is never output) */
     tprecision_t precision;     /* TPREC_F32 (default) or TPREC_BF16 (a run option, not saved) */
 } tmodel_config_t;
 

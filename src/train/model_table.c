@@ -14,6 +14,7 @@
 typedef struct {
     tmodel_t m;
     transformer_scalars_t scalars; /* the config keys of the model files */
+    int n_scalars;                 /* TKEY_WRITTEN, + 1 with decoder/marian_never_unk */
     int joint;                     /* one vocabulary for both sides (for describe) */
 } tf_impl_t;
 
@@ -50,7 +51,13 @@ static tern_status_t tf_create(train_model_t *m, const void *config, const train
     tmodel_t *t = &impl->m;
     impl->joint = data->joint_vocab;
     transformer_spec_t spec = {c.heads, c.pre_norm, (int)c.act, c.scale_emb};
-    transformer_desc_scalars(&impl->scalars, &spec);
+    impl->n_scalars = transformer_desc_scalars(&impl->scalars, &spec);
+    if (c.never_unk) { /* a Marian model's decoding rule, kept by its fine-tuned checkpoints */
+        int k = impl->n_scalars++;
+        impl->scalars.v[k].i8 = 1;
+        impl->scalars.t[k] = (tensor_t){.name = transformer_key_name(TKEY_DEC_NEVER_UNK), .dtype = DT_I8, .rank = 0,
+                                        .numel = 1, .data = &impl->scalars.v[k].i8, .nbytes = 1};
+    }
     m->family = &train_family_transformer;
     m->impl = impl;
     m->n_params = t->n_params;
@@ -92,16 +99,18 @@ static tern_status_t tf_config_from_model(void *config, const weights_t *w, cons
     if (tf_key(w, TKEY_DEC_SSRU, 0))
         return tern_error(TERN_ERR_UNSUPPORTED, "%s: an SSRU decoder (Marian's --dec-cell ssru): Tern decodes it but "
                           "trains self-attention decoders only", file);
-    if (tf_key(w, TKEY_DEC_RAW_SELF_KV, 0))
-        return tern_error(TERN_ERR_UNSUPPORTED, "%s: a pre-norm Marian model: Marian's decoder takes the self-attention "
-                          "keys and values of steps >= 1 before the layer norm, which Tern decodes but does not train "
-                          "(post-norm Marian models train)", file);
+    /* A pre-norm Marian model (decoder/marian_raw_self_kv): Marian's incremental decoder takes the
+     * self-attention keys and values of steps >= 1 before the layer norm, but Marian trains it with
+     * them after the norm, as every pre-norm Transformer. Training here is Marian's training; the
+     * key is read-only, so the checkpoints are plain pre-norm Transformers that decode as they
+     * trained (the trainer's log says so). */
     c->d = (int)ee->shape[1];
     c->ff = (int)f1->shape[0];
     c->enc_layers = c->dec_layers = 0;
     while (tf_get(w, TM_ENC_FFN1, c->enc_layers, TP_WEIGHT)) c->enc_layers++;
     while (tf_get(w, TM_DEC_FFN1, c->dec_layers, TP_WEIGHT)) c->dec_layers++;
     if (!c->dec_layers) return tern_error(TERN_ERR_FORMAT, "%s: no decoder layers", file);
+    c->never_unk = (int)tf_key(w, TKEY_DEC_NEVER_UNK, 0) != 0;
     c->heads = (int)tf_key(w, TKEY_ENC_HEADS, 8);
     c->pre_norm = (int)tf_key(w, TKEY_ENC_PRE_NORM, 1);
     c->act = (activation_t)tf_key(w, TKEY_ENC_ACT, ACT_RELU);
@@ -137,7 +146,7 @@ static int tf_config_values(const train_model_t *m, ckpt_value_t *v) {
 
 static int tf_scalars(const train_model_t *m, const tensor_t **out) {
     *out = ((const tf_impl_t *)m->impl)->scalars.t;
-    return TKEY_WRITTEN;
+    return ((const tf_impl_t *)m->impl)->n_scalars;
 }
 
 static int tf_describe(const train_model_t *m, int line, char *buf, size_t n) {

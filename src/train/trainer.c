@@ -36,6 +36,7 @@
 #include "train/qat.h"
 #include "kernels/kernels.h"
 #include "model/model_dir.h"
+#include "model/transformer_desc.h"
 #include "text/score.h"
 #include "train/checkpoint.h"
 #include "train/dist.h"
@@ -1028,6 +1029,11 @@ static tern_status_t setup_model(trainer_t *t) {
         free(from_model);
         return st;
     }
+    int64_t raw_kv = 0;
+    if (init && weights_get_int(init, transformer_key_name(TKEY_DEC_RAW_SELF_KV), &raw_kv) && raw_kv)
+        tlog(t, "init: a pre-norm Marian model: Marian decodes it with the decoder self-attention's keys and values "
+             "of steps >= 1 taken before the layer norm, but trains it with them after the norm; this run trains it "
+             "as Marian trains, and its checkpoints decode that way too (a plain pre-norm Transformer)");
     if (!st && o->rl_gleu && from_model) /* RL: O_ML is the plain log-likelihood (no label smoothing) */
         for (const train_option_t *op = t->fam->options; op && op->name; op++)
             if (!strcmp(op->name, "label-smoothing") && op->kind == TRAIN_OPT_FLOAT) *(float *)((char *)from_model + op->field) = 0.0f;

@@ -27,11 +27,12 @@ _DT = {"F32": np.float32, "I32": np.int32, "F16": np.float16, "I8": np.int8, "I1
 
 
 def st_write(path, tensors, metadata=None):
-    """Writes a safetensors file: tensors {name: ndarray (float32 or int32)}, metadata {str: str}."""
+    """Writes a safetensors file: tensors {name: ndarray of a dtype in _DT}, metadata {str: str}."""
     header, blobs, off = {}, [], 0
+    names = {np.dtype(v): k for k, v in _DT.items()}
     for name, arr in tensors.items():
         arr = np.ascontiguousarray(arr)
-        dt = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[arr.dtype]
+        dt = names[arr.dtype]
         b = arr.tobytes()
         header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
