@@ -16,7 +16,9 @@ screened output projection: rows whose largest logit is EOS before it take their
 AVX2 cap (int8 identical; float32 there at least 99 % of lines, as tests/test_screen.py: where the
 full projection is not packed it runs dnnl_sgemm, whose last bits differ from the screen's sums; under
 the cap Tern's AVX2 panels now pack it). The Python API's token callback fires per sentence with the right index: its deltas
-concatenate to each sentence's output, and results come back in input order."""
+concatenate to each sentence's output, and results come back in input order. Suppressed single
+tokens (--suppress of one-piece lines: the bans of a Hugging Face model's pad or NLLB's language codes)
+stream too, with the same output; a suppressed sequence of several pieces takes the whole-batch path."""
 import os
 import re
 import subprocess
@@ -86,7 +88,27 @@ CASES = {
                            "-n", "2", "--max-batch-size", "8", "-t", "1"],
     "beam4-float32-tokens200-2threads": ["-b", "4", "--compute-type", "float32", "--max-batch-size", "32",
                                          "--max-batch-tokens", "200", "--scores", "-t", "2"],
+    # suppressed single tokens (a request's --suppress; a Hugging Face model's never-generated pad,
+    # NLLB's language codes): the one kind of global processor continuous batching runs, on logits;
+    # greedy keeps its argmax-only steps (the model leaves the tokens out: set_argmax_never)
+    "suppress1-bs4": ["--suppress", "SUPPRESS_SINGLE", "--max-batch-size", "4", "-t", "1"],
+    "suppress1-bs5-float32-minlen3": ["--suppress", "SUPPRESS_SINGLE", "--max-batch-size", "5", "--min-length", "3",
+                                      "--compute-type", "float32", "-t", "1"],
+    "suppress1-scores-lp": ["--suppress", "SUPPRESS_SINGLE", "--scores", "--length-penalty", "0.6",
+                            "--max-batch-size", "7", "-t", "1"],
+    "suppress1-beam4-nbest2-scores": ["--suppress", "SUPPRESS_SINGLE", "-b", "4", "-n", "2", "--scores",
+                                      "--max-batch-size", "6", "-t", "1"],
 }
+# single pieces of models/en-de's vocabulary ("▁Ein", "▁eine", "▁und", "▁mit")
+SUPPRESS_SINGLE = "Ein\neine\nund\nmit\n"
+
+
+def case_args(case, tmp_path):
+    args = list(CASES[case])
+    if "SUPPRESS_SINGLE" in args:
+        (tmp_path / "suppress.txt").write_text(SUPPRESS_SINGLE, encoding="utf-8")
+        args[args.index("SUPPRESS_SINGLE")] = str(tmp_path / "suppress.txt")
+    return args
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -94,15 +116,34 @@ def test_continuous_on_off_identical(data_dir, tmp_path, case):
     lines = uneven_lines(data_dir)
     src = tmp_path / "in.en"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    off = translate(src, tmp_path / "off.de", False, CASES[case])
-    on = translate(src, tmp_path / "on.de", True, CASES[case])
+    args = case_args(case, tmp_path)
+    off = translate(src, tmp_path / "off.de", False, args)
+    on = translate(src, tmp_path / "on.de", True, args)
     n_out = off.decode("utf-8").count("\n")
-    args = CASES[case]
     nbest = int(args[args.index("-n") + 1]) if "-n" in args else 1  # "i ||| hyp ||| score" lines
     assert n_out == len(lines) * nbest
     same = sum(a == b for a, b in zip(off.splitlines(), on.splitlines()))
     print(f"\n{case}: {same}/{n_out} lines identical")
     assert on == off
+    if "--suppress" in args:  # and the suppression acted: none of the pieces in the output
+        words = {w for w in SUPPRESS_SINGLE.split()}
+        out = [line.split(" ||| ")[1] if " ||| " in line else line for line in on.decode("utf-8").splitlines()]
+        assert not any(w in line.split() for line in out for w in words)
+        plain = translate(src, tmp_path / "plain.de", True, [a for a in args if a not in ("--suppress", args[
+            args.index("--suppress") + 1])])
+        assert plain != on
+
+
+def test_continuous_off_for_sequences(data_dir, tmp_path):
+    """A suppressed sequence of several pieces reads each row's history: the whole-batch path runs."""
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(uneven_lines(data_dir, 40)) + "\n", encoding="utf-8")
+    (tmp_path / "sup.txt").write_text("einem Mann\n", encoding="utf-8")
+    e = {**os.environ, "TERN_CONTINUOUS_STATS": "1"}
+    r = subprocess.run([TERN, "translate", "-m", MODEL, "-b", "1", "-q", "--suppress", str(tmp_path / "sup.txt"),
+                        "--max-batch-size", "4", str(src), str(tmp_path / "out.de")], capture_output=True, text=True,
+                       env=e, timeout=600)
+    assert r.returncode == 0 and not STATS.findall(r.stderr), r.stderr
 
 
 def test_continuous_avx2_cap(data_dir, tmp_path):

@@ -476,16 +476,27 @@ static tern_status_t stream_admit(void *ctx, int first, int n, int fresh) {
     return fresh ? fam->encode(c->tr->state, src, c->len + first, n) : fam->admit(c->tr->state, src, c->len + first, n);
 }
 
+/* Global processors continuous batching runs: suppressed single tokens (a model's never-generated
+ * pad, language codes or <unk>, a request's single-token suppressions), nothing else. */
+static int global_streams(const search_global_t *g) {
+    if (!g) return 1;
+    if (g->lmbr) return 0;
+    for (int k = 0; g->suppress && k < g->suppress->n; k++)
+        if (g->suppress->len[k] != 1) return 0;
+    return 1;
+}
+
 /* Greedy or beam search with continuous batching (search.h's greedy_search_stream,
- * beam_search_stream) where it gives what decode_batch gives: no per-sentence data nor global
- * processors, no vocabulary map, no coverage penalty, a family with admit() whose step writes
- * logits; TERN_CONTINUOUS=0 turns it off. */
+ * beam_search_stream) where it gives what decode_batch gives: no per-sentence data, no global
+ * processors but single-token suppressions, no vocabulary map, no coverage penalty, a family with
+ * admit() whose step writes logits; TERN_CONTINUOUS=0 turns it off. */
 static int stream_ok(const tern_translator_t *tr, const search_sentence_t *const *sd, int n) {
     const tern_model_t *m = tr->model;
     const tern_search_params_t *o = tr->call ? &tr->call->p : &tr->search;
     const char *env = getenv("TERN_CONTINUOUS");
     if (env && strcmp(env, "0") == 0) return 0;
-    if (o->coverage_penalty != 0.0f || m->vmap || (tr->call && tr->call->global) || !m->fam->admit || m->fam->step_logprobs)
+    if (o->coverage_penalty != 0.0f || m->vmap || (tr->call && !global_streams(tr->call->global)) || !m->fam->admit ||
+        m->fam->step_logprobs)
         return 0;
     if (o->sampling_topk != 1 || o->repetition_penalty != 1.0f || o->no_repeat_ngram_size > 0) return 0;
     if (tr->call && tr->call->return_attention) return 0; /* the streaming searches keep no attention */
@@ -545,14 +556,30 @@ static tern_status_t decode_stream(tern_translator_t *tr, int *const *src, const
         if (h->req->on_token) so.on_step = hook_step;
         so.hook_ctx = h;
     }
+    /* the single-token suppressions (global_streams): the same processors decode_batch binds */
+    search_procs_t *procs = NULL;
+    search_proc_t all[SEARCH_MAX_PROCS];
+    sample_repeat_t *rep = NULL;
+    tern_status_t st = search_procs_bind(&procs, call->global, NULL, n, m->info.target_vocab_size, m->tgt_eos,
+                                         o->beam_size, 0.0f);
+    if (!st) st = repeat_procs(o, m->info.target_vocab_size, procs, &rep, all, &so.num_procs);
+    if (st) {
+        search_procs_free(procs);
+        sample_repeat_free(rep);
+        free(max_len);
+        return st;
+    }
+    so.procs = all;
     struct stream_ctx ctx = {tr, src, len};
     long stats[3] = {0, 0, 0};
     search_feed_t feed = {stream_admit, &ctx, n, len, max_rows, call->max_batch_tokens, 0, stats};
     feed.min_admit = max_rows / 4 > 1 ? max_rows / 4 : 1;
     const char *env = getenv("TERN_CONTINUOUS_MIN_ADMIT");
     if (env && atoi(env) > 0) feed.min_admit = atoi(env);
-    tern_status_t st = o->beam_size == 1 ? greedy_search_stream(&dec, &feed, max_len, &so, res)
-                                         : beam_search_stream(&dec, &feed, max_len, &so, res);
+    st = o->beam_size == 1 ? greedy_search_stream(&dec, &feed, max_len, &so, res)
+                           : beam_search_stream(&dec, &feed, max_len, &so, res);
+    search_procs_free(procs);
+    sample_repeat_free(rep);
     if (!st && (env = getenv("TERN_CONTINUOUS_STATS")) && strcmp(env, "1") == 0)
         fprintf(stderr, "continuous batching: %d sentences, %d rows at most, %ld steps, %ld rows (%.1f per step), %ld admissions\n",
                 n, max_rows, stats[0], stats[1], stats[0] ? (double)stats[1] / (double)stats[0] : 0.0, stats[2]);

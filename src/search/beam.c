@@ -694,8 +694,9 @@ done:
 tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
                                  const search_options_t *opt, search_result_t *results) {
     const int N = feed->N, Gm = feed->max_rows > 0 ? feed->max_rows : 1, V = dec->vocab_size;
-    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs)
-        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
+    if (!search_procs_only_bans(opt->procs, opt->num_procs) || opt->coverage_penalty != 0.0f || dec->logprobs)
+        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors other than token bans, coverage or "
+                                             "log-space scores");
     for (int n = 0; n < N; n++) {
         results[n].n = 0;
         results[n].hyps = NULL;
@@ -746,6 +747,9 @@ tern_status_t beam_search_stream(const decoder_iface_t *dec, const search_feed_t
          * chain's rule, per row) */
         for (int r = 0; r < R; r++)
             if (own_step(&b, b.sent[r], t) < min_len) b.logits[(size_t)r * V + opt->eos] = -INFINITY;
+        /* the token bans on logits (those on log-probabilities run in beam_candidates), as
+         * beam_search's chain after the minimum length: they read neither the step nor the sentence */
+        proc_chain_apply(&b.chain, SEARCH_STAGE_LOGITS, b.logits, R, V, t, b.sent);
         int R2, ended;
         if ((st = beam_select(&b, R, t, &R2, &ended))) goto done;
         live -= ended;

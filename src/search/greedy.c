@@ -322,6 +322,9 @@ typedef struct {
     const int *max_len;
     int N, V, M, max_T, min_admit, argmax_ok, can_ban;
     int argmax_only; /* what the model was last told */
+    proc_chain_t chain; /* the token bans (search_procs_only_bans), no minimum length */
+    int on_logprobs;    /* a ban on log-probabilities: the rows normalized, as greedy_search does */
+    int never_set;      /* the model was told the bans on logits (set_argmax_never) */
     int *tokens, *sent, *sidx, *rt, *parent, *best, *hlen, *hyp;
     float *bestv, *score, *logits;
     unsigned char *ban;
@@ -402,6 +405,13 @@ static tern_status_t stream_step(greedy_stream_t *g, int t) {
     if (young)
         for (int r = 0; r < R; r++)
             if (g->rt[r] < opt->min_length) g->logits[(size_t)r * V + opt->eos] = -INFINITY;
+    /* the bans, as greedy_search's chain runs them after the minimum length (they read neither the
+     * step nor the sentence) */
+    proc_chain_apply(&g->chain, SEARCH_STAGE_LOGITS, g->logits, R, V, t, g->sent);
+    if (g->on_logprobs) {
+        log_softmax_forward(g->logits, g->logits, R, V);
+        proc_chain_apply(&g->chain, SEARCH_STAGE_LOGPROBS, g->logits, R, V, t, g->sent);
+    }
     argmax_rows(g->best, g->bestv, g->logits, R, V);
     return TERN_OK;
 }
@@ -413,7 +423,8 @@ static tern_status_t stream_take(greedy_stream_t *g, search_result_t *results, i
     const int V = g->V, max_T = g->max_T;
     int n = g->sent[r], tok = g->best[r], tr = g->rt[r];
     int *hy = g->hyp + (size_t)r * max_T;
-    if (opt->need_scores) g->score[n] += g->bestv[r] - row_logsumexp(g->logits + (size_t)r * V, V, g->bestv[r]);
+    if (g->on_logprobs) g->score[n] += g->bestv[r];
+    else if (opt->need_scores) g->score[n] += g->bestv[r] - row_logsumexp(g->logits + (size_t)r * V, V, g->bestv[r]);
     int is_eos = tok == opt->eos;
     if (!is_eos) hy[g->hlen[n]++] = tok;
     int ends = is_eos || tr + 1 >= g->max_len[n];
@@ -453,18 +464,35 @@ static tern_status_t stream_decode(greedy_stream_t *g, search_result_t *results)
 /* Greedy search with continuous batching (search.h): greedy_stream_t's rows. */
 tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed_t *feed, const int *max_len,
                                    const search_options_t *opt, search_result_t *results) {
-    if (opt->num_procs || opt->coverage_penalty != 0.0f || dec->logprobs || opt->sampling.on)
-        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors, coverage or log-space scores");
+    if (!search_procs_only_bans(opt->procs, opt->num_procs) || opt->coverage_penalty != 0.0f || dec->logprobs ||
+        opt->sampling.on)
+        return tern_error(TERN_ERR_INTERNAL, "continuous batching: processors other than token bans, coverage or "
+                                             "log-space scores");
     greedy_stream_t g = {.dec = dec, .feed = feed, .opt = opt, .max_len = max_len, .N = feed->N, .V = dec->vocab_size,
                          .M = feed->max_rows > 0 ? feed->max_rows : 1, .max_T = longest_max_len(max_len, feed->N, 1),
-                         .min_admit = feed->min_admit > 0 ? feed->min_admit : 1,
-                         .argmax_ok = dec->set_argmax_only && !opt->need_scores};
+                         .min_admit = feed->min_admit > 0 ? feed->min_admit : 1};
     results_clear(results, g.N);
+    tern_status_t st = proc_chain_init(&g.chain, opt->procs, opt->num_procs, 0, opt->eos, g.M);
+    if (st) return st;
+    proc_chain_start(&g.chain, g.N);
+    g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS];
+    /* argmax-only steps: as greedy_search (greedy_argmax_ok, greedy_set_never): bans on logits kept
+     * out of each row's argmax by the model, or none */
+    g.argmax_ok = dec->set_argmax_only && !opt->need_scores && !g.on_logprobs;
+    for (int i = 0; g.argmax_ok && i < opt->num_procs; i++)
+        if (opt->procs[i].stage == SEARCH_STAGE_LOGITS) {
+            g.argmax_ok = dec->set_argmax_never &&
+                          dec->set_argmax_never(dec->self, opt->procs[i].bans, opt->procs[i].n_bans) == TERN_OK;
+            g.never_set = g.argmax_ok;
+            break;
+        }
     /* rows under the minimum length in argmax-only steps: where the model can (set_argmax_ban) */
     g.can_ban = g.argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
-    tern_status_t st = stream_alloc(&g);
+    st = stream_alloc(&g);
     if (!st) st = stream_decode(&g, results);
     st = greedy_end(dec, g.argmax_only, st, results, g.N);
+    if (g.never_set) dec->set_argmax_never(dec->self, NULL, 0);
+    proc_chain_free(&g.chain);
     stream_free(&g);
     return st;
 }

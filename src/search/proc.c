@@ -134,3 +134,13 @@ int proc_chain_unmet(const proc_chain_t *c, int r, int n, int tok) {
     if (tok >= 0 && p->advance) p->advance(p->self, n, tmp, tok);
     return p->unmet(p->self, n, tmp);
 }
+
+int search_procs_only_bans(const search_proc_t *procs, int np) {
+    for (int i = 0; i < np; i++) {
+        const search_proc_t *p = &procs[i];
+        if (p->n_bans <= 0 || !p->bans || p->history || p->state_ints || p->may_raise || p->select || p->unmet ||
+            p->unnormalized)
+            return 0;
+    }
+    return 1;
+}

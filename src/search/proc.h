@@ -61,11 +61,17 @@ typedef struct {
      * (LMBR's gain with --lmbr-sum-gain), from its row state: score = (raw - u) / lp + u */
     float (*unnormalized)(void *self, int n, const int *state);
     /* optional (n_bans > 0): apply() only sets these tokens of every row to -inf at every step (an
-     * unconditional suppression of single tokens, on logits): greedy search may then read only
-     * each row's argmax if the model keeps these tokens out of it (decoder_iface_t.set_argmax_never) */
+     * unconditional suppression of single tokens, on logits or log-probabilities: its stage; no
+     * history, no state): greedy search may then read only each row's argmax if the model keeps
+     * these tokens out of it (decoder_iface_t.set_argmax_never, on logits), and the continuous
+     * batching searches take such processors (search_procs_only_bans) */
     const int *bans;
     int n_bans;
 } search_proc_t;
+
+/* 1 when every one of the np processors is an unconditional ban of single tokens (n_bans > 0, no
+ * history, state, selection or score of its own): what continuous batching runs; 0 otherwise. */
+int search_procs_only_bans(const search_proc_t *procs, int np);
 
 #define SEARCH_MAX_PROCS 16
 #define SEARCH_MAX_HISTORY 8 /* of suppressed sequences (their length - 1) */

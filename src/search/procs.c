@@ -81,7 +81,7 @@ struct search_procs {
     int beam;    /* beam search (else greedy) */
     float prefix_bias; /* > 0: prefixes bias the rows that follow them (prefix_bias_beta) */
     float *keep; /* (V) values kept by a mask */
-    int *bans;   /* the suppressed sequences' tokens when every one is a single token on logits, else NULL */
+    int *bans;   /* the suppressed sequences' tokens when every one is a single token, else NULL */
     int *keep_tok;
     cons_workspace_t *cons;
     int lmbr_count; /* clipping: the most evidence n-grams of a sentence of the batch */
@@ -372,7 +372,7 @@ tern_status_t search_procs_bind(search_procs_t **out, const search_global_t *g, 
         return tern_error(TERN_ERR_NOMEM, "out of memory");
     }
     for (int n = 0; n < N; n++) sdc[n] = sd && sd[n] ? sd[n] : &none;
-    int single = q.sup && !g->suppress->on_logprobs;
+    int single = q.sup;
     for (int k = 0; single && k < g->suppress->n; k++) single = g->suppress->len[k] == 1;
     if (single && (P->bans = malloc((size_t)g->suppress->n * sizeof(int))))
         for (int k = 0; k < g->suppress->n; k++) P->bans[k] = g->suppress->seq[k][0];
