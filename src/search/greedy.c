@@ -4,6 +4,7 @@
  * scores, as an ensemble's, is taken at its word; when nothing but the argmax is read, the model is
  * told so: decoder_iface_t.set_argmax_only); finished sentences leave the batch at once.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,8 @@ typedef struct {
     const search_options_t *opt;
     const int *max_len;
     int N, V, S, max_T, need_attn, on_logprobs, argmax_ok;
+    int lp_until;    /* on_logprobs: the step from which no processor on log-probabilities acts
+                        and none is needed (no scores, no sampling); INT_MAX: never */
     int argmax_only; /* what the model was last told */
     proc_chain_t chain;
     int *tokens, *sent, *parent, *best, *hyp, *hlen;
@@ -131,8 +134,27 @@ static int greedy_argmax_ok(const greedy_t *g) {
     int user_logits = 0;
     for (int i = 0; i < opt->num_procs; i++)
         user_logits |= opt->procs[i].stage == SEARCH_STAGE_LOGITS && !(opt->procs[i].n_bans > 0 && g->dec->set_argmax_never);
-    return g->dec->set_argmax_only && !g->dec->logprobs && !g->on_logprobs && !opt->need_scores && !user_logits;
+    return g->dec->set_argmax_only && !g->dec->logprobs && !(g->on_logprobs && g->lp_until == INT_MAX) &&
+           !opt->need_scores && !user_logits;
 }
+
+/* Without scores or sampling, processors on log-probabilities that all stop acting at some step
+ * (a forced prefix: NLLB's target language code) leave the rows to the logits' argmax from then
+ * on: the step they all stop, else INT_MAX. */
+static int greedy_lp_until(const greedy_t *g) {
+    const search_options_t *opt = g->opt;
+    if (opt->need_scores || opt->sampling.on) return INT_MAX;
+    int until = 0;
+    for (int i = 0; i < opt->num_procs; i++) {
+        if (opt->procs[i].stage != SEARCH_STAGE_LOGPROBS) continue;
+        if (opt->procs[i].until <= 0) return INT_MAX;
+        if (opt->procs[i].until > until) until = opt->procs[i].until;
+    }
+    return until;
+}
+
+/* Whether step t normalizes the rows and runs the processors on log-probabilities. */
+static int greedy_lp_now(const greedy_t *g, int t) { return g->on_logprobs && t < g->lp_until; }
 
 /* Argmax-only steps with processors that only ban tokens (suppressed single tokens: a Hugging Face
  * checkpoint's pad): the model keeps those tokens out of each row's argmax (set_argmax_never), the
@@ -189,13 +211,13 @@ static tern_status_t greedy_step(greedy_t *g, int R, int t) {
     const decoder_iface_t *dec = g->dec;
     const search_options_t *opt = g->opt;
     tern_status_t st;
-    if (g->argmax_ok && !g->argmax_only && t >= opt->min_length) {
+    if (g->argmax_ok && !g->argmax_only && t >= opt->min_length && !greedy_lp_now(g, t)) {
         if ((st = dec->set_argmax_only(dec->self, 1))) return st;
         g->argmax_only = 1;
     }
     if ((st = dec->step(dec->self, g->tokens, t, g->logits, g->attn))) return st;
     proc_chain_apply(&g->chain, SEARCH_STAGE_LOGITS, g->logits, R, g->V, t, g->sent);
-    if (g->on_logprobs) {
+    if (greedy_lp_now(g, t)) {
         if (!(dec->logprobs && t >= opt->min_length)) log_softmax_forward(g->logits, g->logits, R, g->V);
         proc_chain_apply(&g->chain, SEARCH_STAGE_LOGPROBS, g->logits, R, g->V, t, g->sent);
     }
@@ -223,7 +245,7 @@ static tern_status_t greedy_take(greedy_t *g, search_result_t *results, int r, i
     const int V = g->V, S = g->S, max_T = g->max_T;
     int n = g->sent[r], tok = g->best[r];
     float bestv = g->bestv[r];
-    if (g->on_logprobs) g->score[n] += bestv;
+    if (greedy_lp_now(g, t)) g->score[n] += bestv;
     else if (opt->need_scores)
         g->score[n] += g->dec->logprobs && t >= opt->min_length
                            ? bestv /* scores in log space (an ensemble's) */
@@ -289,6 +311,7 @@ tern_status_t greedy_search(const decoder_iface_t *dec, int N, const int *max_le
     if (st) return st;
     /* sampling draws from the log-probs, and a sampled hypothesis' score adds its tokens' */
     g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS] || opt->sampling.on;
+    g.lp_until = g.on_logprobs ? greedy_lp_until(&g) : INT_MAX;
     g.argmax_ok = greedy_argmax_ok(&g) && greedy_set_never(&g, 1);
     if (!(st = greedy_alloc(&g))) st = greedy_decode(&g, results);
     st = greedy_end(dec, g.argmax_only, st, results, N);

@@ -67,6 +67,9 @@ typedef struct {
      * batching searches take such processors (search_procs_only_bans) */
     const int *bans;
     int n_bans;
+    /* optional (0: none): from step `until` on, apply() changes nothing (a forced prefix's last
+     * step is behind): greedy search without scores then reads the logits' argmax alone */
+    int until;
 } search_proc_t;
 
 /* 1 when every one of the np processors is an unconditional ban of single tokens (n_bans > 0, no

@@ -270,6 +270,7 @@ static int cons_unmet_fn(void *self, int n, const int *state) {
 /* What search_procs_bind finds the search needs: which processors, and their sizes. */
 typedef struct {
     int any_prefix, any_restrict, any_cons, cons_total; /* per-sentence data */
+    int prefix_max;                                     /* the longest prefix */
     int sup, suppress_h;                                /* suppressed sequences, their longest history */
     int lm, lm_count;                                   /* LMBR, its largest sentence's distinct n-grams */
 } procs_needs_t;
@@ -281,6 +282,7 @@ static tern_status_t procs_needs(procs_needs_t *q, const search_global_t *g, con
     for (int n = 0; sd && n < N; n++) {
         if (!sd[n]) continue;
         q->any_prefix |= sd[n]->prefix_len > 0;
+        if (sd[n]->prefix_len > q->prefix_max) q->prefix_max = sd[n]->prefix_len;
         q->any_restrict |= sd[n]->restrict_to != NULL;
         q->any_cons |= sd[n]->constraints != NULL && sd[n]->constraints->C > 0;
         if (sd[n]->constraints && sd[n]->constraints->total > q->cons_total) q->cons_total = sd[n]->constraints->total;
@@ -335,6 +337,7 @@ static void procs_list(search_procs_t *P, const procs_needs_t *q, const search_g
     } else if (q->any_prefix) {
         search_proc_t p = {0};
         p.self = P, p.stage = SEARCH_STAGE_LOGPROBS, p.apply = prefix_apply;
+        p.until = q->prefix_max + 1; /* prefix_apply acts at steps t <= prefix_len */
         P->list[P->n++] = p;
     }
     if (q->any_restrict) {

@@ -778,6 +778,78 @@ static void test_greedy(int seeds) {
     }
 }
 
+/* Greedy search with forced prefixes (NLLB's target language code, --target-prefix): the prefix
+ * processor acts on log-probabilities up to the longest prefix's step, and without scores greedy
+ * reads the logits' argmax alone from the step after it (set_argmax_only; none of the softmaxes of
+ * the later steps). Tokens: the prefix, then the argmax path; the same with scores (every step
+ * normalized) and without the hook. */
+static void test_greedy_prefix(int seeds) {
+    for (int seed = 0; seed < seeds; seed++) {
+        rng_t g = {0x7100 + (uint64_t)seed};
+        int N = rng_int(&g, 1, 5), V = rng_int(&g, 4, 7), max_len[MAXN];
+        world_t w;
+        world_random(&w, &g, V, N);
+        int min_length = rng_int(&g, 0, 2), plen_max = 0;
+        int prefix[MAXN][MAXT];
+        search_sentence_t sd[MAXN];
+        const search_sentence_t *sdp[MAXN];
+        memset(sd, 0, sizeof sd);
+        for (int n = 0; n < N; n++) {
+            max_len[n] = rng_int(&g, 3, 7);
+            int L = rng_int(&g, 0, 2); /* some sentences without a prefix */
+            for (int i = 0; i < L; i++) {
+                do prefix[n][i] = rng_int(&g, 0, V - 1);
+                while (prefix[n][i] == w.eos);
+            }
+            sd[n].prefix = L ? prefix[n] : NULL;
+            sd[n].prefix_len = L;
+            sd[n].prefix_plain = 1;
+            sdp[n] = &sd[n];
+            plen_max = L > plen_max ? L : plen_max;
+        }
+        rule_t r = RULES[seed % NRULES];
+        search_result_t *ref = NULL;
+        for (int k = 0; k < 3; k++) { /* 0: scores (the reference), 1: no scores + hook, 2: no scores */
+            search_procs_t *P = NULL;
+            CHECK(search_procs_bind(&P, NULL, sdp, N, V, w.eos, 1, 0.0f) == TERN_OK);
+            search_options_t o = make_opts(&w, 1, 1, r, TERN_EOS_COMMON, 1, min_length);
+            o.need_scores = k == 0;
+            o.procs = search_procs_list(P, &o.num_procs);
+            mock_t m;
+            decoder_iface_t dec;
+            mock_init(&m, &dec, &w, N, NULL, 1);
+            if (k == 1) dec.set_argmax_only = mock_set_argmax_only;
+            search_result_t *res = results_new(N);
+            snprintf(ctx, sizeof ctx, "greedy prefix seed %d mode %d (longest prefix %d, min length %d)", seed, k,
+                     plen_max, min_length);
+            CHECK_EQ_INT(greedy_search(&dec, N, max_len, &o, res), TERN_OK);
+            CHECK_EQ_INT(m.violations, 0);
+            if (k == 1) { /* the argmax alone from the step after every prefix (and the minimum length) */
+                int from = plen_max > 0 ? plen_max + 1 : 0;
+                from = min_length > from ? min_length : from;
+                int on_at = from < m.nsteps ? from : -1;
+                CHECK_MSG(m.argmax_on_at == on_at, "%s: argmax only from step %d, expected %d", ctx, m.argmax_on_at,
+                          on_at);
+            }
+            for (int n = 0; n < N; n++) {
+                CHECK_EQ_INT(res[n].n, 1);
+                if (res[n].n != 1) continue;
+                const hypothesis_t *h = &res[n].hyps[0];
+                CHECK_MSG(h->length >= sd[n].prefix_len && !memcmp(h->tokens, prefix[n], (size_t)sd[n].prefix_len *
+                                                                                             sizeof(int)),
+                          "%s: sentence %d does not start with its prefix", ctx, n);
+                if (ref) CHECK_MSG(same_tokens(h->tokens, h->length, ref[n].hyps[0].tokens, ref[n].hyps[0].length),
+                                   "%s: sentence %d: other tokens than with scores", ctx, n);
+            }
+            if (k == 0) ref = res;
+            else results_free(res, N);
+            mock_free(&m);
+            search_procs_free(P);
+        }
+        results_free(ref, N);
+    }
+}
+
 /* ------------------------------------------------------------ 2 and 6. exhaustive beams */
 
 static void test_exhaustive(int seeds) {
@@ -1407,6 +1479,7 @@ int main(void) {
     test_mock_catches();
     test_crafted();
     test_greedy(400);
+    test_greedy_prefix(300);
     test_exhaustive(120);
     test_small_beams(600);
     printf("cases met: %d paper steps with EOS taking a slot, %d backoff results, %d batches finishing at "
