@@ -87,9 +87,12 @@ def rule_count(arch, shapes):
     return sum(quantized(arch, n, s) for n, s in shapes.items())
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_qat_step_matches_pytorch(name, tmp_path, driver, torch_python):
-    c = {**CONFIGS[name], "qat": "int8"}
+CASES = [(n, "int8") for n in CONFIGS] + [(n, "int8-act") for n in CONFIGS if n.startswith("transformer")]
+
+
+@pytest.mark.parametrize("name,mode", CASES, ids=[f"{n}-{m}" for n, m in CASES])
+def test_qat_step_matches_pytorch(name, mode, tmp_path, driver, torch_python):
+    c = {**CONFIGS[name], "qat": mode}
     shapes, _ = family_layout(tmp_path, driver, c)
     tern, meta, ref = run_step(name, tmp_path, driver, torch_python, REF, c, lambda rng: random_weights(shapes, rng),
                                LOSS_TOL)
@@ -97,20 +100,22 @@ def test_qat_step_matches_pytorch(name, tmp_path, driver, torch_python):
     n, kept = (int(x) for x in meta["qat"].split(","))
     assert n == rule_count(c["architecture"], shapes) and n > 0, meta["qat"]
     assert kept == 1, "qat_leave did not restore the master weights bit for bit"
-    compare_grads(f"{name} (qat int8, {n} tensors fake-quantized)", tern, meta, ref, shapes, GRAD_TOL)
-    # the same weights and batch without fake quantization: far from the reference (not vacuous)
+    compare_grads(f"{name} (qat {mode}, {n} tensors fake-quantized)", tern, meta, ref, shapes, GRAD_TOL)
+    # the same weights and batch without fake quantization (and, for int8-act, with the weights'
+    # alone): far from the reference (not vacuous)
     inp = tmp_path / "in.safetensors"
     t, m = st_read(str(inp))
-    m["qat"] = "none"
-    st_write(str(inp), t, m)
-    r = subprocess.run([driver, "step", str(inp), str(tmp_path / "plain.safetensors")], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    plain, pmeta = st_read(str(tmp_path / "plain.safetensors"))
-    loss_gap = abs(float(pmeta["loss_sum"]) - float(ref["loss_sum"])) / abs(float(ref["loss_sum"]))
-    grad_gap = max(np.abs(plain[k] - ref["grad/" + k]).max() / np.abs(ref["grad/" + k]).max() for k in shapes)
-    print(f"{name}: without --qat the loss is {loss_gap:.2e} and the worst gradient {grad_gap:.2e} away")
-    assert loss_gap > 5 * LOSS_TOL and grad_gap > 10 * GRAD_TOL
+    for other in ("none",) + (("int8",) if mode == "int8-act" else ()):
+        m["qat"] = other
+        st_write(str(inp), t, m)
+        r = subprocess.run([driver, "step", str(inp), str(tmp_path / "plain.safetensors")], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        plain, pmeta = st_read(str(tmp_path / "plain.safetensors"))
+        loss_gap = abs(float(pmeta["loss_sum"]) - float(ref["loss_sum"])) / abs(float(ref["loss_sum"]))
+        grad_gap = max(np.abs(plain[k] - ref["grad/" + k]).max() / np.abs(ref["grad/" + k]).max() for k in shapes)
+        print(f"{name}: with --qat {other} the loss is {loss_gap:.2e} and the worst gradient {grad_gap:.2e} away")
+        assert loss_gap > 5 * LOSS_TOL and grad_gap > 10 * GRAD_TOL
 
 
 def test_qat_refuses_tied_gru_projection(tmp_path, driver):
@@ -132,7 +137,7 @@ def test_qat_bad_value(tmp_path):
     r = subprocess.run([TERN, "train", "--qat", "int4", "--save-dir", str(tmp_path / "s")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2, (r.returncode, r.stderr)
-    assert "--qat must be int8 or none, got 'int4'" in r.stderr, r.stderr
+    assert "--qat must be int8, int8-act or none, got 'int4'" in r.stderr, r.stderr
 
 
 NLL_TOL = 1e-6    # relative: the trainer's validation nll vs the int8 model's float32 rescoring
@@ -195,3 +200,43 @@ def test_qat_train_resume_and_int8(tmp_path):
     # int8 decoding (activations quantized at run time too) stays nearer the trained forward than
     # the float32 master weights: measured 1.1e-4 against 4.7e-3
     assert abs(int8 - valid_nll) < abs(master - valid_nll) / 5
+
+
+ACT_NLL_TOL = 1e-4  # relative: an int8-act run's validation nll vs its model decoded in int8 (measured 4.8e-5)
+
+
+def test_qat_int8_act_is_the_int8_model(tmp_path):
+    """`tern train --qat int8-act` (weights and every linear layer's input rows rounded as int8
+    inference rounds them): its validation nll is what the int8 model computes when decoding (its
+    `tern rescore --compute-type int8`, activations quantized at run time), within ACT_NLL_TOL; the
+    float32 master weights and the weights-only fake quantization are further away. A GRU refuses it."""
+    for f in ("train.en", "train.de", "val.en", "val.de"):
+        if not os.path.exists(os.path.join(DATA, f)):
+            pytest.skip(f"{DATA}/{f} not found (set TERN_DATA)")
+    d = tmp_path
+    for f, n in (("train.en", 64), ("train.de", 64), ("val.en", 40), ("val.de", 40)):
+        with open(os.path.join(DATA, f)) as src:
+            (d / f).write_text("".join(src.readline() for _ in range(n)))
+    common = ["--init-from", os.path.join(ROOT, "models", "en-de"), "--train-src", d / "train.en", "--train-tgt",
+              d / "train.de", "--valid-src", d / "val.en", "--valid-tgt", d / "val.de", "--cache-dir", d / "cache",
+              "--lr", "1e-3", "--lr-scheduler", "constant", "--dropout", "0.1", "--max-tokens", "600",
+              "--no-bleu", "--no-plot", "-q", "-t", "1", "--valid-interval-updates", "3", "--seed", "3",
+              "--max-updates", "3"]
+    tern("train", *common, "--qat", "int8-act", "--save-dir", d / "act")
+    assert "and of every linear layer's input rows" in (d / "act" / "train.log").read_text()
+    valid = float((d / "act" / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
+    ck = d / "act" / "checkpoint-00000003"
+    tern("convert", "--from", ck, "-o", d / "q8", "--quantize", "int8")
+    score = lambda m, ct: mean_nll(tern("rescore", "-m", m, "-s", d / "val.en", "--target", d / "val.de",  # noqa: E731
+                                        "--compute-type", ct, "-t", 1).stdout)[0]
+    int8, w_only, master = score(d / "q8", "int8"), score(d / "q8", "float32"), score(ck, "float32")
+    print(f"\nint8-act: validation nll {valid:.9g}; the int8 model decoding {int8:.9g} "
+          f"({abs(int8 - valid) / valid:.1e} apart); its weights with float32 activations {w_only:.9g}; the master "
+          f"weights {master:.9g}")
+    assert abs(int8 - valid) <= ACT_NLL_TOL * valid
+    assert abs(int8 - valid) < abs(w_only - valid) / 5 and abs(int8 - valid) < abs(master - valid) / 5
+    r = tern("train", "--architecture", "rnn-gru", "--train-src", d / "train.en", "--train-tgt", d / "train.de",
+             "--vocab", os.path.join(ROOT, "models", "en-de"), "--save-dir", d / "gru", "--max-updates", 1,
+             "--qat", "int8-act", "-q", "-t", 1, "--no-plot", "--cache-dir", d / "cache2", rc=1)
+    assert "--qat int8-act: the rnn-gru family fake-quantizes its weights only" in r.stderr, r.stderr
+

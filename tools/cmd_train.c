@@ -114,11 +114,12 @@ static void usage(FILE *f) {
 "  --rl-temperature T          sampling temperature (default 1)\n"
 "  --rl-topk K                 sample among the K most probable tokens (default 0: all)\n"
 "Quantization-aware training (docs/training.md):\n"
-"  --qat int8|none             int8: every weight matrix int8 inference quantizes is fake-quantized\n"
+"  --qat int8|int8-act|none    int8: every weight matrix int8 inference quantizes is fake-quantized\n"
 "                              in the forward and backward passes (its per-row scale and rounding),\n"
 "                              the straight-through gradient updates the float32 weights; the\n"
-"                              validation loss of the fake-quantized weights, BLEU in int8\n"
-"                              (default none)\n"
+"                              validation loss of the fake-quantized weights, BLEU in int8;\n"
+"                              int8-act (Transformer): every linear layer's input rows rounded as\n"
+"                              int8 inference rounds them too (default none)\n"
 "Validation:\n"
 "  --valid-interval-updates N  validation loss every N updates too (default: epoch ends only)\n"
 "  --no-bleu                   no BLEU at epoch ends\n"
@@ -623,7 +624,7 @@ static int parse_options(int argc, char **argv, const struct option *all, const 
         case O_RL_GLEU: o->rl_gleu = 1; break;
         case O_QAT:
             if (qat_mode_parse(optarg) < 0) {
-                fprintf(stderr, "tern train: --qat must be int8 or none, got '%s'\n", optarg);
+                fprintf(stderr, "tern train: --qat must be int8, int8-act or none, got '%s'\n", optarg);
                 ok = 0;
             } else {
                 o->qat = qat_mode_parse(optarg);

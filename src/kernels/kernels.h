@@ -100,6 +100,12 @@ int linear_forward_packed_s8(float *out, const float *inp, const linear_t *lin, 
  * activation_forward(out, ., ACT_RELU) after linear_forward_packed_s8). Where the int8 GEMM is
  * oneDNN's, its int32 sums are written into out (dequantized in place): on -1 out may then hold
  * partial sums instead of being untouched. */
+/* The activation rows as int8 inference quantizes them (per row: scale = 127 / max|x|, u8 =
+ * nearbyint(x * scale + 128) clamped to [0, 255], each step a float operation as the kernels'), given
+ * back dequantized: out = (u8 - 128) / scale. Training's fake quantization of the activations
+ * (tern train --qat int8-act); out may not alias x. */
+void fake_quantize_rows_act(float *out, const float *x, int M, int K);
+
 int linear_forward_packed_s8_act(float *out, const float *inp, const linear_t *lin, const void *pk, int M, void *ws,
                                  int relu);
 

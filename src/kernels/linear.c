@@ -107,6 +107,22 @@ static void quantize_rows_s8_ld(int8_t *q, size_t ld, float *scale, const float 
     }
 }
 
+void fake_quantize_rows_act(float *out, const float *x, int M, int K) {
+    for (int m = 0; m < M; m++) {
+        const float *row = x + (size_t)m * K;
+        float *o = out + (size_t)m * K;
+        float amax = row_amax(row, K);
+        float s = amax != 0.0f ? 127.0f / amax : 1.0f;
+        for (int k = 0; k < K; k++) {
+            float v = row[k] * s;
+            v = v + 128.0f;
+            float r = nearbyintf(v); /* NaN -> 0, as the saturating packs give */
+            r = !(r >= 0.0f) ? 0.0f : r > 255.0f ? 255.0f : r;
+            o[k] = (r - 128.0f) / s;
+        }
+    }
+}
+
 void quantize_rows_u8(uint8_t *q, float *scale, const float *x, int M, int K) {
     quantize_rows_shifted(q, scale, x, M, K, 0);
 }

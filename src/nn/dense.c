@@ -2,6 +2,7 @@
 #include "nn/dense.h"
 
 #include "kernels/gemm_packed.h"
+#include "kernels/kernels.h"
 #include "nn/layers.h"
 
 int nn_scratch_grow(nn_scratch_t *s, size_t bytes) {
@@ -51,6 +52,10 @@ static tern_status_t run_plain(float *out, const float *inp, const nn_dense_t *d
 
 tern_status_t nn_dense_forward(float *out, const float *inp, const nn_dense_t *d, int M, nn_scratch_t *ws) {
     if (!d->lin) { /* training */
+        if (d->fq_buf) {
+            fake_quantize_rows_act(d->fq_buf, inp, M, d->K);
+            inp = d->fq_buf;
+        }
         if (d->w16) lowp_linear_forward(d->lowp, out, inp, d->w16, d->b, M, d->K, d->N);
         else nn_linear_forward(out, inp, d->w, d->b, M, d->K, d->N);
         return TERN_OK;

@@ -41,6 +41,10 @@ typedef struct {
     const float *w, *b;    /* (N, K), (N) float32 (b may be NULL) */
     const bf16_t *w16;     /* (N, K) the bfloat16 copy of w: bfloat16 compute through lowp */
     lowp_ws_t *lowp;
+    /* training with fake-quantized activations (tern train --qat int8-act): the input rows are
+     * first rounded as int8 inference rounds them (fake_quantize_rows_act) into this buffer (at
+     * least M x K floats); NULL: the rows as they are */
+    float *fq_buf;
     int K, N;
 } nn_dense_t;
 

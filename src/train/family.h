@@ -57,6 +57,9 @@ typedef struct {
     int n_aliases;                     /* tied names: alias_names[i] is stored as alias_targets[i] */
     const char *const *alias_names, *const *alias_targets;
     float layer_norm_epsilon;          /* config.json's (<= 0: none) */
+    int act_fq;                        /* --qat int8-act: the linear layers' inputs fake-quantized as
+                                          int8 inference quantizes them (set before ws_new; families
+                                          that cannot refuse it in ws_new) */
 } train_model_t;
 
 /* A backward-progress callback (dist.h): called with s after backward stage s. */

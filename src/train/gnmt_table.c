@@ -374,6 +374,9 @@ static float *falloc(gn_ws_t *ws, size_t n, int *bad) {
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 static tern_status_t gn_ws_new(void **out, const train_model_t *m, int ms, int mt, int mS, int mT) {
+    if (m->act_fq)
+        return tern_error(TERN_ERR_UNSUPPORTED, "--qat int8-act: the gnmt family fake-quantizes its weights only "
+                          "(--qat int8); activations: the Transformer");
     (void)mS;
     (void)mT;
     const gn_impl_t *im = impl_of(m);

@@ -31,6 +31,7 @@
  * unsorted), today's computation exactly.
  */
 #include "train/model.h"
+#include "kernels/kernels.h"
 #include "nn/lowp.h"
 #include "nn/transformer.h"
 #include "model/transformer_desc.h"
@@ -412,6 +413,8 @@ struct tmodel_ws {
     tmodel_backward_hook_t hook;       /* backward progress (dist.h), or NULL */
     void *hook_user;
     lowp_ws_t *lowp;                   /* bfloat16 scratch (TPREC_BF16), else NULL */
+    float *fq_buf;                     /* --qat int8-act: a linear layer's fake-quantized input rows
+                                          (tmodel_ws_set_act_fq), else NULL */
 };
 
 /* The capacities and the per-layer block sizes (s_*) the forward and backward passes index by. */
@@ -544,8 +547,21 @@ tern_status_t tmodel_ws_new(tmodel_ws_t **out, const tmodel_t *m, int max_src_to
     return TERN_OK;
 }
 
+tern_status_t tmodel_ws_set_act_fq(tmodel_ws_t *ws, const tmodel_t *m, int on) {
+    aligned_free(ws->fq_buf);
+    ws->fq_buf = NULL;
+    if (!on) return TERN_OK;
+    const tmodel_config_t *c = &m->cfg;
+    size_t Ms = (size_t)ws->cap_ms, Mt = (size_t)ws->cap_mt, Mx = Ms > Mt ? Ms : Mt;
+    size_t W = (size_t)(c->d > c->ff ? c->d : c->ff); /* a linear layer's input: C or F wide */
+    if (!(ws->fq_buf = aligned_alloc64(Mx * W * sizeof(float))))
+        return tern_error(TERN_ERR_NOMEM, "training workspace: out of memory for the fake-quantized activations");
+    return TERN_OK;
+}
+
 void tmodel_ws_free(tmodel_ws_t *ws) {
     if (!ws) return;
+    aligned_free(ws->fq_buf);
     if (ws->lowp) lowp_ws_free(ws->lowp);
     free(ws->lowp);
     aligned_free(ws->mem);
@@ -695,7 +711,17 @@ static const float *sub_out(const tmodel_t *m, const sub_t *s) { return m->cfg.p
 /* nn_linear_forward/backward in float32, or with bfloat16 operands (lowp.h) where the weight w
  * (a pointer into m->params) is read from its bfloat16 copy at the same offset. */
 static nn_dense_t dense(const tmodel_t *m, tmodel_ws_t *ws, const float *w, const float *b, int K, int N) {
-    return nn_dense_f32(w, b, ws->lowp ? m->params_bf16 + (w - m->params) : NULL, ws->lowp, K, N);
+    nn_dense_t d = nn_dense_f32(w, b, ws->lowp ? m->params_bf16 + (w - m->params) : NULL, ws->lowp, K, N);
+    d.fq_buf = ws->fq_buf; /* --qat int8-act: the input rows as int8 inference rounds them */
+    return d;
+}
+/* --qat int8-act: the weight gradient is taken against the input the forward multiplied (its
+ * fake-quantized rows, recomputed here: the same function of the same rows); the input's gradient
+ * passes straight through. Without it, inp itself. */
+static const float *bwd_input(tmodel_ws_t *ws, const float *inp, int M, int K) {
+    if (!ws->fq_buf) return inp;
+    fake_quantize_rows_act(ws->fq_buf, inp, M, K);
+    return ws->fq_buf;
 }
 static void lin_fwd(const tmodel_t *m, tmodel_ws_t *ws, float *out, const float *inp, const float *w, const float *b,
                     int M, int K, int N) {
@@ -704,12 +730,14 @@ static void lin_fwd(const tmodel_t *m, tmodel_ws_t *ws, float *out, const float 
 }
 static void lin_bwd(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, float *db, const float *dout,
                     const float *inp, const float *w, int M, int K, int N) {
+    inp = bwd_input(ws, inp, M, K);
     if (ws->lowp) lowp_linear_backward(ws->lowp, dinp, dw, db, dout, inp, m->params_bf16 + (w - m->params), M, K, N);
     else nn_linear_backward(dinp, dw, db, dout, inp, w, M, K, N);
 }
 /* lin_bwd with dinp overwritten (dinp = dout · w) rather than accumulated into. */
 static void lin_bwd_set(const tmodel_t *m, tmodel_ws_t *ws, float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int M, int K, int N) {
+    inp = bwd_input(ws, inp, M, K);
     if (ws->lowp) {
         memset(dinp, 0, (size_t)M * K * sizeof(float));
         lowp_linear_backward(ws->lowp, dinp, dw, db, dout, inp, m->params_bf16 + (w - m->params), M, K, N);

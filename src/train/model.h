@@ -167,6 +167,10 @@ typedef struct tmodel_ws tmodel_ws_t;
  * T <= max_T (max_S, max_T <= P). */
 tern_status_t tmodel_ws_new(tmodel_ws_t **ws, const tmodel_t *m, int max_src_tokens,
                             int max_tgt_tokens, int max_S, int max_T);
+/* --qat int8-act (on 1): every linear layer's input rows fake-quantized as int8 inference rounds
+ * them (kernels.h fake_quantize_rows_act) in the forward, the weight gradients taken against those
+ * rows, the input gradients straight through; 0: off. */
+tern_status_t tmodel_ws_set_act_fq(tmodel_ws_t *ws, const tmodel_t *m, int on);
 void tmodel_ws_free(tmodel_ws_t *ws);
 size_t tmodel_ws_bytes(const tmodel_ws_t *ws);
 /* The (Vt) output probabilities of the last forward pass at sentence b (the caller's order),

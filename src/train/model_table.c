@@ -235,7 +235,12 @@ static const char *tf_check_options(const void *config) {
 }
 
 static tern_status_t tf_ws_new(void **ws, const train_model_t *m, int ms, int mt, int mS, int mT) {
-    return tmodel_ws_new((tmodel_ws_t **)ws, tm(m), ms, mt, mS, mT);
+    tern_status_t st = tmodel_ws_new((tmodel_ws_t **)ws, tm(m), ms, mt, mS, mT);
+    if (!st && m->act_fq && (st = tmodel_ws_set_act_fq(*ws, tm(m), 1))) {
+        tmodel_ws_free(*ws);
+        *ws = NULL;
+    }
+    return st;
 }
 static void tf_ws_free(void *ws) { tmodel_ws_free(ws); }
 static size_t tf_ws_bytes(const void *ws) { return tmodel_ws_bytes(ws); }

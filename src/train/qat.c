@@ -29,10 +29,11 @@ struct qat {
 int qat_mode_parse(const char *name) {
     if (!strcmp(name, "none")) return QAT_NONE;
     if (!strcmp(name, "int8")) return QAT_INT8;
+    if (!strcmp(name, "int8-act")) return QAT_INT8_ACT;
     return -1;
 }
 
-const char *qat_mode_name(int mode) { return mode == QAT_INT8 ? "int8" : "none"; }
+const char *qat_mode_name(int mode) { return mode == QAT_INT8 ? "int8" : mode == QAT_INT8_ACT ? "int8-act" : "none"; }
 
 void qat_fake_quantize(float *w, int R, int K, int8_t *qrow) {
     for (int r = 0; r < R; r++) {
@@ -45,7 +46,8 @@ void qat_fake_quantize(float *w, int R, int K, int8_t *qrow) {
 tern_status_t qat_new(qat_t **out, const train_model_t *m, qat_mode_t mode) {
     *out = NULL;
     const train_family_t *f = m->family;
-    if (mode != QAT_INT8) return tern_error(TERN_ERR_INVALID_ARG, "--qat: unknown mode %d (int8 or none)", (int)mode);
+    if (mode != QAT_INT8 && mode != QAT_INT8_ACT)
+        return tern_error(TERN_ERR_INVALID_ARG, "--qat: unknown mode %d (int8, int8-act or none)", (int)mode);
     const model_desc_t *md = f->desc;
     if (!md)
         return tern_error(TERN_ERR_UNSUPPORTED, "--qat int8: the %s family does not describe which of its tensors "

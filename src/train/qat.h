@@ -22,8 +22,10 @@
  * gradient. This is the straight-through estimator: d fq(W) / dW is taken as the identity
  * (per-row max scaling clips nothing, so there is no range outside which to zero it). Tensors
  * that are not DESC_Q8 (biases, layer norms, position tables, a GRU's or GNMT's embeddings) stay
- * float32, as in inference. Activations are not fake-quantized (inference quantizes them per row
- * at run time; training leaves them float32).
+ * float32, as in inference. Activations: with --qat int8 they stay float32 (inference quantizes
+ * them per row at run time); --qat int8-act (the Transformer) rounds every linear layer's input rows
+ * as inference does too (u8 = nearbyint(x * 127 / max|x| + 128), back to x's scale), the weight
+ * gradients taken against those rows and the input gradients passed straight through.
  *
  * fq is a function of the master values alone, so checkpoints store the master values (the
  * float32 model: `tern convert --quantize int8` of it gives exactly the integers training used)
@@ -42,9 +44,11 @@
 #include "train/family.h"
 
 /* `tern train --qat` values. */
-typedef enum { QAT_NONE = 0, QAT_INT8 = 1 } qat_mode_t;
+/* int8: the weights; int8-act: the weights and every linear layer's input rows (the Transformer:
+ * train_model_t.act_fq, kernels.h fake_quantize_rows_act), what int8 inference rounds at run time. */
+typedef enum { QAT_NONE = 0, QAT_INT8 = 1, QAT_INT8_ACT = 2 } qat_mode_t;
 
-/* The mode of a name ("none", "int8"); -1 for another name. */
+/* The mode of a name ("none", "int8", "int8-act"); -1 for another name. */
 int qat_mode_parse(const char *name);
 const char *qat_mode_name(int mode);
 

@@ -267,6 +267,9 @@ static void gru_ws_free(void *p) {
 }
 
 static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int mt, int mS, int mT) {
+    if (m->act_fq)
+        return tern_error(TERN_ERR_UNSUPPORTED, "--qat int8-act: the rnn-gru family fake-quantizes its weights only "
+                          "(--qat int8); activations: the Transformer");
     const gru_impl_t *g = impl(m);
     const cgru_dims_t d = g->cd;
     int E = d.E, He = g->c.enc_hidden, Hd = d.H, Dv = d.Dv, A = d.A, O = d.O, V = d.V;

@@ -496,7 +496,7 @@ static tern_status_t bleu_eval(trainer_t *t, const char *model_dir, double *scor
     const char **hyps = NULL;
     tern_status_t st;
     tern_model_options_t mo = tern_model_default_options();
-    if (o->qat == QAT_INT8) mo.compute_type = TERN_COMPUTE_INT8; /* --qat: scored as it will run */
+    if (o->qat != QAT_NONE) mo.compute_type = TERN_COMPUTE_INT8; /* --qat: scored as it will run */
     if ((st = tern_model_load(&model, model_dir, &mo))) goto done;
     tern_search_params_t sp = tern_search_default_params();
     sp.beam_size = o->bleu_beam;
@@ -1052,6 +1052,7 @@ static tern_status_t setup_model(trainer_t *t) {
         data_iter_max_shape(t->valid_it, &vB, &vS, &vT, &vs, &vt);
         mS = TERN_MAX(mS, vS), mT = TERN_MAX(mT, vT), ms = TERN_MAX(ms, vs), mt = TERN_MAX(mt, vt);
     }
+    t->m.act_fq = o->qat == QAT_INT8_ACT; /* --qat int8-act: the linear layers' inputs too */
     if ((st = t->fam->ws_new(&t->ws, &t->m, ms, mt, mS, mT))) return st;
     t->rl_caps = (rl_caps_t){ms, mt, mS, mT};
     if (o->rl_gleu && !t->fam->set_sentence_weights)
@@ -1084,8 +1085,9 @@ static tern_status_t setup_model(trainer_t *t) {
     for (int i = 1; t->fam->describe(&t->m, i, line, sizeof line); i++) tlog(t, "%s", line);
     if (t->qat)
         tlog(t, "qat: %s fake quantization (per-row scale, round half to even, straight-through gradient) of %d "
-             "weight matrices, %.2fM parameters; validation on the fake-quantized weights, BLEU in int8",
-             qat_mode_name(o->qat), qat_count(t->qat), (double)qat_numel(t->qat) / 1e6);
+             "weight matrices, %.2fM parameters%s; validation on the fake-quantized weights, BLEU in int8",
+             qat_mode_name(o->qat), qat_count(t->qat), (double)qat_numel(t->qat) / 1e6,
+             o->qat == QAT_INT8_ACT ? ", and of every linear layer's input rows (as int8 inference rounds them)" : "");
     return TERN_OK;
 }
 
@@ -1127,8 +1129,8 @@ static tern_status_t check_options(const trainer_options_t *o) {
     if (o->update_freq < 1) return tern_error(TERN_ERR_INVALID_ARG, "update_freq must be >= 1");
     if (o->bleu && o->bleu_beam < 1) return tern_error(TERN_ERR_INVALID_ARG, "BLEU beam size must be >= 1");
     if (o->clip_norm < 0) return tern_error(TERN_ERR_INVALID_ARG, "clip norm must be >= 0");
-    if (o->qat != QAT_NONE && o->qat != QAT_INT8)
-        return tern_error(TERN_ERR_INVALID_ARG, "--qat must be int8 or none (mode %d)", o->qat);
+    if (o->qat != QAT_NONE && o->qat != QAT_INT8 && o->qat != QAT_INT8_ACT)
+        return tern_error(TERN_ERR_INVALID_ARG, "--qat must be int8, int8-act or none (mode %d)", o->qat);
     return lr_schedule_check(&o->sched);
 }
 

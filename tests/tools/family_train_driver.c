@@ -322,6 +322,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "rlstep")) return rl_step(fam, &m, w, &bt, argv[3]);
     if (!strcmp(mode, "rltrain")) return rl_train(fam, &m, w, &bt, argv[3]);
     void *ws;
+    const char *qm = weights_metadata(w, "qat"); /* int8-act: the linear layers' inputs too */
+    m.act_fq = qm && qat_mode_parse(qm) == QAT_INT8_ACT;
     if (fam->ws_new(&ws, &m, bt.B * bt.S, bt.B * bt.T, bt.S, bt.T)) return fail("workspace");
     family_ctx_t ctx = {fam, &m, ws};
     driver_model_t dm = {&ctx, m.params, m.grads, m.n_params, forward, backward, params_changed};
@@ -333,7 +335,7 @@ int main(int argc, char **argv) {
         float *before = NULL;
         if (qmode && strcmp(qmode, "none")) {
             if (qat_mode_parse(qmode) < 0) {
-                fprintf(stderr, "family_train_driver: qat must be int8 or none, got '%s'\n", qmode);
+                fprintf(stderr, "family_train_driver: qat must be int8, int8-act or none, got '%s'\n", qmode);
                 return 1;
             }
             if (qat_new(&q, &m, (qat_mode_t)qat_mode_parse(qmode))) return fail("qat");

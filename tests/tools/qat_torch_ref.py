@@ -52,16 +52,53 @@ def fake_quant(w):
     return (q / scale).numpy()
 
 
+def fake_quant_act(x):
+    """int8-act: the input rows of a linear layer as int8 inference rounds them (u8 = round(x * s +
+    128) clamped to [0, 255] with s = float32(127) / max|x| per row, each step in float32, then
+    (u8 - 128) / s), with the straight-through gradient: x + (fq(x) - x).detach()."""
+    import torch
+    with torch.no_grad():
+        amax = x.abs().amax(dim=-1, keepdim=True)
+        s = torch.where(amax == 0, torch.ones_like(amax), torch.tensor(127.0, dtype=x.dtype) / amax)
+        r = torch.round(x * s + 128.0).clamp(0, 255)
+        fq = (r - 128.0) / s
+    return x + (fq - x).detach()
+
+
+class ActFqModel:
+    """A Transformer RefModel whose every linear layer (torch.nn.functional.linear: the attention's
+    packed and split in-projections, its out-projection, the feed-forward layers and the output
+    projection, all int8 in inference) multiplies fake-quantized input rows during loss()."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def loss(self, *a, **kw):
+        import torch.nn.functional as F
+        orig = F.linear
+        F.linear = lambda x, w, b=None: orig(fake_quant_act(x), w, b)
+        try:
+            return self.model.loss(*a, **kw)
+        finally:
+            F.linear = orig
+
+
 def make_model(tensors, meta):
     arch = meta.get("architecture", "transformer")
     qat = meta.get("qat", "none")
-    if qat not in ("int8", "none"):
-        raise SystemExit(f"qat_torch_ref: qat must be int8 or none, got {qat!r}")
-    if qat == "int8":
+    if qat not in ("int8", "int8-act", "none"):
+        raise SystemExit(f"qat_torch_ref: qat must be int8, int8-act or none, got {qat!r}")
+    if qat in ("int8", "int8-act"):
         tensors = {k: (fake_quant(v) if not k.startswith("batch/") and quantized(arch, k, v.shape) else v)
                    for k, v in tensors.items()}
+    if qat == "int8-act" and arch != "transformer":
+        raise SystemExit("qat_torch_ref: int8-act is the Transformer's")
     if arch == "transformer":
-        return train_torch_ref.RefModel(train_torch_ref._cfg(meta), tensors)
+        m = train_torch_ref.RefModel(train_torch_ref._cfg(meta), tensors)
+        return ActFqModel(m) if qat == "int8-act" else m
     import rnn_train_torch_ref
     return rnn_train_torch_ref.make_model(tensors, meta)
 
