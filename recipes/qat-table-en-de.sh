@@ -5,9 +5,11 @@
 # (beam 5, length penalty 1, `tern score`: sacreBLEU's defaults).
 #
 # Transformer: the shipped models/en-de (stored int8, read as float32) fine-tuned UPDATES updates
-# (constant lr LR, dropout 0.3, the full Multi30k training set) twice from the same start with the
-# same batches: once plain, once with --qat int8. Each checkpoint is decoded in float32 and, after
-# `tern convert --quantize int8` (every DESC_Q8 matrix per row: what QAT rounded), in int8.
+# (constant lr LR, dropout 0.3, the full Multi30k training set) three times from the same start with
+# the same batches: plain, with --qat int8 (weights) and with --qat int8-act (weights and every
+# linear layer's input rows). Each checkpoint is decoded in float32 and, after `tern convert
+# --quantize int8` (every DESC_Q8 matrix per row: what QAT rounded), in int8. (docs/training.md's
+# table started from the second release, commit 30b8d4b: MODEL=DIR sets the start.)
 # GNMT: recipes/gnmt-qat-en-de.sh's shape (2+2 layers, hidden 128, 8000 pairs, GNMT_UPDATES
 # updates) trained three ways: plain, with GNMT's clips (delta 1 annealed from 8, gamma 25: its
 # quantized inference keeps 16-bit states), and with the clips plus --qat int8; each decoded in
@@ -30,6 +32,7 @@ UPDATES=${UPDATES:-300}
 LR=${LR:-1e-4}
 GNMT_UPDATES=${GNMT_UPDATES:-2000}
 THREADS=${THREADS:-1}
+START=${MODEL:-$ROOT/models/en-de}
 mkdir -p "$WORK" && cd "$WORK"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
@@ -45,14 +48,14 @@ decode() { # model-dir compute-type out
 
 if [ "$PART" = all ] || [ "$PART" = transformer ]; then
   mkdir -p shipped # the starting point (stored int8; float32 = its dequantized weights)
-  for ct in float32 int8; do decode "$ROOT/models/en-de" "$ct" "shipped/hyp.$ct.de"; done
+  for ct in float32 int8; do decode "$START" "$ct" "shipped/hyp.$ct.de"; done
   for ct in float32 int8; do echo "transformer, models/en-de, $ct: $(score "shipped/hyp.$ct.de")"; done
   echo "transformer, models/en-de: $(same shipped/hyp.float32.de shipped/hyp.int8.de)"
-  echo "transformer, models/en-de: test nll float32 $(nll "$ROOT/models/en-de" float32), int8 $(nll "$ROOT/models/en-de" int8)"
-  for qat in none int8; do
+  echo "transformer, models/en-de: test nll float32 $(nll "$START" float32), int8 $(nll "$START" int8)"
+  for qat in none int8 int8-act; do
     mkdir -p "tf-$qat"
     [ -d "tf-$qat/save/checkpoint-$(printf %08d "$UPDATES")" ] ||
-      "$TERN" train --init-from "$ROOT/models/en-de" --train-src "$DATA/train.en" --train-tgt "$DATA/train.de" \
+      "$TERN" train --init-from "$START" --train-src "$DATA/train.en" --train-tgt "$DATA/train.de" \
         --valid-src "$DATA/val.en" --valid-tgt "$DATA/val.de" --save-dir "tf-$qat/save" --cache-dir cache \
         --lr "$LR" --lr-scheduler constant --dropout 0.3 --max-tokens 4096 --max-updates "$UPDATES" \
         --valid-interval-updates "$UPDATES" --no-bleu --no-plot -q --keep-last 1 -t "$THREADS" --qat "$qat" --resume
