@@ -158,22 +158,28 @@ def mean_nll(out):
     return -tot / n, n
 
 
+def finetune_setup(d):
+    """64 Multi30k pairs to fine-tune the shipped model on and 40 to validate on, in d; the tern
+    train options every fine-tuning here shares."""
+    for f in ("train.en", "train.de", "val.en", "val.de"):
+        if not os.path.exists(os.path.join(DATA, f)):
+            pytest.skip(f"{DATA}/{f} not found (set TERN_DATA)")
+    for f, n in (("train.en", 64), ("train.de", 64), ("val.en", 40), ("val.de", 40)):
+        with open(os.path.join(DATA, f)) as src:
+            (d / f).write_text("".join(src.readline() for _ in range(n)))
+    return ["--init-from", os.path.join(ROOT, "models", "en-de"), "--train-src", d / "train.en", "--train-tgt",
+            d / "train.de", "--valid-src", d / "val.en", "--valid-tgt", d / "val.de", "--cache-dir", d / "cache",
+            "--lr", "1e-3", "--lr-scheduler", "constant", "--dropout", "0.1", "--max-tokens", "600", "--no-bleu",
+            "--no-plot", "-q", "-t", "1", "--seed", "3"]
+
+
 def test_qat_train_resume_and_int8(tmp_path):
     """`tern train --qat int8` fine-tuning the shipped model on 64 Multi30k pairs (--update-freq 2):
     exact resume; resume without --qat refused; its validation nll (fake-quantized weights) is the
     int8 model's, computed in float32."""
-    for f in ("train.en", "train.de", "val.en", "val.de"):
-        if not os.path.exists(os.path.join(DATA, f)):
-            pytest.skip(f"{DATA}/{f} not found (set TERN_DATA)")
     d = tmp_path
-    for f, n in (("train.en", 64), ("train.de", 64), ("val.en", 40), ("val.de", 40)):
-        with open(os.path.join(DATA, f)) as src:
-            (d / f).write_text("".join(src.readline() for _ in range(n)))
-    common = ["--init-from", os.path.join(ROOT, "models", "en-de"), "--train-src", d / "train.en", "--train-tgt",
-              d / "train.de", "--valid-src", d / "val.en", "--valid-tgt", d / "val.de", "--cache-dir", d / "cache",
-              "--lr", "1e-3", "--lr-scheduler", "constant", "--dropout", "0.1", "--max-tokens", "600",
-              "--update-freq", "2", "--no-bleu", "--no-plot", "-q", "-t", "1", "--log-interval", "1",
-              "--valid-interval-updates", "2", "--save-interval-updates", "2", "--seed", "3"]
+    common = finetune_setup(d) + ["--update-freq", "2", "--log-interval", "1", "--valid-interval-updates", "2",
+                                  "--save-interval-updates", "2"]
     tern("train", *common, "--qat", "int8", "--save-dir", d / "a", "--max-updates", 4)
     tern("train", *common, "--qat", "int8", "--save-dir", d / "b", "--max-updates", 2)
     tern("train", *common, "--qat", "int8", "--save-dir", d / "b", "--max-updates", 4, "--resume")
@@ -210,18 +216,8 @@ def test_qat_int8_act_is_the_int8_model(tmp_path):
     inference rounds them): its validation nll is what the int8 model computes when decoding (its
     `tern rescore --compute-type int8`, activations quantized at run time), within ACT_NLL_TOL; the
     float32 master weights and the weights-only fake quantization are further away. A GRU refuses it."""
-    for f in ("train.en", "train.de", "val.en", "val.de"):
-        if not os.path.exists(os.path.join(DATA, f)):
-            pytest.skip(f"{DATA}/{f} not found (set TERN_DATA)")
     d = tmp_path
-    for f, n in (("train.en", 64), ("train.de", 64), ("val.en", 40), ("val.de", 40)):
-        with open(os.path.join(DATA, f)) as src:
-            (d / f).write_text("".join(src.readline() for _ in range(n)))
-    common = ["--init-from", os.path.join(ROOT, "models", "en-de"), "--train-src", d / "train.en", "--train-tgt",
-              d / "train.de", "--valid-src", d / "val.en", "--valid-tgt", d / "val.de", "--cache-dir", d / "cache",
-              "--lr", "1e-3", "--lr-scheduler", "constant", "--dropout", "0.1", "--max-tokens", "600",
-              "--no-bleu", "--no-plot", "-q", "-t", "1", "--valid-interval-updates", "3", "--seed", "3",
-              "--max-updates", "3"]
+    common = finetune_setup(d) + ["--valid-interval-updates", "3", "--max-updates", "3"]
     tern("train", *common, "--qat", "int8-act", "--save-dir", d / "act")
     assert "and of every linear layer's input rows" in (d / "act" / "train.log").read_text()
     valid = float((d / "act" / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
