@@ -159,16 +159,17 @@ static int greedy_lp_now(const greedy_t *g, int t) { return g->on_logprobs && t 
 /* Argmax-only steps with processors that only ban tokens (suppressed single tokens: a Hugging Face
  * checkpoint's pad): the model keeps those tokens out of each row's argmax (set_argmax_never), the
  * processors then remove them as on full logits. 0 where the model cannot (argmax_ok then 0). */
-static int greedy_set_never(greedy_t *g, int on) {
-    const search_options_t *opt = g->opt;
+static int set_never(const decoder_iface_t *dec, const search_options_t *opt, int on) {
     for (int i = 0; i < opt->num_procs; i++)
         if (opt->procs[i].n_bans > 0 && opt->procs[i].stage == SEARCH_STAGE_LOGITS) {
-            tern_status_t st = g->dec->set_argmax_never(g->dec->self, on ? opt->procs[i].bans : NULL,
-                                                        on ? opt->procs[i].n_bans : 0);
+            if (!dec->set_argmax_never) return 0;
+            tern_status_t st = dec->set_argmax_never(dec->self, on ? opt->procs[i].bans : NULL,
+                                                     on ? opt->procs[i].n_bans : 0);
             return st == TERN_OK;
         }
     return 1;
 }
+static int greedy_set_never(greedy_t *g, int on) { return set_never(g->dec, g->opt, on); }
 
 static tern_status_t greedy_alloc(greedy_t *g) {
     size_t N = (size_t)g->N, S = (size_t)(g->S ? g->S : 1);
@@ -499,22 +500,16 @@ tern_status_t greedy_search_stream(const decoder_iface_t *dec, const search_feed
     if (st) return st;
     proc_chain_start(&g.chain, g.N);
     g.on_logprobs = g.chain.has_stage[SEARCH_STAGE_LOGPROBS];
-    /* argmax-only steps: as greedy_search (greedy_argmax_ok, greedy_set_never): bans on logits kept
-     * out of each row's argmax by the model, or none */
-    g.argmax_ok = dec->set_argmax_only && !opt->need_scores && !g.on_logprobs;
-    for (int i = 0; g.argmax_ok && i < opt->num_procs; i++)
-        if (opt->procs[i].stage == SEARCH_STAGE_LOGITS) {
-            g.argmax_ok = dec->set_argmax_never &&
-                          dec->set_argmax_never(dec->self, opt->procs[i].bans, opt->procs[i].n_bans) == TERN_OK;
-            g.never_set = g.argmax_ok;
-            break;
-        }
+    /* argmax-only steps: as greedy_search (greedy_argmax_ok, set_never): bans on logits kept out
+     * of each row's argmax by the model, or none */
+    g.argmax_ok = dec->set_argmax_only && !opt->need_scores && !g.on_logprobs && set_never(dec, opt, 1);
+    g.never_set = g.argmax_ok;
     /* rows under the minimum length in argmax-only steps: where the model can (set_argmax_ban) */
     g.can_ban = g.argmax_ok && dec->set_argmax_ban && dec->set_argmax_ban(dec->self, opt->eos, NULL) == TERN_OK;
     st = stream_alloc(&g);
     if (!st) st = stream_decode(&g, results);
     st = greedy_end(dec, g.argmax_only, st, results, g.N);
-    if (g.never_set) dec->set_argmax_never(dec->self, NULL, 0);
+    if (g.never_set) set_never(dec, opt, 0);
     proc_chain_free(&g.chain);
     stream_free(&g);
     return st;
