@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
 
 /* Below this many elements a per-step elementwise loop runs on one thread. */
 #define RNN_PAR_MIN 16384
@@ -104,12 +105,64 @@ static void gemm_any(int ta, int tb, int M, int N, int K, float alpha, const flo
     gemm_f32(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
 }
 
+/* Fake-quantized activations of the calling thread (nn_rnn_actq_begin), NULL: none. */
+static _Thread_local nn_rnn_actq_t *g_actq;
+
+tern_status_t nn_rnn_actq_init(nn_rnn_actq_t *aq, size_t cap) {
+    memset(aq, 0, sizeof *aq);
+    aq->buf = aligned_alloc64(((cap ? cap : 1) * sizeof(float) + 63) & ~(size_t)63);
+    if (!aq->buf)
+        return tern_error(TERN_ERR_NOMEM, "fake-quantized activations of the recurrent layers: out of memory (%zu "
+                          "bytes)", cap * sizeof(float));
+    aq->cap = cap;
+    return TERN_OK;
+}
+
+void nn_rnn_actq_free(nn_rnn_actq_t *aq) {
+    if (!aq) return;
+    aligned_free(aq->buf);
+    memset(aq, 0, sizeof *aq);
+}
+
+void nn_rnn_actq_begin(nn_rnn_actq_t *aq) { g_actq = aq; }
+
+tern_status_t nn_rnn_actq_end(void) {
+    nn_rnn_actq_t *aq = g_actq;
+    g_actq = NULL;
+    if (!aq) return TERN_OK;
+    tern_status_t st = aq->st;
+    aq->st = TERN_OK;
+    return st;
+}
+
+/* The M input rows x (row stride *ld, K wide) of a product with an int8 matrix in inference: as
+ * they are, or (between nn_rnn_actq_begin and _end) rounded as int8 inference rounds them, into the
+ * scratch (*ld becomes K). One operand at a time: the next call overwrites it. */
+static const float *act_rows(const float *x, size_t *ld, int M, int K) {
+    nn_rnn_actq_t *aq = g_actq;
+    if (!aq || !x || M <= 0 || K <= 0) return x;
+    if ((size_t)M * K > aq->cap) {
+        if (!aq->st)
+            aq->st = tern_error(TERN_ERR_INTERNAL, "fake-quantized activations: an operand of %zu values exceeds the "
+                                "workspace (%zu)", (size_t)M * K, aq->cap);
+        return x;
+    }
+    const size_t ldx = *ld;
+    float *o = aq->buf;
+#pragma omp parallel for schedule(static) if ((size_t)M * K >= RNN_PAR_MIN)
+    for (int m = 0; m < M; m++) fake_quantize_rows_act(o + (size_t)m * K, x + (size_t)m * ldx, 1, K);
+    *ld = (size_t)K;
+    return o;
+}
+
 static void mm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *Bm, int ldb,
                float beta, float *C, int ldc) {
     gemm_any(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
 }
 
 void nn_rnn_linear_forward(float *out, const float *inp, const float *w, const float *b, int M, int K, int N) {
+    size_t ld = (size_t)K;
+    inp = act_rows(inp, &ld, M, K);
     mm(0, 1, M, N, K, inp, K, w, K, 0.0f, out, N);
     if (b) nn_bias_forward(out, b, M, N);
 }
@@ -117,6 +170,8 @@ void nn_rnn_linear_forward(float *out, const float *inp, const float *w, const f
 void nn_rnn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                             int M, int K, int N) {
     if (dinp) mm(0, 0, M, K, N, dout, N, w, K, 1.0f, dinp, K);
+    size_t ld = (size_t)K;
+    inp = act_rows(inp, &ld, M, K);
     mm(1, 0, N, K, M, dout, N, inp, K, 1.0f, dw, K);
     if (db) nn_bias_backward(db, dout, M, N);
 }
@@ -157,16 +212,23 @@ static inline int active(const int *len, int m, int t) { return !len || t < len[
 static void rec_weight_grad(float *dwhh, const float *dg, int G, int NG, const float *out, size_t ldo, const float *h0,
                             int B, int T, int H, int reverse) {
     int BT = B * T;
-    size_t ldg = (size_t)T * G, ldt = (size_t)T * ldo;
+    out = act_rows(out, &ldo, BT, H); /* the states as the products multiplied them (--qat int8-act) */
+    size_t ldg = (size_t)T * G, ldt = (size_t)T * ldo, ldh0 = (size_t)H;
     if (!reverse) {
         mm(1, 0, NG, H, BT - 1, dg + G, G, out, (int)ldo, 1.0f, dwhh, H);
         if (B > 1) gemm_any(1, 0, NG, H, B - 1, -1.0f, dg + ldg, (int)ldg, out + (size_t)(T - 1) * ldo, (int)ldt, 1.0f, dwhh, H);
-        if (h0) mm(1, 0, NG, H, B, dg, (int)ldg, h0, H, 1.0f, dwhh, H);
+        if (h0) {
+            h0 = act_rows(h0, &ldh0, B, H);
+            mm(1, 0, NG, H, B, dg, (int)ldg, h0, (int)ldh0, 1.0f, dwhh, H);
+        }
     } else {
         mm(1, 0, NG, H, BT - 1, dg, G, out + ldo, (int)ldo, 1.0f, dwhh, H);
         if (B > 1)
             gemm_any(1, 0, NG, H, B - 1, -1.0f, dg + (size_t)(T - 1) * G, (int)ldg, out + ldt, (int)ldt, 1.0f, dwhh, H);
-        if (h0) mm(1, 0, NG, H, B, dg + (size_t)(T - 1) * G, (int)ldg, h0, H, 1.0f, dwhh, H);
+        if (h0) {
+            h0 = act_rows(h0, &ldh0, B, H);
+            mm(1, 0, NG, H, B, dg + (size_t)(T - 1) * G, (int)ldg, h0, (int)ldh0, 1.0f, dwhh, H);
+        }
     }
 }
 
@@ -222,6 +284,7 @@ void nn_gru_ln_apply(float *g, int ldg, int M, int H, const float *gain, const f
  * W_iz x + b_iz + b_hz, b_hn, W_in x + b_in] (W_i· x normalized when ln; ln: saved rows, stride ldl). */
 static void gru_input(float *g, size_t ldg, float *ln, size_t ldl, const float *x, size_t ldx, int M,
                       const rnn_cell_t *w, int K, int H) {
+    x = act_rows(x, &ldx, M, K);
     if (w->ln_ih_g) {
         mm(0, 1, M, 3 * H, K, x, (int)ldx, w->w_ih, K, 0.0f, ln, (int)ldl);
 #pragma omp parallel for schedule(static) if ((size_t)M * H >= RNN_PAR_MIN)
@@ -256,6 +319,7 @@ static void gru_input(float *g, size_t ldg, float *ln, size_t ldl, const float *
  * zero state without ln. */
 static void gru_hidden(float *g, size_t ldg, float *ln, size_t ldl, const float *hp, size_t ldh, int M,
                        const rnn_cell_t *w, int H) {
+    hp = act_rows(hp, &ldh, M, H);
     if (!w->ln_hh_g) {
         if (hp) mm(0, 1, M, 3 * H, H, hp, (int)ldh, w->w_hh, H, 1.0f, g, (int)ldg);
         return;
@@ -391,6 +455,7 @@ static void gru_input_back(float *dx, size_t lddx, const rnn_cell_t *dw, const f
         mm(0, 0, M, K, 2 * H, dg, (int)lddg, w->w_ih, K, 1.0f, dx, (int)lddx);
         mm(0, 0, M, K, H, dg + 3 * H, (int)lddg, wn, K, 1.0f, dx, (int)lddx);
     }
+    x = act_rows(x, &ldx, M, K);
     mm(1, 0, 2 * H, K, M, dg, (int)lddg, x, (int)ldx, 1.0f, dw->w_ih, K);
     mm(1, 0, H, K, M, dg + 3 * H, (int)lddg, x, (int)ldx, 1.0f, dw->w_ih + (size_t)2 * H * K, K);
 }
@@ -418,7 +483,9 @@ void nn_gru_cell_backward(float *dx, float *dh_prev, const rnn_cell_t *dw, float
         gru_ln_hidden_raw(drh, ldr, dg, G, ln, LS, w, R, H);
     }
     if (dh_prev) mm(0, 0, R, H, 3 * H, drh, (int)ldr, w->w_hh, H, 1.0f, dh_prev, H);
-    if (h_prev) mm(1, 0, 3 * H, H, R, drh, (int)ldr, h_prev, H, 1.0f, dw->w_hh, H);
+    size_t ldp = (size_t)H;
+    const float *hq = act_rows(h_prev, &ldp, R, H);
+    if (hq) mm(1, 0, 3 * H, H, R, drh, (int)ldr, hq, (int)ldp, 1.0f, dw->w_hh, H);
     if (w->ln_ih_g) gru_ln_input_raw(dg, G, ln, LS, w, R, H);
     gru_input_back(dx, (size_t)K, dw, dg, G, x, (size_t)K, R, w, K, H);
 }
@@ -835,7 +902,8 @@ void nn_additive_attention_forward(float *ctx, int ldc, float *qp, float *alpha,
                                    int ldq, const float *kp, const float *values, const int *klen,
                                    const int *src_of_row, const float *wq, const float *v, int R,
                                    int Tq, int S, int Dq, int A, int Dv) {
-    if (q) mm(0, 1, R, A, Dq, q, ldq, wq, Dq, 0.0f, qp, A);
+    size_t lq = (size_t)ldq;
+    if ((q = act_rows(q, &lq, R, Dq))) mm(0, 1, R, A, Dq, q, (int)lq, wq, Dq, 0.0f, qp, A);
     else memset(qp, 0, (size_t)R * A * sizeof(float));
     nn_additive_attention_apply(ctx, ldc, alpha, qp, kp, values, klen, src_of_row, v, R, Tq, S, A, Dv);
 }
@@ -965,7 +1033,8 @@ void nn_additive_attention_backward(float *dq, int lddq, float *dwq, float *dv, 
         }
     }
     if (dq && q) mm(0, 0, R, Dq, A, dqp, A, wq, Dq, 1.0f, dq, lddq);
-    if (q) mm(1, 0, A, Dq, R, dqp, A, q, ldq, 1.0f, dwq, Dq);
+    size_t lq = (size_t)ldq;
+    if ((q = act_rows(q, &lq, R, Dq))) mm(1, 0, A, Dq, R, dqp, A, q, (int)lq, 1.0f, dwq, Dq);
     colsum_acc(dv, dvp, (size_t)A, R, A);
 }
 
@@ -974,9 +1043,15 @@ void nn_additive_attention_backward(float *dq, int lddq, float *dwq, float *dv, 
 /* u = tanh(W_s s + W_c c + W_e e + b) and logits = W_o u + b_o over M rows (strides given). */
 static void deep_output_forward(float *u, float *logits, const float *s, int lds, const float *c, int ldc,
                                 const float *e, int lde, int M, const cgru_weights_t *w, cgru_dims_t d) {
-    mm(0, 1, M, d.O, d.H, s, lds, w->out_ws, d.H, 0.0f, u, d.O);
-    mm(0, 1, M, d.O, d.Dv, c, ldc, w->out_wc, d.Dv, 1.0f, u, d.O);
-    mm(0, 1, M, d.O, d.E, e, lde, w->out_we, d.E, 1.0f, u, d.O);
+    size_t l = (size_t)lds;
+    s = act_rows(s, &l, M, d.H);
+    mm(0, 1, M, d.O, d.H, s, (int)l, w->out_ws, d.H, 0.0f, u, d.O);
+    l = (size_t)ldc;
+    c = act_rows(c, &l, M, d.Dv);
+    mm(0, 1, M, d.O, d.Dv, c, (int)l, w->out_wc, d.Dv, 1.0f, u, d.O);
+    l = (size_t)lde;
+    e = act_rows(e, &l, M, d.E);
+    mm(0, 1, M, d.O, d.E, e, (int)l, w->out_we, d.E, 1.0f, u, d.O);
     if (w->out_b) nn_bias_forward(u, w->out_b, M, d.O);
     nn_activation_forward(u, u, (size_t)M * d.O, ACT_TANH);
     if (logits) nn_rnn_linear_forward(logits, u, w->out_wo, w->out_bo, M, d.O, d.V);
@@ -1042,13 +1117,18 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
     /* deep output, all steps at once (dropout: the output layer read u_drop; the mask again on du) */
     int drop = a->u_drop && a->drop > 0;
     mm(0, 0, BT, d.O, d.V, dlogits, d.V, w->out_wo, d.O, 0.0f, du, d.O);
-    mm(1, 0, d.V, d.O, BT, dlogits, d.V, drop ? a->u_drop : a->u, d.O, 1.0f, dw->out_wo, d.O);
+    size_t l = (size_t)d.O; /* the weights' gradients against the rows the products multiplied */
+    const float *xq = act_rows(drop ? a->u_drop : a->u, &l, BT, d.O);
+    mm(1, 0, d.V, d.O, BT, dlogits, d.V, xq, (int)l, 1.0f, dw->out_wo, d.O);
     if (w->out_bo) colsum_acc(dw->out_bo, dlogits, (size_t)d.V, BT, d.V);
     if (drop) nn_dropout_forward(du, du, (size_t)BT * d.O, a->drop, a->drop_key);
     for (size_t i = 0; i < (size_t)BT * d.O; i++) du[i] *= 1.0f - a->u[i] * a->u[i];
-    mm(1, 0, d.O, H, BT, du, d.O, a->s, H, 1.0f, dw->out_ws, H);
-    mm(1, 0, d.O, d.Dv, BT, du, d.O, a->ctx, d.Dv, 1.0f, dw->out_wc, d.Dv);
-    mm(1, 0, d.O, d.E, BT, du, d.O, emb, d.E, 1.0f, dw->out_we, d.E);
+    l = (size_t)H, xq = act_rows(a->s, &l, BT, H);
+    mm(1, 0, d.O, H, BT, du, d.O, xq, (int)l, 1.0f, dw->out_ws, H);
+    l = (size_t)d.Dv, xq = act_rows(a->ctx, &l, BT, d.Dv);
+    mm(1, 0, d.O, d.Dv, BT, du, d.O, xq, (int)l, 1.0f, dw->out_wc, d.Dv);
+    l = (size_t)d.E, xq = act_rows(emb, &l, BT, d.E);
+    mm(1, 0, d.O, d.E, BT, du, d.O, xq, (int)l, 1.0f, dw->out_we, d.E);
     if (w->out_b) colsum_acc(dw->out_b, du, (size_t)d.O, BT, d.O);
     mm(0, 0, BT, H, d.O, du, d.O, w->out_ws, H, 0.0f, ds, H);
     mm(0, 0, BT, d.Dv, d.O, du, d.O, w->out_wc, d.Dv, 0.0f, dctx, d.Dv);
@@ -1096,7 +1176,8 @@ void nn_cgru_backward(float *demb, float *ds0, float *denc, const cgru_weights_t
     gru_bias_grads(&dw->gru1, dg1, G, ln1, LS, &w->gru1, BT, H);
     if (w->gru1.ln_ih_g) gru_ln_input_raw(dg1, G, ln1, LS, &w->gru1, BT, H);
     gru_input_back(demb, (size_t)d.E, &dw->gru1, dg1, G, emb, (size_t)d.E, BT, &w->gru1, d.E, H);
-    mm(1, 0, 3 * H, H, BT, drh2, (int)R2, a->s1, H, 1.0f, dw->gru2.w_hh, H); /* GRU2's state is s' of the same step */
+    l = (size_t)H, xq = act_rows(a->s1, &l, BT, H);
+    mm(1, 0, 3 * H, H, BT, drh2, (int)R2, xq, (int)l, 1.0f, dw->gru2.w_hh, H); /* GRU2's state is s' of the same step */
     gru_bias_grads(&dw->gru2, dg2, G, ln2, LS, &w->gru2, BT, H);
     gru_input_back(NULL, 0, &dw->gru2, dri2, G, a->ctx, (size_t)d.Dv, BT, &w->gru2, d.Dv, H);
     nn_additive_keys_backward(denc, dw->att_wk, w->att_b ? dw->att_b : NULL, dkp, enc, w->att_wk, B, S, d.Dv, d.A);
@@ -1250,7 +1331,9 @@ void nn_gru_init_state_forward(float *s0, float *mean, const float *enc, const i
         float inv = L > 0 ? 1.0f / (float)L : 0.0f;
         for (int k = 0; k < Dv; k++) m[k] *= inv;
     }
-    gemm_f32(0, 1, N, Hd, Dv, 1.0f, mean, Dv, w_init, Dv, 0.0f, s0, Hd);
+    size_t l = (size_t)Dv;
+    const float *mq = act_rows(mean, &l, N, Dv);
+    gemm_f32(0, 1, N, Hd, Dv, 1.0f, mq, (int)l, w_init, Dv, 0.0f, s0, Hd);
     for (int i = 0; i < N; i++)
         for (int k = 0; k < Hd; k++) {
             float *x = s0 + (size_t)i * Hd + k;
@@ -1263,7 +1346,9 @@ void nn_gru_init_state_backward(float *denc, float *dw_init, float *db_init, flo
                                  int S, int Dv, int Hd) {
     float *dp = scratch;
     for (size_t i = 0; i < (size_t)N * Hd; i++) dp[i] = ds0[i] * (1.0f - s0[i] * s0[i]);
-    gemm_f32(1, 0, Hd, Dv, N, 1.0f, dp, Hd, mean, Dv, 1.0f, dw_init, Dv);
+    size_t l = (size_t)Dv;
+    const float *mq = act_rows(mean, &l, N, Dv);
+    gemm_f32(1, 0, Hd, Dv, N, 1.0f, dp, Hd, mq, (int)l, 1.0f, dw_init, Dv);
     if (db_init)
         for (int i = 0; i < N; i++)
             for (int k = 0; k < Hd; k++) db_init[k] += dp[(size_t)i * Hd + k];

@@ -63,6 +63,31 @@ void nn_rnn_linear_forward(float *out, const float *inp, const float *w, const f
 void nn_rnn_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                             int M, int K, int N);
 
+/* ------------------------------------------------------------ fake-quantized activations (training)
+ * `tern train --qat int8-act` of the attention GRU (src/train/rnn_gru_train.c): between
+ * nn_rnn_actq_begin(aq) and nn_rnn_actq_end() on the calling thread, the input rows of every matrix
+ * product that int8 inference (src/model/rnn_gru.c, its int8 path) runs as an int8 linear layer
+ * are first rounded as that inference rounds them at run time (kernels.h fake_quantize_rows_act,
+ * per row of the product's K inputs): the GRU cells' input projections (all steps at once) and
+ * recurrent products (per step; a zero state rounds to itself), the attention's query and key
+ * projections, the initial state's projection of the encoder mean, the deep output's three products
+ * and the output layer (nn_rnn_linear_forward). Each backward takes the weight's gradient against
+ * the same rounded rows (recomputed from the saved ones: the same function of the same values) and
+ * passes the input's gradient straight through (identity). The attention's weighted sum of the
+ * encoder states, the gates, the normalization and the embeddings stay float32, as in inference.
+ * The LSTM layers (GNMT) ignore it. aq's scratch holds one rounded operand at a time. */
+typedef struct {
+    float *buf;       /* (cap) */
+    size_t cap;       /* floats: the largest operand (rows x K) */
+    tern_status_t st; /* first error (sticky until nn_rnn_actq_end) */
+} nn_rnn_actq_t;
+/* Scratch for operands of up to cap floats. */
+tern_status_t nn_rnn_actq_init(nn_rnn_actq_t *aq, size_t cap);
+void nn_rnn_actq_free(nn_rnn_actq_t *aq);
+void nn_rnn_actq_begin(nn_rnn_actq_t *aq);
+/* Ends it; returns the first error since the begin (an operand larger than cap). */
+tern_status_t nn_rnn_actq_end(void);
+
 /* The four tensors of one recurrent cell (GRU: G = 3, LSTM: G = 4), as PyTorch names them. The
  * same struct holds the weights (read) and, in a backward call, the gradients (accumulated). */
 typedef struct {

@@ -376,7 +376,7 @@ static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 static tern_status_t gn_ws_new(void **out, const train_model_t *m, int ms, int mt, int mS, int mT) {
     if (m->act_fq)
         return tern_error(TERN_ERR_UNSUPPORTED, "--qat int8-act: the gnmt family fake-quantizes its weights only "
-                          "(--qat int8); activations: the Transformer");
+                          "(--qat int8); activations: the Transformer and rnn-gru");
     (void)mS;
     (void)mT;
     const gn_impl_t *im = impl_of(m);

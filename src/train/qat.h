@@ -23,7 +23,8 @@
  * (per-row max scaling clips nothing, so there is no range outside which to zero it). Tensors
  * that are not DESC_Q8 (biases, layer norms, position tables, a GRU's or GNMT's embeddings) stay
  * float32, as in inference. Activations: with --qat int8 they stay float32 (inference quantizes
- * them per row at run time); --qat int8-act (the Transformer) rounds every linear layer's input rows
+ * them per row at run time); --qat int8-act (the Transformer, the attention GRU: nn/rnn.h
+ * nn_rnn_actq_begin) rounds every linear layer's input rows
  * as inference does too (u8 = nearbyint(x * 127 / max|x| + 128), back to x's scale), the weight
  * gradients taken against those rows and the input gradients passed straight through.
  *
@@ -44,8 +45,9 @@
 #include "train/family.h"
 
 /* `tern train --qat` values. */
-/* int8: the weights; int8-act: the weights and every linear layer's input rows (the Transformer:
- * train_model_t.act_fq, kernels.h fake_quantize_rows_act), what int8 inference rounds at run time. */
+/* int8: the weights; int8-act: the weights and every linear layer's input rows (the Transformer and
+ * the attention GRU: train_model_t.act_fq, kernels.h fake_quantize_rows_act), what int8 inference
+ * rounds at run time. */
 typedef enum { QAT_NONE = 0, QAT_INT8 = 1, QAT_INT8_ACT = 2 } qat_mode_t;
 
 /* The mode of a name ("none", "int8", "int8-act"); -1 for another name. */

@@ -12,6 +12,11 @@
  *   logits = cGRU(xt, s0, enc)          (B, T, Vt)   nn_cgru_forward (dropout on its deep output u)
  *   loss = label-smoothed cross-entropy over tgt_out
  * The backward runs the same chain in reverse; parameter gradients accumulate (+=).
+ * --qat int8-act (train_model_t.act_fq): the layers run between nn_rnn_actq_begin and _end, so that
+ * every product int8 inference runs in int8 multiplies its input rows rounded as that inference
+ * rounds them (nn/rnn.h: the GRUs' input and recurrent projections, the attention's query and key
+ * projections, the initial state's, the deep output's and the output layer's), the weights'
+ * gradients taken against the rounded rows, the inputs' passed straight through.
  */
 #include <math.h>
 #include <stddef.h>
@@ -65,6 +70,7 @@ typedef struct {
     int B, S, T, train;
     uint64_t seed, step;
     nn_rnn_lowp_t lowp; /* bfloat16 compute (c.bf16) */
+    nn_rnn_actq_t actq; /* --qat int8-act: the products' rounded input rows (act_fq), else empty */
     const float *sent_w; /* (B) per-sentence loss weights, or NULL */
 } gru_ws_t;
 
@@ -262,14 +268,12 @@ static void gru_ws_free(void *p) {
     if (!ws) return;
     free(ws->mem);
     nn_rnn_lowp_free(&ws->lowp);
+    nn_rnn_actq_free(&ws->actq);
     free(ws->src), free(ws->tgt_in), free(ws->tgt_out), free(ws->slen);
     free(ws);
 }
 
 static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int mt, int mS, int mT) {
-    if (m->act_fq)
-        return tern_error(TERN_ERR_UNSUPPORTED, "--qat int8-act: the rnn-gru family fake-quantizes its weights only "
-                          "(--qat int8); activations: the Transformer");
     const gru_impl_t *g = impl(m);
     const cgru_dims_t d = g->cd;
     int E = d.E, He = g->c.enc_hidden, Hd = d.H, Dv = d.Dv, A = d.A, O = d.O, V = d.V;
@@ -331,6 +335,16 @@ static tern_status_t gru_ws_new(void **out, const train_model_t *m, int ms, int 
             return st;
         }
     }
+    if (m->act_fq) { /* the largest rounded operand: the rows of a batch's sources or targets, one input each */
+        int K = E > Dv ? E : Dv;
+        K = K > Hd ? K : Hd;
+        K = K > O ? K : O;
+        tern_status_t st = nn_rnn_actq_init(&ws->actq, (size_t)(ms > mt ? ms : mt) * (size_t)K);
+        if (st) {
+            gru_ws_free(ws);
+            return st;
+        }
+    }
     *out = ws;
     return TERN_OK;
 }
@@ -339,7 +353,7 @@ const float *rnn_gru_train_probs(const void *ws) { return ((const gru_ws_t *)ws)
 
 static size_t gru_ws_bytes(const void *p) {
     const gru_ws_t *ws = p;
-    return ws->n_floats * sizeof(float) + 2 * ws->lowp.cap * sizeof(uint16_t);
+    return ws->n_floats * sizeof(float) + 2 * ws->lowp.cap * sizeof(uint16_t) + ws->actq.cap * sizeof(float);
 }
 
 static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, const int *tgt_in, const int *tgt_out,
@@ -366,6 +380,7 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     views(g, m->params, &ef, &eb, &w, P);
     float p = train ? g->c.dropout : 0.0f;
     if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
+    if (ws->actq.buf) nn_rnn_actq_begin(&ws->actq);
     nn_embedding_forward(ws->xs, src, P[RG_ENC_EMB], NULL, B, S, E, 1.0f, pad);
     if (p > 0) nn_dropout_forward(ws->xs, ws->xs, (size_t)B * S * E, p, dropout_key(seed, step, 0));
     nn_bigru_forward(ws->enc, ws->gf, ws->gb, ws->xs, &ef, &eb, ws->slen, B, S, E, He);
@@ -375,8 +390,8 @@ static tern_status_t gru_forward(train_model_t *m, void *pws, const int *src, co
     ws->acts.drop = p; /* on the deep output, before the output layer */
     ws->acts.drop_key = dropout_key(seed, step, 2);
     nn_cgru_forward(&ws->acts, ws->xt, ws->s0, ws->enc, ws->slen, &w, B, T, S, d);
-    tern_status_t st = nn_rnn_lowp_end();
-    if (st) return st;
+    tern_status_t sa = nn_rnn_actq_end(), st = nn_rnn_lowp_end();
+    if (st || (st = sa)) return st;
     double ls = 0, ns = 0;
     int count = nn_crossentropy_forward(ws->acts.logits, ws->losses, ws->nlls, &ls, &ns, ws->acts.logits, tgt_out,
                                         B * T, d.V, g->c.label_smoothing, pad);
@@ -403,6 +418,7 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     nn_crossentropy_backward(dlogits, ws->acts.logits, ws->tgt_out, B * T, d.V, g->c.label_smoothing, pad, grad_scale);
     if (ws->sent_w) train_scale_sentence_rows(dlogits, ws->sent_w, B, T, d.V);
     if (g->c.bf16) nn_rnn_lowp_begin(&ws->lowp);
+    if (ws->actq.buf) nn_rnn_actq_begin(&ws->actq);
     memset(ws->dxt, 0, sizeof(float) * (size_t)B * T * E);
     memset(ws->ds0, 0, sizeof(float) * (size_t)B * d.H);
     memset(ws->denc, 0, sizeof(float) * (size_t)B * S * d.Dv);
@@ -427,7 +443,8 @@ static tern_status_t gru_backward(train_model_t *m, void *pws, float grad_scale)
     }
     nn_embedding_backward(G[RG_DEC_EMB], NULL, ws->dxt, ws->tgt_in, B, T, E, 1.0f, pad);
     nn_embedding_backward(G[RG_ENC_EMB], NULL, ws->dxs, ws->src, B, S, E, 1.0f, pad);
-    return nn_rnn_lowp_end();
+    tern_status_t sa = nn_rnn_actq_end(), st = nn_rnn_lowp_end();
+    return st ? st : sa;
 }
 
 static int gru_backward_stages(const train_model_t *m) {

@@ -18,6 +18,15 @@ script computes exactly that: it builds the family's own reference model (train_
 RefModel, rnn_train_torch_ref.py's GruTrainModel, float64, checked elsewhere against PyTorch's
 layers) with its leaves V at fq(W) (the float32 values above) and takes autograd's gradients of
 the leaves.
+
+int8-act (`tern train --qat int8-act`): int8 inference also rounds, at run time, the input rows of
+each of those products (per row u8 = round(x * s + 128) clamped to [0, 255], s = float32(127) /
+max|x|, back as (u8 - 128) / s, in float32), so the objective multiplies those rounded rows too,
+with the straight-through gradient x + (fq(x) - x).detach(): the Transformer's every
+F.linear (ActFqModel), the GRU's every product of an input with a matrix (GruActFqModel: the
+encoder GRUs' input and recurrent products, the attention's key and query projections, the
+initial state's projection of the encoder mean, the decoder GRUs' input and recurrent products,
+the deep output's three and the output layer), written out here from the GRU's equations.
 `step` writes train_torch_ref.py's step result (loss_sum, nll_sum, ntokens, grad/NAME).
 """
 import os
@@ -58,10 +67,11 @@ def fake_quant_act(x):
     (u8 - 128) / s), with the straight-through gradient: x + (fq(x) - x).detach()."""
     import torch
     with torch.no_grad():
-        amax = x.abs().amax(dim=-1, keepdim=True)
-        s = torch.where(amax == 0, torch.ones_like(amax), torch.tensor(127.0, dtype=x.dtype) / amax)
-        r = torch.round(x * s + 128.0).clamp(0, 255)
-        fq = (r - 128.0) / s
+        xf = x.to(torch.float32)  # the rule's float32 steps (a float64 reference model's rows too)
+        amax = xf.abs().amax(dim=-1, keepdim=True)
+        s = torch.where(amax == 0, torch.ones_like(amax), torch.tensor(127.0, dtype=torch.float32) / amax)
+        r = torch.round(xf * s + 128.0).clamp(0, 255)
+        fq = ((r - 128.0) / s).to(x.dtype)
     return x + (fq - x).detach()
 
 
@@ -86,6 +96,87 @@ class ActFqModel:
             F.linear = orig
 
 
+def gru_act_fq_model(tensors, meta):
+    """The GRU family's reference (rnn_train_torch_ref.py's GruTrainModel: its leaves, embeddings,
+    masks and loss) with every product of an input and a matrix taking the input's fake-quantized
+    rows (fake_quant_act); the attention's weighted sum of the encoder states, the gates, the layer
+    normalization and the embeddings as they are."""
+    import torch
+    import rnn_train_torch_ref as R
+    from rnn_torch_ref import run_seq
+    F = torch.nn.functional
+    q = fake_quant_act
+
+    class Cell:
+        """torch.nn.GRUCell's (or rnn_torch_ref.LNGRUCell's) equations on the same leaves, the
+        products' input rows fake-quantized."""
+
+        def __init__(self, r, prefix):
+            lv = r.leaves
+            self.w_ih, self.w_hh = lv[prefix + "w_ih"], lv[prefix + "w_hh"]
+            self.b_ih, self.b_hh = lv.get(prefix + "b_ih", 0), lv.get(prefix + "b_hh", 0)
+            self.ln = [lv[prefix + k] for k in ("ln_ih.gain", "ln_ih.bias", "ln_hh.gain", "ln_hh.bias")] \
+                if prefix + "ln_ih.gain" in lv else None
+            self.hidden_size = self.w_hh.shape[1]
+
+        def __call__(self, x, h):
+            H = self.hidden_size
+            gi, gh = q(x) @ self.w_ih.T, q(h) @ self.w_hh.T
+            if self.ln:
+                norm = lambda a, g, b: torch.cat([F.layer_norm(a[:, :2 * H], (2 * H,), eps=1e-5),  # noqa: E731
+                                                  F.layer_norm(a[:, 2 * H:], (H,), eps=1e-5)], -1) * g + b
+                gi, gh = norm(gi, self.ln[0], self.ln[1]), norm(gh, self.ln[2], self.ln[3])
+            gi, gh = gi + self.b_ih, gh + self.b_hh
+            r = torch.sigmoid(gi[:, :H] + gh[:, :H])
+            z = torch.sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
+            n = torch.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:])
+            return (1 - z) * n + z * h
+
+    class GruActFqModel(R.GruTrainModel):
+        def __init__(self, c, tensors):
+            super().__init__(c, tensors)
+            r = self.r
+            self.cells = {p: Cell(r, p) for p in ("encoder/forward/", "encoder/backward/", "decoder/gru1/",
+                                                  "decoder/gru2/")}
+
+        def loss(self, src, tin, tout):
+            c, r, pad = self.c, self.r, self.c["pad_id"]
+            src, tin, tout = (torch.tensor(np.asarray(a), dtype=torch.long) for a in (src, tin, tout))
+            B, S = src.shape
+            T = tin.shape[1]
+            slen = (src != pad).long().cumprod(1).sum(1)
+            x = self.embed(src, self.Es)
+            h = torch.cat([run_seq(self.cells["encoder/forward/"], x, slen, False, False),
+                           run_seq(self.cells["encoder/backward/"], x, slen, True, False)], -1)
+            valid = (torch.arange(S)[None, :] < slen[:, None]).to(h.dtype)
+            mean = (h * valid[:, :, None]).sum(1) / slen[:, None].to(h.dtype)
+            s = torch.tanh(q(mean) @ r.t("decoder/init/weight").T + r.t("decoder/init/bias"))
+            kp = q(h) @ r.t("decoder/attention/key/weight").T + r.t("decoder/attention/key/bias")  # (B, S, A)
+            mask = torch.arange(S)[None, :] < slen[:, None]
+            e_all = self.embed(tin, self.Et)
+            logits = []
+            for t in range(T):
+                e = e_all[:, t]
+                s1 = self.cells["decoder/gru1/"](e, s)
+                qp = q(s1) @ r.t("decoder/attention/query/weight").T
+                sc = torch.tanh(qp[:, None, :] + kp) @ r.t("decoder/attention/v")
+                alpha = torch.softmax(sc.masked_fill(~mask, float("-inf")), dim=-1)
+                ctx = (alpha[:, :, None] * h).sum(1)
+                s = self.cells["decoder/gru2/"](ctx, s1)
+                u = torch.tanh(q(s) @ r.t("decoder/output/state/weight").T
+                               + q(ctx) @ r.t("decoder/output/context/weight").T
+                               + q(e) @ r.t("decoder/output/embedding/weight").T + r.t("decoder/output/bias"))
+                logits.append(q(u) @ self.Wo.T + r.t("decoder/projection/bias"))
+            logits = torch.stack(logits, 1).reshape(B * T, -1)
+            target = tout.reshape(-1)
+            loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=c["label_smoothing"],
+                                   reduction="sum")
+            nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
+            return loss, nll, int((target != pad).sum())
+
+    return GruActFqModel(R.config(meta), tensors)
+
+
 def make_model(tensors, meta):
     arch = meta.get("architecture", "transformer")
     qat = meta.get("qat", "none")
@@ -94,11 +185,13 @@ def make_model(tensors, meta):
     if qat in ("int8", "int8-act"):
         tensors = {k: (fake_quant(v) if not k.startswith("batch/") and quantized(arch, k, v.shape) else v)
                    for k, v in tensors.items()}
-    if qat == "int8-act" and arch != "transformer":
-        raise SystemExit("qat_torch_ref: int8-act is the Transformer's")
+    if qat == "int8-act" and arch not in ("transformer", "rnn-gru"):
+        raise SystemExit(f"qat_torch_ref: no int8-act rule for architecture {arch!r}")
     if arch == "transformer":
         m = train_torch_ref.RefModel(train_torch_ref._cfg(meta), tensors)
         return ActFqModel(m) if qat == "int8-act" else m
+    if qat == "int8-act":
+        return gru_act_fq_model(tensors, meta)
     import rnn_train_torch_ref
     return rnn_train_torch_ref.make_model(tensors, meta)
 
