@@ -213,38 +213,53 @@ def test_qat_train_resume_and_int8(tmp_path):
     assert abs(int8 - valid_nll) < abs(master - valid_nll) / 5
 
 
-ACT_NLL_TOL = 1e-4  # relative: an int8-act run's validation nll vs its model decoded in int8 (measured 4.8e-5)
+# relative: an int8-act validation nll vs its model decoded in int8. The Transformer's training
+# forward and its int8 inference differ in float32 details (summation orders, the softmax's and the
+# layer norm's formulas) that move a rounded activation by one step now and then: measured 3.1e-5
+# and 3.7e-5 on the shipped model's weights (below; the weights-only forward is 4.9e-4 away), and
+# after 3 updates at lr 1e-3, whose Adam steps make every run a different model, 4.8e-5 (this CPU
+# uncapped) and 1.1e-4 (AVX2 cap), where the mean effect of the activations' rounding itself was
+# 6.1e-4 and 2.4e-5: on such a model the weights-only forward can be as close as the int8 one.
+ACT_NLL_TOL = 1e-4       # on the starting model's weights (lr 1e-12)
+ACT_NLL_TOL_RUN = 3e-4   # after 3 real updates
 # the same for the attention GRU (measured 2.3e-8: its int8 path and its training differ in float32
 # summation order only)
 GRU_ACT_NLL_TOL = 1e-6
 
 
-def act_run_vs_int8(d, common, updates, tol):
+def act_run_vs_int8(d, common, updates, tol, name="act", further=("w_only", "master")):
     """A `tern train --qat int8-act` run (common options, `updates` updates, validated at the last):
     its validation nll is what its int8 model computes when decoding (`tern rescore --compute-type
     int8` of `tern convert --quantize int8`'s model, activations quantized at run time), within tol
-    relative; the int8 weights with float32 activations and the float32 master weights are at least
-    5 x further away."""
+    relative; the int8 weights with float32 activations (w_only) and the float32 master weights
+    (master), those named in `further`, are at least 5 x further away."""
     tern("train", *common, "--valid-interval-updates", updates, "--max-updates", updates, "--qat", "int8-act",
-         "--save-dir", d / "act")
-    assert "and of every linear layer's input rows" in (d / "act" / "train.log").read_text()
-    valid = float((d / "act" / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
-    ck = d / "act" / f"checkpoint-{updates:08d}"
-    tern("convert", "--from", ck, "-o", d / "q8", "--quantize", "int8")
+         "--save-dir", d / name)
+    assert "and of every linear layer's input rows" in (d / name / "train.log").read_text()
+    valid = float((d / name / "valid_curve.tsv").read_text().splitlines()[-1].split("\t")[3])
+    ck = d / name / f"checkpoint-{updates:08d}"
+    tern("convert", "--from", ck, "-o", d / f"{name}-q8", "--quantize", "int8")
     score = lambda m, ct: mean_nll(tern("rescore", "-m", m, "-s", d / "val.en", "--target", d / "val.de",  # noqa: E731
                                         "--compute-type", ct, "-t", 1).stdout)[0]
-    int8, w_only, master = score(d / "q8", "int8"), score(d / "q8", "float32"), score(ck, "float32")
-    print(f"\nint8-act: validation nll {valid:.9g}; the int8 model decoding {int8:.9g} "
+    int8, w_only, master = score(d / f"{name}-q8", "int8"), score(d / f"{name}-q8", "float32"), score(ck, "float32")
+    print(f"\n{name}: validation nll {valid:.9g}; the int8 model decoding {int8:.9g} "
           f"({abs(int8 - valid) / valid:.1e} apart); its weights with float32 activations {w_only:.9g} "
           f"({abs(w_only - valid) / valid:.1e}); the master weights {master:.9g} ({abs(master - valid) / valid:.1e})")
     assert abs(int8 - valid) <= tol * valid
-    assert abs(int8 - valid) < abs(w_only - valid) / 5 and abs(int8 - valid) < abs(master - valid) / 5
+    for other in further:
+        assert abs(int8 - valid) < abs({"w_only": w_only, "master": master}[other] - valid) / 5, other
 
 
 def test_qat_int8_act_is_the_int8_model(tmp_path):
     """`tern train --qat int8-act` (weights and every linear layer's input rows rounded as int8
-    inference rounds them) fine-tuning the shipped Transformer: act_run_vs_int8 within ACT_NLL_TOL."""
-    act_run_vs_int8(tmp_path, finetune_setup(tmp_path), 3, ACT_NLL_TOL)
+    inference rounds them) on the shipped Transformer: with lr 1e-12 (the int8 model's own weights)
+    its validation nll is the int8 model's decoding within ACT_NLL_TOL, 5 x nearer than the
+    weights-only forward; after 3 updates at lr 1e-3 within ACT_NLL_TOL_RUN, 5 x nearer than the
+    float32 master weights."""
+    common = finetune_setup(tmp_path)
+    lr = common.index("--lr") + 1
+    act_run_vs_int8(tmp_path, common[:lr] + ["1e-12"] + common[lr + 1:], 3, ACT_NLL_TOL, "start")
+    act_run_vs_int8(tmp_path, common, 3, ACT_NLL_TOL_RUN, "act", ("master",))
 
 
 def test_qat_int8_act_gru_is_the_int8_model(tmp_path):
