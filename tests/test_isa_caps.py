@@ -64,18 +64,23 @@ def test_cpu_report():
     # float32 linear layers: oneDNN 2.6 has a blocked (brgemm) float32 matmul only from AVX512_CORE
     # up; below it Tern's own packed AVX2 kernel runs (docs/kernels.md), and above it too on a CPU
     # that runs 512-bit operations as two 256-bit halves (Zen 4); TERN_GEMM_PACKED picks either
-    assert g["float32 linear"].startswith("Tern AVX2")
+    assert g["float32 linear"].startswith("Tern panels, AVX2 tiles")
     if "AVX512_CORE" not in c:
         assert f["avx512 width"] == "none"
     if "AVX512_CORE" in c:
         assert f["avx512 width"] in ("512-bit", "two 256-bit halves (AMD Zen 4)")
         h = fields(cpu(capped("AVX512_CORE")).stdout)
         halves = f["avx512 width"].startswith("two")
-        assert h["float32 linear"].startswith("Tern AVX2" if halves else "oneDNN brgemm"), h["float32 linear"]
+        assert h["float32 linear"].startswith("Tern panels, AVX2 tiles" if halves else "oneDNN brgemm"), h["float32 linear"]
+        # the shapes oneDNN would pad run on Tern's panels, with 512-bit tiles where AVX-512 is full width
+        if not halves:
+            assert h["float32 linear"].endswith("Tern panels, AVX-512 tiles)"), h["float32 linear"]
         o = fields(cpu({**capped("AVX512_CORE"), "TERN_GEMM_PACKED": "onednn"}).stdout)
         assert o["float32 linear"].startswith("oneDNN brgemm")
         t = fields(cpu({**capped("AVX512_CORE"), "TERN_GEMM_PACKED": "tern"}).stdout)
-        assert t["float32 linear"].startswith("Tern AVX2")
+        assert t["float32 linear"].startswith("Tern panels, AVX2 tiles" if halves else "Tern panels, AVX-512 tiles")
+        w = fields(cpu({**capped("AVX512_CORE"), "TERN_GEMM_PACKED": "tern", "TERN_F32P_AVX2": "1"}).stdout)
+        assert w["float32 linear"].startswith("Tern panels, AVX2 tiles")
     bad = cpu({"TERN_MAX_CPU_ISA": "avx9000"})
     assert "TERN_MAX_CPU_ISA=avx9000 is not one of" in bad.stderr
     assert fields(bad.stdout)["tern isa"].startswith("AVX2 ")
@@ -98,22 +103,29 @@ def test_kernels_under_cap(cap):
     assert bool(re.search(r"gemm_s8v \(packed VNNI kernel\): [1-9][0-9]* sums exact", r.stdout)) == vnni, r.stdout[-2000:]
 
 
-@pytest.mark.parametrize("choice", ["onednn", "tern"])
+@pytest.mark.parametrize("choice", ["onednn", "tern", "tern-avx2"])
 def test_kernels_float32_either_kernel(choice):
-    """Both float32 packed kernels stay tested where both can run: oneDNN's brgemm (from AVX512_CORE
-    up; the default on most AVX-512 CPUs, not on Zen 4) and Tern's AVX2 panels (the default below
-    AVX512_CORE and on Zen 4), each chosen with TERN_GEMM_PACKED."""
+    """Every float32 packed kernel stays tested where it can run: oneDNN's brgemm (from AVX512_CORE
+    up; the default on most AVX-512 CPUs, not on Zen 4), Tern's panels with 512-bit tiles (shapes
+    oneDNN would pad, on CPUs with full-width AVX-512) and with AVX2 tiles (the default below
+    AVX512_CORE and on Zen 4; TERN_F32P_AVX2=1 elsewhere), chosen with TERN_GEMM_PACKED. Both tile
+    widths are checked bit for bit against the same scalar fmaf chains (test_kernels)."""
     if "AVX512_CORE" not in caps():
         pytest.skip(f"no AVX512_CORE here (caps: {' '.join(caps())}): oneDNN has no float32 brgemm, Tern's panels "
-                    "run every layer (test_kernels_under_cap)")
-    r = subprocess.run([KERNELS], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "TERN_GEMM_PACKED": choice})
+                    "run every layer with AVX2 tiles (test_kernels_under_cap)")
+    halves = fields(cpu({}).stdout)["avx512 width"].startswith("two")
+    env = {**os.environ, "TERN_GEMM_PACKED": "onednn" if choice == "onednn" else "tern"}
+    if choice == "tern-avx2":
+        env["TERN_F32P_AVX2"] = "1"
+    r = subprocess.run([KERNELS], capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    m = re.search(r"packed float32 linear: (\d+) layers on Tern's AVX2 kernel, (\d+) on oneDNN's brgemm", r.stdout)
+    m = re.search(r"packed float32 linear: (\d+) layers on Tern's panels \((AVX2|AVX-512) tiles\), (\d+) on oneDNN's brgemm",
+                  r.stdout)
     assert m, r.stdout[-2000:]
-    tern, onednn = int(m.group(1)), int(m.group(2))
-    print(f"\nTERN_GEMM_PACKED={choice}: {m.group(0)}; {r.stdout.strip().split(chr(10))[-1]}")
-    if choice == "tern":
+    tern, tiles, onednn = int(m.group(1)), m.group(2), int(m.group(3))
+    print(f"\n{choice}: {m.group(0)}; {r.stdout.strip().split(chr(10))[-1]}")
+    assert tiles == ("AVX2" if choice == "tern-avx2" or halves else "AVX-512")
+    if choice != "onednn":
         assert onednn == 0 and tern > 0
     else:
         assert onednn > 0

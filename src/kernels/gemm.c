@@ -514,15 +514,18 @@ const void *gemm_packed_weights(const void *packed, size_t *bytes) {
 
 const char *gemm_packed_f32_backend_name(void) {
     dnnl_memory_desc_t wmd;
-    if (f32_pref() == PREF_TERN_FORCED) return "Tern AVX2 (packed panels, TERN_GEMM_PACKED=tern)";
-    if (probe_layout(&wmd, 512, 512, 0) != 0) return "Tern AVX2 (packed panels, oneDNN has no brgemm here)";
+    int wide = !strcmp(f32p_tiles_name(), "AVX-512");
+    if (f32_pref() == PREF_TERN_FORCED)
+        return wide ? "Tern panels, AVX-512 tiles (TERN_GEMM_PACKED=tern)" : "Tern panels, AVX2 tiles (TERN_GEMM_PACKED=tern)";
+    if (probe_layout(&wmd, 512, 512, 0) != 0) return "Tern panels, AVX2 tiles (oneDNN has no brgemm here)";
     if (f32_pref() == PREF_TERN_HALVES)
-        return "Tern AVX2 (packed panels: this CPU runs 512-bit FMAs as two 256-bit halves)";
-    return "oneDNN brgemm (packed weights)";
+        return "Tern panels, AVX2 tiles (this CPU runs 512-bit FMAs as two 256-bit halves)";
+    return wide ? "oneDNN brgemm (packed weights; shapes it would pad: Tern panels, AVX-512 tiles)"
+                : "oneDNN brgemm (packed weights; shapes it would pad: Tern panels, AVX2 tiles)";
 }
 
 const char *gemm_packed_kernel_name(const void *packed) {
-    return ((const packed_hdr_t *)packed)->tern ? "Tern AVX2" : "oneDNN brgemm";
+    return ((const packed_hdr_t *)packed)->tern ? "Tern panels" : "oneDNN brgemm";
 }
 
 /* Offset (elements) of index idx along dimension dim of a blocked oneDNN layout, without offset0:

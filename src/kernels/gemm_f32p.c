@@ -27,9 +27,12 @@
  * build's baseline): AVX2 and FMA need no run-time check. */
 #include <immintrin.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/gemm_f32p.h"
 #include "kernels/kernels.h"
 
@@ -171,23 +174,178 @@ static void run_panels(float *out, const float *inp, const float *P, const float
     }
 }
 
+/* ------------------------------------------------------------ the same panels at 512 bits
+ *
+ * On a CPU with full-width AVX-512 (Intel from Skylake-SP on, AMD Zen 5; not Zen 4, which splits
+ * each 512-bit operation in two: cpu_avx512_halves) one zmm holds a whole panel row, so a tile
+ * does twice the FMAs per instruction. Same layout, and every output is still one FMA chain over k
+ * ascending from 0, then + bias, then ReLU: the same bits as the AVX2 tiles (tests/c/test_kernels.c
+ * checks both against the scalar fmaf loop). Tiles: 12 rows x 2 panels (24 of the 32 zmm
+ * registers accumulate; the activations are broadcast from memory into the FMAs) for the full row
+ * blocks, and the 1-11 rows left over up to 8 panels so that 8-24 independent chains hide the FMA
+ * latency. A partial last panel is stored under a mask. */
+#define MR5 12 /* rows of a full 512-bit tile */
+#define GP5 8  /* panels per group at 512 bits */
+#define T512 __attribute__((target("avx512f")))
+
+static inline __attribute__((always_inline)) T512 void tile512(const int mr, const int np, const float *a, int lda,
+                                                                const float *b, size_t ps, int K, const float *bias,
+                                                                int relu, float *c, int ldc, int ncols,
+                                                                const float *pf, const float *pf_end) {
+    __m512 acc[MR5][GP5];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+        for (int p = 0; p < np; p++) acc[r][p] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        __m512 bv[GP5];
+#pragma GCC unroll 8
+        for (int p = 0; p < np; p++) {
+            if (np <= 2)
+                _mm_prefetch((const char *)((uintptr_t)(b + p * ps + (size_t)k * NR) + PD * NR * sizeof(float)),
+                             _MM_HINT_T2);
+            bv[p] = _mm512_loadu_ps(b + p * ps + (size_t)k * NR);
+        }
+        if (pf) { /* a slice of the next group's panels, two cache lines per k (run_panels512) */
+            const float *q = pf + (size_t)k * 2 * NR;
+            if (q < pf_end) _mm_prefetch((const char *)q, _MM_HINT_T1);
+            if (q + NR < pf_end) _mm_prefetch((const char *)(q + NR), _MM_HINT_T1);
+        }
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            __m512 av = _mm512_set1_ps(a[(size_t)r * lda + k]);
+#pragma GCC unroll 8
+            for (int p = 0; p < np; p++) acc[r][p] = _mm512_fmadd_ps(av, bv[p], acc[r][p]);
+        }
+    }
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        int left = ncols - NR * p;
+        __mmask16 m = left >= NR ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+        __m512 bb = bias ? _mm512_loadu_ps(bias + NR * p) : zero;
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            __m512 v = acc[r][p];
+            if (bias) v = _mm512_add_ps(v, bb);
+            if (relu) v = _mm512_max_ps(v, zero);
+            _mm512_mask_storeu_ps(c + (size_t)r * ldc + NR * p, m, v);
+        }
+    }
+}
+
+#define TILE5(mr, np)                                                                                            \
+    static T512 void tile5_##mr##_##np(const float *a, int lda, const float *b, size_t ps, int K,                \
+                                       const float *bias, int relu, float *c, int ldc, int ncols,                \
+                                       const float *pf, const float *pf_end) {                                   \
+        tile512(mr, np, a, lda, b, ps, K, bias, relu, c, ldc, ncols, pf, pf_end);                                \
+    }
+TILE5(1, 1) TILE5(1, 2) TILE5(1, 3) TILE5(1, 4) TILE5(1, 5) TILE5(1, 6) TILE5(1, 7) TILE5(1, 8)
+TILE5(2, 1) TILE5(2, 2) TILE5(2, 3) TILE5(2, 4)
+TILE5(3, 1) TILE5(3, 2) TILE5(3, 3) TILE5(3, 4)
+TILE5(4, 1) TILE5(4, 2) TILE5(4, 3) TILE5(4, 4)
+TILE5(5, 1) TILE5(5, 2) TILE5(5, 3) TILE5(5, 4)
+TILE5(6, 1) TILE5(6, 2) TILE5(6, 3) TILE5(6, 4)
+TILE5(7, 1) TILE5(7, 2) TILE5(7, 3)
+TILE5(8, 1) TILE5(8, 2) TILE5(8, 3)
+TILE5(9, 1) TILE5(9, 2)
+TILE5(10, 1) TILE5(10, 2)
+TILE5(11, 1) TILE5(11, 2)
+TILE5(12, 1) TILE5(12, 2)
+#undef TILE5
+
+typedef void (*tile5_fn)(const float *a, int lda, const float *b, size_t ps, int K, const float *bias, int relu,
+                         float *c, int ldc, int ncols, const float *pf, const float *pf_end);
+#define R5(mr) {0, tile5_##mr##_1, tile5_##mr##_2
+static const tile5_fn tiles5[MR5 + 1][GP5 + 1] = {
+    {0},
+    R5(1), tile5_1_3, tile5_1_4, tile5_1_5, tile5_1_6, tile5_1_7, tile5_1_8},
+    R5(2), tile5_2_3, tile5_2_4}, R5(3), tile5_3_3, tile5_3_4}, R5(4), tile5_4_3, tile5_4_4},
+    R5(5), tile5_5_3, tile5_5_4}, R5(6), tile5_6_3, tile5_6_4},
+    R5(7), tile5_7_3}, R5(8), tile5_8_3},
+    R5(9)}, R5(10)}, R5(11)}, R5(12)},
+};
+#undef R5
+static const int np_max5[MR5 + 1] = {0, 8, 4, 4, 4, 4, 4, 3, 3, 2, 2, 2, 2};
+
+/* run_panels at 512 bits: the panel group outer, its row blocks inner, rows in ~1 MB chunks.
+ * The first pass over a group (its first row block) reads the group's panels from memory; the
+ * later passes find them in L2 and, while they compute, prefetch the next group (contiguous in
+ * memory) into L2: each of their tiles takes the next slice of it, two cache lines per k, so that
+ * memory and arithmetic overlap when a call has more than one row block. */
+static void run_panels512(float *out, const float *inp, const float *P, const float *bias, int relu, int M, int N,
+                          int K, int p0, int p1) {
+    size_t ps = (size_t)NR * K;
+    int mc = (int)((1024u << 10) / ((size_t)(K > 0 ? K : 1) * sizeof(float)));
+    mc = mc / MR5 * MR5;
+    if (mc < MR5) mc = MR5;
+    for (int m0 = 0; m0 < M; m0 += mc) {
+        int rows = M - m0 < mc ? M - m0 : mc;
+        int full = rows / MR5 * MR5, rest = rows - full;
+        const float *a = inp + (size_t)m0 * K;
+        float *c = out + (size_t)m0 * N;
+        for (int g = p0; g < p1; g += GP5) {
+            int g1 = g + GP5 < p1 ? g + GP5 : p1;
+            /* the next group: [pf, pf_end), handed out in slices of 2 K lines to the later passes' tiles */
+            int n1 = g1 + GP5 < p1 ? g1 + GP5 : p1;
+            const float *pf = g1 < p1 ? P + (size_t)g1 * ps : NULL, *pf_end = P + (size_t)n1 * ps;
+            for (int p = g; p < g1; p += 2) {
+                int np = g1 - p < 2 ? g1 - p : 2;
+                int n0 = p * NR, nc = N - n0 < NR * np ? N - n0 : NR * np;
+                const float *bp = bias ? bias + n0 : NULL;
+                for (int r = 0; r < full; r += MR5) {
+                    const float *q = r > 0 && pf && pf < pf_end ? pf : NULL;
+                    tiles5[MR5][np](a + (size_t)r * K, K, P + (size_t)p * ps, ps, K, bp, relu, c + (size_t)r * N + n0,
+                                    N, nc, q, pf_end);
+                    if (q) pf += (size_t)2 * NR * K;
+                }
+            }
+            for (int p = g; rest && p < g1;) {
+                int np = g1 - p < np_max5[rest] ? g1 - p : np_max5[rest];
+                int n0 = p * NR, nc = N - n0 < NR * np ? N - n0 : NR * np;
+                const float *q = full > 0 && pf && pf < pf_end ? pf : NULL;
+                tiles5[rest][np](a + (size_t)full * K, K, P + (size_t)p * ps, ps, K, bias ? bias + n0 : NULL, relu,
+                                 c + (size_t)full * N + n0, N, nc, q, pf_end);
+                if (q) pf += (size_t)2 * NR * K;
+                p += np;
+            }
+        }
+    }
+}
+
+/* The 512-bit tiles where the CPU runs AVX-512 at full width and TERN_MAX_CPU_ISA allows it;
+ * TERN_F32P_AVX2=1 keeps the AVX2 tiles (comparisons). Decided once per process. */
+static int use_avx512(void) {
+    static atomic_int v = -1;
+    int r = atomic_load(&v);
+    if (r < 0) {
+        const char *e = getenv("TERN_F32P_AVX2");
+        r = cpu_isa_effective() >= CPU_ISA_AVX512_CORE && !cpu_avx512_halves() && !(e && *e && strcmp(e, "0"));
+        atomic_store(&v, r);
+    }
+    return r;
+}
+
+const char *f32p_tiles_name(void) { return use_avx512() ? "AVX-512" : "AVX2"; }
+
 void f32p_forward(float *out, const float *inp, const float *P, const float *bias, int relu, int M, int N, int K,
                   int threads) {
     if (M <= 0 || N <= 0) return;
     int panels = (N + NR - 1) / NR;
+    int wide = use_avx512(), gp = wide ? GP5 : GP;
     if (threads > panels) threads = panels;
     /* a parallel region costs a few microseconds: only where each thread gets real work */
     if ((double)M * N * K < 2e5) threads = 1;
     if (threads <= 1) {
-        run_panels(out, inp, P, bias, relu, M, N, K, 0, panels);
+        (wide ? run_panels512 : run_panels)(out, inp, P, bias, relu, M, N, K, 0, panels);
         return;
     }
-    /* panels in chunks taken in turn (kernels_chunk: about 8 per thread), whole groups of GP */
-    int chunk = (kernels_chunk(panels, threads, 8) + GP - 1) / GP * GP;
+    /* panels in chunks taken in turn (kernels_chunk: about 8 per thread), whole groups */
+    int chunk = (kernels_chunk(panels, threads, 8) + gp - 1) / gp * gp;
     int nchunks = (panels + chunk - 1) / chunk;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int c = 0; c < nchunks; c++) {
         int p0 = c * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
-        run_panels(out, inp, P, bias, relu, M, N, K, p0, p1);
+        (wide ? run_panels512 : run_panels)(out, inp, P, bias, relu, M, N, K, p0, p1);
     }
 }

@@ -35,6 +35,11 @@ void f32p_pack(float *P, const float *W, int N, int K);
 void f32p_forward(float *out, const float *inp, const float *P, const float *bias, int relu, int M, int N, int K,
                   int threads);
 
+/* "AVX-512" or "AVX2": the tiles f32p_forward runs on this CPU (full-width AVX-512 allowed by
+ * TERN_MAX_CPU_ISA, not Zen 4's halves, and TERN_F32P_AVX2 unset: the 512-bit tiles; the same
+ * bits either way). */
+const char *f32p_tiles_name(void);
+
 /* Where W[n, k] lies in P (floats): off_n(n) + off_k(k). */
 static inline int64_t f32p_off_n(int n, int K) {
     return (int64_t)(n / F32P_NR) * F32P_NR * K + n % F32P_NR;

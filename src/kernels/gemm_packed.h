@@ -53,8 +53,8 @@ int gemm_pack_linear_tern(void *buf, const float *W, const float *bias, int N, i
 /* The weights part of a packed buffer (float32 or int8) and its size in bytes (tests compare it). */
 const void *gemm_packed_weights(const void *packed, size_t *bytes);
 
-/* Which kernel runs a packed layer: "oneDNN brgemm" (oneDNN's blocked layout) or "Tern AVX2"
- * (gemm_f32p.h panels). */
+/* Which kernel runs a packed layer: "oneDNN brgemm" (oneDNN's blocked layout) or "Tern panels"
+ * (gemm_f32p.h: AVX2 or AVX-512 tiles, f32p_tiles_name; the same bits). */
 const char *gemm_packed_kernel_name(const void *packed);
 
 /* The kernel a model-shaped float32 layer (512 x 512) gets on this machine, as gemm_packed_kernel_name

@@ -938,7 +938,7 @@ static int f32p_compare(const char *what, const float *y, const float *fm, const
     return bad;
 }
 
-/* Tern's AVX2 kernel (gemm_f32p.h) called directly: every shape of tile, tails in N and K, row
+/* Tern's panels (gemm_f32p.h, AVX2 or AVX-512 tiles) called directly: every shape of tile, tails in N and K, row
  * chunks (K = 2048: 48 rows a chunk; K = 20000: 6), bias/ReLU on and off, 1-3 threads. */
 static void test_f32p(void) {
     static const int nk[][2] = {{1, 1}, {7, 3}, {15, 17}, {16, 16}, {17, 33}, {33, 64}, {64, 100},
@@ -980,7 +980,7 @@ static void test_f32p(void) {
         aligned_free(W), aligned_free(P), aligned_free(bias), aligned_free(x), aligned_free(y), aligned_free(fm);
         free(dr), free(sc);
     }
-    printf("f32p (Tern's packed float32, AVX2): %d cases, %d failed\n", cases, fails);
+    printf("f32p (Tern's packed float32, %s tiles): %d cases, %d failed\n", f32p_tiles_name(), cases, fails);
 }
 
 /* The dispatched packed float32 layer (gemm_packed.h): whichever kernel this machine (and cap) gets. */
@@ -1006,7 +1006,7 @@ static void test_gemm_packed_f32(void) {
             /* the bias of a oneDNN layer must outlive the buffer; Tern's keeps a copy */
             CHECK(gemm_pack_linear(pk, W, relu ? bias : NULL, N, K, relu) == 0);
             const char *name = gemm_packed_kernel_name(pk);
-            int is_tern = !strcmp(name, "Tern AVX2");
+            int is_tern = !strcmp(name, "Tern panels");
             tern += is_tern, onednn += !is_tern;
             CHECK_MSG(is_tern || brgemm_possible, "%dx%d packed for %s below AVX512_CORE", N, K, name);
             int wrong = 0;
@@ -1039,7 +1039,8 @@ static void test_gemm_packed_f32(void) {
         free(dr), free(sc), free(ok_), free(on_);
     }
     CHECK_MSG(brgemm_possible || onednn == 0, "oneDNN packing below AVX512_CORE");
-    printf("packed float32 linear: %d layers on Tern's AVX2 kernel, %d on oneDNN's brgemm\n", tern, onednn);
+    printf("packed float32 linear: %d layers on Tern's panels (%s tiles), %d on oneDNN's brgemm\n", tern,
+           f32p_tiles_name(), onednn);
 }
 
 /* ------------------------------------------------------------ row ops */
