@@ -7,7 +7,9 @@
  *
  * seconds_per_case default 0.15; --cpu: time in process CPU seconds, not wall seconds (a shared,
  * loaded machine: with 1 thread the CPU time is the work); --int8: only the int8 section; --f32:
- * only the packed float32 section; --threads=N: only N threads (default 1 then 2).
+ * only the packed float32 section; --zoo: only the zoo shapes' output projections (58,101 x 512 and
+ * 256,206 x 1024: Tern's panels against dnnl_sgemm, weights from memory); --threads=N: only N
+ * threads (default 1 then 2).
  *
  * The packed float32 section times the decoder's linear layers as a decoder step meets them: "hot"
  * runs one weight again and again (it stays in the caches), "cold" cycles through copies of it
@@ -29,6 +31,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "kernels/gemm_f32p.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_s8.h"
 #include "kernels/gemm_s8v.h"
@@ -214,6 +217,50 @@ static void packed_f32_section(int threads, const float *A, const float *B, floa
     }
 }
 
+/* The output projections of the zoo shapes (bench_zoo.py): NLLB-600M's 256,206 x 1024 (1 GB) and
+ * OPUS-MT's 58,101 x 512 (119 MB), packed (N not a multiple of oneDNN's block: Tern's panels, with
+ * the tiles this CPU gets, f32p_tiles_name; TERN_F32P_AVX2=1 the AVX2 ones) against dnnl_sgemm on
+ * the plain weight; each call reads its weight from memory (larger than the caches); best of 5
+ * calls after one warm-up. */
+static void zoo_proj_section(int threads) {
+    static const int Ms[] = {4, 8, 16, 35, 64, 128};
+    static const int NK[][2] = {{58101, 512}, {256206, 1024}};
+    printf("\n## zoo output projections, threads=%d (GFLOP/s, weights from memory): dnnl_sgemm vs gemm_packed_forward\n",
+           threads);
+    printf("%5s %6s %5s | %9s %9s | %s\n", "M", "N", "K", "sgemm", "packed", "packed kernel");
+    for (size_t s = 0; s < sizeof NK / sizeof NK[0]; s++) {
+        int N = NK[s][0], K = NK[s][1];
+        size_t wn = (size_t)N * K, pbytes = gemm_packed_size(N, K);
+        float *W = aligned_alloc64(wn * sizeof(float)), *A = aligned_alloc64((size_t)128 * K * sizeof(float));
+        float *C = aligned_alloc64((size_t)128 * N * sizeof(float));
+        void *pk = pbytes ? aligned_alloc64(pbytes) : NULL;
+        if (!W || !A || !C || !pk) {
+            printf("%5s %6d %5d | out of memory\n", "-", N, K);
+        } else {
+            fill(W, wn, 3);
+            fill(A, (size_t)128 * K, 4);
+            if (gemm_pack_linear(pk, W, NULL, N, K, 0) == 0)
+                for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++) {
+                    int M = Ms[m];
+                    double best_s = 1e30, best_p = 1e30;
+                    for (int r = 0; r < 6; r++) {
+                        double t0 = now();
+                        dnnl_sgemm('N', 'T', M, N, K, 1.0f, A, K, W, K, 0.0f, C, N);
+                        double t1 = now();
+                        gemm_packed_forward(C, A, pk, M);
+                        double t2 = now();
+                        if (r && t1 - t0 < best_s) best_s = t1 - t0;
+                        if (r && t2 - t1 < best_p) best_p = t2 - t1;
+                    }
+                    double fl = 2.0 * M * N * K * 1e-9;
+                    printf("%5d %6d %5d | %9.1f %9.1f | %s (%s tiles)\n", M, N, K, fl / best_s, fl / best_p,
+                           gemm_packed_kernel_name(pk), f32p_tiles_name());
+                }
+        }
+        aligned_free(W), aligned_free(A), aligned_free(C), aligned_free(pk);
+    }
+}
+
 static void set_threads(int n) {
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
@@ -221,15 +268,16 @@ static void set_threads(int n) {
 }
 
 int main(int argc, char **argv) {
-    int int8_only = 0, f32_only = 0, only_threads = 0;
+    int int8_only = 0, f32_only = 0, only_threads = 0, zoo_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cpu")) use_cpu_time = 1;
         else if (!strcmp(argv[i], "--int8")) int8_only = 1;
         else if (!strcmp(argv[i], "--f32")) f32_only = 1;
+        else if (!strcmp(argv[i], "--zoo")) zoo_only = 1;
         else if (!strncmp(argv[i], "--threads=", 10)) only_threads = atoi(argv[i] + 10);
         else if (argv[i][0] != '-') budget = atof(argv[i]);
         else {
-            fprintf(stderr, "usage: %s [seconds_per_case] [--cpu] [--int8] [--f32] [--threads=N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [seconds_per_case] [--cpu] [--int8] [--f32] [--zoo] [--threads=N]\n", argv[0]);
             return 2;
         }
     }
@@ -249,6 +297,10 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         if (only_threads && threads != only_threads) continue;
         set_threads(threads);
+        if (zoo_only) {
+            zoo_proj_section(threads);
+            continue;
+        }
         if (int8_only) goto int8;
         packed_f32_section(threads, A, B, C);
         if (f32_only) continue;

@@ -191,7 +191,8 @@ static void run_panels(float *out, const float *inp, const float *P, const float
 static inline __attribute__((always_inline)) T512 void tile512(const int mr, const int np, const float *a, int lda,
                                                                 const float *b, size_t ps, int K, const float *bias,
                                                                 int relu, float *c, int ldc, int ncols,
-                                                                const float *pf, const float *pf_end) {
+                                                                const float *pf, const float *pf_end, int pf_every,
+                                                                int pf_lines) {
     __m512 acc[MR5][GP5];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++)
@@ -206,10 +207,9 @@ static inline __attribute__((always_inline)) T512 void tile512(const int mr, con
                              _MM_HINT_T2);
             bv[p] = _mm512_loadu_ps(b + p * ps + (size_t)k * NR);
         }
-        if (pf) { /* a slice of the next group's panels, two cache lines per k (run_panels512) */
-            const float *q = pf + (size_t)k * 2 * NR;
-            if (q < pf_end) _mm_prefetch((const char *)q, _MM_HINT_T1);
-            if (q + NR < pf_end) _mm_prefetch((const char *)(q + NR), _MM_HINT_T1);
+        if (pf && k % pf_every == 0) { /* a slice of the next group's panels (run_panels512) */
+            const float *q = pf + (size_t)(k / pf_every) * pf_lines * NR;
+            for (int l = 0; l < pf_lines && q + l * NR < pf_end; l++) _mm_prefetch((const char *)(q + l * NR), _MM_HINT_T1);
         }
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
@@ -237,8 +237,8 @@ static inline __attribute__((always_inline)) T512 void tile512(const int mr, con
 #define TILE5(mr, np)                                                                                            \
     static T512 void tile5_##mr##_##np(const float *a, int lda, const float *b, size_t ps, int K,                \
                                        const float *bias, int relu, float *c, int ldc, int ncols,                \
-                                       const float *pf, const float *pf_end) {                                   \
-        tile512(mr, np, a, lda, b, ps, K, bias, relu, c, ldc, ncols, pf, pf_end);                                \
+                                       const float *pf, const float *pf_end, int pf_every, int pf_lines) {       \
+        tile512(mr, np, a, lda, b, ps, K, bias, relu, c, ldc, ncols, pf, pf_end, pf_every, pf_lines);            \
     }
 TILE5(1, 1) TILE5(1, 2) TILE5(1, 3) TILE5(1, 4) TILE5(1, 5) TILE5(1, 6) TILE5(1, 7) TILE5(1, 8)
 TILE5(2, 1) TILE5(2, 2) TILE5(2, 3) TILE5(2, 4)
@@ -255,7 +255,8 @@ TILE5(12, 1) TILE5(12, 2)
 #undef TILE5
 
 typedef void (*tile5_fn)(const float *a, int lda, const float *b, size_t ps, int K, const float *bias, int relu,
-                         float *c, int ldc, int ncols, const float *pf, const float *pf_end);
+                         float *c, int ldc, int ncols, const float *pf, const float *pf_end, int pf_every,
+                         int pf_lines);
 #define R5(mr) {0, tile5_##mr##_1, tile5_##mr##_2
 static const tile5_fn tiles5[MR5 + 1][GP5 + 1] = {
     {0},
@@ -271,8 +272,9 @@ static const int np_max5[MR5 + 1] = {0, 8, 4, 4, 4, 4, 4, 3, 3, 2, 2, 2, 2};
 /* run_panels at 512 bits: the panel group outer, its row blocks inner, rows in ~1 MB chunks.
  * The first pass over a group (its first row block) reads the group's panels from memory; the
  * later passes find them in L2 and, while they compute, prefetch the next group (contiguous in
- * memory) into L2: each of their tiles takes the next slice of it, two cache lines per k, so that
- * memory and arithmetic overlap when a call has more than one row block. */
+ * memory) into L2, spread evenly over all their tiles (one cache line every pf_every k, or two
+ * every k when the passes are few), so that memory and arithmetic overlap when a call has more
+ * than one row block. */
 static void run_panels512(float *out, const float *inp, const float *P, const float *bias, int relu, int M, int N,
                           int K, int p0, int p1) {
     size_t ps = (size_t)NR * K;
@@ -286,9 +288,19 @@ static void run_panels512(float *out, const float *inp, const float *P, const fl
         float *c = out + (size_t)m0 * N;
         for (int g = p0; g < p1; g += GP5) {
             int g1 = g + GP5 < p1 ? g + GP5 : p1;
-            /* the next group: [pf, pf_end), handed out in slices of 2 K lines to the later passes' tiles */
+            /* the next group [pf, pf_end): K cache lines a panel, over the tiles of the later passes */
             int n1 = g1 + GP5 < p1 ? g1 + GP5 : p1;
             const float *pf = g1 < p1 ? P + (size_t)g1 * ps : NULL, *pf_end = P + (size_t)n1 * ps;
+            int gsz = g1 - g, calls = (full / MR5 - 1) * ((gsz + 1) / 2);
+            if (rest && full) calls += (gsz + np_max5[rest] - 1) / np_max5[rest];
+            int every = 1, lines = 2;
+            if (pf && calls > 0) {
+                long need = (long)(n1 - g1) * K, per = (need + calls - 1) / calls; /* lines a tile */
+                if (per <= K) lines = 1, every = (int)(K / (per > 0 ? per : 1));
+                /* else two every k, the most that helped (4 or 8 were no faster at 16-28 rows, where the
+                 * later passes are too few to cover the whole next group) */
+            }
+            const int step = (K + every - 1) / every * lines; /* lines a tile prefetches */
             for (int p = g; p < g1; p += 2) {
                 int np = g1 - p < 2 ? g1 - p : 2;
                 int n0 = p * NR, nc = N - n0 < NR * np ? N - n0 : NR * np;
@@ -296,8 +308,8 @@ static void run_panels512(float *out, const float *inp, const float *P, const fl
                 for (int r = 0; r < full; r += MR5) {
                     const float *q = r > 0 && pf && pf < pf_end ? pf : NULL;
                     tiles5[MR5][np](a + (size_t)r * K, K, P + (size_t)p * ps, ps, K, bp, relu, c + (size_t)r * N + n0,
-                                    N, nc, q, pf_end);
-                    if (q) pf += (size_t)2 * NR * K;
+                                    N, nc, q, pf_end, every, lines);
+                    if (q) pf += (size_t)step * NR;
                 }
             }
             for (int p = g; rest && p < g1;) {
@@ -305,8 +317,8 @@ static void run_panels512(float *out, const float *inp, const float *P, const fl
                 int n0 = p * NR, nc = N - n0 < NR * np ? N - n0 : NR * np;
                 const float *q = full > 0 && pf && pf < pf_end ? pf : NULL;
                 tiles5[rest][np](a + (size_t)full * K, K, P + (size_t)p * ps, ps, K, bias ? bias + n0 : NULL, relu,
-                                 c + (size_t)full * N + n0, N, nc, q, pf_end);
-                if (q) pf += (size_t)2 * NR * K;
+                                 c + (size_t)full * N + n0, N, nc, q, pf_end, every, lines);
+                if (q) pf += (size_t)step * NR;
                 p += np;
             }
         }

@@ -131,6 +131,10 @@ void log_softmax_forward(float *out, const float *inp, int M, int C);
  * log_softmax(x)[m, c] == (x[m, c] - max_value[m]) - lse[m] bit for bit (max_value -inf: the row
  * is all -inf, lse 0). Lets a search scan log-probabilities without storing them. */
 void log_softmax_stats(float *max_value, float *lse, const float *inp, int M, int C);
+/* The sum of exp(x - mx) over n entries (mx = max(x)) that the softmaxes take, in double, with the
+ * exps written to y when y != NULL: wide = 0 the AVX2 body, 1 the AVX-512 one (what the softmaxes
+ * run where AVX-512 is allowed; the same bits). For tests/c/test_kernels.c. */
+double row_sum_exp_width(float *y, const float *x, int n, float mx, int wide);
 /* softmax_forward's probabilities (the same values), plus per row lse[m] = log(sum_c exp(x[m, c]))
  * and sum_in[m] = sum_c x[m, c], both in double, in three passes over the row (the training
  * loss: label-smoothed cross-entropy needs log p(y) = x[y] - lse and sum_c log p = sum_in - C lse).

@@ -222,7 +222,18 @@ static float row_max(const float *x, int n) {
 /* sum of exp(x - mx) over n entries (mx: the row's max, so x - mx <= 0), accumulated in double;
  * writes the exps into y when y != NULL. Four vectors per iteration (their exps independent, added
  * in the same order as one at a time: the same sums). */
+static double row_sum_exp512(float *y, const float *x, int n, float mx);
+static double row_sum_exp256(float *y, const float *x, int n, float mx);
 static double row_sum_exp(float *y, const float *x, int n, float mx) {
+    if (n >= 32 && cpu_isa_effective() >= CPU_ISA_AVX512_CORE) return row_sum_exp512(y, x, n, mx);
+    return row_sum_exp256(y, x, n, mx);
+}
+
+double row_sum_exp_width(float *y, const float *x, int n, float mx, int wide) {
+    return wide ? row_sum_exp512(y, x, n, mx) : row_sum_exp256(y, x, n, mx);
+}
+
+static double row_sum_exp256(float *y, const float *x, int n, float mx) {
     __m256 vmx = _mm256_set1_ps(mx);
     __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     int i = 0;
@@ -416,6 +427,49 @@ AVX512_TARGET static inline __m512 exp512(__m512 x) {
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
     return _mm512_mask_blend_ps(zero, p, _mm512_setzero_ps());
+}
+
+/* row_sum_exp with the exps of its 32-element blocks taken 16 at a time (exp512: the same bits as
+ * exp256_le0 for x - mx <= 0 and NaN), added into the two double accumulators in the same order
+ * as row_sum_exp's (a0: elements 0-3, 8-11, 16-19, 24-27 of a block, a1: the others): the same sum,
+ * bit for bit; the rest as row_sum_exp. */
+AVX512_TARGET static double row_sum_exp512(float *y, const float *x, int n, float mx) {
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+#define RSE_ACC(e)                                                                                 \
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));                            \
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)))
+    for (; i + 32 <= n; i += 32) {
+        __m512 z0 = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmx));
+        __m512 z1 = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vmx));
+        if (y) {
+            _mm512_storeu_ps(y + i, z0);
+            _mm512_storeu_ps(y + i + 16, z1);
+        }
+        __m256 e0 = _mm512_castps512_ps256(z0), e1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z0), 1));
+        __m256 e2 = _mm512_castps512_ps256(z1), e3 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z1), 1));
+        RSE_ACC(e0);
+        RSE_ACC(e1);
+        RSE_ACC(e2);
+        RSE_ACC(e3);
+    }
+    const __m256 vmx8 = _mm256_set1_ps(mx);
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx8));
+        if (y) _mm256_storeu_ps(y + i, e);
+        RSE_ACC(e);
+    }
+#undef RSE_ACC
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmx8));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+        if (y) _mm256_maskstore_ps(y + i, m, e);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    return hsum256d(_mm256_add_pd(a0, a1));
 }
 
 AVX512_TARGET static inline __m512 log1p_unit512(__m512 y) {

@@ -979,7 +979,15 @@ static tern_status_t decoder_step(transformer_state_t *st, const int *tokens, in
         PROF(14, "proj", s = screened_proj(st, logits, out, c.R));
         if (!s && (st->ban_rows || st->n_never)) s = unscreen_banned(st, logits, out, c.R);
     }
-    else PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
+    else {
+#ifdef TERN_PROF
+        double t0 = prof_now(); /* TERN_PROF_ROWS set: each projection's rows and seconds on stderr */
+#endif
+        PROF(14, "proj", s = linear(st, logits, out, &m->proj, m->pk_proj, c.R));
+#ifdef TERN_PROF
+        if (getenv("TERN_PROF_ROWS")) fprintf(stderr, "projrows %d %.6f\n", c.R, prof_now() - t0);
+#endif
+    }
     if (s) return s;
     st->ban_rows = NULL;
     if (!m->dec_ssru) st->n_slots += c.R;

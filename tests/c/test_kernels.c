@@ -1184,6 +1184,30 @@ static void test_softmax_exact(void) {
             aligned_free(x), aligned_free(y), aligned_free(want);
         }
     CHECK_MSG(bad_rows == 0, "softmax vs its scalar model: %d of %d rows differ", bad_rows, rows);
+    /* the AVX2 and AVX-512 bodies of the softmaxes' sum of exps: the same sum and the same exps, bit
+     * for bit (run where AVX-512 is allowed: the code above takes the width the CPU gives) */
+    if (cpu_isa_effective() < CPU_ISA_AVX512_CORE) return;
+    int bad_w = 0, rows_w = 0;
+    for (int C = 1; C <= 300; C += C < 70 ? 1 : 37)
+        for (int kind = 0; kind < 5; kind++) {
+            float *x = falloc((size_t)C), *y2 = falloc((size_t)C), *y5 = falloc((size_t)C);
+            float sc = kind == 0 ? 1.0f : kind == 1 ? 30.0f : kind == 2 ? 1e-3f : 200.0f;
+            for (int c = 0; c < C; c++) x[c] = ((float)(rng_u32() % 2000001) / 1e6f - 1.0f) * sc;
+            if (kind >= 3 && C > 3) x[1] = -INFINITY, x[C - 1] = -1e30f, x[C / 2] = 1e-40f;
+            if (kind == 4 && C > 5) x[C - 2] = NAN, x[2] = -95.0f;
+            float mx = -INFINITY;
+            for (int c = 0; c < C; c++) mx = x[c] > mx ? x[c] : mx;
+            double s2 = row_sum_exp_width(y2, x, C, mx, 0), s5 = row_sum_exp_width(y5, x, C, mx, 1);
+            int bad = memcmp(&s2, &s5, sizeof s2) != 0 && !(s2 != s2 && s5 != s5);
+            for (int c = 0; c < C; c++) bad += fbits(y2[c]) != fbits(y5[c]);
+            bad += memcmp(&s2, &(double){row_sum_exp_width(NULL, x, C, mx, 1)}, sizeof s2) != 0 && s2 == s2;
+            if (bad && bad_w < 3) fprintf(stderr, "row_sum_exp widths C=%d kind=%d: %d differ\n", C, kind, bad);
+            bad_w += bad != 0;
+            rows_w++;
+            aligned_free(x), aligned_free(y2), aligned_free(y5);
+        }
+    CHECK_MSG(bad_w == 0, "row_sum_exp, AVX2 vs AVX-512 bodies: %d of %d rows differ", bad_w, rows_w);
+    printf("row_sum_exp: AVX2 and AVX-512 bodies bit-identical on %d rows\n", rows_w);
 }
 
 static void test_softmax(void) {
