@@ -46,7 +46,8 @@ run_c_tests "C unit tests under ASan/UBSan" "${san_c_tests[@]}"
 # unit test (plain build: test_kernels checks every kernel the cap selects against its reference) and
 # the kernel tests under ASan/UBSan. Under the AVX2 cap (the AVX2-only machines CI also runs on:
 # Zen 3) also the pytest files whose results depend on float arithmetic (ARITH_TESTS: parity with
-# CTranslate2 and PyTorch, the searches on real models, the shipped model's BLEU), so that an AVX-512
+# CTranslate2 and PyTorch, the searches on real models, the shipped model's BLEU, quantization-aware
+# training against int8 decoding), so that an AVX-512
 # machine shows what an AVX2-only one would (docs/kernels.md); the caps between AVX2 and the top one
 # (AVX512_CORE, AVX512_CORE_VNNI: no machine CI runs on stops there) run their kernels' C tests only,
 # which keeps CI within its 30 minutes on a 2-core AVX512_CORE_BF16 Xeon (the ARITH_TESTS took
@@ -56,7 +57,7 @@ run_c_tests "C unit tests under ASan/UBSan" "${san_c_tests[@]}"
 # test_gnmt: double-precision references), their PyTorch comparisons run uncapped only.
 ARITH_TESTS=(tests/test_translate_peer.py tests/test_ensemble_peer.py tests/test_translate_text.py
   tests/test_search_constraints.py tests/test_screen.py tests/test_shipped_model.py
-  tests/test_train_torch.py)
+  tests/test_train_torch.py tests/test_qat_torch.py)
 caps=$(build/tern cpu --caps)
 echo "== instruction-set caps this CPU allows: $(echo $caps) (top one: the uncapped runs)"
 for cap in $(echo "$caps" | head -n -1); do

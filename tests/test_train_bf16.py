@@ -36,7 +36,17 @@ MAX_TRAIN_GAP = 0.02   # mean |rel gap| of the per-update training loss over the
 MAX_VALID_GAP = 0.02   # relative gap of the final validation loss
 
 
+CAP_LEVELS = ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX"]
+
+
 def cpu_has_bf16():
+    """AVX512_BF16 in /proc/cpuinfo and not capped away: under TERN_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA
+    below AVX512_CORE_BF16 (how an AVX-512 machine runs the suite as an AVX2-only one would) the
+    trainer refuses bfloat16 as it does on a CPU without it, and that is what is checked."""
+    for var in ("TERN_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"):
+        cap = os.environ.get(var, "").upper()
+        if cap in CAP_LEVELS and CAP_LEVELS.index(cap) < CAP_LEVELS.index("AVX512_CORE_BF16"):
+            return False
     with open("/proc/cpuinfo") as f:
         return any(line.startswith("flags") and " avx512_bf16" in line for line in f)
 

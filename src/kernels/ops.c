@@ -222,6 +222,27 @@ static float row_max(const float *x, int n) {
 /* sum of exp(x - mx) over n entries (mx: the row's max, so x - mx <= 0), accumulated in double;
  * writes the exps into y when y != NULL. Four vectors per iteration (their exps independent, added
  * in the same order as one at a time: the same sums). */
+/* The end of row_sum_exp from element i: 8 at a time, then the masked tail, into the accumulators
+ * a0 (lanes 0-3) and a1 (lanes 4-7), then their sum. */
+static inline double row_sum_exp_rest(float *y, const float *x, int n, int i, float mx, __m256d a0, __m256d a1) {
+    const __m256 vmx = _mm256_set1_ps(mx);
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
+        if (y) _mm256_storeu_ps(y + i, e);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmx));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+        if (y) _mm256_maskstore_ps(y + i, m, e);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    return hsum256d(_mm256_add_pd(a0, a1));
+}
+
 static double row_sum_exp512(float *y, const float *x, int n, float mx);
 static double row_sum_exp256(float *y, const float *x, int n, float mx);
 static double row_sum_exp(float *y, const float *x, int n, float mx) {
@@ -256,21 +277,8 @@ static double row_sum_exp256(float *y, const float *x, int n, float mx) {
         RSE_ACC(e2);
         RSE_ACC(e3);
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx));
-        if (y) _mm256_storeu_ps(y + i, e);
-        RSE_ACC(e);
-    }
 #undef RSE_ACC
-    if (i < n) {
-        __m256i m = tail_mask(n - i);
-        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmx));
-        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
-        if (y) _mm256_maskstore_ps(y + i, m, e);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    return hsum256d(_mm256_add_pd(a0, a1));
+    return row_sum_exp_rest(y, x, n, i, mx, a0, a1);
 }
 
 static void fill_row(float *y, int n, float v) {
@@ -454,22 +462,8 @@ AVX512_TARGET static double row_sum_exp512(float *y, const float *x, int n, floa
         RSE_ACC(e2);
         RSE_ACC(e3);
     }
-    const __m256 vmx8 = _mm256_set1_ps(mx);
-    for (; i + 8 <= n; i += 8) {
-        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmx8));
-        if (y) _mm256_storeu_ps(y + i, e);
-        RSE_ACC(e);
-    }
 #undef RSE_ACC
-    if (i < n) {
-        __m256i m = tail_mask(n - i);
-        __m256 e = exp256_le0(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmx8));
-        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
-        if (y) _mm256_maskstore_ps(y + i, m, e);
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    return hsum256d(_mm256_add_pd(a0, a1));
+    return row_sum_exp_rest(y, x, n, i, mx, a0, a1);
 }
 
 AVX512_TARGET static inline __m512 log1p_unit512(__m512 y) {
