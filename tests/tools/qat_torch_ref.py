@@ -167,12 +167,7 @@ def gru_act_fq_model(tensors, meta):
                                + q(ctx) @ r.t("decoder/output/context/weight").T
                                + q(e) @ r.t("decoder/output/embedding/weight").T + r.t("decoder/output/bias"))
                 logits.append(q(u) @ self.Wo.T + r.t("decoder/projection/bias"))
-            logits = torch.stack(logits, 1).reshape(B * T, -1)
-            target = tout.reshape(-1)
-            loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=c["label_smoothing"],
-                                   reduction="sum")
-            nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
-            return loss, nll, int((target != pad).sum())
+            return R.loss_sums(logits, tout, pad, c["label_smoothing"])
 
     return GruActFqModel(R.config(meta), tensors)
 

@@ -61,6 +61,16 @@ def config(meta):
     return c
 
 
+def loss_sums(logits, tout, pad, label_smoothing):
+    """The step's sums from the per-step logits (a list of (B, V)) and the targets (B, T): the
+    label-smoothed loss, the nll and the count of non-pad target tokens."""
+    logits = torch.stack(logits, 1).reshape(-1, logits[0].shape[-1])
+    target = tout.reshape(-1)
+    loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=label_smoothing, reduction="sum")
+    nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
+    return loss, nll, int((target != pad).sum())
+
+
 class GruTrainModel:
     """The GRU family over whole padded batches, its parameters float64 leaves (one per stored
     tensor: a shared or tied name is the same leaf)."""
@@ -130,12 +140,7 @@ class GruTrainModel:
             u = torch.tanh(s @ r.t("decoder/output/state/weight").T + ctx @ r.t("decoder/output/context/weight").T
                            + e @ r.t("decoder/output/embedding/weight").T + r.t("decoder/output/bias"))
             logits.append(u @ self.Wo.T + r.t("decoder/projection/bias"))
-        logits = torch.stack(logits, 1).reshape(B * T, -1)
-        target = tout.reshape(-1)
-        loss = F.cross_entropy(logits, target, ignore_index=pad, label_smoothing=c["label_smoothing"],
-                               reduction="sum")
-        nll = F.cross_entropy(logits, target, ignore_index=pad, reduction="sum")
-        return loss, nll, int((target != pad).sum())
+        return loss_sums(logits, tout, pad, c["label_smoothing"])
 
     def named(self, what):
         out = {}
